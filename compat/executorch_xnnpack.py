@@ -1,0 +1,63 @@
+"""Candidate stack: torch.export → to_edge_transform_and_lower(XNNPACK) → .pte."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# The runtime comes from the compiled module itself: the public wrapper
+# (executorch.extension.pybindings.portable_lib) only re-exports it, after
+# importing executorch.exir for a warning class, which costs ~20 s per process
+# here. A phone app has no exir either. torch must be imported first: the
+# extension links against its libraries.
+from executorch.extension.pybindings._portable_lib import (
+    _load_for_executorch,
+    _unsafe_reset_threadpool,
+)
+
+SUFFIX = ".pte"
+
+
+def export(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> dict[str, Any]:
+    # The export toolchain is imported here, not at module level, so that the
+    # runtime phase (load → run → latency) starts without it.
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    exported = torch.export.export(module, inputs)
+    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    calls = Counter(
+        _op_name(node.target)
+        for node in lowered.exported_program().graph_module.graph.nodes
+        if node.op == "call_function" and node.target is not operator.getitem
+    )
+    partitions = calls.pop("executorch_call_delegate", 0)
+    program = lowered.to_executorch()
+    path.write_bytes(program.buffer)
+    # What is left outside the delegate runs on ExecuTorch's portable kernels.
+    return {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", None) or str(target)
+    return name.removeprefix("aten.")
+
+
+def load(path: Path) -> Any:
+    return _load_for_executorch(str(path))
+
+
+def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+    return program.forward(tuple(inputs))
+
+
+def set_threads(count: int) -> None:
+    torch.set_num_threads(count)
+    # XNNPACK runs on ExecuTorch's own threadpool, not torch's. Reset it before
+    # any program is loaded: resetting it after a load made forward() hang
+    # (0% CPU, never returns) with executorch 0.7.0 on this machine.
+    _unsafe_reset_threadpool(count)

@@ -1,0 +1,32 @@
+"""Legacy stack: TorchScript → optimize_for_mobile → Lite Interpreter (.ptl)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.jit.mobile import _load_for_lite_interpreter
+from torch.utils.mobile_optimizer import optimize_for_mobile
+
+SUFFIX = ".ptl"
+
+
+def export(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> dict[str, Any]:
+    traced = torch.jit.trace(module, inputs)
+    optimized = optimize_for_mobile(traced)
+    optimized._save_for_lite_interpreter(str(path))
+    return {"operators": len(torch.jit.export_opnames(optimized))}
+
+
+def load(path: Path) -> Any:
+    return _load_for_lite_interpreter(str(path))
+
+
+def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
+    with torch.no_grad():
+        return program(*inputs)
+
+
+def set_threads(count: int) -> None:
+    torch.set_num_threads(count)

@@ -1,0 +1,72 @@
+"""upgrade-gate sessions.
+
+    nox -s compare [-- --out DIR --models a,b]   everything: stacks, runs, report
+    nox -s "run(candidate)" [-- …]               build one stack and run the models in it
+    nox -s report [-- --out DIR]                 compare the stacks' records, write the report
+
+`compare` validates the configuration, then queues one `run` session per stack
+spec in envs/ (baseline first) and `report` last. Each `run` session's venv *is*
+the stack: nox builds it with uv from the spec's Python and requirements.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+from upgrade_gate import cli, runner
+from upgrade_gate.config import default_config_path, load_settings
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.specs import load_stacks
+from upgrade_gate.config import REPO_ROOT
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["compare"]
+nox.options.error_on_missing_interpreters = True
+
+# Sessions are declared when nox reads this file, so the stack list is read now.
+# A broken spec must not stop nox from starting: it is reported, with exit
+# status 2, by the session that needs it.
+try:
+    _settings = load_settings(default_config_path())
+    STACKS = load_stacks(_settings.envs_dir, baseline=_settings.baseline,
+                         adapters_dir=REPO_ROOT / "compat", config_path=_settings.config_path)
+except ConfigError:
+    STACKS = []
+
+
+@nox.session(python=False)
+def compare(session: nox.Session) -> None:
+    """Build every stack, run the models through each, and write the verdict."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    for spec in plan.stacks:
+        session.notify(f"run({spec.name})", session.posargs)
+    session.notify("report", session.posargs)
+
+
+@nox.session(venv_backend="uv", reuse_venv=True)
+@nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+def run(session: nox.Session, stack: str) -> None:
+    """Install one stack spec into this session's venv and run the models in it."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    spec = plan.stack(stack)
+    try:
+        # uv checks an already satisfied venv in well under a second.
+        session.install(*(str(r) for r in spec.requirements), silent=True)
+    except nox.command.CommandFailed:
+        cli.fail_usage(
+            f"{spec.path}: requirements: uv could not install {', '.join(map(str, spec.requirements))} "
+            "(its error is above); fix the versions in the spec"
+        )
+    runner.run_stack(plan, spec, Path(session.bin), log=session.log)
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Compare the stacks' records in the report folder and write report.md, results.json, verdict.json."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    status = cli.report(plan)
+    if status:
+        session.error("verdict NO-GO")

@@ -1,0 +1,72 @@
+"""The steps `nox -s compare` runs, as plain functions the noxfile calls in order:
+
+    load_plan → (per stack) install_stack → run_stack → gather → evaluate → write_reports
+
+User errors end the run with exit status 2 and one message naming the file and
+key; nothing finished is deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from upgrade_gate import layout
+from upgrade_gate.compare import gather
+from upgrade_gate.config import Plan, load_plan
+from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
+from upgrade_gate.policy import Verdict, evaluate, exit_code
+from upgrade_gate.report import gate_lines, write_reports
+
+
+def fail_usage(error: Exception | str) -> NoReturn:
+    """Print one message and exit 2.
+
+    Raised as SystemExit on purpose: nox turns any exception inside a session
+    into "session failed" and exit status 1, but lets SystemExit through, so
+    this is how a bad configuration reaches the shell as 2.
+    """
+    print(f"upgrade-gate: error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_USAGE)
+
+
+def plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
+    try:
+        plan = load_plan(list(posargs), invoked_from=Path(invoked_from))
+    except ConfigError as error:
+        fail_usage(error)
+    check_writable(plan.settings.out_dir)
+    return plan
+
+
+def check_writable(out: Path) -> None:
+    """Fail before any work if the report folder cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        fail_usage(f"{out}: report folder is not writable ({error.strerror}); choose another with --out DIR")
+
+
+def report(plan: Plan) -> int:
+    """Compare what the stacks wrote, apply the gates, write the report; return the exit status."""
+    if not any(layout.stack_dir(plan.settings.out_dir, s.name).is_dir() for s in plan.stacks):
+        fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first")
+    try:
+        evidence = gather(plan)
+    except RecordError as error:
+        fail_usage(f"{plan.settings.out_dir}: {error}; re-run `nox -s compare` to rewrite the records")
+    gates, per_stack, overall = evaluate(plan, evidence)
+    paths = write_reports(plan, evidence, gates, per_stack, overall)
+    for line in gate_lines(gates):
+        print(line)
+    print(f"Verdict: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
+    print("Report: " + ", ".join(str(p) for p in paths))
+    return exit_code(overall)
+
+
+__all__ = ["Verdict", "fail_usage", "plan_or_exit", "report"]

@@ -1,0 +1,142 @@
+"""From the stacks' records to evidence: comparisons, latency summaries, sizes.
+
+Pure functions over what the workers wrote; no torch, no thresholds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from upgrade_gate.config import ModelEntry, Plan
+from upgrade_gate.metrics import OutputMetrics, compare_outputs
+from upgrade_gate.records import StackModelRecord, load_stack_model
+from upgrade_gate.stats import LatencySummary, summarize
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Side:
+    """One tensor set: a stack's eager reference or its artifact's outputs."""
+
+    stack: str
+    kind: str  # "eager" | "artifact"
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.stack})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Comparison:
+    purpose: str
+    actual: Side
+    reference: Side
+    outputs: tuple[OutputMetrics, ...] | None  # None: one side has no outputs
+    missing: str | None = None  # why it could not be computed
+
+    @property
+    def label(self) -> str:
+        return f"{self.actual} vs {self.reference}"
+
+    @property
+    def worst_rel_l2(self) -> float | None:
+        """The largest relative L2 error over outputs; None if any output is incomparable."""
+        if not self.outputs or not all(o.comparable for o in self.outputs):
+            return None
+        return max(o.rel_l2 for o in self.outputs if o.rel_l2 is not None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "purpose": self.purpose,
+            "actual": str(self.actual),
+            "reference": str(self.reference),
+            "missing": self.missing,
+            "worst_rel_l2": self.worst_rel_l2,
+            "outputs": [o.to_dict() for o in self.outputs] if self.outputs is not None else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackEvidence:
+    record: StackModelRecord
+    latency: LatencySummary | None
+
+    @property
+    def artifact_bytes(self) -> int | None:
+        artifact = self.record.artifact
+        return int(artifact["bytes"]) if artifact else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelEvidence:
+    model: ModelEntry
+    stacks: dict[str, StackEvidence]
+    comparisons: tuple[Comparison, ...]
+
+    def comparison(self, actual: Side, reference: Side) -> Comparison | None:
+        return next((c for c in self.comparisons if c.actual == actual and c.reference == reference), None)
+
+    @property
+    def fixture_hashes(self) -> dict[str, dict[str, str] | None]:
+        """Weights and inputs hashes each stack loaded: equal means same numbers in."""
+        hashes = {}
+        for name, evidence in self.stacks.items():
+            build = evidence.record.stage("build")
+            hashes[name] = build.details.get("fixtures") if build and build.ok else None
+        return hashes
+
+
+def reference_side(plan: Plan) -> Side:
+    """What every artifact is judged against: the baseline's eager outputs,
+    the numbers the team has validated today."""
+    return Side(stack=plan.baseline.name, kind="eager")
+
+
+def comparison_pairs(plan: Plan) -> list[tuple[str, Side, Side]]:
+    """Which outputs are compared with which, and why."""
+    base = plan.baseline.name
+    pairs = [("baseline export fidelity", Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))]
+    for spec in plan.candidates:
+        cand = spec.name
+        pairs += [
+            ("torch upgrade drift (eager)", Side(stack=cand, kind="eager"), Side(stack=base, kind="eager")),
+            ("candidate export fidelity", Side(stack=cand, kind="artifact"), Side(stack=cand, kind="eager")),
+            ("artifact vs artifact", Side(stack=cand, kind="artifact"), Side(stack=base, kind="artifact")),
+            ("candidate artifact vs reference", Side(stack=cand, kind="artifact"), reference_side(plan)),
+        ]
+    return pairs
+
+
+def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
+    out = plan.settings.out_dir
+    stacks = {}
+    for spec in plan.stacks:
+        record = load_stack_model(out, spec.name, model.name)
+        samples = record.latency_samples
+        stacks[spec.name] = StackEvidence(record=record, latency=summarize(samples) if samples else None)
+
+    comparisons = []
+    for purpose, actual, reference in comparison_pairs(plan):
+        actual_out = stacks[actual.stack].record.outputs(actual.kind)
+        reference_out = stacks[reference.stack].record.outputs(reference.kind)
+        missing = [str(side) for side, data in ((actual, actual_out), (reference, reference_out)) if data is None]
+        comparisons.append(
+            Comparison(
+                purpose=purpose,
+                actual=actual,
+                reference=reference,
+                outputs=None if missing else tuple(compare_outputs(actual_out, reference_out)),
+                missing=f"no outputs from {' and '.join(missing)}" if missing else None,
+            )
+        )
+    return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons))
+
+
+def gather(plan: Plan) -> list[ModelEvidence]:
+    return [gather_model(plan, model) for model in plan.models]
+
+
+def relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)

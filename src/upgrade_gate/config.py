@@ -1,0 +1,253 @@
+"""The ``[tool.upgrade-gate]`` table, the model catalog, and the run plan.
+
+Everything the parent needs is read and validated here, before any stack is
+built: a typo in the configuration costs a second, not a 25-second venv build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.specs import StackSpec, load_stacks
+from upgrade_gate.tomlfile import Table, read_toml
+
+# The repository holds the worker-side folders next to the parent package.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
+
+SEVERITIES = ("hard", "soft", "off")
+SETTINGS_KEYS = {
+    "envs", "baseline", "models", "out", "threads", "warmup", "iterations", "phase-timeout-s", "gates",
+}
+GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "budgets"}
+BUDGET_KEYS = {"latency-p50-ms", "peak-rss-mb", "severity"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gate:
+    """One configured gate: a threshold and how much failing it matters."""
+
+    severity: str
+    threshold: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    latency_p50_ms: float | None
+    peak_rss_mb: float | None
+    severity: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateSettings:
+    """Defaults from the seeds: a .pte ≤ 1.5 GB, fp32 numerics to 1e-4, and no
+    more than 5% slower than what ships today."""
+
+    export: Gate = Gate(severity="hard")
+    artifact_size: Gate = Gate(severity="hard", threshold=1_500_000_000)
+    numerics: Gate = Gate(severity="hard", threshold=1e-4)
+    latency: Gate = Gate(severity="soft", threshold=1.05)
+    budgets: tuple[tuple[str, Budget], ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "export": {"severity": self.export.severity},
+            "artifact-size": {"max-bytes": self.artifact_size.threshold, "severity": self.artifact_size.severity},
+            "numerics": {"max-rel-l2": self.numerics.threshold, "severity": self.numerics.severity},
+            "latency": {"max-ratio": self.latency.threshold, "severity": self.latency.severity},
+            "budgets": {
+                model: {"latency-p50-ms": b.latency_p50_ms, "peak-rss-mb": b.peak_rss_mb, "severity": b.severity}
+                for model, b in self.budgets
+            },
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelEntry:
+    name: str
+    factory: str
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    config_path: Path
+    envs_dir: Path
+    baseline: str
+    models: tuple[str, ...]
+    out_dir: Path
+    threads: int
+    warmup: int
+    iterations: int
+    phase_timeout_s: float
+    gates: GateSettings
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """What one comparison runs: settings, stacks (baseline first) and models."""
+
+    settings: Settings
+    stacks: tuple[StackSpec, ...]
+    models: tuple[ModelEntry, ...]
+
+    @property
+    def baseline(self) -> StackSpec:
+        return self.stacks[0]
+
+    @property
+    def candidates(self) -> tuple[StackSpec, ...]:
+        return self.stacks[1:]
+
+    def stack(self, name: str) -> StackSpec:
+        for spec in self.stacks:
+            if spec.name == name:
+                return spec
+        raise ConfigError(f"no stack named {name!r}; stacks: {', '.join(s.name for s in self.stacks)}")
+
+
+def default_config_path() -> Path:
+    """``$UPGRADE_GATE_CONFIG`` if set, else this repository's pyproject.toml."""
+    return Path(os.environ.get(CONFIG_ENV_VAR) or REPO_ROOT / "pyproject.toml").resolve()
+
+
+def load_settings(config_path: Path) -> Settings:
+    """Read ``[tool.upgrade-gate]``; paths in it are relative to the file."""
+    document = read_toml(config_path)
+    tool = document.get("tool", {})
+    raw = tool.get("upgrade-gate", {}) if isinstance(tool, dict) else {}
+    table = Table(raw if isinstance(raw, dict) else {}, path=config_path, key="tool.upgrade-gate")
+    table.reject_unknown(SETTINGS_KEYS)
+    base = config_path.parent
+    return Settings(
+        config_path=config_path,
+        envs_dir=(base / table.get("envs", str, "envs")).resolve(),
+        baseline=table.get("baseline", str, "legacy"),
+        models=tuple(table.get_str_list("models", ["vit-ti16"])),
+        out_dir=(base / table.get("out", str, "report")).resolve(),
+        threads=table.positive("threads", int, 1),
+        # The issue's floor: at least 10 warm-up and 50 timed runs.
+        warmup=table.positive("warmup", int, 10, minimum=10),
+        iterations=table.positive("iterations", int, 50, minimum=50),
+        phase_timeout_s=table.positive("phase-timeout-s", float, 1800.0),
+        gates=_load_gates(table.get_table("gates")),
+    )
+
+
+def _load_gates(table: Table) -> GateSettings:
+    table.reject_unknown(GATE_KEYS)
+    defaults = GateSettings()
+
+    def severity(owner: Table, name: str, default: str) -> str:
+        value = owner.get(name, str, default)
+        if value not in SEVERITIES:
+            raise owner.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
+        return value
+
+    def threshold_gate(name: str, threshold_key: str, default: Gate) -> Gate:
+        gate = table.get_table(name)
+        gate.reject_unknown({threshold_key, "severity"})
+        return Gate(
+            severity=severity(gate, "severity", default.severity),
+            threshold=gate.positive(threshold_key, float, float(default.threshold or 0)),
+        )
+
+    budgets = []
+    budgets_table = table.get_table("budgets")
+    for model in budgets_table.data:
+        budget = budgets_table.get_table(model)
+        budget.reject_unknown(BUDGET_KEYS)
+        budgets.append(
+            (
+                model,
+                Budget(
+                    latency_p50_ms=budget.positive("latency-p50-ms", float, 0.0) if "latency-p50-ms" in budget.data else None,
+                    peak_rss_mb=budget.positive("peak-rss-mb", float, 0.0) if "peak-rss-mb" in budget.data else None,
+                    severity=severity(budget, "severity", "hard"),
+                ),
+            )
+        )
+    return GateSettings(
+        export=Gate(severity=severity(table, "export", defaults.export.severity)),
+        artifact_size=threshold_gate("artifact-size", "max-bytes", defaults.artifact_size),
+        numerics=threshold_gate("numerics", "max-rel-l2", defaults.numerics),
+        latency=threshold_gate("latency", "max-ratio", defaults.latency),
+        budgets=tuple(budgets),
+    )
+
+
+def load_catalog(path: Path) -> dict[str, ModelEntry]:
+    """The models the tool knows by name (``models/suite.toml``)."""
+    catalog = {}
+    for name, raw in read_toml(path).items():
+        entry = Table(raw if isinstance(raw, dict) else {}, path=path, key=name)
+        if not isinstance(raw, dict):
+            raise ConfigError("expected a table with factory and description", path=path, key=name)
+        entry.reject_unknown({"factory", "description"})
+        factory = entry.get("factory", str, "")
+        if ":" not in factory:
+            raise entry.error("factory", f"expected 'module:function', got {factory!r}")
+        catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name))
+    return catalog
+
+
+def parse_posargs(posargs: list[str]) -> argparse.Namespace:
+    """Options after ``--`` on the nox command line."""
+    parser = argparse.ArgumentParser(prog="nox -s compare --", exit_on_error=False)
+    parser.add_argument("--out", type=Path, help="report folder (default: [tool.upgrade-gate] out)")
+    parser.add_argument("--models", help="comma-separated model names (default: [tool.upgrade-gate] models)")
+    try:
+        args, unknown = parser.parse_known_args(posargs)
+    except argparse.ArgumentError as error:
+        raise ConfigError(f"{error}; usage: {parser.format_usage().strip()}") from None
+    if unknown:
+        raise ConfigError(f"unknown option {unknown[0]!r}; usage: {parser.format_usage().strip()}")
+    return args
+
+
+def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None) -> Plan:
+    """Everything a run needs, validated; raises ConfigError naming file and key."""
+    config_path = config_path or default_config_path()
+    args = parse_posargs(posargs)
+    settings = load_settings(config_path)
+    stacks = load_stacks(
+        settings.envs_dir,
+        baseline=settings.baseline,
+        adapters_dir=REPO_ROOT / "compat",
+        config_path=config_path,
+    )
+    catalog_path = REPO_ROOT / "models" / "suite.toml"
+    catalog = load_catalog(catalog_path)
+    if args.models is not None:
+        names, where = [m.strip() for m in args.models.split(",") if m.strip()], "--models"
+    else:
+        names, where = list(settings.models), "tool.upgrade-gate.models"
+    if not names:
+        raise ConfigError("no models to run", path=None if args.models is not None else config_path, key=where)
+    for name in names:
+        if name not in catalog:
+            raise ConfigError(
+                f"unknown model {name!r}; known models ({catalog_path}): {', '.join(sorted(catalog))}",
+                path=None if args.models is not None else config_path,
+                key=where,
+            )
+    for model, _ in settings.gates.budgets:
+        if model not in catalog:
+            raise ConfigError(
+                f"budget for unknown model {model!r}; known models: {', '.join(sorted(catalog))}",
+                path=config_path,
+                key=f"tool.upgrade-gate.gates.budgets.{model}",
+            )
+    out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
+    settings = _replace_out(settings, out_dir)
+    return Plan(settings=settings, stacks=tuple(stacks), models=tuple(catalog[n] for n in dict.fromkeys(names)))
+
+
+def _replace_out(settings: Settings, out_dir: Path) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, out_dir=out_dir)

@@ -1,0 +1,191 @@
+"""Reading what the workers wrote: typed records with a context path on error.
+
+A wrong type reads ``Unexpected type str (expected float) in
+'stacks/candidate/models/vit-ti16/runtime.json: stages[3].duration_s'``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from packaging.version import Version
+
+from upgrade_gate import layout
+from upgrade_gate.errors import RecordError
+
+SCHEMA_VERSION = Version("1.0")
+STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed")
+
+
+class Reader:
+    """Typed access to one JSON object, remembering where it came from."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        self.data = data
+        self.where = where
+
+    def _get(self, key: str, kind: type | tuple[type, ...], *, required: bool) -> Any:
+        if not isinstance(self.data, dict):
+            raise RecordError(f"Unexpected type {type(self.data).__name__} (expected object) in {self.where!r}")
+        if key not in self.data:
+            if required:
+                raise RecordError(f"Missing key {key!r} in {self.where!r}")
+            return None
+        value = self.data[key]
+        if value is None and not required:
+            return None
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise RecordError(f"Unexpected type {type(value).__name__} (expected {expected}) in '{self.where}.{key}'")
+        return value
+
+    def str(self, key: str) -> str:
+        return self._get(key, str, required=True)
+
+    def opt_str(self, key: str) -> str | None:
+        return self._get(key, str, required=False)
+
+    def float(self, key: str) -> float:
+        return float(self._get(key, (int, float), required=True))
+
+    def opt_dict(self, key: str) -> dict[str, Any]:
+        return self._get(key, dict, required=False) or {}
+
+    def child(self, key: str) -> Reader | None:
+        value = self._get(key, dict, required=False)
+        return None if value is None else Reader(value, f"{self.where}.{key}")
+
+    def children(self, key: str) -> list[Reader]:
+        return [Reader(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(self._get(key, list, required=True))]
+
+
+def check_schema(reader: Reader) -> None:
+    """Reject another major schema version; a newer minor is read as far as known."""
+    found = Version(reader.str("schema_version"))
+    if found.major != SCHEMA_VERSION.major:
+        raise RecordError(f"schema_version {found} in {reader.where!r}; this tool reads {SCHEMA_VERSION.major}.x")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageError:
+    type: str
+    message: str
+    traceback_tail: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    stage: str
+    status: str
+    duration_s: float
+    reason: str | None = None
+    error: StageError | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def explain(self) -> str:
+        """One line: why this stage did not succeed."""
+        if self.error:
+            return f"{self.stage} {self.status}: {self.error.type}: {self.error.message.splitlines()[0] if self.error.message else ''}"
+        if self.reason:
+            return f"{self.stage} {self.status}: {self.reason}"
+        return f"{self.stage} {self.status}"
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> Stage:
+        status = r.str("status")
+        if status not in STAGE_STATUSES:
+            raise RecordError(f"Unknown status {status!r} in '{r.where}.status'")
+        err = r.child("error")
+        return cls(
+            stage=r.str("stage"),
+            status=status,
+            duration_s=r.float("duration_s"),
+            reason=r.opt_str("reason"),
+            error=None if err is None else StageError(
+                type=err.str("type"),
+                message=err.str("message"),
+                traceback_tail=tuple(str(line) for line in err.data.get("traceback_tail") or ()),
+            ),
+            details=r.opt_dict("details"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackModelRecord:
+    """Everything one stack produced for one model (both phases)."""
+
+    stack: str
+    model: str
+    directory: Path
+    stages: tuple[Stage, ...]
+    facts: dict[str, dict[str, Any]]  # phase → facts (peak RSS, threads, …)
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.stage == name), None)
+
+    def first_problem(self) -> Stage | None:
+        return next((s for s in self.stages if not s.ok), None)
+
+    @property
+    def all_ok(self) -> bool:
+        return bool(self.stages) and all(s.ok for s in self.stages)
+
+    def outputs(self, which: str) -> dict[str, np.ndarray] | None:
+        """``eager`` or ``artifact`` outputs, if that stage wrote them."""
+        stage = self.stage("eager" if which == "eager" else "run")
+        path = self.directory / f"{which}.npz"
+        if stage is None or not stage.ok or not path.is_file():
+            return None
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+
+    @property
+    def artifact(self) -> dict[str, Any] | None:
+        stage = self.stage("save")
+        return stage.details if stage and stage.ok else None
+
+    @property
+    def latency_samples(self) -> list[float] | None:
+        stage = self.stage("latency")
+        return list(stage.details.get("samples_ms", [])) if stage and stage.ok else None
+
+    def peak_rss_bytes(self, phase: str) -> int | None:
+        value = self.facts.get(phase, {}).get("peak_rss_bytes")
+        return int(value) if isinstance(value, (int, float)) else None
+
+
+def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
+    """Both phase files of one stack and model; a missing phase is a missing stage."""
+    directory = layout.model_dir(out, stack, model)
+    stages: list[Stage] = []
+    facts: dict[str, dict[str, Any]] = {}
+    for phase in layout.PHASES:
+        path = directory / f"{phase}.json"
+        where = str(path.relative_to(out))
+        if not path.is_file():
+            stages.append(Stage(stage=phase, status="skipped", duration_s=0.0, reason="not run"))
+            continue
+        try:
+            reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
+        except ValueError as error:
+            raise RecordError(f"{where}: not valid JSON ({error})") from None
+        check_schema(reader)
+        stages.extend(Stage.from_reader(r) for r in reader.children("stages"))
+        facts[phase] = reader.opt_dict("facts")
+    return StackModelRecord(stack=stack, model=model, directory=directory, stages=tuple(stages), facts=facts)
+
+
+def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
+    path = layout.stack_dir(out, stack) / "stack.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))

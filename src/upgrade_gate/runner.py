@@ -1,0 +1,173 @@
+"""Starts the worker inside one stack's venv, one fresh process per model phase.
+
+A worker that raises is recorded by the worker itself. A worker that dies
+(signal, exit code, deadline) cannot record anything, so the parent amends the
+phase file it left: the stage that was running gets the cause. Either way the
+run goes on with the next model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate.atomic import write_json_atomic
+from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.specs import StackSpec
+
+PROBE_TIMEOUT_S = 300
+LOG_TAIL_LINES = 20
+
+
+def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
+    """Probe the stack, then export and run every model of the plan in it."""
+    out = plan.settings.out_dir
+    stack_dir = layout.stack_dir(out, spec.name)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    probe_file = stack_dir / "probe.json"
+    _start_worker(
+        bin_dir,
+        "probe",
+        {"out": str(probe_file), "distributions": spec.distributions},
+        job_file=stack_dir / "probe-job.json",
+        log_file=stack_dir / "probe.log",
+        timeout_s=PROBE_TIMEOUT_S,
+    )
+    probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
+    write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
+
+    for model in plan.models:
+        for phase in layout.PHASES:
+            start = time.monotonic()
+            log(f"{spec.name}: {model.name}: {phase} …")
+            _run_phase(plan, spec, model, phase, bin_dir)
+            log(f"{spec.name}: {model.name}: {phase} done in {time.monotonic() - start:.1f} s")
+
+
+def _run_phase(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_dir: Path) -> None:
+    settings = plan.settings
+    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    phase_file = model_dir / f"{phase}.json"
+    if phase == "export":
+        # A new export invalidates everything after it.
+        for stale in model_dir.iterdir():
+            if stale.is_file():
+                stale.unlink()
+    job = {
+        "stack": spec.name,
+        "model": model.name,
+        "factory": model.factory,
+        "adapter": spec.adapter,
+        "model_dir": str(model_dir),
+        "fixtures_dir": str(layout.fixtures_dir(settings.out_dir, model.name, model.factory)),
+        "threads": settings.threads,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+    }
+    outcome = _start_worker(
+        bin_dir,
+        phase,
+        job,
+        job_file=model_dir / f"{phase}-job.json",
+        log_file=model_dir / f"{phase}.log",
+        timeout_s=settings.phase_timeout_s,
+    )
+    _amend_phase_file(phase_file, job, phase, outcome, model_dir / f"{phase}.log")
+
+
+def _start_worker(
+    bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, timeout_s: float
+) -> dict[str, Any]:
+    """Run ``python -m compat.worker COMMAND JOB`` in the stack; never raises for the worker's sake."""
+    write_json_atomic(job_file, job)
+    env = dict(os.environ)
+    # The worker imports compat/ and models/ from this repository and nothing
+    # from the parent's environment.
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    # executorch's serializer runs `flatc` from the venv's bin/.
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONHOME", None)
+    env["PYTHONWARNINGS"] = "ignore"
+    argv = [str(bin_dir / "python"), "-m", "compat.worker", command, str(job_file)]
+    start = time.monotonic()
+    with open(log_file, "wb") as stderr:
+        # Its own process group, so a deadline kills the worker and any child it started.
+        process = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                                   stdout=stderr, stderr=stderr, start_new_session=True)
+        try:
+            returncode = process.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _stop_group(process)
+            returncode, timed_out = process.returncode, True
+        except BaseException:  # Ctrl-C: take the worker down with us
+            _stop_group(process)
+            raise
+    return {"returncode": returncode, "timed_out": timed_out, "elapsed_s": time.monotonic() - start,
+            "timeout_s": timeout_s}
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """terminate → wait → kill, as nox's popen does."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _amend_phase_file(
+    phase_file: Path, job: dict[str, Any], phase: str, outcome: dict[str, Any], log_file: Path
+) -> None:
+    """Record what happened to a worker that did not finish its phase."""
+    try:
+        data = json.loads(phase_file.read_text())
+    except (OSError, ValueError):
+        data = None
+    if data is not None and data.get("complete") and outcome["returncode"] == 0:
+        return
+    if data is None:
+        data = {"schema_version": "1.0", "phase": phase, "stack": job["stack"], "model": job["model"],
+                "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
+    running = next((s for s in data["stages"] if s["status"] == "running"), None)
+    if running is None:
+        running = {"stage": "finish", "status": "running", "duration_s": 0.0}
+        data["stages"].append(running)
+    code = outcome["returncode"]
+    if outcome["timed_out"]:
+        status = "timeout"
+        message = f"no result after {outcome['timeout_s']:.0f} s (phase-timeout-s); worker killed"
+    elif code is not None and code < 0:
+        status = "crashed"
+        message = f"worker killed by signal {signal.Signals(-code).name}"
+    else:
+        status = "crashed"
+        message = f"worker exited with code {code}"
+    running.update(
+        status=status,
+        duration_s=outcome["elapsed_s"],
+        error={"type": status, "message": message, "traceback_tail": _tail(log_file)},
+    )
+    data["complete"] = True
+    write_json_atomic(phase_file, data)
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return lines[-LOG_TAIL_LINES:]
+

@@ -1,0 +1,120 @@
+"""Stack specs: one TOML file per stack in ``envs/``.
+
+A spec says how to build the stack's venv (Python version, requirements) and
+which adapter in ``compat/`` exports and runs models there. The stack's name is
+the file's stem; the configuration names one stack the baseline, and every
+other spec in the folder is a candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.tomlfile import Table, read_toml
+
+SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackSpec:
+    name: str
+    path: Path
+    description: str
+    python: str
+    requirements: tuple[Requirement, ...]
+    adapter: str
+    exporter: str
+    runtime: str
+    is_baseline: bool
+
+    @property
+    def role(self) -> str:
+        return "baseline" if self.is_baseline else "candidate"
+
+    @property
+    def distributions(self) -> list[str]:
+        """Distribution names whose installed versions the report records."""
+        return [req.name for req in self.requirements]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "file": self.path.name,
+            "description": self.description,
+            "python": self.python,
+            "requirements": [str(req) for req in self.requirements],
+            "adapter": self.adapter,
+            "exporter": self.exporter,
+            "runtime": self.runtime,
+        }
+
+
+def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec:
+    """Read and validate one spec file."""
+    table = Table(read_toml(path), path=path, key="")
+    table.reject_unknown(SPEC_KEYS)
+    for required in ("python", "requirements", "adapter"):
+        if required not in table.data:
+            raise table.error(required, "missing; every stack spec needs python, requirements and adapter")
+
+    python = table.get("python", str, "")
+    try:
+        Version(python)
+    except InvalidVersion:
+        raise table.error("python", f"not a Python version: {python!r} (e.g. \"3.11\")") from None
+
+    requirements = []
+    for index, text in enumerate(table.get_str_list("requirements", [])):
+        try:
+            requirements.append(Requirement(text))
+        except InvalidRequirement as error:
+            raise table.error(f"requirements[{index}]", f"not a valid requirement {text!r}: {error}") from None
+    if not requirements:
+        raise table.error("requirements", "empty; a stack needs at least torch")
+
+    adapter = table.get("adapter", str, "")
+    if not (adapters_dir / f"{adapter}.py").is_file() or adapter in ("worker", "__init__"):
+        known = sorted(
+            p.stem for p in adapters_dir.glob("*.py") if p.stem not in ("worker", "__init__")
+        )
+        raise table.error("adapter", f"no adapter {adapter!r} in {adapters_dir}; known: {', '.join(known)}")
+
+    return StackSpec(
+        name=path.stem,
+        path=path,
+        description=table.get("description", str, path.stem),
+        python=python,
+        requirements=tuple(requirements),
+        adapter=adapter,
+        exporter=table.get("exporter", str, adapter),
+        runtime=table.get("runtime", str, adapter),
+        is_baseline=is_baseline,
+    )
+
+
+def load_stacks(envs_dir: Path, *, baseline: str, adapters_dir: Path, config_path: Path) -> list[StackSpec]:
+    """All specs in ``envs_dir``, the baseline first, then candidates by name."""
+    paths = sorted(envs_dir.glob("*.toml")) if envs_dir.is_dir() else []
+    if not paths:
+        raise ConfigError(f"no stack specs (*.toml) in {envs_dir}", path=config_path, key="tool.upgrade-gate.envs")
+    names = [p.stem for p in paths]
+    if baseline not in names:
+        raise ConfigError(
+            f"no stack spec {baseline}.toml in {envs_dir}; specs there: {', '.join(names)}",
+            path=config_path,
+            key="tool.upgrade-gate.baseline",
+        )
+    if len(paths) < 2:
+        raise ConfigError(
+            f"only the baseline spec in {envs_dir}; add a candidate stack spec beside it",
+            path=config_path,
+            key="tool.upgrade-gate.envs",
+        )
+    specs = [load_spec(p, adapters_dir=adapters_dir, is_baseline=p.stem == baseline) for p in paths]
+    return sorted(specs, key=lambda s: (not s.is_baseline, s.name))
