@@ -41,6 +41,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600
     with os.fdopen(fd, "w", encoding="utf-8") as stream:
         json.dump(_jsonable(data), stream, indent=2, allow_nan=False)
         stream.write("\n")

@@ -203,9 +203,9 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     try:
         args, unknown = parser.parse_known_args(posargs)
     except argparse.ArgumentError as error:
-        raise ConfigError(f"{error}; usage: {parser.format_usage().strip()}") from None
+        raise ConfigError(f"{error}; {parser.format_usage().strip()}") from None
     if unknown:
-        raise ConfigError(f"unknown option {unknown[0]!r}; usage: {parser.format_usage().strip()}")
+        raise ConfigError(f"unknown option {unknown[0]!r}; {parser.format_usage().strip()}")
     return args
 
 

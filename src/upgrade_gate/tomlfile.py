@@ -24,10 +24,10 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as error:
-        raise ConfigError(
-            f"invalid TOML at line {error.line}, column {error.col}: {error.args[0].split(' at line')[0]}",
-            path=path,
-        ) from None
+        reason = error.args[0].split(" at line")[0]
+        if "'\\x00'" in reason:  # tomlkit's way of saying the file ended early
+            reason = "unexpected end of file"
+        raise ConfigError(f"invalid TOML at line {error.line}, column {error.col}: {reason}", path=path) from None
 
 
 class Table:

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user project: a pyproject.toml and a copy of this repo's stack specs."""
+    shutil.copytree(REPO / "envs", tmp_path / "envs")
+    (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nmodels = ["vit-smoke"]\n')
+    return tmp_path

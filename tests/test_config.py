@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from upgrade_gate.config import GateSettings, load_plan
+from upgrade_gate.errors import ConfigError
+
+
+def plan_for(project: Path, *posargs: str):
+    return load_plan(list(posargs), invoked_from=project, config_path=project / "pyproject.toml")
+
+
+def error_for(project: Path, *posargs: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        plan_for(project, *posargs)
+    return str(caught.value)
+
+
+def set_config(project: Path, text: str) -> Path:
+    path = project / "pyproject.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults(project):
+    plan = plan_for(project)
+    assert [s.name for s in plan.stacks] == ["legacy", "candidate"]
+    assert plan.baseline.is_baseline and [c.name for c in plan.candidates] == ["candidate"]
+    assert [m.name for m in plan.models] == ["vit-smoke"]
+    settings = plan.settings
+    assert (settings.threads, settings.warmup, settings.iterations) == (1, 10, 50)
+    assert settings.out_dir == project / "report"
+    assert settings.gates == GateSettings()
+    assert settings.gates.artifact_size.threshold == 1_500_000_000
+    assert (settings.gates.numerics.threshold, settings.gates.numerics.severity) == (1e-4, "hard")
+    assert (settings.gates.latency.threshold, settings.gates.latency.severity) == (1.05, "soft")
+    legacy, candidate = plan.stacks
+    assert [str(r) for r in legacy.requirements] == ["torch==2.2.2", "numpy<2"]
+    assert "executorch==0.7.0" in [str(r) for r in candidate.requirements]
+    assert "setuptools<81" in [str(r) for r in candidate.requirements]
+
+
+def test_this_repositorys_own_configuration_loads():
+    from upgrade_gate.config import REPO_ROOT
+
+    plan = load_plan([], invoked_from=REPO_ROOT, config_path=REPO_ROOT / "pyproject.toml")
+    assert [m.name for m in plan.models] == ["vit-ti16"]
+    assert plan.settings.gates == GateSettings()
+
+
+def test_posargs_override_out_and_models(project):
+    plan = plan_for(project, "--out", "elsewhere", "--models", "vit-smoke, data-dependent-branch")
+    assert plan.settings.out_dir == project / "elsewhere"
+    assert [m.name for m in plan.models] == ["vit-smoke", "data-dependent-branch"]
+
+
+def test_a_third_spec_is_one_more_candidate(project):
+    (project / "envs" / "next.toml").write_text((project / "envs" / "candidate.toml").read_text())
+    plan = plan_for(project)
+    assert [s.name for s in plan.stacks] == ["legacy", "candidate", "next"]
+    assert [s.role for s in plan.stacks] == ["baseline", "candidate", "candidate"]
+
+
+def test_gates_and_budgets_parse(project):
+    set_config(project, """
+[tool.upgrade-gate.gates]
+export = "soft"
+numerics = { max-rel-l2 = 1e-3 }
+latency = { max-ratio = 1.2, severity = "off" }
+[tool.upgrade-gate.gates.budgets.vit-smoke]
+latency-p50-ms = 5
+peak-rss-mb = 900
+""")
+    gates = plan_for(project).settings.gates
+    assert gates.export.severity == "soft"
+    assert (gates.numerics.threshold, gates.numerics.severity) == (1e-3, "hard")
+    assert (gates.latency.threshold, gates.latency.severity) == (1.2, "off")
+    (model, budget), = gates.budgets
+    assert (model, budget.latency_p50_ms, budget.peak_rss_mb, budget.severity) == ("vit-smoke", 5.0, 900.0, "hard")
+
+
+# -- bad input: one message naming file and key ----------------------------------
+
+
+def test_malformed_toml_names_file_and_line(project):
+    path = set_config(project, "[tool.upgrade-gate]\nthreads = 1\nmodels = [\n")
+    assert error_for(project) == f"{path}: invalid TOML at line 3, column 0: unexpected end of file"
+
+
+def test_unknown_setting(project):
+    path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, gates, iterations, "
+        "models, out, phase-timeout-s, threads, warmup"
+    )
+
+
+def test_unknown_gate_key(project):
+    path = set_config(project, "[tool.upgrade-gate.gates]\nlatncy = { max-ratio = 1.1 }\n")
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.gates.latncy: unknown key; expected one of: artifact-size, budgets, "
+        "export, latency, numerics"
+    )
+
+
+def test_unknown_gate_threshold_key(project):
+    path = set_config(project, "[tool.upgrade-gate.gates]\nnumerics = { max-rel-l1 = 1e-4 }\n")
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.gates.numerics.max-rel-l1: unknown key; expected one of: max-rel-l2, severity"
+    )
+
+
+def test_bad_severity(project):
+    path = set_config(project, '[tool.upgrade-gate.gates]\nexport = "strict"\n')
+    assert error_for(project) == f"{path}: tool.upgrade-gate.gates.export: expected one of hard, soft, off, got 'strict'"
+
+
+def test_wrong_type(project):
+    path = set_config(project, '[tool.upgrade-gate]\nthreads = "two"\n')
+    assert error_for(project) == f"{path}: tool.upgrade-gate.threads: expected an integer, got 'two'"
+
+
+def test_too_few_timed_runs(project):
+    path = set_config(project, "[tool.upgrade-gate]\niterations = 20\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.iterations: must be at least 50, got 20"
+
+
+def test_unknown_baseline_stack_file(project):
+    path = set_config(project, '[tool.upgrade-gate]\nbaseline = "legacy22"\n')
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.baseline: no stack spec legacy22.toml in {project / 'envs'}; "
+        "specs there: candidate, legacy"
+    )
+
+
+def test_missing_envs_folder(project):
+    path = set_config(project, '[tool.upgrade-gate]\nenvs = "stacks"\n')
+    assert error_for(project) == f"{path}: tool.upgrade-gate.envs: no stack specs (*.toml) in {project / 'stacks'}"
+
+
+def test_unknown_model(project):
+    path = set_config(project, '[tool.upgrade-gate]\nmodels = ["vit-ti17"]\n')
+    message = error_for(project)
+    assert message.startswith(f"{path}: tool.upgrade-gate.models: unknown model 'vit-ti17'; known models (")
+    assert message.endswith("): data-dependent-branch, vit-smoke, vit-ti16")
+
+
+def test_unknown_model_on_the_command_line(project):
+    assert error_for(project, "--models", "nope").startswith("--models: unknown model 'nope'")
+
+
+def test_unknown_option(project):
+    assert error_for(project, "--outdir", "x").startswith("unknown option '--outdir'; usage: nox -s compare --")
+
+
+def test_budget_for_unknown_model(project):
+    path = set_config(project, "[tool.upgrade-gate.gates.budgets.resnet]\npeak-rss-mb = 10\n")
+    assert error_for(project).startswith(
+        f"{path}: tool.upgrade-gate.gates.budgets.resnet: budget for unknown model 'resnet'"
+    )
+
+
+# -- stack specs -------------------------------------------------------------------
+
+
+def spec_error(project: Path, text: str) -> tuple[Path, str]:
+    path = project / "envs" / "candidate.toml"
+    path.write_text(text)
+    return path, error_for(project)
+
+
+GOOD_SPEC = 'python = "3.11"\nrequirements = ["torch==2.8.0"]\nadapter = "executorch_xnnpack"\n'
+
+
+def test_spec_malformed_toml(project):
+    path, message = spec_error(project, 'python = "3.11\n')
+    assert message.startswith(f"{path}: invalid TOML at line 1")
+
+
+def test_spec_unknown_key(project):
+    path, message = spec_error(project, GOOD_SPEC + 'pyhton = "3.12"\n')
+    assert message == (
+        f"{path}: pyhton: unknown key; expected one of: adapter, description, exporter, python, requirements, runtime"
+    )
+
+
+def test_spec_bad_requirement(project):
+    path, message = spec_error(project, GOOD_SPEC.replace('"torch==2.8.0"', '"torch==2.8.0", "executorch=0.7"'))
+    assert message.startswith(f"{path}: requirements[1]: not a valid requirement 'executorch=0.7': ")
+
+
+def test_spec_bad_python(project):
+    path, message = spec_error(project, GOOD_SPEC.replace('"3.11"', '"three"'))
+    assert message == f"{path}: python: not a Python version: 'three' (e.g. \"3.11\")"
+
+
+def test_spec_unknown_adapter(project):
+    path, message = spec_error(project, GOOD_SPEC.replace("executorch_xnnpack", "executorch_qnn"))
+    assert message.startswith(f"{path}: adapter: no adapter 'executorch_qnn' in ")
+    assert message.endswith("; known: executorch_xnnpack, torchscript_mobile")
+
+
+def test_spec_missing_key(project):
+    path, message = spec_error(project, 'python = "3.11"\nadapter = "executorch_xnnpack"\n')
+    assert message == f"{path}: requirements: missing; every stack spec needs python, requirements and adapter"

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from records import write_stack_model
+from upgrade_gate import cli
+from upgrade_gate.config import load_plan
+
+REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
+
+
+@pytest.fixture
+def plan(project: Path):
+    return load_plan(["--out", "out"], invoked_from=project, config_path=project / "pyproject.toml")
+
+
+def test_report_files_verdict_first(plan, capsys):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], samples_ms=[2.0] * 50)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
+                      samples_ms=[1.0] * 50)
+
+    assert cli.report(plan) == 1  # NO-GO: numerics off by 1%
+
+    report = (out / "report.md").read_text()
+    lines = report.splitlines()
+    assert lines[0] == "# upgrade-gate: legacy → candidate"
+    assert lines[2] == "## Verdict: **NO-GO**"
+    assert "- **candidate** vs baseline **legacy**: **NO-GO** — numerics (vit-smoke, hard)" in report
+    assert "FAILED | hard | numerics | candidate | vit-smoke | rel_l2 = 1.00e-02 (threshold rel_l2 ≤ 1.0e-04)" in report
+    assert report.index("## Decision matrix") < report.index("## Requirements") < report.index("## Models")
+    assert "| numerics | candidate | vit-smoke | hard | ❌ FAIL | rel_l2 = 1.00e-02 | rel_l2 ≤ 1.0e-04 |" in report
+    assert "| latency | candidate | vit-smoke | soft | ✅ PASS | 0.500 (1.000 ms / 2.000 ms) |" in report
+
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "NO-GO" and verdict["candidates"] == {"candidate": "NO-GO"}
+    assert {g["gate"] for g in verdict["gates"]} == {"same-inputs", "export", "artifact-size", "numerics", "latency"}
+    numerics = next(g for g in verdict["gates"] if g["gate"] == "numerics")
+    assert numerics["status"] == "FAILED" and numerics["model"] == "vit-smoke" and numerics["severity"] == "hard"
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema_version"] == "1.0"
+    model, = results["models"]
+    assert model["stacks"]["candidate"]["latency"]["p50_ms"] == 1.0
+    reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
+    assert reference["worst_rel_l2"] == pytest.approx(0.01, rel=1e-5)
+    drift = next(c for c in model["comparisons"] if c["purpose"] == "torch upgrade drift (eager)")
+    assert drift["outputs"][0]["snr_db"] == "inf"  # identical eager outputs; JSON has no infinity
+
+    assert "Verdict: NO-GO  [candidate: NO-GO]" in capsys.readouterr().out
+
+
+def test_report_without_any_results_is_a_usage_error(plan, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.report(plan)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        f"upgrade-gate: error: {plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first\n"
+    )
+    assert not (plan.settings.out_dir / "report.md").exists()
+
+
+def test_damaged_record_is_named(plan, capsys):
+    out = plan.settings.out_dir
+    directory = write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    data = json.loads((directory / "runtime.json").read_text())
+    data["stages"][3]["duration_s"] = "slow"
+    (directory / "runtime.json").write_text(json.dumps(data))
+    with pytest.raises(SystemExit):
+        cli.report(plan)
+    assert capsys.readouterr().err == (
+        f"upgrade-gate: error: {out}: Unexpected type str (expected int or float) in "
+        "'stacks/legacy/models/vit-smoke/runtime.json.stages[3].duration_s'; re-run `nox -s compare` to rewrite the records\n"
+    )
+
+
+def test_other_schema_major_is_rejected(plan, capsys):
+    out = plan.settings.out_dir
+    directory = write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    data = json.loads((directory / "export.json").read_text())
+    data["schema_version"] = "2.0"
+    (directory / "export.json").write_text(json.dumps(data))
+    with pytest.raises(SystemExit):
+        cli.report(plan)
+    assert "schema_version 2.0 in 'stacks/legacy/models/vit-smoke/export.json'; this tool reads 1.x" in capsys.readouterr().err
+
+
+def test_unwritable_out_dir(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        cli.check_writable(blocker / "report")
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith(f"upgrade-gate: error: {blocker / 'report'}: report folder is not writable")
