@@ -16,10 +16,8 @@ from pathlib import Path
 import nox
 
 from upgrade_gate import cli, runner
-from upgrade_gate.config import default_config_path, load_settings
+from upgrade_gate.config import default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.specs import load_stacks
-from upgrade_gate.config import REPO_ROOT
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -30,9 +28,7 @@ nox.options.error_on_missing_interpreters = True
 # A broken spec must not stop nox from starting: it is reported, with exit
 # status 2, by the session that needs it.
 try:
-    _settings = load_settings(default_config_path())
-    STACKS = load_stacks(_settings.envs_dir, baseline=_settings.baseline,
-                         adapters_dir=REPO_ROOT / "compat", config_path=_settings.config_path)
+    STACKS = stacks_of(load_settings(default_config_path()))
 except ConfigError:
     STACKS = []
 

@@ -51,7 +51,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    # Non-finite floats are spelled "inf", "-inf", "nan": JSON has none.
+    # Non-finite floats are spelled "inf", "-inf", "nan": JSON has none. The
+    # parent's upgrade_gate.atomic.to_json does the same; the worker cannot
+    # import the parent's package, so the few lines stand twice.
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, dict):

@@ -17,7 +17,7 @@ from upgrade_gate import layout
 from upgrade_gate.compare import gather
 from upgrade_gate.config import Plan, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
-from upgrade_gate.policy import Verdict, evaluate, exit_code
+from upgrade_gate.policy import evaluate, exit_code
 from upgrade_gate.report import gate_lines, write_reports
 
 
@@ -68,5 +68,3 @@ def report(plan: Plan) -> int:
     print("Report: " + ", ".join(str(p) for p in paths))
     return exit_code(overall)
 
-
-__all__ = ["Verdict", "fail_usage", "plan_or_exit", "report"]

@@ -6,7 +6,6 @@ Pure functions over what the workers wrote; no torch, no thresholds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from upgrade_gate.config import ModelEntry, Plan
 from upgrade_gate.metrics import OutputMetrics, compare_outputs
@@ -134,9 +133,3 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
 def gather(plan: Plan) -> list[ModelEvidence]:
     return [gather_model(plan, model) for model in plan.models]
 
-
-def relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)

@@ -195,6 +195,16 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
     return catalog
 
 
+def stacks_of(settings: Settings) -> list[StackSpec]:
+    """The stack specs the settings point at, baseline first."""
+    return load_stacks(
+        settings.envs_dir,
+        baseline=settings.baseline,
+        adapters_dir=REPO_ROOT / "compat",
+        config_path=settings.config_path,
+    )
+
+
 def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     """Options after ``--`` on the nox command line."""
     parser = argparse.ArgumentParser(prog="nox -s compare --", exit_on_error=False)
@@ -214,12 +224,7 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
     config_path = config_path or default_config_path()
     args = parse_posargs(posargs)
     settings = load_settings(config_path)
-    stacks = load_stacks(
-        settings.envs_dir,
-        baseline=settings.baseline,
-        adapters_dir=REPO_ROOT / "compat",
-        config_path=config_path,
-    )
+    stacks = stacks_of(settings)
     catalog_path = REPO_ROOT / "models" / "suite.toml"
     catalog = load_catalog(catalog_path)
     if args.models is not None:

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import __version__, layout
+from upgrade_gate import __version__
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.compare import ModelEvidence, Side
 from upgrade_gate.config import Plan
