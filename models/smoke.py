@@ -25,3 +25,18 @@ class DataDependentBranch(nn.Module):
 
 def data_dependent_branch() -> ModelCase:
     return ModelCase(DataDependentBranch().eval(), (torch.randn(2, 16),))
+
+
+class Segfault(nn.Module):
+    """Kills its own process with SIGSEGV, like a native crash in a kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+        return x
+
+
+def segfault() -> ModelCase:
+    return ModelCase(Segfault().eval(), (torch.zeros(1),))

@@ -141,3 +141,19 @@ def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     assert result.returncode == 2
     assert f"upgrade-gate: error: {spec}: requirements: uv could not install" in result.stderr
     assert "executorch==0.0.42" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_crashing_worker_is_recorded_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "report"
+    result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "segfault,vit-smoke")
+    assert result.returncode == 0, result.stderr[-4000:]
+    models = out / "stacks" / "legacy" / "models"
+    crashed = json.loads((models / "segfault" / "export.json").read_text())
+    eager = next(s for s in crashed["stages"] if s["stage"] == "eager")
+    assert eager["status"] == "crashed"
+    assert eager["error"]["message"] == "worker killed by signal SIGSEGV"
+    assert [s["status"] for s in crashed["stages"]] == ["ok", "crashed"]
+    # The next model ran in full.
+    for phase in ("export", "runtime"):
+        record = json.loads((models / "vit-smoke" / f"{phase}.json").read_text())
+        assert record["complete"] and {s["status"] for s in record["stages"]} == {"ok"}
