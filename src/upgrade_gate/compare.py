@@ -117,14 +117,17 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
     for purpose, actual, reference in comparison_pairs(plan):
         actual_out = stacks[actual.stack].record.outputs(actual.kind)
         reference_out = stacks[reference.stack].record.outputs(reference.kind)
-        missing = [str(side) for side, data in ((actual, actual_out), (reference, reference_out)) if data is None]
+        if actual_out is None or reference_out is None:
+            absent = [str(side) for side, data in ((actual, actual_out), (reference, reference_out)) if data is None]
+            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
+                                          missing=f"no outputs from {' and '.join(absent)}"))
+            continue
         comparisons.append(
             Comparison(
                 purpose=purpose,
                 actual=actual,
                 reference=reference,
-                outputs=None if missing else tuple(compare_outputs(actual_out, reference_out)),
-                missing=f"no outputs from {' and '.join(missing)}" if missing else None,
+                outputs=tuple(compare_outputs(actual_out, reference_out)),
             )
         )
     return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class OutputMetrics:
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:
     """Every metric of ``actual`` against ``reference``, in float64."""
     shape, reference_shape = tuple(actual.shape), tuple(reference.shape)
-    base = {"name": name, "shape": shape, "reference_shape": reference_shape}
+    base: dict[str, Any] = {"name": name, "shape": shape, "reference_shape": reference_shape}
     if shape != reference_shape:
         return OutputMetrics(**base, shape_match=False, finite=_finite(actual) and _finite(reference))
     a = np.asarray(actual, dtype=np.float64)

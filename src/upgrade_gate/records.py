@@ -44,13 +44,13 @@ class Reader:
             raise RecordError(f"Unexpected type {type(value).__name__} (expected {expected}) in '{self.where}.{key}'")
         return value
 
-    def str(self, key: str) -> str:
+    def text(self, key: str) -> str:
         return self._get(key, str, required=True)
 
-    def opt_str(self, key: str) -> str | None:
+    def opt_text(self, key: str) -> str | None:
         return self._get(key, str, required=False)
 
-    def float(self, key: str) -> float:
+    def number(self, key: str) -> float:
         return float(self._get(key, (int, float), required=True))
 
     def opt_dict(self, key: str) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class Reader:
 
 def check_schema(reader: Reader) -> None:
     """Reject another major schema version; a newer minor is read as far as known."""
-    found = Version(reader.str("schema_version"))
+    found = Version(reader.text("schema_version"))
     if found.major != SCHEMA_VERSION.major:
         raise RecordError(f"schema_version {found} in {reader.where!r}; this tool reads {SCHEMA_VERSION.major}.x")
 
@@ -101,18 +101,18 @@ class Stage:
 
     @classmethod
     def from_reader(cls, r: Reader) -> Stage:
-        status = r.str("status")
+        status = r.text("status")
         if status not in STAGE_STATUSES:
             raise RecordError(f"Unknown status {status!r} in '{r.where}.status'")
         err = r.child("error")
         return cls(
-            stage=r.str("stage"),
+            stage=r.text("stage"),
             status=status,
-            duration_s=r.float("duration_s"),
-            reason=r.opt_str("reason"),
+            duration_s=r.number("duration_s"),
+            reason=r.opt_text("reason"),
             error=None if err is None else StageError(
-                type=err.str("type"),
-                message=err.str("message"),
+                type=err.text("type"),
+                message=err.text("message"),
                 traceback_tail=tuple(str(line) for line in err.data.get("traceback_tail") or ()),
             ),
             details=r.opt_dict("details"),

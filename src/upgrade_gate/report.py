@@ -13,6 +13,7 @@ from upgrade_gate.compare import ModelEvidence, Side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
 from upgrade_gate.records import load_stack_info
+from upgrade_gate.stats import LatencySummary
 
 SCHEMA_VERSION = "1.0"
 MARK = {True: "✅ PASS", False: "❌ FAIL"}
@@ -189,7 +190,7 @@ def _matrix_rows(
             numerics.append(f"artifact vs reference: {worst}" + gate_mark(n, "numerics"))
     rows.append(["Numerics (worst rel L2)", *numerics])
     rows.append(["Latency p50 (per model)", *[
-        ", ".join(_ms(m.stacks[n].latency.p50_ms if m.stacks[n].latency else None) for m in evidence) + gate_mark(n, "latency")
+        ", ".join(_ms(_p50(m.stacks[n].latency)) for m in evidence) + gate_mark(n, "latency")
         for n in names
     ]])
     rows.append(["Artifact size (largest)", *[
@@ -206,6 +207,10 @@ def _matrix_rows(
     ]])
     rows.append(["Verdict", *["baseline" if plan.stack(n).is_baseline else f"**{per_stack[n].value}**" for n in names]])
     return rows
+
+
+def _p50(latency: LatencySummary | None) -> float | None:
+    return latency.p50_ms if latency else None
 
 
 def _worst(evidence: list[ModelEvidence], actual: Side, reference: Side) -> str:
