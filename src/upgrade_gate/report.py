@@ -126,7 +126,8 @@ def render_markdown(
               f"{plan.settings.warmup} warm-up + {plan.settings.iterations} timed runs", ""]
 
     lines += ["## Decision matrix", ""]
-    lines += _table(["Factor", *[f"{n} ({plan.stack(n).role})" for n in names]], _matrix_rows(plan, evidence, gates, stacks, per_stack))
+    header = [n if n == plan.stack(n).role else f"{n} ({plan.stack(n).role})" for n in names]
+    lines += _table(["Factor", *header], _matrix_rows(plan, evidence, gates, stacks, per_stack))
 
     lines += ["", "## Requirements", ""]
     lines += _table(
