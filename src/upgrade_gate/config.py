@@ -7,6 +7,7 @@ built: a typo in the configuration costs a second, not a 25-second venv build.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,11 +249,6 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 key=f"tool.upgrade-gate.gates.budgets.{model}",
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
-    settings = _replace_out(settings, out_dir)
+    settings = dataclasses.replace(settings, out_dir=out_dir)
     return Plan(settings=settings, stacks=tuple(stacks), models=tuple(catalog[n] for n in dict.fromkeys(names)))
 
-
-def _replace_out(settings: Settings, out_dir: Path) -> Settings:
-    from dataclasses import replace
-
-    return replace(settings, out_dir=out_dir)

@@ -19,6 +19,7 @@ from typing import Any
 from upgrade_gate import layout
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
 
 PROBE_TIMEOUT_S = 300
@@ -139,7 +140,7 @@ def _amend_phase_file(
     if data is not None and data.get("complete") and outcome["returncode"] == 0:
         return
     if data is None:
-        data = {"schema_version": "1.0", "phase": phase, "stack": job["stack"], "model": job["model"],
+        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
                 "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
     running = next((s for s in data["stages"] if s["status"] == "running"), None)
     if running is None:
