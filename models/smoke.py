@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.case import ModelCase
+from .case import ModelCase
 
 
 class DataDependentBranch(nn.Module):

@@ -12,5 +12,5 @@ REPO = Path(__file__).resolve().parents[1]
 def project(tmp_path: Path) -> Path:
     """A user project: a pyproject.toml and a copy of this repo's stack specs."""
     shutil.copytree(REPO / "envs", tmp_path / "envs")
-    (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nmodels = ["vit-smoke"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
     return tmp_path

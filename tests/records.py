@@ -24,6 +24,7 @@ def write_stack_model(
     failed_stage: str | None = None,
     hashes: dict[str, str] = HASHES,
     runtime_peak_rss: int = 300 * 2**20,
+    task: str = "generic",
 ) -> Path:
     """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it."""
     directory = layout.model_dir(out, stack, model)
@@ -41,16 +42,17 @@ def write_stack_model(
         return {"stage": name, "status": "ok", "duration_s": 0.1, "details": details or {}}
 
     export = [
-        stage("build", {"fixtures": hashes}),
+        stage("build", {"fixtures": hashes, "methods": ["forward"], "task": task}),
         stage("eager", {"file": "eager.npz"}),
         stage("export"),
-        stage("save", {"file": "model.pte", "bytes": artifact_bytes, "sha256": "c" * 64}),
+        stage("save", {"bytes": artifact_bytes,
+                       "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes, "sha256": "c" * 64}}}),
     ]
     runtime = [
         stage("inputs"),
         stage("load"),
         stage("run", {"file": "artifact.npz"}),
-        stage("latency", {"threads": 1, "warmup": 10, "samples_ms": samples_ms or [1.0] * 50}),
+        stage("latency", {"threads": 1, "warmup": 10, "methods": {"forward": {"samples_ms": samples_ms or [1.0] * 50}}}),
     ]
     for phase, stages, rss in (("export", export, 500 * 2**20), ("runtime", runtime, runtime_peak_rss)):
         (directory / f"{phase}.json").write_text(json.dumps({
@@ -59,5 +61,5 @@ def write_stack_model(
         }))
     for name, tensors in (("eager", eager), ("artifact", artifact)):
         if tensors is not None:
-            np.savez(directory / f"{name}.npz", **{f"output_{i}": t for i, t in enumerate(tensors)})
+            np.savez(directory / f"{name}.npz", **{f"forward.output_{i}": t for i, t in enumerate(tensors)})
     return directory

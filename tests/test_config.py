@@ -28,7 +28,7 @@ def test_defaults(project):
     plan = plan_for(project)
     assert [s.name for s in plan.stacks] == ["legacy", "candidate"]
     assert plan.baseline.is_baseline and [c.name for c in plan.candidates] == ["candidate"]
-    assert [m.name for m in plan.models] == ["vit-smoke"]
+    assert [m.name for m in plan.models] == ["vit-smoke", "llama-smoke", "minilm-smoke", "nanovlm-smoke"]
     settings = plan.settings
     assert (settings.threads, settings.warmup, settings.iterations) == (1, 10, 50)
     assert settings.out_dir == project / "report"
@@ -46,7 +46,9 @@ def test_this_repositorys_own_configuration_loads():
     from upgrade_gate.config import REPO_ROOT
 
     plan = load_plan([], invoked_from=REPO_ROOT, config_path=REPO_ROOT / "pyproject.toml")
-    assert [m.name for m in plan.models] == ["vit-ti16"]
+    assert [m.name for m in plan.models] == [
+        "vit-ti16", "vit-s14", "mobilenet-v3-small", "smollm2-135m", "minilm-l6", "nanovlm",
+    ]
     assert plan.settings.gates == GateSettings()
 
 
@@ -54,6 +56,47 @@ def test_posargs_override_out_and_models(project):
     plan = plan_for(project, "--out", "elsewhere", "--models", "vit-smoke, data-dependent-branch")
     assert plan.settings.out_dir == project / "elsewhere"
     assert [m.name for m in plan.models] == ["vit-smoke", "data-dependent-branch"]
+
+
+def test_suite_option_picks_the_built_in_suite(project):
+    full = [m.name for m in plan_for(project, "--suite", "full").models]
+    assert {"vit-b14", "resnet18", "llama32-1b-dims", "nanovlm-full", "smollm2-135m"} <= set(full)
+    assert "vit-smoke" not in full
+    assert error_for(project, "--suite", "huge") == "--suite: unknown suite 'huge'; expected one of smoke, default, full, none"
+
+
+def test_project_models_join_the_suite(project):
+    set_config(project, """
+[tool.upgrade-gate]
+suite = "none"
+[tool.upgrade-gate.models]
+tiny = "mypkg.nets:tiny"
+other = { factory = "mypkg.nets:other", description = "our other net" }
+[tool.upgrade-gate.extra-requirements]
+"*" = ["-e ."]
+candidate = ["mypkg-runtime==1.0"]
+""")
+    plan = plan_for(project)
+    tiny, other = plan.models
+    assert (tiny.name, tiny.factory, tiny.source, tiny.project_root) == ("tiny", "mypkg.nets:tiny", "project", project)
+    assert other.description == "our other net"
+    assert plan.extra_requirements("candidate") == ["-e .", "mypkg-runtime==1.0"]
+    assert plan.extra_requirements("legacy") == ["-e ."]
+    assert [m.name for m in plan_for(project, "--models", "other").models] == ["other"]
+
+
+def test_per_model_gate_thresholds(project):
+    set_config(project, """
+[tool.upgrade-gate.gates]
+task = { min-cosine = 0.99 }
+[tool.upgrade-gate.gates.models.vit-smoke]
+max-rel-l2 = 1e-3
+""")
+    gates = plan_for(project).settings.gates
+    assert gates.for_model("vit-smoke", "max-rel-l2") == 1e-3
+    assert gates.for_model("llama-smoke", "max-rel-l2") == 1e-4
+    assert gates.for_model("minilm-smoke", "min-cosine") == 0.99
+    assert gates.for_model("minilm-smoke", "min-token-agreement") == 0.9
 
 
 def test_a_third_spec_is_one_more_candidate(project):
@@ -85,15 +128,15 @@ peak-rss-mb = 900
 
 
 def test_malformed_toml_names_file_and_line(project):
-    path = set_config(project, "[tool.upgrade-gate]\nthreads = 1\nmodels = [\n")
+    path = set_config(project, "[tool.upgrade-gate]\nthreads = 1\nenvs = [\n")
     assert error_for(project) == f"{path}: invalid TOML at line 3, column 0: unexpected end of file"
 
 
 def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, gates, iterations, "
-        "models, out, phase-timeout-s, threads, warmup"
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, extra-requirements, "
+        "gates, iterations, models, out, phase-timeout-s, suite, threads, warmup"
     )
 
 
@@ -101,7 +144,7 @@ def test_unknown_gate_key(project):
     path = set_config(project, "[tool.upgrade-gate.gates]\nlatncy = { max-ratio = 1.1 }\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.gates.latncy: unknown key; expected one of: artifact-size, budgets, "
-        "export, latency, numerics"
+        "export, latency, models, numerics, task"
     )
 
 
@@ -140,15 +183,28 @@ def test_missing_envs_folder(project):
     assert error_for(project) == f"{path}: tool.upgrade-gate.envs: no stack specs (*.toml) in {project / 'stacks'}"
 
 
-def test_unknown_model(project):
-    path = set_config(project, '[tool.upgrade-gate]\nmodels = ["vit-ti17"]\n')
-    message = error_for(project)
-    assert message.startswith(f"{path}: tool.upgrade-gate.models: unknown model 'vit-ti17'; known models (")
-    assert message.endswith("): data-dependent-branch, segfault, vit-smoke, vit-ti16")
+def test_unknown_suite(project):
+    path = set_config(project, '[tool.upgrade-gate]\nsuite = "tiny"\n')
+    assert error_for(project) == f"{path}: tool.upgrade-gate.suite: expected one of smoke, default, full, none; got 'tiny'"
+
+
+def test_project_model_factory_path_is_checked(project):
+    path = set_config(project, '[tool.upgrade-gate.models]\nmine = "mypkg.nets.tiny"\n')
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.models.mine: expected \"package.module:function\", got 'mypkg.nets.tiny'"
+    )
+
+
+def test_project_model_may_not_take_a_built_in_name(project):
+    path = set_config(project, '[tool.upgrade-gate.models]\nvit-smoke = "mypkg.nets:tiny"\n')
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.models.vit-smoke: 'vit-smoke' is a built-in model's name; rename the project's model"
+    )
 
 
 def test_unknown_model_on_the_command_line(project):
-    assert error_for(project, "--models", "nope").startswith("--models: unknown model 'nope'")
+    message = error_for(project, "--models", "nope")
+    assert message.startswith("--models: unknown model 'nope'; known models: data-dependent-branch, ")
 
 
 def test_unknown_option(project):
@@ -158,7 +214,7 @@ def test_unknown_option(project):
 def test_budget_for_unknown_model(project):
     path = set_config(project, "[tool.upgrade-gate.gates.budgets.resnet]\npeak-rss-mb = 10\n")
     assert error_for(project).startswith(
-        f"{path}: tool.upgrade-gate.gates.budgets.resnet: budget for unknown model 'resnet'"
+        f"{path}: tool.upgrade-gate.gates: gates for unknown model 'resnet'"
     )
 
 

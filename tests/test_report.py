@@ -15,7 +15,7 @@ REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
 @pytest.fixture
 def plan(project: Path):
-    return load_plan(["--out", "out"], invoked_from=project, config_path=project / "pyproject.toml")
+    return load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
 
 
 def test_report_files_verdict_first(plan, capsys):
@@ -45,7 +45,7 @@ def test_report_files_verdict_first(plan, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["schema_version"] == "1.0"
     model, = results["models"]
-    assert model["stacks"]["candidate"]["latency"]["p50_ms"] == 1.0
+    assert model["stacks"]["candidate"]["latency"]["forward"]["p50_ms"] == 1.0
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["worst_rel_l2"] == pytest.approx(0.01, rel=1e-5)
     drift = next(c for c in model["comparisons"] if c["purpose"] == "torch upgrade drift (eager)")

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from upgrade_gate import layout
+from upgrade_gate import layout, runner
 from upgrade_gate.compare import gather
 from upgrade_gate.config import Plan, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
 from upgrade_gate.policy import evaluate, exit_code
 from upgrade_gate.report import gate_lines, write_reports
+from upgrade_gate.specs import StackSpec
 
 
 def fail_usage(error: Exception | str) -> NoReturn:
@@ -39,6 +40,19 @@ def plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
         fail_usage(error)
     check_writable(plan.settings.out_dir)
     return plan
+
+
+def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
+    """A project model whose factory does not import, raises, or returns the
+    wrong thing is a configuration error: exit 2 naming the entry, before any export."""
+    for name, result in runner.check_factories(plan, spec, bin_dir).items():
+        if not result.get("ok"):
+            entry = next(m for m in plan.models if m.name == name)
+            fail_usage(
+                f"{entry.defined_in}: tool.upgrade-gate.models.{name}: factory {entry.factory!r} failed in stack "
+                f"{spec.name!r}: {result.get('error')}; the factory must be importable from {entry.project_root} "
+                "and return (torch.nn.Module, tuple of tensors)"
+            )
 
 
 def check_writable(out: Path) -> None:

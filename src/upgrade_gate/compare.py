@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from upgrade_gate.config import ModelEntry, Plan
+from upgrade_gate import tasks
 from upgrade_gate.metrics import OutputMetrics, compare_outputs
 from upgrade_gate.records import StackModelRecord, load_stack_model
 from upgrade_gate.stats import LatencySummary, summarize
+from upgrade_gate.tasks import TaskAgreement
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,6 +35,8 @@ class Comparison:
     reference: Side
     outputs: tuple[OutputMetrics, ...] | None  # None: one side has no outputs
     missing: str | None = None  # why it could not be computed
+    task: TaskAgreement | None = None
+    task_missing: str | None = None
 
     @property
     def label(self) -> str:
@@ -51,13 +57,15 @@ class Comparison:
             "missing": self.missing,
             "worst_rel_l2": self.worst_rel_l2,
             "outputs": [o.to_dict() for o in self.outputs] if self.outputs is not None else None,
+            "task": self.task.to_dict() if self.task else None,
+            "task_missing": self.task_missing,
         }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StackEvidence:
     record: StackModelRecord
-    latency: LatencySummary | None
+    latency: dict[str, LatencySummary] | None  # per method
 
     @property
     def artifact_bytes(self) -> int | None:
@@ -70,6 +78,7 @@ class ModelEvidence:
     model: ModelEntry
     stacks: dict[str, StackEvidence]
     comparisons: tuple[Comparison, ...]
+    task_kind: str = "generic"
 
     def comparison(self, actual: Side, reference: Side) -> Comparison | None:
         return next((c for c in self.comparisons if c.actual == actual and c.reference == reference), None)
@@ -111,7 +120,9 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
     for spec in plan.stacks:
         record = load_stack_model(out, spec.name, model.name)
         samples = record.latency_samples
-        stacks[spec.name] = StackEvidence(record=record, latency=summarize(samples) if samples else None)
+        latency = {m: summarize(s) for m, s in samples.items() if s} if samples else None
+        stacks[spec.name] = StackEvidence(record=record, latency=latency or None)
+    kind = next((e.record.task_kind for e in stacks.values() if e.record.stage("build")), "generic")
 
     comparisons = []
     for purpose, actual, reference in comparison_pairs(plan):
@@ -122,15 +133,41 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
             comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
                                           missing=f"no outputs from {' and '.join(absent)}"))
             continue
+        task, task_missing = _task_agreement(kind, stacks, actual, reference, actual_out, reference_out)
         comparisons.append(
             Comparison(
                 purpose=purpose,
                 actual=actual,
                 reference=reference,
                 outputs=tuple(compare_outputs(actual_out, reference_out)),
+                task=task,
+                task_missing=task_missing,
             )
         )
-    return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons))
+    return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons), task_kind=kind)
+
+
+def _task_agreement(
+    kind: str, stacks: dict[str, StackEvidence], actual: Side, reference: Side,
+    actual_out: dict[str, np.ndarray], reference_out: dict[str, np.ndarray],
+) -> tuple[TaskAgreement | None, str | None]:
+    """The task metric for one comparison; the first output carries logits or embeddings."""
+    if kind in ("classification", "embedding"):
+        first = sorted(reference_out)[0]
+        a, r = actual_out.get(first), reference_out.get(first)
+        if a is None or r is None or a.shape != r.shape or not (np.isfinite(a).all() and np.isfinite(r).all()):
+            return None, f"{first}: missing, shape mismatch or NaN/Inf"
+        return (tasks.classification(a, r) if kind == "classification" else tasks.embedding(a, r)), None
+    if kind == "generation":
+        a_task = stacks[actual.stack].record.task_result(actual.kind)
+        r_task = stacks[reference.stack].record.task_result(reference.kind)
+        if a_task is None or r_task is None:
+            absent = [str(side) for side, t in ((actual, a_task), (reference, r_task)) if t is None]
+            return None, f"no generation from {' and '.join(absent)}"
+        if a_task.step_logits.shape != r_task.step_logits.shape:
+            return None, f"step logits shape {a_task.step_logits.shape} vs {r_task.step_logits.shape}"
+        return tasks.generation(a_task.tokens, r_task.tokens, a_task.step_logits, r_task.step_logits), None
+    return None, None
 
 
 def gather(plan: Plan) -> list[ModelEvidence]:

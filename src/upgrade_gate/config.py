@@ -22,10 +22,16 @@ CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
 
 SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
-    "envs", "baseline", "models", "out", "threads", "warmup", "iterations", "phase-timeout-s", "gates",
+    "envs", "baseline", "suite", "models", "extra-requirements", "out", "threads", "warmup", "iterations",
+    "phase-timeout-s", "gates",
 }
-GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "budgets"}
+SUITES = ("smoke", "default", "full")
+GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "task", "budgets", "models"}
 BUDGET_KEYS = {"latency-p50-ms", "peak-rss-mb", "severity"}
+# Task gates: the minimum agreement a candidate artifact must keep with the reference.
+TASK_THRESHOLD_KEYS = ("min-top1-agreement", "min-cosine", "min-token-agreement")
+MODEL_GATE_KEYS = {"max-rel-l2", *TASK_THRESHOLD_KEYS}
+ALL_STACKS = "*"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +50,19 @@ class Budget:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TaskGate:
+    """Task-aware gates; which one applies depends on the model's task."""
+
+    severity: str = "hard"
+    min_top1_agreement: float = 1.0
+    min_cosine: float = 0.999
+    min_token_agreement: float = 0.9
+
+    def threshold(self, key: str) -> float:
+        return float(getattr(self, key.replace("-", "_")))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GateSettings:
     """Defaults from the seeds: a .pte ≤ 1.5 GB, fp32 numerics to 1e-4, and no
     more than 5% slower than what ships today."""
@@ -52,7 +71,19 @@ class GateSettings:
     artifact_size: Gate = Gate(severity="hard", threshold=1_500_000_000)
     numerics: Gate = Gate(severity="hard", threshold=1e-4)
     latency: Gate = Gate(severity="soft", threshold=1.05)
+    task: TaskGate = TaskGate()
     budgets: tuple[tuple[str, Budget], ...] = ()
+    # model → {"max-rel-l2": …, "min-cosine": …}: thresholds that differ for one model
+    per_model: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+
+    def for_model(self, model: str, key: str) -> float:
+        """The threshold ``key`` for ``model``: its own if configured, else the default."""
+        own = dict(dict(self.per_model).get(model, ()))
+        if key in own:
+            return own[key]
+        if key == "max-rel-l2":
+            return float(self.numerics.threshold or 0)
+        return self.task.threshold(key)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -60,6 +91,8 @@ class GateSettings:
             "artifact-size": {"max-bytes": self.artifact_size.threshold, "severity": self.artifact_size.severity},
             "numerics": {"max-rel-l2": self.numerics.threshold, "severity": self.numerics.severity},
             "latency": {"max-ratio": self.latency.threshold, "severity": self.latency.severity},
+            "task": {"severity": self.task.severity, **{k: self.task.threshold(k) for k in TASK_THRESHOLD_KEYS}},
+            "models": {model: dict(overrides) for model, overrides in self.per_model},
             "budgets": {
                 model: {"latency-p50-ms": b.latency_p50_ms, "peak-rss-mb": b.peak_rss_mb, "severity": b.severity}
                 for model, b in self.budgets
@@ -70,8 +103,17 @@ class GateSettings:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelEntry:
     name: str
-    factory: str
+    factory: str  # module:function — inside models/ for built-in models, the project's for its own
     description: str
+    suites: tuple[str, ...] = ()
+    # The user's project root for the project's own models (put on sys.path in
+    # the worker); None for built-in models.
+    project_root: Path | None = None
+    defined_in: Path | None = None
+
+    @property
+    def source(self) -> str:
+        return "project" if self.project_root else "built-in"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +121,10 @@ class Settings:
     config_path: Path
     envs_dir: Path
     baseline: str
-    models: tuple[str, ...]
+    suite: str
+    project_models: tuple[ModelEntry, ...]
+    # stack name (or "*") → extra requirement strings, installed from the project root
+    extra_requirements: tuple[tuple[str, tuple[str, ...]], ...]
     out_dir: Path
     threads: int
     warmup: int
@@ -95,6 +140,11 @@ class Plan:
     settings: Settings
     stacks: tuple[StackSpec, ...]
     models: tuple[ModelEntry, ...]
+
+    def extra_requirements(self, stack: str) -> list[str]:
+        """The project's extra requirements for one stack: those for every stack, then its own."""
+        extra = dict(self.settings.extra_requirements)
+        return [*extra.get(ALL_STACKS, ()), *extra.get(stack, ())]
 
     @property
     def baseline(self) -> StackSpec:
@@ -124,11 +174,19 @@ def load_settings(config_path: Path) -> Settings:
     table = Table(raw if isinstance(raw, dict) else {}, path=config_path, key="tool.upgrade-gate")
     table.reject_unknown(SETTINGS_KEYS)
     base = config_path.parent
+    suite = table.get("suite", str, "default")
+    if suite not in (*SUITES, "none"):
+        raise table.error("suite", f"expected one of {', '.join(SUITES)}, none; got {suite!r}")
+    requirements_table = table.get_table("extra-requirements")
     return Settings(
         config_path=config_path,
         envs_dir=(base / table.get("envs", str, "envs")).resolve(),
         baseline=table.get("baseline", str, "legacy"),
-        models=tuple(table.get_str_list("models", ["vit-ti16"])),
+        suite=suite,
+        project_models=_load_project_models(table.get_table("models"), project_root=base.resolve()),
+        extra_requirements=tuple(
+            (stack, tuple(requirements_table.get_str_list(stack, []))) for stack in requirements_table.data
+        ),
         out_dir=(base / table.get("out", str, "report")).resolve(),
         threads=table.positive("threads", int, 1),
         # The issue's floor: at least 10 warm-up and 50 timed runs.
@@ -137,6 +195,26 @@ def load_settings(config_path: Path) -> Settings:
         phase_timeout_s=table.positive("phase-timeout-s", float, 1800.0),
         gates=_load_gates(table.get_table("gates")),
     )
+
+
+def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry, ...]:
+    """``name = "package.module:factory"`` or ``name = { factory = …, description = … }``."""
+    entries = []
+    for name, raw in table.data.items():
+        if isinstance(raw, str):
+            factory, description = raw, None
+        else:
+            entry = table.get_table(name)
+            entry.reject_unknown({"factory", "description"})
+            if "factory" not in entry.data:
+                raise entry.error("factory", "missing; expected \"package.module:function\"")
+            factory, description = entry.get("factory", str, ""), entry.get("description", str, "")
+        module, _, function = factory.partition(":")
+        if not (module and function and all(part.isidentifier() for part in (*module.split("."), function))):
+            raise table.error(name, f"expected \"package.module:function\", got {factory!r}")
+        entries.append(ModelEntry(name=name, factory=factory, description=description or f"{factory} (project model)",
+                                  project_root=project_root, defined_in=table.path))
+    return tuple(entries)
 
 
 def _load_gates(table: Table) -> GateSettings:
@@ -172,12 +250,29 @@ def _load_gates(table: Table) -> GateSettings:
                 ),
             )
         )
+    task_table = table.get_table("task")
+    task_table.reject_unknown({"severity", *TASK_THRESHOLD_KEYS})
+    task = TaskGate(
+        severity=severity(task_table, "severity", defaults.task.severity),
+        **{
+            key.replace("-", "_"): task_table.positive(key, float, defaults.task.threshold(key))
+            for key in TASK_THRESHOLD_KEYS
+        },
+    )
+    per_model = []
+    models_table = table.get_table("models")
+    for model in models_table.data:
+        overrides = models_table.get_table(model)
+        overrides.reject_unknown(MODEL_GATE_KEYS)
+        per_model.append((model, tuple((key, overrides.positive(key, float, 0.0)) for key in overrides.data)))
     return GateSettings(
         export=Gate(severity=severity(table, "export", defaults.export.severity)),
         artifact_size=threshold_gate("artifact-size", "max-bytes", defaults.artifact_size),
         numerics=threshold_gate("numerics", "max-rel-l2", defaults.numerics),
         latency=threshold_gate("latency", "max-ratio", defaults.latency),
+        task=task,
         budgets=tuple(budgets),
+        per_model=tuple(per_model),
     )
 
 
@@ -188,11 +283,16 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
         entry = Table(raw if isinstance(raw, dict) else {}, path=path, key=name)
         if not isinstance(raw, dict):
             raise ConfigError("expected a table with factory and description", path=path, key=name)
-        entry.reject_unknown({"factory", "description"})
+        entry.reject_unknown({"factory", "description", "suites"})
         factory = entry.get("factory", str, "")
         if ":" not in factory:
             raise entry.error("factory", f"expected 'module:function', got {factory!r}")
-        catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name))
+        suites = entry.get_str_list("suites", [])
+        for suite in suites:
+            if suite not in SUITES:
+                raise entry.error("suites", f"unknown suite {suite!r}; expected some of {', '.join(SUITES)}")
+        catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name),
+                                   suites=tuple(suites), defined_in=path)
     return catalog
 
 
@@ -210,7 +310,8 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     """Options after ``--`` on the nox command line."""
     parser = argparse.ArgumentParser(prog="nox -s compare --", exit_on_error=False)
     parser.add_argument("--out", type=Path, help="report folder (default: [tool.upgrade-gate] out)")
-    parser.add_argument("--models", help="comma-separated model names (default: [tool.upgrade-gate] models)")
+    parser.add_argument("--suite", help=f"built-in suite: {', '.join(SUITES)} or none (default: [tool.upgrade-gate] suite)")
+    parser.add_argument("--models", help="comma-separated model names, instead of the suite and the project's models")
     try:
         args, unknown = parser.parse_known_args(posargs)
     except argparse.ArgumentError as error:
@@ -228,25 +329,37 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
     stacks = stacks_of(settings)
     catalog_path = REPO_ROOT / "models" / "suite.toml"
     catalog = load_catalog(catalog_path)
-    if args.models is not None:
-        names, where = [m.strip() for m in args.models.split(",") if m.strip()], "--models"
-    else:
-        names, where = list(settings.models), "tool.upgrade-gate.models"
-    if not names:
-        raise ConfigError("no models to run", path=None if args.models is not None else config_path, key=where)
-    for name in names:
-        if name not in catalog:
+    for entry in settings.project_models:
+        if entry.name in catalog:
             raise ConfigError(
-                f"unknown model {name!r}; known models ({catalog_path}): {', '.join(sorted(catalog))}",
-                path=None if args.models is not None else config_path,
-                key=where,
+                f"{entry.name!r} is a built-in model's name; rename the project's model",
+                path=config_path, key=f"tool.upgrade-gate.models.{entry.name}",
             )
-    for model, _ in settings.gates.budgets:
+        catalog[entry.name] = entry
+    if args.suite is not None and args.suite not in (*SUITES, "none"):
+        raise ConfigError(f"unknown suite {args.suite!r}; expected one of {', '.join(SUITES)}, none", key="--suite")
+    if args.models is not None:
+        names = [m.strip() for m in args.models.split(",") if m.strip()]
+        if not names:
+            raise ConfigError("no models to run", key="--models")
+        for name in names:
+            if name not in catalog:
+                raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(catalog))}", key="--models")
+    else:
+        suite = args.suite or settings.suite
+        names = [e.name for e in catalog.values() if suite in e.suites]
+        names += [e.name for e in settings.project_models]
+        if not names:
+            raise ConfigError(
+                f"no models to run: suite {suite!r} and no [tool.upgrade-gate.models] entries",
+                path=config_path, key="tool.upgrade-gate.suite",
+            )
+    for model, _ in (*settings.gates.budgets, *settings.gates.per_model):
         if model not in catalog:
             raise ConfigError(
-                f"budget for unknown model {model!r}; known models: {', '.join(sorted(catalog))}",
+                f"gates for unknown model {model!r}; known models: {', '.join(sorted(catalog))}",
                 path=config_path,
-                key=f"tool.upgrade-gate.gates.budgets.{model}",
+                key="tool.upgrade-gate.gates",
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
     settings = dataclasses.replace(settings, out_dir=out_dir)

@@ -120,6 +120,14 @@ class Stage:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TaskResult:
+    prompts: list[str]
+    tokens: list[list[int]]
+    text: list[str]
+    step_logits: np.ndarray  # [prompts, steps, vocab]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StackModelRecord:
     """Everything one stack produced for one model (both phases)."""
 
@@ -154,9 +162,33 @@ class StackModelRecord:
         return stage.details if stage and stage.ok else None
 
     @property
-    def latency_samples(self) -> list[float] | None:
+    def task_kind(self) -> str:
+        build = self.stage("build")
+        return str(build.details.get("task", "generic")) if build and build.ok else "generic"
+
+    def task_result(self, which: str) -> TaskResult | None:
+        """The end-to-end loop's tokens, text and logits: ``eager`` or ``artifact``."""
+        stage = self.stage("eager-task" if which == "eager" else "task")
+        path = self.directory / f"{which}-task.npz"
+        if stage is None or not stage.ok or not path.is_file():
+            return None
+        with np.load(path, allow_pickle=False) as data:
+            logits = data["step_logits"]
+        return TaskResult(
+            prompts=[str(t) for t in stage.details.get("prompts", [])],
+            tokens=[[int(t) for t in seq] for seq in stage.details.get("tokens", [])],
+            text=[str(t) for t in stage.details.get("text", [])],
+            step_logits=logits,
+        )
+
+    @property
+    def latency_samples(self) -> dict[str, list[float]] | None:
+        """Timed runs per method (``forward`` for a one-method model)."""
         stage = self.stage("latency")
-        return list(stage.details.get("samples_ms", [])) if stage and stage.ok else None
+        if not stage or not stage.ok:
+            return None
+        methods = stage.details.get("methods", {})
+        return {name: list(m.get("samples_ms", [])) for name, m in methods.items()}
 
     def peak_rss_bytes(self, phase: str) -> int | None:
         value = self.facts.get(phase, {}).get("peak_rss_bytes")

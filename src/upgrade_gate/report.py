@@ -9,7 +9,7 @@ from typing import Any
 
 from upgrade_gate import __version__
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.compare import ModelEvidence, Side
+from upgrade_gate.compare import Comparison, ModelEvidence, Side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
 from upgrade_gate.records import load_stack_info
@@ -78,12 +78,12 @@ def _model_results(plan: Plan, model: ModelEvidence) -> dict[str, Any]:
                         "type": s.error.type, "message": s.error.message, "traceback_tail": list(s.error.traceback_tail)
                     },
                     # Raw latency samples stay in runtime.json; the summary is below.
-                    "details": {k: v for k, v in s.details.items() if k != "samples_ms"},
+                    "details": {k: v for k, v in s.details.items() if s.stage != "latency" or k != "methods"},
                 }
                 for s in record.stages
             ],
             "artifact": record.artifact,
-            "latency": ev.latency.to_dict() if ev.latency else None,
+            "latency": {m: lat.to_dict() for m, lat in ev.latency.items()} if ev.latency else None,
             "export_peak_rss_bytes": record.peak_rss_bytes("export"),
             "runtime_peak_rss_bytes": record.peak_rss_bytes("runtime"),
         }
@@ -91,6 +91,8 @@ def _model_results(plan: Plan, model: ModelEvidence) -> dict[str, Any]:
         "model": model.model.name,
         "factory": model.model.factory,
         "description": model.model.description,
+        "source": model.model.source,
+        "task": model.task_kind,
         "fixtures": model.fixture_hashes,
         "stacks": stacks,
         "comparisons": [c.to_dict() for c in model.comparisons],
@@ -190,10 +192,18 @@ def _matrix_rows(
             worst = _worst(evidence, Side(stack=n, kind="artifact"), Side(stack=plan.baseline.name, kind="eager"))
             numerics.append(f"artifact vs reference: {worst}" + gate_mark(n, "numerics"))
     rows.append(["Numerics (worst rel L2)", *numerics])
-    rows.append(["Latency p50 (per model)", *[
-        ", ".join(_ms(_p50(m.stacks[n].latency)) for m in evidence) + gate_mark(n, "latency")
+    rows.append(["Latency p50 (per model; methods joined by /)", *[
+        ", ".join(_p50s(m.stacks[n].latency) for m in evidence) + gate_mark(n, "latency")
         for n in names
     ]])
+    task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
+    if task_gates:
+        rows.append(["Task agreement (vs reference)", *[
+            "" if plan.stack(n).is_baseline else "; ".join(
+                f"{g.model}: {g.measured.split(',')[0]}" for g in gates if g.stack == n and g.gate in task_gates
+            ) + "".join(gate_mark(n, t) for t in task_gates)
+            for n in names
+        ]])
     rows.append(["Artifact size (largest)", *[
         _size(max((m.stacks[n].artifact_bytes or 0 for m in evidence), default=0) or None) + gate_mark(n, "artifact-size")
         for n in names
@@ -210,8 +220,8 @@ def _matrix_rows(
     return rows
 
 
-def _p50(latency: LatencySummary | None) -> float | None:
-    return latency.p50_ms if latency else None
+def _p50s(latency: dict[str, LatencySummary] | None) -> str:
+    return " / ".join(f"{lat.p50_ms:.3f}" for lat in latency.values()) + " ms" if latency else "—"
 
 
 def _worst(evidence: list[ModelEvidence], actual: Side, reference: Side) -> str:
@@ -251,17 +261,24 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
     lines += _table(["Purpose", "Comparison", "Output", "max abs", "mean abs", "max rel", "rel L2", "SNR dB",
                      "cosine", "min atol", "note"], rows) + [""]
 
+    task_rows = [[c.purpose, c.label, _task_cell(c)] for c in model.comparisons if c.task or c.task_missing]
+    if task_rows:
+        lines += [f"Task agreement ({model.task_kind}):", ""]
+        lines += _table(["Purpose", "Comparison", "Agreement"], task_rows) + [""]
+    lines += _generated_text(plan, model)
+
     lines += ["Latency, size and memory:", ""]
     rows = []
     for n in names:
         ev = model.stacks[n]
-        lat = ev.latency
-        rows.append([n, str(lat.runs) if lat else "—", _ms(lat.min_ms if lat else None), _ms(lat.p50_ms if lat else None),
-                     _ms(lat.p90_ms if lat else None), _ms(lat.trimmed_mean_ms if lat else None),
-                     _size(ev.artifact_bytes), _size(ev.record.peak_rss_bytes("export")),
-                     _size(ev.record.peak_rss_bytes("runtime"))])
-    lines += _table(["Stack", "runs", "min", "p50", "p90", "trimmed mean", "artifact", "export peak RSS",
-                     "runtime peak RSS"], rows) + [""]
+        for method, lat in (ev.latency or {"—": None}).items():
+            rows.append([n, method, str(lat.runs) if lat else "—", _ms(lat.min_ms if lat else None),
+                         _ms(lat.p50_ms if lat else None), _ms(lat.p90_ms if lat else None),
+                         _ms(lat.trimmed_mean_ms if lat else None),
+                         _size(ev.artifact_bytes), _size(ev.record.peak_rss_bytes("export")),
+                         _size(ev.record.peak_rss_bytes("runtime"))])
+    lines += _table(["Stack", "method", "runs", "min", "p50", "p90", "trimmed mean", "artifact (all methods)",
+                     "export peak RSS", "runtime peak RSS"], rows) + [""]
 
     for n in names:
         record = model.stacks[n].record
@@ -274,6 +291,35 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
             lines += [f"- {n} export: {detail}"]
     lines += [""]
     return lines
+
+
+def _task_cell(c: Comparison) -> str:
+    if c.task is None:
+        return c.task_missing or "—"
+    return ", ".join(f"{k} {_short(_fmt(v))}" for k, v in c.task.values.items())
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _generated_text(plan: Plan, model: ModelEvidence) -> list[str]:
+    """What each side answered, prompt by prompt: the reference's eager text, then every artifact's."""
+    sides = [(f"{plan.baseline.name} eager (reference)", model.stacks[plan.baseline.name].record.task_result("eager"))]
+    sides += [(f"{n} artifact", model.stacks[n].record.task_result("artifact"))
+              for n in model.stacks]
+    results = [(label, r) for label, r in sides if r is not None]
+    if not results:
+        return []
+    lines = ["Generated text (greedy):", ""]
+    prompts = next((r.prompts for _, r in results if r.prompts), [])
+    count = max(len(r.text) for _, r in results)
+    for i in range(count):
+        lines += [f"- prompt {i + 1}" + (f": “{prompts[i]}”" if i < len(prompts) else "")]
+        for label, r in results:
+            text = r.text[i] if i < len(r.text) else "—"
+            lines += [f"  - {label}: “{' '.join(text.split())}”"]
+    return lines + [""]
 
 
 def _stack_section(name: str, info: dict[str, Any] | None) -> list[str]:

