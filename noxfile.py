@@ -13,9 +13,13 @@ requirements.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nox
+
+# This checkout's package, even when another checkout is the one pip installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from upgrade_gate import assets as asset_build
 from upgrade_gate import cli, runner

@@ -4,10 +4,15 @@ Every module here except ``worker`` is an adapter named by a stack spec's
 ``adapter`` key (``envs/*.toml``). An adapter exposes:
 
 * ``SUFFIX`` — the artifact's file suffix (``.ptl``, ``.pte``)
-* ``export(module, inputs, path) -> dict`` — write the artifact, return details
+* ``lower(module, inputs) -> (lowered, details)`` — the exported program in
+  memory, and what to record about it (operators, delegate partitions)
+* ``save(lowered, path)`` — write the artifact
 * ``load(path)`` — load the artifact in the stack's mobile runtime
 * ``run(program, inputs) -> outputs``
 * ``set_threads(n)`` — the runtime's intra-op thread count
+* optionally ``save_program({method: lowered}, path)`` and
+  ``run_method(program, name, inputs)`` — every method of a model in one
+  artifact (ExecuTorch's multi-method .pte)
 
 Nothing in this package is imported by the parent process.
 """

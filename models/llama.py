@@ -7,7 +7,16 @@ plain tensors passed in and returned, never a buffer. Prefill and decode are
 exported as separate programs, and separate programs cannot share buffers; the
 caller carries the cache from one call to the next.
 
-Cache layout: ``[n_layers, 1, n_kv_heads, max_seq_len, head_dim]`` for k and
+The ops are also chosen for executorch 0.7's XNNPACK partitioner, which takes
+no view_copy, expand, select, where or last-dim mean: each such op between two
+ops it takes splits the graph into one more delegate partition, and lowering
+costs ~0.5 s per partition on this machine, in a partitioner whose merging
+grows faster than linearly with their number. Heads are the batch dimension of
+3-D bmm calls, RMSNorm's mean is a Linear and the decode cache update is
+arithmetic, which leaves each layer's views at the head split and merge
+(see docs/models.md for the measured effect).
+
+Cache layout: ``[n_layers, n_kv_heads, max_seq_len, head_dim]`` for k and
 for v. Prefill writes positions ``0..prefill_len-1`` (padding included); decode
 at position ``p`` overwrites slot ``p`` before attending to slots ``0..p``, so
 padding written by prefill is never read.
@@ -60,33 +69,72 @@ class LlamaConfig:
             raise ValueError(f"prefill_len {self.prefill_len} leaves no room in max_seq_len {self.max_seq_len}")
 
 
+class Linear(nn.Module):
+    """nn.Linear without bias or initialisation: every factory loads all weights.
+
+    nn.Linear's random init of a 1B model costs seconds and a second copy of
+    its weights; building on the meta device instead costs 8-16 s of one-time
+    Python decomposition imports. torch.empty costs nothing.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+class Embedding(nn.Module):
+    """nn.Embedding without initialisation (see Linear)."""
+
+    def __init__(self, vocab_size: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return F.embedding(tokens, self.weight)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        # The mean of squares as a 1-output Linear: XNNPACK takes a Linear but not
+        # a mean over the last dim, and every op it refuses splits a delegate.
+        self.register_buffer("averager", torch.full((1, dim), 1.0 / dim), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return x * torch.rsqrt(F.linear(x * x, self.averager) + self.eps) * self.weight
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
+    # Slices rather than chunk: XNNPACK delegates slice_copy, not split_with_sizes_copy.
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class Attention(nn.Module):
-    """Grouped-query attention over a static cache, with RoPE in Hugging Face's rotate_half layout."""
+    """Grouped-query attention over a static cache, with RoPE in Hugging Face's rotate_half layout.
+
+    Heads are the batch dimension of 3-D bmm calls: a 4-D matmul decomposes
+    into expand and view ops, which XNNPACK does not take, and each op it
+    refuses between two it takes starts another delegate partition. Lowering
+    time grows with the partitions (~0.5 s each here), so the layer keeps its
+    views at two places: the head split after the q/k/v projections and the
+    head merge before the output projection.
+    """
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.n_heads = config.n_heads
         self.n_kv_heads = config.n_kv_heads
         self.head_dim = config.head_dim
-        self.wq = nn.Linear(config.dim, config.n_heads * config.head_dim, bias=False)
-        self.wk = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
-        self.wv = nn.Linear(config.dim, config.n_kv_heads * config.head_dim, bias=False)
-        self.wo = nn.Linear(config.n_heads * config.head_dim, config.dim, bias=False)
+        self.wq = Linear(config.dim, config.n_heads * config.head_dim)
+        self.wk = Linear(config.dim, config.n_kv_heads * config.head_dim)
+        self.wv = Linear(config.dim, config.n_kv_heads * config.head_dim)
+        self.wo = Linear(config.n_heads * config.head_dim, config.dim)
 
     def forward(
         self,
@@ -96,39 +144,40 @@ class Attention(nn.Module):
         bias: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        slot: torch.Tensor | None,
+        update: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [1,T,dim]; cos/sin [T,head_dim]; bias [T,keys] (0 or -inf); caches [1,kv_heads,S,head_dim].
+        """x [1,T,dim]; cos/sin [T,head_dim]; bias [group*T, keys] (0 or -inf); caches [kv_heads,S,head_dim].
 
-        ``slot`` is None for prefill (the T new keys fill slots 0..T-1 and are
-        the only keys attended to) or, for decode, a [1,1,S,1] mask of the one
-        slot to overwrite (all S slots are attended to, bias hides the future).
+        ``update`` is None for prefill (the T new keys fill slots 0..T-1 and are
+        the only keys attended to) or, for decode, a [1,S,1] float mask, 1 at
+        the slot to overwrite (all S slots are attended to, bias hides the future).
         """
         tokens = x.shape[1]
-        q = self.wq(x).view(1, tokens, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(1, tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(1, tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.wq(x).view(tokens, self.n_heads, self.head_dim).transpose(0, 1)
+        k = self.wk(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
+        v = self.wv(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
 
-        if slot is None:
-            k_cache = torch.cat((k, k_cache[:, :, tokens:]), dim=2)
-            v_cache = torch.cat((v, v_cache[:, :, tokens:]), dim=2)
+        if update is None:
+            k_cache = torch.cat((k, k_cache[:, tokens:]), dim=1)
+            v_cache = torch.cat((v, v_cache[:, tokens:]), dim=1)
             keys, values = k, v
         else:
-            k_cache = torch.where(slot, k, k_cache)
-            v_cache = torch.where(slot, v, v_cache)
+            # Arithmetic, not torch.where (which XNNPACK does not take); exact,
+            # as the mask is 0 or 1 and the cache finite.
+            k_cache = k_cache * (1.0 - update) + k * update
+            v_cache = v_cache * (1.0 - update) + v * update
             keys, values = k_cache, v_cache
 
         # Query heads h*group..h*group+group-1 share kv head h (HF's repeat_kv):
         # fold the group into the query rows instead of copying k and v.
         group = self.n_heads // self.n_kv_heads
-        q = q.reshape(1, self.n_kv_heads, group * tokens, self.head_dim)
-        scores = (q @ keys.transpose(-2, -1)) * (self.head_dim**-0.5)
-        scores = scores.view(1, self.n_kv_heads, group, tokens, -1) + bias
-        weights = torch.softmax(scores, dim=-1).view(1, self.n_kv_heads, group * tokens, -1)
-        out = (weights @ values).view(1, self.n_heads, tokens, self.head_dim)
-        return self.wo(out.transpose(1, 2).reshape(1, tokens, -1)), k_cache, v_cache
+        q = q.reshape(self.n_kv_heads, group * tokens, self.head_dim)
+        scores = torch.bmm(q, keys.transpose(1, 2)) * (self.head_dim**-0.5) + bias
+        out = torch.bmm(torch.softmax(scores, dim=-1), values)
+        out = out.view(self.n_heads, tokens, self.head_dim).transpose(0, 1).reshape(1, tokens, -1)
+        return self.wo(out), k_cache, v_cache
 
 
 class FeedForward(nn.Module):
@@ -136,9 +185,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int) -> None:
         super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+        self.w1 = Linear(dim, hidden_dim)
+        self.w2 = Linear(hidden_dim, dim)
+        self.w3 = Linear(dim, hidden_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -160,9 +209,9 @@ class Block(nn.Module):
         bias: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        slot: torch.Tensor | None,
+        update: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        attended, k_cache, v_cache = self.attention(self.attention_norm(x), cos, sin, bias, k_cache, v_cache, slot)
+        attended, k_cache, v_cache = self.attention(self.attention_norm(x), cos, sin, bias, k_cache, v_cache, update)
         x = x + attended
         return x + self.feed_forward(self.ffn_norm(x)), k_cache, v_cache
 
@@ -171,24 +220,21 @@ class Llama(nn.Module):
     """The decoder. Its state_dict names are the ones models/sources/smollm2.py writes.
 
     With ``tie_embeddings`` the output head is ``tok_embeddings.weight`` itself,
-    so the state_dict holds that matrix once.
+    so the state_dict holds that matrix once. Weights start uninitialised:
+    load them all (``load_state_dict(..., assign=True)`` avoids a copy).
     """
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
-        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.tok_embeddings = Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.dim, config.norm_eps)
-        self.output = None if config.tie_embeddings else nn.Linear(config.dim, config.vocab_size, bias=False)
-        self.init_rope()
-
-    def init_rope(self) -> None:
-        """(Re)build the RoPE frequencies: also needed after building the module on the meta device."""
-        half = self.config.head_dim // 2
+        self.output = None if config.tie_embeddings else Linear(config.dim, config.vocab_size)
         # float64 numpy, then float32: the same bits in every torch version.
-        inv_freq = 1.0 / self.config.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / self.config.head_dim)
-        self.register_buffer("inv_freq", torch.from_numpy(inv_freq.astype(np.float32)), persistent=False)
+        exponents = np.arange(config.head_dim // 2, dtype=np.float64) * 2 / config.head_dim
+        inv_freq = (1.0 / config.rope_theta**exponents).astype(np.float32)
+        self.register_buffer("inv_freq", torch.from_numpy(inv_freq), persistent=False)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [T, head_dim] for int64 positions [T]."""
@@ -198,7 +244,7 @@ class Llama(nn.Module):
 
     def empty_cache(self) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
-        shape = (c.n_layers, 1, c.n_kv_heads, c.max_seq_len, c.head_dim)
+        shape = (c.n_layers, c.n_kv_heads, c.max_seq_len, c.head_dim)
         return torch.zeros(shape), torch.zeros(shape)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -212,12 +258,14 @@ class Llama(nn.Module):
         bias: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        slot: torch.Tensor | None,
+        update: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cos, sin = self.rope(positions)
+        # One bias row per query row of the grouped-query bmm (group-major).
+        bias = bias.repeat(self.config.n_heads // self.config.n_kv_heads, 1)
         new_k, new_v = [], []
         for index, layer in enumerate(self.layers):
-            x, k, v = layer(x, cos, sin, bias, k_cache[index], v_cache[index], slot)
+            x, k, v = layer(x, cos, sin, bias, k_cache[index], v_cache[index], update)
             new_k.append(k)
             new_v.append(v)
         return x, torch.stack(new_k), torch.stack(new_v)
@@ -243,9 +291,9 @@ class Llama(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """embed [1,1,dim] at position [1] → final-normed hidden [1,dim], caches with that slot written."""
         slots = torch.arange(self.config.max_seq_len)
-        slot = (slots == position).view(1, 1, -1, 1)
+        update = (slots == position).to(torch.float32).view(1, -1, 1)
         bias = torch.zeros(1, self.config.max_seq_len).masked_fill((slots > position)[None, :], float("-inf"))
-        x, k_cache, v_cache = self._blocks(embed, position, bias, k_cache, v_cache, slot)
+        x, k_cache, v_cache = self._blocks(embed, position, bias, k_cache, v_cache, update)
         return self.norm(x.view(1, -1)), k_cache, v_cache
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -338,16 +386,10 @@ def decode_text(vocab: Sequence[str], ids: Sequence[int]) -> str:
 
 
 def _materialize(config: LlamaConfig, weights: Callable[[str, tuple[int, ...]], torch.Tensor]) -> Llama:
-    """A Llama whose every parameter is ``weights(name, shape)``, without a throwaway random init.
-
-    The module is built on the meta device, so a 1B model is allocated once,
-    by ``weights``, and not first by nn.Linear's own initialisation.
-    """
-    with torch.device("meta"):
-        model = Llama(config)
+    """A Llama whose every parameter is ``weights(name, shape)``, assigned without a copy."""
+    model = Llama(config)
     state = {name: weights(name, tuple(tensor.shape)) for name, tensor in model.state_dict().items()}
     model.load_state_dict(state, strict=True, assign=True)
-    model.init_rope()
     return model.eval()
 
 
@@ -355,8 +397,10 @@ def _numpy_weights(seed: int) -> Callable[[str, tuple[int, ...]], torch.Tensor]:
     """Random weights from numpy's generator, drawn tensor by tensor in state_dict order.
 
     numpy, not torch: two torch versions need not draw the same numbers from
-    one seed, numpy's Generator does. Norm gains are 1; everything else is
-    N(0, 0.02²), Llama's initialiser scale.
+    one seed, numpy's Generator does. Norm gains are 1, embeddings N(0, 0.02²)
+    and projections N(0, 1/fan_in). With Llama's 0.02 everywhere the residual
+    stream stays the token's own embedding, and the tied head then repeats the
+    last token forever: a generation no numerical drift could change.
     """
     rng = np.random.default_rng(seed)
 
@@ -364,7 +408,7 @@ def _numpy_weights(seed: int) -> Callable[[str, tuple[int, ...]], torch.Tensor]:
         if name.endswith("norm.weight"):
             return torch.ones(shape)
         array = rng.standard_normal(shape, dtype=np.float32)
-        array *= 0.02
+        array *= np.float32(0.02 if name == "tok_embeddings.weight" else shape[-1] ** -0.5)
         return torch.from_numpy(array)
 
     return draw

@@ -130,19 +130,19 @@ def imagenet_photos() -> torch.Tensor:
 def vit_ti16() -> ModelCase:
     """PE-Core-T16-like encoder: ViT-Ti/16, 224×224, width 192, depth 12, 3 heads, on three photos."""
     model = VisionTransformer(image_size=224, patch=16, width=192, depth=12, heads=3, embed_dim=512)
-    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="generic"))
+    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="embedding"))
 
 
 def vit_s14() -> ModelCase:
     """Franca/DINOv2-like ViT-S/14 with 4 registers: 224×224 (16×16 patches), width 384, depth 12, 6 heads."""
     model = RegisterViT(image_size=224, patch=14, width=384, depth=12, heads=6)
-    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="generic"))
+    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="embedding"))
 
 
 def vit_b14() -> ModelCase:
     """Franca/DINOv2-like ViT-B/14 with 4 registers: 224×224, width 768, depth 12, 12 heads."""
     model = RegisterViT(image_size=224, patch=14, width=768, depth=12, heads=12)
-    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="generic"))
+    return ModelCase(model.eval(), (imagenet_photos(),), task=Task(kind="embedding"))
 
 
 def vit_smoke() -> ModelCase:

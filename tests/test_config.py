@@ -28,16 +28,17 @@ def test_defaults(project):
     plan = plan_for(project)
     assert [s.name for s in plan.stacks] == ["legacy", "candidate"]
     assert plan.baseline.is_baseline and [c.name for c in plan.candidates] == ["candidate"]
-    assert [m.name for m in plan.models] == ["vit-smoke", "llama-smoke", "minilm-smoke", "nanovlm-smoke"]
+    assert [m.name for m in plan.models] == [
+        "mobilenet-v3-small", "vit-smoke", "llama-smoke", "minilm-smoke", "nanovlm-smoke"]
     settings = plan.settings
-    assert (settings.threads, settings.warmup, settings.iterations) == (1, 10, 50)
+    assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == (1, 2, 10, 50)
     assert settings.out_dir == project / "report"
     assert settings.gates == GateSettings()
     assert settings.gates.artifact_size.threshold == 1_500_000_000
     assert (settings.gates.numerics.threshold, settings.gates.numerics.severity) == (1e-4, "hard")
     assert (settings.gates.latency.threshold, settings.gates.latency.severity) == (1.05, "soft")
     legacy, candidate = plan.stacks
-    assert [str(r) for r in legacy.requirements] == ["torch==2.2.2", "numpy<2"]
+    assert [str(r) for r in legacy.requirements] == ["torch==2.2.2", "numpy<2", "torchvision==0.17.2"]
     assert "executorch==0.7.0" in [str(r) for r in candidate.requirements]
     assert "setuptools<81" in [str(r) for r in candidate.requirements]
 
@@ -62,6 +63,8 @@ def test_suite_option_picks_the_built_in_suite(project):
     full = [m.name for m in plan_for(project, "--suite", "full").models]
     assert {"vit-b14", "resnet18", "llama32-1b-dims", "nanovlm-full", "smollm2-135m"} <= set(full)
     assert "vit-smoke" not in full
+    # The 1B export needs most of the memory: it runs beside no other export.
+    assert [m.name for m in plan_for(project, "--suite", "full").models if m.exclusive] == ["llama32-1b-dims"]
     assert error_for(project, "--suite", "huge") == "--suite: unknown suite 'huge'; expected one of smoke, default, full, none"
 
 
@@ -71,7 +74,7 @@ def test_project_models_join_the_suite(project):
 suite = "none"
 [tool.upgrade-gate.models]
 tiny = "mypkg.nets:tiny"
-other = { factory = "mypkg.nets:other", description = "our other net" }
+other = { factory = "mypkg.nets:other", description = "our other net", exclusive = true }
 [tool.upgrade-gate.extra-requirements]
 "*" = ["-e ."]
 candidate = ["mypkg-runtime==1.0"]
@@ -79,7 +82,7 @@ candidate = ["mypkg-runtime==1.0"]
     plan = plan_for(project)
     tiny, other = plan.models
     assert (tiny.name, tiny.factory, tiny.source, tiny.project_root) == ("tiny", "mypkg.nets:tiny", "project", project)
-    assert other.description == "our other net"
+    assert (other.description, other.exclusive, tiny.exclusive) == ("our other net", True, False)
     assert plan.extra_requirements("candidate") == ["-e .", "mypkg-runtime==1.0"]
     assert plan.extra_requirements("legacy") == ["-e ."]
     assert [m.name for m in plan_for(project, "--models", "other").models] == ["other"]
@@ -135,7 +138,7 @@ def test_malformed_toml_names_file_and_line(project):
 def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, extra-requirements, "
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, export-jobs, extra-requirements, "
         "gates, iterations, models, out, phase-timeout-s, suite, threads, warmup"
     )
 

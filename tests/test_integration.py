@@ -31,45 +31,137 @@ def load(out: Path, name: str) -> dict:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke") / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke")
+    result = nox("-s", "compare", "--", "--out", str(out), "--suite", "smoke")
     return out, result
 
 
-def test_compare_go_on_a_small_vit(smoke_run):
+def models_of(out: Path) -> dict[str, dict]:
+    return {m["model"]: m for m in load(out, "results.json")["models"]}
+
+
+def test_smoke_suite_runs_through_both_stacks(smoke_run):
     out, result = smoke_run
-    assert result.returncode == 0, result.stderr[-4000:]
+    # NO-GO, for one finding only (test_smoke_vlm_finds_the_tanh_gelu_drift).
+    assert result.returncode == 1, result.stderr[-4000:]
     for name in ("report.md", "results.json", "verdict.json"):
         assert (out / name).is_file()
 
     results = load(out, "results.json")
     legacy, candidate = results["stacks"]["legacy"]["installed"], results["stacks"]["candidate"]["installed"]
     assert Version(legacy["distributions"]["torch"]).release[:2] == (2, 2)
+    assert Version(legacy["distributions"]["torchvision"]) == Version("0.17.2")
     assert Version(candidate["distributions"]["torch"]).release[:2] == (2, 8)
+    assert Version(candidate["distributions"]["torchvision"]) == Version("0.23.0")
     assert Version(candidate["distributions"]["executorch"]).release[:2] == (0, 7)
     assert candidate["torch_version"].startswith("2.8.")
 
-    model, = results["models"]
-    for stack, suffix in (("legacy", ".ptl"), ("candidate", ".pte")):
-        record = model["stacks"][stack]
-        assert [s["status"] for s in record["stages"]] == ["ok"] * 8, record["stages"]
-        artifact = out / record["record_dir"] / f"model{suffix}"
-        assert artifact.stat().st_size == record["artifact"]["bytes"] > 100_000
-        assert record["latency"]["runs"] == 50 and record["latency"]["p50_ms"] > 0
-        assert record["runtime_peak_rss_bytes"] > 0 and record["export_peak_rss_bytes"] > 0
-        # The artifact's outputs came from the runtime and are real numbers, not zeros.
-        with np.load(out / record["record_dir"] / "artifact.npz") as outputs:
-            assert outputs["output_0"].shape == (1, 32) and np.abs(outputs["output_0"]).max() > 1e-3
-
-    assert model["fixtures"]["legacy"] == model["fixtures"]["candidate"]
-    for comparison in model["comparisons"]:
-        assert comparison["worst_rel_l2"] < 1e-4, comparison
+    models = models_of(out)
+    assert set(models) == {"vit-smoke", "mobilenet-v3-small", "llama-smoke", "minilm-smoke", "nanovlm-smoke"}
+    for model in models.values():
+        assert model["fixtures"]["legacy"] == model["fixtures"]["candidate"], model["model"]
+        for stack, suffix in (("legacy", ".ptl"), ("candidate", ".pte")):
+            record = model["stacks"][stack]
+            assert {s["status"] for s in record["stages"]} == {"ok"}, (model["model"], record["stages"])
+            methods = record["artifact"]["methods"]
+            for method, artifact in methods.items():
+                path = out / record["record_dir"] / f"{method}{suffix}"
+                assert path.stat().st_size == artifact["bytes"] > 1000
+            assert set(record["latency"]) == set(methods)
+            assert all(lat["runs"] == 50 and lat["p50_ms"] > 0 for lat in record["latency"].values())
+            assert record["runtime_peak_rss_bytes"] > 0 and record["export_peak_rss_bytes"] > 0
 
     verdict = load(out, "verdict.json")
-    assert verdict["verdict"] == "GO", verdict
-    assert {g["gate"] for g in verdict["gates"]} == {"same-inputs", "export", "artifact-size", "numerics", "latency"}
-    report = (out / "report.md").read_text()
-    assert report.splitlines()[2] == "## Verdict: **GO**"
-    assert "Verdict: GO" in result.stdout + result.stderr
+    assert verdict["verdict"] == "NO-GO"
+    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] != "passed"]
+    assert failing == [("nanovlm-smoke", "numerics")], failing
+    assert (out / "report.md").read_text().splitlines()[2] == "## Verdict: **NO-GO**"
+    assert "Verdict: NO-GO" in result.stdout + result.stderr
+
+
+def comparison(model: dict, purpose: str) -> dict:
+    return next(c for c in model["comparisons"] if c["purpose"] == purpose)
+
+
+# The comparisons that carry the two known exporter bugs the next tests pin down.
+KNOWN_DRIFT = {
+    ("mobilenet-v3-small", "baseline export fidelity"), ("mobilenet-v3-small", "artifact vs artifact"),
+    ("nanovlm-smoke", "candidate export fidelity"), ("nanovlm-smoke", "artifact vs artifact"),
+    ("nanovlm-smoke", "candidate artifact vs reference"),
+}
+
+
+def test_smoke_artifacts_match_eager_but_for_known_bugs(smoke_run):
+    out, _ = smoke_run
+    for name, model in models_of(out).items():
+        for c in model["comparisons"]:
+            if (name, c["purpose"]) not in KNOWN_DRIFT:
+                assert c["worst_rel_l2"] < 1e-4, (name, c)
+
+
+def test_smoke_cnn_shows_the_legacy_batchnorm_folding_bug(smoke_run):
+    # optimize_for_mobile's conv-BatchNorm folding loses the BatchNorm shift
+    # (pytorch#76807): the .ptl the team ships today is not its eager model.
+    out, _ = smoke_run
+    model = models_of(out)["mobilenet-v3-small"]
+    assert model["task"] == "classification"
+    baseline = comparison(model, "baseline export fidelity")
+    assert baseline["worst_rel_l2"] > 1.0 and baseline["task"]["top1_agreement"] < 1.0
+    reference = comparison(model, "candidate artifact vs reference")
+    assert reference["worst_rel_l2"] < 1e-5 and reference["task"]["top1_agreement"] == 1.0
+    finding, = load(out, "verdict.json")["baseline_findings"]
+    assert finding["model"] == "mobilenet-v3-small" and finding["rel_l2"] == baseline["worst_rel_l2"]
+
+
+def test_smoke_vlm_finds_the_tanh_gelu_drift(smoke_run):
+    # ExecuTorch 0.7's XNNPACK GELU ignores approximate="tanh": the candidate's
+    # vision encoder (and only it) departs from eager; the legacy .ptl does not.
+    out, _ = smoke_run
+    model = models_of(out)["nanovlm-smoke"]
+    fidelity = comparison(model, "candidate export fidelity")
+    assert fidelity["worst_output"] == "vision_encoder.output_0"
+    by_output = {o["name"]: o["rel_l2"] for o in fidelity["outputs"]}
+    assert 1e-5 < by_output["vision_encoder.output_0"] < 1e-2
+    assert all(v < 1e-5 for k, v in by_output.items() if k != "vision_encoder.output_0"), by_output
+    assert comparison(model, "baseline export fidelity")["worst_rel_l2"] < 1e-5
+    gate = next(g for g in load(out, "verdict.json")["gates"] if (g["model"], g["gate"]) == ("nanovlm-smoke", "numerics"))
+    assert gate["status"] == "FAILED" and gate["measured"].endswith("(vision_encoder.output_0)")
+
+
+def test_smoke_vit_outputs_are_real_numbers(smoke_run):
+    out, _ = smoke_run
+    record = models_of(out)["vit-smoke"]["stacks"]["candidate"]
+    # The artifact's outputs came from the runtime and are real numbers, not zeros.
+    with np.load(out / record["record_dir"] / "artifact.npz") as outputs:
+        assert outputs["forward.output_0"].shape == (1, 32) and np.abs(outputs["forward.output_0"]).max() > 1e-3
+
+
+def test_smoke_llm_generates_the_same_tokens_in_every_artifact(smoke_run):
+    out, _ = smoke_run
+    model = models_of(out)["llama-smoke"]
+    assert model["task"] == "generation"
+    assert set(model["stacks"]["candidate"]["artifact"]["methods"]) == {"prefill", "decode"}
+    reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
+    assert reference["task"]["token_agreement"] == 1.0 and reference["task"]["first_divergence"] == [None] * 2
+    tokens = [s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "task"][0]["details"]["tokens"]
+    assert all(len(seq) == 8 for seq in tokens)
+    gates = {g["gate"]: g for g in load(out, "verdict.json")["gates"] if g["model"] == "llama-smoke"}
+    assert gates["task-generation"]["status"] == "passed"
+
+
+def test_smoke_encoder_keeps_its_ranking(smoke_run):
+    out, _ = smoke_run
+    model = models_of(out)["minilm-smoke"]
+    reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
+    assert reference["task"]["min_cosine"] > 0.9999 and reference["task"]["ranking_preserved"]
+
+
+def test_smoke_vlm_runs_its_six_modules_end_to_end(smoke_run):
+    out, _ = smoke_run
+    model = models_of(out)["nanovlm-smoke"]
+    assert set(model["stacks"]["legacy"]["artifact"]["methods"]) == {
+        "vision_encoder", "modality_projector", "token_embedding", "prefill_decoder", "decode_decoder", "lm_head"}
+    reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
+    assert reference["task"]["token_agreement"] == 1.0
 
 
 def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):
@@ -134,7 +226,7 @@ def test_malformed_stack_spec_exits_2(tmp_path):
 
 
 def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
-    env = user_project(tmp_path, "[tool.upgrade-gate]\nmodels = [\"vit-smoke\"]\n")
+    env = user_project(tmp_path, "[tool.upgrade-gate]\nsuite = \"smoke\"\n")
     spec = tmp_path / "envs" / "broken.toml"
     spec.write_text('python = "3.11"\nrequirements = ["torch==2.8.0", "executorch==0.0.42"]\nadapter = "executorch_xnnpack"\n')
     result = nox("-s", "run(broken)", "--", "--out", str(tmp_path / "report"), env=env, timeout=600)

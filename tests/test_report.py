@@ -98,3 +98,20 @@ def test_unwritable_out_dir(tmp_path, capsys):
         cli.check_writable(blocker / "report")
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith(f"upgrade-gate: error: {blocker / 'report'}: report folder is not writable")
+
+
+def test_a_baseline_artifact_off_from_its_own_eager_model_is_a_finding(plan):
+    # The candidate is fine; the baseline's own export is what is broken (as
+    # optimize_for_mobile's conv-BatchNorm folding is for MobileNetV3).
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[-REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+
+    assert cli.report(plan) == 0
+
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "GO"
+    finding, = verdict["baseline_findings"]
+    assert (finding["model"], finding["output"], finding["rel_l2"]) == ("vit-smoke", "forward.output_0", 2.0)
+    assert "- **vit-smoke**: rel_l2 = 2.00e+00 (forward.output_0), over the 1.0e-04 gate" in (
+        out / "report.md").read_text()

@@ -43,11 +43,16 @@ class Comparison:
         return f"{self.actual} vs {self.reference}"
 
     @property
-    def worst_rel_l2(self) -> float | None:
-        """The largest relative L2 error over outputs; None if any output is incomparable."""
+    def worst_output(self) -> OutputMetrics | None:
+        """The output with the largest relative L2 error; None if any output is incomparable."""
         if not self.outputs or not all(o.comparable for o in self.outputs):
             return None
-        return max(o.rel_l2 for o in self.outputs if o.rel_l2 is not None)
+        return max((o for o in self.outputs if o.rel_l2 is not None), key=lambda o: o.rel_l2 or 0.0, default=None)
+
+    @property
+    def worst_rel_l2(self) -> float | None:
+        worst = self.worst_output
+        return worst.rel_l2 if worst else None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -56,6 +61,7 @@ class Comparison:
             "reference": str(self.reference),
             "missing": self.missing,
             "worst_rel_l2": self.worst_rel_l2,
+            "worst_output": self.worst_output.name if self.worst_output else None,
             "outputs": [o.to_dict() for o in self.outputs] if self.outputs is not None else None,
             "task": self.task.to_dict() if self.task else None,
             "task_missing": self.task_missing,

@@ -22,7 +22,7 @@ CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
 
 SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
-    "envs", "baseline", "suite", "models", "extra-requirements", "out", "threads", "warmup", "iterations",
+    "envs", "baseline", "suite", "models", "extra-requirements", "out", "threads", "export-jobs", "warmup", "iterations",
     "phase-timeout-s", "gates",
 }
 SUITES = ("smoke", "default", "full")
@@ -106,6 +106,8 @@ class ModelEntry:
     factory: str  # module:function — inside models/ for built-in models, the project's for its own
     description: str
     suites: tuple[str, ...] = ()
+    # Its export needs most of the machine's memory: no other export runs beside it.
+    exclusive: bool = False
     # The user's project root for the project's own models (put on sys.path in
     # the worker); None for built-in models.
     project_root: Path | None = None
@@ -127,6 +129,8 @@ class Settings:
     extra_requirements: tuple[tuple[str, tuple[str, ...]], ...]
     out_dir: Path
     threads: int
+    # Export phases run at once; runtime phases always run one at a time.
+    export_jobs: int
     warmup: int
     iterations: int
     phase_timeout_s: float
@@ -189,6 +193,7 @@ def load_settings(config_path: Path) -> Settings:
         ),
         out_dir=(base / table.get("out", str, "report")).resolve(),
         threads=table.positive("threads", int, 1),
+        export_jobs=table.positive("export-jobs", int, 2),
         # The issue's floor: at least 10 warm-up and 50 timed runs.
         warmup=table.positive("warmup", int, 10, minimum=10),
         iterations=table.positive("iterations", int, 50, minimum=50),
@@ -201,19 +206,21 @@ def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntr
     """``name = "package.module:factory"`` or ``name = { factory = …, description = … }``."""
     entries = []
     for name, raw in table.data.items():
+        exclusive = False
         if isinstance(raw, str):
             factory, description = raw, None
         else:
             entry = table.get_table(name)
-            entry.reject_unknown({"factory", "description"})
+            entry.reject_unknown({"factory", "description", "exclusive"})
             if "factory" not in entry.data:
                 raise entry.error("factory", "missing; expected \"package.module:function\"")
             factory, description = entry.get("factory", str, ""), entry.get("description", str, "")
+            exclusive = entry.get("exclusive", bool, False)
         module, _, function = factory.partition(":")
         if not (module and function and all(part.isidentifier() for part in (*module.split("."), function))):
             raise table.error(name, f"expected \"package.module:function\", got {factory!r}")
         entries.append(ModelEntry(name=name, factory=factory, description=description or f"{factory} (project model)",
-                                  project_root=project_root, defined_in=table.path))
+                                  exclusive=exclusive, project_root=project_root, defined_in=table.path))
     return tuple(entries)
 
 
@@ -283,7 +290,7 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
         entry = Table(raw if isinstance(raw, dict) else {}, path=path, key=name)
         if not isinstance(raw, dict):
             raise ConfigError("expected a table with factory and description", path=path, key=name)
-        entry.reject_unknown({"factory", "description", "suites"})
+        entry.reject_unknown({"factory", "description", "suites", "exclusive"})
         factory = entry.get("factory", str, "")
         if ":" not in factory:
             raise entry.error("factory", f"expected 'module:function', got {factory!r}")
@@ -292,7 +299,8 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
             if suite not in SUITES:
                 raise entry.error("suites", f"unknown suite {suite!r}; expected some of {', '.join(SUITES)}")
         catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name),
-                                   suites=tuple(suites), defined_in=path)
+                                   suites=tuple(suites), exclusive=entry.get("exclusive", bool, False),
+                                   defined_in=path)
     return catalog
 
 

@@ -107,10 +107,13 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
         _bytes(size) if size is not None else "no artifact", f"{record_path}/export.json (save)")
 
     comparison = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
-    worst = comparison.worst_rel_l2 if comparison else None
+    worst = comparison.worst_output if comparison else None
     tolerance = gates.for_model(name, "max-rel-l2")
-    add("numerics", gates.numerics, worst is not None and worst <= tolerance, f"rel_l2 ≤ {tolerance:.1e}",
-        f"rel_l2 = {worst:.2e}" if worst is not None else _why_incomparable(comparison),
+    passed = worst is not None and worst.rel_l2 is not None and worst.rel_l2 <= tolerance
+    # With several outputs, name the one that decides: "vision_encoder.output_0".
+    where = f" ({worst.name})" if worst is not None and comparison and len(comparison.outputs or ()) > 1 else ""
+    add("numerics", gates.numerics, passed, f"rel_l2 ≤ {tolerance:.1e}",
+        f"rel_l2 = {worst.rel_l2:.2e}{where}" if worst is not None else _why_incomparable(comparison),
         comparison.label if comparison else "artifact vs reference")
 
     if model.task_kind in HEADLINE:

@@ -14,6 +14,7 @@ from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
 from upgrade_gate.records import load_stack_info
 from upgrade_gate.stats import LatencySummary
+from upgrade_gate.tasks import HEADLINE
 
 SCHEMA_VERSION = "1.0"
 MARK = {True: "✅ PASS", False: "❌ FAIL"}
@@ -38,6 +39,8 @@ def write_reports(
         "baseline": plan.baseline.name,
         "candidates": {name: v.value for name, v in per_stack.items()},
         "gates": [g.to_dict() for g in gates],
+        # Not gates: the baseline is what ships today; these say where it is already off.
+        "baseline_findings": baseline_findings(plan, evidence),
     }
     results = {
         "schema_version": SCHEMA_VERSION,
@@ -46,6 +49,7 @@ def write_reports(
         "config": str(plan.settings.config_path),
         "settings": {
             "threads": plan.settings.threads,
+            "export_jobs": plan.settings.export_jobs,
             "warmup": plan.settings.warmup,
             "iterations": plan.settings.iterations,
             "gates": plan.settings.gates.to_dict(),
@@ -123,6 +127,11 @@ def render_markdown(
         lines += ["", "Failing gates:", "", "```"]
         lines += [_gate_line(g) for g in failing]
         lines += ["```"]
+    findings = baseline_findings(plan, evidence)
+    if findings:
+        lines += ["", f"The baseline's own artifacts depart from its eager models (what {plan.baseline.name} "
+                  "ships today, whatever the verdict):", ""]
+        lines += [f"- {_finding_line(finding)}" for finding in findings]
     lines += ["", f"Generated {generated} by upgrade-gate {__version__} · models: "
               f"{', '.join(m.model.name for m in evidence)} · {plan.settings.threads} thread(s), "
               f"{plan.settings.warmup} warm-up + {plan.settings.iterations} timed runs", ""]
@@ -157,6 +166,33 @@ def render_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def baseline_findings(plan: Plan, evidence: list[ModelEvidence]) -> list[dict[str, Any]]:
+    """Models whose baseline artifact is further from the baseline's eager output
+    than the numerics gate lets a candidate be: a bug in today's export."""
+    base = plan.baseline.name
+    findings = []
+    for model in evidence:
+        comparison = model.comparison(Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))
+        worst = comparison.worst_output if comparison else None
+        tolerance = plan.settings.gates.for_model(model.model.name, "max-rel-l2")
+        if worst is None or worst.rel_l2 is None or worst.rel_l2 <= tolerance:
+            continue
+        finding: dict[str, Any] = {"model": model.model.name, "output": worst.name, "rel_l2": worst.rel_l2,
+                                   "max_rel_l2": tolerance}
+        if comparison and comparison.task and comparison.task.headline is not None:
+            key, _ = HEADLINE[comparison.task.kind]
+            finding[key] = comparison.task.headline
+        findings.append(finding)
+    return findings
+
+
+def _finding_line(finding: dict[str, Any]) -> str:
+    text = (f"**{finding['model']}**: rel_l2 = {finding['rel_l2']:.2e} ({finding['output']}), "
+            f"over the {finding['max_rel_l2']:.1e} gate")
+    task = [(key, value) for key, value in finding.items() if key in {k for k, _ in HEADLINE.values()}]
+    return text + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in task)
 
 
 def _gate_line(g: GateResult) -> str:

@@ -12,7 +12,9 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ from upgrade_gate.specs import StackSpec
 
 PROBE_TIMEOUT_S = 300
 LOG_TAIL_LINES = 20
+
+# Workers running right now, so an interrupted run can stop those other threads wait on.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
 
 
 def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
@@ -44,12 +50,51 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
 
+    # Exports are single-threaded Python (graph capture, partitioning,
+    # serialization): `export-jobs` of them share the machine. Latency is
+    # measured afterwards, one runtime phase at a time on a quiet machine.
+    _export_all(plan, spec, bin_dir, log)
     for model in plan.models:
-        for phase in layout.PHASES:
-            start = time.monotonic()
-            log(f"{spec.name}: {model.name}: {phase} …")
-            _run_phase(plan, spec, model, phase, bin_dir)
-            log(f"{spec.name}: {model.name}: {phase} done in {time.monotonic() - start:.1f} s")
+        _timed(plan, spec, model, "runtime", bin_dir, log)
+
+
+def _timed(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_dir: Path, log: Any) -> None:
+    start = time.monotonic()
+    log(f"{spec.name}: {model.name}: {phase} …")
+    _run_phase(plan, spec, model, phase, bin_dir)
+    log(f"{spec.name}: {model.name}: {phase} done in {time.monotonic() - start:.1f} s")
+
+
+def _export_all(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any) -> None:
+    """Every model's export phase, up to ``export-jobs`` at once, in suite order.
+
+    A model marked ``exclusive`` (one whose export needs most of the memory)
+    waits for the others to finish and runs alone.
+    """
+    jobs = plan.settings.export_jobs
+    pending = list(plan.models)
+    running: dict[Future[None], ModelEntry] = {}
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export")
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                alone = pending[0].exclusive or any(m.exclusive for m in running.values())
+                if alone and running:
+                    break
+                model = pending.pop(0)
+                running[pool.submit(_timed, plan, spec, model, "export", bin_dir, log)] = model
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                future.result()
+    except BaseException:  # Ctrl-C or a bug: no export may outlive the run
+        with _LIVE_LOCK:
+            live = list(_LIVE)
+        for process in live:
+            _stop_group(process)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_phase(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_dir: Path) -> None:
@@ -129,12 +174,24 @@ def _start_worker(
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
     env["PYTHONWARNINGS"] = "ignore"
+    # Importing torch._inductor (executorch's export does) starts a pool of
+    # compile subprocesses when triton is installed, as in the CUDA wheels;
+    # nothing here compiles with inductor, and on 2 cores they steal time.
+    env["TORCH_WARM_POOL"] = "0"
+    # Every phase is a fresh interpreter: without cached bytecode each one
+    # compiles torch's and executorch's sources again (≈ 7 s per process here,
+    # where PYTHONDONTWRITEBYTECODE is set). The cache lives in the stack's venv,
+    # so nothing is written into a user's project.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
     argv = [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
     start = time.monotonic()
     with open(log_file, "wb") as stderr:
         # Its own process group, so a deadline kills the worker and any child it started.
         process = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
                                    stdout=stderr, stderr=stderr, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(process)
         try:
             returncode = process.wait(timeout=timeout_s)
             timed_out = False
@@ -144,6 +201,9 @@ def _start_worker(
         except BaseException:  # Ctrl-C: take the worker down with us
             _stop_group(process)
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(process)
     return {"returncode": returncode, "timed_out": timed_out, "elapsed_s": time.monotonic() - start,
             "timeout_s": timeout_s}
 
