@@ -421,8 +421,11 @@ def _generation_case(
     max_new_tokens: int,
     eos_id: int | None,
     vocab: Sequence[str] | None,
+    prompt_texts: Sequence[str] = (),
 ) -> ModelCase:
-    """Prefill and decode methods, and a drive that generates greedily for every prompt."""
+    """Prefill and decode methods, and a drive that generates greedily for every prompt.
+
+    ``prompt_texts`` label the prompts in the report (the ids are what runs)."""
     config = model.config
     k_cache, v_cache = model.empty_cache()
     methods = {
@@ -449,7 +452,8 @@ def _generation_case(
             all_tokens.append(tokens)
             all_text.append(decode_text(vocab, shown) if vocab is not None else " ".join(map(str, shown)))
             all_logits.append(step_logits)
-        return {"tokens": all_tokens, "text": all_text, "step_logits": torch.stack(all_logits)}
+        return {"tokens": all_tokens, "text": all_text, "step_logits": torch.stack(all_logits),
+                "prompts": list(prompt_texts)}
 
     return ModelCase(model, methods=methods, task=Task(kind="generation", drive=drive), weights="deterministic")
 
@@ -475,13 +479,14 @@ def smollm2_135m() -> ModelCase:
     )
     tensors = assets.read_npz("smollm2", "weights.npz")
     model = _materialize(config, lambda name, shape: tensors.pop(name))
-    prompts = [prompt["ids"] for prompt in assets.read_json("smollm2", "prompts.json")]
+    prompts = assets.read_json("smollm2", "prompts.json")
     return _generation_case(
         model,
-        prompts,
+        [prompt["ids"] for prompt in prompts],
         max_new_tokens=max_new_tokens,
         eos_id=raw["eos_id"],
         vocab=assets.read_json("smollm2", "vocab.json"),
+        prompt_texts=[prompt["text"] for prompt in prompts],
     )
 
 

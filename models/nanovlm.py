@@ -285,6 +285,8 @@ class Generation:
     steps: int
     vocab: list[str] | None = None
     eos_id: int | None = None
+    # How the report names each image/prompt pair.
+    labels: tuple[str, ...] = ()
 
     def drive(self, call: Call) -> dict[str, Any]:
         """Greedy generation through the six methods, one image/prompt pair at a time.
@@ -319,6 +321,7 @@ class Generation:
             "tokens": all_tokens,
             "text": [self.text(tokens) for tokens in all_tokens],
             "step_logits": torch.stack(all_logits).float(),
+            "prompts": list(self.labels),
         }
 
     def prefill_embeddings(self, call: Call, patches: torch.Tensor, prompt: Prompt) -> tuple[torch.Tensor, int]:
@@ -433,6 +436,7 @@ def build(
     seed: int = 0,
     vocab: list[str] | None = None,
     eos_id: int | None = None,
+    labels: tuple[str, ...] = (),
 ) -> ModelCase:
     """The case: numpy-drawn vision weights, one example input per method, the loop."""
     if len(prompts) != len(images):
@@ -457,6 +461,7 @@ def build(
         steps=steps,
         vocab=vocab,
         eos_id=eos_id,
+        labels=labels,
     )
     programs = {name: module.eval() for name, module in model.programs().items()}
     inputs = example_inputs(programs, generation)
@@ -500,6 +505,7 @@ def _with_smollm2(vision: VisionConfig, photos: str, steps: int = 32) -> ModelCa
         steps=steps,
         vocab=assets.read_json("smollm2", "vocab.json"),
         eos_id=assets.read_json("smollm2", "config.json")["eos_id"],
+        labels=tuple(f"{photo} + Describe the image." for photo in assets.read_json("photos", "photos.json")["photos"]),
     )
 
 

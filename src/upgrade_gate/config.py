@@ -71,6 +71,9 @@ class GateSettings:
     artifact_size: Gate = Gate(severity="hard", threshold=1_500_000_000)
     numerics: Gate = Gate(severity="hard", threshold=1e-4)
     latency: Gate = Gate(severity="soft", threshold=1.05)
+    # A method slower by no more than this passes whatever its ratio: at tens of
+    # microseconds per call the ratio measures timer and call overhead.
+    latency_min_delta_ms: float = 0.05
     task: TaskGate = TaskGate()
     budgets: tuple[tuple[str, Budget], ...] = ()
     # model → {"max-rel-l2": …, "min-cosine": …}: thresholds that differ for one model
@@ -90,7 +93,8 @@ class GateSettings:
             "export": {"severity": self.export.severity},
             "artifact-size": {"max-bytes": self.artifact_size.threshold, "severity": self.artifact_size.severity},
             "numerics": {"max-rel-l2": self.numerics.threshold, "severity": self.numerics.severity},
-            "latency": {"max-ratio": self.latency.threshold, "severity": self.latency.severity},
+            "latency": {"max-ratio": self.latency.threshold, "min-delta-ms": self.latency_min_delta_ms,
+                        "severity": self.latency.severity},
             "task": {"severity": self.task.severity, **{k: self.task.threshold(k) for k in TASK_THRESHOLD_KEYS}},
             "models": {model: dict(overrides) for model, overrides in self.per_model},
             "budgets": {
@@ -234,9 +238,9 @@ def _load_gates(table: Table) -> GateSettings:
             raise owner.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
         return value
 
-    def threshold_gate(name: str, threshold_key: str, default: Gate) -> Gate:
+    def threshold_gate(name: str, threshold_key: str, default: Gate, *others: str) -> Gate:
         gate = table.get_table(name)
-        gate.reject_unknown({threshold_key, "severity"})
+        gate.reject_unknown({threshold_key, "severity", *others})
         return Gate(
             severity=severity(gate, "severity", default.severity),
             threshold=gate.positive(threshold_key, float, float(default.threshold or 0)),
@@ -276,7 +280,8 @@ def _load_gates(table: Table) -> GateSettings:
         export=Gate(severity=severity(table, "export", defaults.export.severity)),
         artifact_size=threshold_gate("artifact-size", "max-bytes", defaults.artifact_size),
         numerics=threshold_gate("numerics", "max-rel-l2", defaults.numerics),
-        latency=threshold_gate("latency", "max-ratio", defaults.latency),
+        latency=threshold_gate("latency", "max-ratio", defaults.latency, "min-delta-ms"),
+        latency_min_delta_ms=table.get_table("latency").positive("min-delta-ms", float, defaults.latency_min_delta_ms),
         task=task,
         budgets=tuple(budgets),
         per_model=tuple(per_model),

@@ -131,10 +131,15 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
             comparison.label if comparison else "artifact vs reference")
 
     max_ratio = gates.latency.threshold or 0
+    min_delta = gates.latency_min_delta_ms
     if candidate.latency and baseline.latency and set(candidate.latency) == set(baseline.latency):
-        # Every method counts (an LLM's prefill and decode): the slowest ratio is gated.
+        # Every method counts (an LLM's prefill and decode): the slowest ratio is gated,
+        # among the methods slower by more than min-delta-ms.
         ratios = {m: candidate.latency[m].p50_ms / baseline.latency[m].p50_ms for m in candidate.latency}
-        method, ratio = max(ratios.items(), key=lambda item: item[1])
+        slower = {m: candidate.latency[m].p50_ms - baseline.latency[m].p50_ms for m in candidate.latency}
+        judged = {m: r for m, r in ratios.items() if slower[m] > min_delta} or ratios
+        method, ratio = max(judged.items(), key=lambda item: item[1])
+        passed = ratio <= max_ratio or slower[method] <= min_delta
         per_method = {
             m: f"{r:.3f} ({candidate.latency[m].p50_ms:.3f} ms / {baseline.latency[m].p50_ms:.3f} ms)"
             for m, r in ratios.items()
@@ -143,7 +148,8 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
         evidence = f"p50 of {runs} runs at {plan.settings.threads} thread(s) per stack"
         if len(ratios) > 1:
             evidence += "; " + ", ".join(f"{m} {text}" for m, text in per_method.items())
-        add("latency", gates.latency, ratio <= max_ratio, f"p50 ratio ≤ {max_ratio:.2f} for every method",
+        add("latency", gates.latency, passed,
+            f"p50 ratio ≤ {max_ratio:.2f} for every method slower by more than {min_delta:g} ms",
             per_method[method] + (f", slowest: {method}" if len(ratios) > 1 else ""), evidence)
     else:
         missing = [s for s, e in ((stack, candidate), (plan.baseline.name, baseline)) if e.latency is None]

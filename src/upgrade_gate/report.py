@@ -325,6 +325,10 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
         if export and export.ok and export.details:
             detail = ", ".join(f"{k}: {_short(v)}" for k, v in export.details.items())
             lines += [f"- {n} export: {detail}"]
+        program = record.stage("program")
+        if program and program.ok and program.details:
+            lines += [f"- {n} multi-method artifact: {program.details.get('file')}, "
+                      f"{_size(program.details.get('bytes'))}, methods {', '.join(program.details.get('methods', []))}"]
     lines += [""]
     return lines
 
