@@ -41,11 +41,14 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     return lowered, {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
 
 
-def save(lowered: Any, path: Path) -> None:
-    # to_executorch() rewrites the lowered graphs in place (out-variant ops,
-    # memory plan), so it runs on a copy: save_program still needs them. The
-    # copy is small — the delegated weights sit in immutable blobs.
-    path.write_bytes(copy.deepcopy(lowered).to_executorch().buffer)
+def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
+    """Write the .pte; with ``keep`` the lowered program stays usable (for save_program).
+
+    to_executorch() rewrites the lowered graphs in place (out-variant ops,
+    memory plan), so a program that is still needed is serialized from a copy —
+    a full copy of its weights, which a 1B model cannot afford.
+    """
+    path.write_bytes((copy.deepcopy(lowered) if keep else lowered).to_executorch().buffer)
 
 
 def save_program(lowered: dict[str, Any], path: Path) -> None:
@@ -60,7 +63,8 @@ def save_program(lowered: dict[str, Any], path: Path) -> None:
     # Each graph was verified when it was lowered; a second check of lowered
     # graphs rejects the ops the partitioner kept undecomposed.
     config = dataclasses.replace(first.compile_config, _check_ir_validity=False)
-    programs = {name: copy.deepcopy(m.exported_program()) for name, m in lowered.items()}
+    # The last use of the lowered programs: to_executorch may rewrite them in place.
+    programs = {name: m.exported_program() for name, m in lowered.items()}
     combined = EdgeProgramManager(programs, compile_config=config)
     path.write_bytes(combined.to_executorch().buffer)
 

@@ -17,7 +17,8 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     return optimized, {"operators": len(torch.jit.export_opnames(optimized))}
 
 
-def save(lowered: Any, path: Path) -> None:
+def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
+    # Saving leaves a TorchScript module as it was: `keep` needs nothing here.
     lowered._save_for_lite_interpreter(str(path))
 
 

@@ -25,6 +25,7 @@ stages that finished and names the one that was running.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import importlib
 import importlib.util
@@ -368,16 +369,28 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
     def export():
         case, inputs = log.results["build"]
+        # Lowered programs are kept only for the multi-method artifact: each can
+        # hold a copy of the weights (a 1B model's would not fit twice).
+        keep = wants_program(case)
         lowered, details = {}, {}
         for name, method in case.entry_points().items():
             path = artifact_path(model_dir, name, adapter)
             path.unlink(missing_ok=True)
             start = time.perf_counter()
             with torch.no_grad():
-                lowered[name], details[name] = adapter.lower(method.module, inputs[name])
-            adapter.save(lowered[name], path)
+                program, details[name] = adapter.lower(method.module, inputs[name])
+            adapter.save(program, path, keep=keep)
+            if keep:
+                lowered[name] = program
+            # TorchScript modules hold reference cycles: free this method's
+            # copies of the weights before the next method makes its own.
+            del program
+            gc.collect()
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
         return lowered, {"methods": details}
+
+    def wants_program(case: Any) -> bool:
+        return case.multi_method_artifact and len(case.entry_points()) > 1 and hasattr(adapter, "save_program")
 
     def save():
         # An exporter can "succeed" and leave an empty file (seed 000: OOM during
@@ -410,7 +423,7 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         log.stage("eager-task", ("build",), eager_task)
     log.stage("export", ("build",), export)
     log.stage("save", ("export",), save)
-    if built is not None and len(built[0].entry_points()) > 1 and hasattr(adapter, "save_program"):
+    if built is not None and wants_program(built[0]):
         log.stage("program", ("save",), program)
     log.finish(torch_threads=torch.get_num_threads())
 

@@ -65,6 +65,10 @@ class ModelCase:
     # "deterministic": the factory builds identical weights in every stack (from
     #   converted assets, or numpy's generator), so nothing is saved.
     weights: str = "fixture"
+    # With several methods: where the stack can, also write all of them into one
+    # artifact (ExecuTorch's multi-method .pte). That keeps every lowered method
+    # in memory at once, which a 1B-parameter model cannot afford here.
+    multi_method_artifact: bool = True
 
     def entry_points(self) -> dict[str, Method]:
         return dict(self.methods) if self.methods else {"forward": Method(self.module, self.inputs)}

@@ -14,7 +14,7 @@ costs ~0.5 s per partition on this machine, in a partitioner whose merging
 grows faster than linearly with their number. Heads are the batch dimension of
 3-D bmm calls, RMSNorm's mean is a Linear and the decode cache update is
 arithmetic, which leaves each layer's views at the head split and merge
-(see docs/models.md for the measured effect).
+(docs/benchmarks.md has the measured effect).
 
 Cache layout: ``[n_layers, n_kv_heads, max_seq_len, head_dim]`` for k and
 for v. Prefill writes positions ``0..prefill_len-1`` (padding included); decode
@@ -422,6 +422,7 @@ def _generation_case(
     eos_id: int | None,
     vocab: Sequence[str] | None,
     prompt_texts: Sequence[str] = (),
+    multi_method_artifact: bool = True,
 ) -> ModelCase:
     """Prefill and decode methods, and a drive that generates greedily for every prompt.
 
@@ -455,7 +456,8 @@ def _generation_case(
         return {"tokens": all_tokens, "text": all_text, "step_logits": torch.stack(all_logits),
                 "prompts": list(prompt_texts)}
 
-    return ModelCase(model, methods=methods, task=Task(kind="generation", drive=drive), weights="deterministic")
+    return ModelCase(model, methods=methods, task=Task(kind="generation", drive=drive), weights="deterministic",
+                     multi_method_artifact=multi_method_artifact)
 
 
 def _cache_length(prefill_len: int, max_new_tokens: int) -> int:
@@ -490,23 +492,22 @@ def smollm2_135m() -> ModelCase:
     )
 
 
+def _random_weight_case(
+    *, prefill_len: int, max_new_tokens: int, multi_method_artifact: bool = True, **shape: Any
+) -> ModelCase:
+    """A Llama of ``shape`` with numpy-random weights, greedy on RANDOM_PROMPTS."""
+    config = LlamaConfig(**shape, max_seq_len=_cache_length(prefill_len, max_new_tokens), prefill_len=prefill_len)
+    model = _materialize(config, _numpy_weights(seed=0))
+    return _generation_case(model, RANDOM_PROMPTS, max_new_tokens=max_new_tokens, eos_id=None, vocab=None,
+                            multi_method_artifact=multi_method_artifact)
+
+
 def llama_smoke() -> ModelCase:
     """Two tiny layers with numpy-random weights: the generation path in seconds, for tests."""
-    prefill_len, max_new_tokens = 16, 8
-    config = LlamaConfig(
-        vocab_size=512,
-        dim=64,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        hidden_dim=128,
-        norm_eps=1e-5,
-        rope_theta=10000.0,
-        max_seq_len=_cache_length(prefill_len, max_new_tokens),
-        prefill_len=prefill_len,
+    return _random_weight_case(
+        prefill_len=16, max_new_tokens=8, vocab_size=512, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
+        hidden_dim=128, norm_eps=1e-5, rope_theta=10000.0,
     )
-    model = _materialize(config, _numpy_weights(seed=0))
-    return _generation_case(model, RANDOM_PROMPTS, max_new_tokens=max_new_tokens, eos_id=None, vocab=None)
 
 
 def llama32_1b_dims() -> ModelCase:
@@ -514,20 +515,11 @@ def llama32_1b_dims() -> ModelCase:
 
     Llama 3.2 scales its RoPE frequencies for long contexts ("llama3" rope_scaling);
     that changes numbers, not the graph, and random weights make the numbers
-    meaningless anyway, so plain RoPE is used.
+    meaningless anyway, so plain RoPE is used. Prefill and decode are exported
+    as two artifacts only: one multi-method .pte would need both lowered
+    programs (≈ 5 GB of weights each) in memory at once.
     """
-    prefill_len, max_new_tokens = 16, 4
-    config = LlamaConfig(
-        vocab_size=128256,
-        dim=2048,
-        n_layers=16,
-        n_heads=32,
-        n_kv_heads=8,
-        hidden_dim=8192,
-        norm_eps=1e-5,
-        rope_theta=500000.0,
-        max_seq_len=_cache_length(prefill_len, max_new_tokens),
-        prefill_len=prefill_len,
+    return _random_weight_case(
+        prefill_len=16, max_new_tokens=4, multi_method_artifact=False, vocab_size=128256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8,
+        hidden_dim=8192, norm_eps=1e-5, rope_theta=500000.0,
     )
-    model = _materialize(config, _numpy_weights(seed=0))
-    return _generation_case(model, RANDOM_PROMPTS, max_new_tokens=max_new_tokens, eos_id=None, vocab=None)
