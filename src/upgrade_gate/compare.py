@@ -125,8 +125,10 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
     stacks = {}
     for spec in plan.stacks:
         record = load_stack_model(out, spec.name, model.name)
-        samples = record.latency_samples
-        latency = {m: summarize(s) for m, s in samples.items() if s} if samples else None
+        summaries = {m: summarize(s) for m, s in (record.latency_samples or {}).items()}
+        # A method without valid samples is left out; the latency gate then finds
+        # the stacks' methods differ and fails as "not measured".
+        latency = {m: summary for m, summary in summaries.items() if summary is not None}
         stacks[spec.name] = StackEvidence(record=record, latency=latency or None)
     kind = next((e.record.task_kind for e in stacks.values() if e.record.stage("build")), "generic")
 

@@ -307,7 +307,8 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
     rows = []
     for n in names:
         ev = model.stacks[n]
-        for method, lat in (ev.latency or {"—": None}).items():
+        latency: dict[str, LatencySummary | None] = {**ev.latency} if ev.latency else {"—": None}
+        for method, lat in latency.items():
             rows.append([n, method, str(lat.runs) if lat else "—", _ms(lat.min_ms if lat else None),
                          _ms(lat.p50_ms if lat else None), _ms(lat.p90_ms if lat else None),
                          _ms(lat.trimmed_mean_ms if lat else None),
