@@ -153,9 +153,18 @@ class Attention(nn.Module):
         the slot to overwrite (all S slots are attended to, bias hides the future).
         """
         tokens = x.shape[1]
-        q = self.wq(x).view(tokens, self.n_heads, self.head_dim).transpose(0, 1)
-        k = self.wk(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
-        v = self.wv(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
+        group = self.n_heads // self.n_kv_heads
+        if tokens == 1:
+            # Decode: with one token the head-major layouts are plain views of
+            # the projections; no permute sits between two views, which would
+            # be a delegate partition of its own.
+            q = self.wq(x).view(self.n_kv_heads, group, self.head_dim)
+            k = self.wk(x).view(self.n_kv_heads, 1, self.head_dim)
+            v = self.wv(x).view(self.n_kv_heads, 1, self.head_dim)
+        else:
+            q = self.wq(x).view(tokens, self.n_heads, self.head_dim).transpose(0, 1)
+            k = self.wk(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
+            v = self.wv(x).view(tokens, self.n_kv_heads, self.head_dim).transpose(0, 1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
 
@@ -172,11 +181,13 @@ class Attention(nn.Module):
 
         # Query heads h*group..h*group+group-1 share kv head h (HF's repeat_kv):
         # fold the group into the query rows instead of copying k and v.
-        group = self.n_heads // self.n_kv_heads
         q = q.reshape(self.n_kv_heads, group * tokens, self.head_dim)
         scores = torch.bmm(q, keys.transpose(1, 2)) * (self.head_dim**-0.5) + bias
         out = torch.bmm(torch.softmax(scores, dim=-1), values)
-        out = out.view(self.n_heads, tokens, self.head_dim).transpose(0, 1).reshape(1, tokens, -1)
+        if tokens == 1:
+            out = out.view(1, 1, -1)
+        else:
+            out = out.view(self.n_heads, tokens, self.head_dim).transpose(0, 1).reshape(1, tokens, -1)
         return self.wo(out), k_cache, v_cache
 
 
