@@ -335,6 +335,18 @@ def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
     return model_dir / f"{method}{adapter.SUFFIX}"
 
 
+def written_artifact(path: Path) -> dict[str, Any]:
+    """The file an exporter wrote: name, size, SHA-256. An exporter can
+    "succeed" and leave an empty file (seed 000: OOM during partitioning left a
+    0-byte .pte); only a non-empty file counts."""
+    if not path.is_file():
+        raise FileNotFoundError(f"exporter wrote no artifact at {path}")
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"exporter wrote an empty artifact ({path.name}: 0 bytes)")
+    return {"file": path.name, "bytes": size, "sha256": sha256_file(path)}
+
+
 def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     import torch
 
@@ -393,28 +405,16 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         return case.multi_method_artifact and len(case.entry_points()) > 1 and hasattr(adapter, "save_program")
 
     def save():
-        # An exporter can "succeed" and leave an empty file (seed 000: OOM during
-        # partitioning left a 0-byte .pte); only a non-empty file counts.
         case, _ = log.results["build"]
-        files = {}
-        for name in case.entry_points():
-            path = artifact_path(model_dir, name, adapter)
-            if not path.is_file():
-                raise FileNotFoundError(f"exporter wrote no artifact at {path}")
-            size = path.stat().st_size
-            if size == 0:
-                raise ValueError(f"exporter wrote an empty artifact ({path.name}: 0 bytes)")
-            files[name] = {"file": path.name, "bytes": size, "sha256": sha256_file(path)}
+        files = {name: written_artifact(artifact_path(model_dir, name, adapter)) for name in case.entry_points()}
         return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
 
     def program():
-        path = model_dir / f"{PROGRAM}{adapter.SUFFIX}"
+        path = artifact_path(model_dir, PROGRAM, adapter)
         path.unlink(missing_ok=True)
         start = time.perf_counter()
         adapter.save_program(log.results["export"], path)
-        if not path.is_file() or path.stat().st_size == 0:
-            raise ValueError(f"exporter wrote no or an empty multi-method artifact ({path.name})")
-        return True, {"file": path.name, "bytes": path.stat().st_size, "methods": list(log.results["export"]),
+        return True, {**written_artifact(path), "methods": list(log.results["export"]),
                       "seconds": round(time.perf_counter() - start, 3)}
 
     built = log.stage("build", (), build)
@@ -437,6 +437,7 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     except (OSError, ValueError):
         export_record = {"stages": []}
     built = next((s for s in export_record["stages"] if s["stage"] == "build"), {}).get("details", {})
+    has_program = any(s["stage"] == "program" for s in export_record["stages"])
     methods = built.get("methods") or ["forward"]
 
     def inputs():
@@ -485,7 +486,7 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         # The multi-method artifact must give what the per-method ones give.
         import torch
 
-        path = model_dir / f"{PROGRAM}{adapter.SUFFIX}"
+        path = artifact_path(model_dir, PROGRAM, adapter)
         if not path.is_file():
             raise StageSkipped(f"no {path.name}: the export phase did not write one")
         loaded, args = adapter.load(path), log.results["inputs"]
@@ -504,7 +505,7 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     log.stage("inputs", (), inputs)
     log.stage("load", (), load)
     log.stage("run", ("load", "inputs"), run)
-    if len(methods) > 1 and hasattr(adapter, "run_method"):
+    if has_program:
         log.stage("program-run", ("run",), program)
     if built.get("task") == "generation":
         log.stage("task", ("load",), task)

@@ -10,11 +10,11 @@ caller carries the cache from one call to the next.
 The ops are also chosen for executorch 0.7's XNNPACK partitioner, which takes
 no view_copy, expand, select, where or last-dim mean: each such op between two
 ops it takes splits the graph into one more delegate partition, and lowering
-costs ~0.5 s per partition on this machine, in a partitioner whose merging
-grows faster than linearly with their number. Heads are the batch dimension of
-3-D bmm calls, RMSNorm's mean is a Linear and the decode cache update is
-arithmetic, which leaves each layer's views at the head split and merge
-(docs/benchmarks.md has the measured effect).
+costs ~0.5 s per partition on this machine (XNNPACK's preprocessing re-traces
+every partition). Heads are the batch dimension of 3-D bmm calls, RMSNorm's
+mean is a Linear and the decode cache update is arithmetic, which leaves each
+layer's views at the head split and merge — for decode's single token, plain
+views with nothing between them (docs/benchmarks.md has the measured effect).
 
 Cache layout: ``[n_layers, n_kv_heads, max_seq_len, head_dim]`` for k and
 for v. Prefill writes positions ``0..prefill_len-1`` (padding included); decode

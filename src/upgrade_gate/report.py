@@ -31,6 +31,7 @@ def write_reports(
     out = plan.settings.out_dir
     stacks = {spec.name: load_stack_info(out, spec.name) for spec in plan.stacks}
     generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    findings = baseline_findings(plan, evidence)
     verdict = {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
@@ -40,7 +41,7 @@ def write_reports(
         "candidates": {name: v.value for name, v in per_stack.items()},
         "gates": [g.to_dict() for g in gates],
         # Not gates: the baseline is what ships today; these say where it is already off.
-        "baseline_findings": baseline_findings(plan, evidence),
+        "baseline_findings": findings,
     }
     results = {
         "schema_version": SCHEMA_VERSION,
@@ -61,7 +62,8 @@ def write_reports(
     paths = [out / "results.json", out / "verdict.json", out / "report.md"]
     write_json_atomic(paths[0], results)
     write_json_atomic(paths[1], verdict)
-    write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, stacks, generated))
+    write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, findings, stacks,
+                                                     generated))
     return paths
 
 
@@ -112,6 +114,7 @@ def render_markdown(
     gates: list[GateResult],
     per_stack: dict[str, Verdict],
     overall: Verdict,
+    findings: list[dict[str, Any]],
     stacks: dict[str, Any],
     generated: str,
 ) -> str:
@@ -127,7 +130,6 @@ def render_markdown(
         lines += ["", "Failing gates:", "", "```"]
         lines += [_gate_line(g) for g in failing]
         lines += ["```"]
-    findings = baseline_findings(plan, evidence)
     if findings:
         lines += ["", f"The baseline's own artifacts depart from its eager models (what {plan.baseline.name} "
                   "ships today, whatever the verdict):", ""]
