@@ -1,6 +1,6 @@
 """upgrade-gate sessions.
 
-    nox -s compare [-- --out DIR --suite S --models a,b]   everything: assets, stacks, runs, report
+    nox -s compare [-- --out DIR --suite S --models a,b --fresh]   everything: assets, stacks, runs, report
     nox -s assets                                 convert real weights, prompts and photos (cached)
     nox -s "run(candidate)" [-- …]                build one stack and run the models in it
     nox -s report [-- --out DIR]                  compare the stacks' records, write the report
@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 
 # This checkout's package, even when another checkout is the one pip installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
@@ -25,6 +26,9 @@ from upgrade_gate import assets as asset_build
 from upgrade_gate import cli, runner
 from upgrade_gate.config import default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
+
+# The uv nox builds the venvs with; the stacks' requirements go in with the same one.
+UV = nox.virtualenv.find_uv()[1]
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -44,6 +48,8 @@ except ConfigError:
 def compare(session: nox.Session) -> None:
     """Build every stack, run the models through each, and write the verdict."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    if plan.settings.fresh:
+        runner.forget_fixtures(plan)
     session.notify("assets")
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
@@ -68,26 +74,17 @@ def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from)
     spec = plan.stack(stack)
-    try:
-        # uv checks an already satisfied venv in well under a second.
-        session.install(*(str(r) for r in spec.requirements), silent=True)
-    except nox.command.CommandFailed:
-        cli.fail_usage(
-            f"{spec.path}: requirements: uv could not install {', '.join(map(str, spec.requirements))} "
-            "(its error is above); fix the versions in the spec"
-        )
-    extra = plan.extra_requirements(stack)
-    if extra:
-        # Relative paths (`-e .`) mean the user's project.
-        with session.chdir(plan.settings.config_path.parent):
-            try:
-                session.install(*extra, silent=True)
-            except nox.command.CommandFailed:
-                cli.fail_usage(
-                    f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
-                    f"{' '.join(extra)} into stack {stack!r} (its error is above)"
-                )
     bin_dir = Path(session.bin)
+    # uv checks an already satisfied venv in well under a second.
+    error = cli.install(UV, bin_dir, [str(r) for r in spec.requirements], cwd=spec.path.parent)
+    if error:
+        cli.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the spec")
+    extra = plan.extra_requirements(stack)
+    # Relative paths (`-e .`) mean the user's project.
+    error = cli.install(UV, bin_dir, extra, cwd=plan.settings.config_path.parent) if extra else None
+    if error:
+        cli.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
+                       f"{' '.join(extra)} into stack {stack!r}: {error}")
     cli.check_project_models_or_exit(plan, spec, bin_dir)
     runner.run_stack(plan, spec, bin_dir, log=session.log)
 

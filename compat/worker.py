@@ -25,6 +25,8 @@ stages that finished and names the one that was running.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import hashlib
 import importlib
@@ -39,7 +41,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 SCHEMA_VERSION = "1.0"
 TRACEBACK_TAIL_LINES = 12
@@ -107,7 +109,8 @@ class PhaseLog:
 
     def stage(self, name: str, needs: tuple[str, ...], func: Callable[[], Any]) -> Any:
         """Run one stage and record its outcome; return its value or None."""
-        record: dict[str, Any] = {"stage": name, "status": "running", "duration_s": 0.0}
+        # started_at (wall clock) is what the parent measures this stage's deadline from.
+        record: dict[str, Any] = {"stage": name, "status": "running", "duration_s": 0.0, "started_at": time.time()}
         self.data["stages"].append(record)
         missing = [n for n in needs if n not in self.results]
         if missing:
@@ -173,6 +176,32 @@ def _register_package(alias: str, folder: Path) -> None:
     spec.loader.exec_module(module)
 
 
+def load_adapter(name: str) -> Any:
+    """A module of compat/ by name, or a stack spec's own adapter file (a path
+    ending in .py), which may build on ours: ``from upgrade_gate_compat import executorch_xnnpack``."""
+    if not name.endswith(".py"):
+        return importlib.import_module(f"{COMPAT_PACKAGE}.{name}")
+    path = Path(name)
+    spec = importlib.util.spec_from_file_location(f"{COMPAT_PACKAGE}_spec_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it goes away (Linux):
+    a ``kill -9`` of the run must not leave an export writing into its folder."""
+    parent = os.environ.get("UPGRADE_GATE_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    if os.getppid() != int(parent):  # the parent died before the request took effect
+        os._exit(1)
+
+
 def import_factory(job: dict[str, Any]) -> Callable[[], Any]:
     """``module:function`` — a module of models/ for built-in models, an
     importable module of the user's project for theirs."""
@@ -235,6 +264,27 @@ def tensors_digest(tensors: dict[str, Any]) -> str:
         digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
+
+
+def check_like_reference(outputs: dict[str, Any], reference: dict[str, Any]) -> None:
+    """An artifact that runs must give what its eager model gives: the same
+    outputs by name, shape and dtype, and no NaN or Inf where eager has none."""
+    import torch
+
+    missing, extra = sorted(set(reference) - set(outputs)), sorted(set(outputs) - set(reference))
+    if missing or extra:
+        raise ValueError(f"the artifact's outputs are not the eager model's: missing {missing or 'none'}, "
+                         f"unexpected {extra or 'none'}")
+    for name, expected in reference.items():
+        got = outputs[name]
+        if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
+            raise ValueError(f"{name}: the artifact gives {got.dtype} {tuple(got.shape)}, "
+                             f"the eager model {expected.dtype} {tuple(expected.shape)}")
+        if got.is_floating_point():
+            bad = ~torch.isfinite(got) & torch.isfinite(expected)
+            if bool(bad.any()):
+                raise ValueError(f"{name}: {int(bad.sum())} of {got.numel()} values are NaN or Inf "
+                                 "where the eager model's are finite")
 
 
 # -- the case: the same weights and inputs in every stack ----------------------
@@ -347,6 +397,20 @@ def written_artifact(path: Path) -> dict[str, Any]:
     return {"file": path.name, "bytes": size, "sha256": sha256_file(path)}
 
 
+@contextlib.contextmanager
+def partial_file(path: Path) -> Iterator[Path]:
+    """A name to write ``path`` under, renamed to it only when the writer returns:
+    a writer killed midway leaves no truncated artifact behind."""
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    partial.unlink(missing_ok=True)
+    try:
+        yield partial
+        if partial.exists():  # a writer that wrote nothing is caught by written_artifact
+            os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     import torch
 
@@ -387,11 +451,11 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         lowered, details = {}, {}
         for name, method in case.entry_points().items():
             path = artifact_path(model_dir, name, adapter)
-            path.unlink(missing_ok=True)
             start = time.perf_counter()
             with torch.no_grad():
                 program, details[name] = adapter.lower(method.module, inputs[name])
-            adapter.save(program, path, keep=keep)
+            with partial_file(path) as partial:
+                adapter.save(program, partial, keep=keep)
             if keep:
                 lowered[name] = program
             # TorchScript modules hold reference cycles: free this method's
@@ -411,9 +475,9 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
     def program():
         path = artifact_path(model_dir, PROGRAM, adapter)
-        path.unlink(missing_ok=True)
         start = time.perf_counter()
-        adapter.save_program(log.results["export"], path)
+        with partial_file(path) as partial:
+            adapter.save_program(log.results["export"], partial)
         return True, {**written_artifact(path), "methods": list(log.results["export"]),
                       "seconds": round(time.perf_counter() - start, 3)}
 
@@ -438,12 +502,15 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         export_record = {"stages": []}
     built = next((s for s in export_record["stages"] if s["stage"] == "build"), {}).get("details", {})
     has_program = any(s["stage"] == "program" for s in export_record["stages"])
+    saved = any(s["stage"] == "save" and s["status"] == "ok" for s in export_record["stages"])
     methods = built.get("methods") or ["forward"]
 
     def inputs():
         return fixture_inputs(Path(job["fixtures_dir"]), methods), None
 
     def load():
+        if not saved:
+            raise StageSkipped("no verified artifact: the export phase's save stage did not succeed")
         programs = {}
         for name in methods:
             path = artifact_path(model_dir, name, adapter)
@@ -455,7 +522,12 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     def run():
         programs, args = log.results["load"], log.results["inputs"]
         outputs = {name: flatten_outputs(adapter.run(programs[name], args[name])) for name in methods}
-        return outputs, save_arrays(model_dir / "artifact.npz", method_outputs(outputs))
+        details = save_arrays(model_dir / "artifact.npz", method_outputs(outputs))
+        reference = model_dir / "eager.npz"
+        if reference.is_file():
+            check_like_reference(method_outputs(outputs), load_npz_tensors(reference))
+            details["checked_against"] = reference.name
+        return outputs, details
 
     def task():
         # The loop lives in the model's code, so the factory runs again here;
@@ -567,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("probe", "check", "export", "runtime"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
+    die_with_parent()
     job = json.loads(args.job.read_text(encoding="utf-8"))
     _register_package(COMPAT_PACKAGE, REPO_ROOT / "compat")
     _register_package(MODELS_PACKAGE, REPO_ROOT / "models")
@@ -580,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(Path(job["out"]), {name: check_factory(entry) for name, entry in job["models"].items()})
         return 0
 
-    adapter = importlib.import_module(f"{COMPAT_PACKAGE}.{job['adapter']}")
+    adapter = load_adapter(job["adapter"])
     log = PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
     phase = run_export_phase if args.command == "export" else run_runtime_phase
     phase(job, adapter, log)

@@ -40,3 +40,36 @@ class Segfault(nn.Module):
 
 def segfault() -> ModelCase:
     return ModelCase(Segfault().eval(), (torch.zeros(1),))
+
+
+class Hang(nn.Module):
+    """Never returns, like seed 002's vision encoder whose forward() hangs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        while True:
+            time.sleep(1.0)
+
+
+def hang() -> ModelCase:
+    return ModelCase(Hang().eval(), (torch.zeros(1),))
+
+
+class MemoryHog(nn.Module):
+    """Allocates and touches memory until stopped, like an export that runs out
+    of memory (seed 000). Gives up at 16 GiB, so that a broken memory limit
+    fails a test instead of taking the machine down."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        held = []
+        for _ in range(64):
+            held.append(torch.ones(256 * 2**20 // 4))  # 256 MiB, written
+            time.sleep(0.05)
+        return x + len(held)
+
+
+def memory_hog() -> ModelCase:
+    return ModelCase(MemoryHog().eval(), (torch.zeros(1),))

@@ -138,8 +138,8 @@ def test_malformed_toml_names_file_and_line(project):
 def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, envs, export-jobs, extra-requirements, "
-        "gates, iterations, models, out, phase-timeout-s, suite, threads, warmup"
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, cache, envs, export-jobs, extra-requirements, "
+        "gates, iterations, memory-limit, models, out, suite, threads, timeouts, warmup"
     )
 
 
@@ -264,3 +264,56 @@ def test_spec_unknown_adapter(project):
 def test_spec_missing_key(project):
     path, message = spec_error(project, 'python = "3.11"\nadapter = "executorch_xnnpack"\n')
     assert message == f"{path}: requirements: missing; every stack spec needs python, requirements and adapter"
+
+
+# -- deadlines, memory, cache ---------------------------------------------------
+
+
+def test_deadlines_per_stage_fall_back_to_the_default(project):
+    set_config(project, "[tool.upgrade-gate.timeouts]\ndefault = 100\neager = 20\n")
+    settings = plan_for(project).settings
+    assert settings.timeout_s("eager") == 20 and settings.timeout_key("eager") == "eager"
+    assert settings.timeout_s("latency") == 100 and settings.timeout_key("latency") == "default"
+    assert settings.timeout_s("export") == 3600 and settings.timeout_s("start") == 600
+
+
+def test_an_unknown_stage_in_timeouts_is_an_error(project):
+    path = set_config(project, "[tool.upgrade-gate.timeouts]\nlowering = 20\n")
+    message = error_for(project)
+    assert message.startswith(f"{path}: tool.upgrade-gate.timeouts.lowering: unknown key; expected one of: build,")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [('"12 GiB"', 12 * 2**30), ('"500MB"', 500 * 10**6), ("1000000", 10**6), ('"50%"', None)],
+)
+def test_memory_limit_forms(project, value, expected):
+    set_config(project, f"[tool.upgrade-gate]\nmemory-limit = {value}\n")
+    limit = plan_for(project).settings.memory_limit_bytes
+    if expected is None:
+        from upgrade_gate.config import total_memory_bytes
+
+        assert abs(limit - total_memory_bytes() // 2) <= 1
+    else:
+        assert limit == expected
+
+
+@pytest.mark.parametrize("value", ['"lots"', '"150%"', "-5", '"12 parsecs"'])
+def test_a_bad_memory_limit_names_the_key(project, value):
+    path = set_config(project, f"[tool.upgrade-gate]\nmemory-limit = {value}\n")
+    assert error_for(project).startswith(f"{path}: tool.upgrade-gate.memory-limit: ")
+
+
+def test_the_default_memory_limit_is_most_of_the_machine(project):
+    from upgrade_gate.config import total_memory_bytes
+
+    assert plan_for(project).settings.memory_limit_bytes == int(total_memory_bytes() * 0.85)
+
+
+def test_fresh_and_the_cache_folder(project, monkeypatch):
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(project / "shared"))
+    settings = plan_for(project).settings
+    assert settings.cache_dir == project / "shared" / "results" and not settings.fresh
+    set_config(project, '[tool.upgrade-gate]\ncache = "my-cache"\n')
+    settings = plan_for(project, "--fresh").settings
+    assert settings.cache_dir == project / "my-cache" and settings.fresh

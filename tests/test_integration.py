@@ -31,7 +31,8 @@ def load(out: Path, name: str) -> dict:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke") / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--suite", "smoke")
+    # --fresh: the stacks really export and run, whatever an earlier test run left in the cache.
+    result = nox("-s", "compare", "--", "--out", str(out), "--suite", "smoke", "--fresh")
     return out, result
 
 
@@ -166,7 +167,8 @@ def test_smoke_vlm_runs_its_six_modules_end_to_end(smoke_run):
 
 def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):
     out = tmp_path / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke")
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke",
+                 "--fresh")
     assert result.returncode == 1, result.stderr[-4000:]
 
     verdict = load(out, "verdict.json")
@@ -231,21 +233,9 @@ def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     spec.write_text('python = "3.11"\nrequirements = ["torch==2.8.0", "executorch==0.0.42"]\nadapter = "executorch_xnnpack"\n')
     result = nox("-s", "run(broken)", "--", "--out", str(tmp_path / "report"), env=env, timeout=600)
     assert result.returncode == 2
-    assert f"upgrade-gate: error: {spec}: requirements: uv could not install" in result.stderr
-    assert "executorch==0.0.42" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_a_crashing_worker_is_recorded_and_the_run_goes_on(tmp_path):
-    out = tmp_path / "report"
-    result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "segfault,vit-smoke")
-    assert result.returncode == 0, result.stderr[-4000:]
-    models = out / "stacks" / "legacy" / "models"
-    crashed = json.loads((models / "segfault" / "export.json").read_text())
-    eager = next(s for s in crashed["stages"] if s["stage"] == "eager")
-    assert eager["status"] == "crashed"
-    assert eager["error"]["message"] == "worker killed by signal SIGSEGV"
-    assert [s["status"] for s in crashed["stages"]] == ["ok", "crashed"]
-    # The next model ran in full.
-    for phase in ("export", "runtime"):
-        record = json.loads((models / "vit-smoke" / f"{phase}.json").read_text())
-        assert record["complete"] and {s["status"] for s in record["stages"]} == {"ok"}
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    # uv's own words, quoted on the one line.
+    assert errors[0].startswith(f"upgrade-gate: error: {spec}: requirements: uv could not install them: ")
+    assert "there is no version of executorch==0.0.42" in errors[0]
+    assert errors[0].endswith("; fix the versions in the spec")

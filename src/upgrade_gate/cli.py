@@ -8,8 +8,11 @@ key; nothing finished is deleted.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,11 +37,16 @@ def fail_usage(error: Exception | str) -> NoReturn:
 
 
 def plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
+    """The validated plan, with the report folder writable and this process's alone."""
     try:
         plan = load_plan(list(posargs), invoked_from=Path(invoked_from))
     except ConfigError as error:
         fail_usage(error)
     check_writable(plan.settings.out_dir)
+    try:
+        lock_out_dir(plan.settings.out_dir)
+    except FolderBusy as error:
+        fail_usage(error)
     return plan
 
 
@@ -53,6 +61,52 @@ def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> 
                 f"{spec.name!r}: {result.get('error')}; the factory must be importable from {entry.project_root} "
                 "and return (torch.nn.Module, tuple of tensors)"
             )
+
+
+class FolderBusy(Exception):
+    """Another run holds the report folder."""
+
+
+# Report folders this process holds, by path: nox runs every session of
+# `compare` in one process, and each one asks again. Held until the process
+# exits; the kernel releases the lock even after a kill -9.
+_HELD: dict[Path, int] = {}
+LOCK_FILE = ".upgrade-gate.lock"
+
+
+def lock_out_dir(out: Path) -> None:
+    """Take the report folder for this process, or raise FolderBusy naming who has it.
+
+    Two runs writing into one folder would interleave their records; the second
+    one refuses at once instead of waiting for a run that can take an hour.
+    """
+    if out in _HELD:
+        return
+    path = out / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise FolderBusy(
+            f"{out}: another upgrade-gate run is writing this report folder ({holder}); "
+            "wait for it to finish, or choose another folder with --out DIR"
+        ) from None
+    os.ftruncate(fd, 0)
+    holder = f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(sys.argv)}"
+    os.write(fd, holder[:500].encode())
+    _HELD[out] = fd
+
+
+def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> str | None:
+    """``uv pip install`` into a stack's venv; None, or uv's error on one line to quote."""
+    result = subprocess.run([uv, "pip", "install", "--python", str(bin_dir / "python"), *requirements],
+                            cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode == 0:
+        return None
+    lines = [line.strip(" ×╰─▶│") .strip() for line in result.stderr.splitlines()]
+    return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 
 def check_writable(out: Path) -> None:

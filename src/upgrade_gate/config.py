@@ -19,11 +19,12 @@ from upgrade_gate.tomlfile import Table, read_toml
 # The repository holds the worker-side folders next to the parent package.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
+CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 
 SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
-    "envs", "baseline", "suite", "models", "extra-requirements", "out", "threads", "export-jobs", "warmup", "iterations",
-    "phase-timeout-s", "gates",
+    "envs", "baseline", "suite", "models", "extra-requirements", "out", "cache", "threads", "export-jobs", "warmup",
+    "iterations", "timeouts", "memory-limit", "gates",
 }
 SUITES = ("smoke", "default", "full")
 GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "task", "budgets", "models"}
@@ -32,6 +33,17 @@ BUDGET_KEYS = {"latency-p50-ms", "peak-rss-mb", "severity"}
 TASK_THRESHOLD_KEYS = ("min-top1-agreement", "min-cosine", "min-token-agreement")
 MODEL_GATE_KEYS = {"max-rel-l2", *TASK_THRESHOLD_KEYS}
 ALL_STACKS = "*"
+
+# The stages a worker runs (compat/worker.py), each under its own deadline.
+# "start" is the time before the first stage (interpreter start, imports);
+# "default" covers any stage without its own entry.
+EXPORT_STAGES = ("build", "eager", "eager-task", "export", "save", "program")
+RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "latency")
+DEFAULT_TIMEOUTS_S = {"default": 1800.0, "start": 600.0, "export": 3600.0}
+TIMEOUT_KEYS = {"default", "start", *EXPORT_STAGES, *RUNTIME_STAGES}
+# A runaway export must not take the machine down (seed 000 died at 5-6 GB
+# and left a 0-byte .pte); two exports may run at once, the limit is per worker.
+DEFAULT_MEMORY_LIMIT = "85%"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,13 +144,26 @@ class Settings:
     # stack name (or "*") → extra requirement strings, installed from the project root
     extra_requirements: tuple[tuple[str, tuple[str, ...]], ...]
     out_dir: Path
+    # Content-addressed store of finished phases, shared by every report folder.
+    cache_dir: Path
+    # Ignore the cache's entries (still store new ones): `--fresh`.
+    fresh: bool
     threads: int
     # Export phases run at once; runtime phases always run one at a time.
     export_jobs: int
     warmup: int
     iterations: int
-    phase_timeout_s: float
+    # stage name (or "start", "default") → seconds
+    timeouts_s: tuple[tuple[str, float], ...]
+    memory_limit_bytes: int
     gates: GateSettings
+
+    def timeout_key(self, stage: str) -> str:
+        """The ``timeouts`` entry that applies to a stage: its own, else ``default``."""
+        return stage if stage in dict(self.timeouts_s) else "default"
+
+    def timeout_s(self, stage: str) -> float:
+        return dict(self.timeouts_s)[self.timeout_key(stage)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,6 +194,15 @@ class Plan:
         raise ConfigError(f"no stack named {name!r}; stacks: {', '.join(s.name for s in self.stacks)}")
 
 
+def cache_root() -> Path:
+    """Converted assets and finished phases, shared by every run on this machine:
+    ``$UPGRADE_GATE_CACHE``, else ``$XDG_CACHE_HOME/upgrade-gate``, else ``~/.cache/upgrade-gate``."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR]).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "upgrade-gate"
+
+
 def default_config_path() -> Path:
     """``$UPGRADE_GATE_CONFIG`` if set, else this repository's pyproject.toml."""
     return Path(os.environ.get(CONFIG_ENV_VAR) or REPO_ROOT / "pyproject.toml").resolve()
@@ -196,14 +230,71 @@ def load_settings(config_path: Path) -> Settings:
             (stack, tuple(requirements_table.get_str_list(stack, []))) for stack in requirements_table.data
         ),
         out_dir=(base / table.get("out", str, "report")).resolve(),
+        cache_dir=(base / table.get("cache", str, str(cache_root() / "results"))).resolve(),
+        fresh=False,
         threads=table.positive("threads", int, 1),
         export_jobs=table.positive("export-jobs", int, 2),
         # The issue's floor: at least 10 warm-up and 50 timed runs.
         warmup=table.positive("warmup", int, 10, minimum=10),
         iterations=table.positive("iterations", int, 50, minimum=50),
-        phase_timeout_s=table.positive("phase-timeout-s", float, 1800.0),
+        timeouts_s=_load_timeouts(table.get_table("timeouts")),
+        memory_limit_bytes=parse_memory_limit(table, "memory-limit", total_memory_bytes()),
         gates=_load_gates(table.get_table("gates")),
     )
+
+
+def _load_timeouts(table: Table) -> tuple[tuple[str, float], ...]:
+    table.reject_unknown(TIMEOUT_KEYS)
+    timeouts = {**DEFAULT_TIMEOUTS_S, **{key: table.positive(key, float, 0.0) for key in table.data}}
+    return tuple(sorted(timeouts.items()))
+
+
+def total_memory_bytes() -> int:
+    """The machine's memory (MemTotal), or 0 where /proc/meminfo is not there."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_memory_limit(table: Table, name: str, total: int) -> int:
+    """``"85%"`` of the machine, ``"12 GiB"``, ``"12GB"`` or a number of bytes."""
+    raw = table.data.get(name, DEFAULT_MEMORY_LIMIT)
+    hint = 'expected a share of the machine like "85%", a size like "12 GiB", or bytes'
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        limit = raw
+    elif isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            share = float(raw.strip()[:-1])
+        except ValueError:
+            raise table.error(name, f"{hint}; got {raw!r}") from None
+        if not 0 < share <= 100:
+            raise table.error(name, f"a share must be in (0, 100]%, got {raw!r}")
+        if not total:
+            raise table.error(name, "this machine's memory is unknown (no /proc/meminfo); give a size like \"12 GiB\"")
+        limit = int(total * share / 100)
+    elif isinstance(raw, str):
+        number, _, unit = raw.strip().partition(" ") if " " in raw.strip() else _split_unit(raw.strip())
+        try:
+            limit = int(float(number) * _UNITS[unit.strip().upper() or "B"])
+        except (ValueError, KeyError):
+            raise table.error(name, f"{hint}; got {raw!r}") from None
+    else:
+        raise table.error(name, f"{hint}; got {raw!r}")
+    if limit <= 0:
+        raise table.error(name, f"must be greater than 0, got {raw!r}")
+    return limit
+
+
+def _split_unit(text: str) -> tuple[str, str, str]:
+    digits = len(text) - len(text.lstrip("0123456789."))
+    return text[:digits], "", text[digits:]
 
 
 def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry, ...]:
@@ -325,6 +416,7 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="report folder (default: [tool.upgrade-gate] out)")
     parser.add_argument("--suite", help=f"built-in suite: {', '.join(SUITES)} or none (default: [tool.upgrade-gate] suite)")
     parser.add_argument("--models", help="comma-separated model names, instead of the suite and the project's models")
+    parser.add_argument("--fresh", action="store_true", help="run every phase again instead of reusing cached results")
     try:
         args, unknown = parser.parse_known_args(posargs)
     except argparse.ArgumentError as error:
@@ -375,6 +467,6 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 key="tool.upgrade-gate.gates",
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
-    settings = dataclasses.replace(settings, out_dir=out_dir)
+    settings = dataclasses.replace(settings, out_dir=out_dir, fresh=args.fresh)
     return Plan(settings=settings, stacks=tuple(stacks), models=tuple(catalog[n] for n in dict.fromkeys(names)))
 

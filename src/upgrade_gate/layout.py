@@ -2,20 +2,20 @@
 
     <out>/
       report.md  results.json  verdict.json
-      fixtures/<model>-<key>/{weights,inputs}.npz     same for every stack
       stacks/<stack>/stack.json                        spec + what is installed
       stacks/<stack>/models/<model>/
           export.json  runtime.json                    stage records per phase
           export.log   runtime.log                     the worker's stderr
-          eager.npz  artifact.npz  model.ptl|model.pte
+          export.cache.json  runtime.cache.json        the phase's cache key, and whether it was reused
+          eager.npz  artifact.npz  <method>.ptl|<method>.pte
+
+    <cache>/fixtures/<model>-<code>/{weights,inputs}.npz   same for every stack and run
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from upgrade_gate.config import REPO_ROOT
 
 PHASES = ("export", "runtime")
 
@@ -28,11 +28,9 @@ def model_dir(out: Path, stack: str, model: str) -> Path:
     return stack_dir(out, stack) / "models" / model
 
 
-def fixtures_dir(out: Path, model: str, factory: str) -> Path:
-    """Keyed by the model code, so that editing a model makes new weights and
-    inputs instead of loading stale ones of another shape."""
-    digest = hashlib.sha256(factory.encode())
-    for source in sorted((REPO_ROOT / "models").rglob("*.py")):
-        digest.update(source.relative_to(REPO_ROOT).as_posix().encode())
-        digest.update(source.read_bytes())
-    return out / "fixtures" / f"{model}-{digest.hexdigest()[:12]}"
+def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:
+    """The weights and inputs every stack uses, made once by the first stack to
+    get there. Kept in the cache beside the results made from them, and keyed by
+    the model's code, so that editing a model makes new ones instead of loading
+    stale ones of another shape."""
+    return cache_dir / "fixtures" / f"{model}-{code_digest[:12]}"

@@ -18,7 +18,7 @@ from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
 
 SCHEMA_VERSION = Version("1.0")
-STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed")
+STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")
 
 
 class Reader:

@@ -1,71 +1,85 @@
-"""Starts the worker inside one stack's venv, one fresh process per model phase.
+"""Runs the models in one stack's venv: one fresh worker process per model phase.
 
-A worker that raises is recorded by the worker itself. A worker that dies
-(signal, exit code, deadline) cannot record anything, so the parent amends the
-phase file it left: the stage that was running gets the cause. Either way the
-run goes on with the next model.
+Each phase has a key (upgrade_gate.cache): when the cache holds a verified
+entry for it, its files are linked into the report folder and the worker does
+not start. Otherwise the worker runs under the supervisor (a deadline per stage,
+a memory limit). A worker that raises is recorded by the worker itself; one
+that dies or is killed cannot record anything, so the runner amends the phase
+file it left: the stage that was running gets the cause. Either way the run
+goes on with the next model.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
-import subprocess
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from upgrade_gate import layout
+from upgrade_gate import cache, layout, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
 from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
 
-PROBE_TIMEOUT_S = 300
 LOG_TAIL_LINES = 20
 
-# Workers running right now, so an interrupted run can stop those other threads wait on.
-_LIVE: set[subprocess.Popen[bytes]] = set()
-_LIVE_LOCK = threading.Lock()
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackRun:
+    """One stack's part of a run: where its venv is and what determines its results."""
+
+    plan: Plan
+    spec: StackSpec
+    bin_dir: Path
+    log: Callable[[str], Any]
+    # Spec, installed distributions, worker and adapter code: the part of every key this stack shares.
+    digest: str
+    store: cache.ResultCache
+
+    @classmethod
+    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], Any]) -> StackRun:
+        digest = cache.digest_of({
+            "python": spec.python,
+            "requirements": [str(r) for r in spec.requirements],
+            "adapter": spec.adapter,
+            "installed": cache.installed_distributions(bin_dir.parent),
+            "worker": cache.worker_code_digest(spec.adapter),
+        })
+        return cls(plan=plan, spec=spec, bin_dir=bin_dir, log=log, digest=digest,
+                   store=cache.ResultCache(plan.settings.cache_dir))
 
 
 def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
     """Probe the stack, then export and run every model of the plan in it."""
-    out = plan.settings.out_dir
-    stack_dir = layout.stack_dir(out, spec.name)
+    settings = plan.settings
+    stack_dir = layout.stack_dir(settings.out_dir, spec.name)
     stack_dir.mkdir(parents=True, exist_ok=True)
     probe_file = stack_dir / "probe.json"
+    probe_file.unlink(missing_ok=True)
     _start_worker(
-        bin_dir,
-        "probe",
-        {"out": str(probe_file), "distributions": spec.distributions},
-        job_file=stack_dir / "probe-job.json",
-        log_file=stack_dir / "probe.log",
-        timeout_s=PROBE_TIMEOUT_S,
+        bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions},
+        job_file=stack_dir / "probe-job.json", log_file=stack_dir / "probe.log", plan=plan, first_stage="start",
     )
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
 
+    stack = StackRun.start(plan, spec, bin_dir, log)
     # Exports are single-threaded Python (graph capture, partitioning,
     # serialization): `export-jobs` of them share the machine. Latency is
     # measured afterwards, one runtime phase at a time on a quiet machine.
-    _export_all(plan, spec, bin_dir, log)
+    _export_all(plan, lambda model: run_phase(stack, model, "export"))
     for model in plan.models:
-        _timed(plan, spec, model, "runtime", bin_dir, log)
+        run_phase(stack, model, "runtime")
 
 
-def _timed(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_dir: Path, log: Any) -> None:
-    start = time.monotonic()
-    log(f"{spec.name}: {model.name}: {phase} …")
-    _run_phase(plan, spec, model, phase, bin_dir)
-    log(f"{spec.name}: {model.name}: {phase} done in {time.monotonic() - start:.1f} s")
-
-
-def _export_all(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any) -> None:
+def _export_all(plan: Plan, export: Callable[[ModelEntry], None]) -> None:
     """Every model's export phase, up to ``export-jobs`` at once, in suite order.
 
     A model marked ``exclusive`` (one whose export needs most of the memory)
@@ -82,51 +96,132 @@ def _export_all(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any) -> None:
                 if alone and running:
                     break
                 model = pending.pop(0)
-                running[pool.submit(_timed, plan, spec, model, "export", bin_dir, log)] = model
+                running[pool.submit(export, model)] = model
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 del running[future]
                 future.result()
     except BaseException:  # Ctrl-C or a bug: no export may outlive the run
-        with _LIVE_LOCK:
-            live = list(_LIVE)
-        for process in live:
-            _stop_group(process)
+        supervisor.stop_all()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_phase(plan: Plan, spec: StackSpec, model: ModelEntry, phase: str, bin_dir: Path) -> None:
-    settings = plan.settings
-    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
+def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
+    """One model's export or runtime in one stack: from the cache if it holds it, else by a worker."""
+    settings, name = stack.plan.settings, f"{stack.spec.name}: {model.name}: {phase}"
+    model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
     model_dir.mkdir(parents=True, exist_ok=True)
-    phase_file = model_dir / f"{phase}.json"
-    if phase == "export":
-        # A new export invalidates everything after it.
-        for stale in model_dir.iterdir():
-            if stale.is_file():
-                stale.unlink()
+    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.name, cache.model_code_digest(model))
+    key = _phase_key(stack, model, phase, model_dir, fixtures_dir)
+    if key is not None and not settings.fresh:
+        hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
+        if problem:
+            stack.log(f"{name}: {problem}")
+        if hit is not None:
+            _clear_phase(model_dir, phase)
+            for file in hit.files:
+                cache.link_or_copy(hit.path / file, model_dir / file)
+            _write_key_record(model_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
+            stack.log(f"{name} reused from the cache (entry {key[:12]}, {_ago(hit.manifest.get('stored_at'))})")
+            return
+
+    start = time.monotonic()
+    stack.log(f"{name} …")
+    _clear_phase(model_dir, phase)
     job = {
         **model_job(model),
-        "stack": spec.name,
+        "stack": stack.spec.name,
         "model": model.name,
-        "adapter": spec.adapter,
+        "adapter": stack.spec.adapter,
         "model_dir": str(model_dir),
-        "fixtures_dir": str(layout.fixtures_dir(settings.out_dir, model.name, model.factory)),
+        "fixtures_dir": str(fixtures_dir),
         "threads": settings.threads,
         "warmup": settings.warmup,
         "iterations": settings.iterations,
     }
+    phase_file = model_dir / f"{phase}.json"
     outcome = _start_worker(
-        bin_dir,
-        phase,
-        job,
-        job_file=model_dir / f"{phase}-job.json",
-        log_file=model_dir / f"{phase}.log",
-        timeout_s=settings.phase_timeout_s,
+        stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
+        plan=stack.plan, phase_file=phase_file,
     )
-    _amend_phase_file(phase_file, job, phase, outcome, model_dir / f"{phase}.log")
+    cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
+    files = _phase_files(model_dir, phase)
+    # The fixtures exist now if they did not before: the key that names this result includes them.
+    key = _phase_key(stack, model, phase, model_dir, fixtures_dir)
+    manifest = {f.name: {"bytes": f.stat().st_size} for f in files}
+    if cacheable and key is not None:
+        entry = stack.store.store(stack.spec.name, model.name, phase, key, files,
+                                  {"seconds": round(outcome.elapsed_s, 3)})
+        manifest = json.loads((entry / cache.MANIFEST).read_text(encoding="utf-8"))["files"]
+    _write_key_record(model_dir, phase, key, manifest, stored=cacheable and key is not None)
+    stack.log(f"{name} done in {time.monotonic() - start:.1f} s")
+
+
+def _phase_key(stack: StackRun, model: ModelEntry, phase: str, model_dir: Path, fixtures_dir: Path) -> str | None:
+    """What determines this phase's result; None when it cannot be known (the export was not stored)."""
+    parts: dict[str, Any] = {
+        "phase": phase,
+        "stack": stack.digest,
+        "model": model.name,
+        "code": cache.model_code_digest(model),
+        "project_root": str(model.project_root) if model.project_root else None,
+        "assets": assets_dir().name,
+        "fixtures": cache.fixtures_digest(fixtures_dir),
+    }
+    if phase == "runtime":
+        export = _read_key_record(model_dir, "export")
+        if export is None or not export.get("stored"):
+            return None
+        settings = stack.plan.settings
+        parts.update(export_key=export["key"], export_files=export["files"], threads=settings.threads,
+                     warmup=settings.warmup, iterations=settings.iterations)
+    return cache.digest_of(parts)
+
+
+def _key_record_path(model_dir: Path, phase: str) -> Path:
+    return model_dir / f"{phase}.cache.json"
+
+
+def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[str, Any], *, stored: bool,
+                      reused_from: Path | None = None) -> None:
+    """Which key a phase's files in the report folder belong to, and whether they came from the cache."""
+    write_json_atomic(_key_record_path(model_dir, phase), {
+        "key": key, "stored": stored, "reused_from": str(reused_from) if reused_from else None, "files": files,
+    })
+
+
+def _read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_key_record_path(model_dir, phase).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _phase_files(model_dir: Path, phase: str) -> list[Path]:
+    """The files a phase left: the export owns everything it finds; the runtime what the export did not write."""
+    own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {f"{p}-job.json" for p in layout.PHASES}
+    export_files = set((_read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
+    return sorted(p for p in model_dir.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.name not in own_records | export_files)
+
+
+def _clear_phase(model_dir: Path, phase: str) -> None:
+    """A new export invalidates everything after it; a new runtime only its own files."""
+    if phase == "export":
+        doomed = [p for p in model_dir.iterdir() if p.is_file()]
+    else:
+        doomed = [*_phase_files(model_dir, phase), _key_record_path(model_dir, phase)]
+    for path in doomed:
+        path.unlink(missing_ok=True)
+
+
+def forget_fixtures(plan: Plan) -> None:
+    """``--fresh``: the shared inputs and weights are made again too (a project's weights file may have changed)."""
+    for model in plan.models:
+        shutil.rmtree(layout.fixtures_dir(plan.settings.cache_dir, model.name, cache.model_code_digest(model)),
+                      ignore_errors=True)
 
 
 def model_job(model: ModelEntry) -> dict[str, Any]:
@@ -148,23 +243,22 @@ def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dic
     result_file = stack_dir / "factories.json"
     result_file.unlink(missing_ok=True)
     outcome = _start_worker(
-        bin_dir,
-        "check",
-        {"out": str(result_file), "models": {m.name: model_job(m) for m in models}},
-        job_file=stack_dir / "factories-job.json",
-        log_file=stack_dir / "factories.log",
-        timeout_s=plan.settings.phase_timeout_s,
+        bin_dir, "check", {"out": str(result_file), "models": {m.name: model_job(m) for m in models}},
+        job_file=stack_dir / "factories-job.json", log_file=stack_dir / "factories.log", plan=plan,
+        first_stage="build",
     )
     if not result_file.is_file():
         tail = "\n".join(_tail(stack_dir / "factories.log"))
-        return {m.name: {"ok": False, "error": f"the check died ({outcome['returncode']}): {tail}"} for m in models}
+        why = outcome.cause or f"exit status {outcome.returncode}"
+        return {m.name: {"ok": False, "error": f"the check died ({why}): {tail}"} for m in models}
     return json.loads(result_file.read_text(encoding="utf-8"))
 
 
 def _start_worker(
-    bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, timeout_s: float
-) -> dict[str, Any]:
-    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack; never raises for the worker's sake."""
+    bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
+    phase_file: Path | None = None, first_stage: str = "start",
+) -> supervisor.Outcome:
+    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
     write_json_atomic(job_file, job)
     env = dict(os.environ)
     # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
@@ -185,77 +279,74 @@ def _start_worker(
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
     argv = [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
-    start = time.monotonic()
-    with open(log_file, "wb") as stderr:
-        # Its own process group, so a deadline kills the worker and any child it started.
-        process = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                                   stdout=stderr, stderr=stderr, start_new_session=True)
-        with _LIVE_LOCK:
-            _LIVE.add(process)
-        try:
-            returncode = process.wait(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _stop_group(process)
-            returncode, timed_out = process.returncode, True
-        except BaseException:  # Ctrl-C: take the worker down with us
-            _stop_group(process)
-            raise
-        finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(process)
-    return {"returncode": returncode, "timed_out": timed_out, "elapsed_s": time.monotonic() - start,
-            "timeout_s": timeout_s}
+    settings = plan.settings
+    return supervisor.run_supervised(
+        argv, env=env, cwd=REPO_ROOT, log_file=log_file, phase_file=phase_file,
+        deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes, first_stage=first_stage,
+    )
 
 
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """terminate → wait → kill, as nox's popen does."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _amend_phase_file(
-    phase_file: Path, job: dict[str, Any], phase: str, outcome: dict[str, Any], log_file: Path
-) -> None:
-    """Record what happened to a worker that did not finish its phase."""
+def _record_outcome(
+    phase_file: Path, job: dict[str, Any], phase: str, outcome: supervisor.Outcome, log_file: Path, plan: Plan
+) -> bool:
+    """Add what the supervisor saw to the phase file; for a worker that did not
+    finish, record why on the stage that was running. True when the result may be cached."""
     try:
         data = json.loads(phase_file.read_text())
     except (OSError, ValueError):
         data = None
-    if data is not None and data.get("complete") and outcome["returncode"] == 0:
-        return
     if data is None:
         data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
-                "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
-    running = next((s for s in data["stages"] if s["status"] == "running"), None)
-    if running is None:
-        running = {"stage": "finish", "status": "running", "duration_s": 0.0}
-        data["stages"].append(running)
-    code = outcome["returncode"]
-    if outcome["timed_out"]:
-        status = "timeout"
-        message = f"no result after {outcome['timeout_s']:.0f} s (phase-timeout-s); worker killed"
-    elif code is not None and code < 0:
-        status = "crashed"
-        message = f"worker killed by signal {signal.Signals(-code).name}"
-    else:
-        status = "crashed"
-        message = f"worker exited with code {code}"
-    running.update(
-        status=status,
-        duration_s=outcome["elapsed_s"],
-        error={"type": status, "message": message, "traceback_tail": _tail(log_file)},
-    )
-    data["complete"] = True
+                "stages": [], "facts": {}}
+    data.setdefault("facts", {})["supervisor"] = {
+        "elapsed_s": round(outcome.elapsed_s, 3),
+        "peak_rss_bytes": outcome.peak_rss_bytes,
+        "memory_limit_bytes": outcome.memory_limit_bytes,
+    }
+    finished = bool(data.get("complete")) and outcome.finished
+    if not finished:
+        running = next((s for s in data["stages"] if s["status"] == "running"), None)
+        if running is None:
+            running = {"stage": outcome.stage, "status": "running", "duration_s": 0.0}
+            data["stages"].append(running)
+        status, message = _cause(outcome, plan)
+        running.update(
+            status=status,
+            duration_s=round(outcome.stage_elapsed_s, 3),
+            error={"type": status, "message": message, "traceback_tail": _tail(log_file)},
+        )
+        data["complete"] = True
     write_json_atomic(phase_file, data)
+    return finished and all(s["status"] in cache.CACHEABLE_STATUSES for s in data["stages"])
+
+
+def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
+    """The status and one-line message for a worker that did not finish its phase."""
+    peak = f"peak resident memory {_gib(outcome.peak_rss_bytes)}"
+    if outcome.cause == "timeout":
+        key = plan.settings.timeout_key(outcome.stage)
+        return "timeout", (f"stage {outcome.stage} ran {outcome.stage_elapsed_s:.0f} s, past its deadline of "
+                           f"{outcome.deadline_s:.0f} s (timeouts.{key}); worker killed")
+    if outcome.cause == "out-of-memory":
+        return "out-of-memory", (f"stage {outcome.stage}: the worker reached {_gib(outcome.peak_rss_bytes)} resident, "
+                                 f"past the memory limit of {_gib(outcome.memory_limit_bytes)} (memory-limit); killed")
+    code = outcome.returncode
+    if code is not None and code < 0:
+        message = f"worker killed by signal {signal.Signals(-code).name}"
+        if code == -signal.SIGKILL:
+            message += f" (not by upgrade-gate: the kernel's out-of-memory killer, or another process; {peak})"
+        return "crashed", message
+    return "crashed", f"worker exited with code {code}"
+
+
+def _ago(stored_at: Any) -> str:
+    if not isinstance(stored_at, (int, float)):
+        return "stored earlier"
+    return "stored " + time.strftime("%Y-%m-%d %H:%M", time.localtime(stored_at))
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
 
 
 def _tail(path: Path) -> list[str]:

@@ -1,7 +1,8 @@
 """Stack specs: one TOML file per stack in ``envs/``.
 
 A spec says how to build the stack's venv (Python version, requirements) and
-which adapter in ``compat/`` exports and runs models there. The stack's name is
+which adapter exports and runs models there: a module of ``compat/`` by name,
+or a file of the team's own (a path ending in ``.py``, relative to the spec). The stack's name is
 the file's stem; the configuration names one stack the baseline, and every
 other spec in the folder is a candidate.
 """
@@ -79,7 +80,13 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
         raise table.error("requirements", "empty; a stack needs at least torch")
 
     adapter = table.get("adapter", str, "")
-    if not (adapters_dir / f"{adapter}.py").is_file() or adapter in ("worker", "__init__"):
+    if adapter.endswith(".py"):
+        # The team's own exporter and runtime, beside its spec.
+        own = (path.parent / adapter).resolve()
+        if not own.is_file():
+            raise table.error("adapter", f"no adapter file {own}; a path is relative to the spec's folder")
+        adapter = str(own)
+    elif not (adapters_dir / f"{adapter}.py").is_file() or adapter in ("worker", "__init__"):
         known = sorted(
             p.stem for p in adapters_dir.glob("*.py") if p.stem not in ("worker", "__init__")
         )

@@ -1,0 +1,251 @@
+"""Finished phases, kept by a hash of everything that determines them.
+
+A phase (one model's export or runtime in one stack) is determined by the
+stack (spec and every distribution installed in its venv), the model's code
+(the factory's module and what it imports from its package), its weights and
+inputs (the converted assets, the shared fixture files), the tool's worker and
+adapter code, and for the runtime the export's artifacts and the timing
+settings. The SHA-256 of all of that is the phase's key.
+
+After a phase finishes, its files are stored under its key with a manifest of
+their SHA-256. A later run with the same key — an unchanged re-run, a resumed
+interrupted run, another report folder — links them into its report folder
+instead of running the phase. A stored file that does not match its manifest is
+a corrupt entry: it is deleted and the phase runs again.
+
+    <cache>/<stack>/<model>/<phase>/<key>/{manifest.json, files…}
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import __version__
+from upgrade_gate.config import REPO_ROOT, ModelEntry
+
+MANIFEST = "manifest.json"
+# Entries kept per stack, model and phase: the newest few, so that switching
+# between two versions of a model does not redo either, and the cache does not grow forever.
+KEEP_PER_PHASE = 2
+# Outcomes worth keeping: a stage that raised does so again with the same inputs.
+# A deadline, a crash or the memory limit may depend on the machine: run again.
+CACHEABLE_STATUSES = {"ok", "failed", "skipped"}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def digest_of(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# -- what determines a phase ---------------------------------------------------
+
+
+def source_files(model: ModelEntry) -> list[Path]:
+    """The model's module and every module of its own package it imports, transitively.
+
+    Built-in models live in models/; a project's models in its root. Imports of
+    other packages (torch, numpy) are the stack's, keyed by its installed versions.
+    """
+    root = model.project_root or REPO_ROOT / "models"
+    module = model.factory.partition(":")[0]
+    found: dict[str, Path] = {}
+    pending = [module, "case"] if model.project_root is None else [module]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        path = _module_path(root, name)
+        if path is None:
+            continue
+        found[name] = path
+        parts = name.split(".")
+        for depth in range(1, len(parts)):  # the packages' __init__ files run too
+            init = _module_path(root, ".".join(parts[:depth]))
+            if init is not None:
+                found.setdefault(".".join(parts[:depth]), init)
+        package = parts if path.name == "__init__.py" else parts[:-1]
+        pending.extend(_imported_modules(path, package))
+    if model.project_root is None and (root / "__init__.py").is_file():
+        found["__init__"] = root / "__init__.py"
+    return sorted(set(found.values()))
+
+
+def _module_path(root: Path, name: str) -> Path | None:
+    if not name:
+        return root / "__init__.py" if (root / "__init__.py").is_file() else None
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_modules(path: Path, package: list[str]) -> list[str]:
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return []  # the worker will report it; the file's bytes are still in the key
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1] if node.level > 1 else package
+                prefix = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                prefix = node.module or ""
+            names.append(prefix)
+            # `from . import assets` imports a module; `from .case import Method` a name (harmless if not a module).
+            names += [f"{prefix}.{alias.name}" if prefix else alias.name for alias in node.names]
+    return [n for n in names if n]
+
+
+def files_digest(paths: list[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(f"{path.relative_to(root).as_posix() if path.is_relative_to(root) else path}\0".encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def model_code_digest(model: ModelEntry) -> str:
+    root = model.project_root or REPO_ROOT
+    return digest_of({"factory": model.factory, "sources": files_digest(source_files(model), root)})
+
+
+def worker_code_digest(adapter: str) -> str:
+    """The worker and the adapter: the code that turns a model into records."""
+    compat = REPO_ROOT / "compat"
+    adapter_path = Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"
+    return digest_of({
+        "tool": __version__,
+        "worker": files_digest([compat / "__init__.py", compat / "worker.py"], REPO_ROOT),
+        "adapter": sha256_file(adapter_path),
+    })
+
+
+def installed_distributions(venv: Path) -> list[str]:
+    """``name==version`` of everything installed in a venv, from its dist-info folders (no import)."""
+    found = []
+    for site in venv.glob("lib/python*/site-packages"):
+        for info in site.glob("*.dist-info"):
+            name, _, version = info.name[: -len(".dist-info")].partition("-")
+            found.append(f"{name.lower().replace('_', '-')}=={version}")
+    return sorted(found)
+
+
+def fixtures_digest(fixtures_dir: Path) -> str | None:
+    """The shared weights and inputs a phase used, or None before any stack wrote them."""
+    if not (fixtures_dir / "inputs.npz").is_file():
+        return None
+    return files_digest([p for p in fixtures_dir.iterdir() if p.is_file()], fixtures_dir)
+
+
+# -- the store ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hit:
+    """A verified entry: where its files are and what they are."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        return self.manifest["files"]
+
+
+class ResultCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def entry_dir(self, stack: str, model: str, phase: str, key: str) -> Path:
+        return self.root / stack / model / phase / key
+
+    def lookup(self, stack: str, model: str, phase: str, key: str) -> tuple[Hit | None, str | None]:
+        """The verified entry for a key, or None and why (a corrupt entry is deleted)."""
+        path = self.entry_dir(stack, model, phase, key)
+        if not path.is_dir():
+            return None, None
+        problem = _verify(path, key)
+        if problem:
+            shutil.rmtree(path, ignore_errors=True)
+            return None, f"cache entry {path} is corrupt ({problem}); deleted, running the phase again"
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        os.utime(path / MANIFEST)  # most recently used: kept longest
+        return Hit(path=path, manifest=manifest), None
+
+    def store(self, stack: str, model: str, phase: str, key: str, files: list[Path], meta: dict[str, Any]) -> Path:
+        """Keep ``files`` under ``key``; a concurrent writer of the same key is harmless."""
+        final = self.entry_dir(stack, model, phase, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = final.parent / f".{key}.{os.getpid()}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        manifest_files = {}
+        for source in files:
+            link_or_copy(source, staging / source.name)
+            manifest_files[source.name] = {"bytes": source.stat().st_size, "sha256": sha256_file(staging / source.name)}
+        manifest = {"key": key, "stack": stack, "model": model, "phase": phase, "stored_at": time.time(),
+                    "files": manifest_files, **meta}
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if final.exists():  # --fresh ran it again: the new files replace the old
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(staging, final)
+        except OSError:  # another run stored the same key meanwhile
+            shutil.rmtree(staging, ignore_errors=True)
+        self._prune(final.parent)
+        return final
+
+    def _prune(self, phase_dir: Path) -> None:
+        entries = [p for p in phase_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        entries.sort(key=lambda p: (p / MANIFEST).stat().st_mtime if (p / MANIFEST).is_file() else 0, reverse=True)
+        for old in entries[KEEP_PER_PHASE:]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _verify(path: Path, key: str) -> str | None:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        if manifest.get("key") != key:
+            return "its manifest names another key"
+        for name, expected in manifest["files"].items():
+            file = path / name
+            if not file.is_file():
+                return f"{name} is missing"
+            if file.stat().st_size != expected["bytes"] or sha256_file(file) != expected["sha256"]:
+                return f"{name} does not match its SHA-256"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"unreadable manifest: {error}"
+    return None
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the cache and the report folder share a file system, else a copy.
+
+    Files of a phase are never modified in place (rewrites replace them), so a
+    link is as good as a copy and costs nothing.
+    """
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -1,0 +1,198 @@
+"""One worker process under watch: its stage's deadline, its memory, its parent.
+
+The worker rewrites its phase file at every stage change, and the running stage
+carries ``started_at``. Every ``POLL_S`` the supervisor reads that file and the
+resident memory of the worker and its children, and kills the worker's process
+group when the running stage is past its deadline (a ``forward()`` that hangs,
+seed 002) or the group is past the memory limit (an export that would take the
+machine down, seed 000). The worker cannot record either, so the caller
+records the outcome on the stage that was running.
+
+The worker also dies with its parent: it asks the kernel for SIGKILL when the
+thread that started it goes away (``PR_SET_PDEATHSIG``, see compat/worker.py),
+so a ``kill -9`` of nox leaves no export running into the report folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+POLL_S = 0.25
+TERM_GRACE_S = 5.0
+# The environment variable that tells the worker which process must outlive it.
+PARENT_PID_ENV = "UPGRADE_GATE_PARENT_PID"
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+# Workers running right now, so an interrupted run can stop those that other threads wait on.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """How a worker ended."""
+
+    returncode: int | None
+    # None when it ended by itself; "timeout" or "out-of-memory" when the supervisor killed it.
+    cause: str | None
+    # The stage that was running at the end ("start" before the first one).
+    stage: str
+    stage_elapsed_s: float
+    deadline_s: float
+    elapsed_s: float
+    peak_rss_bytes: int
+    memory_limit_bytes: int
+
+    @property
+    def finished(self) -> bool:
+        return self.cause is None and self.returncode == 0
+
+
+def run_supervised(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log_file: Path,
+    phase_file: Path | None,
+    deadline_for: Callable[[str], float],
+    memory_limit_bytes: int,
+    first_stage: str = "start",
+) -> Outcome:
+    """Run ``argv`` to its end or until a deadline or the memory limit; never raises for the worker's sake.
+
+    ``deadline_for(stage)`` gives the seconds a stage may run; ``first_stage``
+    names the time before the phase file shows one.
+    """
+    env = {**env, PARENT_PID_ENV: str(os.getpid())}
+    start = time.monotonic()
+    watch = _StageWatch(phase_file, first_stage, start)
+    peak = 0
+    cause: str | None = None
+    with open(log_file, "wb") as log:
+        # Its own process group, so a kill takes the worker and any child it started.
+        process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(process)
+        try:
+            while True:
+                try:
+                    process.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                peak = max(peak, tree_rss_bytes(process.pid))
+                if peak > memory_limit_bytes:
+                    cause = "out-of-memory"
+                    stop_group(process, grace_s=0.0)
+                    break
+                stage, elapsed = watch.running()
+                if elapsed > deadline_for(stage):
+                    cause = "timeout"
+                    stop_group(process)
+                    break
+        except BaseException:  # Ctrl-C: take the worker down with us
+            stop_group(process)
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(process)
+    stage, stage_elapsed = watch.running()
+    return Outcome(
+        returncode=process.returncode,
+        cause=cause,
+        stage=stage,
+        stage_elapsed_s=stage_elapsed,
+        deadline_s=deadline_for(stage),
+        elapsed_s=time.monotonic() - start,
+        peak_rss_bytes=peak,
+        memory_limit_bytes=memory_limit_bytes,
+    )
+
+
+def stop_all() -> None:
+    """Kill every worker still running (an interrupted run)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for process in live:
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes], grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM → wait → SIGKILL for the whole process group, as nox's popen does."""
+    steps = ((signal.SIGTERM, grace_s), (signal.SIGKILL, TERM_GRACE_S)) if grace_s else ((signal.SIGKILL, TERM_GRACE_S),)
+    for sig, grace in steps:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants (Linux /proc), 0 where unknown."""
+    total, pending, seen = 0, [pid], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/statm", "rb") as stream:
+                total += int(stream.read().split()[1]) * _PAGE_BYTES
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as stream:
+                    pending.extend(int(child) for child in stream.read().split())
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or no children file on this kernel
+    return total
+
+
+class _StageWatch:
+    """Which stage the worker is in and for how long, from its phase file."""
+
+    def __init__(self, phase_file: Path | None, first_stage: str, start: float) -> None:
+        self.phase_file = phase_file
+        self.stage = first_stage
+        self.since = start
+        self._mtime_ns = -1
+
+    def running(self) -> tuple[str, float]:
+        self._refresh()
+        return self.stage, time.monotonic() - self.since
+
+    def _refresh(self) -> None:
+        if self.phase_file is None:
+            return
+        try:
+            mtime_ns = self.phase_file.stat().st_mtime_ns
+            if mtime_ns == self._mtime_ns:
+                return
+            data = json.loads(self.phase_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # not written yet (still "start"), or being replaced: next poll
+        self._mtime_ns = mtime_ns
+        running = [s for s in data.get("stages", []) if s.get("status") == "running"]
+        if running:
+            stage = str(running[-1].get("stage"))
+            if stage != self.stage:
+                # The worker's wall-clock start, in this process's monotonic time.
+                started_at = running[-1].get("started_at")
+                age = time.time() - started_at if isinstance(started_at, (int, float)) else 0.0
+                self.stage, self.since = stage, time.monotonic() - max(age, 0.0)
+        elif self.stage != "finish":
+            # Between the last stage and exit: writing the last record, freeing memory.
+            self.stage, self.since = "finish", time.monotonic()

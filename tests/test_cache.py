@@ -1,0 +1,92 @@
+"""The result cache: what a key depends on, verified entries, corrupt ones rebuilt."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from upgrade_gate import cache
+from upgrade_gate.config import REPO_ROOT, ModelEntry
+
+
+def built_in(factory: str) -> ModelEntry:
+    return ModelEntry(name=factory, factory=factory, description="")
+
+
+def test_a_built_in_models_sources_are_its_module_and_what_it_imports():
+    names = {p.relative_to(REPO_ROOT).as_posix() for p in cache.source_files(built_in("nanovlm:nanovlm"))}
+    assert names == {"models/__init__.py", "models/nanovlm.py", "models/llama.py", "models/case.py",
+                     "models/assets.py"}
+    vit = {p.name for p in cache.source_files(built_in("vit:vit_ti16"))}
+    assert "llama.py" not in vit and {"vit.py", "case.py"} <= vit
+
+
+def project_model(root: Path, name: str, factory: str) -> ModelEntry:
+    return ModelEntry(name=name, factory=factory, description="", project_root=root)
+
+
+def test_editing_one_project_model_changes_only_its_key(tmp_path):
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "__init__.py").write_text("")
+    (tmp_path / "nets" / "layers.py").write_text("WIDTH = 8\n")
+    (tmp_path / "nets" / "a.py").write_text("from .layers import WIDTH\ndef build(): ...\n")
+    (tmp_path / "nets" / "b.py").write_text("import nets.layers\ndef build(): ...\n")
+    (tmp_path / "nets" / "c.py").write_text("import torch\ndef build(): ...\n")
+    models = [project_model(tmp_path, n, f"nets.{n}:build") for n in "abc"]
+    before = [cache.model_code_digest(m) for m in models]
+
+    (tmp_path / "nets" / "layers.py").write_text("WIDTH = 16\n")
+    after = [cache.model_code_digest(m) for m in models]
+    assert [b != a for b, a in zip(before, after)] == [True, True, False]
+
+    (tmp_path / "nets" / "c.py").write_text(textwrap.dedent("import torch\ndef build(): return 1\n"))
+    assert cache.model_code_digest(models[2]) != after[2]
+    assert cache.model_code_digest(models[0]) == after[0]
+
+
+def phase_files(tmp_path: Path) -> list[Path]:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "export.json").write_text('{"complete": true}\n')
+    (out / "forward.pte").write_bytes(b"\x00pte" * 1000)
+    return sorted(out.iterdir())
+
+
+def test_a_stored_entry_is_found_verified_and_linked(tmp_path):
+    store = cache.ResultCache(tmp_path / "cache")
+    files = phase_files(tmp_path)
+    store.store("candidate", "vit", "export", "k1", files, {"seconds": 3.0})
+    hit, problem = store.lookup("candidate", "vit", "export", "k1")
+    assert problem is None and hit is not None
+    assert set(hit.files) == {"export.json", "forward.pte"} and hit.manifest["seconds"] == 3.0
+    assert (hit.path / "forward.pte").read_bytes() == files[1].read_bytes()
+    assert store.lookup("candidate", "vit", "export", "k2") == (None, None)
+
+
+def test_a_corrupt_entry_is_detected_by_its_hash_and_deleted(tmp_path):
+    store = cache.ResultCache(tmp_path / "cache")
+    entry = store.store("candidate", "vit", "export", "k1", phase_files(tmp_path), {})
+    stored = entry / "forward.pte"
+    data = bytearray(stored.read_bytes())
+    data[10] ^= 0xFF  # same size, one byte flipped
+    stored.unlink()
+    stored.write_bytes(bytes(data))
+    hit, problem = store.lookup("candidate", "vit", "export", "k1")
+    assert hit is None and problem is not None
+    assert "forward.pte does not match its SHA-256" in problem and not entry.exists()
+
+
+def test_only_the_newest_entries_of_a_phase_are_kept(tmp_path):
+    store = cache.ResultCache(tmp_path / "cache")
+    files = phase_files(tmp_path)
+    for key in ("k1", "k2", "k3"):
+        store.store("legacy", "vit", "export", key, files, {})
+    kept = sorted(p.name for p in (tmp_path / "cache" / "legacy" / "vit" / "export").iterdir())
+    assert len(kept) == cache.KEEP_PER_PHASE and "k3" in kept
+
+
+def test_installed_distributions_are_read_without_importing(tmp_path):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for name in ("torch-2.8.0.dist-info", "typing_extensions-4.12.2.dist-info", "torch"):
+        (site / name).mkdir(parents=True)
+    assert cache.installed_distributions(tmp_path / "venv") == ["torch==2.8.0", "typing-extensions==4.12.2"]

@@ -1,0 +1,180 @@
+"""Field failures survived with real processes: a model that hangs, one that
+crashes its worker, one that runs away with memory, an exporter that writes an
+empty artifact, a kill -9 of the run and its resume, a second run on the same
+folder, and a corrupt cache entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_integration import REPO, nox, user_project
+
+pytestmark = pytest.mark.integration
+
+# A private result cache per test: what is reused is what this test ran.
+CONFIG = '[tool.upgrade-gate]\ncache = "cache"\n'
+
+
+def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
+    record = json.loads((out / "stacks" / stack / "models" / model / f"{phase}.json").read_text())
+    return {s["stage"]: s for s in record["stages"]}
+
+
+def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes(tmp_path):
+    env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 20\n')
+    out = tmp_path / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "hang,segfault,memory-hog,vit-smoke", env=env)
+    assert result.returncode == 1, result.stderr[-4000:]
+
+    for stack in ("legacy", "candidate"):
+        hang = stages(out, stack, "hang", "export")["eager"]
+        assert hang["status"] == "timeout" and 20 <= hang["duration_s"] < 60
+        assert hang["error"]["message"].startswith("stage eager ran 2")
+        assert hang["error"]["message"].endswith(" s, past its deadline of 20 s (timeouts.eager); worker killed")
+
+        crash = stages(out, stack, "segfault", "export")["eager"]
+        assert crash["status"] == "crashed" and crash["error"]["message"] == "worker killed by signal SIGSEGV"
+
+        runaway = stages(out, stack, "memory-hog", "export")["eager"]
+        assert runaway["status"] == "out-of-memory"
+        assert runaway["error"]["message"].startswith("stage eager: the worker reached 2.")
+        assert runaway["error"]["message"].endswith("past the memory limit of 2.00 GiB (memory-limit); killed")
+        record = json.loads((out / "stacks" / stack / "models" / "memory-hog" / "export.json").read_text())
+        assert record["facts"]["supervisor"]["peak_rss_bytes"] > 2 * 2**30
+
+        for phase in ("export", "runtime"):
+            assert {s["status"] for s in stages(out, stack, "vit-smoke", phase).values()} == {"ok"}
+
+    verdict = json.loads((out / "verdict.json").read_text())
+    export_gates = {g["model"]: g for g in verdict["gates"] if g["gate"] == "export"}
+    assert export_gates["vit-smoke"]["status"] == "passed"
+    for model, status in (("hang", "timeout"), ("segfault", "crashed"), ("memory-hog", "out-of-memory")):
+        assert export_gates[model]["status"] == "FAILED"
+        assert export_gates[model]["measured"].startswith(f"eager {status}: "), export_gates[model]
+    report = (out / "report.md").read_text()
+    assert "timeouts.eager" in report and "memory-limit" in report and "SIGSEGV" in report
+
+
+EMPTY_EXPORTER = '''\
+"""ExecuTorch's adapter, but the exporter "succeeds" and writes 0 bytes (seed 000)."""
+from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, set_threads  # noqa: F401
+
+
+def save(lowered, path, *, keep=False):
+    path.write_bytes(b"")
+'''
+
+
+def test_an_exporter_that_writes_an_empty_artifact_fails_its_save_stage(tmp_path):
+    env = user_project(tmp_path, CONFIG)
+    spec = tmp_path / "envs" / "candidate.toml"
+    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "empty_exporter.py"'))
+    (tmp_path / "envs" / "empty_exporter.py").write_text(EMPTY_EXPORTER)
+    out = tmp_path / "report"
+    result = nox("-s", "run(candidate)", "--", "--out", str(out), "--models", "vit-smoke", env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    export = stages(out, "candidate", "vit-smoke", "export")
+    assert export["export"]["status"] == "ok"
+    assert export["save"]["status"] == "failed"
+    assert export["save"]["error"]["message"] == "exporter wrote an empty artifact (forward.pte: 0 bytes)"
+    runtime = stages(out, "candidate", "vit-smoke", "runtime")
+    assert runtime["load"]["status"] == "skipped"
+    assert runtime["load"]["reason"] == "no verified artifact: the export phase's save stage did not succeed"
+    assert runtime["run"]["status"] == runtime["latency"]["status"] == "skipped"
+
+
+def live_workers(out: Path) -> list[str]:
+    """Command lines of processes still working on this report folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "compat/worker.py" in cmdline and str(out) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+MODELS = "vit-smoke,mobilenet-v3-small,llama-smoke"
+
+
+def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
+    env = user_project(tmp_path, CONFIG)
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color",
+               "-s", "compare", "--", "--out", str(out), "--models", MODELS]
+    first = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    try:
+        # Midway: the baseline is done and the candidate's exports are running.
+        candidate = out / "stacks" / "candidate" / "models"
+        wait_for(lambda: any(candidate.glob("*/export.json")), 900, "the candidate's first export")
+        assert first.poll() is None
+
+        # A second run on the same folder meanwhile is refused, at once.
+        second = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env, timeout=120)
+        assert second.returncode == 2, second.stderr[-3000:]
+        refusal = [line for line in second.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+        assert refusal == [f"upgrade-gate: error: {out}: another upgrade-gate run is writing this report folder "
+                           f"(pid {first.pid} since {refusal[0].split(' since ')[1]}"], second.stderr[-3000:]
+        assert "wait for it to finish, or choose another folder with --out DIR" in refusal[0]
+
+        os.kill(first.pid, signal.SIGKILL)  # nox alone: its workers must not outlive it
+        first.wait(timeout=30)
+        wait_for(lambda: not live_workers(out), 15, "the workers to die with their parent")
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    # An interrupted writer leaves no half-written file behind under a real name.
+    assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", ".tmp.npz"))]
+
+    resumed = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
+    assert resumed.returncode in (0, 1), resumed.stderr[-4000:]
+    log = resumed.stderr + resumed.stdout
+    for model in MODELS.split(","):
+        for phase in ("export", "runtime"):
+            assert f"legacy: {model}: {phase} reused from the cache" in log, log[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    gates = json.loads((out / "verdict.json").read_text())["gates"]
+    assert {m["model"] for m in results["models"]} == set(MODELS.split(","))
+    for model in results["models"]:
+        for stack in ("legacy", "candidate"):
+            assert {s["status"] for s in model["stacks"][stack]["stages"]} == {"ok"}, (model["model"], stack)
+
+    # Unchanged: everything is reused, and the report is the same.
+    again = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
+    assert again.returncode == resumed.returncode
+    log = again.stderr + again.stdout
+    assert log.count("reused from the cache") == 2 * 3 * 2 and " done in " not in log
+    assert json.loads((out / "verdict.json").read_text())["gates"] == gates
+
+    # A corrupt entry is found by its hash and rebuilt; only that phase (and what follows from it) runs.
+    entry = next((tmp_path / "cache" / "legacy" / "vit-smoke" / "export").iterdir())
+    artifact = entry / "forward.ptl"
+    data = bytearray(artifact.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    artifact.write_bytes(bytes(data))  # in place: the report folder's link sees it too
+    repaired = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
+    assert repaired.returncode == resumed.returncode, repaired.stderr[-4000:]
+    log = repaired.stderr + repaired.stdout
+    assert f"legacy: vit-smoke: export: cache entry {entry} is corrupt (forward.ptl does not match its SHA-256)" in log
+    assert "legacy: vit-smoke: export done in" in log
+    assert "legacy: mobilenet-v3-small: export reused from the cache" in log
+    assert {s["status"] for s in stages(out, "legacy", "vit-smoke", "runtime").values()} == {"ok"}
