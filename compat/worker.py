@@ -74,6 +74,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def sha256_file(path: Path) -> str:
+    # The same as the parent's upgrade_gate.cache.sha256_file, which this side cannot import.
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):

@@ -239,3 +239,26 @@ def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     assert errors[0].startswith(f"upgrade-gate: error: {spec}: requirements: uv could not install them: ")
     assert "there is no version of executorch==0.0.42" in errors[0]
     assert errors[0].endswith("; fix the versions in the spec")
+
+
+def test_an_unknown_model_name_exits_2_naming_it(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), "--models", "vit-smoke,vit-tiny",
+                 env=env, timeout=300)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "upgrade-gate: error: --models: unknown model 'vit-tiny'; known models: data-dependent-branch, hang,")
+    assert "Traceback" not in result.stderr and not (tmp_path / "report").exists()
+
+
+def test_an_unwritable_report_folder_exits_2_before_any_work(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    (tmp_path / "taken").write_text("a file where the folder should go\n")
+    out = tmp_path / "taken" / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), env=env, timeout=300)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert errors == [f"upgrade-gate: error: {out}: report folder is not writable (Not a directory); "
+                      "choose another with --out DIR"], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

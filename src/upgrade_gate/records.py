@@ -94,7 +94,10 @@ class Stage:
     def explain(self) -> str:
         """One line: why this stage did not succeed."""
         if self.error:
-            return f"{self.stage} {self.status}: {self.error.type}: {self.error.message.splitlines()[0] if self.error.message else ''}"
+            first_line = self.error.message.splitlines()[0] if self.error.message else ""
+            # A worker killed by the runner carries its status as the error type: say it once.
+            kind = "" if self.error.type == self.status else f"{self.error.type}: "
+            return f"{self.stage} {self.status}: {kind}{first_line}"
         if self.reason:
             return f"{self.stage} {self.status}: {self.reason}"
         return f"{self.stage} {self.status}"
@@ -136,6 +139,11 @@ class StackModelRecord:
     directory: Path
     stages: tuple[Stage, ...]
     facts: dict[str, dict[str, Any]]  # phase → facts (peak RSS, threads, …)
+    # phase → its cache record: key, and where its files were reused from (None: this run made them)
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def reused_phases(self) -> list[str]:
+        return [phase for phase, record in self.cache.items() if record.get("reused_from")]
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -191,8 +199,12 @@ class StackModelRecord:
         return {name: list(m.get("samples_ms", [])) for name, m in methods.items()}
 
     def peak_rss_bytes(self, phase: str) -> int | None:
-        value = self.facts.get(phase, {}).get("peak_rss_bytes")
-        return int(value) if isinstance(value, (int, float)) else None
+        """The phase's peak resident memory: the worker's own figure, or what the
+        supervisor saw of it and its children (all there is after a kill)."""
+        facts = self.facts.get(phase, {})
+        values = [facts.get("peak_rss_bytes"), facts.get("supervisor", {}).get("peak_rss_bytes")]
+        found = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+        return max(found) if found else None
 
 
 def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
@@ -213,7 +225,14 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
         check_schema(reader)
         stages.extend(Stage.from_reader(r) for r in reader.children("stages"))
         facts[phase] = reader.opt_dict("facts")
-    return StackModelRecord(stack=stack, model=model, directory=directory, stages=tuple(stages), facts=facts)
+    cache = {}
+    for phase in layout.PHASES:
+        try:
+            cache[phase] = json.loads((directory / f"{phase}.cache.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # written by the runner after the phase; an older or interrupted run has none
+    return StackModelRecord(stack=stack, model=model, directory=directory, stages=tuple(stages), facts=facts,
+                            cache=cache)
 
 
 def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:

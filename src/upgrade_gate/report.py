@@ -92,6 +92,8 @@ def _model_results(plan: Plan, model: ModelEvidence) -> dict[str, Any]:
             "latency": {m: lat.to_dict() for m, lat in ev.latency.items()} if ev.latency else None,
             "export_peak_rss_bytes": record.peak_rss_bytes("export"),
             "runtime_peak_rss_bytes": record.peak_rss_bytes("runtime"),
+            "cache": {phase: {"key": c.get("key"), "reused_from": c.get("reused_from")}
+                      for phase, c in record.cache.items()},
         }
     return {
         "model": model.model.name,
@@ -285,6 +287,11 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
             row.append("—" if s is None else (f"ok {s.duration_s:.2f} s" if s.ok else f"**{s.status}**"))
         rows.append(row)
     lines += ["Stages:", ""] + _table(["Stage", *names], rows) + [""]
+    reused = [f"{n} {' and '.join(model.stacks[n].record.reused_phases())}" for n in names
+              if model.stacks[n].record.reused_phases()]
+    if reused:
+        lines += [f"Reused from the result cache (same key: stack, model code, weights, inputs, tool): "
+                  f"{'; '.join(reused)}. `--fresh` runs them again.", ""]
 
     lines += ["Numerics:", ""]
     rows = []
