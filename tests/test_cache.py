@@ -65,7 +65,7 @@ def test_a_stored_entry_is_found_verified_and_linked(tmp_path):
 
 def test_a_corrupt_entry_is_detected_by_its_hash_and_deleted(tmp_path):
     store = cache.ResultCache(tmp_path / "cache")
-    entry = store.store("candidate", "vit", "export", "k1", phase_files(tmp_path), {})
+    entry = store.store("candidate", "vit", "export", "k1", phase_files(tmp_path), {}).path
     stored = entry / "forward.pte"
     data = bytearray(stored.read_bytes())
     data[10] ^= 0xFF  # same size, one byte flipped

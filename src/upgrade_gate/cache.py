@@ -19,6 +19,7 @@ a corrupt entry: it is deleted and the phase runs again.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -154,7 +155,15 @@ def fixtures_digest(fixtures_dir: Path) -> str | None:
     """The shared weights and inputs a phase used, or None before any stack wrote them."""
     if not (fixtures_dir / "inputs.npz").is_file():
         return None
-    return files_digest([p for p in fixtures_dir.iterdir() if p.is_file()], fixtures_dir)
+    files = sorted(p for p in fixtures_dir.iterdir() if p.is_file())
+    return _fixtures_digest(fixtures_dir, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=256)
+def _fixtures_digest(fixtures_dir: Path, stamps: tuple[tuple[str, int, int], ...]) -> str:
+    # Fixture files are written once and never change; a 1B model's weights
+    # are 5 GB, so each is hashed once per process, not before and after every phase.
+    return files_digest([fixtures_dir / name for name, _, _ in stamps], fixtures_dir)
 
 
 # -- the store ---------------------------------------------------------------------
@@ -184,15 +193,14 @@ class ResultCache:
         path = self.entry_dir(stack, model, phase, key)
         if not path.is_dir():
             return None, None
-        problem = _verify(path, key)
-        if problem:
+        manifest, problem = _verified_manifest(path, key)
+        if manifest is None:
             shutil.rmtree(path, ignore_errors=True)
             return None, f"cache entry {path} is corrupt ({problem}); deleted, running the phase again"
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         os.utime(path / MANIFEST)  # most recently used: kept longest
         return Hit(path=path, manifest=manifest), None
 
-    def store(self, stack: str, model: str, phase: str, key: str, files: list[Path], meta: dict[str, Any]) -> Path:
+    def store(self, stack: str, model: str, phase: str, key: str, files: list[Path], meta: dict[str, Any]) -> Hit:
         """Keep ``files`` under ``key``; a concurrent writer of the same key is harmless."""
         final = self.entry_dir(stack, model, phase, key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -213,7 +221,7 @@ class ResultCache:
         except OSError:  # another run stored the same key meanwhile
             shutil.rmtree(staging, ignore_errors=True)
         self._prune(final.parent)
-        return final
+        return Hit(path=final, manifest=manifest)
 
     def _prune(self, phase_dir: Path) -> None:
         entries = [p for p in phase_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
@@ -222,20 +230,21 @@ class ResultCache:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _verify(path: Path, key: str) -> str | None:
+def _verified_manifest(path: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The entry's manifest if every file matches it, else None and what is wrong."""
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         if manifest.get("key") != key:
-            return "its manifest names another key"
+            return None, "its manifest names another key"
         for name, expected in manifest["files"].items():
             file = path / name
             if not file.is_file():
-                return f"{name} is missing"
+                return None, f"{name} is missing"
             if file.stat().st_size != expected["bytes"] or sha256_file(file) != expected["sha256"]:
-                return f"{name} does not match its SHA-256"
+                return None, f"{name} does not match its SHA-256"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        return f"unreadable manifest: {error}"
-    return None
+        return None, f"unreadable manifest: {error}"
+    return manifest, None
 
 
 def link_or_copy(source: Path, target: Path) -> None:

@@ -105,7 +105,8 @@ def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> st
                             cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode == 0:
         return None
-    lines = [line.strip(" ×╰─▶│") .strip() for line in result.stderr.splitlines()]
+    # uv draws its error as a tree (× … ╰─▶ …): keep the words.
+    lines = [line.strip(" \t×╰─▶│") for line in result.stderr.splitlines()]
     return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,7 +261,8 @@ def total_memory_bytes() -> int:
     return 0
 
 
-_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([A-Za-z]*)\s*")
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
 def parse_memory_limit(table: Table, name: str, total: int) -> int:
@@ -280,21 +282,16 @@ def parse_memory_limit(table: Table, name: str, total: int) -> int:
             raise table.error(name, "this machine's memory is unknown (no /proc/meminfo); give a size like \"12 GiB\"")
         limit = int(total * share / 100)
     elif isinstance(raw, str):
-        number, _, unit = raw.strip().partition(" ") if " " in raw.strip() else _split_unit(raw.strip())
-        try:
-            limit = int(float(number) * _UNITS[unit.strip().upper() or "B"])
-        except (ValueError, KeyError):
-            raise table.error(name, f"{hint}; got {raw!r}") from None
+        size = _SIZE.fullmatch(raw)
+        if size is None or size.group(2).upper() not in _UNITS:
+            raise table.error(name, f"{hint}; got {raw!r}")
+        limit = int(float(size.group(1)) * _UNITS[size.group(2).upper()])
     else:
         raise table.error(name, f"{hint}; got {raw!r}")
     if limit <= 0:
         raise table.error(name, f"must be greater than 0, got {raw!r}")
     return limit
 
-
-def _split_unit(text: str) -> tuple[str, str, str]:
-    digits = len(text) - len(text.lstrip("0123456789."))
-    return text[:digits], "", text[digits:]
 
 
 def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry, ...]:

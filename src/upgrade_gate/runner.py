@@ -113,8 +113,9 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     settings, name = stack.plan.settings, f"{stack.spec.name}: {model.name}: {phase}"
     model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
     model_dir.mkdir(parents=True, exist_ok=True)
-    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.name, cache.model_code_digest(model))
-    key = _phase_key(stack, model, phase, model_dir, fixtures_dir)
+    code = cache.model_code_digest(model)
+    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.name, code)
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
     if key is not None and not settings.fresh:
         hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
         if problem:
@@ -149,23 +150,24 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
     files = _phase_files(model_dir, phase)
     # The fixtures exist now if they did not before: the key that names this result includes them.
-    key = _phase_key(stack, model, phase, model_dir, fixtures_dir)
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
     manifest = {f.name: {"bytes": f.stat().st_size} for f in files}
     if cacheable and key is not None:
-        entry = stack.store.store(stack.spec.name, model.name, phase, key, files,
-                                  {"seconds": round(outcome.elapsed_s, 3)})
-        manifest = json.loads((entry / cache.MANIFEST).read_text(encoding="utf-8"))["files"]
+        manifest = stack.store.store(stack.spec.name, model.name, phase, key, files,
+                                     {"seconds": round(outcome.elapsed_s, 3)}).files
     _write_key_record(model_dir, phase, key, manifest, stored=cacheable and key is not None)
     stack.log(f"{name} done in {time.monotonic() - start:.1f} s")
 
 
-def _phase_key(stack: StackRun, model: ModelEntry, phase: str, model_dir: Path, fixtures_dir: Path) -> str | None:
+def _phase_key(
+    stack: StackRun, model: ModelEntry, code: str, phase: str, model_dir: Path, fixtures_dir: Path
+) -> str | None:
     """What determines this phase's result; None when it cannot be known (the export was not stored)."""
     parts: dict[str, Any] = {
         "phase": phase,
         "stack": stack.digest,
         "model": model.name,
-        "code": cache.model_code_digest(model),
+        "code": code,
         "project_root": str(model.project_root) if model.project_root else None,
         "assets": assets_dir().name,
         "fixtures": cache.fixtures_digest(fixtures_dir),
