@@ -3,10 +3,12 @@
     nox -s compare [-- --out DIR --suite S --models a,b --fresh]   everything: assets, stacks, runs, report
     nox -s assets                                 convert real weights, prompts and photos (cached)
     nox -s "run(candidate)" [-- …]                build one stack and run the models in it
+    nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
     nox -s report [-- --out DIR]                  compare the stacks' records, write the report
+    nox -s benchmark -- overhead|noise|sensitivity   benchmarks of the measurement (docs/benchmarks.md)
 
 `compare` validates the configuration, then queues `assets`, one `run` session
-per stack spec in envs/ (baseline first) and `report` last. Each `run`
+per stack spec in envs/ (baseline first), `measure` and `report` last. Each `run`
 session's venv *is* the stack: nox builds it with uv from the spec's Python and
 requirements.
 """
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from upgrade_gate import assets as asset_build
 from upgrade_gate import cli, runner
+from upgrade_gate import measure as measurement
 from upgrade_gate.config import default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
 
@@ -53,6 +56,7 @@ def compare(session: nox.Session) -> None:
     session.notify("assets")
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
+    session.notify("measure", session.posargs)
     session.notify("report", session.posargs)
 
 
@@ -90,9 +94,25 @@ def run(session: nox.Session, stack: str) -> None:
 
 
 @nox.session(python=False)
+def measure(session: nox.Session) -> None:
+    """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    measurement.measure_all(plan, log=session.log)
+
+
+@nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder and write report.md, results.json, verdict.json."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from)
     status = cli.report(plan)
     if status:
         session.error("verdict NO-GO")
+
+
+@nox.session(python=False, default=False)
+def benchmark(session: nox.Session) -> None:
+    """Benchmarks of the measurement: harness overhead, noise floor, sensitivity (docs/benchmarks.md)."""
+    from upgrade_gate import benchmark as benchmarks
+
+    if benchmarks.main(session.posargs, log=session.log):
+        session.error("the benchmark missed its target")

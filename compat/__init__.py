@@ -7,7 +7,8 @@ Every module here except ``worker`` is an adapter named by a stack spec's
 * ``lower(module, inputs) -> (lowered, details)`` — the exported program in
   memory, and what to record about it (operators, delegate partitions)
 * ``save(lowered, path, keep=False)`` — write the artifact; with ``keep`` the
-  lowered program must stay usable afterwards (for ``save_program``)
+  lowered program must stay usable afterwards (for ``save_program``); may
+  return details to record (ExecuTorch: each method's planned memory)
 * ``load(path)`` — load the artifact in the stack's mobile runtime
 * ``run(program, inputs) -> outputs``
 * ``set_threads(n)`` — the runtime's intra-op thread count

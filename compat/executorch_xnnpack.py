@@ -41,17 +41,30 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     return lowered, {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
 
 
-def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
+def save(lowered: Any, path: Path, *, keep: bool = False) -> dict[str, Any]:
     """Write the .pte; with ``keep`` the lowered program stays usable (for save_program).
 
     to_executorch() rewrites the lowered graphs in place (out-variant ops,
     memory plan), so a program that is still needed is serialized from a copy —
     a full copy of its weights, which a 1B model cannot afford.
     """
-    path.write_bytes((copy.deepcopy(lowered) if keep else lowered).to_executorch().buffer)
+    program = (copy.deepcopy(lowered) if keep else lowered).to_executorch()
+    path.write_bytes(program.buffer)
+    return planned_memory(program)
 
 
-def save_program(lowered: dict[str, Any], path: Path) -> None:
+def planned_memory(program: Any) -> dict[str, Any]:
+    """Each method's memory-planned buffers: what ExecuTorch's MethodMeta
+    reports as memory_planned_buffer_size(i), the arena an app must give the
+    method. Read from the execution plan (the Python MethodMeta of 0.7 does not
+    expose it); entry 0 of non_const_buffer_sizes is reserved."""
+    plans = {plan.name: [int(size) for size in plan.non_const_buffer_sizes[1:]]
+             for plan in program.executorch_program.execution_plan}
+    return {"planned_memory_bytes": {name: sum(sizes) for name, sizes in plans.items()},
+            "planned_buffers_bytes": plans}
+
+
+def save_program(lowered: dict[str, Any], path: Path) -> dict[str, Any]:
     """Every method in one multi-method .pte, as an app ships an LLM or a VLM.
 
     The methods were lowered one by one already; their lowered graphs are
@@ -65,8 +78,9 @@ def save_program(lowered: dict[str, Any], path: Path) -> None:
     config = dataclasses.replace(first.compile_config, _check_ir_validity=False)
     # The last use of the lowered programs: to_executorch may rewrite them in place.
     programs = {name: m.exported_program() for name, m in lowered.items()}
-    combined = EdgeProgramManager(programs, compile_config=config)
-    path.write_bytes(combined.to_executorch().buffer)
+    combined = EdgeProgramManager(programs, compile_config=config).to_executorch()
+    path.write_bytes(combined.buffer)
+    return planned_memory(combined)
 
 
 def run_method(program: Any, name: str, inputs: tuple[torch.Tensor, ...]) -> Any:

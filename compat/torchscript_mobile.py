@@ -19,6 +19,7 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
 
 def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
     # Saving leaves a TorchScript module as it was: `keep` needs nothing here.
+    # The Lite Interpreter allocates as it runs: there is no memory plan to report.
     lowered._save_for_lite_interpreter(str(path))
 
 

@@ -8,8 +8,11 @@ process boundary, because the two sides run different torch versions.
 Each phase runs in a fresh process:
 
 * ``export``  — build → eager [→ eager-task] → export → save [→ program]
-* ``runtime`` — load → run [→ program-run] [→ task] → latency, like an app
-  that only has the artifacts
+* ``runtime`` — load → run [→ program-run] [→ task], like an app that only
+  has the artifacts
+* ``measure`` — a server for the parent's interleaved latency rounds: starts the
+  runtime, loads the artifacts and runs each method once (cold start, memory),
+  warms up, then times one round per request (upgrade_gate.measure)
 
 ``eager-task`` and ``task`` run a generation loop (greedy decoding) for models
 that have one; ``program`` writes every method into one multi-method artifact
@@ -456,7 +459,7 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
             with torch.no_grad():
                 program, details[name] = adapter.lower(method.module, inputs[name])
             with partial_file(path) as partial:
-                adapter.save(program, partial, keep=keep)
+                details[name].update(adapter.save(program, partial, keep=keep) or {})
             if keep:
                 lowered[name] = program
             # TorchScript modules hold reference cycles: free this method's
@@ -478,9 +481,9 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         path = artifact_path(model_dir, PROGRAM, adapter)
         start = time.perf_counter()
         with partial_file(path) as partial:
-            adapter.save_program(log.results["export"], partial)
+            planned = adapter.save_program(log.results["export"], partial) or {}
         return True, {**written_artifact(path), "methods": list(log.results["export"]),
-                      "seconds": round(time.perf_counter() - start, 3)}
+                      "seconds": round(time.perf_counter() - start, 3), **planned}
 
     built = log.stage("build", (), build)
     log.stage("eager", ("build",), eager)
@@ -493,17 +496,23 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     log.finish(torch_threads=torch.get_num_threads())
 
 
+def export_stages(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """The export phase's stage records by name (none if it left no record)."""
+    try:
+        record = json.loads((model_dir / "export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {s["stage"]: s for s in record.get("stages", [])}
+
+
 def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     model_dir = Path(job["model_dir"])
     adapter.set_threads(job["threads"])
     # What the export phase built: the methods to load and whether the task has a loop.
-    try:
-        export_record = json.loads((model_dir / "export.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        export_record = {"stages": []}
-    built = next((s for s in export_record["stages"] if s["stage"] == "build"), {}).get("details", {})
-    has_program = any(s["stage"] == "program" for s in export_record["stages"])
-    saved = any(s["stage"] == "save" and s["status"] == "ok" for s in export_record["stages"])
+    stages = export_stages(model_dir)
+    built = stages.get("build", {}).get("details", {})
+    has_program = "program" in stages
+    saved = stages.get("save", {}).get("status") == "ok"
     methods = built.get("methods") or ["forward"]
 
     def inputs():
@@ -541,20 +550,6 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
         return run_task(case, call, model_dir / "artifact-task.npz")
 
-    def latency():
-        programs, args = log.results["load"], log.results["inputs"]
-        timings = {}
-        for name in methods:
-            for _ in range(job["warmup"]):
-                adapter.run(programs[name], args[name])
-            samples = []
-            for _ in range(job["iterations"]):
-                start = time.perf_counter_ns()
-                adapter.run(programs[name], args[name])
-                samples.append((time.perf_counter_ns() - start) / 1e6)
-            timings[name] = {"samples_ms": samples}
-        return True, {"threads": job["threads"], "warmup": job["warmup"], "methods": timings}
-
     def program():
         # The multi-method artifact must give what the per-method ones give.
         import torch
@@ -582,8 +577,129 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         log.stage("program-run", ("run",), program)
     if built.get("task") == "generation":
         log.stage("task", ("load",), task)
-    log.stage("latency", ("run",), latency)
     log.finish()
+
+
+# -- measure: the server behind upgrade_gate.measure ----------------------------
+#
+# One process per stack, model and thread count. The parent talks to it over
+# two pipes (fds named in UPGRADE_GATE_CONTROL_FDS), one JSON object per line;
+# stdout and stderr stay the log. Every step announces itself ("stage" events),
+# so the parent can hold each to its deadline.
+
+CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
+
+
+def memory_status() -> dict[str, int]:
+    """This process's resident memory now (VmRSS) and at its peak so far (VmHWM), in bytes."""
+    found = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"rss_bytes": found.get("VmRSS", 0), "peak_rss_bytes": found.get("VmHWM", peak_rss_bytes())}
+
+
+def time_runs(call: Callable[[], Any], runs: int) -> list[float]:
+    """The harness: one clock read before and after each call, nothing else in the loop
+    (its cost against a bare loop is benchmarked: docs/benchmarks.md)."""
+    clock = time.perf_counter_ns
+    samples = [0.0] * runs
+    for index in range(runs):
+        start = clock()
+        call()
+        samples[index] = (clock() - start) / 1e6
+    return samples
+
+
+def runs_per_round(job: dict[str, Any], warm_mean_ms: float) -> int:
+    """``iterations`` spread over the rounds, or more when that is less than the time budget."""
+    rounds = job["rounds"]
+    by_count = math.ceil(job["iterations"] / rounds)
+    by_time = math.ceil(job["time_budget_s"] * 1000.0 / rounds / max(warm_mean_ms, 1e-3))
+    return int(min(max(by_count, by_time), job.get("max_runs_per_round", 100_000)))
+
+
+class Channel:
+    """Requests in, events out, one JSON object per line."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = (int(fd) for fd in os.environ[CONTROL_FDS_ENV].split(","))
+        self.requests = os.fdopen(read_fd, "r", encoding="utf-8")
+        self.events = os.fdopen(write_fd, "w", encoding="utf-8")
+
+    def send(self, event: str, **data: Any) -> None:
+        self.events.write(json.dumps(_jsonable({"event": event, **data})) + "\n")
+        self.events.flush()
+
+    def receive(self) -> dict[str, Any]:
+        line = self.requests.readline()
+        return json.loads(line) if line else {"command": "exit"}
+
+
+def run_measure_server(job: dict[str, Any], adapter: Any, channel: Channel) -> None:
+    model_dir, methods = Path(job["model_dir"]), job["methods"]
+    adapter.set_threads(job["threads"])
+    args = fixture_inputs(Path(job["fixtures_dir"]), methods)
+    # "The same process doing nothing but starting the runtime": imports done,
+    # threads set, inputs in memory; what loading and running adds is the model's.
+    idle = memory_status()
+
+    channel.send("stage", stage="load")
+    start = time.perf_counter_ns()
+    programs = {name: adapter.load(artifact_path(model_dir, name, adapter)) for name in methods}
+    load_ms = (time.perf_counter_ns() - start) / 1e6
+    first_ms = {}
+    for name in methods:
+        first_ms[name] = time_runs(lambda: adapter.run(programs[name], args[name]), 1)[0]
+    after_first = memory_status()
+
+    channel.send("stage", stage="warm-up")
+    warm_mean_ms, runs = {}, {}
+    for name in methods:
+        warm = time_runs(lambda: adapter.run(programs[name], args[name]), job["warmup"])
+        warm_mean_ms[name] = sum(warm) / len(warm)
+        runs[name] = runs_per_round(job, warm_mean_ms[name])
+    channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
+                 warm_mean_ms=warm_mean_ms, runs_per_round=runs,
+                 input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})
+
+    while (request := channel.receive())["command"] in ("round", "overhead"):
+        channel.send("stage", stage="round")
+        if request["command"] == "overhead":
+            channel.send("overhead", blocks=harness_overhead(adapter, programs, args, runs, request["blocks"]))
+            continue
+        samples = {}
+        for name in methods:
+            call = lambda: adapter.run(programs[name], args[name])  # noqa: E731
+            call()  # untimed: the other stack ran since this method's last call
+            samples[name] = time_runs(call, runs[name])
+        channel.send("round", round=request["round"], samples_ms=samples)
+    channel.send("exit", memory=memory_status())
+
+
+def harness_overhead(adapter: Any, programs: dict[str, Any], args: dict[str, Any], runs: dict[str, int],
+                     blocks: int) -> dict[str, list[dict[str, float]]]:
+    """The benchmark of time_runs itself: blocks of the same calls through the
+    harness and in a bare loop, alternating, each block's wall time per call."""
+    found: dict[str, list[dict[str, float]]] = {}
+    for name, program in programs.items():
+        count = runs[name]
+        call = lambda: adapter.run(program, args[name])  # noqa: E731
+        for _ in range(blocks):
+            start = time.perf_counter_ns()
+            samples = time_runs(call, count)
+            harness = (time.perf_counter_ns() - start) / 1e6 / count
+            start = time.perf_counter_ns()
+            for _ in range(count):
+                adapter.run(program, args[name])
+            bare = (time.perf_counter_ns() - start) / 1e6 / count
+            found.setdefault(name, []).append({"harness_ms": harness, "bare_ms": bare,
+                                               "harness_median_sample_ms": sorted(samples)[count // 2]})
+    return found
 
 
 # -- probe ----------------------------------------------------------------------
@@ -637,7 +753,7 @@ def check_factory(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
-    parser.add_argument("command", choices=("probe", "check", "export", "runtime"))
+    parser.add_argument("command", choices=("probe", "check", "export", "runtime", "measure"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     die_with_parent()
@@ -655,6 +771,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     adapter = load_adapter(job["adapter"])
+    if args.command == "measure":
+        channel = Channel()
+        try:
+            run_measure_server(job, adapter, channel)
+        except Exception as error:  # noqa: BLE001 - the parent records it on the stack's measurement
+            channel.send("error", type=f"{type(error).__module__}.{type(error).__qualname__}",
+                         message=str(error)[:4000],
+                         traceback_tail=traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:])
+            return 1
+        return 0
     log = PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
     phase = run_export_phase if args.command == "export" else run_runtime_phase
     phase(job, adapter, log)

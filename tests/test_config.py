@@ -31,7 +31,8 @@ def test_defaults(project):
     assert [m.name for m in plan.models] == [
         "mobilenet-v3-small", "vit-smoke", "llama-smoke", "minilm-smoke", "nanovlm-smoke"]
     settings = plan.settings
-    assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == (1, 2, 10, 50)
+    assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == ((1, 2), 2, 10, 50)
+    assert (settings.rounds, settings.time_budget_s) == (7, 2.0)
     assert settings.out_dir == project / "report"
     assert settings.gates == GateSettings()
     assert settings.gates.artifact_size.threshold == 1_500_000_000
@@ -139,7 +140,7 @@ def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, cache, envs, export-jobs, extra-requirements, "
-        "gates, iterations, memory-limit, models, out, suite, threads, timeouts, warmup"
+        "gates, iterations, memory-limit, models, out, rounds, suite, threads, time-budget, timeouts, warmup"
     )
 
 
@@ -147,7 +148,7 @@ def test_unknown_gate_key(project):
     path = set_config(project, "[tool.upgrade-gate.gates]\nlatncy = { max-ratio = 1.1 }\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.gates.latncy: unknown key; expected one of: artifact-size, budgets, "
-        "export, latency, models, numerics, task"
+        "export, latency, memory, models, numerics, task"
     )
 
 
@@ -165,7 +166,29 @@ def test_bad_severity(project):
 
 def test_wrong_type(project):
     path = set_config(project, '[tool.upgrade-gate]\nthreads = "two"\n')
-    assert error_for(project) == f"{path}: tool.upgrade-gate.threads: expected an integer, got 'two'"
+    assert error_for(project) == (
+        f"{path}: tool.upgrade-gate.threads: expected a thread count or a list of them like [1, 2], got 'two'")
+
+
+@pytest.mark.parametrize(("value", "expected"), [("4", (4,)), ("[2, 1]", (2, 1))])
+def test_thread_counts(project, value, expected):
+    set_config(project, f"[tool.upgrade-gate]\nthreads = {value}\n")
+    assert plan_for(project).settings.threads == expected
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("[1, 1]", "a thread count appears twice in [1, 1]"),
+    ("[1, 0]", "thread counts must be integers greater than 0, got 0"),
+    ("[]", "expected a thread count or a list of them like [1, 2], got []"),
+])
+def test_bad_thread_counts(project, value, message):
+    path = set_config(project, f"[tool.upgrade-gate]\nthreads = {value}\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.threads: {message}"
+
+
+def test_too_few_rounds(project):
+    path = set_config(project, "[tool.upgrade-gate]\nrounds = 2\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.rounds: must be at least 3, got 2"
 
 
 def test_too_few_timed_runs(project):

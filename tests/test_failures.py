@@ -20,7 +20,8 @@ from test_integration import REPO, nox, user_project
 pytestmark = pytest.mark.integration
 
 # A private result cache per test: what is reused is what this test ran.
-CONFIG = '[tool.upgrade-gate]\ncache = "cache"\n'
+# Half the default timing budget: these tests are about surviving, not about speed.
+CONFIG = '[tool.upgrade-gate]\ncache = "cache"\ntime-budget = 1.0\n'
 
 
 def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
@@ -89,7 +90,7 @@ def test_an_exporter_that_writes_an_empty_artifact_fails_its_save_stage(tmp_path
     runtime = stages(out, "candidate", "vit-smoke", "runtime")
     assert runtime["load"]["status"] == "skipped"
     assert runtime["load"]["reason"] == "no verified artifact: the export phase's save stage did not succeed"
-    assert runtime["run"]["status"] == runtime["latency"]["status"] == "skipped"
+    assert runtime["run"]["status"] == "skipped"
 
 
 def live_workers(out: Path) -> list[str]:
@@ -162,7 +163,8 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     again = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
     assert again.returncode == resumed.returncode
     log = again.stderr + again.stdout
-    assert log.count("reused from the cache") == 2 * 3 * 2 and " done in " not in log
+    # 2 stacks × 3 models × 2 phases, and 3 models × 2 thread counts measured
+    assert log.count("reused from the cache") == 2 * 3 * 2 + 3 * 2 and " done in " not in log
     assert json.loads((out / "verdict.json").read_text())["gates"] == gates
 
     # A corrupt entry is found by its hash and rebuilt; only that phase (and what follows from it) runs.

@@ -67,13 +67,30 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             for method, artifact in methods.items():
                 path = out / record["record_dir"] / f"{method}{suffix}"
                 assert path.stat().st_size == artifact["bytes"] > 1000
-            assert set(record["latency"]) == set(methods)
-            assert all(lat["runs"] == 50 and lat["p50_ms"] > 0 for lat in record["latency"].values())
-            assert record["runtime_peak_rss_bytes"] > 0 and record["export_peak_rss_bytes"] > 0
+            assert set(record["measured"]) == {"1", "2"}  # the default thread counts
+            for measured in record["measured"].values():
+                assert measured["status"] == "ok", (model["model"], stack, measured)
+                assert set(measured["latency"]) == set(methods)
+                for lat in measured["latency"].values():
+                    assert lat["runs"] >= 56 and 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"]
+                assert measured["rounds"] == {method: 7 for method in methods}
+                assert measured["cold_start"]["load_ms"] > 0 and measured["cold_start"]["first_run_ms"] > 0
+                memory = measured["memory"]
+                assert 0 < memory["runtime_bytes"] < memory["peak_rss_bytes"]
+                assert memory["peak_rss_bytes"] == memory["idle_rss_bytes"] + memory["runtime_bytes"]
+            assert record["runtime_phase_peak_rss_bytes"] > 0 and record["export_peak_rss_bytes"] > 0
+        # ExecuTorch plans each method's memory ahead of time; the Lite Interpreter does not.
+        assert model["stacks"]["legacy"]["planned_memory_bytes"] is None
+        planned = model["stacks"]["candidate"]["planned_memory_bytes"]
+        assert set(planned) == set(model["stacks"]["candidate"]["artifact"]["methods"]) and min(planned.values()) > 0
+        ratios = model["latency_ratios"]
+        assert {(r["threads"], r["method"]) for r in ratios} == {
+            (t, m) for t in (1, 2) for m in model["stacks"]["candidate"]["artifact"]["methods"]}
+        assert all(len(r["per_round"]) == 7 and 0 < r["low"] <= r["median"] <= r["high"] for r in ratios)
 
     verdict = load(out, "verdict.json")
     assert verdict["verdict"] == "NO-GO"
-    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] != "passed"]
+    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] == "FAILED"]
     assert failing == [("nanovlm-smoke", "numerics")], failing
     assert (out / "report.md").read_text().splitlines()[2] == "## Verdict: **NO-GO**"
     assert "Verdict: NO-GO" in result.stdout + result.stderr

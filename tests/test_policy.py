@@ -44,19 +44,18 @@ def results_by_gate(plan) -> tuple[dict[str, GateResult], Verdict]:
 
 
 def write_pair(out: Path, *, candidate_artifact, legacy_ms=10.0, candidate_ms=10.0, **candidate):
-    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
-                      samples_ms=[legacy_ms] * 50)
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=legacy_ms)
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=candidate_artifact,
-                      samples_ms=[candidate_ms] * 50, **candidate)
+                      latency_ms=candidate_ms, **candidate)
 
 
 def test_all_gates_pass(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE + 1e-7], candidate_ms=9.0)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO
-    assert sorted(gates) == ["artifact-size", "export", "latency", "numerics", "same-inputs"]
+    assert sorted(gates) == ["artifact-size", "export", "latency", "memory", "numerics", "same-inputs"]
     assert all(g.passed for g in gates.values())
-    assert gates["latency"].measured == "0.900 (9.000 ms / 10.000 ms)"
+    assert gates["latency"].measured == "ratio 0.900 [0.900, 0.900] (1 thread(s): 9.000 ms / 10.000 ms)"
     assert gates["numerics"].evidence == "artifact(candidate) vs eager(legacy)"
 
 
@@ -65,7 +64,8 @@ def test_slower_candidate_is_a_condition_not_a_stop(plan):
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
     assert not gates["latency"].passed and gates["latency"].severity == "soft"
-    assert gates["latency"].threshold == "p50 ratio ≤ 1.05 for every method slower by more than 0.05 ms"
+    assert gates["latency"].threshold == ("median ratio's 95% interval ≤ 1.05, per thread count and method; "
+                                          "methods slower by ≤ 0.05 ms pass")
 
 
 def test_a_few_microseconds_slower_is_not_judged_by_ratio(plan):
@@ -73,7 +73,7 @@ def test_a_few_microseconds_slower_is_not_judged_by_ratio(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], legacy_ms=0.008, candidate_ms=0.011)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO and gates["latency"].passed
-    assert gates["latency"].measured == "1.375 (0.011 ms / 0.008 ms)"
+    assert gates["latency"].measured == "ratio 1.375 [1.375, 1.375] (1 thread(s): 0.011 ms / 0.008 ms)"
 
 
 def test_numerics_beyond_tolerance_is_no_go(plan):
@@ -100,7 +100,9 @@ def test_failed_export_fails_every_gate_that_needs_it(plan):
     assert gates["export"].measured == "export failed: RuntimeError: export broke"
     assert gates["artifact-size"].measured == "no artifact"
     assert gates["numerics"].measured == "no outputs from artifact(candidate)"
-    assert gates["latency"].measured == "not measured in candidate"
+    assert gates["latency"].measured == ("not measured in candidate (its artifact did not load and run "
+                                         "(runtime phase)) at 1, 2 thread(s)")
+    assert gates["memory"].measured == "not measured in candidate"
     assert gates["same-inputs"].passed
 
 
@@ -125,11 +127,13 @@ def test_budgets(project):
     )
     plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], candidate_ms=9.0,
-               runtime_peak_rss=300 * 2**20)
+               runtime_memory=300 * 2**20)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
     assert (gates["budget-latency"].passed, gates["budget-latency"].measured) == (False, "9.000 ms")
-    assert (gates["budget-memory"].passed, gates["budget-memory"].measured) == (True, "300 MiB")
+    assert (gates["budget-memory"].passed, gates["budget-memory"].measured) == (True, "300.0 MiB")
+    # 300 MiB against the baseline's 100: three times the memory, 200 MiB more.
+    assert (gates["memory"].passed, gates["memory"].measured) == (False, "3.00 (300.0 MiB / 100.0 MiB)")
 
 
 def test_gate_turned_off_is_not_reported(project):
@@ -140,3 +144,31 @@ def test_gate_turned_off_is_not_reported(project):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], candidate_ms=50.0)
     gates, verdict = results_by_gate(plan)
     assert "latency" not in gates and verdict is Verdict.GO
+
+
+def test_memory_within_min_delta_passes_whatever_the_ratio(plan):
+    write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], runtime_memory=110 * 2**20)
+    gates, _ = results_by_gate(plan)
+    assert gates["memory"].passed and gates["memory"].measured == "1.10 (110.0 MiB / 100.0 MiB)"
+
+
+def noisy_rounds(ratio: float, spread: list[float]) -> list[list[float]]:
+    """Seven rounds whose candidate/baseline medians are ``ratio`` times each factor of ``spread``."""
+    return [[10.0 * ratio * factor] * 8 for factor in spread]
+
+
+@pytest.mark.parametrize(("spread", "status", "verdict"), [
+    # Every round 20% slower: the interval lies wholly above 1.05.
+    ([1.18, 1.2, 1.2, 1.21, 1.22, 1.19, 1.2], "FAILED", Verdict.GO_WITH_CONDITIONS),
+    # Rounds from 0.95 to 1.15: the interval straddles 1.05.
+    ([0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97], "inconclusive", Verdict.GO),
+    ([0.97, 1.0, 1.01, 0.99, 1.02, 0.98, 1.0], "passed", Verdict.GO),
+])
+def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=10.0)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
+                      latency_ms=noisy_rounds(1.0, spread))
+    gates, overall = results_by_gate(plan)
+    assert gates["latency"].status == status and overall is verdict
+    assert gates["latency"].inconclusive == (status == "inconclusive")

@@ -20,9 +20,9 @@ def plan(project: Path):
 
 def test_report_files_verdict_first(plan, capsys):
     out = plan.settings.out_dir
-    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], samples_ms=[2.0] * 50)
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
-                      samples_ms=[1.0] * 50)
+                      latency_ms=1.0)
 
     assert cli.report(plan) == 1  # NO-GO: numerics off by 1%
 
@@ -34,18 +34,21 @@ def test_report_files_verdict_first(plan, capsys):
     assert "FAILED | hard | numerics | candidate | vit-smoke | rel_l2 = 1.00e-02 (threshold rel_l2 ≤ 1.0e-04)" in report
     assert report.index("## Decision matrix") < report.index("## Requirements") < report.index("## Models")
     assert "| numerics | candidate | vit-smoke | hard | ❌ FAIL | rel_l2 = 1.00e-02 | rel_l2 ≤ 1.0e-04 |" in report
-    assert "| latency | candidate | vit-smoke | soft | ✅ PASS | 0.500 (1.000 ms / 2.000 ms) |" in report
+    assert "| latency | candidate | vit-smoke | soft | ✅ PASS | ratio 0.500 [0.500, 0.500] (1 thread(s): 1.000 ms / 2.000 ms) |" in report
+    assert "| forward | candidate | 56 | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 0.000 ms | 1000.0 FPS | 0.500 [0.500, 0.500] | candidate |" in report
 
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "NO-GO" and verdict["candidates"] == {"candidate": "NO-GO"}
-    assert {g["gate"] for g in verdict["gates"]} == {"same-inputs", "export", "artifact-size", "numerics", "latency"}
+    assert {g["gate"] for g in verdict["gates"]} == {"same-inputs", "export", "artifact-size", "numerics", "latency",
+                                                     "memory"}
     numerics = next(g for g in verdict["gates"] if g["gate"] == "numerics")
     assert numerics["status"] == "FAILED" and numerics["model"] == "vit-smoke" and numerics["severity"] == "hard"
 
     results = json.loads((out / "results.json").read_text())
     assert results["schema_version"] == "1.0"
     model, = results["models"]
-    assert model["stacks"]["candidate"]["latency"]["forward"]["p50_ms"] == 1.0
+    assert model["stacks"]["candidate"]["measured"]["2"]["latency"]["forward"]["p50_ms"] == 1.0
+    assert {(r["threads"], r["median"]) for r in model["latency_ratios"]} == {(1, 0.5), (2, 0.5)}
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["worst_rel_l2"] == pytest.approx(0.01, rel=1e-5)
     drift = next(c for c in model["comparisons"] if c["purpose"] == "torch upgrade drift (eager)")
@@ -69,13 +72,13 @@ def test_damaged_record_is_named(plan, capsys):
     directory = write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
     data = json.loads((directory / "runtime.json").read_text())
-    data["stages"][3]["duration_s"] = "slow"
+    data["stages"][2]["duration_s"] = "slow"
     (directory / "runtime.json").write_text(json.dumps(data))
     with pytest.raises(SystemExit):
         cli.report(plan)
     assert capsys.readouterr().err == (
         f"upgrade-gate: error: {out}: Unexpected type str (expected int or float) in "
-        "'stacks/legacy/models/vit-smoke/runtime.json.stages[3].duration_s'; re-run `nox -s compare` to rewrite the records\n"
+        "'stacks/legacy/models/vit-smoke/runtime.json.stages[2].duration_s'; re-run `nox -s compare` to rewrite the records\n"
     )
 
 
@@ -115,3 +118,20 @@ def test_a_baseline_artifact_off_from_its_own_eager_model_is_a_finding(plan):
     assert (finding["model"], finding["output"], finding["rel_l2"]) == ("vit-smoke", "forward.output_0", 2.0)
     assert "- **vit-smoke**: rel_l2 = 2.00e+00 (forward.output_0), over the 1.0e-04 gate" in (
         out / "report.md").read_text()
+
+
+def test_damaged_measurement_is_named(plan, capsys):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    path = out / "measurements" / "vit-smoke" / "threads-2.json"
+    data = json.loads(path.read_text())
+    data["stacks"]["candidate"]["rounds"][4]["samples_ms"]["forward"] = "fast"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit):
+        cli.report(plan)
+    assert capsys.readouterr().err == (
+        f"upgrade-gate: error: {out}: Unexpected samples (expected a list of numbers) in "
+        "'measurements/vit-smoke/threads-2.json.stacks.candidate.rounds[4].samples_ms.forward'; "
+        "re-run `nox -s compare` to rewrite the records\n"
+    )

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from upgrade_gate import supervisor
 
 # A stand-in for the worker: records a running stage the way compat/worker.py does, then behaves.
@@ -73,3 +75,71 @@ def test_the_start_up_has_a_deadline_of_its_own(tmp_path):
         memory_limit_bytes=2**40,
     )
     assert outcome.cause == "timeout" and outcome.stage == "start"
+
+
+# A stand-in for the measurement server: speaks the worker's protocol over the control fds.
+SERVER = textwrap.dedent('''
+    import json, os, sys, time
+    requests_fd, events_fd = (int(fd) for fd in os.environ["CONTROL"].split(","))
+    requests, events = os.fdopen(requests_fd), os.fdopen(events_fd, "w")
+    behaviour = sys.argv[1]
+
+    def send(event, **data):
+        events.write(json.dumps({"event": event, **data}) + "\\n")
+        events.flush()
+
+    print("a model that prints to stdout: not part of the protocol", flush=True)
+    send("stage", stage="load")
+    send("ready", cold={"load_ms": 1.0})
+    for line in requests:
+        request = json.loads(line)
+        if request["command"] == "exit":
+            send("exit", memory={"peak_rss_bytes": 1})
+            break
+        send("stage", stage="round")
+        if behaviour == "hang":
+            time.sleep(600)
+        if behaviour == "crash":
+            os.abort()
+        if behaviour == "raise":
+            send("error", type="RuntimeError", message="forward() failed", traceback_tail=["line"])
+            sys.exit(1)
+        send("round", round=request["round"], samples_ms={"forward": [1.0, 2.0]})
+''')
+
+
+def serve(tmp_path: Path, behaviour: str, deadlines: dict[str, float] | None = None) -> supervisor.Server:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    deadlines = {"default": 20.0, **(deadlines or {})}
+    return supervisor.Server(
+        [sys.executable, str(script), behaviour], env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path,
+        log_file=tmp_path / "server.log", deadline_for=lambda stage: deadlines.get(stage, deadlines["default"]),
+        memory_limit_bytes=2**40, control_env="CONTROL",
+    )
+
+
+def test_server_answers_rounds_and_says_goodbye(tmp_path):
+    server = serve(tmp_path, "answer")
+    assert server.request(None, "ready")["cold"] == {"load_ms": 1.0}
+    for number in (1, 2):
+        assert server.request({"command": "round", "round": number}, "round") == {
+            "event": "round", "round": number, "samples_ms": {"forward": [1.0, 2.0]}}
+    assert server.close() == {"event": "exit", "memory": {"peak_rss_bytes": 1}}
+    assert server.process.returncode == 0
+    assert "prints to stdout" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.parametrize(("behaviour", "status", "message"), [
+    ("hang", "timeout", "step round ran 1 s, past its deadline of 1 s; worker killed"),
+    ("crash", "crashed", "worker killed by signal SIGABRT"),
+    ("raise", "failed", "RuntimeError: forward() failed"),
+])
+def test_server_that_does_not_answer(tmp_path, behaviour, status, message):
+    server = serve(tmp_path, behaviour, {"round": 1.0})
+    server.request(None, "ready")
+    with pytest.raises(supervisor.ServerFailed) as failure:
+        server.request({"command": "round", "round": 1}, "round")
+    server.stop()
+    assert (failure.value.status, failure.value.stage, failure.value.message) == (status, "round", message)
+    assert server.process.poll() is not None

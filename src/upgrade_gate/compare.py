@@ -5,15 +5,16 @@ Pure functions over what the workers wrote; no torch, no thresholds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from upgrade_gate.config import ModelEntry, Plan
 from upgrade_gate import tasks
 from upgrade_gate.metrics import OutputMetrics, compare_outputs
-from upgrade_gate.records import StackModelRecord, load_stack_model
-from upgrade_gate.stats import LatencySummary, summarize
+from upgrade_gate.records import StackModelRecord, load_measurement, load_stack_model
+from upgrade_gate.stats import LatencySummary, RatioEstimate, ratio_by_rounds, summarize
 from upgrade_gate.tasks import TaskAgreement
 
 
@@ -69,14 +70,77 @@ class Comparison:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Measured:
+    """One stack at one thread count, from the measure session."""
+
+    status: str  # "ok", "not measured", or how its server ended
+    problem: str | None = None
+    latency: dict[str, LatencySummary] = field(default_factory=dict)  # per method, every round pooled
+    rounds: dict[str, list[list[float]]] = field(default_factory=dict)  # per method, the samples of each round
+    load_ms: float | None = None  # cold start: loading every method's artifact in a fresh process
+    first_run_ms: float | None = None  # cold start: the first call of every method, summed
+    runtime_memory_bytes: int | None = None  # peak RSS minus the process with only the runtime started
+    peak_rss_bytes: int | None = None
+    idle_rss_bytes: int | None = None
+    image_input: bool = False  # a method takes images (N, C, H, W): its rate is frames per second
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> Measured:
+        status = str(data.get("status", "not measured"))
+        error = data.get("error") or {}
+        problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
+        rounds: dict[str, list[list[float]]] = {}
+        for entry in data.get("rounds", []):
+            for method, samples in entry.get("samples_ms", {}).items():
+                rounds.setdefault(method, []).append([float(v) for v in samples])
+        latency = {m: summary for m, r in rounds.items() if (summary := summarize([v for rnd in r for v in rnd]))}
+        cold = data.get("cold") or {}
+        exit_memory = data.get("exit_memory") or {}
+        shapes = data.get("input_shapes") or {}
+        return cls(
+            status=status if status != "ok" or latency else "not measured",
+            problem=problem if status != "ok" or latency else "no timed rounds",
+            latency=latency,
+            rounds=rounds,
+            load_ms=cold.get("load_ms"),
+            first_run_ms=sum(cold["first_ms"].values()) if cold.get("first_ms") else None,
+            runtime_memory_bytes=data.get("runtime_memory_bytes"),
+            peak_rss_bytes=exit_memory.get("peak_rss_bytes"),
+            idle_rss_bytes=(data.get("idle_memory") or {}).get("rss_bytes"),
+            image_input=any(len(s) == 4 and s[1] in (1, 3) for ins in shapes.values() for s in ins[:1]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StackEvidence:
     record: StackModelRecord
-    latency: dict[str, LatencySummary] | None  # per method
+    measured: dict[int, Measured]  # per thread count, in the configured order
 
     @property
     def artifact_bytes(self) -> int | None:
         artifact = self.record.artifact
         return int(artifact["bytes"]) if artifact else None
+
+    @property
+    def latency(self) -> dict[str, LatencySummary] | None:
+        """Per method at the first thread count (the budgets' and the matrix's)."""
+        first = next(iter(self.measured.values()), None)
+        return first.latency if first and first.latency else None
+
+    @property
+    def runtime_memory_bytes(self) -> int | None:
+        """The most loading and running took, over the thread counts."""
+        values = [m.runtime_memory_bytes for m in self.measured.values() if m.runtime_memory_bytes is not None]
+        return max(values) if values else None
+
+    @property
+    def planned_memory_bytes(self) -> dict[str, int] | None:
+        """Each method's memory-planned buffers (ExecuTorch), from the export; None where the runtime has no plan."""
+        export = self.record.stage("export")
+        methods = export.details.get("methods", {}) if export and export.ok else {}
+        planned = {name: sum(d["planned_memory_bytes"].values()) for name, d in methods.items()
+                   if isinstance(d, dict) and isinstance(d.get("planned_memory_bytes"), dict)}
+        return planned or None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +149,8 @@ class ModelEvidence:
     stacks: dict[str, StackEvidence]
     comparisons: tuple[Comparison, ...]
     task_kind: str = "generic"
+    # (candidate stack, thread count, method) → its latency ratio to the baseline, by rounds
+    ratios: dict[tuple[str, int, str], RatioEstimate] = field(default_factory=dict)
 
     def comparison(self, actual: Side, reference: Side) -> Comparison | None:
         return next((c for c in self.comparisons if c.actual == actual and c.reference == reference), None)
@@ -122,14 +188,24 @@ def comparison_pairs(plan: Plan) -> list[tuple[str, Side, Side]]:
 
 def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
     out = plan.settings.out_dir
+    measurements = {t: load_measurement(out, model.name, t) or {} for t in plan.settings.threads}
     stacks = {}
     for spec in plan.stacks:
         record = load_stack_model(out, spec.name, model.name)
-        summaries = {m: summarize(s) for m, s in (record.latency_samples or {}).items()}
-        # A method without valid samples is left out; the latency gate then finds
-        # the stacks' methods differ and fails as "not measured".
-        latency = {m: summary for m, summary in summaries.items() if summary is not None}
-        stacks[spec.name] = StackEvidence(record=record, latency=latency or None)
+        measured = {}
+        for threads, data in measurements.items():
+            entry = (data.get("stacks") or {}).get(spec.name)
+            measured[threads] = Measured.from_record(entry) if entry else Measured(
+                status="not measured", problem="no measurement (nox -s measure did not run for this report)")
+        stacks[spec.name] = StackEvidence(record=record, measured=measured)
+    ratios = {}
+    base = stacks[plan.baseline.name]
+    for spec in plan.candidates:
+        for threads, at_threads in stacks[spec.name].measured.items():
+            for method, rounds in at_threads.rounds.items():
+                estimate = ratio_by_rounds(rounds, base.measured[threads].rounds.get(method, []))
+                if estimate is not None:
+                    ratios[(spec.name, threads, method)] = estimate
     kind = next((e.record.task_kind for e in stacks.values() if e.record.stage("build")), "generic")
 
     comparisons = []
@@ -152,7 +228,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelEvidence:
                 task_missing=task_missing,
             )
         )
-    return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons), task_kind=kind)
+    return ModelEvidence(model=model, stacks=stacks, comparisons=tuple(comparisons), task_kind=kind, ratios=ratios)
 
 
 def _task_agreement(

@@ -25,10 +25,10 @@ CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
     "envs", "baseline", "suite", "models", "extra-requirements", "out", "cache", "threads", "export-jobs", "warmup",
-    "iterations", "timeouts", "memory-limit", "gates",
+    "iterations", "rounds", "time-budget", "timeouts", "memory-limit", "gates",
 }
 SUITES = ("smoke", "default", "full")
-GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "task", "budgets", "models"}
+GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "memory", "task", "budgets", "models"}
 BUDGET_KEYS = {"latency-p50-ms", "peak-rss-mb", "severity"}
 # Task gates: the minimum agreement a candidate artifact must keep with the reference.
 TASK_THRESHOLD_KEYS = ("min-top1-agreement", "min-cosine", "min-token-agreement")
@@ -39,12 +39,18 @@ ALL_STACKS = "*"
 # "start" is the time before the first stage (interpreter start, imports);
 # "default" covers any stage without its own entry.
 EXPORT_STAGES = ("build", "eager", "eager-task", "export", "save", "program")
-RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "latency")
+RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task")
+# The measurement server's steps (upgrade_gate.measure): start → load and first
+# inference → warm-up, then one round at a time.
+MEASURE_STAGES = ("warm-up", "round")
 DEFAULT_TIMEOUTS_S = {"default": 1800.0, "start": 600.0, "export": 3600.0}
-TIMEOUT_KEYS = {"default", "start", *EXPORT_STAGES, *RUNTIME_STAGES}
+TIMEOUT_KEYS = {"default", "start", *EXPORT_STAGES, *RUNTIME_STAGES, *MEASURE_STAGES}
 # A runaway export must not take the machine down (seed 000 died at 5-6 GB
 # and left a 0-byte .pte); two exports may run at once, the limit is per worker.
 DEFAULT_MEMORY_LIMIT = "85%"
+DEFAULT_THREADS = (1, 2)
+DEFAULT_ROUNDS = 7
+MIN_ROUNDS = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,6 +93,11 @@ class GateSettings:
     # A method slower by no more than this passes whatever its ratio: at tens of
     # microseconds per call the ratio measures timer and call overhead.
     latency_min_delta_ms: float = 0.05
+    # Runtime memory (peak RSS of a process that loads and runs the artifact,
+    # minus the same process with only the runtime started), candidate/baseline.
+    memory: Gate = Gate(severity="soft", threshold=1.25)
+    # A model that needs at most this much more than the baseline passes whatever its ratio.
+    memory_min_delta_mb: float = 16.0
     task: TaskGate = TaskGate()
     budgets: tuple[tuple[str, Budget], ...] = ()
     # model → {"max-rel-l2": …, "min-cosine": …}: thresholds that differ for one model
@@ -108,6 +119,8 @@ class GateSettings:
             "numerics": {"max-rel-l2": self.numerics.threshold, "severity": self.numerics.severity},
             "latency": {"max-ratio": self.latency.threshold, "min-delta-ms": self.latency_min_delta_ms,
                         "severity": self.latency.severity},
+            "memory": {"max-ratio": self.memory.threshold, "min-delta-mb": self.memory_min_delta_mb,
+                       "severity": self.memory.severity},
             "task": {"severity": self.task.severity, **{k: self.task.threshold(k) for k in TASK_THRESHOLD_KEYS}},
             "models": {model: dict(overrides) for model, overrides in self.per_model},
             "budgets": {
@@ -149,11 +162,20 @@ class Settings:
     cache_dir: Path
     # Ignore the cache's entries (still store new ones): `--fresh`.
     fresh: bool
-    threads: int
-    # Export phases run at once; runtime phases always run one at a time.
+    # Ignore cached measurements only: `--remeasure`.
+    remeasure: bool
+    # Intra-op thread counts: every latency measurement is made at each, in every stack.
+    threads: tuple[int, ...]
+    # Export phases run at once; nothing runs beside a measurement.
     export_jobs: int
+    # Untimed runs per measurement process before the first round.
     warmup: int
+    # Timed runs per stack, method and thread count, spread over the rounds …
     iterations: int
+    # … and at least this many seconds of them (a 1 ms model gets more than 50 runs).
+    time_budget_s: float
+    # Alternating measurements of the stacks (A B A B …): one candidate/baseline ratio each.
+    rounds: int
     # stage name (or "start", "default") → seconds
     timeouts_s: tuple[tuple[str, float], ...]
     memory_limit_bytes: int
@@ -233,15 +255,33 @@ def load_settings(config_path: Path) -> Settings:
         out_dir=(base / table.get("out", str, "report")).resolve(),
         cache_dir=(base / table.get("cache", str, str(cache_root() / "results"))).resolve(),
         fresh=False,
-        threads=table.positive("threads", int, 1),
+        remeasure=False,
+        threads=_load_threads(table),
         export_jobs=table.positive("export-jobs", int, 2),
-        # The issue's floor: at least 10 warm-up and 50 timed runs.
+        # At least 10 warm-up and 50 timed runs: fewer say nothing on a noisy machine.
         warmup=table.positive("warmup", int, 10, minimum=10),
         iterations=table.positive("iterations", int, 50, minimum=50),
+        time_budget_s=table.positive("time-budget", float, 2.0),
+        # Fewer rounds give an interval as wide as the rounds' spread: never conclusive.
+        rounds=table.positive("rounds", int, DEFAULT_ROUNDS, minimum=MIN_ROUNDS),
         timeouts_s=_load_timeouts(table.get_table("timeouts")),
         memory_limit_bytes=parse_memory_limit(table, "memory-limit", total_memory_bytes()),
         gates=_load_gates(table.get_table("gates")),
     )
+
+
+def _load_threads(table: Table) -> tuple[int, ...]:
+    """``threads = [1, 2]``, or one count; each once, in the order given (the first is the default)."""
+    raw = table.data.get("threads", list(DEFAULT_THREADS))
+    counts = [raw] if isinstance(raw, int) and not isinstance(raw, bool) else raw
+    if not isinstance(counts, list) or not counts:
+        raise table.error("threads", f"expected a thread count or a list of them like [1, 2], got {raw!r}")
+    for count in counts:
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            raise table.error("threads", f"thread counts must be integers greater than 0, got {count!r}")
+    if len(set(counts)) != len(counts):
+        raise table.error("threads", f"a thread count appears twice in {counts!r}")
+    return tuple(counts)
 
 
 def _load_timeouts(table: Table) -> tuple[tuple[str, float], ...]:
@@ -370,6 +410,8 @@ def _load_gates(table: Table) -> GateSettings:
         numerics=threshold_gate("numerics", "max-rel-l2", defaults.numerics),
         latency=threshold_gate("latency", "max-ratio", defaults.latency, "min-delta-ms"),
         latency_min_delta_ms=table.get_table("latency").positive("min-delta-ms", float, defaults.latency_min_delta_ms),
+        memory=threshold_gate("memory", "max-ratio", defaults.memory, "min-delta-mb"),
+        memory_min_delta_mb=table.get_table("memory").positive("min-delta-mb", float, defaults.memory_min_delta_mb),
         task=task,
         budgets=tuple(budgets),
         per_model=tuple(per_model),
@@ -414,6 +456,8 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     parser.add_argument("--suite", help=f"built-in suite: {', '.join(SUITES)} or none (default: [tool.upgrade-gate] suite)")
     parser.add_argument("--models", help="comma-separated model names, instead of the suite and the project's models")
     parser.add_argument("--fresh", action="store_true", help="run every phase again instead of reusing cached results")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="measure latency, cold start and memory again; reuse cached exports and checks")
     try:
         args, unknown = parser.parse_known_args(posargs)
     except argparse.ArgumentError as error:
@@ -464,6 +508,6 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 key="tool.upgrade-gate.gates",
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
-    settings = dataclasses.replace(settings, out_dir=out_dir, fresh=args.fresh)
+    settings = dataclasses.replace(settings, out_dir=out_dir, fresh=args.fresh, remeasure=args.remeasure)
     return Plan(settings=settings, stacks=tuple(stacks), models=tuple(catalog[n] for n in dict.fromkeys(names)))
 

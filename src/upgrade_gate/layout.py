@@ -8,6 +8,8 @@
           export.log   runtime.log                     the worker's stderr
           export.cache.json  runtime.cache.json        the phase's cache key, and whether it was reused
           eager.npz  artifact.npz  <method>.ptl|<method>.pte
+      measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
+      measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
 
     <cache>/fixtures/<model>-<code>/{weights,inputs}.npz   same for every stack and run
 """
@@ -26,6 +28,14 @@ def stack_dir(out: Path, stack: str) -> Path:
 
 def model_dir(out: Path, stack: str, model: str) -> Path:
     return stack_dir(out, stack) / "models" / model
+
+
+def measurement_dir(out: Path, model: str) -> Path:
+    return out / "measurements" / model
+
+
+def measurement_file(out: Path, model: str, threads: int) -> Path:
+    return measurement_dir(out, model) / f"threads-{threads}.json"
 
 
 def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:

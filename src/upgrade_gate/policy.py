@@ -10,6 +10,11 @@ The go/no-go rule, per candidate stack:
 
 The overall verdict is the worst candidate's. A gate whose measurement is
 missing (the stage that produces it failed) fails: nothing passes unmeasured.
+
+The latency gate has a third outcome: *inconclusive*, when the ratio's 95%
+interval straddles the threshold — the noise is larger than the difference.
+It does not fail the verdict; the report says so, with the interval, and more
+rounds (``rounds``) or a quieter machine can decide it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from upgrade_gate import layout
 from upgrade_gate.compare import ModelEvidence, Side, reference_side
 from upgrade_gate.config import Gate, Plan
 from upgrade_gate.specs import StackSpec
+from upgrade_gate.stats import CONFIDENCE, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 
@@ -40,13 +46,16 @@ class GateResult:
     stack: str
     model: str
     severity: str  # "hard" | "soft"
-    passed: bool
+    passed: bool  # an inconclusive gate has not failed
     threshold: str
     measured: str
     evidence: str  # the record or comparison the measurement comes from
+    inconclusive: bool = False
 
     @property
     def status(self) -> str:
+        if self.inconclusive:
+            return "inconclusive"
         return "passed" if self.passed else "FAILED"
 
     def to_dict(self) -> dict[str, object]:
@@ -79,15 +88,16 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
     out = plan.settings.out_dir
     name, stack = model.model.name, spec.name
     candidate = model.stacks[stack]
-    baseline = model.stacks[plan.baseline.name]
     record_path = layout.model_dir(out, stack, name).relative_to(out).as_posix()
     results = []
 
-    def add(gate_name: str, gate: Gate | str, passed: bool, threshold: str, measured: str, evidence: str) -> None:
+    def add(gate_name: str, gate: Gate | str, passed: bool, threshold: str, measured: str, evidence: str,
+            inconclusive: bool = False) -> None:
         severity = gate if isinstance(gate, str) else gate.severity
         if severity != "off":
             results.append(GateResult(gate=gate_name, stack=stack, model=name, severity=severity, passed=passed,
-                                      threshold=threshold, measured=measured, evidence=evidence))
+                                      threshold=threshold, measured=measured, evidence=evidence,
+                                      inconclusive=inconclusive))
 
     # Same numbers in: both stacks loaded byte-identical weights and inputs.
     hashes = model.fixture_hashes
@@ -98,7 +108,7 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
         f"inputs {(hashes[stack] or {}).get('inputs_sha256', '?')[:12]}")
 
     problem = candidate.record.first_problem()
-    add("export", gates.export, problem is None, "every stage ok (build → export → save → load → run → latency)",
+    add("export", gates.export, problem is None, "every stage ok (build → export → save → load → run)",
         "all stages ok" if problem is None else problem.explain(), f"{record_path}/{{export,runtime}}.json")
 
     size = candidate.artifact_bytes
@@ -130,47 +140,89 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
             _task_measured(task) if task else (comparison.task_missing if comparison else None) or "not measured",
             comparison.label if comparison else "artifact vs reference")
 
-    max_ratio = gates.latency.threshold or 0
-    min_delta = gates.latency_min_delta_ms
-    if candidate.latency and baseline.latency and set(candidate.latency) == set(baseline.latency):
-        # Every method counts (an LLM's prefill and decode): the slowest ratio is gated,
-        # among the methods slower by more than min-delta-ms.
-        ratios = {m: candidate.latency[m].p50_ms / baseline.latency[m].p50_ms for m in candidate.latency}
-        slower = {m: candidate.latency[m].p50_ms - baseline.latency[m].p50_ms for m in candidate.latency}
-        judged = {m: r for m, r in ratios.items() if slower[m] > min_delta} or ratios
-        method, ratio = max(judged.items(), key=lambda item: item[1])
-        passed = ratio <= max_ratio or slower[method] <= min_delta
-        per_method = {
-            m: f"{r:.3f} ({candidate.latency[m].p50_ms:.3f} ms / {baseline.latency[m].p50_ms:.3f} ms)"
-            for m, r in ratios.items()
-        }
-        runs = next(iter(candidate.latency.values())).runs
-        evidence = f"p50 of {runs} runs at {plan.settings.threads} thread(s) per stack"
-        if len(ratios) > 1:
-            evidence += "; " + ", ".join(f"{m} {text}" for m, text in per_method.items())
-        add("latency", gates.latency, passed,
-            f"p50 ratio ≤ {max_ratio:.2f} for every method slower by more than {min_delta:g} ms",
-            per_method[method] + (f", slowest: {method}" if len(ratios) > 1 else ""), evidence)
-    else:
-        missing = [s for s, e in ((stack, candidate), (plan.baseline.name, baseline)) if e.latency is None]
-        add("latency", gates.latency, False, f"p50 ratio ≤ {max_ratio:.2f}",
-            f"not measured in {', '.join(missing) or 'the same methods'}", f"{record_path}/runtime.json (latency)")
+    add("latency", gates.latency, *_latency_gate(plan, model, stack))
+    add("memory", gates.memory, *_memory_gate(plan, model, stack))
 
     budget = dict(gates.budgets).get(name)
     if budget is not None:
         if budget.latency_p50_ms is not None:
             # A budget is for the whole model: one call of every method.
             p50 = sum(lat.p50_ms for lat in candidate.latency.values()) if candidate.latency else None
+            threads = plan.settings.threads[0]
             add("budget-latency", budget.severity, p50 is not None and p50 <= budget.latency_p50_ms,
-                f"p50 ≤ {budget.latency_p50_ms:g} ms", f"{p50:.3f} ms" if p50 is not None else "not measured",
-                f"{record_path}/runtime.json (latency)")
+                f"p50 ≤ {budget.latency_p50_ms:g} ms at {threads} thread(s)",
+                f"{p50:.3f} ms" if p50 is not None else "not measured",
+                f"measurements/{name}/threads-{threads}.json")
         if budget.peak_rss_mb is not None:
-            rss = candidate.record.peak_rss_bytes("runtime")
-            mb = rss / 2**20 if rss is not None else None
+            used = candidate.runtime_memory_bytes
+            mb = used / 2**20 if used is not None else None
             add("budget-memory", budget.severity, mb is not None and mb <= budget.peak_rss_mb,
-                f"runtime peak RSS ≤ {budget.peak_rss_mb:g} MiB", f"{mb:.0f} MiB" if mb is not None else "not measured",
-                f"{record_path}/runtime.json (peak_rss_bytes: load → run → latency process)")
+                f"runtime memory ≤ {budget.peak_rss_mb:g} MiB", f"{mb:.1f} MiB" if mb is not None else "not measured",
+                f"measurements/{name}/threads-*.json (peak RSS of load → run minus the started runtime)")
     return results
+
+
+def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, str, str, str, bool]:
+    """passed, threshold, measured, evidence, inconclusive — over every thread count and method.
+
+    A method slower by at most ``min-delta-ms`` passes whatever its ratio. Of
+    the rest, the gate fails if one interval lies wholly beyond the threshold,
+    is inconclusive if one straddles it, and passes when all are within.
+    """
+    gates = plan.settings.gates
+    max_ratio, min_delta = gates.latency.threshold or 0, gates.latency_min_delta_ms
+    threshold = (f"median ratio's {CONFIDENCE:.0%} interval ≤ {max_ratio:.2f}, per thread count "
+                 f"and method; methods slower by ≤ {min_delta:g} ms pass")
+    candidate, baseline = model.stacks[stack], model.stacks[plan.baseline.name]
+    evidence = f"measurements/{model.model.name}/threads-*.json ({plan.settings.rounds} interleaved rounds)"
+    judged: list[tuple[str, str, RatioEstimate]] = []  # (outcome, where, estimate)
+    missing: dict[str, list[str]] = {}  # what is missing → at which thread counts
+    for threads in plan.settings.threads:
+        mine, theirs = candidate.measured[threads], baseline.measured[threads]
+        if not mine.latency or not theirs.latency or set(mine.latency) != set(theirs.latency):
+            absent = [(s, m) for s, m in ((stack, mine), (plan.baseline.name, theirs)) if not m.latency]
+            why = (f"not measured in {absent[0][0]}" + (f" ({absent[0][1].problem})" if absent[0][1].problem else "")
+                   if absent else "the stacks measured different methods")
+            missing.setdefault(why, []).append(str(threads))
+            continue
+        for method in mine.latency:
+            estimate = model.ratios.get((stack, threads, method))
+            if estimate is None:
+                missing.setdefault(f"{method}: no rounds in common", []).append(str(threads))
+                continue
+            slower_ms = mine.latency[method].p50_ms - theirs.latency[method].p50_ms
+            where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
+                     f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
+            outcome = "passed" if slower_ms <= min_delta else estimate.judge(max_ratio)
+            judged.append((outcome, where, estimate))
+    if missing:
+        return False, threshold, "; ".join(f"{why} at {', '.join(counts)} thread(s)" for why, counts in missing.items()), \
+            evidence, False
+    if not judged:
+        return False, threshold, "not measured", evidence, False
+    order = {"failed": 0, "inconclusive": 1, "passed": 2}
+    # The deciding row: the worst outcome, and within it the highest interval.
+    outcome, where, estimate = min(judged, key=lambda j: (order[j[0]], -j[2].high))
+    measured = f"ratio {estimate} ({where})"
+    if outcome == "inconclusive":
+        measured += f": the interval straddles {max_ratio:.2f}"
+    return outcome != "failed", threshold, measured, evidence, outcome == "inconclusive"
+
+
+def _memory_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, str, str, str]:
+    """Runtime memory, candidate over baseline; passes when it needs at most ``min-delta-mb`` more."""
+    gates = plan.settings.gates
+    max_ratio, min_delta = gates.memory.threshold or 0, gates.memory_min_delta_mb
+    threshold = f"runtime memory ratio ≤ {max_ratio:.2f}, or at most {min_delta:g} MiB more"
+    evidence = f"measurements/{model.model.name}/threads-*.json (peak RSS of load → run minus the started runtime)"
+    mine = model.stacks[stack].runtime_memory_bytes
+    theirs = model.stacks[plan.baseline.name].runtime_memory_bytes
+    if mine is None or theirs is None:
+        who = [s for s, v in ((stack, mine), (plan.baseline.name, theirs)) if v is None]
+        return False, threshold, f"not measured in {', '.join(who)}", evidence
+    ratio = mine / theirs if theirs else float("inf")
+    passed = ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta
+    return passed, threshold, f"{ratio:.2f} ({mine / 2**20:.1f} MiB / {theirs / 2**20:.1f} MiB)", evidence
 
 
 def _task_measured(task: TaskAgreement) -> str:

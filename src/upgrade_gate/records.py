@@ -189,15 +189,6 @@ class StackModelRecord:
             step_logits=logits,
         )
 
-    @property
-    def latency_samples(self) -> dict[str, list[float]] | None:
-        """Timed runs per method (``forward`` for a one-method model)."""
-        stage = self.stage("latency")
-        if not stage or not stage.ok:
-            return None
-        methods = stage.details.get("methods", {})
-        return {name: list(m.get("samples_ms", [])) for name, m in methods.items()}
-
     def peak_rss_bytes(self, phase: str) -> int | None:
         """The phase's peak resident memory: the worker's own figure, or what the
         supervisor saw of it and its children (all there is after a kill)."""
@@ -240,3 +231,30 @@ def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | None:
+    """The measure session's file for one model and thread count (upgrade_gate.measure), or None."""
+    path = layout.measurement_file(out, model, threads)
+    if not path.is_file():
+        return None
+    where = str(path.relative_to(out))
+    try:
+        reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
+    except ValueError as error:
+        raise RecordError(f"{where}: not valid JSON ({error})") from None
+    check_schema(reader)
+    stacks = reader.child("stacks")
+    for name in (stacks.data if stacks else {}):
+        stack = stacks.child(name)  # type: ignore[union-attr]
+        if stack is None:
+            raise RecordError(f"Missing key {name!r} in {stacks.where!r}")  # type: ignore[union-attr]
+        stack.text("status")
+        for entry in stack.children("rounds") if "rounds" in stack.data else []:
+            samples = entry.child("samples_ms")
+            for method, values in (samples.data if samples else {}).items():
+                if not isinstance(values, list) or not all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                    raise RecordError(f"Unexpected samples (expected a list of numbers) in "
+                                      f"'{entry.where}.samples_ms.{method}'")
+    return reader.data

@@ -9,7 +9,7 @@ from typing import Any
 
 from upgrade_gate import __version__
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.compare import Comparison, ModelEvidence, Side
+from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
 from upgrade_gate.records import load_stack_info
@@ -17,7 +17,10 @@ from upgrade_gate.stats import LatencySummary
 from upgrade_gate.tasks import HEADLINE
 
 SCHEMA_VERSION = "1.0"
-MARK = {True: "✅ PASS", False: "❌ FAIL"}
+MARK = {"passed": "✅ PASS", "FAILED": "❌ FAIL", "inconclusive": "❔ INCONCLUSIVE"}
+# An export whose peak resident memory reaches this share of the memory limit
+# is one model size away from being killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
+EXPORT_MEMORY_WARNING = 0.8
 
 
 def write_reports(
@@ -32,6 +35,7 @@ def write_reports(
     stacks = {spec.name: load_stack_info(out, spec.name) for spec in plan.stacks}
     generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     findings = baseline_findings(plan, evidence)
+    warnings = export_memory_warnings(plan, evidence)
     verdict = {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
@@ -42,6 +46,7 @@ def write_reports(
         "gates": [g.to_dict() for g in gates],
         # Not gates: the baseline is what ships today; these say where it is already off.
         "baseline_findings": findings,
+        "warnings": warnings,
     }
     results = {
         "schema_version": SCHEMA_VERSION,
@@ -49,10 +54,13 @@ def write_reports(
         "generated_at": generated,
         "config": str(plan.settings.config_path),
         "settings": {
-            "threads": plan.settings.threads,
+            "threads": list(plan.settings.threads),
             "export_jobs": plan.settings.export_jobs,
             "warmup": plan.settings.warmup,
             "iterations": plan.settings.iterations,
+            "time_budget_s": plan.settings.time_budget_s,
+            "rounds": plan.settings.rounds,
+            "memory_limit_bytes": plan.settings.memory_limit_bytes,
             "gates": plan.settings.gates.to_dict(),
         },
         "stacks": stacks,
@@ -62,8 +70,8 @@ def write_reports(
     paths = [out / "results.json", out / "verdict.json", out / "report.md"]
     write_json_atomic(paths[0], results)
     write_json_atomic(paths[1], verdict)
-    write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, findings, stacks,
-                                                     generated))
+    write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, findings,
+                                                warnings, stacks, generated))
     return paths
 
 
@@ -83,15 +91,17 @@ def _model_results(plan: Plan, model: ModelEvidence) -> dict[str, Any]:
                     "error": None if s.error is None else {
                         "type": s.error.type, "message": s.error.message, "traceback_tail": list(s.error.traceback_tail)
                     },
-                    # Raw latency samples stay in runtime.json; the summary is below.
-                    "details": {k: v for k, v in s.details.items() if s.stage != "latency" or k != "methods"},
+                    "details": s.details,
                 }
                 for s in record.stages
             ],
             "artifact": record.artifact,
-            "latency": {m: lat.to_dict() for m, lat in ev.latency.items()} if ev.latency else None,
+            # Raw samples stay in measurements/<model>/threads-<n>.json; summaries here.
+            "measured": {str(threads): _measured_results(m) for threads, m in ev.measured.items()},
+            "planned_memory_bytes": ev.planned_memory_bytes,
+            "runtime_memory_bytes": ev.runtime_memory_bytes,
             "export_peak_rss_bytes": record.peak_rss_bytes("export"),
-            "runtime_peak_rss_bytes": record.peak_rss_bytes("runtime"),
+            "runtime_phase_peak_rss_bytes": record.peak_rss_bytes("runtime"),
             "cache": {phase: {"key": c.get("key"), "reused_from": c.get("reused_from")}
                       for phase, c in record.cache.items()},
         }
@@ -104,7 +114,36 @@ def _model_results(plan: Plan, model: ModelEvidence) -> dict[str, Any]:
         "fixtures": model.fixture_hashes,
         "stacks": stacks,
         "comparisons": [c.to_dict() for c in model.comparisons],
+        "latency_ratios": [
+            {"stack": stack, "threads": threads, "method": method, **estimate.to_dict()}
+            for (stack, threads, method), estimate in model.ratios.items()
+        ],
     }
+
+
+def _measured_results(m: Measured) -> dict[str, Any]:
+    return {
+        "status": m.status,
+        "problem": m.problem,
+        "latency": {method: lat.to_dict() for method, lat in m.latency.items()},
+        "rounds": {method: len(r) for method, r in m.rounds.items()},
+        "cold_start": {"load_ms": m.load_ms, "first_run_ms": m.first_run_ms},
+        "memory": {"runtime_bytes": m.runtime_memory_bytes, "peak_rss_bytes": m.peak_rss_bytes,
+                   "idle_rss_bytes": m.idle_rss_bytes},
+    }
+
+
+def export_memory_warnings(plan: Plan, evidence: list[ModelEvidence]) -> list[str]:
+    """Exports that came close to the memory limit: the next bigger model will not export here."""
+    limit = plan.settings.memory_limit_bytes
+    warnings = []
+    for model in evidence:
+        for name, ev in model.stacks.items():
+            peak = ev.record.peak_rss_bytes("export")
+            if peak is not None and peak >= EXPORT_MEMORY_WARNING * limit:
+                warnings.append(f"{model.model.name} in {name}: the export peaked at {peak / 2**30:.2f} GiB resident, "
+                                f"{peak / limit:.0%} of the memory limit ({limit / 2**30:.2f} GiB, memory-limit)")
+    return warnings
 
 
 # -- Markdown -------------------------------------------------------------------
@@ -117,6 +156,7 @@ def render_markdown(
     per_stack: dict[str, Verdict],
     overall: Verdict,
     findings: list[dict[str, Any]],
+    warnings: list[str],
     stacks: dict[str, Any],
     generated: str,
 ) -> str:
@@ -126,19 +166,32 @@ def render_markdown(
     for name, verdict in per_stack.items():
         failed = [g for g in gates if g.stack == name and not g.passed]
         summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or "every gate passed"
+        undecided = [g for g in gates if g.stack == name and g.inconclusive]
+        if undecided:
+            summary += "; inconclusive: " + ", ".join(f"{g.gate} ({g.model})" for g in undecided)
         lines.append(f"- **{name}** vs baseline **{plan.baseline.name}**: **{verdict.value}** — {summary}")
     failing = [g for g in gates if not g.passed]
     if failing:
         lines += ["", "Failing gates:", "", "```"]
         lines += [_gate_line(g) for g in failing]
         lines += ["```"]
+    undecided = [g for g in gates if g.inconclusive]
+    if undecided:
+        lines += ["", "Inconclusive (the ratio's interval straddles the threshold: the noise is larger than the "
+                  "difference; more `rounds` or a quieter machine can decide them):", "", "```"]
+        lines += [_gate_line(g) for g in undecided]
+        lines += ["```"]
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
     if findings:
         lines += ["", f"The baseline's own artifacts depart from its eager models (what {plan.baseline.name} "
                   "ships today, whatever the verdict):", ""]
         lines += [f"- {_finding_line(finding)}" for finding in findings]
+    settings = plan.settings
     lines += ["", f"Generated {generated} by upgrade-gate {__version__} · models: "
-              f"{', '.join(m.model.name for m in evidence)} · {plan.settings.threads} thread(s), "
-              f"{plan.settings.warmup} warm-up + {plan.settings.iterations} timed runs", ""]
+              f"{', '.join(m.model.name for m in evidence)} · threads {', '.join(map(str, settings.threads))} · "
+              f"per stack, method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} interleaved "
+              f"rounds of at least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all", ""]
 
     lines += ["## Decision matrix", ""]
     header = [n if n == plan.stack(n).role else f"{n} ({plan.stack(n).role})" for n in names]
@@ -147,7 +200,7 @@ def render_markdown(
     lines += ["", "## Requirements", ""]
     lines += _table(
         ["Requirement", "Stack", "Model", "Severity", "Status", "Measured", "Threshold", "Evidence"],
-        [[g.gate, g.stack, g.model, g.severity, MARK[g.passed], g.measured, g.threshold, g.evidence] for g in gates],
+        [[g.gate, g.stack, g.model, g.severity, MARK[g.status], g.measured, g.threshold, g.evidence] for g in gates],
     )
 
     lines += ["", "## Models", ""]
@@ -232,10 +285,12 @@ def _matrix_rows(
             worst = _worst(evidence, Side(stack=n, kind="artifact"), Side(stack=plan.baseline.name, kind="eager"))
             numerics.append(f"artifact vs reference: {worst}" + gate_mark(n, "numerics"))
     rows.append(["Numerics (worst rel L2)", *numerics])
-    rows.append(["Latency p50 (per model; methods joined by /)", *[
-        ", ".join(_p50s(m.stacks[n].latency) for m in evidence) + gate_mark(n, "latency")
-        for n in names
-    ]])
+    for threads in plan.settings.threads:
+        rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, 95% interval)", *[
+            ", ".join(f"{m.model.name} {_p50s(m.stacks[n].measured[threads].latency)}{_ratio_note(m, n, threads)}"
+                      for m in evidence) + gate_mark(n, "latency")
+            for n in names
+        ]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
     if task_gates:
         rows.append(["Task agreement (vs reference)", *[
@@ -248,9 +303,17 @@ def _matrix_rows(
         _size(max((m.stacks[n].artifact_bytes or 0 for m in evidence), default=0) or None) + gate_mark(n, "artifact-size")
         for n in names
     ]])
-    rows.append(["Runtime peak RSS (largest)", *[
-        _size(max((m.stacks[n].record.peak_rss_bytes("runtime") or 0 for m in evidence), default=0) or None)
-        + gate_mark(n, "budget-memory")
+    rows.append(["Cold start at first use: load + first run (per model)", *[
+        ", ".join(f"{m.model.name} {_cold(next(iter(m.stacks[n].measured.values()), None))}" for m in evidence)
+        for n in names
+    ]])
+    rows.append(["Runtime memory: loaded and running (largest)", *[
+        _size(max((m.stacks[n].runtime_memory_bytes or 0 for m in evidence), default=0) or None)
+        + gate_mark(n, "memory") + gate_mark(n, "budget-memory")
+        for n in names
+    ]])
+    rows.append(["Planned memory of the artifact's methods (largest)", *[
+        _size(max((sum((m.stacks[n].planned_memory_bytes or {}).values()) for m in evidence), default=0) or None)
         for n in names
     ]])
     rows.append(["Export peak RSS (largest)", *[
@@ -262,6 +325,17 @@ def _matrix_rows(
 
 def _p50s(latency: dict[str, LatencySummary] | None) -> str:
     return " / ".join(f"{lat.p50_ms:.3f}" for lat in latency.values()) + " ms" if latency else "—"
+
+
+def _ratio_note(model: ModelEvidence, stack: str, threads: int) -> str:
+    estimates = [e for (s, t, _), e in model.ratios.items() if s == stack and t == threads]
+    return f" ({' / '.join(str(e) for e in estimates)})" if estimates else ""
+
+
+def _cold(measured: Measured | None) -> str:
+    if measured is None or measured.load_ms is None or measured.first_run_ms is None:
+        return "—"
+    return f"{measured.load_ms:.0f} + {measured.first_run_ms:.0f} ms"
 
 
 def _worst(evidence: list[ModelEvidence], actual: Side, reference: Side) -> str:
@@ -312,19 +386,22 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
         lines += _table(["Purpose", "Comparison", "Agreement"], task_rows) + [""]
     lines += _generated_text(plan, model)
 
-    lines += ["Latency, size and memory:", ""]
+    lines += _latency_tables(plan, model)
+    lines += ["Cold start (a fresh process: load every method, then call each once) and memory:", ""]
     rows = []
     for n in names:
         ev = model.stacks[n]
-        latency: dict[str, LatencySummary | None] = {**ev.latency} if ev.latency else {"—": None}
-        for method, lat in latency.items():
-            rows.append([n, method, str(lat.runs) if lat else "—", _ms(lat.min_ms if lat else None),
-                         _ms(lat.p50_ms if lat else None), _ms(lat.p90_ms if lat else None),
-                         _ms(lat.trimmed_mean_ms if lat else None),
-                         _size(ev.artifact_bytes), _size(ev.record.peak_rss_bytes("export")),
-                         _size(ev.record.peak_rss_bytes("runtime"))])
-    lines += _table(["Stack", "method", "runs", "min", "p50", "p90", "trimmed mean", "artifact (all methods)",
-                     "export peak RSS", "runtime peak RSS"], rows) + [""]
+        planned = ev.planned_memory_bytes
+        for threads, m in ev.measured.items():
+            rows.append([n, str(threads), _ms(m.load_ms), _ms(m.first_run_ms), _size(m.runtime_memory_bytes),
+                         _size(m.peak_rss_bytes), _size(m.idle_rss_bytes),
+                         " / ".join(_size(v) for v in planned.values()) if planned else "— (no plan)",
+                         _size(ev.record.peak_rss_bytes("export")), _size(ev.artifact_bytes)])
+    lines += _table(["Stack", "threads", "load", "first run", "runtime memory", "peak RSS", "runtime started",
+                     "planned memory", "export peak RSS", "artifact"], rows) + [""]
+    unmeasured = [f"{n} at {t} thread(s): {m.status}" + (f" — {m.problem}" if m.problem else "")
+                  for n in names for t, m in model.stacks[n].measured.items() if m.status != "ok"]
+    lines += [f"- not measured: {line}" for line in unmeasured] + ([""] if unmeasured else [])
 
     for n in names:
         record = model.stacks[n].record
@@ -340,6 +417,37 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
             lines += [f"- {n} multi-method artifact: {program.details.get('file')}, "
                       f"{_size(program.details.get('bytes'))}, methods {', '.join(program.details.get('methods', []))}"]
     lines += [""]
+    return lines
+
+
+def _latency_tables(plan: Plan, model: ModelEvidence) -> list[str]:
+    """Per thread count: every method's distribution in every stack, and the candidate's ratio to the baseline."""
+    base = plan.baseline.name
+    lines = []
+    for threads in plan.settings.threads:
+        rows = []
+        methods = list(dict.fromkeys(m for ev in model.stacks.values() for m in ev.measured[threads].latency))
+        for method in methods:
+            baseline = model.stacks[base].measured[threads].latency.get(method)
+            for n, ev in model.stacks.items():
+                measured = ev.measured[threads]
+                lat = measured.latency.get(method)
+                if lat is None:
+                    continue
+                estimate = model.ratios.get((n, threads, method))
+                rate = f"{lat.per_second:.1f} FPS" if measured.image_input else f"{lat.per_second:.1f}/s"
+                winner = "" if estimate is None or baseline is None else (
+                    n if lat.p50_ms < baseline.p50_ms and estimate.high < 1 else
+                    base if lat.p50_ms > baseline.p50_ms and estimate.low > 1 else "tie (within noise)")
+                rows.append([method, n, str(lat.runs), _ms(lat.min_ms), _ms(lat.p50_ms), _ms(lat.p90_ms),
+                             _ms(lat.p99_ms), _ms(lat.trimmed_mean_ms), _ms(lat.iqr_ms), rate,
+                             str(estimate) if estimate else "", winner])
+        if not rows:
+            continue
+        lines += [f"Latency at {threads} thread(s), {plan.settings.rounds} interleaved rounds "
+                  "(ratio: candidate/baseline median of per-round ratios, 95% bootstrap interval):", ""]
+        lines += _table(["method", "Stack", "runs", "min", "p50", "p90", "p99", "trimmed mean", "IQR", "rate",
+                         "ratio [95% CI]", "faster"], rows) + [""]
     return lines
 
 
@@ -418,7 +526,7 @@ def _ms(value: float | None) -> str:
 def _size(count: int | None) -> str:
     if not count:
         return "—"
-    return f"{count / 2**20:.1f} MiB"
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 else f"{count / 2**10:.0f} KiB"
 
 
 def _short(value: Any) -> str:

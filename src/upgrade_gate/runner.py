@@ -72,8 +72,9 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
 
     stack = StackRun.start(plan, spec, bin_dir, log)
     # Exports are single-threaded Python (graph capture, partitioning,
-    # serialization): `export-jobs` of them share the machine. Latency is
-    # measured afterwards, one runtime phase at a time on a quiet machine.
+    # serialization): `export-jobs` of them share the machine. The runtime
+    # phases check the artifacts one at a time; latency is measured later, by
+    # the measure session, when no stack has anything else to do.
     _export_all(plan, lambda model: run_phase(stack, model, "export"))
     for model in plan.models:
         run_phase(stack, model, "runtime")
@@ -138,9 +139,8 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         "adapter": stack.spec.adapter,
         "model_dir": str(model_dir),
         "fixtures_dir": str(fixtures_dir),
-        "threads": settings.threads,
-        "warmup": settings.warmup,
-        "iterations": settings.iterations,
+        # Exports and the checks of the runtime phase run at the first thread count.
+        "threads": settings.threads[0],
     }
     phase_file = model_dir / f"{phase}.json"
     outcome = _start_worker(
@@ -173,12 +173,11 @@ def _phase_key(
         "fixtures": cache.fixtures_digest(fixtures_dir),
     }
     if phase == "runtime":
-        export = _read_key_record(model_dir, "export")
+        export = read_key_record(model_dir, "export")
         if export is None or not export.get("stored"):
             return None
-        settings = stack.plan.settings
-        parts.update(export_key=export["key"], export_files=export["files"], threads=settings.threads,
-                     warmup=settings.warmup, iterations=settings.iterations)
+        parts.update(export_key=export["key"], export_files=export["files"])
+    parts["threads"] = stack.plan.settings.threads[0]
     return cache.digest_of(parts)
 
 
@@ -194,7 +193,7 @@ def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[
     })
 
 
-def _read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
+def read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
     try:
         return json.loads(_key_record_path(model_dir, phase).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -204,7 +203,7 @@ def _read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
 def _phase_files(model_dir: Path, phase: str) -> list[Path]:
     """The files a phase left: the export owns everything it finds; the runtime what the export did not write."""
     own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {f"{p}-job.json" for p in layout.PHASES}
-    export_files = set((_read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
+    export_files = set((read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
     return sorted(p for p in model_dir.iterdir()
                   if p.is_file() and not p.name.startswith(".") and p.name not in own_records | export_files)
 
@@ -262,6 +261,20 @@ def _start_worker(
 ) -> supervisor.Outcome:
     """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
     write_json_atomic(job_file, job)
+    settings = plan.settings
+    return supervisor.run_supervised(
+        worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=REPO_ROOT, log_file=log_file,
+        phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
+        first_stage=first_stage,
+    )
+
+
+def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
+    return [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
+
+
+def worker_env(bin_dir: Path) -> dict[str, str]:
+    """The environment of a worker in the stack whose venv holds ``bin_dir``."""
     env = dict(os.environ)
     # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
     # private names, so nothing of ours shadows a user's package of the same name.
@@ -274,18 +287,19 @@ def _start_worker(
     # compile subprocesses when triton is installed, as in the CUDA wheels;
     # nothing here compiles with inductor, and on 2 cores they steal time.
     env["TORCH_WARM_POOL"] = "0"
+    # The host wheels' OpenMP busy-waits between parallel regions. On this
+    # 2-core machine that made torch 2.2's Lite Interpreter 4-10× slower at 2
+    # threads than at 1 (ViT-Ti/16: 500 ms against 70 ms with passive waiting).
+    # A phone's build runs on pthreadpool, which sleeps; so do XNNPACK's
+    # threads. Set the same in every stack; a user's own setting wins.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # Every phase is a fresh interpreter: without cached bytecode each one
     # compiles torch's and executorch's sources again (≈ 7 s per process here,
     # where PYTHONDONTWRITEBYTECODE is set). The cache lives in the stack's venv,
     # so nothing is written into a user's project.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
-    argv = [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
-    settings = plan.settings
-    return supervisor.run_supervised(
-        argv, env=env, cwd=REPO_ROOT, log_file=log_file, phase_file=phase_file,
-        deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes, first_stage=first_stage,
-    )
+    return env
 
 
 def _record_outcome(

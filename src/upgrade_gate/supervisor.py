@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 POLL_S = 0.25
 TERM_GRACE_S = 5.0
@@ -196,3 +197,118 @@ class _StageWatch:
         elif self.stage != "finish":
             # Between the last stage and exit: writing the last record, freeing memory.
             self.stage, self.since = "finish", time.monotonic()
+
+
+class ServerFailed(Exception):
+    """A server that did not answer: it raised, crashed, hung or ran out of memory."""
+
+    def __init__(self, status: str, stage: str, message: str, traceback_tail: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # "failed" | "crashed" | "timeout" | "out-of-memory"
+        self.stage = stage
+        self.message = message
+        self.traceback_tail = traceback_tail or []
+
+
+class Server:
+    """A worker that stays up and answers requests (the latency rounds), watched
+    as ``run_supervised`` watches a phase: each step it announces has its
+    deadline, its process group has the memory limit, and it dies with us.
+
+    Requests and events are JSON lines over two pipes of their own, so whatever
+    the model or the runtime prints to stdout goes to the log, not into the protocol.
+    """
+
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, log_file: Path,
+                 deadline_for: Callable[[str], float], memory_limit_bytes: int, control_env: str) -> None:
+        self.deadline_for = deadline_for
+        self.memory_limit_bytes = memory_limit_bytes
+        self.peak_rss_bytes = 0
+        self.stage = "start"
+        self._since = time.monotonic()
+        self._buffer = b""
+        requests_read, self._requests = os.pipe()
+        self._events, events_write = os.pipe()
+        env = {**env, PARENT_PID_ENV: str(os.getpid()), control_env: f"{requests_read},{events_write}"}
+        with open(log_file, "wb") as log:
+            self.process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                            start_new_session=True, pass_fds=(requests_read, events_write))
+        os.close(requests_read)
+        os.close(events_write)
+        with _LIVE_LOCK:
+            _LIVE.add(self.process)
+
+    def request(self, command: dict[str, Any] | None, until: str) -> dict[str, Any]:
+        """Send ``command`` (if any), then read events up to the one named ``until``."""
+        if command is not None:
+            try:
+                os.write(self._requests, (json.dumps(command) + "\n").encode())
+            except OSError:
+                raise self._failure() from None
+        while True:
+            event = self._next_event()
+            if event.get("event") == "stage":
+                self.stage, self._since = str(event.get("stage")), time.monotonic()
+            elif event.get("event") == "error":
+                raise ServerFailed("failed", self.stage, f"{event.get('type')}: {event.get('message')}",
+                                   [str(line) for line in event.get("traceback_tail") or []])
+            elif event.get("event") == until:
+                return event
+
+    def close(self) -> dict[str, Any] | None:
+        """Ask the server to exit; its last event, or None if it could not say goodbye."""
+        try:
+            return self.request({"command": "exit"}, "exit")
+        except ServerFailed:
+            return None
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        try:
+            self.process.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            stop_group(self.process)
+        stop_group(self.process)  # a child it left behind
+        for fd in (self._requests, self._events):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        with _LIVE_LOCK:
+            _LIVE.discard(self.process)
+
+    def _next_event(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._events], [], [], POLL_S)
+            if ready:
+                chunk = os.read(self._events, 1 << 16)
+                if not chunk:
+                    raise self._failure()
+                self._buffer += chunk
+                continue
+            self.peak_rss_bytes = max(self.peak_rss_bytes, tree_rss_bytes(self.process.pid))
+            if self.peak_rss_bytes > self.memory_limit_bytes:
+                stop_group(self.process, grace_s=0.0)
+                raise ServerFailed("out-of-memory", self.stage,
+                                   f"step {self.stage}: the worker reached {self.peak_rss_bytes / 2**30:.2f} GiB "
+                                   f"resident, past the memory limit of {self.memory_limit_bytes / 2**30:.2f} GiB "
+                                   "(memory-limit); killed")
+            elapsed, deadline = time.monotonic() - self._since, self.deadline_for(self.stage)
+            if elapsed > deadline:
+                stop_group(self.process)
+                raise ServerFailed("timeout", self.stage, f"step {self.stage} ran {elapsed:.0f} s, past its deadline "
+                                   f"of {deadline:.0f} s; worker killed")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _failure(self) -> ServerFailed:
+        """The server went away without a word."""
+        try:
+            code = self.process.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            stop_group(self.process)
+            code = self.process.returncode
+        if code is not None and code < 0:
+            return ServerFailed("crashed", self.stage, f"worker killed by signal {signal.Signals(-code).name}")
+        return ServerFailed("crashed", self.stage, f"worker exited with code {code}")

@@ -1,0 +1,152 @@
+"""Benchmarks of the measurement itself (docs/benchmarks.md): ``nox -s benchmark -- NAME``.
+
+* ``overhead`` — per-call latency through the harness (``time_runs`` in the
+  measurement server, under the supervisor) against a bare loop of the same
+  runtime call in the same process. Target: ratio ≤ 1.02.
+* ``noise`` — a stack against an identical copy of itself, five times, each
+  time measured afresh. Target: no latency gate fails.
+* ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
+  spins for a fifth of each call's time after the call), five times. Target:
+  the latency gate fails every time, for every model and thread count.
+
+Each runs real stacks; the stack specs and configuration of ``noise`` and
+``sensitivity`` are in tests/benchmarks/. Results go to ``--out`` (default
+``benchmarks/<name>``) as JSON and Markdown; the figures in docs/ come from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout, measure
+from upgrade_gate.atomic import write_json_atomic, write_text_atomic
+from upgrade_gate.config import REPO_ROOT, load_plan
+
+BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"
+NAMES = ("overhead", "noise", "sensitivity")
+# Real models with a fast, a middling and a slow call: the harness's share is largest on the fast one.
+MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
+OVERHEAD_BLOCKS = 7
+
+
+def main(argv: list[str], log: Any = print) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s benchmark --")
+    parser.add_argument("name", choices=NAMES)
+    parser.add_argument("--repeat", type=int, default=5, help="compare runs for noise and sensitivity (default 5)")
+    parser.add_argument("--models", default=MODELS, help=f"models to run (default {MODELS})")
+    parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
+    args = parser.parse_args(argv)
+    out = (args.out or Path("benchmarks") / args.name).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if args.name == "overhead":
+        return overhead(out, args.models, log)
+    return repeated_compare(args.name, out, args.models, args.repeat, log)
+
+
+def compare(config: Path | None, out: Path, models: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"UPGRADE_GATE_CONFIG": str(config)} if config else {})}
+    command = [sys.executable, "-m", "nox", "--noxfile", str(REPO_ROOT / "noxfile.py"), "--no-color",
+               "-s", "compare", "--", "--out", str(out), "--models", models, *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+def repeated_compare(name: str, out: Path, models: str, repeat: int, log: Any) -> int:
+    """``repeat`` compares of two stacks; the first exports, the others reuse the exports and measure anew."""
+    config = BENCHMARKS / name / "pyproject.toml"
+    runs: list[dict[str, Any]] = []
+    for index in range(1, repeat + 1):
+        start = time.monotonic()
+        result = compare(config, out / f"run-{index}", models, "--remeasure")
+        if not (out / f"run-{index}" / "verdict.json").is_file():
+            log(result.stderr[-3000:])
+            raise SystemExit(f"benchmark {name}: run {index} wrote no verdict (exit {result.returncode})")
+        verdict = json.loads((out / f"run-{index}" / "verdict.json").read_text())
+        results = json.loads((out / f"run-{index}" / "results.json").read_text())
+        latency = [g for g in verdict["gates"] if g["gate"] == "latency"]
+        ratios = [r for m in results["models"] for r in m["latency_ratios"]]
+        runs.append({
+            "run": index,
+            "seconds": round(time.monotonic() - start, 1),
+            "latency_gates": {g["model"]: {"status": g["status"], "measured": g["measured"]} for g in latency},
+            "ratios": [{"model": m["model"], "threads": r["threads"], "method": r["method"], "median": r["median"],
+                        "low": r["low"], "high": r["high"]} for m in results["models"] for r in m["latency_ratios"]],
+        })
+        log(f"benchmark {name}: run {index}: " + ", ".join(f"{g['model']} {g['status']}" for g in latency)
+            + f" ({len(ratios)} ratios)")
+    statuses = [g["status"] for run in runs for g in run["latency_gates"].values()]
+    summary = {
+        "benchmark": name,
+        "models": models.split(","),
+        "runs": runs,
+        "latency_gates": len(statuses),
+        "failed": statuses.count("FAILED"),
+        "inconclusive": statuses.count("inconclusive"),
+        "passed": statuses.count("passed"),
+    }
+    write_json_atomic(out / f"{name}.json", summary)
+    write_text_atomic(out / f"{name}.md", _compare_markdown(summary))
+    log((out / f"{name}.md").read_text())
+    wanted = summary["failed"] == 0 if name == "noise" else summary["failed"] == len(statuses)
+    return 0 if wanted else 1
+
+
+def _compare_markdown(summary: dict[str, Any]) -> str:
+    lines = [f"# {summary['benchmark']}: {summary['failed']} failed, {summary['inconclusive']} inconclusive, "
+             f"{summary['passed']} passed of {summary['latency_gates']} latency gates", "",
+             "| run | time | model | threads | method | ratio | 95% interval | gate |", "|---|---|---|---|---|---|---|---|"]
+    for run in summary["runs"]:
+        for r in run["ratios"]:
+            gate = run["latency_gates"][r["model"]]["status"]
+            lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {r['model']} | {r['threads']} | {r['method']} | "
+                         f"{r['median']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | {gate} |")
+    return "\n".join(lines) + "\n"
+
+
+def overhead(out: Path, models: str, log: Any) -> int:
+    """The harness against a bare loop, in every stack of the default configuration."""
+    report = out / "report"
+    result = compare(None, report, models)
+    if not (report / "results.json").is_file():
+        log(result.stderr[-3000:])
+        raise SystemExit(f"benchmark overhead: the compare wrote no results (exit {result.returncode})")
+    plan = load_plan(["--out", str(report), "--models", models], invoked_from=Path.cwd())
+    rows = []
+    for model in plan.models:
+        runnable, _ = measure.runnable_stacks(plan, model)
+        for spec, bin_dir in runnable:
+            for threads in plan.settings.threads:
+                layout.measurement_dir(out, model.name).mkdir(parents=True, exist_ok=True)
+                server, record = measure.start_server(plan, model, spec, bin_dir, threads,
+                                                      layout.measurement_dir(out, model.name) / f"threads-{threads}.json")
+                if server is None:
+                    raise SystemExit(f"benchmark overhead: {model.name} in {spec.name}: {record.get('error')}")
+                try:
+                    event = server.request({"command": "overhead", "blocks": OVERHEAD_BLOCKS}, "overhead")
+                finally:
+                    server.close()
+                for method, blocks in event["blocks"].items():
+                    ratios = [b["harness_ms"] / b["bare_ms"] for b in blocks]
+                    rows.append({"model": model.name, "stack": spec.name, "threads": threads, "method": method,
+                                 "calls_per_block": record["runs_per_round"][method],
+                                 "bare_ms": statistics.median(b["bare_ms"] for b in blocks),
+                                 "harness_ms": statistics.median(b["harness_ms"] for b in blocks),
+                                 "ratio": statistics.median(ratios), "block_ratios": ratios})
+    worst = max(r["ratio"] for r in rows)
+    write_json_atomic(out / "overhead.json", {"benchmark": "overhead", "blocks": OVERHEAD_BLOCKS, "rows": rows,
+                                              "worst_ratio": worst})
+    lines = [f"# overhead: harness / bare loop, worst {worst:.4f} (target ≤ 1.02)", "",
+             "| model | stack | threads | method | calls per block | bare loop | through the harness | ratio (median of "
+             f"{OVERHEAD_BLOCKS} block pairs) |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['stack']} | {r['threads']} | {r['method']} | {r['calls_per_block']} | "
+              f"{r['bare_ms']:.3f} ms | {r['harness_ms']:.3f} ms | {r['ratio']:.4f} |" for r in rows]
+    write_text_atomic(out / "overhead.md", "\n".join(lines) + "\n")
+    log((out / "overhead.md").read_text())
+    return 0 if worst <= 1.02 else 1

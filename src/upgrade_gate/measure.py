@@ -1,0 +1,206 @@
+"""Latency, cold start and memory, measured so that noise cannot flip the verdict.
+
+Runs after every stack has exported and checked its artifacts, when the tool
+has nothing else to do: nothing is timed while anything of ours runs beside it.
+For each model and each thread count:
+
+1. One fresh server process per stack (compat/worker.py ``measure``), started
+   one after the other: each starts its runtime, notes its resident memory,
+   loads the artifacts and runs every method once — the cold start — then
+   warms up.
+2. Rounds, the stacks alternating (A B A B …): in each round every stack
+   times each method ``iterations / rounds`` times or for ``time-budget /
+   rounds`` seconds, whichever is more. A round's medians saw the same
+   machine, so their ratio is the round's candidate/baseline ratio
+   (upgrade_gate.stats).
+3. Each server exits with its peak resident memory: what loading and running
+   the model took is that peak minus the memory it had with only the runtime
+   started.
+
+A measurement is cached like a phase, keyed by the runtime keys of every
+stack it measured and the measurement settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from upgrade_gate import cache, layout, runner, supervisor
+from upgrade_gate.atomic import write_json_atomic
+from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.records import SCHEMA_VERSION, load_stack_info, load_stack_model
+from upgrade_gate.specs import StackSpec
+
+CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/worker.py reads the same name
+# The code that decides how a measurement is made: part of its cache key.
+MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / "measure.py", REPO_ROOT / "src" / "upgrade_gate" / "supervisor.py"]
+
+
+def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    for model in plan.models:
+        for threads in plan.settings.threads:
+            measure_model(plan, model, threads, log)
+
+
+def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[str], Any] = print) -> Path:
+    """One model at one thread count in every stack that can run it; returns the measurement file."""
+    settings = plan.settings
+    out_file = layout.measurement_file(settings.out_dir, model.name, threads)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    label = f"measure: {model.name} at {threads} thread(s)"
+    for stale in out_file.parent.glob(f"threads-{threads}.*"):  # an earlier run's, which this one replaces
+        stale.unlink()
+    runnable, skipped = runnable_stacks(plan, model)
+    key = _measurement_key(plan, model, threads, runnable)
+    store = cache.ResultCache(settings.cache_dir)
+    names = "+".join(spec.name for spec, _ in runnable) or "none"
+    phase = f"measure-t{threads}"
+    if key is not None and not (settings.fresh or settings.remeasure):
+        hit, problem = store.lookup(names, model.name, phase, key)
+        if problem:
+            log(f"{label}: {problem}")
+        if hit is not None:
+            for file in hit.files:
+                cache.link_or_copy(hit.path / file, out_file.parent / file)
+            log(f"{label}: reused from the cache (entry {key[:12]})")
+            return out_file
+
+    log(f"{label}: {settings.rounds} rounds of {', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
+    stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why} for name, why in skipped.items()}
+    servers: dict[str, supervisor.Server] = {}
+    try:
+        # One after the other: a cold start timed beside another one would time both.
+        for spec, bin_dir in runnable:
+            server, stacks[spec.name] = start_server(plan, model, spec, bin_dir, threads, out_file)
+            if server is not None:
+                servers[spec.name] = server
+        for round_number in range(1, settings.rounds + 1):
+            for name in list(servers):
+                try:
+                    event = servers[name].request({"command": "round", "round": round_number}, "round")
+                except supervisor.ServerFailed as failure:
+                    stacks[name].update(_failed(failure))
+                    servers.pop(name).stop()
+                    continue
+                stacks[name]["rounds"].append({"round": round_number, "samples_ms": event["samples_ms"]})
+        for name, server in servers.items():
+            goodbye = server.close()
+            record = stacks[name]
+            record["supervisor_peak_rss_bytes"] = server.peak_rss_bytes
+            if goodbye is not None:
+                record["exit_memory"] = goodbye["memory"]
+                record["runtime_memory_bytes"] = max(
+                    0, int(goodbye["memory"]["peak_rss_bytes"]) - int(record["idle_memory"]["rss_bytes"]))
+        servers.clear()
+    finally:
+        for server in servers.values():
+            server.stop()
+    data = {
+        "schema_version": str(SCHEMA_VERSION),
+        "model": model.name,
+        "threads": threads,
+        "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
+                     "time_budget_s": settings.time_budget_s},
+        "order": [spec.name for spec, _ in runnable],
+        "key": key,
+        "stacks": stacks,
+    }
+    write_json_atomic(out_file, data)
+    if key is not None and all(s["status"] == "ok" for s in stacks.values()):
+        logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
+        store.store(names, model.name, phase, key, [out_file, *logs], {})
+    summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
+    log(f"{label}: {summary}")
+    return out_file
+
+
+def start_server(
+    plan: Plan, model: ModelEntry, spec: StackSpec, bin_dir: Path, threads: int, out_file: Path
+) -> tuple[supervisor.Server | None, dict[str, Any]]:
+    """Start one stack's server and wait for its cold start and warm-up; the stack's record so far."""
+    settings = plan.settings
+    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
+    built = load_stack_model(settings.out_dir, spec.name, model.name).stage("build")
+    job = {
+        "stack": spec.name,
+        "model": model.name,
+        "adapter": spec.adapter,
+        "model_dir": str(model_dir),
+        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.name, cache.model_code_digest(model))),
+        "methods": list(built.details.get("methods") or ["forward"]) if built else ["forward"],
+        "threads": threads,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+        "rounds": settings.rounds,
+        "time_budget_s": settings.time_budget_s,
+    }
+    stem = out_file.with_suffix("")
+    job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
+    write_json_atomic(job_file, job)
+    server = supervisor.Server(
+        runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=REPO_ROOT,
+        log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
+        memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV,
+    )
+    try:
+        ready = server.request(None, "ready")
+    except supervisor.ServerFailed as failure:
+        server.stop()
+        return None, {**_failed(failure), "rounds": []}
+    job_file.unlink(missing_ok=True)
+    return server, {
+        "status": "ok",
+        "cold": ready["cold"],
+        "idle_memory": ready["idle"],
+        "after_first_run_memory": ready["after_first_run"],
+        "warm_mean_ms": ready["warm_mean_ms"],
+        "runs_per_round": ready["runs_per_round"],
+        "input_shapes": ready["input_shapes"],
+        "rounds": [],
+    }
+
+
+def _failed(failure: supervisor.ServerFailed) -> dict[str, Any]:
+    return {"status": failure.status, "error": {"stage": failure.stage, "message": failure.message,
+                                                "traceback_tail": failure.traceback_tail}}
+
+
+def runnable_stacks(plan: Plan, model: ModelEntry) -> tuple[list[tuple[StackSpec, Path]], dict[str, str]]:
+    """Stacks whose artifacts loaded and ran in the runtime phase, with their venv's bin/; why the others are not."""
+    out = plan.settings.out_dir
+    runnable, skipped = [], {}
+    for spec in plan.stacks:
+        info = load_stack_info(out, spec.name) or {}
+        executable = (info.get("installed") or {}).get("executable")
+        run = load_stack_model(out, spec.name, model.name).stage("run")
+        if not executable or not Path(executable).is_file():
+            skipped[spec.name] = "the stack was not built in this report folder"
+        elif run is None or not run.ok:
+            skipped[spec.name] = "its artifact did not load and run (runtime phase)"
+        else:
+            runnable.append((spec, Path(executable).parent))
+    return runnable, skipped
+
+
+def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list[tuple[StackSpec, Path]]) -> str | None:
+    """The runtime keys of the stacks measured and how they are measured; None if one is not known."""
+    runtime_keys = {}
+    for spec, _ in runnable:
+        record = runner.read_key_record(layout.model_dir(plan.settings.out_dir, spec.name, model.name), "runtime")
+        if not record or not record.get("stored") or not record.get("key"):
+            return None
+        runtime_keys[spec.name] = record["key"]
+    if not runtime_keys:
+        return None
+    settings = plan.settings
+    return cache.digest_of({
+        "runtime": runtime_keys,
+        "order": [spec.name for spec, _ in runnable],
+        "threads": threads,
+        "rounds": settings.rounds,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+        "time_budget_s": settings.time_budget_s,
+        "code": cache.files_digest(MEASURE_CODE, REPO_ROOT),
+    })
