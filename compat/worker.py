@@ -603,14 +603,15 @@ def memory_status() -> dict[str, int]:
     return {"rss_bytes": found.get("VmRSS", 0), "peak_rss_bytes": found.get("VmHWM", peak_rss_bytes())}
 
 
-def time_runs(call: Callable[[], Any], runs: int) -> list[float]:
-    """The harness: one clock read before and after each call, nothing else in the loop
-    (its cost against a bare loop is benchmarked: docs/benchmarks.md)."""
+def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int) -> list[float]:
+    """The harness: ``run(program, inputs)`` as a bare loop would call it, with
+    one clock read before and after (its cost against the bare loop is
+    benchmarked: docs/benchmarks.md)."""
     clock = time.perf_counter_ns
     samples = [0.0] * runs
     for index in range(runs):
         start = clock()
-        call()
+        run(program, inputs)
         samples[index] = (clock() - start) / 1e6
     return samples
 
@@ -654,13 +655,13 @@ def run_measure_server(job: dict[str, Any], adapter: Any, channel: Channel) -> N
     load_ms = (time.perf_counter_ns() - start) / 1e6
     first_ms = {}
     for name in methods:
-        first_ms[name] = time_runs(lambda: adapter.run(programs[name], args[name]), 1)[0]
+        first_ms[name] = time_runs(adapter.run, programs[name], args[name], 1)[0]
     after_first = memory_status()
 
     channel.send("stage", stage="warm-up")
     warm_mean_ms, runs = {}, {}
     for name in methods:
-        warm = time_runs(lambda: adapter.run(programs[name], args[name]), job["warmup"])
+        warm = time_runs(adapter.run, programs[name], args[name], job["warmup"])
         warm_mean_ms[name] = sum(warm) / len(warm)
         runs[name] = runs_per_round(job, warm_mean_ms[name])
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
@@ -670,35 +671,44 @@ def run_measure_server(job: dict[str, Any], adapter: Any, channel: Channel) -> N
     while (request := channel.receive())["command"] in ("round", "overhead"):
         channel.send("stage", stage="round")
         if request["command"] == "overhead":
-            channel.send("overhead", blocks=harness_overhead(adapter, programs, args, runs, request["blocks"]))
+            channel.send("overhead", blocks=harness_overhead(adapter, programs, args, warm_mean_ms, request["pairs"],
+                                                             request["block_s"]))
             continue
         samples = {}
         for name in methods:
-            call = lambda: adapter.run(programs[name], args[name])  # noqa: E731
-            call()  # untimed: the other stack ran since this method's last call
-            samples[name] = time_runs(call, runs[name])
+            adapter.run(programs[name], args[name])  # untimed: the other stack ran since this method's last call
+            samples[name] = time_runs(adapter.run, programs[name], args[name], runs[name])
         channel.send("round", round=request["round"], samples_ms=samples)
     channel.send("exit", memory=memory_status())
 
 
-def harness_overhead(adapter: Any, programs: dict[str, Any], args: dict[str, Any], runs: dict[str, int],
-                     blocks: int) -> dict[str, list[dict[str, float]]]:
-    """The benchmark of time_runs itself: blocks of the same calls through the
-    harness and in a bare loop, alternating, each block's wall time per call."""
+def harness_overhead(adapter: Any, programs: dict[str, Any], args: dict[str, Any], warm_mean_ms: dict[str, float],
+                     pairs: int, block_s: float) -> dict[str, list[dict[str, float]]]:
+    """The benchmark of time_runs itself: pairs of blocks of the same calls,
+    one through the harness and one in a bare loop, in alternating order;
+    each block's wall time per call."""
     found: dict[str, list[dict[str, float]]] = {}
     for name, program in programs.items():
-        count = runs[name]
-        call = lambda: adapter.run(program, args[name])  # noqa: E731
-        for _ in range(blocks):
+        count = max(5, math.ceil(block_s * 1000.0 / max(warm_mean_ms[name], 1e-3)))
+        run, inputs = adapter.run, args[name]
+
+        def through_harness() -> float:
             start = time.perf_counter_ns()
-            samples = time_runs(call, count)
-            harness = (time.perf_counter_ns() - start) / 1e6 / count
+            time_runs(run, program, inputs, count)
+            return (time.perf_counter_ns() - start) / 1e6 / count
+
+        def bare() -> float:
             start = time.perf_counter_ns()
             for _ in range(count):
-                adapter.run(program, args[name])
-            bare = (time.perf_counter_ns() - start) / 1e6 / count
-            found.setdefault(name, []).append({"harness_ms": harness, "bare_ms": bare,
-                                               "harness_median_sample_ms": sorted(samples)[count // 2]})
+                run(program, inputs)
+            return (time.perf_counter_ns() - start) / 1e6 / count
+
+        for index in range(pairs):
+            if index % 2:
+                bare_ms, harness_ms = bare(), through_harness()
+            else:
+                harness_ms, bare_ms = through_harness(), bare()
+            found.setdefault(name, []).append({"harness_ms": harness_ms, "bare_ms": bare_ms, "calls": count})
     return found
 
 
