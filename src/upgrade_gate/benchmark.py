@@ -2,7 +2,8 @@
 
 * ``overhead`` — per-call latency through the harness (``time_runs`` in the
   measurement server, under the supervisor) against a bare loop of the same
-  runtime call in the same process. Target: ratio ≤ 1.02.
+  runtime call in the same process, in alternating block pairs. Target: ratio
+  ≤ 1.02 on the shortest call, and no interval wholly above it on the others.
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -29,6 +30,7 @@ from typing import Any
 from upgrade_gate import layout, measure
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config import REPO_ROOT, load_plan
+from upgrade_gate.stats import ratio_by_rounds
 
 BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"
 NAMES = ("overhead", "noise", "sensitivity")
@@ -40,6 +42,7 @@ OVERHEAD_MODELS = "vit-smoke,mobilenet-v3-small,vit-ti16"
 # machine, the median of 40 much less so.
 OVERHEAD_PAIRS = 40
 OVERHEAD_BLOCK_S = 0.25
+OVERHEAD_TARGET = 1.02
 
 
 def main(argv: list[str], log: Any = print) -> int:
@@ -139,22 +142,30 @@ def overhead(out: Path, models: str, log: Any) -> int:
                 finally:
                     server.close()
                 for method, blocks in event["blocks"].items():
-                    ratios = [b["harness_ms"] / b["bare_ms"] for b in blocks]
+                    # A pair is a round: the harness's block over the bare loop's, measured back to back.
+                    estimate = ratio_by_rounds([[b["harness_ms"]] for b in blocks], [[b["bare_ms"]] for b in blocks])
+                    assert estimate is not None
                     rows.append({"model": model.name, "stack": spec.name, "threads": threads, "method": method,
                                  "calls_per_block": blocks[0]["calls"],
                                  "bare_ms": statistics.median(b["bare_ms"] for b in blocks),
                                  "harness_ms": statistics.median(b["harness_ms"] for b in blocks),
                                  "extra_us": statistics.median((b["harness_ms"] - b["bare_ms"]) * 1000 for b in blocks),
-                                 "ratio": statistics.median(ratios), "pair_ratios": ratios})
-    worst = max(r["ratio"] for r in rows)
+                                 **estimate.to_dict()})
+    # The harness adds a fixed cost per call, largest in share where the call is shortest:
+    # that row must meet the target; on slower calls the noise is larger than the cost,
+    # so no row's interval may lie wholly above the target (the latency gate's rule).
+    fastest = min(rows, key=lambda r: r["bare_ms"])
+    met = fastest["median"] <= OVERHEAD_TARGET and all(r["low"] <= OVERHEAD_TARGET for r in rows)
     write_json_atomic(out / "overhead.json", {"benchmark": "overhead", "pairs": OVERHEAD_PAIRS,
-                                              "block_s": OVERHEAD_BLOCK_S, "rows": rows, "worst_ratio": worst})
-    lines = [f"# overhead: harness / bare loop, worst {worst:.4f} (target ≤ 1.02)", "",
+                                              "block_s": OVERHEAD_BLOCK_S, "target": OVERHEAD_TARGET,
+                                              "met": met, "rows": rows})
+    lines = [f"# overhead: harness / bare loop {fastest['median']:.4f} on the shortest call ({fastest['model']}, "
+             f"{fastest['bare_ms']:.3f} ms); target ≤ {OVERHEAD_TARGET} {'met' if met else 'MISSED'}", "",
              "| model | stack | threads | method | calls per block | bare loop | through the harness | per call | "
-             f"ratio (median of {OVERHEAD_PAIRS} pairs) |", "|---|---|---|---|---|---|---|---|---|"]
+             f"ratio (median of {OVERHEAD_PAIRS} pairs) | 95% interval |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['stack']} | {r['threads']} | {r['method']} | {r['calls_per_block']} | "
-              f"{r['bare_ms']:.4f} ms | {r['harness_ms']:.4f} ms | {r['extra_us']:+.1f} µs | {r['ratio']:.4f} |"
-              for r in rows]
+              f"{r['bare_ms']:.4f} ms | {r['harness_ms']:.4f} ms | {r['extra_us']:+.1f} µs | {r['median']:.4f} | "
+              f"[{r['low']:.4f}, {r['high']:.4f}] |" for r in rows]
     write_text_atomic(out / "overhead.md", "\n".join(lines) + "\n")
     log((out / "overhead.md").read_text())
-    return 0 if worst <= 1.02 else 1
+    return 0 if met else 1

@@ -165,8 +165,8 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
 def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, str, str, str, bool]:
     """passed, threshold, measured, evidence, inconclusive — over every thread count and method.
 
-    A method slower by at most ``min-delta-ms`` passes whatever its ratio. Of
-    the rest, the gate fails if one interval lies wholly beyond the threshold,
+    A method at most ``min-delta-ms`` slower even at the top of its interval
+    passes whatever its ratio. Of the rest, the gate fails if one interval lies wholly beyond the threshold,
     is inconclusive if one straddles it, and passes when all are within.
     """
     gates = plan.settings.gates
@@ -190,7 +190,9 @@ def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, s
             if estimate is None:
                 missing.setdefault(f"{method}: no rounds in common", []).append(str(threads))
                 continue
-            slower_ms = mine.latency[method].p50_ms - theirs.latency[method].p50_ms
+            # The most the candidate can be slower by, at the interval's top: within
+            # min-delta-ms it passes whatever the ratio (timer and call overhead).
+            slower_ms = theirs.latency[method].p50_ms * (estimate.high - 1)
             where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
                      f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
             outcome = "passed" if slower_ms <= min_delta else estimate.judge(max_ratio)
