@@ -172,7 +172,7 @@ def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, s
     gates = plan.settings.gates
     max_ratio, min_delta = gates.latency.threshold or 0, gates.latency_min_delta_ms
     threshold = (f"median ratio's {CONFIDENCE:.0%} interval ≤ {max_ratio:.2f}, per thread count "
-                 f"and method; methods slower by ≤ {min_delta:g} ms pass")
+                 f"and method; methods at most {min_delta:g} ms slower at its top pass")
     candidate, baseline = model.stacks[stack], model.stacks[plan.baseline.name]
     evidence = f"measurements/{model.model.name}/threads-*.json ({plan.settings.rounds} interleaved rounds)"
     judged: list[tuple[str, str, RatioEstimate]] = []  # (outcome, where, estimate)
