@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import operator
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,42 @@ from executorch.extension.pybindings._portable_lib import (
 
 SUFFIX = ".pte"
 
+# Quantization recipes by variant name: ExecuTorch's own for XNNPACK.
+QUANTIZATIONS = {
+    "int8": "PT2E static, XNNPACKQuantizer (per-channel int8 weights, per-tensor int8 activations)",
+    "8da4w": "torchao 8da4w: int8 dynamic activations, int4 weights in groups of 32 (ExecuTorch's LLM recipe)",
+}
+# SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (the 0.7 recipe's default).
+WEIGHT_GROUP_SIZE = 32
+
+
+def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str) -> tuple[Any, dict[str, Any]]:
+    """A module that lower() exports like any other: PT2E-converted for int8,
+    torchao-quantized (tensor subclasses unwrapped) for 8da4w."""
+    if variant == "8da4w":
+        from torchao.quantization import int8_dynamic_activation_int4_weight, quantize_
+        from torchao.utils import unwrap_tensor_subclass
+
+        quantized = copy.deepcopy(module).eval()
+        quantize_(quantized, int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE))
+        return unwrap_tensor_subclass(quantized), {"recipe": QUANTIZATIONS[variant]}
+
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    captured = torch.export.export_for_training(module, inputs).module()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(captured, quantizer)
+    with torch.no_grad():
+        prepared(*inputs)  # calibration: the observers see the same inputs in every stack
+    converted = convert_pt2e(prepared)
+    quantize_nodes = sum(1 for node in converted.graph.nodes
+                         if node.op == "call_function" and "quantize_per" in str(node.target))
+    return converted, {"recipe": QUANTIZATIONS[variant], "quantize_nodes": quantize_nodes}
+
 
 def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
     # The export toolchain is imported here, not at module level, so that the
@@ -31,14 +65,30 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     from executorch.exir import to_edge_transform_and_lower
 
     lowered = to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[XnnpackPartitioner()])
-    calls = Counter(
-        _op_name(node.target)
-        for node in lowered.exported_program().graph_module.graph.nodes
-        if node.op == "call_function" and node.target is not operator.getitem
-    )
-    partitions = calls.pop("executorch_call_delegate", 0)
-    # What is left outside the delegate runs on ExecuTorch's portable kernels.
-    return lowered, {"delegate_partitions": partitions, "portable_ops": dict(calls.most_common())}
+    return lowered, delegation(lowered.exported_program().graph_module)
+
+
+def delegation(graph_module: torch.fx.GraphModule) -> dict[str, Any]:
+    """How much of the graph the delegate took: ExecuTorch's own count
+    (get_delegation_info) of nodes inside and outside delegate partitions, by
+    operator. What is left outside runs on ExecuTorch's portable kernels —
+    seed 002's vision encoder that "may be running portable kernels"."""
+    from executorch.devtools.backend_debug import get_delegation_info
+
+    info = get_delegation_info(graph_module)
+    # getitem unpacks a tuple (a delegate's outputs among them): no kernel runs for it.
+    by_operator = {op: {"delegated": b.delegated, "portable": b.non_delegated}
+                   for op, b in sorted(info.delegation_by_operator.items()) if op != "getitem"}
+    delegated = sum(b["delegated"] for b in by_operator.values())
+    portable = {op: b["portable"] for op, b in by_operator.items() if b["portable"]}
+    return {
+        "delegate": "XnnpackBackend",
+        "delegate_partitions": info.num_delegated_subgraphs,
+        "delegated_nodes": delegated,
+        "portable_nodes": sum(portable.values()),
+        "portable_ops": dict(sorted(portable.items(), key=lambda item: (-item[1], item[0]))),
+        "by_operator": by_operator,
+    }
 
 
 def save(lowered: Any, path: Path, *, keep: bool = False) -> dict[str, Any]:
@@ -87,17 +137,33 @@ def run_method(program: Any, name: str, inputs: tuple[torch.Tensor, ...]) -> Any
     return program.run_method(name, tuple(inputs))
 
 
-def _op_name(target: Any) -> str:
-    name = getattr(target, "__name__", None) or str(target)
-    return name.removeprefix("aten.")
-
-
 def load(path: Path) -> Any:
     return _load_for_executorch(str(path))
 
 
 def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
     return program.forward(tuple(inputs))
+
+
+# Operators kept per method in the profile record.
+PROFILE_TOP = 25
+
+
+def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int) -> dict[str, Any]:
+    """Time per operator of one call, averaged over ``runs`` calls (executorch_profile.py:
+    ETDump where the runtime records one, else Linux perf samples)."""
+    from . import executorch_profile
+
+    found = executorch_profile.profile_pte(path, inputs, runs)
+    calls = found["runs"]
+    return {
+        "source": found["source"],
+        "total_ms": found["total_ms"] / calls,
+        "operators": [{"name": op["name"], "calls": (op["calls"] or 0) // calls, "total_ms": op["total_ms"] / calls,
+                       "share": op["share"]} for op in found["ops"][:PROFILE_TOP]],
+        "notes": found["notes"],
+        **{key: found[key] for key in ("samples", "sampled_runs", "unwound_share") if key in found},
+    }
 
 
 def set_threads(count: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,42 @@ from torch.jit.mobile import _load_for_lite_interpreter
 from torch.utils.mobile_optimizer import optimize_for_mobile
 
 SUFFIX = ".ptl"
+
+# Quantization recipes by variant name: what a team on this stack ships as INT8.
+QUANTIZATIONS = {
+    "int8": "FX static, qnnpack (dynamic Linear where FX cannot trace the model)",
+}
+# Quantized kernels on a phone are QNNPACK's; the x86 default (fbgemm) packs weights differently.
+QUANTIZED_ENGINE = "qnnpack"
+
+
+def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str) -> tuple[Any, dict[str, Any]]:
+    """The legacy INT8 recipe: prepare_fx with qnnpack's default qconfigs,
+    calibrate on the inputs, convert_fx. FX's symbolic tracing cannot follow
+    shapes used as numbers (an LLM's positions, an attention mask's fill); for
+    those models 2.2's remaining option is torch.ao.quantization.quantize_dynamic
+    — int8 weights, activations quantized per call — which is what is used then,
+    and recorded."""
+    from torch.ao.quantization import get_default_qconfig_mapping, quantize_dynamic
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    torch.backends.quantized.engine = QUANTIZED_ENGINE
+    try:
+        prepared = prepare_fx(copy.deepcopy(module).eval(), get_default_qconfig_mapping(QUANTIZED_ENGINE), inputs)
+    except Exception as error:  # noqa: BLE001 - symbolic tracing failed: the dynamic recipe, and why
+        dynamic = quantize_dynamic(copy.deepcopy(module).eval(), {torch.nn.Linear}, dtype=torch.qint8)
+        return dynamic, {"recipe": "dynamic Linear, qnnpack (quantize_dynamic: int8 weights, activations per call)",
+                         "static_failed": f"FX symbolic tracing: {type(error).__name__}: {str(error)[:300]}",
+                         "quantized_modules": _quantized_modules(dynamic)}
+    with torch.no_grad():
+        prepared(*inputs)  # calibration: the observers see the same inputs in every stack
+    converted = convert_fx(prepared)
+    return converted, {"recipe": "FX static, qnnpack (per-tensor int8 activations and weights)",
+                       "quantized_modules": _quantized_modules(converted)}
+
+
+def _quantized_modules(module: torch.nn.Module) -> int:
+    return sum(1 for m in module.modules() if type(m).__module__.startswith("torch.ao.nn.quantized"))
 
 
 def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
@@ -24,12 +61,39 @@ def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
 
 
 def load(path: Path) -> Any:
+    # Quantized artifacts unpack their weights for the engine that is set when they load.
+    torch.backends.quantized.engine = QUANTIZED_ENGINE
     return _load_for_lite_interpreter(str(path))
 
 
 def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
     with torch.no_grad():
         return program(*inputs)
+
+
+# Operators kept per method in the profile record.
+PROFILE_TOP = 25
+
+
+def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int) -> dict[str, Any]:
+    """Self CPU time per operator over ``runs`` calls, from torch's profiler,
+    which sees every operator the Lite Interpreter dispatches; and the
+    artifact's operator list (what a selective mobile build must include)."""
+    program = load(path)
+    run(program, inputs)  # untimed: first-call allocations are not an operator's cost
+    with torch.autograd.profiler.profile() as recorded:
+        for _ in range(runs):
+            run(program, inputs)
+    events = [e for e in recorded.key_averages() if e.self_cpu_time_total > 0]
+    total_us = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: -e.self_cpu_time_total)
+    return {
+        "source": "torch.autograd.profiler on the Lite Interpreter (self CPU time per operator)",
+        "total_ms": total_us / 1000 / runs,
+        "operators": [{"name": e.key, "calls": e.count // runs, "total_ms": e.self_cpu_time_total / 1000 / runs,
+                       "share": e.self_cpu_time_total / total_us} for e in events[:PROFILE_TOP]],
+        "operator_list": sorted(torch.jit.mobile._export_operator_list(program)),
+    }
 
 
 def set_threads(count: int) -> None:

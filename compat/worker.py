@@ -383,6 +383,12 @@ def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[boo
 
 # The multi-method artifact's stem; a method may not take this name.
 PROGRAM = "program"
+# The float model's variant; a quantized variant runs the adapter's quantize() first.
+FP32 = "fp32"
+
+
+def _failed(log: PhaseLog, stage: str) -> bool:
+    return any(r["stage"] == stage and r["status"] == "failed" for r in log.data["stages"])
 
 
 def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
@@ -419,6 +425,8 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     import torch
 
     model_dir = Path(job["model_dir"])
+    variant = job.get("variant", FP32)
+    exporting: dict[str, str] = {}  # the method being exported, for localize
     torch.set_num_threads(job["threads"])
 
     def build():
@@ -447,17 +455,32 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
         return run_task(case, call, model_dir / "eager-task.npz")
 
+    def quantize():
+        # Every method calibrated on its own inputs: the same in every stack.
+        case, inputs = log.results["build"]
+        recipes = getattr(adapter, "QUANTIZATIONS", {})
+        if variant not in recipes:
+            raise StageSkipped(f"this stack has no {variant} recipe (it offers: {', '.join(recipes) or 'none'})")
+        quantized, details = {}, {}
+        for name, method in case.entry_points().items():
+            start = time.perf_counter()
+            quantized[name], details[name] = adapter.quantize(method.module, inputs[name], variant)
+            details[name]["seconds"] = round(time.perf_counter() - start, 3)
+        return quantized, {"variant": variant, "recipe": recipes[variant], "methods": details}
+
     def export():
         case, inputs = log.results["build"]
+        modules = log.results["quantize"] if variant != FP32 else {n: m.module for n, m in case.entry_points().items()}
         # Lowered programs are kept only for the multi-method artifact: each can
         # hold a copy of the weights (a 1B model's would not fit twice).
         keep = wants_program(case)
         lowered, details = {}, {}
-        for name, method in case.entry_points().items():
+        for name, module in modules.items():
+            exporting["method"] = name
             path = artifact_path(model_dir, name, adapter)
             start = time.perf_counter()
             with torch.no_grad():
-                program, details[name] = adapter.lower(method.module, inputs[name])
+                program, details[name] = adapter.lower(module, inputs[name])
             with partial_file(path) as partial:
                 details[name].update(adapter.save(program, partial, keep=keep) or {})
             if keep:
@@ -468,6 +491,18 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
             gc.collect()
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
         return lowered, {"methods": details}
+
+    def localize():
+        # Which submodules fail to export on their own, with their real inputs.
+        case, inputs = log.results["build"]
+        localizer = importlib.import_module(f"{COMPAT_PACKAGE}.localize")
+        error = next(r["error"] for r in log.data["stages"] if r["stage"] == "export")
+        # The export stopped at its first failing method: that one is searched.
+        name = exporting["method"]
+        method = case.entry_points()[name]
+        found = localizer.localize(method.module, inputs[name], adapter.lower, error=error,
+                                   budget_s=job["localize_budget_s"])
+        return True, {"method": name, **found}
 
     def wants_program(case: Any) -> bool:
         return case.multi_method_artifact and len(case.entry_points()) > 1 and hasattr(adapter, "save_program")
@@ -489,7 +524,13 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     log.stage("eager", ("build",), eager)
     if built is not None and built[0].task.drive is not None:
         log.stage("eager-task", ("build",), eager_task)
-    log.stage("export", ("build",), export)
+    if variant != FP32:
+        log.stage("quantize", ("build",), quantize)
+    exported = log.stage("export", ("build",) if variant == FP32 else ("quantize",), export)
+    # A float model that does not export: find the submodules that fail alone.
+    # (A quantized variant's failure is its recipe's; its float model is localized.)
+    if exported is None and variant == FP32 and built is not None and _failed(log, "export"):
+        log.stage("localize", ("build",), localize)
     log.stage("save", ("export",), save)
     if built is not None and wants_program(built[0]):
         log.stage("program", ("save",), program)
@@ -570,6 +611,15 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
                                  f"by up to {differences[name]:.3g}")
         return True, {"file": path.name, "max_abs_difference": differences}
 
+    def profile():
+        # Where the time goes, operator by operator, in the stack's own runtime.
+        if not hasattr(adapter, "profile"):
+            raise StageSkipped("this stack's adapter has no per-operator profiler")
+        args = log.results["inputs"]
+        return True, {"runs": job["profile_runs"], "methods": {
+            name: adapter.profile(artifact_path(model_dir, name, adapter), args[name], job["profile_runs"])
+            for name in methods}}
+
     log.stage("inputs", (), inputs)
     log.stage("load", (), load)
     log.stage("run", ("load", "inputs"), run)
@@ -577,6 +627,7 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         log.stage("program-run", ("run",), program)
     if built.get("task") == "generation":
         log.stage("task", ("load",), task)
+    log.stage("profile", ("run",), profile)
     log.finish()
 
 

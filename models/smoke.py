@@ -27,6 +27,60 @@ def data_dependent_branch() -> ModelCase:
     return ModelCase(DataDependentBranch().eval(), (torch.randn(2, 16),))
 
 
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class ValueGate(nn.Module):
+    """Passes its input through only where the batch's mean is positive: a
+    data-dependent branch, which torch.export cannot capture."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.scale = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.scale(x)
+        if y.mean() > 0:
+            return y
+        return x
+
+
+class GatedBlock(Block):
+    def __init__(self, width: int) -> None:
+        super().__init__(width)
+        self.gate = ValueGate(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gate(super().forward(x))
+
+
+class BrokenSubmodule(nn.Module):
+    """Exports fine except in one place, two levels down: blocks.1.gate."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.stem = nn.Linear(16, width)
+        self.blocks = nn.ModuleList([Block(width), GatedBlock(width), Block(width)])
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def broken_submodule() -> ModelCase:
+    return ModelCase(BrokenSubmodule().eval(), (torch.randn(2, 16),))
+
+
 class Segfault(nn.Module):
     """Kills its own process with SIGSEGV, like a native crash in a kernel."""
 

@@ -27,8 +27,14 @@ def write_stack_model(
     hashes: dict[str, str] = HASHES,
     runtime_peak_rss: int = 300 * 2**20,
     task: str = "generic",
+    quantize: str | None = None,
+    export_details: dict | None = None,
+    profile: dict | None = None,
 ) -> Path:
-    """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it."""
+    """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
+
+    ``quantize``: a quantized variant's recipe (a quantize stage before export),
+    or "no recipe" for a stack without one (the quantize stage skipped, nothing after it)."""
     directory = layout.model_dir(out, stack, model)
     directory.mkdir(parents=True, exist_ok=True)
     failed = False
@@ -46,7 +52,15 @@ def write_stack_model(
     export = [
         stage("build", {"fixtures": hashes, "methods": ["forward"], "task": task}),
         stage("eager", {"file": "eager.npz"}),
-        stage("export"),
+    ]
+    if quantize == "no recipe":
+        export.append({"stage": "quantize", "status": "skipped", "duration_s": 0.0,
+                       "reason": "this stack has no int8 recipe (it offers: none)"})
+        failed = True
+    elif quantize is not None:
+        export.append(stage("quantize", {"recipe": quantize}))
+    export += [
+        stage("export", {"methods": {"forward": export_details}} if export_details else None),
         stage("save", {"bytes": artifact_bytes,
                        "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes, "sha256": "c" * 64}}}),
     ]
@@ -55,6 +69,8 @@ def write_stack_model(
         stage("load"),
         stage("run", {"file": "artifact.npz"}),
     ]
+    if profile is not None:
+        runtime.append(stage("profile", {"runs": 5, "methods": {"forward": profile}}))
     for phase, stages, rss in (("export", export, 500 * 2**20), ("runtime", runtime, runtime_peak_rss)):
         (directory / f"{phase}.json").write_text(json.dumps({
             "schema_version": "1.0", "phase": phase, "stack": stack, "model": model,

@@ -28,9 +28,16 @@ def test_defaults(project):
     plan = plan_for(project)
     assert [s.name for s in plan.stacks] == ["legacy", "candidate"]
     assert plan.baseline.is_baseline and [c.name for c in plan.candidates] == ["candidate"]
+    # Each model, then its quantized variants.
     assert [m.name for m in plan.models] == [
-        "mobilenet-v3-small", "vit-smoke", "llama-smoke", "minilm-smoke", "nanovlm-smoke"]
+        "mobilenet-v3-small", "mobilenet-v3-small@int8", "vit-smoke", "vit-smoke@int8",
+        "llama-smoke", "llama-smoke@int8", "llama-smoke@8da4w", "minilm-smoke", "minilm-smoke@int8",
+        "nanovlm-smoke", "nanovlm-smoke@int8"]
+    int8 = plan.models[1]
+    assert (int8.base, int8.variant, int8.quantized, plan.models[0].quantized) == (
+        "mobilenet-v3-small", "int8", True, False)
     settings = plan.settings
+    assert (settings.variants, settings.localize_budget_s) == (("int8", "8da4w"), 300.0)
     assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == ((1, 2), 2, 10, 50)
     assert (settings.rounds, settings.time_budget_s) == (7, 2.0)
     assert settings.out_dir == project / "report"
@@ -48,8 +55,12 @@ def test_this_repositorys_own_configuration_loads():
     from upgrade_gate.config import REPO_ROOT
 
     plan = load_plan([], invoked_from=REPO_ROOT, config_path=REPO_ROOT / "pyproject.toml")
-    assert [m.name for m in plan.models] == [
+    assert [m.name for m in plan.models if not m.quantized] == [
         "vit-ti16", "vit-s14", "mobilenet-v3-small", "smollm2-135m", "minilm-l6", "nanovlm",
+    ]
+    assert [m.name for m in plan.models if m.quantized] == [
+        "vit-ti16@int8", "vit-s14@int8", "mobilenet-v3-small@int8", "smollm2-135m@int8", "smollm2-135m@8da4w",
+        "minilm-l6@int8", "nanovlm@int8",
     ]
     assert plan.settings.gates == GateSettings()
 
@@ -57,7 +68,12 @@ def test_this_repositorys_own_configuration_loads():
 def test_posargs_override_out_and_models(project):
     plan = plan_for(project, "--out", "elsewhere", "--models", "vit-smoke, data-dependent-branch")
     assert plan.settings.out_dir == project / "elsewhere"
-    assert [m.name for m in plan.models] == ["vit-smoke", "data-dependent-branch"]
+    assert [m.name for m in plan.models] == ["vit-smoke", "vit-smoke@int8", "data-dependent-branch"]
+    # A variant by name runs alone; @fp32 is the float model.
+    picked = plan_for(project, "--models", "llama-smoke@8da4w,vit-smoke@fp32").models
+    assert [(m.name, m.variant) for m in picked] == [("llama-smoke@8da4w", "8da4w"), ("vit-smoke", "fp32")]
+    assert error_for(project, "--models", "vit-smoke@8da4w") == (
+        "--models: vit-smoke has no variant '8da4w'; its variants: fp32, int8")
 
 
 def test_suite_option_picks_the_built_in_suite(project):
@@ -65,7 +81,8 @@ def test_suite_option_picks_the_built_in_suite(project):
     assert {"vit-b14", "resnet18", "llama32-1b-dims", "nanovlm-full", "smollm2-135m"} <= set(full)
     assert "vit-smoke" not in full
     # The 1B export needs most of the memory: it runs beside no other export.
-    assert [m.name for m in plan_for(project, "--suite", "full").models if m.exclusive] == ["llama32-1b-dims"]
+    assert [m.name for m in plan_for(project, "--suite", "full").models if m.exclusive] == [
+        "llama32-1b-dims", "llama32-1b-dims@int8", "llama32-1b-dims@8da4w"]
     assert error_for(project, "--suite", "huge") == "--suite: unknown suite 'huge'; expected one of smoke, default, full, none"
 
 
@@ -75,13 +92,14 @@ def test_project_models_join_the_suite(project):
 suite = "none"
 [tool.upgrade-gate.models]
 tiny = "mypkg.nets:tiny"
-other = { factory = "mypkg.nets:other", description = "our other net", exclusive = true }
+other = { factory = "mypkg.nets:other", description = "our other net", exclusive = true, variants = [] }
 [tool.upgrade-gate.extra-requirements]
 "*" = ["-e ."]
 candidate = ["mypkg-runtime==1.0"]
 """)
     plan = plan_for(project)
-    tiny, other = plan.models
+    tiny, tiny_int8, other = plan.models
+    assert (tiny_int8.name, tiny_int8.factory) == ("tiny@int8", "mypkg.nets:tiny")
     assert (tiny.name, tiny.factory, tiny.source, tiny.project_root) == ("tiny", "mypkg.nets:tiny", "project", project)
     assert (other.description, other.exclusive, tiny.exclusive) == ("our other net", True, False)
     assert plan.extra_requirements("candidate") == ["-e .", "mypkg-runtime==1.0"]
@@ -140,7 +158,8 @@ def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, cache, envs, export-jobs, extra-requirements, "
-        "gates, iterations, memory-limit, models, out, rounds, suite, threads, time-budget, timeouts, warmup"
+        "gates, iterations, localize-budget, memory-limit, models, out, rounds, suite, threads, time-budget, timeouts, "
+        "variants, warmup"
     )
 
 
@@ -148,7 +167,7 @@ def test_unknown_gate_key(project):
     path = set_config(project, "[tool.upgrade-gate.gates]\nlatncy = { max-ratio = 1.1 }\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.gates.latncy: unknown key; expected one of: artifact-size, budgets, "
-        "export, latency, memory, models, numerics, task"
+        "delegation, export, latency, memory, models, numerics, quantized, task"
     )
 
 
@@ -230,7 +249,7 @@ def test_project_model_may_not_take_a_built_in_name(project):
 
 def test_unknown_model_on_the_command_line(project):
     message = error_for(project, "--models", "nope")
-    assert message.startswith("--models: unknown model 'nope'; known models: data-dependent-branch, ")
+    assert message.startswith("--models: unknown model 'nope'; known models: broken-submodule, data-dependent-branch, ")
 
 
 def test_unknown_option(project):

@@ -57,8 +57,9 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
     assert candidate["torch_version"].startswith("2.8.")
 
     models = models_of(out)
-    assert set(models) == {"vit-smoke", "mobilenet-v3-small", "llama-smoke", "minilm-smoke", "nanovlm-smoke"}
-    for model in models.values():
+    fp32 = {"vit-smoke", "mobilenet-v3-small", "llama-smoke", "minilm-smoke", "nanovlm-smoke"}
+    assert set(models) == fp32 | {f"{m}@int8" for m in fp32} | {"llama-smoke@8da4w"}
+    for model in (models[name] for name in fp32):
         assert model["fixtures"]["legacy"] == model["fixtures"]["candidate"], model["model"]
         for stack, suffix in (("legacy", ".ptl"), ("candidate", ".pte")):
             record = model["stacks"][stack]
@@ -90,7 +91,7 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
 
     verdict = load(out, "verdict.json")
     assert verdict["verdict"] == "NO-GO"
-    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] == "FAILED"]
+    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] == "FAILED" and g["severity"] == "hard"]
     assert failing == [("nanovlm-smoke", "numerics")], failing
     assert (out / "report.md").read_text().splitlines()[2] == "## Verdict: **NO-GO**"
     assert "Verdict: NO-GO" in result.stdout + result.stderr
@@ -111,6 +112,8 @@ KNOWN_DRIFT = {
 def test_smoke_artifacts_match_eager_but_for_known_bugs(smoke_run):
     out, _ = smoke_run
     for name, model in models_of(out).items():
+        if "@" in name:
+            continue  # a quantized variant departs by design: test_smoke_int8_in_both_stacks
         for c in model["comparisons"]:
             if (name, c["purpose"]) not in KNOWN_DRIFT:
                 assert c["worst_rel_l2"] < 1e-4, (name, c)
@@ -180,6 +183,78 @@ def test_smoke_vlm_runs_its_six_modules_end_to_end(smoke_run):
         "vision_encoder", "modality_projector", "token_embedding", "prefill_decoder", "decode_decoder", "lm_head"}
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["task"]["token_agreement"] == 1.0
+
+
+def snr_vs_reference(model: dict, stack: str) -> float:
+    purpose = "baseline export fidelity" if stack == "legacy" else "candidate artifact vs reference"
+    return min(float(o["snr_db"]) for o in comparison(model, purpose)["outputs"])
+
+
+def test_smoke_int8_in_both_stacks(smoke_run):
+    # The same photos calibrate FX/qnnpack in torch 2.2 and PT2E/XNNPACKQuantizer in
+    # 2.8; each int8 artifact is judged against the fp32 reference.
+    out, _ = smoke_run
+    models = models_of(out)
+    for name in ("vit-smoke", "mobilenet-v3-small"):
+        fp32, int8 = models[name], models[f"{name}@int8"]
+        for stack in ("legacy", "candidate"):
+            record = int8["stacks"][stack]
+            stages = {s["stage"]: s for s in record["stages"]}
+            assert {s["status"] for s in stages.values()} == {"ok"}, (name, stack, record["stages"])
+            assert "static" in stages["quantize"]["details"]["methods"]["forward"]["recipe"]
+            # Quantized weights: a quarter of the float artifact, give or take the graph.
+            assert record["artifact"]["bytes"] < 0.5 * fp32["stacks"][stack]["artifact"]["bytes"]
+            assert 5 < snr_vs_reference(int8, stack) < 60, (name, stack)
+            assert int8["stacks"][stack]["measured"]["1"]["status"] == "ok"
+        assert {r["threads"] for r in int8["latency_ratios"]} == {1, 2}
+    # The candidate's LLM recipe, which the legacy stack lacks, and which is named so.
+    llm = models["llama-smoke@8da4w"]
+    quantize = next(s for s in llm["stacks"]["legacy"]["stages"] if s["stage"] == "quantize")
+    assert (quantize["status"], quantize["reason"]) == ("skipped", "this stack has no 8da4w recipe (it offers: int8)")
+    assert {s["status"] for s in llm["stacks"]["candidate"]["stages"]} == {"ok"}
+    gates = {(g["model"], g["gate"]): g for g in load(out, "verdict.json")["gates"]}
+    assert gates[("vit-smoke@int8", "quantized-numerics")]["measured"].startswith("SNR ")
+    assert ("llama-smoke@8da4w", "latency") not in gates  # no baseline to time it against
+    report = (out / "report.md").read_text()
+    assert "| legacy | 8da4w | no 8da4w recipe in this stack |" in report
+    assert "| candidate | int8 | ok | PT2E static, XNNPACKQuantizer" in report
+
+
+def test_smoke_delegation_and_operator_profiles(smoke_run):
+    out, _ = smoke_run
+    model = models_of(out)["vit-smoke"]
+    export = next(s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "export")
+    coverage = export["details"]["methods"]["forward"]
+    assert coverage["delegate_partitions"] >= 1 and coverage["delegated_nodes"] > coverage["portable_nodes"]
+    assert coverage["by_operator"]["aten_linear_default"]["portable"] == 0
+    report = (out / "report.md").read_text()
+    assert f"- candidate XnnpackBackend took {coverage['delegated_nodes']} of " in report
+    for stack in ("legacy", "candidate"):
+        profile = next(s for s in model["stacks"][stack]["stages"] if s["stage"] == "profile")
+        assert profile["status"] == "ok", profile
+        operators = profile["details"]["methods"]["forward"]["operators"]
+        assert operators and operators[0]["total_ms"] > 0 and sum(o["share"] for o in operators) <= 1.0001
+    legacy = [o["name"] for o in next(s for s in model["stacks"]["legacy"]["stages"]
+                                      if s["stage"] == "profile")["details"]["methods"]["forward"]["operators"]]
+    assert any(name.startswith("prepacked::linear_clamp_run") for name in legacy), legacy
+    assert "Top operators by time (per-operator profile in the runtime phase" in report
+
+
+def test_an_export_failure_is_localized_to_its_submodule(tmp_path):
+    out = tmp_path / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "broken-submodule")
+    assert result.returncode == 1, result.stderr[-4000:]
+    model, = load(out, "results.json")["models"]
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    assert stages["export"]["status"] == "failed" and stages["localize"]["status"] == "ok"
+    culprit, = stages["localize"]["details"]["culprits"]
+    assert (culprit["module"], culprit["class"]) == ("blocks.1.gate", "ValueGate")
+    assert culprit["source"] == "smoke.py:50 in forward: if y.mean() > 0:"
+    assert stages["localize"]["details"]["complete"]
+    # Tracing bakes in one branch: the legacy export succeeds and has nothing to localize.
+    assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
+    report = (out / "report.md").read_text()
+    assert "- `blocks.1.gate` (ValueGate) at smoke.py:50 in forward: if y.mean() > 0:" in report
 
 
 def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):

@@ -34,7 +34,7 @@ def test_decision_table(gates, verdict):
 
 @pytest.fixture
 def plan(project: Path):
-    return load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
+    return load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project, config_path=project / "pyproject.toml")
 
 
 def results_by_gate(plan) -> tuple[dict[str, GateResult], Verdict]:
@@ -125,7 +125,7 @@ def test_budgets(project):
         ''
         "[tool.upgrade-gate.gates.budgets.vit-smoke]\nlatency-p50-ms = 8\npeak-rss-mb = 400\nseverity = \"soft\"\n"
     )
-    plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project, config_path=project / "pyproject.toml")
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], candidate_ms=9.0,
                runtime_memory=300 * 2**20)
     gates, verdict = results_by_gate(plan)
@@ -140,7 +140,7 @@ def test_gate_turned_off_is_not_reported(project):
     (project / "pyproject.toml").write_text(
         '[tool.upgrade-gate.gates]\nlatency = { severity = "off" }\n'
     )
-    plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project, config_path=project / "pyproject.toml")
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], candidate_ms=50.0)
     gates, verdict = results_by_gate(plan)
     assert "latency" not in gates and verdict is Verdict.GO
@@ -172,3 +172,103 @@ def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
     gates, overall = results_by_gate(plan)
     assert gates["latency"].status == status and overall is verdict
     assert gates["latency"].inconclusive == (status == "inconclusive")
+
+
+# -- quantized variants and delegation ------------------------------------------
+
+
+def with_snr(reference: np.ndarray, snr_db: float) -> np.ndarray:
+    """``reference`` plus an error ``snr_db`` below it (in the L2 norm)."""
+    noise = np.resize(np.array([1.0, -1.0], dtype=np.float32), reference.shape)
+    return reference + noise * (np.linalg.norm(reference) / np.linalg.norm(noise) / 10 ** (snr_db / 20))
+
+
+def quantized_plan(project: Path, config: str = "", models: str = "vit-smoke"):
+    (project / "pyproject.toml").write_text(config)
+    return load_plan(["--out", "out", "--models", models], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+
+
+def write_variants(out: Path, *, candidate_snr_db: float, legacy_int8: str | None = "FX static (qnnpack)", **candidate):
+    write_pair(out, candidate_artifact=[REFERENCE])
+    legacy_recipe = legacy_int8 or "no recipe"
+    legacy_artifact = [with_snr(REFERENCE, 30.0)] if legacy_int8 else None
+    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=legacy_artifact,
+                      quantize=legacy_recipe)
+    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE],
+                      artifact=[with_snr(REFERENCE, candidate_snr_db)], quantize="PT2E (XNNPACKQuantizer)", **candidate)
+
+
+def gates_of(plan) -> tuple[dict[tuple[str, str], GateResult], Verdict]:
+    gates, _, overall = evaluate(plan, gather(plan))
+    return {(g.model, g.gate): g for g in gates}, overall
+
+
+def test_a_quantized_variant_is_judged_against_the_fp32_reference_by_its_own_gates(project):
+    plan = quantized_plan(project)
+    write_variants(plan.settings.out_dir, candidate_snr_db=35.0)
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.GO
+    int8 = {gate for model, gate in gates if model == "vit-smoke@int8"}
+    # Not the fp32 numerics gate (1e-4 would fail any int8 model): SNR and cosine instead.
+    assert int8 == {"same-inputs", "quantized-export", "quantized-numerics", "artifact-size", "latency", "memory"}
+    numerics = gates[("vit-smoke@int8", "quantized-numerics")]
+    assert numerics.measured.startswith("SNR 35.0 dB (forward.output_0), cosine 0.99")
+    assert (numerics.threshold, numerics.severity) == ("SNR ≥ 20 dB and cosine ≥ 0.99, every output", "soft")
+    assert numerics.evidence == "artifact(candidate) vs eager(legacy)"
+
+
+def test_a_noisy_quantized_variant_is_a_condition_not_a_stop(project):
+    plan = quantized_plan(project)
+    write_variants(plan.settings.out_dir, candidate_snr_db=12.0)
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.GO_WITH_CONDITIONS
+    assert not gates[("vit-smoke@int8", "quantized-numerics")].passed
+
+
+def test_quantized_thresholds_per_variant(project):
+    plan = quantized_plan(project, '[tool.upgrade-gate.gates.quantized]\nmin-snr-db = 10\nseverity = "hard"\n'
+                                   '[tool.upgrade-gate.gates.models."vit-smoke@int8"]\nmin-snr-db = 40\n')
+    write_variants(plan.settings.out_dir, candidate_snr_db=35.0)
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.NO_GO
+    assert gates[("vit-smoke@int8", "quantized-numerics")].threshold.startswith("SNR ≥ 40 dB")
+
+
+def test_a_variant_the_baseline_cannot_make_is_not_timed_against_it(project):
+    plan = quantized_plan(project)
+    write_variants(plan.settings.out_dir, candidate_snr_db=35.0, legacy_int8=None)
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.GO
+    assert ("vit-smoke@int8", "quantized-numerics") in gates
+    assert ("vit-smoke@int8", "latency") not in gates and ("vit-smoke@int8", "memory") not in gates
+
+
+def test_a_failed_quantization_names_its_stage(project):
+    plan = quantized_plan(project)
+    write_variants(plan.settings.out_dir, candidate_snr_db=35.0, failed_stage="quantize")
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.GO_WITH_CONDITIONS
+    assert gates[("vit-smoke@int8", "quantized-export")].measured == "quantize failed: RuntimeError: quantize broke"
+
+
+DELEGATION = {"delegate": "XnnpackBackend", "delegate_partitions": 3, "delegated_nodes": 90, "portable_nodes": 10,
+              "portable_ops": {"aten_cumsum_default": 6, "aten_sort_default": 4}}
+
+
+def test_delegation_gate_is_off_unless_asked_for(project):
+    plan = quantized_plan(project, models="vit-smoke@fp32")
+    write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], export_details=DELEGATION)
+    gates, _ = gates_of(plan)
+    assert ("vit-smoke", "delegation") not in gates
+
+
+def test_delegation_gate_names_the_operators_that_fell_out(project):
+    plan = quantized_plan(project, '[tool.upgrade-gate.gates]\ndelegation = { min-fraction = 0.95, severity = "soft" }\n',
+                          models="vit-smoke@fp32")
+    write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], export_details=DELEGATION)
+    gates, verdict = gates_of(plan)
+    gate = gates[("vit-smoke", "delegation")]
+    assert not gate.passed and verdict is Verdict.GO_WITH_CONDITIONS
+    assert gate.measured == "90.0%; not delegated: aten_cumsum_default ×6, aten_sort_default ×4"
+    assert gate.threshold == "delegated share of operator nodes ≥ 95%, every method"

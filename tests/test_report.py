@@ -15,7 +15,7 @@ REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
 @pytest.fixture
 def plan(project: Path):
-    return load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project, config_path=project / "pyproject.toml")
+    return load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project, config_path=project / "pyproject.toml")
 
 
 def test_report_files_verdict_first(plan, capsys):
@@ -135,3 +135,36 @@ def test_damaged_measurement_is_named(plan, capsys):
         "'measurements/vit-smoke/threads-2.json.stacks.candidate.rounds[4].samples_ms.forward'; "
         "re-run `nox -s compare` to rewrite the records\n"
     )
+
+
+def test_variants_delegation_profile_and_localization_in_the_report(project):
+    plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    delegation = {"delegate": "XnnpackBackend", "delegate_partitions": 2, "delegated_nodes": 95, "portable_nodes": 5,
+                  "portable_ops": {"aten_cumsum_default": 5}}
+    profile = {"operators": [{"name": "DELEGATE_CALL", "calls": 5, "total_ms": 4.0, "share": 0.8},
+                             {"name": "native_call_cumsum.out", "calls": 5, "total_ms": 1.0, "share": 0.2}]}
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0,
+                      profile={"operators": [{"name": "aten::linear", "calls": 10, "total_ms": 9.0, "share": 0.9}]})
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0,
+                      export_details=delegation, profile=profile)
+    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="FX",
+                      failed_stage="export")
+    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
+                      latency_ms=0.5, quantize="PT2E", export_details=delegation)
+
+    # The baseline's int8 failing is no gate of the candidate's: nothing to time it against.
+    assert cli.report(plan) == 0
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "GO"
+    assert not [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8" and g["gate"] == "latency"]
+    report = (out / "report.md").read_text()
+    # Side by side under the fp32 model: every stack's fp32 and int8.
+    assert ("| legacy | int8 | **export failed: RuntimeError: export broke** | FX | — | — | — | — | — | — |"
+            in report)
+    assert "| candidate | int8 | ok | PT2E | 40.0 | 1.00000 | — | 0.500 ms (2.00× fp32) | 1 KiB | 95.0% |" in report
+    assert ("- candidate XnnpackBackend took 95 of 100 operator nodes (95.0%) in 2 partition(s); "
+            "not delegated: aten_cumsum_default ×5") in report
+    assert "| 1 | `aten::linear` | 9.000 ms | 90.0% | 10 | `DELEGATE_CALL` | 4.000 ms | 80.0% | 5 |" in report
+    assert "| Delegated operator nodes (least, per method) | — (no delegate) | 95.0% (vit-smoke) |" in report

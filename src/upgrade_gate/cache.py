@@ -136,7 +136,9 @@ def worker_code_digest(adapter: str) -> str:
     adapter_path = Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"
     return digest_of({
         "tool": __version__,
-        "worker": files_digest([compat / "__init__.py", compat / "worker.py"], REPO_ROOT),
+        # What the worker runs for every stack, and what an adapter imports beside it.
+        "worker": files_digest([compat / "__init__.py", compat / "worker.py", compat / "localize.py",
+                                compat / "executorch_profile.py"], REPO_ROOT),
         "adapter": sha256_file(adapter_path),
     })
 

@@ -112,6 +112,43 @@ class Measured:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Delegation:
+    """How much of one method's graph a delegate took (ExecuTorch's get_delegation_info)."""
+
+    delegate: str
+    partitions: int
+    delegated_nodes: int
+    portable_nodes: int
+    portable_ops: dict[str, int]  # operator → nodes left to the portable kernels
+
+    @property
+    def share(self) -> float:
+        total = self.delegated_nodes + self.portable_nodes
+        return self.delegated_nodes / total if total else 0.0
+
+    def portable_summary(self, limit: int = 8) -> str:
+        ops = sorted(self.portable_ops.items(), key=lambda item: (-item[1], item[0]))
+        text = ", ".join(f"{op} ×{count}" for op, count in ops[:limit])
+        return text + (f", … ({len(ops) - limit} more)" if len(ops) > limit else "")
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Delegation | None:
+        if "delegated_nodes" not in details:
+            return None
+        return cls(delegate=str(details.get("delegate", "delegate")), partitions=int(details["delegate_partitions"]),
+                   delegated_nodes=int(details["delegated_nodes"]), portable_nodes=int(details["portable_nodes"]),
+                   portable_ops={str(k): int(v) for k, v in (details.get("portable_ops") or {}).items()})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OperatorTime:
+    name: str
+    calls: int
+    total_ms: float
+    share: float  # of the profiled run's time
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StackEvidence:
     record: StackModelRecord
     measured: dict[int, Measured]  # per thread count, in the configured order
@@ -132,6 +169,29 @@ class StackEvidence:
         """The most loading and running took, over the thread counts."""
         values = [m.runtime_memory_bytes for m in self.measured.values() if m.runtime_memory_bytes is not None]
         return max(values) if values else None
+
+    @property
+    def delegation(self) -> dict[str, Delegation]:
+        """Per method, where the stack delegates (none for the Lite Interpreter)."""
+        export = self.record.stage("export")
+        methods = export.details.get("methods", {}) if export and export.ok else {}
+        found = {name: Delegation.from_details(d) for name, d in methods.items() if isinstance(d, dict)}
+        return {name: d for name, d in found.items() if d is not None}
+
+    @property
+    def profile(self) -> dict[str, list[OperatorTime]]:
+        """Per method, operators by time in the stack's own runtime (the runtime phase's profile stage)."""
+        stage = self.record.stage("profile")
+        methods = stage.details.get("methods", {}) if stage and stage.ok else {}
+        return {name: [OperatorTime(name=str(op["name"]), calls=int(op["calls"]), total_ms=float(op["total_ms"]),
+                                    share=float(op["share"])) for op in found.get("operators", [])]
+                for name, found in methods.items() if isinstance(found, dict)}
+
+    @property
+    def localized(self) -> dict[str, Any] | None:
+        """Where a failed export breaks: the culprit submodules (compat/localize.py)."""
+        stage = self.record.stage("localize")
+        return stage.details if stage and stage.ok else None
 
     @property
     def planned_memory_bytes(self) -> dict[str, int] | None:

@@ -25,21 +25,32 @@ CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
     "envs", "baseline", "suite", "models", "extra-requirements", "out", "cache", "threads", "export-jobs", "warmup",
-    "iterations", "rounds", "time-budget", "timeouts", "memory-limit", "gates",
+    "iterations", "rounds", "time-budget", "timeouts", "memory-limit", "gates", "variants",
+    "localize-budget",
 }
 SUITES = ("smoke", "default", "full")
-GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "memory", "task", "budgets", "models"}
+GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "memory", "task", "quantized", "delegation", "budgets",
+             "models"}
 BUDGET_KEYS = {"latency-p50-ms", "peak-rss-mb", "severity"}
 # Task gates: the minimum agreement a candidate artifact must keep with the reference.
 TASK_THRESHOLD_KEYS = ("min-top1-agreement", "min-cosine", "min-token-agreement")
-MODEL_GATE_KEYS = {"max-rel-l2", *TASK_THRESHOLD_KEYS}
+# A quantized variant is judged by signal-to-noise and cosine against the fp32 reference instead.
+QUANTIZED_THRESHOLD_KEYS = ("min-snr-db", "min-cosine", "min-top1-agreement", "min-token-agreement")
+MODEL_GATE_KEYS = {"max-rel-l2", *TASK_THRESHOLD_KEYS, *QUANTIZED_THRESHOLD_KEYS}
+# The float model every stack exports; quantized variants are run beside it.
+FP32 = "fp32"
+# Quantized variants a stack's adapter may offer (compat/*.py QUANTIZATIONS):
+# int8 in both default stacks, 8da4w (ExecuTorch's LLM recipe) in the candidate.
+QUANTIZED_VARIANTS = ("int8", "8da4w")
+# A variant's name is its model's plus this and the variant: "vit-ti16@int8".
+VARIANT_SEPARATOR = "@"
 ALL_STACKS = "*"
 
 # The stages a worker runs (compat/worker.py), each under its own deadline.
 # "start" is the time before the first stage (interpreter start, imports);
 # "default" covers any stage without its own entry.
-EXPORT_STAGES = ("build", "eager", "eager-task", "export", "save", "program")
-RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task")
+EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "program")
+RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "profile")
 # The measurement server's steps (upgrade_gate.measure): start → load and first
 # inference → warm-up, then one round at a time.
 MEASURE_STAGES = ("warm-up", "round")
@@ -82,6 +93,23 @@ class TaskGate:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class QuantizedGate:
+    """What a quantized variant must keep of the fp32 reference (the baseline's
+    eager outputs): every output's SNR and cosine, and the task's agreement —
+    top-1 for classifiers (one of three photos may flip), greedy tokens over
+    the generation's first 32 for LLMs. Soft: the fp32 model still ships."""
+
+    severity: str = "soft"
+    min_snr_db: float = 20.0
+    min_cosine: float = 0.99
+    min_top1_agreement: float = 0.66
+    min_token_agreement: float = 0.5
+
+    def threshold(self, key: str) -> float:
+        return float(getattr(self, key.replace("-", "_")))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GateSettings:
     """Defaults from the seeds: a .pte ≤ 1.5 GB, fp32 numerics to 1e-4, and no
     more than 5% slower than what ships today."""
@@ -99,15 +127,22 @@ class GateSettings:
     # A model that needs at most this much more than the baseline passes whatever its ratio.
     memory_min_delta_mb: float = 16.0
     task: TaskGate = TaskGate()
+    quantized: QuantizedGate = QuantizedGate()
+    # The share of a candidate artifact's operator nodes inside delegate
+    # partitions (XNNPACK); off unless a team asks for it.
+    delegation: Gate = Gate(severity="off", threshold=0.9)
     budgets: tuple[tuple[str, Budget], ...] = ()
     # model → {"max-rel-l2": …, "min-cosine": …}: thresholds that differ for one model
     per_model: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
 
     def for_model(self, model: str, key: str) -> float:
-        """The threshold ``key`` for ``model``: its own if configured, else the default."""
+        """The threshold ``key`` for ``model`` (or a variant, "smollm2-135m@8da4w"):
+        its own if configured, else the default — the quantized gates' for a variant."""
         own = dict(dict(self.per_model).get(model, ()))
         if key in own:
             return own[key]
+        if VARIANT_SEPARATOR in model:
+            return self.quantized.threshold(key)
         if key == "max-rel-l2":
             return float(self.numerics.threshold or 0)
         return self.task.threshold(key)
@@ -122,6 +157,9 @@ class GateSettings:
             "memory": {"max-ratio": self.memory.threshold, "min-delta-mb": self.memory_min_delta_mb,
                        "severity": self.memory.severity},
             "task": {"severity": self.task.severity, **{k: self.task.threshold(k) for k in TASK_THRESHOLD_KEYS}},
+            "quantized": {"severity": self.quantized.severity,
+                          **{k: self.quantized.threshold(k) for k in QUANTIZED_THRESHOLD_KEYS}},
+            "delegation": {"min-fraction": self.delegation.threshold, "severity": self.delegation.severity},
             "models": {model: dict(overrides) for model, overrides in self.per_model},
             "budgets": {
                 model: {"latency-p50-ms": b.latency_p50_ms, "peak-rss-mb": b.peak_rss_mb, "severity": b.severity}
@@ -142,10 +180,27 @@ class ModelEntry:
     # the worker); None for built-in models.
     project_root: Path | None = None
     defined_in: Path | None = None
+    # The quantized variants this model has (a model that cannot quantize lists none).
+    variants: tuple[str, ...] = ("int8",)
+    # fp32, or the quantized variant this entry runs: then its name is "<model>@<variant>".
+    variant: str = FP32
 
     @property
     def source(self) -> str:
         return "project" if self.project_root else "built-in"
+
+    @property
+    def base(self) -> str:
+        """The model's own name: every variant shares its weights and inputs."""
+        return self.name.partition(VARIANT_SEPARATOR)[0]
+
+    @property
+    def quantized(self) -> bool:
+        return self.variant != FP32
+
+    def with_variant(self, variant: str) -> ModelEntry:
+        return dataclasses.replace(self, name=f"{self.base}{VARIANT_SEPARATOR}{variant}", variant=variant,
+                                   description=f"{self.description} — {variant}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,6 +235,10 @@ class Settings:
     timeouts_s: tuple[tuple[str, float], ...]
     memory_limit_bytes: int
     gates: GateSettings
+    # Quantized variants to run beside fp32, where a model has them.
+    variants: tuple[str, ...] = QUANTIZED_VARIANTS
+    # Seconds the search for the submodules behind a failed export may take (compat/localize.py).
+    localize_budget_s: float = 300.0
 
     def timeout_key(self, stage: str) -> str:
         """The ``timeouts`` entry that applies to a stage: its own, else ``default``."""
@@ -267,7 +326,21 @@ def load_settings(config_path: Path) -> Settings:
         timeouts_s=_load_timeouts(table.get_table("timeouts")),
         memory_limit_bytes=parse_memory_limit(table, "memory-limit", total_memory_bytes()),
         gates=_load_gates(table.get_table("gates")),
+        variants=_load_variants(table, "variants", QUANTIZED_VARIANTS),
+        localize_budget_s=table.positive("localize-budget", float, 300.0),
     )
+
+
+def _load_variants(table: Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of quantized variant names, each known and once."""
+    names = table.get_str_list(key, list(default))
+    for name in names:
+        if name not in QUANTIZED_VARIANTS:
+            raise table.error(key, f"unknown variant {name!r}; expected some of {', '.join(QUANTIZED_VARIANTS)} "
+                                   "(fp32 always runs)")
+    if len(set(names)) != len(names):
+        raise table.error(key, f"a variant appears twice in {names!r}")
+    return tuple(names)
 
 
 def _load_threads(table: Table) -> tuple[int, ...]:
@@ -339,11 +412,15 @@ def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntr
     entries = []
     for name, raw in table.data.items():
         exclusive = False
+        variants: tuple[str, ...] = ("int8",)
+        if VARIANT_SEPARATOR in name:
+            raise table.error(name, f"a model's name may not contain {VARIANT_SEPARATOR!r}: it names variants")
         if isinstance(raw, str):
             factory, description = raw, None
         else:
             entry = table.get_table(name)
-            entry.reject_unknown({"factory", "description", "exclusive"})
+            entry.reject_unknown({"factory", "description", "exclusive", "variants"})
+            variants = _load_variants(entry, "variants", variants)
             if "factory" not in entry.data:
                 raise entry.error("factory", "missing; expected \"package.module:function\"")
             factory, description = entry.get("factory", str, ""), entry.get("description", str, "")
@@ -352,7 +429,8 @@ def _load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntr
         if not (module and function and all(part.isidentifier() for part in (*module.split("."), function))):
             raise table.error(name, f"expected \"package.module:function\", got {factory!r}")
         entries.append(ModelEntry(name=name, factory=factory, description=description or f"{factory} (project model)",
-                                  exclusive=exclusive, project_root=project_root, defined_in=table.path))
+                                  exclusive=exclusive, project_root=project_root, defined_in=table.path,
+                                  variants=variants))
     return tuple(entries)
 
 
@@ -398,6 +476,15 @@ def _load_gates(table: Table) -> GateSettings:
             for key in TASK_THRESHOLD_KEYS
         },
     )
+    quantized_table = table.get_table("quantized")
+    quantized_table.reject_unknown({"severity", *QUANTIZED_THRESHOLD_KEYS})
+    quantized = QuantizedGate(
+        severity=severity(quantized_table, "severity", defaults.quantized.severity),
+        **{
+            key.replace("-", "_"): quantized_table.positive(key, float, defaults.quantized.threshold(key))
+            for key in QUANTIZED_THRESHOLD_KEYS
+        },
+    )
     per_model = []
     models_table = table.get_table("models")
     for model in models_table.data:
@@ -413,6 +500,8 @@ def _load_gates(table: Table) -> GateSettings:
         memory=threshold_gate("memory", "max-ratio", defaults.memory, "min-delta-mb"),
         memory_min_delta_mb=table.get_table("memory").positive("min-delta-mb", float, defaults.memory_min_delta_mb),
         task=task,
+        quantized=quantized,
+        delegation=threshold_gate("delegation", "min-fraction", defaults.delegation),
         budgets=tuple(budgets),
         per_model=tuple(per_model),
     )
@@ -425,7 +514,7 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
         entry = Table(raw if isinstance(raw, dict) else {}, path=path, key=name)
         if not isinstance(raw, dict):
             raise ConfigError("expected a table with factory and description", path=path, key=name)
-        entry.reject_unknown({"factory", "description", "suites", "exclusive"})
+        entry.reject_unknown({"factory", "description", "suites", "exclusive", "variants"})
         factory = entry.get("factory", str, "")
         if ":" not in factory:
             raise entry.error("factory", f"expected 'module:function', got {factory!r}")
@@ -435,7 +524,7 @@ def load_catalog(path: Path) -> dict[str, ModelEntry]:
                 raise entry.error("suites", f"unknown suite {suite!r}; expected some of {', '.join(SUITES)}")
         catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name),
                                    suites=tuple(suites), exclusive=entry.get("exclusive", bool, False),
-                                   defined_in=path)
+                                   defined_in=path, variants=_load_variants(entry, "variants", ("int8",)))
     return catalog
 
 
@@ -489,8 +578,12 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
         if not names:
             raise ConfigError("no models to run", key="--models")
         for name in names:
-            if name not in catalog:
-                raise ConfigError(f"unknown model {name!r}; known models: {', '.join(sorted(catalog))}", key="--models")
+            base, _, variant = name.partition(VARIANT_SEPARATOR)
+            if base not in catalog:
+                raise ConfigError(f"unknown model {base!r}; known models: {', '.join(sorted(catalog))}", key="--models")
+            if variant and variant != FP32 and variant not in catalog[base].variants:
+                raise ConfigError(f"{base} has no variant {variant!r}; its variants: "
+                                  f"{', '.join((FP32, *catalog[base].variants))}", key="--models")
     else:
         suite = args.suite or settings.suite
         names = [e.name for e in catalog.values() if suite in e.suites]
@@ -501,13 +594,26 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 path=config_path, key="tool.upgrade-gate.suite",
             )
     for model, _ in (*settings.gates.budgets, *settings.gates.per_model):
-        if model not in catalog:
+        base, _, variant = model.partition(VARIANT_SEPARATOR)
+        if base not in catalog or (variant and variant not in catalog[base].variants):
             raise ConfigError(
-                f"gates for unknown model {model!r}; known models: {', '.join(sorted(catalog))}",
+                f"gates for unknown model {model!r}; known models: {', '.join(sorted(catalog))}"
+                f" (a quantized variant as \"<model>{VARIANT_SEPARATOR}int8\")",
                 path=config_path,
                 key="tool.upgrade-gate.gates",
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
     settings = dataclasses.replace(settings, out_dir=out_dir, fresh=args.fresh, remeasure=args.remeasure)
-    return Plan(settings=settings, stacks=tuple(stacks), models=tuple(catalog[n] for n in dict.fromkeys(names)))
+    units = [unit for name in names for unit in _units(catalog, name, settings.variants)]
+    return Plan(settings=settings, stacks=tuple(stacks), models=tuple({u.name: u for u in units}.values()))
+
+
+def _units(catalog: dict[str, ModelEntry], name: str, variants: tuple[str, ...]) -> list[ModelEntry]:
+    """What a name runs: "vit-ti16" its fp32 model and each of its quantized
+    variants the settings ask for; "vit-ti16@int8" that variant alone."""
+    base, _, variant = name.partition(VARIANT_SEPARATOR)
+    entry = catalog[base]
+    if variant:
+        return [entry if variant == FP32 else entry.with_variant(variant)]
+    return [entry, *(entry.with_variant(v) for v in variants if v in entry.variants)]
 

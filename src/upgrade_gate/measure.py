@@ -107,7 +107,9 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         "stacks": stacks,
     }
     write_json_atomic(out_file, data)
-    if key is not None and all(s["status"] == "ok" for s in stacks.values()):
+    # A stack without a runnable artifact (a variant it has no recipe for) is not
+    # part of the key: which stacks ran is (``names``).
+    if key is not None and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
         logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
         store.store(names, model.name, phase, key, [out_file, *logs], {})
     summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
@@ -127,7 +129,7 @@ def start_server(
         "model": model.name,
         "adapter": spec.adapter,
         "model_dir": str(model_dir),
-        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.name, cache.model_code_digest(model))),
+        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
         "methods": list(built.details.get("methods") or ["forward"]) if built else ["forward"],
         "threads": threads,
         "warmup": settings.warmup,

@@ -107,9 +107,13 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
         f"weights {(hashes[stack] or {}).get('weights_sha256', '?')[:12]}, "
         f"inputs {(hashes[stack] or {}).get('inputs_sha256', '?')[:12]}")
 
+    if model.model.quantized:
+        return results + _quantized_gates(plan, spec, model, record_path)
+
     problem = candidate.record.first_problem()
     add("export", gates.export, problem is None, "every stage ok (build → export → save → load → run)",
         "all stages ok" if problem is None else problem.explain(), f"{record_path}/{{export,runtime}}.json")
+    add("delegation", gates.delegation, *_delegation_gate(plan, model, stack, record_path))
 
     size = candidate.artifact_bytes
     limit = gates.artifact_size.threshold or 0
@@ -160,6 +164,82 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelEvidence) -> list[GateRe
                 f"runtime memory ≤ {budget.peak_rss_mb:g} MiB", f"{mb:.1f} MiB" if mb is not None else "not measured",
                 f"measurements/{name}/threads-*.json (peak RSS of load → run minus the started runtime)")
     return results
+
+
+def _quantized_gates(plan: Plan, spec: StackSpec, model: ModelEvidence, record_path: str) -> list[GateResult]:
+    """A quantized variant against the fp32 reference: its own thresholds
+    (``gates.quantized``), one severity for all of them. Latency and memory
+    are judged against the baseline's same variant, where it has one."""
+    gates, name, stack = plan.settings.gates, model.model.name, spec.name
+    variant, severity = model.model.variant, gates.quantized.severity
+    candidate = model.stacks[stack]
+    quantize = candidate.record.stage("quantize")
+    if severity == "off" or (quantize is not None and quantize.status == "skipped"):
+        return []  # off, or this stack has no recipe for the variant: nothing to judge
+    results = []
+
+    def add(gate_name: str, passed: bool, threshold: str, measured: str, evidence: str,
+            inconclusive: bool = False, gate_severity: str = severity) -> None:
+        if gate_severity != "off":
+            results.append(GateResult(gate=gate_name, stack=stack, model=name, severity=gate_severity, passed=passed,
+                                      threshold=threshold, measured=measured, evidence=evidence,
+                                      inconclusive=inconclusive))
+
+    problem = candidate.record.first_problem()
+    add("quantized-export", problem is None, f"every stage ok (quantize ({variant}) → export → save → load → run)",
+        "all stages ok" if problem is None else problem.explain(), f"{record_path}/{{export,runtime}}.json")
+
+    comparison = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
+    min_snr, min_cosine = gates.for_model(name, "min-snr-db"), gates.for_model(name, "min-cosine")
+    outputs = [o for o in (comparison.outputs or ()) if o.comparable] if comparison else []
+    if comparison is None or not outputs or len(outputs) != len(comparison.outputs or ()):
+        add("quantized-numerics", False, f"SNR ≥ {min_snr:g} dB and cosine ≥ {min_cosine:g}, every output",
+            _why_incomparable(comparison), comparison.label if comparison else "artifact vs reference")
+    else:
+        worst_snr = min(outputs, key=lambda o: o.snr_db if o.snr_db is not None else float("inf"))
+        worst_cos = min(outputs, key=lambda o: o.cosine if o.cosine is not None else 1.0)
+        snr, cosine = worst_snr.snr_db, worst_cos.cosine
+        passed = (snr is None or snr >= min_snr) and (cosine is None or cosine >= min_cosine)
+        add("quantized-numerics", passed, f"SNR ≥ {min_snr:g} dB and cosine ≥ {min_cosine:g}, every output",
+            f"SNR {'∞' if snr is None or snr == float('inf') else f'{snr:.1f}'} dB ({worst_snr.name}), "
+            f"cosine {cosine if cosine is not None else 1.0:.5f} ({worst_cos.name})", comparison.label)
+
+    if model.task_kind in ("classification", "generation"):
+        key, threshold_key = HEADLINE[model.task_kind]
+        minimum = gates.for_model(name, threshold_key)
+        task = comparison.task if comparison else None
+        value = task.headline if task else None
+        add(f"quantized-task-{model.task_kind}", value is not None and value >= minimum, f"{key} ≥ {minimum:g}",
+            _task_measured(task) if task else (comparison.task_missing if comparison else None) or "not measured",
+            comparison.label if comparison else "artifact vs reference")
+
+    size = candidate.artifact_bytes
+    limit = gates.artifact_size.threshold or 0
+    if size is not None:  # a variant without an artifact failed quantized-export already
+        add("artifact-size", size <= limit, f"≤ {_bytes(limit)}", _bytes(size), f"{record_path}/export.json (save)",
+            gate_severity=gates.artifact_size.severity)
+    add("delegation", *_delegation_gate(plan, model, stack, record_path), gate_severity=gates.delegation.severity)
+    baseline_run = model.stacks[plan.baseline.name].record.stage("run")
+    if baseline_run is not None and baseline_run.ok:
+        # Against the baseline's own variant, where it made one that runs: what
+        # the team could ship quantized today.
+        add("latency", *_latency_gate(plan, model, stack), gate_severity=gates.latency.severity)
+        add("memory", *_memory_gate(plan, model, stack), gate_severity=gates.memory.severity)
+    return results
+
+
+def _delegation_gate(plan: Plan, model: ModelEvidence, stack: str, record_path: str) -> tuple[bool, str, str, str]:
+    """The share of operator nodes inside delegate partitions, the least of any method."""
+    minimum = plan.settings.gates.delegation.threshold or 0
+    threshold = f"delegated share of operator nodes ≥ {minimum:.0%}, every method"
+    coverage = model.stacks[stack].delegation
+    if not coverage:
+        return False, threshold, "no delegation record (the export did not finish, or the stack has no delegate)", \
+            f"{record_path}/export.json"
+    method, worst = min(coverage.items(), key=lambda item: item[1].share)
+    where = "" if method == "forward" else f" ({method})"
+    fallen = f"; not delegated: {worst.portable_summary()}" if worst.portable_ops else ""
+    return worst.share >= minimum, threshold, f"{worst.share:.1%}{where}{fallen}", f"{record_path}/export.json (export)"
 
 
 def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, str, str, str, bool]:

@@ -18,6 +18,9 @@ from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
 
 SCHEMA_VERSION = Version("1.0")
+# Stages that explain a result rather than produce one: a profiler that is not
+# there, or the search behind a failed export, is no failure of the artifact.
+DIAGNOSTIC_STAGES = ("profile", "localize")
 STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")
 
 
@@ -149,11 +152,12 @@ class StackModelRecord:
         return next((s for s in self.stages if s.stage == name), None)
 
     def first_problem(self) -> Stage | None:
-        return next((s for s in self.stages if not s.ok), None)
+        """The first stage on the way from model to running artifact that did not succeed."""
+        return next((s for s in self.stages if not s.ok and s.stage not in DIAGNOSTIC_STAGES), None)
 
     @property
     def all_ok(self) -> bool:
-        return bool(self.stages) and all(s.ok for s in self.stages)
+        return bool(self.stages) and self.first_problem() is None
 
     def outputs(self, which: str) -> dict[str, np.ndarray] | None:
         """``eager`` or ``artifact`` outputs, if that stage wrote them."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from upgrade_gate import __version__
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side
+from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side, reference_side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
 from upgrade_gate.records import load_stack_info
@@ -205,7 +205,7 @@ def render_markdown(
 
     lines += ["", "## Models", ""]
     for model in evidence:
-        lines += _model_section(plan, model)
+        lines += _model_section(plan, model, [m for m in evidence if m.model.base == model.model.base])
 
     lines += ["## Stacks", ""]
     for name in names:
@@ -235,6 +235,8 @@ def baseline_findings(plan: Plan, evidence: list[ModelEvidence]) -> list[dict[st
     base = plan.baseline.name
     findings = []
     for model in evidence:
+        if model.model.quantized:  # a quantized artifact departs from its float model by design
+            continue
         comparison = model.comparison(Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))
         worst = comparison.worst_output if comparison else None
         tolerance = plan.settings.gates.for_model(model.model.name, "max-rel-l2")
@@ -276,19 +278,28 @@ def _matrix_rows(
             return ""
         return " ✅" if all(g.passed for g in relevant) else (" ❌" if any(g.severity == "hard" for g in relevant if not g.passed) else " ⚠️")
 
+    fp32 = [m for m in evidence if not m.model.quantized]
+    quantized = [m for m in evidence if m.model.quantized]
     rows = [["Installed", *[_installed(stacks.get(n)) for n in names]]]
-    rows.append(["Export → load → run", *[
-        f"{sum(m.stacks[n].record.all_ok for m in evidence)}/{len(evidence)} models" + gate_mark(n, "export") for n in names
+    rows.append(["Export → load → run (fp32)", *[
+        f"{sum(m.stacks[n].record.all_ok for m in fp32)}/{len(fp32)} models" + gate_mark(n, "export") for n in names
     ]])
     numerics = []
     for n in names:
         if plan.stack(n).is_baseline:
-            worst = _worst(evidence, Side(stack=n, kind="artifact"), Side(stack=n, kind="eager"))
+            worst = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=n, kind="eager"))
             numerics.append(f"artifact vs own eager: {worst}")
         else:
-            worst = _worst(evidence, Side(stack=n, kind="artifact"), Side(stack=plan.baseline.name, kind="eager"))
+            worst = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=plan.baseline.name, kind="eager"))
             numerics.append(f"artifact vs reference: {worst}" + gate_mark(n, "numerics"))
     rows.append(["Numerics (worst rel L2)", *numerics])
+    if quantized:
+        rows.append(["Quantized variants: quantized and ran; worst SNR vs the fp32 reference", *[
+            _quantized_summary(plan, quantized, n) + gate_mark(n, "quantized-export") + gate_mark(n, "quantized-numerics")
+            for n in names
+        ]])
+    rows.append(["Delegated operator nodes (least, per method)", *[_least_delegated(evidence, n)
+                                                                 + gate_mark(n, "delegation") for n in names]])
     for threads in plan.settings.threads:
         rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, 95% interval)", *[
             ", ".join(f"{m.model.name} {_p50s(m.stacks[n].measured[threads].latency)}{_ratio_note(m, n, threads)}"
@@ -327,6 +338,29 @@ def _matrix_rows(
     return rows
 
 
+def _quantized_summary(plan: Plan, quantized: list[ModelEvidence], stack: str) -> str:
+    reference = reference_side(plan)
+    ran = [m for m in quantized if m.stacks[stack].record.all_ok]
+    offered = [m for m in quantized if (q := m.stacks[stack].record.stage("quantize")) is None or q.status != "skipped"]
+    worst: tuple[float, str] | None = None
+    for m in ran:
+        comparison = m.comparison(Side(stack=stack, kind="artifact"), reference) or m.comparison(
+            Side(stack=stack, kind="artifact"), Side(stack=stack, kind="eager"))
+        for o in (comparison.outputs or ()) if comparison else ():
+            if o.snr_db is not None and (worst is None or o.snr_db < worst[0]):
+                worst = (o.snr_db, m.model.name)
+    text = f"{len(ran)}/{len(offered)}"
+    return text + (f"; worst {_num(worst[0], '{:.1f}')} dB ({worst[1]})" if worst else "")
+
+
+def _least_delegated(evidence: list[ModelEvidence], stack: str) -> str:
+    shares = [(d.share, m.model.name) for m in evidence for d in m.stacks[stack].delegation.values()]
+    if not shares:
+        return "— (no delegate)"
+    share, model = min(shares)
+    return f"{share:.1%} ({model})"
+
+
 def _p50s(latency: dict[str, LatencySummary] | None) -> str:
     return " / ".join(f"{lat.p50_ms:.3f}" for lat in latency.values()) + " ms" if latency else "—"
 
@@ -353,9 +387,12 @@ def _worst(evidence: list[ModelEvidence], actual: Side, reference: Side) -> str:
     return _num(max(values)) if values else "n/a"
 
 
-def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
+def _model_section(plan: Plan, model: ModelEvidence, family: list[ModelEvidence]) -> list[str]:
+    """``family``: the model's fp32 and quantized variants, shown side by side under the fp32 one."""
     names = list(model.stacks)
     lines = [f"### {model.model.name}", "", model.model.description, ""]
+    if not model.model.quantized and len(family) > 1:
+        lines += _variants_table(plan, family)
     stage_names = list(dict.fromkeys(s.stage for ev in model.stacks.values() for s in ev.record.stages))
     rows = []
     for stage in stage_names:
@@ -407,6 +444,9 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
                   for n in names for t, m in model.stacks[n].measured.items() if m.status != "ok"]
     lines += [f"- not measured: {line}" for line in unmeasured] + ([""] if unmeasured else [])
 
+    lines += _delegation_lines(model)
+    lines += _profile_tables(model)
+    lines += _localization_lines(model)
     for n in names:
         record = model.stacks[n].record
         problems = [s for s in record.stages if s.error]
@@ -421,6 +461,114 @@ def _model_section(plan: Plan, model: ModelEvidence) -> list[str]:
             lines += [f"- {n} multi-method artifact: {program.details.get('file')}, "
                       f"{_size(program.details.get('bytes'))}, methods {', '.join(program.details.get('methods', []))}"]
     lines += [""]
+    return lines
+
+
+def _variants_table(plan: Plan, family: list[ModelEvidence]) -> list[str]:
+    """fp32 and every quantized variant, per stack: numerics against the fp32
+    reference, latency at the first thread count, size, delegation."""
+    threads = plan.settings.threads[0]
+    reference = reference_side(plan)
+    rows = []
+    for n in family[0].stacks:
+        fp32_p50 = _p50_sum(family[0].stacks[n].measured[threads].latency)
+        for unit in family:
+            ev = unit.stacks[n]
+            quantize = ev.record.stage("quantize")
+            if quantize is not None and quantize.status == "skipped":
+                rows.append([n, unit.model.variant, f"no {unit.model.variant} recipe in this stack",
+                             *[""] * 6])
+                continue
+            problem = ev.record.first_problem()
+            # What each method really got (the legacy recipe falls back where FX cannot trace).
+            used = [m.get("recipe", "") for m in (quantize.details.get("methods") or {}).values()] if quantize else []
+            recipe = "float" if quantize is None else " / ".join(dict.fromkeys(used)) or quantize.details.get("recipe", "")
+            actual = Side(stack=n, kind="artifact")
+            comparison = unit.comparison(actual, reference) or unit.comparison(actual, Side(stack=n, kind="eager"))
+            outputs = [o for o in (comparison.outputs or ()) if o.comparable] if comparison else []
+            snr = min((o.snr_db for o in outputs if o.snr_db is not None), default=None)
+            cosine = min((o.cosine for o in outputs if o.cosine is not None), default=None)
+            task = comparison.task.headline if comparison and comparison.task else None
+            p50 = _p50_sum(ev.measured[threads].latency)
+            speed = f" ({fp32_p50 / p50:.2f}× fp32)" if p50 and fp32_p50 and unit.model.quantized else ""
+            coverage = ev.delegation
+            delegated = (f"{min(d.share for d in coverage.values()):.1%}" if coverage else "—")
+            rows.append([n, unit.model.variant, "ok" if problem is None else f"**{problem.explain()}**", recipe,
+                         "∞" if snr is not None and math.isinf(snr) else _num(snr, "{:.1f}"), _num(cosine, "{:.5f}"),
+                         _num(task, "{:.3f}"), f"{p50:.3f} ms{speed}" if p50 else "—", _size(ev.artifact_bytes),
+                         delegated])
+    key = HEADLINE.get(family[0].task_kind, ("task", ""))[0].replace("_", " ")
+    lines = [f"Variants, each against the fp32 reference ({reference}); latency: p50 of every method summed at "
+             f"{threads} thread(s):", ""]
+    lines += _table(["Stack", "variant", "status", "recipe", "SNR dB (worst output)", "cosine (worst)", key,
+                     "latency", "artifact", "delegated"], rows)
+    return lines + [""]
+
+
+def _p50_sum(latency: dict[str, LatencySummary] | None) -> float | None:
+    return sum(lat.p50_ms for lat in latency.values()) if latency else None
+
+
+def _delegation_lines(model: ModelEvidence) -> list[str]:
+    """Per candidate method: nodes inside delegate partitions, and the operators left to portable kernels."""
+    lines = []
+    for n, ev in model.stacks.items():
+        for method, d in ev.delegation.items():
+            where = "" if method == "forward" else f" {method}:"
+            left = f"; not delegated: {d.portable_summary()}" if d.portable_ops else "; every operator delegated"
+            lines.append(f"- {n}{where} {d.delegate} took {d.delegated_nodes} of {d.delegated_nodes + d.portable_nodes} "
+                         f"operator nodes ({d.share:.1%}) in {d.partitions} partition(s){left}")
+    return ["Delegation (ExecuTorch's get_delegation_info; what is not delegated runs on portable kernels):", "",
+            *lines, ""] if lines else []
+
+
+PROFILE_TOP = 10
+
+
+def _profile_tables(model: ModelEvidence) -> list[str]:
+    """The top operators by time, every stack side by side, per method."""
+    profiles = {n: ev.profile for n, ev in model.stacks.items() if ev.profile}
+    if not profiles:
+        return []
+    names = list(profiles)
+    lines = []
+    methods = list(dict.fromkeys(m for p in profiles.values() for m in p))
+    for method in methods:
+        columns = [profiles[n].get(method, [])[:PROFILE_TOP] for n in names]
+        rows = []
+        for rank in range(max(len(c) for c in columns)):
+            row = [str(rank + 1)]
+            for column in columns:
+                op = column[rank] if rank < len(column) else None
+                row += [f"`{op.name}`", f"{op.total_ms:.3f} ms", f"{op.share:.1%}", str(op.calls)] if op else [""] * 4
+            rows.append(row)
+        header = ["#"] + [f"{n} {h}" for n in names for h in ("operator", "ms per call", "share", "calls per call")]
+        where = "" if method == "forward" else f" — {method}"
+        lines += [f"Top operators by time{where} (per-operator profile in the runtime phase, averaged over its calls):", ""]
+        lines += _table(header, rows) + [""]
+    return lines
+
+
+def _localization_lines(model: ModelEvidence) -> list[str]:
+    lines = []
+    for n, ev in model.stacks.items():
+        found = ev.localized
+        if not found:
+            continue
+        method = found.get("method", "forward")
+        tried = f"{found.get('attempts', 0)} submodule exports in {found.get('seconds', 0):.1f} s"
+        if not found.get("complete", True):
+            tried += f", stopped at the {found.get('budget_s', 0):g} s budget (localize-budget)"
+        lines.append(f"**{n}: where the export of {method} breaks** ({tried}):")
+        lines.append("")
+        for culprit in found.get("culprits", []):
+            where = f" at {culprit['source']}" if culprit.get("source") else ""
+            op = f", operator `{culprit['operator']}`" if culprit.get("operator") else ""
+            also = f" (the same in {', '.join(culprit['same_failure_in'])})" if culprit.get("same_failure_in") else ""
+            first = (culprit.get("message") or "").strip().splitlines()[0] if culprit.get("message") else ""
+            lines.append(f"- `{culprit['module']}` ({culprit['class']}){where}{op}: {culprit['type']}: "
+                         f"{_short(first)}{also}")
+        lines.append("")
     return lines
 
 

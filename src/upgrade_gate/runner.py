@@ -29,6 +29,8 @@ from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
 
 LOG_TAIL_LINES = 20
+# Calls of each method under the runtime phase's per-operator profiler (after one untimed call).
+PROFILE_RUNS = 5
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,7 +117,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
     model_dir.mkdir(parents=True, exist_ok=True)
     code = cache.model_code_digest(model)
-    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.name, code)
+    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.base, code)
     key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
     if key is not None and not settings.fresh:
         hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
@@ -136,11 +138,14 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         **model_job(model),
         "stack": stack.spec.name,
         "model": model.name,
+        "variant": model.variant,
         "adapter": stack.spec.adapter,
         "model_dir": str(model_dir),
         "fixtures_dir": str(fixtures_dir),
         # Exports and the checks of the runtime phase run at the first thread count.
         "threads": settings.threads[0],
+        "localize_budget_s": settings.localize_budget_s,
+        "profile_runs": PROFILE_RUNS,
     }
     phase_file = model_dir / f"{phase}.json"
     outcome = _start_worker(
@@ -167,6 +172,7 @@ def _phase_key(
         "phase": phase,
         "stack": stack.digest,
         "model": model.name,
+        "variant": model.variant,
         "code": code,
         "project_root": str(model.project_root) if model.project_root else None,
         "assets": assets_dir().name,
@@ -178,6 +184,7 @@ def _phase_key(
             return None
         parts.update(export_key=export["key"], export_files=export["files"])
     parts["threads"] = stack.plan.settings.threads[0]
+    parts["localize_budget_s"] = stack.plan.settings.localize_budget_s
     return cache.digest_of(parts)
 
 
@@ -221,7 +228,7 @@ def _clear_phase(model_dir: Path, phase: str) -> None:
 def forget_fixtures(plan: Plan) -> None:
     """``--fresh``: the shared inputs and weights are made again too (a project's weights file may have changed)."""
     for model in plan.models:
-        shutil.rmtree(layout.fixtures_dir(plan.settings.cache_dir, model.name, cache.model_code_digest(model)),
+        shutil.rmtree(layout.fixtures_dir(plan.settings.cache_dir, model.base, cache.model_code_digest(model)),
                       ignore_errors=True)
 
 

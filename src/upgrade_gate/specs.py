@@ -20,6 +20,9 @@ from upgrade_gate.tomlfile import Table, read_toml
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
+# compat/ modules that are not adapters: the worker and what it runs for every stack.
+NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "__init__")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StackSpec:
@@ -86,10 +89,8 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
         if not own.is_file():
             raise table.error("adapter", f"no adapter file {own}; a path is relative to the spec's folder")
         adapter = str(own)
-    elif not (adapters_dir / f"{adapter}.py").is_file() or adapter in ("worker", "__init__"):
-        known = sorted(
-            p.stem for p in adapters_dir.glob("*.py") if p.stem not in ("worker", "__init__")
-        )
+    elif not (adapters_dir / f"{adapter}.py").is_file() or adapter in NOT_ADAPTERS:
+        known = sorted(p.stem for p in adapters_dir.glob("*.py") if p.stem not in NOT_ADAPTERS)
         raise table.error("adapter", f"no adapter {adapter!r} in {adapters_dir}; known: {', '.join(known)}")
 
     return StackSpec(

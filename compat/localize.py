@@ -1,0 +1,148 @@
+"""Where an export breaks: the smallest submodules that fail to export on their own.
+
+Like ai-edge-torch's culprit finder. The model runs once eagerly with forward
+hooks that keep each submodule's real inputs (its first call); then each child
+of a failing module is exported alone with those inputs, through the stack's
+own ``lower``, and the search descends into the children that fail. A failing
+module none of whose children fails alone is a culprit: the failure is in its
+own code (or in how its children are put together). A module without inputs of
+its own (a ModuleList) is looked through. Siblings of one class failing with
+one error are searched once. The search stops at its time budget and says so.
+
+Runs in any stack: torch only, no API newer than torch 2.2.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+# One line of a user frame in an export error: `File "...", line N, in forward`.
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\w+)\n\s*(?P<code>[^\n]*)')
+_OPERATOR = re.compile(r"\b(?:aten|quantized|prepacked|prim|torchvision)(?:\.|::)[A-Za-z_][\w.]*")
+MESSAGE_CHARS = 600
+
+
+class _Bound(torch.nn.Module):
+    """A submodule called with the tensors of one real call; everything else
+    (ints, flags, None) is fixed as it was, so any exporter can take it."""
+
+    def __init__(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.inner = module
+        leaves, self._spec = pytree.tree_flatten((args, kwargs))
+        self._constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        self.inputs = tuple(leaf.detach().clone() for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        given = iter(tensors)
+        leaves = [next(given) if constant is None else constant for constant in self._constants]
+        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        return self.inner(*args, **kwargs)
+
+
+def capture_calls(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, _Bound]:
+    """Each submodule's first call in one eager run of ``module``, by path."""
+    calls: dict[str, _Bound] = {}
+    paths = {id(m): path for path, m in module.named_modules() if path}
+    handles = []
+
+    def keep(submodule: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        path = paths.get(id(submodule))
+        if path is not None and path not in calls:
+            calls[path] = _Bound(submodule, args, kwargs)
+
+    for submodule in module.modules():
+        if submodule is not module:
+            handles.append(submodule.register_forward_pre_hook(keep, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def describe_error(error_type: str, message: str) -> dict[str, Any]:
+    """Type, message, the user's source line the exporter names, and an operator if one is named."""
+    found: dict[str, Any] = {"type": error_type, "message": message[:MESSAGE_CHARS]}
+    frames = [m for m in _FRAME.finditer(message) if "site-packages" not in m["file"]]
+    if frames:
+        last = frames[-1]
+        found["source"] = f"{last['file'].rsplit('/', 1)[-1]}:{last['line']} in {last['function']}: {last['code'].strip()}"
+    operator = _OPERATOR.search(message)
+    if operator:
+        found["operator"] = operator.group(0)
+    return found
+
+
+def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+             lower: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], Any], *, error: dict[str, Any],
+             budget_s: float) -> dict[str, Any]:
+    """The culprits of ``module``'s failing export (``error``: its type and message), found within ``budget_s``."""
+    start = time.monotonic()
+    calls = capture_calls(module, inputs)
+    attempts: list[dict[str, Any]] = []
+    culprits: list[dict[str, Any]] = []
+    out_of_time = False
+
+    def attempt(path: str) -> dict[str, Any] | None:
+        bound = calls[path]
+        began = time.monotonic()
+        try:
+            with torch.no_grad():
+                lower(bound, bound.inputs)
+            error = None
+        except Exception as raised:  # noqa: BLE001 - every failure is evidence
+            error = describe_error(f"{type(raised).__module__}.{type(raised).__qualname__}", str(raised))
+        attempts.append({"module": path, "ok": error is None, "seconds": round(time.monotonic() - began, 3)})
+        return error
+
+    def children_of(parent: torch.nn.Module, prefix: str) -> list[tuple[str, torch.nn.Module]]:
+        """Children that ran; a container that did not run itself (ModuleList) is looked through."""
+        found = []
+        for name, child in parent.named_children():
+            path = f"{prefix}.{name}" if prefix else name
+            if path in calls:
+                found.append((path, child))
+            else:
+                found += children_of(child, path)
+        return found
+
+    def search(parent: torch.nn.Module, prefix: str, error: dict[str, Any]) -> None:
+        nonlocal out_of_time
+        failing: list[tuple[str, torch.nn.Module, dict[str, Any]]] = []
+        searched: dict[tuple[str, str], dict[str, Any]] = {}  # (class, error type) → first such failure
+        for path, child in children_of(parent, prefix):
+            if time.monotonic() - start > budget_s:
+                out_of_time = True
+                break
+            child_error = attempt(path)
+            if child_error is None:
+                continue
+            kind = (type(child).__name__, child_error["type"])
+            if kind in searched:
+                searched[kind].setdefault("same_failure_in", []).append(path)
+                continue
+            searched[kind] = child_error
+            failing.append((path, child, child_error))
+        if not failing:
+            culprits.append({"module": prefix or "(root)", "class": type(parent).__name__, **error})
+            return
+        for path, child, child_error in failing:
+            search(child, path, child_error)
+
+    search(module, "", describe_error(error["type"], error["message"]))
+    return {
+        "culprits": culprits,
+        "attempts": len(attempts),
+        "tried": attempts,
+        "seconds": round(time.monotonic() - start, 3),
+        "complete": not out_of_time,
+        "budget_s": budget_s,
+    }
