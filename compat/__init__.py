@@ -12,9 +12,19 @@ Every module here except ``worker`` is an adapter named by a stack spec's
 * ``load(path)`` — load the artifact in the stack's mobile runtime
 * ``run(program, inputs) -> outputs``
 * ``set_threads(n)`` — the runtime's intra-op thread count
+* optionally ``QUANTIZATIONS`` ({variant: recipe}) and ``quantize(module,
+  inputs, variant) -> (module, details)`` — a module ``lower`` takes like any
+  other, calibrated on ``inputs``
+* optionally ``profile(path, inputs, runs)`` — time per operator of one call
+  (``{"source", "total_ms", "operators": [{name, calls, total_ms, share}]}``)
+* optionally ``OTHER_BACKENDS`` and ``export_only(backend, module, inputs)`` —
+  export-only tries of the runtime's other backends (ExecuTorch: executorch_backends)
 * optionally ``save_program({method: lowered}, path)`` and
   ``run_method(program, name, inputs)`` — every method of a model in one
   artifact (ExecuTorch's multi-method .pte)
 
-Nothing in this package is imported by the parent process.
+``localize`` (where an export breaks), ``executorch_profile`` and
+``executorch_backends`` are not adapters: the worker and the ExecuTorch adapter
+use them. Nothing in this
+package is imported by the parent process.
 """

@@ -68,7 +68,7 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     return lowered, delegation(lowered.exported_program().graph_module)
 
 
-def delegation(graph_module: torch.fx.GraphModule) -> dict[str, Any]:
+def delegation(graph_module: torch.fx.GraphModule, delegate: str = "XnnpackBackend") -> dict[str, Any]:
     """How much of the graph the delegate took: ExecuTorch's own count
     (get_delegation_info) of nodes inside and outside delegate partitions, by
     operator. What is left outside runs on ExecuTorch's portable kernels —
@@ -82,7 +82,7 @@ def delegation(graph_module: torch.fx.GraphModule) -> dict[str, Any]:
     delegated = sum(b["delegated"] for b in by_operator.values())
     portable = {op: b["portable"] for op, b in by_operator.items() if b["portable"]}
     return {
-        "delegate": "XnnpackBackend",
+        "delegate": delegate,
         "delegate_partitions": info.num_delegated_subgraphs,
         "delegated_nodes": delegated,
         "portable_nodes": sum(portable.values()),
@@ -143,6 +143,16 @@ def load(path: Path) -> Any:
 
 def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
     return program.forward(tuple(inputs))
+
+
+# ExecuTorch's other backends, tried export-only beside XNNPACK (executorch_backends.py).
+OTHER_BACKENDS = ("coreml", "mps", "vulkan", "qnn", "arm-tosa", "openvino")
+
+
+def export_only(backend: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    from . import executorch_backends
+
+    return executorch_backends.try_backend(backend, module, inputs, lambda graph: delegation(graph, delegate=backend))
 
 
 # Operators kept per method in the profile record.

@@ -520,6 +520,21 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         return True, {**written_artifact(path), "methods": list(log.results["export"]),
                       "seconds": round(time.perf_counter() - start, 3), **planned}
 
+    def backends():
+        # Export only: does the float model lower to the stack's other backends?
+        case, inputs = log.results["build"]
+        start, found = time.monotonic(), {}
+        for backend in adapter.OTHER_BACKENDS:
+            found[backend] = {}
+            for name, method in case.entry_points().items():
+                if time.monotonic() - start > job["backends_budget_s"]:
+                    found[backend][name] = {"status": "not tried",
+                                            "reason": f"past the {job['backends_budget_s']:g} s budget (backends-budget)"}
+                    continue
+                found[backend][name] = adapter.export_only(backend, method.module, inputs[name])
+                gc.collect()
+        return True, {"backends": found, "seconds": round(time.monotonic() - start, 3)}
+
     built = log.stage("build", (), build)
     log.stage("eager", ("build",), eager)
     if built is not None and built[0].task.drive is not None:
@@ -534,6 +549,8 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
     log.stage("save", ("export",), save)
     if built is not None and wants_program(built[0]):
         log.stage("program", ("save",), program)
+    if variant == FP32 and hasattr(adapter, "OTHER_BACKENDS"):
+        log.stage("backends", ("build",), backends)
     log.finish(torch_threads=torch.get_num_threads())
 
 

@@ -30,6 +30,7 @@ def write_stack_model(
     quantize: str | None = None,
     export_details: dict | None = None,
     profile: dict | None = None,
+    backends: dict | None = None,
 ) -> Path:
     """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
 
@@ -64,6 +65,8 @@ def write_stack_model(
         stage("save", {"bytes": artifact_bytes,
                        "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes, "sha256": "c" * 64}}}),
     ]
+    if backends is not None:
+        export.append(stage("backends", {"backends": backends}))
     runtime = [
         stage("inputs"),
         stage("load"),

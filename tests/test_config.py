@@ -157,9 +157,9 @@ def test_malformed_toml_names_file_and_line(project):
 def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: baseline, cache, envs, export-jobs, extra-requirements, "
-        "gates, iterations, localize-budget, memory-limit, models, out, rounds, suite, threads, time-budget, timeouts, "
-        "variants, warmup"
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, envs, export-jobs, "
+        "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, rounds, suite, threads, "
+        "time-budget, timeouts, variants, warmup"
     )
 
 
@@ -322,7 +322,7 @@ def test_deadlines_per_stage_fall_back_to_the_default(project):
 def test_an_unknown_stage_in_timeouts_is_an_error(project):
     path = set_config(project, "[tool.upgrade-gate.timeouts]\nlowering = 20\n")
     message = error_for(project)
-    assert message.startswith(f"{path}: tool.upgrade-gate.timeouts.lowering: unknown key; expected one of: build,")
+    assert message.startswith(f"{path}: tool.upgrade-gate.timeouts.lowering: unknown key; expected one of: backends, build,")
 
 
 @pytest.mark.parametrize(

@@ -52,10 +52,13 @@ def test_a_project_model_runs_through_both_stacks(tmp_path):
     result = nox("-s", "compare", "--", "--out", str(out), "--fresh", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
-    model, = results["models"]
+    models = {m["model"]: m for m in results["models"]}
+    assert set(models) == {"tiny", "tiny@int8"}  # a project's model is quantized too, unless it says variants = []
+    model = models["tiny"]
     assert (model["model"], model["source"], model["factory"]) == ("tiny", "project", "models.nets:tiny")
     for stack in ("legacy", "candidate"):
         assert {s["status"] for s in model["stacks"][stack]["stages"]} == {"ok"}
+        assert {s["status"] for s in models["tiny@int8"]["stacks"][stack]["stages"]} == {"ok"}
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["worst_rel_l2"] < 1e-5
     assert json.loads((out / "verdict.json").read_text())["verdict"] in ("GO", "GO-WITH-CONDITIONS")

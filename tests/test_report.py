@@ -147,8 +147,12 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
                              {"name": "native_call_cumsum.out", "calls": 5, "total_ms": 1.0, "share": 0.2}]}
     write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0,
                       profile={"operators": [{"name": "aten::linear", "calls": 10, "total_ms": 9.0, "share": 0.9}]})
+    backends = {"coreml": {"forward": {"status": "ok", "bytes": 3 * 2**20, "seconds": 20.0, "delegate_partitions": 1,
+                                       "delegated_nodes": 10, "portable_nodes": 0}},
+                "qnn": {"forward": {"status": "unavailable", "reason": "needs Qualcomm's QNN SDK"}},
+                "vulkan": {"forward": {"status": "failed", "error": "IndexError: list index out of range"}}}
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0,
-                      export_details=delegation, profile=profile)
+                      export_details=delegation, profile=profile, backends=backends)
     write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="FX",
                       failed_stage="export")
     write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
@@ -168,3 +172,7 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
             "not delegated: aten_cumsum_default ×5") in report
     assert "| 1 | `aten::linear` | 9.000 ms | 90.0% | 10 | `DELEGATE_CALL` | 4.000 ms | 80.0% | 5 |" in report
     assert "| Delegated operator nodes (least, per method) | — (no delegate) | 95.0% (vit-smoke) |" in report
+    assert "| candidate | coreml | ok | 1 | 100.0% | 3.0 MiB | 20.0 s |  |" in report
+    assert "| candidate | qnn | unavailable |  |  | — |  | needs Qualcomm's QNN SDK |" in report
+    assert "| candidate | vulkan | failed |  |  | — |  | IndexError: list index out of range |" in report
+    assert "| Other backends, export only (models lowered) | — | coreml 1/1; vulkan 0/1; unavailable here: qnn |" in report

@@ -130,15 +130,17 @@ def model_code_digest(model: ModelEntry) -> str:
     return digest_of({"factory": model.factory, "sources": files_digest(source_files(model), root)})
 
 
+# What the worker runs for every stack, and what the adapters import beside it.
+WORKER_FILES = ("__init__.py", "worker.py", "localize.py", "executorch_profile.py", "executorch_backends.py")
+
+
 def worker_code_digest(adapter: str) -> str:
     """The worker and the adapter: the code that turns a model into records."""
     compat = REPO_ROOT / "compat"
     adapter_path = Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"
     return digest_of({
         "tool": __version__,
-        # What the worker runs for every stack, and what an adapter imports beside it.
-        "worker": files_digest([compat / "__init__.py", compat / "worker.py", compat / "localize.py",
-                                compat / "executorch_profile.py"], REPO_ROOT),
+        "worker": files_digest([compat / name for name in WORKER_FILES], REPO_ROOT),
         "adapter": sha256_file(adapter_path),
     })
 

@@ -188,6 +188,13 @@ class StackEvidence:
                 for name, found in methods.items() if isinstance(found, dict)}
 
     @property
+    def other_backends(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Export-only tries of the stack's other backends: backend → method → status and evidence."""
+        stage = self.record.stage("backends")
+        found = stage.details.get("backends", {}) if stage and stage.ok else {}
+        return {name: methods for name, methods in found.items() if isinstance(methods, dict)}
+
+    @property
     def localized(self) -> dict[str, Any] | None:
         """Where a failed export breaks: the culprit submodules (compat/localize.py)."""
         stage = self.record.stage("localize")

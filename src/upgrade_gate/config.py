@@ -26,7 +26,7 @@ SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
     "envs", "baseline", "suite", "models", "extra-requirements", "out", "cache", "threads", "export-jobs", "warmup",
     "iterations", "rounds", "time-budget", "timeouts", "memory-limit", "gates", "variants",
-    "localize-budget",
+    "localize-budget", "backends-budget",
 }
 SUITES = ("smoke", "default", "full")
 GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "memory", "task", "quantized", "delegation", "budgets",
@@ -49,7 +49,7 @@ ALL_STACKS = "*"
 # The stages a worker runs (compat/worker.py), each under its own deadline.
 # "start" is the time before the first stage (interpreter start, imports);
 # "default" covers any stage without its own entry.
-EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "program")
+EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "program", "backends")
 RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "profile")
 # The measurement server's steps (upgrade_gate.measure): start → load and first
 # inference → warm-up, then one round at a time.
@@ -239,6 +239,8 @@ class Settings:
     variants: tuple[str, ...] = QUANTIZED_VARIANTS
     # Seconds the search for the submodules behind a failed export may take (compat/localize.py).
     localize_budget_s: float = 300.0
+    # Seconds per model for export-only tries of the candidate's other backends (compat/executorch_backends.py).
+    backends_budget_s: float = 300.0
 
     def timeout_key(self, stage: str) -> str:
         """The ``timeouts`` entry that applies to a stage: its own, else ``default``."""
@@ -328,6 +330,7 @@ def load_settings(config_path: Path) -> Settings:
         gates=_load_gates(table.get_table("gates")),
         variants=_load_variants(table, "variants", QUANTIZED_VARIANTS),
         localize_budget_s=table.positive("localize-budget", float, 300.0),
+        backends_budget_s=table.positive("backends-budget", float, 300.0),
     )
 
 

@@ -19,8 +19,9 @@ from upgrade_gate.errors import RecordError
 
 SCHEMA_VERSION = Version("1.0")
 # Stages that explain a result rather than produce one: a profiler that is not
-# there, or the search behind a failed export, is no failure of the artifact.
-DIAGNOSTIC_STAGES = ("profile", "localize")
+# there, the search behind a failed export, or another backend's export-only
+# try is no failure of the artifact.
+DIAGNOSTIC_STAGES = ("profile", "localize", "backends")
 STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")
 
 

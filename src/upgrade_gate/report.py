@@ -300,6 +300,7 @@ def _matrix_rows(
         ]])
     rows.append(["Delegated operator nodes (least, per method)", *[_least_delegated(evidence, n)
                                                                  + gate_mark(n, "delegation") for n in names]])
+    rows.append(["Other backends, export only (models lowered)", *[_backends_summary(fp32, n) for n in names]])
     for threads in plan.settings.threads:
         rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, 95% interval)", *[
             ", ".join(f"{m.model.name} {_p50s(m.stacks[n].measured[threads].latency)}{_ratio_note(m, n, threads)}"
@@ -445,6 +446,7 @@ def _model_section(plan: Plan, model: ModelEvidence, family: list[ModelEvidence]
     lines += [f"- not measured: {line}" for line in unmeasured] + ([""] if unmeasured else [])
 
     lines += _delegation_lines(model)
+    lines += _backends_table(model)
     lines += _profile_tables(model)
     lines += _localization_lines(model)
     for n in names:
@@ -520,6 +522,47 @@ def _delegation_lines(model: ModelEvidence) -> list[str]:
                          f"operator nodes ({d.share:.1%}) in {d.partitions} partition(s){left}")
     return ["Delegation (ExecuTorch's get_delegation_info; what is not delegated runs on portable kernels):", "",
             *lines, ""] if lines else []
+
+
+def _backends_table(model: ModelEvidence) -> list[str]:
+    """Each stack's other backends, export only: which lowered every method, how much they took, why not."""
+    rows = []
+    for n, ev in model.stacks.items():
+        for backend, methods in ev.other_backends.items():
+            statuses = [m.get("status", "?") for m in methods.values()]
+            lowered = [m for m in methods.values() if m.get("status") == "ok"]
+            status = statuses[0] if len(set(statuses)) == 1 else f"{len(lowered)}/{len(methods)} methods ok"
+            delegated = sum(m.get("delegated_nodes", 0) for m in lowered)
+            total = delegated + sum(m.get("portable_nodes", 0) for m in lowered)
+            why = next((m.get("error") or m.get("reason") for m in methods.values() if m.get("status") != "ok"), "")
+            rows.append([n, backend, status if status != "ok" else "ok",
+                         str(sum(m.get("delegate_partitions", 0) for m in lowered)) if lowered else "",
+                         f"{delegated / total:.1%}" if total else "", _size(sum(m.get("bytes", 0) for m in lowered)),
+                         f"{sum(m.get('seconds', 0.0) for m in methods.values()):.1f} s" if lowered else "",
+                         _short(why or "")])
+    if not rows:
+        return []
+    return ["Other backends, export only (lowered on this machine, not run):", "",
+            *_table(["Stack", "backend", "status", "partitions", "delegated", ".pte", "lowering", "why not"], rows), ""]
+
+
+def _backends_summary(evidence: list[ModelEvidence], stack: str) -> str:
+    """Per backend, how many fp32 models lowered in every method; unavailable ones named once."""
+    lowered: dict[str, list[int]] = {}
+    unavailable: set[str] = set()
+    for model in evidence:
+        for backend, methods in model.stacks[stack].other_backends.items():
+            statuses = {m.get("status") for m in methods.values()}
+            if statuses == {"unavailable"}:
+                unavailable.add(backend)
+                continue
+            counts = lowered.setdefault(backend, [0, 0])
+            counts[0] += statuses == {"ok"}
+            counts[1] += 1
+    parts = [f"{backend} {ok}/{tried}" for backend, (ok, tried) in lowered.items()]
+    if unavailable:
+        parts.append(f"unavailable here: {', '.join(sorted(unavailable))}")
+    return "; ".join(parts) or "—"
 
 
 PROFILE_TOP = 10

@@ -145,6 +145,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         # Exports and the checks of the runtime phase run at the first thread count.
         "threads": settings.threads[0],
         "localize_budget_s": settings.localize_budget_s,
+        "backends_budget_s": settings.backends_budget_s,
         "profile_runs": PROFILE_RUNS,
     }
     phase_file = model_dir / f"{phase}.json"
@@ -184,7 +185,7 @@ def _phase_key(
             return None
         parts.update(export_key=export["key"], export_files=export["files"])
     parts["threads"] = stack.plan.settings.threads[0]
-    parts["localize_budget_s"] = stack.plan.settings.localize_budget_s
+    parts["budgets"] = [stack.plan.settings.localize_budget_s, stack.plan.settings.backends_budget_s]
     return cache.digest_of(parts)
 
 

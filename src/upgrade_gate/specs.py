@@ -21,7 +21,7 @@ from upgrade_gate.tomlfile import Table, read_toml
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
 # compat/ modules that are not adapters: the worker and what it runs for every stack.
-NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "__init__")
+NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "executorch_backends", "__init__")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
