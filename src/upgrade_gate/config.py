@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.specs import StackSpec, load_stacks
@@ -19,6 +20,7 @@ from upgrade_gate.tomlfile import Table, read_toml
 
 # The repository holds the worker-side folders next to the parent package.
 REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T", "TaskGate", "QuantizedGate")
 CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
 CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 
@@ -470,24 +472,17 @@ def _load_gates(table: Table) -> GateSettings:
                 ),
             )
         )
-    task_table = table.get_table("task")
-    task_table.reject_unknown({"severity", *TASK_THRESHOLD_KEYS})
-    task = TaskGate(
-        severity=severity(task_table, "severity", defaults.task.severity),
-        **{
-            key.replace("-", "_"): task_table.positive(key, float, defaults.task.threshold(key))
-            for key in TASK_THRESHOLD_KEYS
-        },
-    )
-    quantized_table = table.get_table("quantized")
-    quantized_table.reject_unknown({"severity", *QUANTIZED_THRESHOLD_KEYS})
-    quantized = QuantizedGate(
-        severity=severity(quantized_table, "severity", defaults.quantized.severity),
-        **{
-            key.replace("-", "_"): quantized_table.positive(key, float, defaults.quantized.threshold(key))
-            for key in QUANTIZED_THRESHOLD_KEYS
-        },
-    )
+    def thresholds(name: str, default: T, keys: tuple[str, ...]) -> T:
+        """A table of minimum values sharing one severity: task, quantized."""
+        owner = table.get_table(name)
+        owner.reject_unknown({"severity", *keys})
+        return type(default)(
+            severity=severity(owner, "severity", default.severity),
+            **{key.replace("-", "_"): owner.positive(key, float, default.threshold(key)) for key in keys},
+        )
+
+    task = thresholds("task", defaults.task, TASK_THRESHOLD_KEYS)
+    quantized = thresholds("quantized", defaults.quantized, QUANTIZED_THRESHOLD_KEYS)
     per_model = []
     models_table = table.get_table("models")
     for model in models_table.data:
