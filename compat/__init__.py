@@ -16,7 +16,8 @@ Every module here except ``worker`` is an adapter named by a stack spec's
   inputs, variant) -> (module, details)`` — a module ``lower`` takes like any
   other, calibrated on ``inputs``
 * optionally ``profile(path, inputs, runs)`` — time per operator of one call
-  (``{"source", "total_ms", "operators": [{name, calls, total_ms, share}]}``)
+  (``{"source", "total_ms", "operators": [{name, calls, total_ms, share}]}``);
+  ``profiler_missing() -> str | None`` says what the machine lacks for it
 * optionally ``OTHER_BACKENDS`` and ``export_only(backend, module, inputs)`` —
   export-only tries of the runtime's other backends (ExecuTorch: executorch_backends)
 * optionally ``save_program({method: lowered}, path)`` and

@@ -59,6 +59,10 @@ def _flatc() -> str:
     return found
 
 
+_NON_FINITE = re.compile(r"(?<=: )(-?inf|nan)(?=\s*[,}\]\n])")
+_JSON_NON_FINITE = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
+
+
 def read_plan(path: Path, method: str = "forward") -> dict[str, Any]:
     """The method's instructions, decoded from the .pte flatbuffer with flatc.
 
@@ -76,7 +80,9 @@ def read_plan(path: Path, method: str = "forward") -> dict[str, Any]:
         subprocess.run([_flatc(), "--json", "--strict-json", "--raw-binary", "-o", tmp,
                         str(Path(tmp, "program.fbs")), "--", str(Path(tmp, "p.bin"))],
                        check=True, capture_output=True)
-        program = json.loads(Path(tmp, "p.json").read_text())
+        # flatc writes non-finite doubles (an attention mask's -inf) bare, which JSON lacks.
+        text = _NON_FINITE.sub(lambda m: _JSON_NON_FINITE[m.group(1)], Path(tmp, "p.json").read_text())
+        program = json.loads(text)
     plan = next(p for p in program["execution_plan"] if p["name"] == method)
     ops = [o["name"] + ("." + o["overload"] if o.get("overload") else "") for o in plan.get("operators", [])]
     names = []
@@ -282,7 +288,7 @@ def profile_pte(path: Path, inputs: tuple[torch.Tensor, ...], runs: int, *, meth
     notes: list[str] = []
     try:
         plan = read_plan(path, method)
-    except (OSError, subprocess.CalledProcessError) as err:
+    except (OSError, subprocess.CalledProcessError, ValueError) as err:  # counts are a bonus: profile without them
         plan = None
         notes.append(f"instruction list unavailable: {err}")
     result: dict[str, Any] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,16 @@ def export_only(backend: str, module: torch.nn.Module, inputs: tuple[torch.Tenso
 
 # Operators kept per method in the profile record.
 PROFILE_TOP = 25
+
+
+def profiler_missing() -> str | None:
+    """What this machine lacks for `profile`, or None."""
+    # The 0.7 wheel's runtime is built without the event tracer (its ETDump is
+    # empty), so sampling with Linux perf is the only source of per-operator times.
+    if shutil.which("perf") is None:
+        return ("Linux perf is not installed (Debian: apt-get install linux-perf); "
+                "the executorch 0.7 wheel records no ETDump")
+    return None
 
 
 def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int) -> dict[str, Any]:

@@ -22,25 +22,28 @@ QUANTIZED_ENGINE = "qnnpack"
 
 def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str) -> tuple[Any, dict[str, Any]]:
     """The legacy INT8 recipe: prepare_fx with qnnpack's default qconfigs,
-    calibrate on the inputs, convert_fx. FX's symbolic tracing cannot follow
-    shapes used as numbers (an LLM's positions, an attention mask's fill); for
-    those models 2.2's remaining option is torch.ao.quantization.quantize_dynamic
-    — int8 weights, activations quantized per call — which is what is used then,
-    and recorded."""
+    calibrate on the inputs, convert_fx. FX cannot take every model: its symbolic
+    tracing cannot follow shapes used as numbers (an LLM's positions), and its
+    observers cannot scale an attention mask's -inf fill. For those models 2.2's
+    remaining option is torch.ao.quantization.quantize_dynamic — int8 weights,
+    activations quantized per call — which is what is used then, and recorded."""
     from torch.ao.quantization import get_default_qconfig_mapping, quantize_dynamic
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     torch.backends.quantized.engine = QUANTIZED_ENGINE
+    step = "symbolic tracing (prepare_fx)"
     try:
         prepared = prepare_fx(copy.deepcopy(module).eval(), get_default_qconfig_mapping(QUANTIZED_ENGINE), inputs)
-    except Exception as error:  # noqa: BLE001 - symbolic tracing failed: the dynamic recipe, and why
+        step = "calibration"
+        with torch.no_grad():
+            prepared(*inputs)  # the observers see the same inputs in every stack
+        step = "convert_fx"
+        converted = convert_fx(prepared)
+    except Exception as error:  # noqa: BLE001 - FX static failed: the dynamic recipe, and why
         dynamic = quantize_dynamic(copy.deepcopy(module).eval(), {torch.nn.Linear}, dtype=torch.qint8)
         return dynamic, {"recipe": "dynamic Linear, qnnpack (quantize_dynamic: int8 weights, activations per call)",
-                         "static_failed": f"FX symbolic tracing: {type(error).__name__}: {str(error)[:300]}",
+                         "static_failed": f"FX {step}: {type(error).__name__}: {str(error)[:300]}",
                          "quantized_modules": _quantized_modules(dynamic)}
-    with torch.no_grad():
-        prepared(*inputs)  # calibration: the observers see the same inputs in every stack
-    converted = convert_fx(prepared)
     return converted, {"recipe": "FX static, qnnpack (per-tensor int8 activations and weights)",
                        "quantized_modules": _quantized_modules(converted)}
 

@@ -632,6 +632,9 @@ def run_runtime_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         # Where the time goes, operator by operator, in the stack's own runtime.
         if not hasattr(adapter, "profile"):
             raise StageSkipped("this stack's adapter has no per-operator profiler")
+        missing = getattr(adapter, "profiler_missing", lambda: None)()
+        if missing:
+            raise StageSkipped(missing)
         args = log.results["inputs"]
         return True, {"runs": job["profile_runs"], "methods": {
             name: adapter.profile(artifact_path(model_dir, name, adapter), args[name], job["profile_runs"])

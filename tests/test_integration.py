@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -226,16 +225,20 @@ def test_smoke_delegation_and_operator_profiles(smoke_run):
     model = models_of(out)["vit-smoke"]
     export = next(s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "export")
     coverage = export["details"]["methods"]["forward"]
-    assert coverage["delegate_partitions"] >= 1 and coverage["delegated_nodes"] > coverage["portable_nodes"]
-    assert coverage["by_operator"]["aten_linear_default"]["portable"] == 0
+    assert coverage["delegate_partitions"] >= 1 and coverage["delegated_nodes"] > 0
+    for op in ("aten_linear_default", "aten_bmm_default", "aten_convolution_default"):
+        assert coverage["by_operator"][op]["portable"] == 0, (op, coverage["by_operator"][op])
+    # XNNPACK in ExecuTorch 0.7 has no layer-norm kernel: every LayerNorm of a ViT falls
+    # out of the delegate, and the report names it.
+    assert coverage["portable_ops"]["aten_native_layer_norm_default"] == 5
+    assert sum(coverage["portable_ops"].values()) == coverage["portable_nodes"]
     report = (out / "report.md").read_text()
     assert f"- candidate XnnpackBackend took {coverage['delegated_nodes']} of " in report
+    assert "aten_native_layer_norm_default ×5" in report
     for stack in ("legacy", "candidate"):
         profile = next(s for s in model["stacks"][stack]["stages"] if s["stage"] == "profile")
-        if stack == "candidate" and shutil.which("perf") is None:
-            # The 0.7 wheel records no ETDump; without Linux perf there is no profile, and it says why.
-            assert profile["status"] == "failed" and "perf" in profile["error"]["message"], profile
-            continue
+        # The candidate's needs Linux perf (the 0.7 wheel records no ETDump): the README's test
+        # command installs it.
         assert profile["status"] == "ok", profile
         operators = profile["details"]["methods"]["forward"]["operators"]
         assert operators and operators[0]["total_ms"] > 0 and sum(o["share"] for o in operators) <= 1.0001
