@@ -2,9 +2,10 @@
 
     nox -s compare [-- --out DIR --suite S --models a,b --fresh]   everything: assets, stacks, runs, report
     nox -s assets                                 convert real weights, prompts and photos (cached)
-    nox -s "run(candidate)" [-- …]                build one stack and run the models in it
+    nox -s "run(candidate)" [-- --shard K/N …]    build one stack and run the models (or the K-th of N parts) in it
     nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
-    nox -s report [-- --out DIR]                  compare the stacks' records, write the report
+    nox -s report [-- --out DIR] [SHARD_DIR...]   compare the stacks' records (merging shards), write the report
+    nox -s diff -- OLD NEW                        what changed between two reports
     nox -s benchmark -- overhead|noise|sensitivity   benchmarks of the measurement (docs/benchmarks.md)
 
 `compare` validates the configuration, then queues `assets`, one `run` session
@@ -102,11 +103,22 @@ def measure(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
-    """Compare the stacks' records in the report folder and write report.md, results.json, verdict.json."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from, merging=True)
     status = cli.report(plan)
     if status:
         session.error("verdict NO-GO")
+
+
+@nox.session(python=False, default=False)
+def diff(session: nox.Session) -> None:
+    """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
+    from upgrade_gate import diff as report_diff
+
+    try:
+        print(report_diff.main(list(session.posargs)))
+    except ConfigError as error:
+        cli.fail_usage(error)
 
 
 @nox.session(python=False, default=False)

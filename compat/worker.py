@@ -494,6 +494,8 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
     def localize():
         # Which submodules fail to export on their own, with their real inputs.
+        if not job["localize_budget_s"]:
+            raise StageSkipped("turned off (localize-budget = 0)")
         case, inputs = log.results["build"]
         localizer = importlib.import_module(f"{COMPAT_PACKAGE}.localize")
         error = next(r["error"] for r in log.data["stages"] if r["stage"] == "export")
@@ -522,6 +524,8 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
 
     def backends():
         # Export only: does the float model lower to the stack's other backends?
+        if not job["backends_budget_s"]:
+            raise StageSkipped("turned off (backends-budget = 0)")
         case, inputs = log.results["build"]
         start, found = time.monotonic(), {}
         for backend in adapter.OTHER_BACKENDS:

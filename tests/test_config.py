@@ -215,6 +215,14 @@ def test_too_few_timed_runs(project):
     assert error_for(project) == f"{path}: tool.upgrade-gate.iterations: must be at least 50, got 20"
 
 
+def test_diagnostic_budgets_turn_off_at_zero(project):
+    set_config(project, "[tool.upgrade-gate]\nbackends-budget = 0\nlocalize-budget = 0\n")
+    settings = load_plan([], invoked_from=project, config_path=project / "pyproject.toml").settings
+    assert (settings.backends_budget_s, settings.localize_budget_s) == (0, 0)
+    path = set_config(project, "[tool.upgrade-gate]\nbackends-budget = -1\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.backends-budget: must be 0 (off) or more, got -1.0"
+
+
 def test_unknown_baseline_stack_file(project):
     path = set_config(project, '[tool.upgrade-gate]\nbaseline = "legacy22"\n')
     assert error_for(project) == (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from packaging.version import Version
+
+from readers import colours, render, validate_junit
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -44,8 +47,13 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
     out, result = smoke_run
     # NO-GO, for one finding only (test_smoke_vlm_finds_the_tanh_gelu_drift).
     assert result.returncode == 1, result.stderr[-4000:]
-    for name in ("report.md", "results.json", "verdict.json"):
+    for name in ("report.md", "results.json", "verdict.json", "report.html", "junit.xml"):
         assert (out / name).is_file()
+    # Not a terminal: progress is one line per event, with done/total and the time so far.
+    log = result.stderr
+    assert re.search(r"\[\d+/22 \d+:\d\d\] candidate: vit-smoke@int8: export: quantize\n", log), log[-3000:]
+    assert re.search(r"\[22/22 \d+:\d\d\] candidate: nanovlm-smoke@int8: runtime done in ", log), log[-3000:]
+    assert re.search(r"\[\d+/22 \d+:\d\d\] measure: vit-smoke: 2 thread\(s\): round 7/7\n", log), log[-3000:]
 
     results = load(out, "results.json")
     legacy, candidate = results["stacks"]["legacy"]["installed"], results["stacks"]["candidate"]["installed"]
@@ -246,6 +254,83 @@ def test_smoke_delegation_and_operator_profiles(smoke_run):
                                       if s["stage"] == "profile")["details"]["methods"]["forward"]["operators"]]
     assert any(name.startswith("prepacked::linear_clamp_run") for name in legacy), legacy
     assert "Top operators by time (per-operator profile in the runtime phase" in report
+
+
+def test_smoke_report_html_and_junit(smoke_run, tmp_path):
+    # The real report, as a browser shows it and as CI reads it.
+    out, _ = smoke_run
+    gates = load(out, "verdict.json")["gates"]
+    cases = validate_junit(out / "junit.xml").findall(".//testcase")
+    assert sorted((c.get("classname"), c.get("name")) for c in cases) == sorted(
+        (f"{g['stack']}.{g['model']}", g["gate"]) for g in gates)
+    failed = {(g["model"], g["gate"]) for g in gates if g["status"] == "FAILED"}
+    assert {(c.get("classname").split(".", 1)[1], c.get("name")) for c in cases if c.find("failure") is not None} == failed
+    assert ("nanovlm-smoke", "numerics") in failed
+
+    shown = render(out / "report.html", tmp_path / "report.png")
+    assert shown.verdict == "Verdict: NO-GO" and shown.console_errors == [] and shown.requests == []
+    plots = {figure: (width, height) for figure, _, width, height in shown.images}
+    for plot in ("plot-latency", "plot-latency-ratio", "plot-numerics", "plot-stages", "plot-size-memory",
+                 "error-candidate-nanovlm-smoke-numerics"):
+        assert plot in plots and min(plots[plot]) > 100, (plot, plots)
+    assert colours(shown.screenshot) > 200
+
+
+def workflow_commands() -> list[str]:
+    """The nox commands of the sample GitHub Actions workflow (docs/ci.md), in order."""
+    workflow = (REPO / "docs" / "ci" / "upgrade-gate.yml").read_text()
+    return [line.split("run: ", 1)[1] for line in workflow.splitlines() if line.strip().startswith("run: nox ")]
+
+
+def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One of those commands, as the workflow's shell runs it, with this checkout's noxfile."""
+    nox_here = f"{sys.executable} -m nox --noxfile {REPO / 'noxfile.py'} --no-color"
+    return subprocess.run(["bash", "-c", command.replace("nox ", nox_here + " ", 1)], cwd=cwd, capture_output=True,
+                          text=True, timeout=1800, env={**os.environ, **env})
+
+
+def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tmp_path):
+    # The sample CI workflow's matrix: each stack × 2 shards in its own job and folder, then one
+    # report job. The phases come from the cache the single run filled; each job times its own stack.
+    out, single = smoke_run
+    config = tmp_path / "pyproject.toml"
+    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\nthreads = [1]\nrounds = 3\n'
+                      'time-budget = 0.2\n')
+    env = {"UPGRADE_GATE_CONFIG": str(config)}
+    shard_job, report_job = workflow_commands()
+    (tmp_path / "shards").mkdir()
+    for stack in ("legacy", "candidate"):
+        for k in (1, 2):
+            command = shard_job.replace("${{ matrix.stack }}", stack).replace("${{ matrix.shard }}", str(k))
+            job = run_as_workflow(command, tmp_path, env)
+            assert job.returncode == 0, (command, job.stderr[-3000:])
+            folder = tmp_path / f"shard-{stack}-{k}"
+            manifest = load(folder, "shard.json")
+            assert (manifest["shard"], manifest["stacks"]) == (f"{k}/2", [stack])
+            folder.rename(tmp_path / "shards" / folder.name)  # what download-artifact does
+    merged = run_as_workflow(report_job, tmp_path, env)
+    assert merged.returncode == single.returncode == 1, merged.stderr[-3000:]
+    folders = sorted(str(p) for p in (tmp_path / "shards").iterdir())
+
+    def gates(folder: Path) -> dict:
+        verdict = load(folder, "verdict.json")
+        # Latency and memory were timed with other settings (1 thread, 3 rounds) and per stack.
+        return {"verdict": verdict["verdict"], "gates": {(g["stack"], g["model"], g["gate"]): g["status"]
+                                                        for g in verdict["gates"] if g["gate"] not in ("latency", "memory")}}
+
+    assert gates(tmp_path / "report") == gates(out)
+    for name, model in models_of(tmp_path / "report").items():
+        before = models_of(out)[name]
+        assert model["comparisons"] == before["comparisons"], name
+        for stack in ("legacy", "candidate"):
+            assert [(s["stage"], s["status"]) for s in model["stacks"][stack]["stages"]] == \
+                [(s["stage"], s["status"]) for s in before["stacks"][stack]["stages"]], (name, stack)
+            assert model["stacks"][stack]["artifact"] == before["stacks"][stack]["artifact"], (name, stack)
+            assert model["stacks"][stack]["measured"]["1"]["status"] == "ok", (name, stack)
+
+    mixed = nox("-s", "report", "--", "--out", str(tmp_path / "mixed"), *folders[:3], env=env)
+    assert mixed.returncode == 2
+    assert "upgrade-gate: error: stack 'legacy': shard(s) 2/2 missing from the folders given" in mixed.stderr
 
 
 def test_smoke_other_backends_export_only(smoke_run):

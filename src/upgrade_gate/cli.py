@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from upgrade_gate import layout, runner
+from upgrade_gate import layout, runner, shards
 from upgrade_gate.compare import gather
 from upgrade_gate.config import Plan, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
@@ -36,12 +36,18 @@ def fail_usage(error: Exception | str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-def plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
-    """The validated plan, with the report folder writable and this process's alone."""
+def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, merging: bool = False) -> Plan:
+    """The validated plan, with the report folder writable and this process's alone.
+
+    Shard folders (positional arguments) are only for the report session, which merges them.
+    """
     try:
         plan = load_plan(list(posargs), invoked_from=Path(invoked_from))
     except ConfigError as error:
         fail_usage(error)
+    if plan.merge and not merging:
+        fail_usage(f"{plan.merge[0]}: folders to merge are for `nox -s report -- DIR...`; other sessions take "
+                   "options only (--out, --suite, --models, --shard, --fresh, --remeasure)")
     check_writable(plan.settings.out_dir)
     try:
         lock_out_dir(plan.settings.out_dir)
@@ -123,6 +129,11 @@ def check_writable(out: Path) -> None:
 
 def report(plan: Plan) -> int:
     """Compare what the stacks wrote, apply the gates, write the report; return the exit status."""
+    if plan.merge:
+        try:
+            shards.merge(plan)
+        except ConfigError as error:
+            fail_usage(error)
     if not any(layout.stack_dir(plan.settings.out_dir, s.name).is_dir() for s in plan.stacks):
         fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first")
     try:

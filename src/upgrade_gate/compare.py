@@ -83,6 +83,7 @@ class Measured:
     peak_rss_bytes: int | None = None
     idle_rss_bytes: int | None = None
     image_input: bool = False  # a method takes images (N, C, H, W): its rate is frames per second
+    host: str | None = None  # the machine that timed it
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Measured:
@@ -108,6 +109,7 @@ class Measured:
             peak_rss_bytes=exit_memory.get("peak_rss_bytes"),
             idle_rss_bytes=(data.get("idle_memory") or {}).get("rss_bytes"),
             image_input=any(len(s) == 4 and s[1] in (1, 3) for ins in shapes.values() for s in ins[:1]),
+            host=data.get("host"),
         )
 
 

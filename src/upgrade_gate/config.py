@@ -239,9 +239,9 @@ class Settings:
     gates: GateSettings
     # Quantized variants to run beside fp32, where a model has them.
     variants: tuple[str, ...] = QUANTIZED_VARIANTS
-    # Seconds the search for the submodules behind a failed export may take (compat/localize.py).
+    # Seconds the search for the submodules behind a failed export may take (compat/localize.py); 0: off.
     localize_budget_s: float = 300.0
-    # Seconds per model for export-only tries of the candidate's other backends (compat/executorch_backends.py).
+    # Seconds per model for export-only tries of the candidate's other backends (compat/executorch_backends.py); 0: off.
     backends_budget_s: float = 300.0
 
     def timeout_key(self, stage: str) -> str:
@@ -252,6 +252,21 @@ class Settings:
         return dict(self.timeouts_s)[self.timeout_key(stage)]
 
 
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Part ``index`` of ``count`` of a run's models (`--shard 2/4`), for a CI matrix."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def takes(self, family: int) -> bool:
+        """Whether the ``family``-th model family (a model with its variants, in suite order) is ours."""
+        return family % self.count == self.index - 1
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """What one comparison runs: settings, stacks (baseline first) and models."""
@@ -259,6 +274,11 @@ class Plan:
     settings: Settings
     stacks: tuple[StackSpec, ...]
     models: tuple[ModelEntry, ...]
+    # Every unit of the run before `--shard` took its part: what shards of one run share.
+    selection: tuple[str, ...] = ()
+    shard: Shard | None = None
+    # `nox -s report -- DIR...`: shard folders to merge into the report folder.
+    merge: tuple[Path, ...] = ()
 
     def extra_requirements(self, stack: str) -> list[str]:
         """The project's extra requirements for one stack: those for every stack, then its own."""
@@ -331,8 +351,8 @@ def load_settings(config_path: Path) -> Settings:
         memory_limit_bytes=parse_memory_limit(table, "memory-limit", total_memory_bytes()),
         gates=_load_gates(table.get_table("gates")),
         variants=_load_variants(table, "variants", QUANTIZED_VARIANTS),
-        localize_budget_s=table.positive("localize-budget", float, 300.0),
-        backends_budget_s=table.positive("backends-budget", float, 300.0),
+        localize_budget_s=table.non_negative("localize-budget", float, 300.0),
+        backends_budget_s=table.non_negative("backends-budget", float, 300.0),
     )
 
 
@@ -545,6 +565,9 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     parser.add_argument("--fresh", action="store_true", help="run every phase again instead of reusing cached results")
     parser.add_argument("--remeasure", action="store_true",
                         help="measure latency, cold start and memory again; reuse cached exports and checks")
+    parser.add_argument("--shard", help="K/N: run only the K-th of N parts of the models (a CI matrix job)")
+    parser.add_argument("merge", nargs="*", type=Path, metavar="SHARD_DIR",
+                        help="`nox -s report` only: shard folders to merge into one report")
     try:
         args, unknown = parser.parse_known_args(posargs)
     except argparse.ArgumentError as error:
@@ -602,8 +625,23 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
             )
     out_dir = (invoked_from / args.out).resolve() if args.out else settings.out_dir
     settings = dataclasses.replace(settings, out_dir=out_dir, fresh=args.fresh, remeasure=args.remeasure)
-    units = [unit for name in names for unit in _units(catalog, name, settings.variants)]
-    return Plan(settings=settings, stacks=tuple(stacks), models=tuple({u.name: u for u in units}.values()))
+    units = tuple({u.name: u for name in names for u in _units(catalog, name, settings.variants)}.values())
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    families = list(dict.fromkeys(u.base for u in units))
+    chosen = tuple(u for u in units if shard is None or shard.takes(families.index(u.base)))
+    return Plan(settings=settings, stacks=tuple(stacks), models=chosen, selection=tuple(u.name for u in units),
+                shard=shard, merge=tuple((invoked_from / d).resolve() for d in args.merge))
+
+
+def parse_shard(text: str) -> Shard:
+    index, _, count = text.partition("/")
+    try:
+        shard = Shard(int(index), int(count))
+    except ValueError:
+        raise ConfigError(f"{text!r} is not K/N (the K-th of N parts, e.g. 2/4)", key="--shard") from None
+    if not 1 <= shard.index <= shard.count:
+        raise ConfigError(f"{text!r}: K must be between 1 and N", key="--shard")
+    return shard
 
 
 def _units(catalog: dict[str, ModelEntry], name: str, variants: tuple[str, ...]) -> list[ModelEntry]:

@@ -1,7 +1,8 @@
 """Where every file of a run lives in the output folder, in one place.
 
     <out>/
-      report.md  results.json  verdict.json
+      report.md  report.html  results.json  verdict.json  junit.xml
+      shard.json                                       what the folder holds: shard, stacks, specs, version
       stacks/<stack>/stack.json                        spec + what is installed
       stacks/<stack>/models/<model>/
           export.json  runtime.json                    stage records per phase

@@ -23,12 +23,15 @@ stack it measured and the measurement settings.
 
 from __future__ import annotations
 
+import functools
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
 from upgrade_gate import cache, layout, runner, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION, load_stack_info, load_stack_model
 from upgrade_gate.specs import StackSpec
 
@@ -38,12 +41,17 @@ MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / "measure.py", REPO_ROOT / "
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
-    for model in plan.models:
-        for threads in plan.settings.threads:
-            measure_model(plan, model, threads, log)
+    units = [(model, threads) for model in plan.models for threads in plan.settings.threads]
+    with Progress("measure", len(units), log=log) as progress:
+        for model, threads in units:
+            task = f"measure: {model.name}: {threads} thread(s)"
+            progress.start(task)
+            measure_model(plan, model, threads, progress.log, on_round=functools.partial(progress.stage, task))
+            progress.finish(task, "finished")
 
 
-def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[str], Any] = print) -> Path:
+def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[str], Any] = print,
+                  on_round: Callable[[str], Any] | None = None) -> Path:
     """One model at one thread count in every stack that can run it; returns the measurement file."""
     settings = plan.settings
     out_file = layout.measurement_file(settings.out_dir, model.name, threads)
@@ -76,6 +84,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             if server is not None:
                 servers[spec.name] = server
         for round_number in range(1, settings.rounds + 1):
+            if on_round is not None:
+                on_round(f"round {round_number}/{settings.rounds}")
             for name in list(servers):
                 try:
                     event = servers[name].request({"command": "round", "round": round_number}, "round")
@@ -153,6 +163,8 @@ def start_server(
     job_file.unlink(missing_ok=True)
     return server, {
         "status": "ok",
+        # Times from two machines do not compare: a merge of sharded runs checks this.
+        "host": socket.gethostname(),
         "cold": ready["cold"],
         "idle_memory": ready["idle"],
         "after_first_run_memory": ready["after_first_run"],

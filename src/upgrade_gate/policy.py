@@ -259,6 +259,11 @@ def _latency_gate(plan: Plan, model: ModelEvidence, stack: str) -> tuple[bool, s
     missing: dict[str, list[str]] = {}  # what is missing → at which thread counts
     for threads in plan.settings.threads:
         mine, theirs = candidate.measured[threads], baseline.measured[threads]
+        if mine.host and theirs.host and mine.host != theirs.host:
+            # Shards of a CI matrix, one stack each: two machines' clocks, not a ratio.
+            return True, threshold, (f"not comparable: {stack} was timed on {mine.host}, {plan.baseline.name} on "
+                                     f"{theirs.host}; run both stacks of a shard in one job to gate on latency"), \
+                evidence, True
         if not mine.latency or not theirs.latency or set(mine.latency) != set(theirs.latency):
             absent = [(s, m) for s, m in ((stack, mine), (plan.baseline.name, theirs)) if not m.latency]
             why = (f"not measured in {absent[0][0]}" + (f" ({absent[0][1].problem})" if absent[0][1].problem else "")

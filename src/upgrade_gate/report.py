@@ -1,4 +1,5 @@
-"""Writes the report: report.md for people, results.json and verdict.json for tools."""
+"""Writes the report: report.md and report.html for people, results.json, verdict.json and
+junit.xml for tools (and the GitHub Actions step summary when there is one)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import __version__
-from upgrade_gate.atomic import write_json_atomic, write_text_atomic
+from upgrade_gate import __version__, junit
+from upgrade_gate.atomic import to_json, write_json_atomic, write_text_atomic
 from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side, reference_side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
@@ -67,11 +68,17 @@ def write_reports(
         "models": [_model_results(plan, m) for m in evidence],
         "verdict": verdict,
     }
-    paths = [out / "results.json", out / "verdict.json", out / "report.md"]
+    paths = [out / "results.json", out / "verdict.json", out / "report.md", out / "report.html", out / "junit.xml"]
     write_json_atomic(paths[0], results)
     write_json_atomic(paths[1], verdict)
     write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, findings,
                                                 warnings, stacks, generated))
+    # The page and the CI files are drawn from the JSON above, as a merge of shards would be.
+    from upgrade_gate import html_report  # matplotlib: imported by the report session only
+
+    html_report.write_html(paths[3], to_json(results), out)
+    junit.write_junit(paths[4], to_json(verdict))
+    junit.append_step_summary(to_json(verdict), out)
     return paths
 
 

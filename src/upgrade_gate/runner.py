@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from upgrade_gate import cache, layout, supervisor
+from upgrade_gate import cache, layout, shards, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
+from upgrade_gate.progress import Progress
 from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
 from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
@@ -40,13 +41,13 @@ class StackRun:
     plan: Plan
     spec: StackSpec
     bin_dir: Path
-    log: Callable[[str], Any]
+    progress: Progress
     # Spec, installed distributions, worker and adapter code: the part of every key this stack shares.
     digest: str
     store: cache.ResultCache
 
     @classmethod
-    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], Any]) -> StackRun:
+    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress) -> StackRun:
         digest = cache.digest_of({
             "python": spec.python,
             "requirements": [str(r) for r in spec.requirements],
@@ -54,7 +55,7 @@ class StackRun:
             "installed": cache.installed_distributions(bin_dir.parent),
             "worker": cache.worker_code_digest(spec.adapter),
         })
-        return cls(plan=plan, spec=spec, bin_dir=bin_dir, log=log, digest=digest,
+        return cls(plan=plan, spec=spec, bin_dir=bin_dir, progress=progress, digest=digest,
                    store=cache.ResultCache(plan.settings.cache_dir))
 
 
@@ -72,14 +73,16 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
 
-    stack = StackRun.start(plan, spec, bin_dir, log)
-    # Exports are single-threaded Python (graph capture, partitioning,
-    # serialization): `export-jobs` of them share the machine. The runtime
-    # phases check the artifacts one at a time; latency is measured later, by
-    # the measure session, when no stack has anything else to do.
-    _export_all(plan, lambda model: run_phase(stack, model, "export"))
-    for model in plan.models:
-        run_phase(stack, model, "runtime")
+    with Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress:
+        stack = StackRun.start(plan, spec, bin_dir, progress)
+        # Exports are single-threaded Python (graph capture, partitioning,
+        # serialization): `export-jobs` of them share the machine. The runtime
+        # phases check the artifacts one at a time; latency is measured later, by
+        # the measure session, when no stack has anything else to do.
+        _export_all(plan, lambda model: run_phase(stack, model, "export"))
+        for model in plan.models:
+            run_phase(stack, model, "runtime")
+    shards.describe(plan, spec.name)
 
 
 def _export_all(plan: Plan, export: Callable[[ModelEntry], None]) -> None:
@@ -122,17 +125,18 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     if key is not None and not settings.fresh:
         hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
         if problem:
-            stack.log(f"{name}: {problem}")
+            stack.progress.log(f"{name}: {problem}")
         if hit is not None:
             _clear_phase(model_dir, phase)
             for file in hit.files:
                 cache.link_or_copy(hit.path / file, model_dir / file)
             _write_key_record(model_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
-            stack.log(f"{name} reused from the cache (entry {key[:12]}, {_ago(hit.manifest.get('stored_at'))})")
+            stack.progress.finish(name, f"reused from the cache (entry {key[:12]}, "
+                                        f"{_ago(hit.manifest.get('stored_at'))})")
             return
 
     start = time.monotonic()
-    stack.log(f"{name} …")
+    stack.progress.start(name)
     _clear_phase(model_dir, phase)
     job = {
         **model_job(model),
@@ -151,7 +155,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     phase_file = model_dir / f"{phase}.json"
     outcome = _start_worker(
         stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
-        plan=stack.plan, phase_file=phase_file,
+        plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
     )
     cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
     files = _phase_files(model_dir, phase)
@@ -162,7 +166,8 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         manifest = stack.store.store(stack.spec.name, model.name, phase, key, files,
                                      {"seconds": round(outcome.elapsed_s, 3)}).files
     _write_key_record(model_dir, phase, key, manifest, stored=cacheable and key is not None)
-    stack.log(f"{name} done in {time.monotonic() - start:.1f} s")
+    problem = _first_problem(phase_file)
+    stack.progress.finish(name, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
 
 
 def _phase_key(
@@ -263,9 +268,19 @@ def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dic
     return json.loads(result_file.read_text(encoding="utf-8"))
 
 
+def _first_problem(phase_file: Path) -> str | None:
+    """The first stage that failed, for the progress line; the report says more."""
+    try:
+        stages = json.loads(phase_file.read_text()).get("stages") or []
+    except (OSError, ValueError):
+        return "no stage records"
+    failed = next((s for s in stages if s.get("status") not in ("ok", "skipped")), None)
+    return f"{failed['stage']} {failed['status']}" if failed else None
+
+
 def _start_worker(
     bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
-    phase_file: Path | None = None, first_stage: str = "start",
+    phase_file: Path | None = None, first_stage: str = "start", on_stage: Callable[[str], Any] | None = None,
 ) -> supervisor.Outcome:
     """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
     write_json_atomic(job_file, job)
@@ -273,7 +288,7 @@ def _start_worker(
     return supervisor.run_supervised(
         worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=REPO_ROOT, log_file=log_file,
         phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
-        first_stage=first_stage,
+        first_stage=first_stage, on_stage=on_stage,
     )
 
 

@@ -67,11 +67,13 @@ def run_supervised(
     deadline_for: Callable[[str], float],
     memory_limit_bytes: int,
     first_stage: str = "start",
+    on_stage: Callable[[str], Any] | None = None,
 ) -> Outcome:
     """Run ``argv`` to its end or until a deadline or the memory limit; never raises for the worker's sake.
 
     ``deadline_for(stage)`` gives the seconds a stage may run; ``first_stage``
-    names the time before the phase file shows one.
+    names the time before the phase file shows one. ``on_stage`` hears of each
+    stage the phase file shows, as the poll sees it.
     """
     env = {**env, PARENT_PID_ENV: str(os.getpid())}
     start = time.monotonic()
@@ -97,6 +99,8 @@ def run_supervised(
                     stop_group(process, grace_s=0.0)
                     break
                 stage, elapsed = watch.running()
+                if on_stage is not None:
+                    on_stage(stage)
                 if elapsed > deadline_for(stage):
                     cause = "timeout"
                     stop_group(process)

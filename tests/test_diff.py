@@ -1,0 +1,61 @@
+"""`nox -s diff -- OLD NEW`: what moved between two reports, and only what moved beyond noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from records import write_stack_model
+from upgrade_gate import cli, diff
+from upgrade_gate.config import load_plan
+from upgrade_gate.errors import ConfigError
+
+REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
+
+
+def run(project: Path, out: str, *, error: float, candidate_ms: float, size: int, memory: int) -> Path:
+    plan = load_plan(["--out", out, "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    folder = plan.settings.out_dir
+    write_stack_model(folder, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
+    write_stack_model(folder, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * (1 + error)],
+                      latency_ms=candidate_ms, artifact_bytes=size, runtime_memory=memory)
+    cli.report(plan)
+    return folder
+
+
+def test_a_fixed_regression_shows_in_verdict_gates_and_metrics(project):
+    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    new = run(project, "new", error=0.0, candidate_ms=3.0, size=1005, memory=104 * 2**20)
+    text = diff.main([str(old), str(new / "results.json")])
+    assert f"# upgrade-gate diff: {old} → {new}" in text
+    assert "**Verdict: NO-GO → GO-WITH-CONDITIONS** (changed;" in text
+    assert "- candidate: NO-GO → GO-WITH-CONDITIONS" in text
+    assert "| candidate | vit-smoke | numerics | FAILED | passed | rel_l2 = 1.00e-02 | rel_l2 = 0.00e+00 |" in text
+    assert "| candidate | vit-smoke | latency | passed | FAILED |" in text
+    # Beyond noise: the numerics and the latency ratio; within it: 0.5% of size, 4 MiB of memory.
+    assert "| vit-smoke | rel L2 of artifact(candidate) vs the reference | 0.01 | 0 | factor > 2 |" in text
+    assert ("| vit-smoke | latency ratio candidate forward at 1 thread(s) | 0.500 [0.500, 0.500] | "
+            "1.500 [1.500, 1.500] | 95% intervals do not overlap |") in text
+    assert "artifact size" not in text and "runtime memory" not in text
+
+
+def test_the_same_report_twice_has_no_changes(project):
+    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    text = diff.main([str(old), str(old)])
+    assert "**Verdict: NO-GO → NO-GO** (unchanged;" in text
+    assert "## Gates that changed (0)\n\nNone." in text and "## Metrics beyond noise (0)\n\nNone." in text
+
+
+def test_bad_arguments_name_the_file(project, tmp_path):
+    with pytest.raises(ConfigError, match="give two report folders"):
+        diff.main([str(tmp_path)])
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'nowhere'}: no such report"):
+        diff.main([str(tmp_path / "nowhere"), str(tmp_path / "nowhere")])
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "results.json").write_text("{")
+    with pytest.raises(ConfigError, match=f"{broken / 'results.json'}: not a readable results.json"):
+        diff.main([str(broken), str(broken)])

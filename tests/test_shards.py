@@ -1,0 +1,126 @@
+"""--shard K/N splits a run's models; `nox -s report -- DIR...` merges the shard folders
+into the report one run would give, and refuses folders that are not of one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from records import write_stack_model
+from upgrade_gate import cli, shards
+from upgrade_gate.config import load_plan
+from upgrade_gate.errors import ConfigError
+
+REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
+MODELS = "vit-smoke@fp32,mobilenet-v3-small@fp32,minilm-smoke@fp32"
+
+
+def plan_for(project: Path, *args: str):
+    return load_plan(["--models", MODELS, *args], invoked_from=project, config_path=project / "pyproject.toml")
+
+
+def test_shards_split_the_model_families_between_them(project):
+    whole = load_plan(["--suite", "smoke"], invoked_from=project, config_path=project / "pyproject.toml")
+    parts = [load_plan(["--suite", "smoke", "--shard", f"{k}/2"], invoked_from=project,
+                       config_path=project / "pyproject.toml") for k in (1, 2)]
+    names = [[m.name for m in p.models] for p in parts]
+    assert sorted(names[0] + names[1]) == sorted(m.name for m in whole.models)
+    assert not set(names[0]) & set(names[1])
+    # A model and its variants run in one shard: their fixtures are made once.
+    assert {m.base for m in parts[0].models}.isdisjoint({m.base for m in parts[1].models})
+    assert parts[0].selection == parts[1].selection == tuple(m.name for m in whole.models)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("3/2", "--shard: '3/2': K must be between 1 and N"),
+    ("two", "--shard: 'two' is not K/N"),
+])
+def test_a_bad_shard_is_named(project, text, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_for(project, "--shard", text)
+
+
+def write_run(plan, stacks=("legacy", "candidate"), host=None) -> None:
+    for model in plan.models:
+        for stack in stacks:
+            write_stack_model(plan.settings.out_dir, stack, model.name, eager=[REFERENCE],
+                              artifact=[REFERENCE * (1.01 if model.name == "vit-smoke" and stack == "candidate"
+                                                     else 1.0)],
+                              latency_ms=2.0 if stack == "legacy" else 1.0)
+            if host:
+                for threads in plan.settings.threads:
+                    path = plan.settings.out_dir / "measurements" / model.name / f"threads-{threads}.json"
+                    data = json.loads(path.read_text())
+                    data["stacks"][stack]["host"] = host
+                    path.write_text(json.dumps(data))
+        for stack in stacks:
+            shards.describe(plan, stack)
+
+
+def test_merged_shards_give_the_single_run_report(project):
+    single = plan_for(project, "--out", "single")
+    write_run(single)
+    assert cli.report(single) == 1
+    folders = []
+    for stack in ("legacy", "candidate"):
+        for k in (1, 2):
+            part = plan_for(project, "--out", f"{stack}-{k}", "--shard", f"{k}/2")
+            write_run(part, stacks=(stack,))
+            folders.append(str(project / f"{stack}-{k}"))
+    merged = plan_for(project, "--out", "merged", *folders)
+    assert cli.report(merged) == 1
+
+    def verdict(folder: str) -> dict:
+        data = json.loads((project / folder / "verdict.json").read_text())
+        return {"verdict": data["verdict"], "gates": data["gates"]}
+
+    assert verdict("merged") == verdict("single")
+    results = [json.loads((project / f / "results.json").read_text())["models"] for f in ("single", "merged")]
+    for before, after in zip(*results):
+        for model in (before, after):
+            for stack in model["stacks"].values():
+                stack.pop("cache")
+        assert before == after
+
+
+def test_times_from_two_machines_are_not_compared(project):
+    folders = []
+    for stack, host in (("legacy", "runner-a"), ("candidate", "runner-b")):
+        part = plan_for(project, "--out", stack, "--shard", "1/1")
+        write_run(part, stacks=(stack,), host=host)
+        folders.append(str(project / stack))
+    merged = plan_for(project, "--out", "merged", *folders)
+    cli.report(merged)
+    latency = [g for g in json.loads((project / "merged" / "verdict.json").read_text())["gates"]
+               if g["gate"] == "latency"]
+    assert latency and all(g["status"] == "inconclusive" for g in latency)
+    assert latency[0]["measured"].startswith("not comparable: candidate was timed on runner-b, legacy on runner-a")
+
+
+def test_shards_of_another_run_are_refused(project, capsys):
+    folders = []
+    for stack in ("legacy", "candidate"):
+        part = plan_for(project, "--out", stack, "--shard", "1/1")
+        write_run(part, stacks=(stack,))
+        folders.append(project / stack)
+
+    def merge(*args) -> str:
+        with pytest.raises(SystemExit) as exit:
+            cli.report(plan_for(project, "--out", "merged", *map(str, args)))
+        assert exit.value.code == 2
+        return capsys.readouterr().err
+
+    assert "shard(s) 1/1 missing from the folders given" in merge(folders[0])
+    assert f"{folders[1]} and {folders[1]} both hold shard 1/1 of stack 'candidate'" in merge(*folders, folders[1])
+    manifest = json.loads((folders[1] / "shard.json").read_text())
+    manifest["tool_version"] = "0.0.1"
+    (folders[1] / "shard.json").write_text(json.dumps(manifest))
+    assert f"{folders[1]}: made with another upgrade-gate version than this report" in merge(*folders)
+    manifest["tool_version"] = json.loads((folders[0] / "shard.json").read_text())["tool_version"]
+    manifest["specs"]["candidate"] = "0" * 64
+    (folders[1] / "shard.json").write_text(json.dumps(manifest))
+    assert f"{folders[1]}: made with another stack specs (envs/) than this report" in merge(*folders)
+    assert f"{project / 'nowhere'}: not a shard folder (no shard.json)" in merge(folders[0], project / "nowhere")
