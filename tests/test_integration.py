@@ -326,7 +326,9 @@ def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tm
             assert [(s["stage"], s["status"]) for s in model["stacks"][stack]["stages"]] == \
                 [(s["stage"], s["status"]) for s in before["stacks"][stack]["stages"]], (name, stack)
             assert model["stacks"][stack]["artifact"] == before["stacks"][stack]["artifact"], (name, stack)
-            assert model["stacks"][stack]["measured"]["1"]["status"] == "ok", (name, stack)
+            # Timed by its own job (a variant a stack has no recipe for is not timed in either run).
+            assert model["stacks"][stack]["measured"]["1"]["status"] == \
+                before["stacks"][stack]["measured"]["1"]["status"], (name, stack)
 
     mixed = nox("-s", "report", "--", "--out", str(tmp_path / "mixed"), *folders[:3], env=env)
     assert mixed.returncode == 2
