@@ -18,8 +18,9 @@ Every module here except ``worker`` is an adapter named by a stack spec's
 * optionally ``profile(path, inputs, runs)`` — time per operator of one call
   (``{"source", "total_ms", "operators": [{name, calls, total_ms, share}]}``);
   ``profiler_missing() -> str | None`` says what the machine lacks for it
-* optionally ``OTHER_BACKENDS`` and ``export_only(backend, module, inputs)`` —
-  export-only tries of the runtime's other backends (ExecuTorch: executorch_backends)
+* optionally ``OTHER_BACKENDS``, ``backend_unavailable(backend) -> str | None`` and
+  ``export_only(backend, module, inputs)`` — export-only tries of the runtime's
+  other backends (ExecuTorch: executorch_backends)
 * optionally ``save_program({method: lowered}, path)`` and
   ``run_method(program, name, inputs)`` — every method of a model in one
   artifact (ExecuTorch's multi-method .pte)

@@ -146,6 +146,15 @@ def _scratch_directory() -> Iterator[None]:
             os.chdir(before)
 
 
+def unavailable(name: str) -> str | None:
+    """Why the backend's ahead-of-time tools are missing from this stack, or None: cheap, no lowering."""
+    try:
+        BACKENDS[name]()
+    except Unavailable as why:
+        return str(why)
+    return None
+
+
 def try_backend(name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                 delegation: Callable[[torch.fx.GraphModule], dict[str, Any]]) -> dict[str, Any]:
     """Lower ``module`` for one backend: ok (delegated share, .pte size), failed (the error) or unavailable (why)."""

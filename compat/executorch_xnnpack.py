@@ -150,6 +150,12 @@ def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
 OTHER_BACKENDS = ("coreml", "mps", "vulkan", "qnn", "arm-tosa", "openvino")
 
 
+def backend_unavailable(backend: str) -> str | None:
+    from . import executorch_backends
+
+    return executorch_backends.unavailable(backend)
+
+
 def export_only(backend: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, Any]:
     from . import executorch_backends
 

@@ -530,13 +530,17 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
         start, found = time.monotonic(), {}
         for backend in adapter.OTHER_BACKENDS:
             found[backend] = {}
+            # A backend the stack lacks is named so whatever the budget: it costs nothing to ask.
+            missing = adapter.backend_unavailable(backend)
             for name, method in case.entry_points().items():
-                if time.monotonic() - start > job["backends_budget_s"]:
+                if missing:
+                    found[backend][name] = {"status": "unavailable", "reason": missing}
+                elif time.monotonic() - start > job["backends_budget_s"]:
                     found[backend][name] = {"status": "not tried",
                                             "reason": f"past the {job['backends_budget_s']:g} s budget (backends-budget)"}
-                    continue
-                found[backend][name] = adapter.export_only(backend, method.module, inputs[name])
-                gc.collect()
+                else:
+                    found[backend][name] = adapter.export_only(backend, method.module, inputs[name])
+                    gc.collect()
         return True, {"backends": found, "seconds": round(time.monotonic() - start, 3)}
 
     built = log.stage("build", (), build)
