@@ -40,7 +40,10 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
 
         quantized = copy.deepcopy(module).eval()
         quantize_(quantized, int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE))
-        return unwrap_tensor_subclass(quantized), {"recipe": QUANTIZATIONS[variant]}
+        # quantize_ swaps the weights of nn.Linear modules for quantized tensor subclasses.
+        swapped = sum(1 for m in quantized.modules()
+                      if isinstance(m, torch.nn.Linear) and type(m.weight) is not torch.nn.Parameter)
+        return unwrap_tensor_subclass(quantized), {"recipe": QUANTIZATIONS[variant], "quantized_modules": swapped}
 
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,

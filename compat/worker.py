@@ -466,6 +466,11 @@ def run_export_phase(job: dict[str, Any], adapter: Any, log: PhaseLog) -> None:
             start = time.perf_counter()
             quantized[name], details[name] = adapter.quantize(method.module, inputs[name], variant)
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
+        # A variant whose recipe found nothing to quantize would be judged as the float model.
+        counts = [d.get("quantized_modules", d.get("quantize_nodes")) for d in details.values()]
+        if counts and all(c == 0 for c in counts):
+            raise ValueError(f"{recipes[variant]}: quantized nothing in any method (no module or operator it "
+                             "takes); the artifact would be the float model")
         return quantized, {"variant": variant, "recipe": recipes[variant], "methods": details}
 
     def export():

@@ -69,24 +69,16 @@ class LlamaConfig:
             raise ValueError(f"prefill_len {self.prefill_len} leaves no room in max_seq_len {self.max_seq_len}")
 
 
-class Linear(nn.Module):
-    """nn.Linear without bias or initialisation: every factory loads all weights.
-
-    nn.Linear's random init of a 1B model costs seconds and a second copy of
-    its weights; building on the meta device instead costs 8-16 s of one-time
-    Python decomposition imports. torch.empty costs nothing.
-    """
-
-    def __init__(self, in_features: int, out_features: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+def bias_free_linear(in_features: int, out_features: int) -> nn.Linear:
+    """A real nn.Linear — the quantizers that swap modules (quantize_dynamic,
+    torchao's quantize_) look for that type — without bias or initialisation:
+    every factory loads all weights, and nn.Linear's random init of a 1B model
+    costs seconds."""
+    return nn.utils.skip_init(nn.Linear, in_features, out_features, bias=False)
 
 
 class Embedding(nn.Module):
-    """nn.Embedding without initialisation (see Linear)."""
+    """nn.Embedding without initialisation (see bias_free_linear)."""
 
     def __init__(self, vocab_size: int, dim: int) -> None:
         super().__init__()
@@ -131,10 +123,10 @@ class Attention(nn.Module):
         self.n_heads = config.n_heads
         self.n_kv_heads = config.n_kv_heads
         self.head_dim = config.head_dim
-        self.wq = Linear(config.dim, config.n_heads * config.head_dim)
-        self.wk = Linear(config.dim, config.n_kv_heads * config.head_dim)
-        self.wv = Linear(config.dim, config.n_kv_heads * config.head_dim)
-        self.wo = Linear(config.n_heads * config.head_dim, config.dim)
+        self.wq = bias_free_linear(config.dim, config.n_heads * config.head_dim)
+        self.wk = bias_free_linear(config.dim, config.n_kv_heads * config.head_dim)
+        self.wv = bias_free_linear(config.dim, config.n_kv_heads * config.head_dim)
+        self.wo = bias_free_linear(config.n_heads * config.head_dim, config.dim)
 
     def forward(
         self,
@@ -196,9 +188,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int) -> None:
         super().__init__()
-        self.w1 = Linear(dim, hidden_dim)
-        self.w2 = Linear(hidden_dim, dim)
-        self.w3 = Linear(dim, hidden_dim)
+        self.w1 = bias_free_linear(dim, hidden_dim)
+        self.w2 = bias_free_linear(hidden_dim, dim)
+        self.w3 = bias_free_linear(dim, hidden_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -241,7 +233,7 @@ class Llama(nn.Module):
         self.tok_embeddings = Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.dim, config.norm_eps)
-        self.output = None if config.tie_embeddings else Linear(config.dim, config.vocab_size)
+        self.output = None if config.tie_embeddings else bias_free_linear(config.dim, config.vocab_size)
         # float64 numpy, then float32: the same bits in every torch version.
         exponents = np.arange(config.head_dim // 2, dtype=np.float64) * 2 / config.head_dim
         inv_freq = (1.0 / config.rope_theta**exponents).astype(np.float32)
