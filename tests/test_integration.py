@@ -249,7 +249,9 @@ def test_smoke_delegation_and_operator_profiles(smoke_run):
         # command installs it.
         assert profile["status"] == "ok", profile
         operators = profile["details"]["methods"]["forward"]["operators"]
-        assert operators and operators[0]["total_ms"] > 0 and sum(o["share"] for o in operators) <= 1.0001
+        assert operators and operators[0]["total_ms"] > 0
+        # Shares are rounded to 4 places each: their sum may pass 1 by half a unit per row.
+        assert sum(o["share"] for o in operators) <= 1 + len(operators) * 0.00005 + 1e-9
     legacy = [o["name"] for o in next(s for s in model["stacks"]["legacy"]["stages"]
                                       if s["stage"] == "profile")["details"]["methods"]["forward"]["operators"]]
     assert any(name.startswith("prepacked::linear_clamp_run") for name in legacy), legacy
