@@ -6,12 +6,17 @@
     nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
     nox -s report [-- --out DIR] [SHARD_DIR...]   compare the stacks' records (merging shards), write the report
     nox -s diff -- OLD NEW                        what changed between two reports
+    nox -s compat [-- --out DIR]                  the team's own tests in every stack, and the API scan (docs/compat.md)
+    nox -s "project(candidate)"                   install the team's project into one stack and run its tests
+    nox -s scan                                   TorchFix and compat/migration_rules.toml over the team's source
     nox -s benchmark -- overhead|noise|sensitivity   benchmarks of the measurement (docs/benchmarks.md)
 
 `compare` validates the configuration, then queues `assets`, one `run` session
-per stack spec in envs/ (baseline first), `measure` and `report` last. Each `run`
-session's venv *is* the stack: nox builds it with uv from the spec's Python and
-requirements.
+per stack spec in envs/ (baseline first), then — with [tool.upgrade-gate.project] —
+one `project` session per stack and `scan`, `measure` and `report` last. Each
+`run` session's venv *is* the stack: nox builds it with uv from the spec's Python
+and requirements. A `project` session builds the same stack in a venv of its own,
+so the team's dependencies never change what the models are measured in.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import nox.virtualenv
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from upgrade_gate import assets as asset_build
-from upgrade_gate import cli, runner
+from upgrade_gate import cli, layout, runner
 from upgrade_gate import measure as measurement
-from upgrade_gate.config import default_config_path, load_settings, stacks_of
+from upgrade_gate import project as team_project
+from upgrade_gate.config import Plan, default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
@@ -57,8 +63,25 @@ def compare(session: nox.Session) -> None:
     session.notify("assets")
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
+    if plan.settings.project is not None:
+        _notify_project_sessions(session, plan)
     session.notify("measure", session.posargs)
     session.notify("report", session.posargs)
+
+
+@nox.session(python=False)
+def compat(session: nox.Session) -> None:
+    """Run the team's own tests in every stack, diff them per test, and scan its source for calls to migrate."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    cli.project_or_exit(plan)
+    _notify_project_sessions(session, plan)
+    session.notify("compat-report", session.posargs)
+
+
+def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
+    for spec in plan.stacks:
+        session.notify(f"project({spec.name})", session.posargs)
+    session.notify("scan", session.posargs)
 
 
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
@@ -92,6 +115,53 @@ def run(session: nox.Session, stack: str) -> None:
                        f"{' '.join(extra)} into stack {stack!r}: {error}")
     cli.check_project_models_or_exit(plan, spec, bin_dir)
     runner.run_stack(plan, spec, bin_dir, log=session.log)
+
+
+@nox.session(venv_backend="uv", reuse_venv=True, default=False)
+@nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+def project(session: nox.Session, stack: str) -> None:
+    """Install the team's project into one stack (a venv of its own) and run its tests there."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    settings = cli.project_or_exit(plan)
+    spec = plan.stack(stack)
+    bin_dir = Path(session.bin)
+    error = cli.install_project(UV, plan, spec, bin_dir)
+    if error and spec.is_baseline:
+        # The project installs into what it ships on today, or the configuration is wrong.
+        cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
+                       f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
+    if error:
+        # The candidate's pins may refuse the project: that is a finding, not a usage error.
+        team_project.record_install_failure(plan, stack, error)
+        session.warn(f"project: does not install into {stack}: {error}")
+        return
+    run = team_project.run_tests(plan, stack, bin_dir)
+    folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
+    session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
+
+
+@nox.session(python=team_project.SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
+def scan(session: nox.Session) -> None:
+    """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    settings = cli.project_or_exit(plan)
+    session.install(*team_project.SCAN_REQUIREMENTS, silent=True)
+    target = layout.scan_file(plan.settings.out_dir)
+    error = team_project.run_scan(settings, Path(session.bin), target)
+    if error:
+        cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
+    found = team_project.read_scan(target)
+    session.log(f"scan: {len(found['findings'])} findings in {found['files_scanned']} files → "
+                f"{target.relative_to(plan.settings.out_dir)}")
+
+
+@nox.session(python=False, name="compat-report", default=False)
+def compat_report(session: nox.Session) -> None:
+    """The project's test diff and scan findings, judged: compat.md and compat.json."""
+    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    cli.project_or_exit(plan)
+    if cli.compat_report(plan):
+        session.error("project compatibility: NO-GO")
 
 
 @nox.session(python=False)

@@ -27,6 +27,7 @@ Every module here except ``worker`` is an adapter named by a stack spec's
 
 ``localize`` (where an export breaks), ``executorch_profile`` and
 ``executorch_backends`` are not adapters: the worker and the ExecuTorch adapter
-use them. Nothing in this
-package is imported by the parent process.
+use them. ``scan`` (with its rules, ``migration_rules.toml``) is not either: it
+runs in the scan venv of `nox -s scan` (TorchFix, libcst) over the team's source.
+Nothing in this package is imported by the parent process.
 """

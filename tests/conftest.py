@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+collect_ignore = ["sample_project"]  # a user project with its own tests, run inside the stacks
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, envs, export-jobs, "
-        "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, rounds, suite, threads, "
+        "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, project, rounds, suite, threads, "
         "time-budget, timeouts, variants, warmup"
     )
 

@@ -33,9 +33,14 @@ def load(out: Path, name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke") / "report"
+    folder = tmp_path_factory.mktemp("smoke")
+    out = folder / "report"
+    # The default settings but a quarter of the timing budget: the rounds, thread counts and
+    # minimum runs are the defaults; minutes of timed runs would test nothing more.
+    config = folder / "pyproject.toml"
+    config.write_text(f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "smoke"\ntime-budget = 0.5\n')
     # --fresh: the stacks really export and run, whatever an earlier test run left in the cache.
-    result = nox("-s", "compare", "--", "--out", str(out), "--suite", "smoke", "--fresh")
+    result = nox("-s", "compare", "--", "--out", str(out), "--fresh", env={"UPGRADE_GATE_CONFIG": str(config)})
     return out, result
 
 

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from upgrade_gate import layout, runner, shards
+from upgrade_gate import layout, project, runner, shards
 from upgrade_gate.compare import gather
-from upgrade_gate.config import Plan, load_plan
+from upgrade_gate.config import Plan, ProjectSettings, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
-from upgrade_gate.policy import evaluate, exit_code
-from upgrade_gate.report import gate_lines, write_reports
+from upgrade_gate.policy import decide, evaluate, exit_code, project_gates
+from upgrade_gate.report import gate_lines, write_compat_report, write_reports
 from upgrade_gate.specs import StackSpec
 
 
@@ -36,13 +36,14 @@ def fail_usage(error: Exception | str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, merging: bool = False) -> Plan:
+def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, merging: bool = False,
+                 models_required: bool = True) -> Plan:
     """The validated plan, with the report folder writable and this process's alone.
 
     Shard folders (positional arguments) are only for the report session, which merges them.
     """
     try:
-        plan = load_plan(list(posargs), invoked_from=Path(invoked_from))
+        plan = load_plan(list(posargs), invoked_from=Path(invoked_from), models_required=models_required)
     except ConfigError as error:
         fail_usage(error)
     if plan.merge and not merging:
@@ -67,6 +68,28 @@ def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> 
                 f"{spec.name!r}: {result.get('error')}; the factory must be importable from {entry.project_root} "
                 "and return (torch.nn.Module, tuple of tensors)"
             )
+
+
+def project_or_exit(plan: Plan) -> ProjectSettings:
+    """``[tool.upgrade-gate.project]``, which `nox -s compat` and its sessions need."""
+    if plan.settings.project is None:
+        fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.project: missing; say what to install and how to "
+                   'test, e.g. [tool.upgrade-gate.project] install = ["-e", ".[test]"] test = "python -m pytest tests" '
+                   "(docs/compat.md)")
+    return plan.settings.project
+
+
+def install_project(uv: str, plan: Plan, spec: StackSpec, bin_dir: Path) -> str | None:
+    """Install the stack, then the project into it with the stack's requirements as
+    constraints: the project may add packages, never move the stack's own."""
+    settings = project_or_exit(plan)
+    requirements = [str(r) for r in spec.requirements]
+    error = install(uv, bin_dir, requirements, cwd=spec.path.parent)
+    if error:
+        fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the spec")
+    constraints = bin_dir.parent / "stack-constraints.txt"
+    constraints.write_text("".join(f"{r}\n" for r in requirements))
+    return install(uv, bin_dir, ["--constraint", str(constraints), *settings.install], cwd=settings.root)
 
 
 class FolderBusy(Exception):
@@ -140,11 +163,27 @@ def report(plan: Plan) -> int:
         evidence = gather(plan)
     except RecordError as error:
         fail_usage(f"{plan.settings.out_dir}: {error}; re-run `nox -s compare` to rewrite the records")
-    gates, per_stack, overall = evaluate(plan, evidence)
-    paths = write_reports(plan, evidence, gates, per_stack, overall)
+    project_evidence = project.gather_project(plan)
+    gates, per_stack, overall = evaluate(plan, evidence, project_evidence)
+    paths = write_reports(plan, evidence, gates, per_stack, overall, project_evidence)
     for line in gate_lines(gates):
         print(line)
     print(f"Verdict: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
     print("Report: " + ", ".join(str(p) for p in paths))
     return exit_code(overall)
 
+
+
+def compat_report(plan: Plan) -> int:
+    """`nox -s compat`'s report: the project's gates alone, in compat.md and compat.json; the exit status."""
+    evidence = project.gather_project(plan)
+    assert evidence is not None  # project_or_exit ran first
+    gates = [g for spec in plan.candidates for g in project_gates(plan, spec, evidence)]
+    per_stack = {spec.name: decide([g for g in gates if g.stack == spec.name]) for spec in plan.candidates}
+    overall = max(per_stack.values(), key=lambda v: v.rank)
+    paths = write_compat_report(plan, evidence, gates, per_stack, overall)
+    for line in gate_lines(gates):
+        print(line)
+    print(f"Project compatibility: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
+    print("Report: " + ", ".join(str(p) for p in paths))
+    return exit_code(overall)

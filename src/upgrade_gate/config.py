@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -28,7 +29,7 @@ SEVERITIES = ("hard", "soft", "off")
 SETTINGS_KEYS = {
     "envs", "baseline", "suite", "models", "extra-requirements", "out", "cache", "threads", "export-jobs", "warmup",
     "iterations", "rounds", "time-budget", "timeouts", "memory-limit", "gates", "variants",
-    "localize-budget", "backends-budget",
+    "localize-budget", "backends-budget", "project",
 }
 SUITES = ("smoke", "default", "full")
 GATE_KEYS = {"export", "artifact-size", "numerics", "latency", "memory", "task", "quantized", "delegation", "budgets",
@@ -205,6 +206,47 @@ class ModelEntry:
                                    description=f"{self.description} — {variant}")
 
 
+PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow"}
+# Where a non-pytest test command takes its JUnit XML output path.
+JUNIT_PLACEHOLDER = "{junit}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProjectSettings:
+    """``[tool.upgrade-gate.project]``: the team's own code, tested in every stack and scanned."""
+
+    root: Path
+    # `uv pip install` arguments, run in ``root``, beside the stack's own requirements.
+    install: tuple[str, ...]
+    # The test command, run in ``root`` with the stack's venv first on PATH; JUnit XML
+    # goes where {junit} stands (pytest commands get --junitxml added).
+    test: tuple[str, ...]
+    # Files and folders the API scan reads, relative to ``root``.
+    scan: tuple[str, ...]
+    timeout_s: float
+    severity: str  # the project-tests gate
+    scan_severity: str  # the api-scan gate
+    # test id → why its failure on the candidate is known and accepted
+    allow: tuple[tuple[str, str], ...] = ()
+    defined_in: Path | None = None
+
+    def test_command(self, junit: Path) -> list[str]:
+        """The test command with its JUnit XML output at ``junit``."""
+        if any(JUNIT_PLACEHOLDER in arg for arg in self.test):
+            return [arg.replace(JUNIT_PLACEHOLDER, str(junit)) for arg in self.test]
+        # xunit1 records each test's file, from which the pytest node id is rebuilt.
+        return [*self.test, f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+
+
+def runs_pytest(command: list[str] | tuple[str, ...]) -> bool:
+    """``pytest …``, ``py.test …`` or ``python -m pytest …``."""
+    if not command:
+        return False
+    if Path(command[0]).name in ("pytest", "py.test"):
+        return True
+    return len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", "pytest"]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     config_path: Path
@@ -243,6 +285,8 @@ class Settings:
     localize_budget_s: float = 300.0
     # Seconds per model for export-only tries of the candidate's other backends (compat/executorch_backends.py); 0: off.
     backends_budget_s: float = 300.0
+    # The team's own tests and code ([tool.upgrade-gate.project]); None when not configured.
+    project: ProjectSettings | None = None
 
     def timeout_key(self, stage: str) -> str:
         """The ``timeouts`` entry that applies to a stage: its own, else ``default``."""
@@ -353,6 +397,56 @@ def load_settings(config_path: Path) -> Settings:
         variants=_load_variants(table, "variants", QUANTIZED_VARIANTS),
         localize_budget_s=table.non_negative("localize-budget", float, 300.0),
         backends_budget_s=table.non_negative("backends-budget", float, 300.0),
+        project=_load_project(table, base) if "project" in table.data else None,
+    )
+
+
+def _command(table: Table, name: str, default: list[str]) -> list[str]:
+    """A command as an array of arguments, or one string split like a shell would."""
+    raw = table.data.get(name, default)
+    if isinstance(raw, str):
+        try:
+            return shlex.split(raw)
+        except ValueError as error:
+            raise table.error(name, f"cannot split {raw!r} into arguments: {error}") from None
+    return table.get_str_list(name, default)
+
+
+def _load_project(settings: Table, base: Path) -> ProjectSettings:
+    table = settings.get_table("project")
+    table.reject_unknown(PROJECT_KEYS)
+    root = (base / table.get("root", str, ".")).resolve()
+    if not root.is_dir():
+        raise table.error("root", f"{root} is not a folder; give the project's folder relative to {base}")
+    install = _command(table, "install", ["."])
+    if not install:
+        raise table.error("install", 'nothing to install; e.g. ["-e", ".[test]"]')
+    test = _command(table, "test", ["python", "-m", "pytest"])
+    if not test:
+        raise table.error("test", 'no command; e.g. "python -m pytest tests"')
+    if not runs_pytest(test) and not any(JUNIT_PLACEHOLDER in arg for arg in test):
+        raise table.error("test", f"cannot tell where {test[0]!r} writes JUnit XML; put {JUNIT_PLACEHOLDER} where the "
+                                  "command takes that file's path (pytest commands get --junitxml added)")
+    scan = table.get_str_list("scan", ["."])
+    for path in scan:
+        if not (root / path).exists():
+            raise table.error("scan", f"{path!r} does not exist under {root}")
+    allow = table.get_table("allow")
+    for test_id in allow.data:
+        if not allow.get(test_id, str, "").strip():
+            raise allow.error(test_id, "give the reason the break is accepted, as a string")
+
+    def severity(name: str, default: str) -> str:
+        value = table.get(name, str, default)
+        if value not in SEVERITIES:
+            raise table.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
+        return value
+
+    return ProjectSettings(
+        root=root, install=tuple(install), test=tuple(test), scan=tuple(scan),
+        timeout_s=table.positive("timeout", float, 1800.0),
+        severity=severity("severity", "hard"), scan_severity=severity("scan-severity", "soft"),
+        allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
     )
 
 
@@ -577,8 +671,11 @@ def parse_posargs(posargs: list[str]) -> argparse.Namespace:
     return args
 
 
-def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None) -> Plan:
-    """Everything a run needs, validated; raises ConfigError naming file and key."""
+def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None,
+              models_required: bool = True) -> Plan:
+    """Everything a run needs, validated; raises ConfigError naming file and key.
+
+    `nox -s compat` runs no models: it needs ``[tool.upgrade-gate.project]`` instead."""
     config_path = config_path or default_config_path()
     args = parse_posargs(posargs)
     settings = load_settings(config_path)
@@ -609,7 +706,7 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
         suite = args.suite or settings.suite
         names = [e.name for e in catalog.values() if suite in e.suites]
         names += [e.name for e in settings.project_models]
-        if not names:
+        if not names and models_required:
             raise ConfigError(
                 f"no models to run: suite {suite!r} and no [tool.upgrade-gate.models] entries",
                 path=config_path, key="tool.upgrade-gate.suite",

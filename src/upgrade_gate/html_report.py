@@ -63,6 +63,8 @@ def render_html(results: dict[str, Any], report_dir: Path) -> str:
     body += ["<h2 id='models'>Models</h2>"]
     for model in models:
         body += _model_section(model, [g for g in gates if g["model"] == model["model"]], report_dir)
+    if results.get("project"):
+        body += _project_section(results["project"], verdict["baseline"], [g for g in gates if g["model"] == "project"])
     body += _stacks_section(results["stacks"])
     title = f"upgrade-gate: {verdict['verdict']} ({' → '.join(stacks)})"
     return PAGE.format(title=_e(title), body="\n".join(body))
@@ -376,6 +378,52 @@ def _values(comparison: dict[str, Any], key: str) -> list[float]:
 def _worst(comparison: dict[str, Any], key: str, pick: Any) -> float | None:
     values = _values(comparison, key)
     return pick(values) if values else None
+
+
+# The diff's groups worth a table on the page, with their headings.
+PROJECT_GROUPS = (("newly_failing", "Newly failing"), ("newly_passing", "Newly passing"),
+                  ("still_failing", "Failing in both"), ("newly_skipped", "Newly skipped"),
+                  ("no_longer_skipped", "No longer skipped"), ("only_baseline", "Only in the baseline's run"),
+                  ("only_candidate", "Only in the candidate's run"))
+
+
+def _project_section(project: dict[str, Any], baseline: str, gates: list[dict[str, Any]]) -> list[str]:
+    """The team's tests per stack, what changed per test (each newly failing test's message), the scan's findings."""
+    lines = [f"<section id='{_anchor('project')}'><h2>Project compatibility</h2>",
+             f"<p>The team's project at <code>{_e(project['root'])}</code>, installed into each stack "
+             f"(<code>{_e(' '.join(project['install']))}</code>) and tested with "
+             f"<code>{_e(' '.join(project['test']))}</code>.</p>"]
+    lines += _gate_table(gates, link=False)
+    rows = []
+    for stack, tests in project["stacks"].items():
+        count = tests.get("counts") or {}
+        run = tests.get("run") or {}
+        rows.append([stack, run.get("status", "did not run"), *[count.get(k, 0) for k in
+                                                                ("passed", "failed", "error", "skipped")],
+                     _seconds(run.get("duration_s")), tests.get("problem") or tests.get("junit")])
+    lines += _table(["stack", "run", "passed", "failed", "errors", "skipped", "time", "outcomes"], rows)
+    for stack, diff in project["diffs"].items():
+        lines.append(f"<h3>Tests: {_e(stack)} against {_e(baseline)}</h3>")
+        for group, title in PROJECT_GROUPS:
+            changes = diff.get(group) or []
+            if not changes:
+                continue
+            lines.append(f"<p>{_e(title)}: {len(changes)}</p>")
+            lines += _table(["test", baseline, stack, "message", "allow-list"], [
+                [f"<code>{_e(c['test'])}</code>", _e(c["baseline"]), _e(c["candidate"]),
+                 f"<pre>{_e(c['message'])}</pre>" if c["message"] else "", _e(c.get("allowed") or "")]
+                for c in changes], raw=True)
+    scan = project.get("scan")
+    lines.append("<h3>API scan</h3>")
+    if scan is None:
+        lines.append(f"<p>Not scanned: {_e(project.get('scan_problem'))}</p>")
+    else:
+        lines.append(f"<p>{len(scan['findings'])} calls to change in {scan['files_scanned']} files.</p>")
+        lines += _table(["where", "code", "call", "why it matters for the candidate", "replacement"], [
+            [f"{f['file']}:{f['line']}", f["code"], _short(f["call"], 120), f.get("why") or f.get("summary", ""),
+             f.get("replacement") or ""] for f in scan["findings"]])
+    lines.append("</section>")
+    return lines
 
 
 def _stacks_section(stacks: dict[str, Any]) -> list[str]:

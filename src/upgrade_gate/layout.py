@@ -11,6 +11,9 @@
           eager.npz  artifact.npz  <method>.ptl|<method>.pte
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
+      project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
+      project/scan.json                                the API scan of the team's source
+      compat.md  compat.json                           `nox -s compat`'s own report
 
     <cache>/fixtures/<model>-<code>/{weights,inputs}.npz   same for every stack and run
 """
@@ -37,6 +40,14 @@ def measurement_dir(out: Path, model: str) -> Path:
 
 def measurement_file(out: Path, model: str, threads: int) -> Path:
     return measurement_dir(out, model) / f"threads-{threads}.json"
+
+
+def project_dir(out: Path, stack: str) -> Path:
+    return out / "project" / stack
+
+
+def scan_file(out: Path) -> Path:
+    return out / "project" / "scan.json"
 
 
 def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:

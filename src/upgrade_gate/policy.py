@@ -11,6 +11,12 @@ The go/no-go rule, per candidate stack:
 The overall verdict is the worst candidate's. A gate whose measurement is
 missing (the stage that produces it failed) fails: nothing passes unmeasured.
 
+With ``[tool.upgrade-gate.project]``, two gates judge the team's own project
+for each candidate (model "project"): ``project-tests`` — no test that passes
+on the baseline fails, errors or goes missing on the candidate, but for the
+allow-list (hard by default) — and ``api-scan`` — no call in the project's
+source that the candidate changes or removes (soft by default).
+
 The latency gate has a third outcome: *inconclusive*, when the ratio's 95%
 interval straddles the threshold — the noise is larger than the difference.
 It does not fail the verdict; the report says so, with the interval, and more
@@ -25,6 +31,7 @@ from enum import Enum
 from upgrade_gate import layout
 from upgrade_gate.compare import ModelEvidence, Side, reference_side
 from upgrade_gate.config import Gate, Plan
+from upgrade_gate.project import ProjectEvidence
 from upgrade_gate.specs import StackSpec
 from upgrade_gate.stats import CONFIDENCE, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
@@ -72,12 +79,15 @@ def decide(results: list[GateResult]) -> Verdict:
     return Verdict.GO
 
 
-def evaluate(plan: Plan, evidence: list[ModelEvidence]) -> tuple[list[GateResult], dict[str, Verdict], Verdict]:
-    """Every gate for every candidate and model; verdict per candidate and overall."""
+def evaluate(plan: Plan, evidence: list[ModelEvidence], project: ProjectEvidence | None = None
+             ) -> tuple[list[GateResult], dict[str, Verdict], Verdict]:
+    """Every gate for every candidate and model (and the project); verdict per candidate and overall."""
     results: list[GateResult] = []
     for spec in plan.candidates:
         for model in evidence:
             results += _gates_for(plan, spec, model)
+        if project is not None:
+            results += project_gates(plan, spec, project)
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
     overall = max(per_stack.values(), key=lambda v: v.rank)
     return results, per_stack, overall
@@ -226,6 +236,61 @@ def _quantized_gates(plan: Plan, spec: StackSpec, model: ModelEvidence, record_p
         add("latency", *_latency_gate(plan, model, stack), gate_severity=gates.latency.severity)
         add("memory", *_memory_gate(plan, model, stack), gate_severity=gates.memory.severity)
     return results
+
+
+PROJECT = "project"  # the model column of the project's gates
+# Newly failing tests named in the gate's one line; the report lists them all.
+NAMED_TESTS = 3
+
+
+def project_gates(plan: Plan, spec: StackSpec, project: ProjectEvidence) -> list[GateResult]:
+    """The team's tests in the candidate against the baseline, and the API scan of its source."""
+    settings, stack, base = project.settings, spec.name, plan.baseline.name
+    results = []
+    if settings.severity != "off":
+        accepted = f"; {len(settings.allow)} on the allow-list" if settings.allow else ""
+        threshold = f"no test that passes on {base} fails, errors or goes missing on {stack}{accepted}"
+        evidence = f"project/{stack}/junit.xml vs project/{base}/junit.xml"
+        diff = project.diffs.get(stack)
+        if diff is None:
+            problem = project.stacks[base].problem or project.stacks[stack].problem or "no outcomes"
+            passed, measured = False, problem
+        else:
+            breaking = diff.breaking
+            passed = not breaking
+            tests = project.stacks[stack].tests
+            ran = f"{sum(t.outcome == 'passed' for t in tests.values())}/{len(tests)} passed on {stack}"
+            if breaking:
+                named = ", ".join(f"{c.test_id} ({_first_line(c.candidate.message) if c.candidate else 'did not run'})"
+                                  for c in breaking[:NAMED_TESTS])
+                more = f" and {len(breaking) - NAMED_TESTS} more" if len(breaking) > NAMED_TESTS else ""
+                measured = f"{len(breaking)} newly failing: {named}{more}; {ran}"
+            else:
+                measured = f"none newly failing{f' but {len(diff.accepted)} accepted' if diff.accepted else ''}; {ran}"
+        results.append(GateResult(gate="project-tests", stack=stack, model=PROJECT, severity=settings.severity,
+                                  passed=passed, threshold=threshold, measured=measured, evidence=evidence))
+    if settings.scan_severity != "off":
+        threshold = "no call that the candidate changes, deprecates or removes (TorchFix and upgrade-gate's rules)"
+        if project.scan is None:
+            passed, measured = False, project.scan_problem or "not scanned"
+        else:
+            findings = project.scan.get("findings", [])
+            by_code: dict[str, int] = {}
+            for finding in findings:
+                by_code[finding["code"]] = by_code.get(finding["code"], 0) + 1
+            passed = not findings
+            where = f" in {project.scan.get('files_scanned', 0)} files"
+            measured = (f"{len(findings)} calls to change{where}: "
+                        + ", ".join(f"{code} ×{n}" for code, n in sorted(by_code.items()))) if findings \
+                else f"no findings{where}"
+        results.append(GateResult(gate="api-scan", stack=stack, model=PROJECT, severity=settings.scan_severity,
+                                  passed=passed, threshold=threshold, measured=measured, evidence="project/scan.json"))
+    return results
+
+
+def _first_line(text: str) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= 160 else line[:159] + "…"
 
 
 def _delegation_gate(plan: Plan, model: ModelEvidence, stack: str, record_path: str) -> tuple[bool, str, str, str]:

@@ -13,6 +13,7 @@ from upgrade_gate.atomic import to_json, write_json_atomic, write_text_atomic
 from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side, reference_side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict
+from upgrade_gate.project import ProjectEvidence
 from upgrade_gate.records import load_stack_info
 from upgrade_gate.stats import LatencySummary
 from upgrade_gate.tasks import HEADLINE
@@ -30,8 +31,9 @@ def write_reports(
     gates: list[GateResult],
     per_stack: dict[str, Verdict],
     overall: Verdict,
+    project: ProjectEvidence | None = None,
 ) -> list[Path]:
-    """Write all three files; each replaces its old version whole."""
+    """Write every report file; each replaces its old version whole."""
     out = plan.settings.out_dir
     stacks = {spec.name: load_stack_info(out, spec.name) for spec in plan.stacks}
     generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -66,13 +68,14 @@ def write_reports(
         },
         "stacks": stacks,
         "models": [_model_results(plan, m) for m in evidence],
+        "project": project.to_dict(out) if project else None,
         "verdict": verdict,
     }
     paths = [out / "results.json", out / "verdict.json", out / "report.md", out / "report.html", out / "junit.xml"]
     write_json_atomic(paths[0], results)
     write_json_atomic(paths[1], verdict)
     write_text_atomic(paths[2], render_markdown(plan, evidence, gates, per_stack, overall, findings,
-                                                warnings, stacks, generated))
+                                                warnings, stacks, generated, to_json(results["project"])))
     # The page and the CI files are drawn from the JSON above, as a merge of shards would be.
     from upgrade_gate import html_report  # matplotlib: imported by the report session only
 
@@ -166,10 +169,67 @@ def render_markdown(
     warnings: list[str],
     stacks: dict[str, Any],
     generated: str,
+    project: dict[str, Any] | None = None,
 ) -> str:
     names = [s.name for s in plan.stacks]
     lines = [f"# upgrade-gate: {' → '.join(names)}", ""]
-    lines += [f"## Verdict: **{overall.value}**", ""]
+    lines += _verdict_lines(plan, gates, per_stack, overall)
+    if warnings:
+        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
+    if findings:
+        lines += ["", f"The baseline's own artifacts depart from its eager models (what {plan.baseline.name} "
+                  "ships today, whatever the verdict):", ""]
+        lines += [f"- {_finding_line(finding)}" for finding in findings]
+    settings = plan.settings
+    lines += ["", f"Generated {generated} by upgrade-gate {__version__} · models: "
+              f"{', '.join(m.model.name for m in evidence)} · threads {', '.join(map(str, settings.threads))} · "
+              f"per stack, method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} interleaved "
+              f"rounds of at least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all", ""]
+
+    lines += ["## Decision matrix", ""]
+    header = [n if n == plan.stack(n).role else f"{n} ({plan.stack(n).role})" for n in names]
+    lines += _table(["Factor", *header], _matrix_rows(plan, evidence, gates, stacks, per_stack, project))
+
+    lines += ["", "## Requirements", ""]
+    lines += _table(
+        ["Requirement", "Stack", "Model", "Severity", "Status", "Measured", "Threshold", "Evidence"],
+        [[g.gate, g.stack, g.model, g.severity, MARK[g.status], g.measured, g.threshold, g.evidence] for g in gates],
+    )
+    if project:
+        lines += [""] + project_section(project, plan.baseline.name, [s.name for s in plan.candidates])
+
+    lines += ["", "## Models", ""]
+    for model in evidence:
+        lines += _model_section(plan, model, [m for m in evidence if m.model.base == model.model.base])
+
+    lines += ["## Stacks", ""]
+    for name in names:
+        lines += _stack_section(name, stacks.get(name))
+    lines += READING_NOTES
+    return "\n".join(lines)
+
+
+READING_NOTES = [
+    "## Reading this report",
+    "",
+    "- *reference* is the baseline stack's eager output: what the team validates today. The numerics gate",
+    "  compares each candidate's artifact with it; the other comparisons locate where a difference comes from",
+    "  (the torch upgrade itself, or the export).",
+    "- rel_l2 = ‖actual − reference‖₂ / ‖reference‖₂; SNR = 20·log10(‖reference‖/‖error‖) dB; min atol is the",
+    "  smallest absolute tolerance at which every element matches.",
+    "- Latency ratio = candidate / baseline: the median over the rounds of each round's ratio of medians, the",
+    "  stacks measured in turn; the interval is a 95% bootstrap interval of that median. The latency gate fails",
+    "  only when the whole interval is above its threshold. Runtime memory = peak RSS of a fresh process that",
+    "  loads and runs the model minus the same process with only the runtime started.",
+    "- Every file named under *Evidence* is relative to this folder; `results.json` holds every record,",
+    "  `verdict.json` every gate.",
+    "",
+]
+
+
+def _verdict_lines(plan: Plan, gates: list[GateResult], per_stack: dict[str, Verdict], overall: Verdict) -> list[str]:
+    """The verdict, per candidate the gates that did not pass, and the failing and inconclusive gates' lines."""
+    lines = [f"## Verdict: **{overall.value}**", ""]
     for name, verdict in per_stack.items():
         failed = [g for g in gates if g.stack == name and not g.passed]
         summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or "every gate passed"
@@ -188,52 +248,7 @@ def render_markdown(
                   "difference; more `rounds` or a quieter machine can decide them):", "", "```"]
         lines += [_gate_line(g) for g in undecided]
         lines += ["```"]
-    if warnings:
-        lines += ["", "Warnings:", ""] + [f"- {w}" for w in warnings]
-    if findings:
-        lines += ["", f"The baseline's own artifacts depart from its eager models (what {plan.baseline.name} "
-                  "ships today, whatever the verdict):", ""]
-        lines += [f"- {_finding_line(finding)}" for finding in findings]
-    settings = plan.settings
-    lines += ["", f"Generated {generated} by upgrade-gate {__version__} · models: "
-              f"{', '.join(m.model.name for m in evidence)} · threads {', '.join(map(str, settings.threads))} · "
-              f"per stack, method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} interleaved "
-              f"rounds of at least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all", ""]
-
-    lines += ["## Decision matrix", ""]
-    header = [n if n == plan.stack(n).role else f"{n} ({plan.stack(n).role})" for n in names]
-    lines += _table(["Factor", *header], _matrix_rows(plan, evidence, gates, stacks, per_stack))
-
-    lines += ["", "## Requirements", ""]
-    lines += _table(
-        ["Requirement", "Stack", "Model", "Severity", "Status", "Measured", "Threshold", "Evidence"],
-        [[g.gate, g.stack, g.model, g.severity, MARK[g.status], g.measured, g.threshold, g.evidence] for g in gates],
-    )
-
-    lines += ["", "## Models", ""]
-    for model in evidence:
-        lines += _model_section(plan, model, [m for m in evidence if m.model.base == model.model.base])
-
-    lines += ["## Stacks", ""]
-    for name in names:
-        lines += _stack_section(name, stacks.get(name))
-    lines += [
-        "## Reading this report",
-        "",
-        "- *reference* is the baseline stack's eager output: what the team validates today. The numerics gate",
-        "  compares each candidate's artifact with it; the other comparisons locate where a difference comes from",
-        "  (the torch upgrade itself, or the export).",
-        "- rel_l2 = ‖actual − reference‖₂ / ‖reference‖₂; SNR = 20·log10(‖reference‖/‖error‖) dB; min atol is the",
-        "  smallest absolute tolerance at which every element matches.",
-        "- Latency ratio = candidate / baseline: the median over the rounds of each round's ratio of medians, the",
-        "  stacks measured in turn; the interval is a 95% bootstrap interval of that median. The latency gate fails",
-        "  only when the whole interval is above its threshold. Runtime memory = peak RSS of a fresh process that",
-        "  loads and runs the model minus the same process with only the runtime started.",
-        "- Every file named under *Evidence* is relative to this folder; `results.json` holds every record,",
-        "  `verdict.json` every gate.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 def baseline_findings(plan: Plan, evidence: list[ModelEvidence]) -> list[dict[str, Any]]:
@@ -275,7 +290,8 @@ def gate_lines(gates: list[GateResult]) -> list[str]:
 
 
 def _matrix_rows(
-    plan: Plan, evidence: list[ModelEvidence], gates: list[GateResult], stacks: dict[str, Any], per_stack: dict[str, Verdict]
+    plan: Plan, evidence: list[ModelEvidence], gates: list[GateResult], stacks: dict[str, Any],
+    per_stack: dict[str, Verdict], project: dict[str, Any] | None = None,
 ) -> list[list[str]]:
     names = [s.name for s in plan.stacks]
 
@@ -342,8 +358,133 @@ def _matrix_rows(
     rows.append(["Export peak RSS (largest)", *[
         _size(max((m.stacks[n].record.peak_rss_bytes("export") or 0 for m in evidence), default=0) or None) for n in names
     ]])
+    if project:
+        rows.append(["Project compatibility: the team's tests; calls to migrate", *[
+            _project_cell(project, n, plan.stack(n).is_baseline) + gate_mark(n, "project-tests") + gate_mark(n, "api-scan")
+            for n in names
+        ]])
     rows.append(["Verdict", *["baseline" if plan.stack(n).is_baseline else f"**{per_stack[n].value}**" for n in names]])
     return rows
+
+
+def _project_cell(project: dict[str, Any], stack: str, is_baseline: bool) -> str:
+    tests = project["stacks"].get(stack) or {}
+    if tests.get("problem"):
+        return f"not tested: {_short(tests['problem'])}"
+    count = tests.get("counts") or {}
+    ran = f"{count.get('passed', 0)}/{sum(count.values())} tests passed"
+    if is_baseline:
+        return ran
+    diff = project["diffs"].get(stack) or {}
+    newly = diff.get("newly_failing", [])
+    accepted = sum(1 for c in newly if c.get("allowed"))
+    scan = project.get("scan")
+    calls = f"{len(scan['findings'])} calls to migrate" if scan else "not scanned"
+    return (f"{ran}; {len(newly) - accepted} newly failing" + (f" (+{accepted} accepted)" if accepted else "")
+            + f", {len(diff.get('newly_passing', []))} newly passing; {calls}")
+
+
+# The diff's groups, in the order the report shows them.
+DIFF_GROUPS = (
+    ("newly_failing", "Newly failing (passed on {base}; failed, errored or did not run on {stack})"),
+    ("newly_passing", "Newly passing (failed on {base})"),
+    ("still_failing", "Failing in both"),
+    ("newly_skipped", "Newly skipped"),
+    ("no_longer_skipped", "No longer skipped"),
+    ("only_baseline", "Only in the {base} run"),
+    ("only_candidate", "Only in the {stack} run"),
+)
+
+
+def project_section(project: dict[str, Any], base: str, candidates: list[str]) -> list[str]:
+    """The team's tests per stack, what changed per test, and the scan's findings (from results.json's "project")."""
+    lines = ["## Project compatibility", "",
+             f"The team's project at `{project['root']}`: `uv pip install {' '.join(project['install'])}` into each "
+             f"stack, then `{' '.join(project['test'])}`.", ""]
+    rows = []
+    for stack, tests in project["stacks"].items():
+        run = tests.get("run") or {}
+        count = tests.get("counts") or {}
+        rows.append([stack, run.get("status", "did not run"), *[str(count.get(k, 0)) for k in
+                                                                ("passed", "failed", "error", "skipped")],
+                     f"{run['duration_s']:.1f} s" if run.get("duration_s") else "—",
+                     tests["problem"] or tests["junit"]])
+    lines += _table(["Stack", "Run", "passed", "failed", "errors", "skipped", "time", "Outcomes"], rows) + [""]
+    for stack in candidates:
+        diff = project["diffs"].get(stack)
+        lines += [f"### Tests: {stack} against {base}", ""]
+        if diff is None:
+            lines += ["Not compared: one of the runs has no outcomes (above).", ""]
+            continue
+        if not any(diff[group] for group, _ in DIFF_GROUPS):
+            lines += ["Every test has the same outcome in both stacks.", ""]
+        for group, title in DIFF_GROUPS:
+            changes = diff[group]
+            if not changes:
+                continue
+            lines += [f"{title.format(base=base, stack=stack)}: {len(changes)}", ""]
+            lines += _table(["Test", base, stack, "Message", "Allow-list"], [
+                [f"`{c['test']}`", c["baseline"], c["candidate"], _short(_first_line(c["message"])),
+                 c["allowed"] or ""] for c in changes]) + [""]
+        for change in diff["newly_failing"]:
+            if change["message"]:
+                lines += [f"`{change['test']}` on {stack}:", "", "```", change["message"], "```", ""]
+        if diff["unused_allow"]:
+            lines += ["Allow-list entries that name no test of either run (a typo, or a test that is gone): "
+                      + ", ".join(f"`{t}`" for t in diff["unused_allow"]), ""]
+    lines += _scan_lines(project)
+    return lines
+
+
+def _scan_lines(project: dict[str, Any]) -> list[str]:
+    scan = project.get("scan")
+    lines = ["### API scan", ""]
+    if scan is None:
+        return lines + [f"Not scanned: {project.get('scan_problem')}", ""]
+    scanner = scan.get("scanner", {})
+    findings = scan["findings"]
+    lines += [f"{len(findings)} calls to change in {scan['files_scanned']} files (TorchFix {scanner.get('torchfix', '?')} "
+              f"and upgrade-gate's {scanner.get('rules', '?')} rules for the move to the candidate, "
+              "compat/migration_rules.toml):", ""]
+    if findings:
+        lines += _table(["Where", "Code", "Call", "Why it matters for the candidate", "Replacement"], [
+            [f"{f['file']}:{f['line']}", f["code"], f"`{_short(f['call'])}`", f.get("why") or f.get("summary", ""),
+             f.get("replacement") or ""] for f in findings]) + [""]
+    if scan.get("errors"):
+        lines += ["Files the scan could not parse:", ""] + [f"- {e['file']}: {e['error']}" for e in scan["errors"]] + [""]
+    return lines
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
+
+
+def write_compat_report(plan: Plan, project: ProjectEvidence, gates: list[GateResult], per_stack: dict[str, Verdict],
+                        overall: Verdict) -> list[Path]:
+    """`nox -s compat`: the project's gates and evidence alone, in compat.md and compat.json."""
+    out = plan.settings.out_dir
+    generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "generated_at": generated,
+        "verdict": overall.value,
+        "baseline": plan.baseline.name,
+        "candidates": {name: v.value for name, v in per_stack.items()},
+        "gates": [g.to_dict() for g in gates],
+        "project": project.to_dict(out),
+    }
+    paths = [out / "compat.md", out / "compat.json"]
+    write_json_atomic(paths[1], data)
+    lines = [f"# upgrade-gate compat: {' → '.join(s.name for s in plan.stacks)}", ""]
+    lines += _verdict_lines(plan, gates, per_stack, overall)
+    lines += ["", f"Generated {generated} by upgrade-gate {__version__} (`nox -s compat`: the project alone; "
+              "`nox -s compare` judges it with the models)", ""]
+    lines += _table(["Requirement", "Stack", "Severity", "Status", "Measured", "Threshold", "Evidence"],
+                    [[g.gate, g.stack, g.severity, MARK[g.status], g.measured, g.threshold, g.evidence] for g in gates])
+    lines += [""] + project_section(to_json(data["project"]), plan.baseline.name, [s.name for s in plan.candidates])
+    write_text_atomic(paths[0], "\n".join(lines))
+    return paths
 
 
 def _quantized_summary(plan: Plan, quantized: list[ModelEvidence], stack: str) -> str:

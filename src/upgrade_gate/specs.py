@@ -20,8 +20,9 @@ from upgrade_gate.tomlfile import Table, read_toml
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
-# compat/ modules that are not adapters: the worker and what it runs for every stack.
-NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "executorch_backends", "__init__")
+# compat/ modules that are not adapters: the worker and what it runs for every stack, and the
+# project scan (it runs in a venv of its own).
+NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "executorch_backends", "scan", "__init__")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,409 @@
+"""Which calls in a project's source change on the candidate stack: an API-migration scan.
+
+    python compat/scan.py --root PROJECT_DIR --out OUT.json [PATH ...]
+
+Runs TorchFix's own checks (its default selection) and our rules
+(compat/migration_rules.toml: TorchScript capture, Lite Interpreter artifacts, FX
+quantization, ... with why each matters on torch 2.8 + ExecuTorch 0.7) over every *.py file
+under the PATHs, and writes one JSON record of findings.
+
+It reads source only and never imports torch, so it runs in its own small venv (TorchFix 0.7,
+which brings libcst and PyYAML), not inside a stack. Names resolve through imports and aliases
+with libcst's QualifiedNameProvider, as TorchFix's own visitors do: `import torch.jit as J;
+J.trace(m, x)` is torch.jit.trace, and a name that only appears in a string or a comment is
+nothing.
+
+The record: schema_version, scanner (versions, number of our rules), root, paths,
+files_scanned, findings and errors (files that could not be read or parsed). A finding is
+{file (relative to root, POSIX), line, column (both 1-based; an import's is its name's),
+code (UGnnn ours, TORnnn TorchFix's), source ("upgrade-gate" | "torchfix"), name (the
+qualified name matched; the method name for attribute-call rules), call (the source, one
+line), summary, why, replacement}. Findings are sorted by file, line, column and code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.metadata
+import json
+import os
+import sys
+import tempfile
+import tokenize
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import QualifiedNameProvider, WhitespaceInclusivePositionProvider
+from torchfix.common import LintViolation, TorchError, TorchVisitor
+from torchfix.torchfix import get_visitors_with_error_codes, process_error_code_str
+
+SCHEMA_VERSION = "1.0"
+RULES_PATH = Path(__file__).with_name("migration_rules.toml")
+# Folders that hold no project source: build output, installed packages, caches.
+# Hidden folders (.git, .nox, .venv, ...) and any venv (a folder with pyvenv.cfg) are skipped too.
+SKIPPED_FOLDERS = frozenset({"__pycache__", "build", "dist", "site-packages", "node_modules"})
+CALL_TEXT_LIMIT = 120
+RULE_KINDS = ("call", "attribute-call")
+RULE_KEYS = {"names", "kind", "imports", "summary", "why", "replacement"}
+ADVICE_KEYS = {"why", "replacement"}
+
+
+class RulesError(ValueError):
+    """migration_rules.toml is not what scan.py reads."""
+
+
+class ScanPathError(ValueError):
+    """--root or a PATH that cannot be scanned."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rule:
+    """One table of migration_rules.toml."""
+
+    code: str
+    names: tuple[str, ...]
+    kind: str
+    imports: bool
+    summary: str
+    why: str
+    replacement: str
+
+    def specificity(self, name: str) -> tuple[int, int] | None:
+        """How closely one of the rule's names matches `name` (higher is closer), or None."""
+        best: tuple[int, int] | None = None
+        for pattern in self.names:
+            if pattern.endswith(".*"):
+                package = pattern[:-2]
+                score = (0, len(package)) if name == package or name.startswith(package + ".") else None
+            else:
+                score = (1, len(pattern)) if name == pattern else None
+            if score is not None and (best is None or score > best):
+                best = score
+        return best
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Advice:
+    """Our why and replacement hint for one TorchFix code."""
+
+    why: str
+    replacement: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    torchfix: dict[str, Advice]
+
+
+def _text(table: dict[str, Any], key: str, context: str, *, default: str | None = None) -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise RulesError(f"Unexpected type {type(value).__name__} (expected str) in '{context}.{key}'")
+    return value
+
+
+def load_rules(path: Path = RULES_PATH) -> RuleSet:
+    """Our rules and TorchFix advice from the toml, checked."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise RulesError(f"cannot read rules {str(path)!r}: {error}") from None
+    advice_tables = data.pop("torchfix", {})
+    rules = []
+    for code, table in data.items():
+        if not isinstance(table, dict):
+            raise RulesError(f"Unexpected type {type(table).__name__} (expected table) in '{code}'")
+        unknown = sorted(set(table) - RULE_KEYS)
+        if unknown:
+            raise RulesError(f"Unknown key {unknown[0]!r} in '{code}' (expected one of {sorted(RULE_KEYS)})")
+        names = table.get("names")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise RulesError(f"'{code}.names' must be a non-empty list of names")
+        kind = _text(table, "kind", code, default="call")
+        if kind not in RULE_KINDS:
+            raise RulesError(f"Unknown kind {kind!r} in '{code}.kind' (expected one of {list(RULE_KINDS)})")
+        imports = table.get("imports", False)
+        if not isinstance(imports, bool):
+            raise RulesError(f"Unexpected type {type(imports).__name__} (expected bool) in '{code}.imports'")
+        rules.append(Rule(code=code, names=tuple(names), kind=kind, imports=imports,
+                          summary=_text(table, "summary", code), why=_text(table, "why", code),
+                          replacement=_text(table, "replacement", code)))
+    advice = {}
+    for code, table in advice_tables.items():
+        context = f"torchfix.{code}"
+        unknown = sorted(set(table) - ADVICE_KEYS)
+        if unknown:
+            raise RulesError(f"Unknown key {unknown[0]!r} in '{context}' (expected one of {sorted(ADVICE_KEYS)})")
+        advice[code] = Advice(why=_text(table, "why", context, default=""),
+                              replacement=_text(table, "replacement", context, default=""))
+    return RuleSet(rules=tuple(rules), torchfix=advice)
+
+
+@functools.cache
+def _default_rules() -> RuleSet:
+    return load_rules(RULES_PATH)
+
+
+def _one_line(node: cst.CSTNode) -> str:
+    """The node's source on one line, cut to CALL_TEXT_LIMIT characters."""
+    text = " ".join(line.strip() for line in cst.Module([]).code_for_node(node).splitlines()).strip()
+    return text if len(text) <= CALL_TEXT_LIMIT else text[: CALL_TEXT_LIMIT - 1] + "…"
+
+
+def _calls_through_a_call(func: cst.BaseExpression) -> bool:
+    """True for `f(a).g`-style callees, whose qualified name libcst would report as `f.g`."""
+    while isinstance(func, cst.Attribute):
+        func = func.value
+    return isinstance(func, cst.Call)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Hit:
+    line: int
+    column: int
+    shown: cst.CSTNode  # whose source text the finding shows
+    rule: Rule
+    name: str
+
+
+class MigrationVisitor(TorchVisitor):
+    """Our rules, as a TorchFix-style visitor (batched with TorchFix's own)."""
+
+    ERRORS: list[TorchError] = []  # our codes come from the toml, not from TorchError entries
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        super().__init__()
+        self.call_rules = [rule for rule in rules if rule.kind == "call"]
+        self.attribute_rules = [rule for rule in rules if rule.kind == "attribute-call"]
+        self.import_rules = [rule for rule in self.call_rules if rule.imports]
+        self.hits: list[_Hit] = []
+        # Every call's qualified names by id(node), to name TorchFix's findings after the visit.
+        self.call_names: dict[int, set[str]] = {}
+
+    @staticmethod
+    def _best(rules: Sequence[Rule], names: set[str]) -> tuple[Rule, str] | None:
+        # The most specific rule wins, so a node that two rules match is reported once.
+        best: tuple[tuple[int, int], int, Rule, str] | None = None
+        for order, rule in enumerate(rules):
+            for name in sorted(names):
+                score = rule.specificity(name)
+                if score is not None and (best is None or (score, -order) > (best[0], best[1])):
+                    best = (score, -order, rule, name)
+        return None if best is None else (best[2], best[3])
+
+    def _qualified_names(self, node: cst.CSTNode) -> set[str]:
+        return {qualified.name for qualified in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Call):
+            self.call_names[id(node)] = self._qualified_names(node)
+        if isinstance(node.func, cst.Attribute) and self.attribute_rules:
+            match = self._best(self.attribute_rules, {node.func.attr.value})
+            if match is not None:
+                self._hit(node, node, *match)
+                return
+        if isinstance(node.func, cst.Call) or _calls_through_a_call(node.func):
+            return
+        match = self._best(self.call_rules, self.call_names[id(node)])
+        if match is not None:
+            self._hit(node, node, *match)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        # `@torch.jit.script` with no parentheses calls it all the same.
+        if isinstance(node.decorator, cst.Call) or _calls_through_a_call(node.decorator):
+            return
+        match = self._best(self.call_rules, self._qualified_names(node.decorator))
+        if match is not None:
+            self._hit(node.decorator, node, *match)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._import_hit(node, alias, cst.helpers.get_full_name_for_node(alias.name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return  # the project's own modules
+        module = cst.helpers.get_full_name_for_node(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            self._import_hit(node, node, module)
+            return
+        for alias in node.names:
+            self._import_hit(node, alias, f"{module}.{cst.helpers.get_full_name_for_node(alias.name)}")
+
+    def _import_hit(self, statement: cst.CSTNode, where: cst.CSTNode, name: str | None) -> None:
+        if name is None or not self.import_rules:
+            return
+        match = self._best(self.import_rules, {name})
+        if match is not None:
+            self._hit(where, statement, *match)
+
+    def _hit(self, where: cst.CSTNode, shown: cst.CSTNode, rule: Rule, name: str) -> None:
+        # Positions as TorchFix's add_violation takes them (metadata is gone after the visit).
+        start = self.get_metadata(WhitespaceInclusivePositionProvider, where).start
+        self.hits.append(_Hit(line=start.line, column=start.column + 1, shown=shown, rule=rule, name=name))
+
+
+def _torchfix_name(node: cst.CSTNode, call_names: dict[int, set[str]]) -> str:
+    if isinstance(node, cst.Call):
+        names = sorted(call_names.get(id(node), ()))
+        return names[0] if names else cst.helpers.get_full_name_for_node(node.func) or ""
+    if isinstance(node, cst.ImportFrom) and node.module is not None:
+        return cst.helpers.get_full_name_for_node(node.module) or ""
+    return cst.helpers.get_full_name_for_node(node) or ""
+
+
+def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, Any]]:
+    """Findings in one file's source; raises libcst.ParserSyntaxError when it does not parse."""
+    wrapper = cst.MetadataWrapper(cst.parse_module(text))
+    selected = process_error_code_str(None)  # TorchFix's default: all but TOR3, TOR4, TOR9
+    torchfix_visitors = get_visitors_with_error_codes(selected)
+    ours = MigrationVisitor(rule_set.rules)
+    wrapper.visit_batched([*torchfix_visitors, ours])
+
+    findings = []
+    for hit in ours.hits:
+        findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
+                         "source": "upgrade-gate", "name": hit.name, "call": _one_line(hit.shown),
+                         "summary": hit.rule.summary, "why": hit.rule.why, "replacement": hit.rule.replacement})
+    violations: list[LintViolation] = [v for visitor in torchfix_visitors for v in visitor.violations]
+    for violation in violations:
+        if violation.error_code not in selected:
+            continue  # a visitor may also report codes that are off by default
+        advice = rule_set.torchfix.get(violation.error_code, Advice(why="", replacement=""))
+        replacement = (cst.Module([]).code_for_node(violation.replacement)
+                       if violation.replacement is not None else advice.replacement)
+        findings.append({"file": filename, "line": violation.line, "column": violation.column + 1,
+                         "code": violation.error_code, "source": "torchfix",
+                         "name": _torchfix_name(violation.node, ours.call_names), "call": _one_line(violation.node),
+                         "summary": violation.message, "why": advice.why, "replacement": replacement})
+    return _sorted_unique(findings)
+
+
+def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    unique = {json.dumps(finding, sort_keys=True): finding for finding in findings}
+    return sorted(unique.values(), key=lambda f: (f["file"], f["line"], f["column"], f["code"], f["name"]))
+
+
+def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None) -> list[dict[str, Any]]:
+    """Findings in a piece of source, as scan() reports them.
+
+    Raises libcst.ParserSyntaxError for source that does not parse (scan() records it instead)."""
+    return _scan_text(text, filename, rule_set or _default_rules())
+
+
+def _is_skipped_folder(folder: Path) -> bool:
+    return (folder.name.startswith(".") or folder.name in SKIPPED_FOLDERS
+            or (folder / "pyvenv.cfg").exists())
+
+
+def _python_files(folder: Path) -> Iterator[Path]:
+    for current, subfolders, files in os.walk(folder):
+        here = Path(current)
+        subfolders[:] = sorted(name for name in subfolders if not _is_skipped_folder(here / name))
+        yield from (here / name for name in sorted(files) if name.endswith(".py"))
+
+
+def resolve_paths(root: Path, paths: Sequence[str]) -> list[Path]:
+    """The files to scan under root (resolved), each once, in order; ScanPathError names a bad one."""
+    files: dict[Path, None] = {}
+    for given in paths:
+        target = (root / given).resolve()
+        if not target.exists():
+            raise ScanPathError(f"path {given!r} does not exist under --root {str(root)!r}")
+        if not target.is_relative_to(root):
+            raise ScanPathError(f"path {given!r} is outside --root {str(root)!r}")
+        found = [target] if target.is_file() else _python_files(target)
+        files.update(dict.fromkeys(found))
+    return list(files)
+
+
+def _read_source(path: Path) -> str:
+    with tokenize.open(path) as source:  # honours a PEP 263 coding line and a BOM
+        return source.read()
+
+
+def _syntax_error_text(text: str, filename: str, error: cst.ParserSyntaxError) -> str:
+    # Python's own parser places the error where the code goes wrong; libcst's
+    # position is often where it gave up, a line later.
+    try:
+        compile(text, filename, "exec", dont_inherit=True)
+    except SyntaxError as python_error:
+        return f"syntax error at line {python_error.lineno}, column {python_error.offset}: {python_error.msg}"
+    except ValueError:
+        pass  # e.g. a null byte, which compile() rejects without a position
+    return f"libcst cannot parse it (line {error.editor_line}, column {error.editor_column}): {error.message}"
+
+
+def scan(root: Path, paths: Sequence[str] = (".",), rule_set: RuleSet | None = None) -> dict[str, Any]:
+    """The scan record for PATHs (relative to root), as the module docstring describes it.
+
+    Raises ScanPathError for a root that is not a folder and a PATH that is missing or outside it."""
+    rule_set = rule_set or _default_rules()
+    if not Path(root).is_dir():
+        raise ScanPathError(f"--root {str(root)!r} is not a directory")
+    root = Path(root).resolve()
+    files = resolve_paths(root, paths)
+    findings: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    for path in files:
+        relative = path.relative_to(root).as_posix()
+        text = ""
+        try:
+            text = _read_source(path)
+            findings.extend(_scan_text(text, relative, rule_set))
+        except cst.ParserSyntaxError as error:
+            errors.append({"file": relative, "error": _syntax_error_text(text, relative, error)})
+        except Exception as error:  # noqa: BLE001 - one bad file is recorded, the scan goes on
+            errors.append({"file": relative, "error": f"{type(error).__name__}: {error}"})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "scanner": {"torchfix": importlib.metadata.version("torchfix"),
+                    "libcst": importlib.metadata.version("libcst"),
+                    "rules": len(rule_set.rules)},
+        "root": str(root),
+        "paths": list(paths),
+        "files_scanned": len(files),
+        "findings": _sorted_unique(findings),
+        "errors": errors,
+    }
+
+
+def write_json(record: dict[str, Any], out: Path) -> None:
+    """Write atomically: a reader never sees half a file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=out.parent, prefix=f".{out.name}.",
+                                     suffix=".tmp", delete=False) as handle:
+        try:
+            json.dump(record, handle, indent=2, ensure_ascii=False)
+            handle.write("\n")
+        except BaseException:
+            handle.close()
+            os.unlink(handle.name)
+            raise
+    os.replace(handle.name, out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scan", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("."), help="project folder (default: .)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON record to write")
+    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH",
+                        help="files or folders relative to --root (default: .)")
+    args = parser.parse_args(argv)
+    try:
+        record = scan(args.root, args.paths)
+    except (ScanPathError, RulesError) as error:
+        print(f"scan: error: {error}", file=sys.stderr)
+        return 2
+    write_json(record, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

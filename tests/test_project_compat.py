@@ -1,0 +1,132 @@
+"""A team's own project through both real stacks: tests/sample_project installed into each, its
+tests run and diffed, its source scanned — by `nox -s compare` and by `nox -s compat`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from readers import validate_junit
+from test_integration import REPO, load, nox, user_project
+
+pytestmark = pytest.mark.integration
+
+SAMPLE = REPO / "tests" / "sample_project"
+BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A copy of the sample project, its configuration pointed at this repository's stack specs."""
+    root = tmp_path_factory.mktemp("team") / "edge-app"
+    shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "report"))
+    config = root / "pyproject.toml"
+    config.write_text(config.read_text().replace('envs = "../../envs"', f'envs = "{REPO / "envs"}"'))
+    return root, {"UPGRADE_GATE_CONFIG": str(config)}
+
+
+def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_go(team):
+    root, env = team
+    out = root / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), env=env)
+    assert result.returncode == 1, result.stderr[-4000:]
+    gates = load(out, "verdict.json")["gates"]
+    hard = [(g["model"], g["gate"]) for g in gates if g["status"] == "FAILED" and g["severity"] == "hard"]
+    assert hard == [("project", "project-tests")], hard
+    scan = next(g for g in gates if g["gate"] == "api-scan")
+    assert (scan["status"], scan["severity"]) == ("FAILED", "soft")  # the migration's to-do list
+    # The team's model went through both stacks like a built-in one.
+    assert {g["gate"] for g in gates if g["model"] == "edge-classifier" and g["status"] == "passed"} >= {
+        "export", "numerics", "same-inputs"}
+    tests = next(g for g in gates if g["gate"] == "project-tests")
+    assert tests["measured"].startswith(f"1 newly failing: {BREAKS} (_pickle.UnpicklingError: Weights only load failed.")
+
+    results = load(out, "results.json")
+    project = results["project"]
+    for stack in ("legacy", "candidate"):
+        run = project["stacks"][stack]["run"]
+        assert run["status"] == "ran" and run["exit_code"] == 1, run  # pytest: a test failed
+        assert (out / "project" / stack / "junit.xml").is_file() and (out / "project" / stack / "test.log").is_file()
+    report = (out / "report.md").read_text()
+    assert "## Project compatibility" in report
+    assert f"| `{BREAKS}` | passed | failed | _pickle.UnpicklingError: Weights only load failed." in report
+    assert re.search(r"\| Project compatibility: the team's tests; calls to migrate \| 6/8 tests passed \| "
+                     r"7/8 tests passed; 1 newly failing, 1 newly passing; \d+ calls to migrate ❌ ⚠️ \|", report)
+    cases = {(c.get("classname"), c.get("name")): c for c in validate_junit(out / "junit.xml").iter("testcase")}
+    assert cases[("candidate.project", "project-tests")].find("failure").get("type") == "hard gate"
+    assert "id='model-project'" in (out / "report.html").read_text()
+
+
+def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replacements(team):
+    root, env = team
+    out = root / "compat-report"
+    result = nox("-s", "compat", "--", "--out", str(out), env=env)
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "Project compatibility: NO-GO" in result.stdout
+    compat = load(out, "compat.json")
+    diff = compat["project"]["diffs"]["candidate"]
+    newly_failing, = diff["newly_failing"]
+    assert (newly_failing["test"], newly_failing["baseline"], newly_failing["candidate"]) == (BREAKS, "passed", "failed")
+    # torch's own explanation, without its terminal colours.
+    assert "In PyTorch 2.6, we changed the default value of the `weights_only` argument" in newly_failing["message"]
+    assert "GLOBAL edge_app.checkpoint.TrainConfig was not an allowed global" in newly_failing["message"]
+    assert "\x1b" not in newly_failing["message"] and "#x1B" not in newly_failing["message"]
+    assert [c["test"] for c in diff["newly_passing"]] == ["tests/test_model.py::test_embeddings_have_unit_rms"]
+    assert [(c["test"], c["baseline"], c["candidate"]) for c in diff["no_longer_skipped"]] == [
+        ("tests/test_checkpoint.py::test_checkpoint_loads_weights_only_with_config_allowed", "skipped", "passed")]
+    assert compat["project"]["stacks"]["legacy"]["counts"] == {"passed": 6, "failed": 1, "error": 0, "skipped": 1}
+    markdown = (out / "compat.md").read_text()
+    assert f"`{BREAKS}` on candidate:" in markdown
+
+    # Every planted call, at its line, with why and what to write instead.
+    findings = compat["project"]["scan"]["findings"]
+    planted = {
+        "edge_app/export.py": [("torch.jit.trace(", "UG101"), ("optimize_for_mobile(", "UG102"),
+                               ("._save_for_lite_interpreter(", "UG103")],
+        "edge_app/runtime.py": [("_load_for_lite_interpreter(", "UG104")],
+        "edge_app/quantize.py": [("prepare_fx(", "UG105"), ("convert_fx(", "UG105")],
+        "edge_app/checkpoint.py": [("torch.load(", "TOR102")],
+    }
+    for file, calls in planted.items():
+        lines = (root / file).read_text().splitlines()
+        for call, code in calls:
+            line = next(n for n, text in enumerate(lines, 1) if call in text and not text.lstrip().startswith(("#", "from", "import")))
+            found = [f for f in findings if (f["file"], f["line"], f["code"]) == (file, line, code) and call in f["call"]]
+            assert len(found) == 1, (file, line, code, findings)
+            assert found[0]["why"] and found[0]["replacement"], found[0]
+    load_finding = next(f for f in findings if f["code"] == "TOR102")
+    assert "weights_only=True" in load_finding["replacement"] and "2.6" in load_finding["why"]
+    assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 |" in markdown
+
+
+def test_compat_without_a_project_table_exits_2_naming_it(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    result = nox("-s", "compat", "--", "--out", str(tmp_path / "report"), env=env, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    error, = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert "pyproject.toml: tool.upgrade-gate.project: missing; say what to install and how to test" in error
+    assert not (tmp_path / "report" / "compat.md").exists()
+
+
+def test_a_project_the_candidate_cannot_install_is_a_finding_not_a_crash(team, tmp_path):
+    # A team that pinned torch below the candidate's: the baseline installs it, the candidate cannot.
+    root, _ = team
+    pinned = tmp_path / "pinned"
+    shutil.copytree(root, pinned, ignore=shutil.ignore_patterns("report", "compat-report", ".pytest_cache"))
+    pyproject = pinned / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("dependencies = []", 'dependencies = ["torch<2.5"]')
+                         .replace('test = "python -m pytest tests"', 'test = "python -m pytest tests/test_model.py"'))
+    out = pinned / "report"
+    result = nox("-s", "compat", "--", "--out", str(out), env={"UPGRADE_GATE_CONFIG": str(pyproject)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    compat = load(out, "compat.json")
+    assert compat["project"]["stacks"]["candidate"]["run"]["status"] == "install-failed"
+    gate = next(g for g in compat["gates"] if g["gate"] == "project-tests")
+    assert gate["status"] == "FAILED" and gate["measured"].startswith("the project does not install into candidate: ")
+    assert "torch" in gate["measured"] and "2.5" in gate["measured"]
+    assert compat["project"]["stacks"]["legacy"]["run"]["status"] == "ran"
+    assert json.loads((out / "project" / "legacy" / "run.json").read_text())["exit_code"] == 1  # rms_norm is 2.4+

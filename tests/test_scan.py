@@ -1,0 +1,298 @@
+"""compat/scan.py: our migration rules and TorchFix's checks over source snippets and the sample project."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCAN_PY = REPO / "compat" / "scan.py"
+SAMPLE_PROJECT = REPO / "tests" / "sample_project"
+
+
+def _load_scan() -> ModuleType:
+    # compat/ is not importable from the tests (its package is the stacks' worker side).
+    spec = importlib.util.spec_from_file_location("upgrade_gate_compat_scan", SCAN_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+scan = _load_scan()
+RULES = {rule.code: rule for rule in scan.load_rules().rules}
+
+
+def ours(findings: list[dict[str, Any]]) -> list[tuple[int, int, str, str]]:
+    return [(f["line"], f["column"], f["code"], f["name"]) for f in findings if f["source"] == "upgrade-gate"]
+
+
+# (source, our findings as (line, column, code, qualified name))
+RULE_CASES = {
+    "trace": ("import torch\ntraced = torch.jit.trace(model, example)\n",
+              [(2, 10, "UG101", "torch.jit.trace")]),
+    "trace through a module alias": ("import torch.jit as J\nJ.trace(model, example)\n",
+                                     [(2, 1, "UG101", "torch.jit.trace")]),
+    "trace_module": ("from torch import jit\njit.trace_module(model, {'forward': example})\n",
+                     [(2, 1, "UG101", "torch.jit.trace_module")]),
+    "script as a bare decorator": ("import torch\n\n@torch.jit.script\ndef f(x):\n    return x\n",
+                                   [(3, 2, "UG101", "torch.jit.script")]),
+    "optimize_for_mobile under another name": (
+        "from torch.utils.mobile_optimizer import optimize_for_mobile as ofm\nofm(m)\n",
+        [(2, 1, "UG102", "torch.utils.mobile_optimizer.optimize_for_mobile")]),
+    "_save_for_lite_interpreter on any object": (
+        "def save(scripted, path):\n    scripted._save_for_lite_interpreter(path)\n",
+        [(2, 5, "UG103", "_save_for_lite_interpreter")]),
+    "_load_for_lite_interpreter": (
+        "from torch.jit.mobile import _load_for_lite_interpreter\nmodule = _load_for_lite_interpreter('m.ptl')\n",
+        [(2, 10, "UG104", "torch.jit.mobile._load_for_lite_interpreter")]),
+    "prepare_fx": ("from torch.ao.quantization.quantize_fx import prepare_fx\nprepare_fx(m, mapping, example)\n",
+                   [(2, 1, "UG105", "torch.ao.quantization.quantize_fx.prepare_fx")]),
+    "torch.quantization alias package": ("import torch\nq = torch.quantization.quantize_dynamic(m)\n",
+                                         [(2, 5, "UG105", "torch.quantization.quantize_dynamic")]),
+    "2.2 PT2E import and call": (
+        "from torch.ao.quantization.quantizer.xnnpack_quantizer import XNNPACKQuantizer\nq = XNNPACKQuantizer()\n",
+        [(1, 63, "UG106", "torch.ao.quantization.quantizer.xnnpack_quantizer.XNNPACKQuantizer"),
+         (2, 5, "UG106", "torch.ao.quantization.quantizer.xnnpack_quantizer.XNNPACKQuantizer")]),
+    "2.2 PT2E module alias": (
+        "import torch.ao.quantization.quantize_pt2e as qp\nqp.prepare_pt2e(graph, quantizer)\n",
+        [(1, 8, "UG106", "torch.ao.quantization.quantize_pt2e"),
+         (2, 1, "UG106", "torch.ao.quantization.quantize_pt2e.prepare_pt2e")]),
+    "capture_pre_autograd_graph": (
+        "import torch._export\ngraph = torch._export.capture_pre_autograd_graph(m, example)\n",
+        [(2, 9, "UG107", "torch._export.capture_pre_autograd_graph")]),
+    "cuda autocast as a context manager": ("import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
+                                           [(2, 6, "UG108", "torch.cuda.amp.autocast")]),
+    "GradScaler": ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n",
+                   [(2, 10, "UG108", "torch.cuda.amp.GradScaler")]),
+    "impl_abstract": ("import torch\n\n@torch.library.impl_abstract('edge::op')\ndef fake(x):\n    return x\n",
+                      [(3, 2, "UG109", "torch.library.impl_abstract")]),
+    "dynamic_dim": ("from torch.export import dynamic_dim\nc = dynamic_dim(x, 0)\n",
+                    [(1, 26, "UG110", "torch.export.dynamic_dim"), (2, 5, "UG110", "torch.export.dynamic_dim")]),
+    "one chain, three steps": (
+        "import torch\nfrom torch.utils.mobile_optimizer import optimize_for_mobile\n"
+        "optimize_for_mobile(torch.jit.trace(m, x))._save_for_lite_interpreter(p)\n",
+        [(3, 1, "UG102", "torch.utils.mobile_optimizer.optimize_for_mobile"),
+         (3, 1, "UG103", "_save_for_lite_interpreter"),
+         (3, 21, "UG101", "torch.jit.trace")]),
+}
+
+
+@pytest.mark.parametrize(("source", "expected"), RULE_CASES.values(), ids=RULE_CASES.keys())
+def test_rule_findings(source: str, expected: list[tuple[int, int, str, str]]) -> None:
+    findings = scan.scan_source(source, "edge.py")
+    assert ours(findings) == expected
+    for finding in findings:
+        rule = RULES[finding["code"]]
+        assert finding["file"] == "edge.py"
+        assert (finding["summary"], finding["why"], finding["replacement"]) == (
+            rule.summary, rule.why, rule.replacement)
+
+
+def test_a_finding_shows_its_call_on_one_line() -> None:
+    source = "import torch\ntraced = torch.jit.trace(\n    model,\n    example,\n)\n"
+    (finding,) = scan.scan_source(source)
+    assert finding["call"] == "torch.jit.trace( model, example, )"
+    long = "import torch\ntorch.jit.trace(model, " + "x" * 200 + ")\n"
+    (finding,) = scan.scan_source(long)
+    assert len(finding["call"]) == 120 and finding["call"].endswith("…")
+
+
+NOTHING_CASES = {
+    "names in strings and comments": (
+        'import torch\n"""torch.jit.trace(model, x) and torch.load(p)"""\n'
+        's = "optimize_for_mobile(m)"  # torch.jit.trace(m, x); m._save_for_lite_interpreter(p)\n'),
+    "torch.load with weights_only": "import torch\nstate = torch.load(p, weights_only=True)\n",
+    "a local function of the same name": "def trace(m, x):\n    return m\n\ntrace(1, 2)\n",
+    "the candidate stack's own calls": (
+        "import torch\nfrom torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e\n"
+        "ep = torch.export.export(model, example)\nprepare_pt2e(ep.module(), quantizer)\n"
+        "with torch.amp.autocast('cpu'):\n    pass\n"),
+}
+
+
+@pytest.mark.parametrize("source", NOTHING_CASES.values(), ids=NOTHING_CASES.keys())
+def test_no_findings(source: str) -> None:
+    assert scan.scan_source(source) == []
+
+
+def test_a_method_of_a_calls_result_is_not_taken_for_the_call() -> None:
+    # libcst names `torch.jit.trace(m, x).save` "torch.jit.trace.save": only the inner call counts.
+    source = "import torch\ntorch.jit.trace(m, x).save(p)\n"
+    assert ours(scan.scan_source(source)) == [(2, 1, "UG101", "torch.jit.trace")]
+
+
+def test_torch_load_without_weights_only_is_torchfix_tor102_with_our_why() -> None:
+    (finding,) = scan.scan_source("import torch\nstate = torch.load(p)\n", "ckpt.py")
+    advice = scan.load_rules().torchfix["TOR102"]
+    assert finding == {
+        "file": "ckpt.py", "line": 2, "column": 9, "code": "TOR102", "source": "torchfix",
+        "name": "torch.load", "call": "torch.load(p)",
+        "summary": finding["summary"], "why": advice.why,
+        "replacement": "torch.load(p, weights_only=True)",  # TorchFix's own fix
+    }
+    assert "weights_only" in finding["summary"]
+    assert "Weights only load failed" in advice.why
+
+
+def test_torchfix_without_a_fix_gives_our_replacement_hint() -> None:
+    # TorchFix does not add weights_only=True when a pickle_module is passed.
+    (finding,) = scan.scan_source("import pickle, torch\ntorch.load(p, pickle_module=pickle)\n")
+    assert finding["code"] == "TOR102"
+    assert finding["replacement"] == scan.load_rules().torchfix["TOR102"].replacement
+
+
+def test_torchfix_default_selection_runs_its_other_checks() -> None:
+    (finding,) = scan.scan_source("import torch\ntorch.solve(a, b)\n")
+    assert (finding["code"], finding["source"], finding["name"]) == ("TOR001", "torchfix", "torch.solve")
+
+
+RULES_WITH_OVERLAP = """
+[UG901]
+names = ["torch.ao.quantization.*"]
+summary = "anything from torch.ao.quantization"
+why = "broad"
+replacement = "broad fix"
+
+[UG902]
+names = ["torch.ao.quantization.prepare"]
+kind = "call"
+imports = true
+summary = "prepare"
+why = "exact"
+replacement = "exact fix"
+"""
+
+
+def test_a_node_two_rules_match_is_reported_once_by_the_most_specific(tmp_path: Path) -> None:
+    (tmp_path / "rules.toml").write_text(RULES_WITH_OVERLAP)
+    rule_set = scan.load_rules(tmp_path / "rules.toml")
+    source = "from torch.ao.quantization import prepare, convert\nprepare(m)\nconvert(m)\n"
+    assert ours(scan.scan_source(source, rule_set=rule_set)) == [
+        (1, 35, "UG902", "torch.ao.quantization.prepare"),
+        (2, 1, "UG902", "torch.ao.quantization.prepare"),
+        (3, 1, "UG901", "torch.ao.quantization.convert"),
+    ]
+
+
+BAD_RULES = {
+    "unknown kind": ('[UG1]\nnames = ["a.b"]\nkind = "method"\nsummary = ""\nwhy = ""\nreplacement = ""\n',
+                     "Unknown kind 'method' in 'UG1.kind' (expected one of ['call', 'attribute-call'])"),
+    "no names": ('[UG1]\nnames = []\nsummary = ""\nwhy = ""\nreplacement = ""\n',
+                 "'UG1.names' must be a non-empty list of names"),
+    "why not text": ('[UG1]\nnames = ["a.b"]\nsummary = ""\nwhy = 3\nreplacement = ""\n',
+                     "Unexpected type int (expected str) in 'UG1.why'"),
+    "misspelt key": ('[UG1]\nname = ["a.b"]\n', "Unknown key 'name' in 'UG1' (expected one of "
+                     "['imports', 'kind', 'names', 'replacement', 'summary', 'why'])"),
+}
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_RULES.values(), ids=BAD_RULES.keys())
+def test_bad_rules_are_named(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "rules.toml").write_text(text)
+    with pytest.raises(scan.RulesError) as raised:
+        scan.load_rules(tmp_path / "rules.toml")
+    assert str(raised.value) == message
+
+
+def test_shipped_rules_cover_every_code_once() -> None:
+    assert sorted(RULES) == [f"UG{n}" for n in range(101, 111)]
+    assert all(rule.summary and rule.why and rule.replacement for rule in RULES.values())
+
+
+def test_scan_records_a_file_that_does_not_parse_and_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "good.py").write_text("import torch\ntorch.jit.script(m)\n")
+    record = scan.scan(tmp_path, ["."])
+    assert record["errors"] == [{"file": "bad.py", "error": "syntax error at line 1, column 7: invalid syntax"}]
+    assert [(f["file"], f["code"]) for f in record["findings"]] == [("good.py", "UG101")]
+    assert record["files_scanned"] == 2
+
+
+def test_scan_skips_venvs_caches_and_build_output(tmp_path: Path) -> None:
+    call = "import torch\ntorch.jit.trace(m, x)\n"
+    for folder in (".venv", ".nox/s/lib", "__pycache__", "build", "dist", "node_modules", "lib/site-packages",
+                   "myenv", "src/app"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "mod.py").write_text(call)
+    (tmp_path / "myenv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "src" / "app" / "notes.txt").write_text(call)
+    record = scan.scan(tmp_path, ["."])
+    assert record["files_scanned"] == 1
+    assert [f["file"] for f in record["findings"]] == ["src/app/mod.py"]
+
+
+def test_scan_takes_files_and_folders_each_once(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "a.py").write_text("import torch\ntorch.jit.trace(m, x)\n")
+    record = scan.scan(tmp_path, ["app", "app/a.py", "."])
+    assert record["files_scanned"] == 1
+    assert record["paths"] == ["app", "app/a.py", "."]
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("missing", "path 'missing' does not exist under --root '{root}'"),
+    ("..", "path '..' is outside --root '{root}'"),
+])
+def test_scan_names_a_bad_path(tmp_path: Path, path: str, message: str) -> None:
+    with pytest.raises(scan.ScanPathError) as raised:
+        scan.scan(tmp_path, [path])
+    assert str(raised.value) == message.format(root=tmp_path.resolve())
+
+
+# Every planted call of the sample project: (file, the call as written, code).
+PLANTED = [
+    ("edge_app/export.py", "torch.jit.trace(model, example)", "UG101"),
+    ("edge_app/export.py", "optimize_for_mobile(traced)", "UG102"),
+    ("edge_app/export.py", "optimized._save_for_lite_interpreter(str(path))", "UG103"),
+    ("edge_app/runtime.py", "_load_for_lite_interpreter(str(path))", "UG104"),
+    ("edge_app/quantize.py", "prepare_fx(copy.deepcopy(model)", "UG105"),
+    ("edge_app/quantize.py", "get_default_qconfig_mapping(ENGINE)", "UG105"),
+    ("edge_app/quantize.py", "convert_fx(prepared)", "UG105"),
+    ("edge_app/checkpoint.py", "torch.load(path)", "TOR102"),
+]
+
+
+def _where(file: str, call: str) -> tuple[int, int]:
+    lines = (SAMPLE_PROJECT / file).read_text().splitlines()
+    found = [(number, line.index(call) + 1) for number, line in enumerate(lines, start=1) if call in line]
+    assert len(found) == 1, f"{call!r} should be on exactly one line of {file}"
+    return found[0]
+
+
+def test_scan_of_the_sample_project_finds_every_planted_call_and_nothing_else() -> None:
+    record = scan.scan(SAMPLE_PROJECT, ["."])
+    assert record["errors"] == []
+    found = [(f["file"], f["line"], f["column"], f["code"]) for f in record["findings"]]
+    planted = [(file, *_where(file, call), code) for file, call, code in PLANTED]
+    assert found == sorted(planted)
+
+
+def test_cli_writes_the_record(tmp_path: Path) -> None:
+    out = tmp_path / "out" / "scan.json"
+    done = subprocess.run([sys.executable, str(SCAN_PY), "--root", str(SAMPLE_PROJECT), "--out", str(out),
+                           "edge_app"], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    record = json.loads(out.read_text())
+    assert record["schema_version"] == "1.0"
+    assert record["scanner"]["torchfix"] == "0.7.0" and record["scanner"]["rules"] == len(RULES)
+    assert (record["root"], record["paths"], record["files_scanned"]) == (str(SAMPLE_PROJECT), ["edge_app"], 6)
+    assert len(record["findings"]) == len(PLANTED)
+    assert list(out.parent.iterdir()) == [out]  # no temporary file left beside it
+
+
+def test_cli_bad_root_exits_2_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run([sys.executable, str(SCAN_PY), "--root", str(missing), "--out", str(tmp_path / "o.json")],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"scan: error: --root {str(missing)!r} is not a directory\n")
+    assert not (tmp_path / "o.json").exists()
