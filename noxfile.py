@@ -122,6 +122,8 @@ def run(session: nox.Session, stack: str) -> None:
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    if plan.settings.project is None:  # a CI job that runs for every configuration
+        session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     settings = cli.project_or_exit(plan)
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
@@ -144,6 +146,8 @@ def project(session: nox.Session, stack: str) -> None:
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    if plan.settings.project is None:
+        session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     settings = cli.project_or_exit(plan)
     session.install(*team_project.SCAN_REQUIREMENTS, silent=True)
     target = layout.scan_file(plan.settings.out_dir)

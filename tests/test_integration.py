@@ -304,7 +304,11 @@ def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tm
     config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\nthreads = [1]\nrounds = 3\n'
                       'time-budget = 0.2\n')
     env = {"UPGRADE_GATE_CONFIG": str(config)}
-    shard_job, report_job = workflow_commands()
+    shard_job, project_job, report_job = workflow_commands()
+    # This configuration has no [tool.upgrade-gate.project]: the project job's sessions skip.
+    project = run_as_workflow(project_job, tmp_path, env)
+    assert project.returncode == 0 and "Session project(legacy) skipped: no [tool.upgrade-gate.project] in " in \
+        project.stderr, project.stderr[-3000:]
     (tmp_path / "shards").mkdir()
     for stack in ("legacy", "candidate"):
         for k in (1, 2):
