@@ -261,7 +261,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectEvidence) -> list
             tests = project.stacks[stack].tests
             ran = f"{sum(t.outcome == 'passed' for t in tests.values())}/{len(tests)} passed on {stack}"
             if breaking:
-                named = ", ".join(f"{c.test_id} ({_first_line(c.candidate.message) if c.candidate else 'did not run'})"
+                named = ", ".join(f"{c.test_id} ({first_line(c.candidate.message) if c.candidate else 'did not run'})"
                                   for c in breaking[:NAMED_TESTS])
                 more = f" and {len(breaking) - NAMED_TESTS} more" if len(breaking) > NAMED_TESTS else ""
                 measured = f"{len(breaking)} newly failing: {named}{more}; {ran}"
@@ -288,7 +288,8 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectEvidence) -> list
     return results
 
 
-def _first_line(text: str) -> str:
+def first_line(text: str) -> str:
+    """The first non-blank line, cut to 160 characters."""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return line if len(line) <= 160 else line[:159] + "…"
 

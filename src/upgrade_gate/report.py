@@ -12,7 +12,7 @@ from upgrade_gate import __version__, junit
 from upgrade_gate.atomic import to_json, write_json_atomic, write_text_atomic
 from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side, reference_side
 from upgrade_gate.config import Plan
-from upgrade_gate.policy import GateResult, Verdict
+from upgrade_gate.policy import GateResult, Verdict, first_line
 from upgrade_gate.project import ProjectEvidence
 from upgrade_gate.records import load_stack_info
 from upgrade_gate.stats import LatencySummary
@@ -40,13 +40,7 @@ def write_reports(
     findings = baseline_findings(plan, evidence)
     warnings = export_memory_warnings(plan, evidence)
     verdict = {
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": __version__,
-        "generated_at": generated,
-        "verdict": overall.value,
-        "baseline": plan.baseline.name,
-        "candidates": {name: v.value for name, v in per_stack.items()},
-        "gates": [g.to_dict() for g in gates],
+        **_verdict_record(plan, gates, per_stack, overall, generated),
         # Not gates: the baseline is what ships today; these say where it is already off.
         "baseline_findings": findings,
         "warnings": warnings,
@@ -424,7 +418,7 @@ def project_section(project: dict[str, Any], base: str, candidates: list[str]) -
                 continue
             lines += [f"{title.format(base=base, stack=stack)}: {len(changes)}", ""]
             lines += _table(["Test", base, stack, "Message", "Allow-list"], [
-                [f"`{c['test']}`", c["baseline"], c["candidate"], _short(_first_line(c["message"])),
+                [f"`{c['test']}`", c["baseline"], c["candidate"], _short(first_line(c["message"])),
                  c["allowed"] or ""] for c in changes]) + [""]
         for change in diff["newly_failing"]:
             if change["message"]:
@@ -455,16 +449,10 @@ def _scan_lines(project: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
-
-
-def write_compat_report(plan: Plan, project: ProjectEvidence, gates: list[GateResult], per_stack: dict[str, Verdict],
-                        overall: Verdict) -> list[Path]:
-    """`nox -s compat`: the project's gates and evidence alone, in compat.md and compat.json."""
-    out = plan.settings.out_dir
-    generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    data = {
+def _verdict_record(plan: Plan, gates: list[GateResult], per_stack: dict[str, Verdict], overall: Verdict,
+                    generated: str) -> dict[str, Any]:
+    """What verdict.json and compat.json share: the verdict per candidate and overall, and every gate."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "generated_at": generated,
@@ -472,8 +460,15 @@ def write_compat_report(plan: Plan, project: ProjectEvidence, gates: list[GateRe
         "baseline": plan.baseline.name,
         "candidates": {name: v.value for name, v in per_stack.items()},
         "gates": [g.to_dict() for g in gates],
-        "project": project.to_dict(out),
     }
+
+
+def write_compat_report(plan: Plan, project: ProjectEvidence, gates: list[GateResult], per_stack: dict[str, Verdict],
+                        overall: Verdict) -> list[Path]:
+    """`nox -s compat`: the project's gates and evidence alone, in compat.md and compat.json."""
+    out = plan.settings.out_dir
+    generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    data = {**_verdict_record(plan, gates, per_stack, overall, generated), "project": project.to_dict(out)}
     paths = [out / "compat.md", out / "compat.json"]
     write_json_atomic(paths[1], data)
     lines = [f"# upgrade-gate compat: {' → '.join(s.name for s in plan.stacks)}", ""]
