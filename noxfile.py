@@ -104,9 +104,7 @@ def run(session: nox.Session, stack: str) -> None:
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
     # uv checks an already satisfied venv in well under a second.
-    error = cli.install(UV, bin_dir, [str(r) for r in spec.requirements], cwd=spec.path.parent)
-    if error:
-        cli.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the spec")
+    cli.install_stack_or_exit(UV, spec, bin_dir)
     extra = plan.extra_requirements(stack)
     # Relative paths (`-e .`) mean the user's project.
     error = cli.install(UV, bin_dir, extra, cwd=plan.settings.config_path.parent) if extra else None
@@ -122,12 +120,12 @@ def run(session: nox.Session, stack: str) -> None:
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
-    if plan.settings.project is None:  # a CI job that runs for every configuration
+    settings = plan.settings.project
+    if settings is None:  # a CI job that runs for every configuration
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
-    settings = cli.project_or_exit(plan)
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
-    error = cli.install_project(UV, plan, spec, bin_dir)
+    error = cli.install_project(UV, settings, spec, bin_dir)
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
         cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
@@ -137,7 +135,7 @@ def project(session: nox.Session, stack: str) -> None:
         team_project.record_install_failure(plan, stack, error)
         session.warn(f"project: does not install into {stack}: {error}")
         return
-    run = team_project.run_tests(plan, stack, bin_dir)
+    run = team_project.run_tests(plan, settings, stack, bin_dir)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
 
@@ -146,9 +144,9 @@ def project(session: nox.Session, stack: str) -> None:
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
     plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
-    if plan.settings.project is None:
+    settings = plan.settings.project
+    if settings is None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
-    settings = cli.project_or_exit(plan)
     session.install(*team_project.SCAN_REQUIREMENTS, silent=True)
     target = layout.scan_file(plan.settings.out_dir)
     error = team_project.run_scan(settings, Path(session.bin), target)

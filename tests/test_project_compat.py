@@ -12,6 +12,7 @@ import pytest
 
 from readers import validate_junit
 from test_integration import REPO, load, nox, user_project
+from test_scan import PLANTED, where_planted
 
 pytestmark = pytest.mark.integration
 
@@ -82,22 +83,11 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     markdown = (out / "compat.md").read_text()
     assert f"`{BREAKS}` on candidate:" in markdown
 
-    # Every planted call, at its line, with why and what to write instead.
+    # Every planted call at its line and column (and nothing else), with why and what to write instead.
     findings = compat["project"]["scan"]["findings"]
-    planted = {
-        "edge_app/export.py": [("torch.jit.trace(", "UG101"), ("optimize_for_mobile(", "UG102"),
-                               ("._save_for_lite_interpreter(", "UG103")],
-        "edge_app/runtime.py": [("_load_for_lite_interpreter(", "UG104")],
-        "edge_app/quantize.py": [("prepare_fx(", "UG105"), ("convert_fx(", "UG105")],
-        "edge_app/checkpoint.py": [("torch.load(", "TOR102")],
-    }
-    for file, calls in planted.items():
-        lines = (root / file).read_text().splitlines()
-        for call, code in calls:
-            line = next(n for n, text in enumerate(lines, 1) if call in text and not text.lstrip().startswith(("#", "from", "import")))
-            found = [f for f in findings if (f["file"], f["line"], f["code"]) == (file, line, code) and call in f["call"]]
-            assert len(found) == 1, (file, line, code, findings)
-            assert found[0]["why"] and found[0]["replacement"], found[0]
+    found = [(f["file"], f["line"], f["column"], f["code"]) for f in findings]
+    assert found == sorted((file, *where_planted(file, call), code) for file, call, code in PLANTED), findings
+    assert all(f["why"] and f["replacement"] for f in findings), findings
     load_finding = next(f for f in findings if f["code"] == "TOR102")
     assert "weights_only=True" in load_finding["replacement"] and "2.6" in load_finding["why"]
     assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 |" in markdown

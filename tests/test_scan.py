@@ -261,7 +261,7 @@ PLANTED = [
 ]
 
 
-def _where(file: str, call: str) -> tuple[int, int]:
+def where_planted(file: str, call: str) -> tuple[int, int]:
     lines = (SAMPLE_PROJECT / file).read_text().splitlines()
     found = [(number, line.index(call) + 1) for number, line in enumerate(lines, start=1) if call in line]
     assert len(found) == 1, f"{call!r} should be on exactly one line of {file}"
@@ -272,7 +272,7 @@ def test_scan_of_the_sample_project_finds_every_planted_call_and_nothing_else() 
     record = scan.scan(SAMPLE_PROJECT, ["."])
     assert record["errors"] == []
     found = [(f["file"], f["line"], f["column"], f["code"]) for f in record["findings"]]
-    planted = [(file, *_where(file, call), code) for file, call, code in PLANTED]
+    planted = [(file, *where_planted(file, call), code) for file, call, code in PLANTED]
     assert found == sorted(planted)
 
 

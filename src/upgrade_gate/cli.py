@@ -20,7 +20,7 @@ from upgrade_gate import layout, project, runner, shards
 from upgrade_gate.compare import gather
 from upgrade_gate.config import Plan, ProjectSettings, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
-from upgrade_gate.policy import decide, evaluate, exit_code, project_gates
+from upgrade_gate.policy import GateResult, Verdict, evaluate, exit_code
 from upgrade_gate.report import gate_lines, write_compat_report, write_reports
 from upgrade_gate.specs import StackSpec
 
@@ -79,16 +79,19 @@ def project_or_exit(plan: Plan) -> ProjectSettings:
     return plan.settings.project
 
 
-def install_project(uv: str, plan: Plan, spec: StackSpec, bin_dir: Path) -> str | None:
-    """Install the stack, then the project into it with the stack's requirements as
-    constraints: the project may add packages, never move the stack's own."""
-    settings = project_or_exit(plan)
-    requirements = [str(r) for r in spec.requirements]
-    error = install(uv, bin_dir, requirements, cwd=spec.path.parent)
+def install_stack_or_exit(uv: str, spec: StackSpec, bin_dir: Path) -> None:
+    """Install a stack spec's requirements into a venv; exit 2 quoting uv when it cannot."""
+    error = install(uv, bin_dir, [str(r) for r in spec.requirements], cwd=spec.path.parent)
     if error:
         fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the spec")
+
+
+def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir: Path) -> str | None:
+    """Install the stack, then the project into it with the stack's requirements as
+    constraints: the project may add packages, never move the stack's own."""
+    install_stack_or_exit(uv, spec, bin_dir)
     constraints = bin_dir.parent / "stack-constraints.txt"
-    constraints.write_text("".join(f"{r}\n" for r in requirements))
+    constraints.write_text("".join(f"{r}\n" for r in spec.requirements))
     return install(uv, bin_dir, ["--constraint", str(constraints), *settings.install], cwd=settings.root)
 
 
@@ -166,24 +169,22 @@ def report(plan: Plan) -> int:
     project_evidence = project.gather_project(plan)
     gates, per_stack, overall = evaluate(plan, evidence, project_evidence)
     paths = write_reports(plan, evidence, gates, per_stack, overall, project_evidence)
-    for line in gate_lines(gates):
-        print(line)
-    print(f"Verdict: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
-    print("Report: " + ", ".join(str(p) for p in paths))
-    return exit_code(overall)
-
-
+    return _announce("Verdict", gates, per_stack, overall, paths)
 
 def compat_report(plan: Plan) -> int:
     """`nox -s compat`'s report: the project's gates alone, in compat.md and compat.json; the exit status."""
     evidence = project.gather_project(plan)
     assert evidence is not None  # project_or_exit ran first
-    gates = [g for spec in plan.candidates for g in project_gates(plan, spec, evidence)]
-    per_stack = {spec.name: decide([g for g in gates if g.stack == spec.name]) for spec in plan.candidates}
-    overall = max(per_stack.values(), key=lambda v: v.rank)
+    gates, per_stack, overall = evaluate(plan, [], evidence)  # no models: the project's gates alone
     paths = write_compat_report(plan, evidence, gates, per_stack, overall)
+    return _announce("Project compatibility", gates, per_stack, overall, paths)
+
+
+def _announce(title: str, gates: list[GateResult], per_stack: dict[str, Verdict], overall: Verdict,
+              paths: list[Path]) -> int:
+    """Every gate's line, the verdict and where the report is, on the console; the exit status."""
     for line in gate_lines(gates):
         print(line)
-    print(f"Project compatibility: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
+    print(f"{title}: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
     print("Report: " + ", ".join(str(p) for p in paths))
     return exit_code(overall)

@@ -435,17 +435,10 @@ def _load_project(settings: Table, base: Path) -> ProjectSettings:
     for test_id in allow.data:
         if not allow.get(test_id, str, "").strip():
             raise allow.error(test_id, "give the reason the break is accepted, as a string")
-
-    def severity(name: str, default: str) -> str:
-        value = table.get(name, str, default)
-        if value not in SEVERITIES:
-            raise table.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
-        return value
-
     return ProjectSettings(
         root=root, install=tuple(install), test=tuple(test), scan=tuple(scan),
         timeout_s=table.positive("timeout", float, 1800.0),
-        severity=severity("severity", "hard"), scan_severity=severity("scan-severity", "soft"),
+        severity=_severity(table, "severity", "hard"), scan_severity=_severity(table, "scan-severity", "soft"),
         allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
     )
 
@@ -557,17 +550,11 @@ def _load_gates(table: Table) -> GateSettings:
     table.reject_unknown(GATE_KEYS)
     defaults = GateSettings()
 
-    def severity(owner: Table, name: str, default: str) -> str:
-        value = owner.get(name, str, default)
-        if value not in SEVERITIES:
-            raise owner.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
-        return value
-
     def threshold_gate(name: str, threshold_key: str, default: Gate, *others: str) -> Gate:
         gate = table.get_table(name)
         gate.reject_unknown({threshold_key, "severity", *others})
         return Gate(
-            severity=severity(gate, "severity", default.severity),
+            severity=_severity(gate, "severity", default.severity),
             threshold=gate.positive(threshold_key, float, float(default.threshold or 0)),
         )
 
@@ -582,7 +569,7 @@ def _load_gates(table: Table) -> GateSettings:
                 Budget(
                     latency_p50_ms=budget.positive("latency-p50-ms", float, 0.0) if "latency-p50-ms" in budget.data else None,
                     peak_rss_mb=budget.positive("peak-rss-mb", float, 0.0) if "peak-rss-mb" in budget.data else None,
-                    severity=severity(budget, "severity", "hard"),
+                    severity=_severity(budget, "severity", "hard"),
                 ),
             )
         )
@@ -591,7 +578,7 @@ def _load_gates(table: Table) -> GateSettings:
         owner = table.get_table(name)
         owner.reject_unknown({"severity", *keys})
         return type(default)(
-            severity=severity(owner, "severity", default.severity),
+            severity=_severity(owner, "severity", default.severity),
             **{key.replace("-", "_"): owner.positive(key, float, default.threshold(key)) for key in keys},
         )
 
@@ -604,7 +591,7 @@ def _load_gates(table: Table) -> GateSettings:
         overrides.reject_unknown(MODEL_GATE_KEYS)
         per_model.append((model, tuple((key, overrides.positive(key, float, 0.0)) for key in overrides.data)))
     return GateSettings(
-        export=Gate(severity=severity(table, "export", defaults.export.severity)),
+        export=Gate(severity=_severity(table, "export", defaults.export.severity)),
         artifact_size=threshold_gate("artifact-size", "max-bytes", defaults.artifact_size),
         numerics=threshold_gate("numerics", "max-rel-l2", defaults.numerics),
         latency=threshold_gate("latency", "max-ratio", defaults.latency, "min-delta-ms"),
@@ -617,6 +604,14 @@ def _load_gates(table: Table) -> GateSettings:
         budgets=tuple(budgets),
         per_model=tuple(per_model),
     )
+
+
+def _severity(owner: Table, name: str, default: str) -> str:
+    """A gate's severity: hard, soft or off."""
+    value = owner.get(name, str, default)
+    if value not in SEVERITIES:
+        raise owner.error(name, f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
+    return value
 
 
 def load_catalog(path: Path) -> dict[str, ModelEntry]:

@@ -33,6 +33,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 
 from upgrade_gate.atomic import from_json_float, write_text_atomic  # noqa: E402
 from upgrade_gate.config import EXPORT_STAGES, RUNTIME_STAGES  # noqa: E402
+from upgrade_gate.project import DIFF_GROUPS  # noqa: E402
 
 VERDICT_COLOURS = {"GO": "#1a7f37", "GO-WITH-CONDITIONS": "#9a6700", "NO-GO": "#cf222e"}
 STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure"}
@@ -380,13 +381,6 @@ def _worst(comparison: dict[str, Any], key: str, pick: Any) -> float | None:
     return pick(values) if values else None
 
 
-# The diff's groups worth a table on the page, with their headings.
-PROJECT_GROUPS = (("newly_failing", "Newly failing"), ("newly_passing", "Newly passing"),
-                  ("still_failing", "Failing in both"), ("newly_skipped", "Newly skipped"),
-                  ("no_longer_skipped", "No longer skipped"), ("only_baseline", "Only in the baseline's run"),
-                  ("only_candidate", "Only in the candidate's run"))
-
-
 def _project_section(project: dict[str, Any], baseline: str, gates: list[dict[str, Any]]) -> list[str]:
     """The team's tests per stack, what changed per test (each newly failing test's message), the scan's findings."""
     lines = [f"<section id='{_anchor('project')}'><h2>Project compatibility</h2>",
@@ -404,11 +398,11 @@ def _project_section(project: dict[str, Any], baseline: str, gates: list[dict[st
     lines += _table(["stack", "run", "passed", "failed", "errors", "skipped", "time", "outcomes"], rows)
     for stack, diff in project["diffs"].items():
         lines.append(f"<h3>Tests: {_e(stack)} against {_e(baseline)}</h3>")
-        for group, title in PROJECT_GROUPS:
+        for group, title in DIFF_GROUPS:
             changes = diff.get(group) or []
             if not changes:
                 continue
-            lines.append(f"<p>{_e(title)}: {len(changes)}</p>")
+            lines.append(f"<p>{_e(title.format(base=baseline, stack=stack))}: {len(changes)}</p>")
             lines += _table(["test", baseline, stack, "message", "allow-list"], [
                 [f"<code>{_e(c['test'])}</code>", _e(c["baseline"]), _e(c["candidate"]),
                  f"<pre>{_e(c['message'])}</pre>" if c["message"] else "", _e(c.get("allowed") or "")]

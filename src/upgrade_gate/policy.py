@@ -25,6 +25,7 @@ rounds (``rounds``) or a quieter machine can decide it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -275,9 +276,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectEvidence) -> list
             passed, measured = False, project.scan_problem or "not scanned"
         else:
             findings = project.scan.get("findings", [])
-            by_code: dict[str, int] = {}
-            for finding in findings:
-                by_code[finding["code"]] = by_code.get(finding["code"], 0) + 1
+            by_code = Counter(finding["code"] for finding in findings)
             passed = not findings
             where = f" in {project.scan.get('files_scanned', 0)} files"
             measured = (f"{len(findings)} calls to change{where}: "

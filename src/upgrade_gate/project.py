@@ -12,7 +12,6 @@ is the one place that reads it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout, supervisor
+from upgrade_gate.runner import venv_env
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, Plan, ProjectSettings, runs_pytest
 
@@ -44,11 +44,8 @@ _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")
 
 def project_env(bin_dir: Path) -> dict[str, str]:
     """The environment of the project's tests: the user's, with the stack's venv first on PATH."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # nothing of the caller's on the stack's path
-    env.pop("PYTHONHOME", None)
+    env = venv_env(bin_dir)
     env["VIRTUAL_ENV"] = str(bin_dir.parent)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     # executorch imports torch._inductor, which starts a compile pool on CUDA wheels (see runner.worker_env).
     env.setdefault("TORCH_WARM_POOL", "0")
     return env
@@ -60,13 +57,12 @@ def record_install_failure(plan: Plan, stack: str, error: str) -> dict[str, Any]
                                     "exit_code": None, "duration_s": 0.0})
 
 
-def run_tests(plan: Plan, stack: str, bin_dir: Path) -> dict[str, Any]:
+def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> dict[str, Any]:
     """Run the project's test command in one stack; write and return its run record.
 
     The command's own exit status says little (pytest exits 1 when a test fails):
     the outcomes are in the JUnit XML; the status says whether there are any.
     """
-    project = _project(plan)
     folder = layout.project_dir(plan.settings.out_dir, stack)
     folder.mkdir(parents=True, exist_ok=True)
     junit, log_file = folder / "junit.xml", folder / "test.log"
@@ -102,12 +98,6 @@ def _write_run(plan: Plan, stack: str, record: dict[str, Any]) -> dict[str, Any]
             **record}
     write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / "run.json", full)
     return full
-
-
-def _project(plan: Plan) -> ProjectSettings:
-    if plan.settings.project is None:
-        raise ValueError("no [tool.upgrade-gate.project] in the configuration")
-    return plan.settings.project
 
 
 # -- the API scan (inside `nox -s scan`) ---------------------------------------------
@@ -202,6 +192,17 @@ def _message(summary: str, details: str) -> str:
 
 # -- the diff ----------------------------------------------------------------------
 
+# The diff's groups, in the order reports show them, with their headings.
+DIFF_GROUPS = (
+    ("newly_failing", "Newly failing (passed on {base}; failed, errored or did not run on {stack})"),
+    ("newly_passing", "Newly passing (failed on {base})"),
+    ("still_failing", "Failing in both"),
+    ("newly_skipped", "Newly skipped"),
+    ("no_longer_skipped", "No longer skipped"),
+    ("only_baseline", "Only in the {base} run"),
+    ("only_candidate", "Only in the {stack} run"),
+)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaseChange:
@@ -244,9 +245,7 @@ class OutcomeDiff:
         return tuple(c for c in self.newly_failing if c.allowed is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        groups = ("newly_failing", "newly_passing", "still_failing", "newly_skipped", "no_longer_skipped",
-                  "only_baseline", "only_candidate")
-        return {**{g: [c.to_dict() for c in getattr(self, g)] for g in groups},
+        return {**{g: [c.to_dict() for c in getattr(self, g)] for g, _ in DIFF_GROUPS},
                 "unused_allow": list(self.unused_allow)}
 
 

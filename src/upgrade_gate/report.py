@@ -13,7 +13,7 @@ from upgrade_gate.atomic import to_json, write_json_atomic, write_text_atomic
 from upgrade_gate.compare import Comparison, Measured, ModelEvidence, Side, reference_side
 from upgrade_gate.config import Plan
 from upgrade_gate.policy import GateResult, Verdict, first_line
-from upgrade_gate.project import ProjectEvidence
+from upgrade_gate.project import DIFF_GROUPS, ProjectEvidence
 from upgrade_gate.records import load_stack_info
 from upgrade_gate.stats import LatencySummary
 from upgrade_gate.tasks import HEADLINE
@@ -376,18 +376,6 @@ def _project_cell(project: dict[str, Any], stack: str, is_baseline: bool) -> str
     calls = f"{len(scan['findings'])} calls to migrate" if scan else "not scanned"
     return (f"{ran}; {len(newly) - accepted} newly failing" + (f" (+{accepted} accepted)" if accepted else "")
             + f", {len(diff.get('newly_passing', []))} newly passing; {calls}")
-
-
-# The diff's groups, in the order the report shows them.
-DIFF_GROUPS = (
-    ("newly_failing", "Newly failing (passed on {base}; failed, errored or did not run on {stack})"),
-    ("newly_passing", "Newly passing (failed on {base})"),
-    ("still_failing", "Failing in both"),
-    ("newly_skipped", "Newly skipped"),
-    ("no_longer_skipped", "No longer skipped"),
-    ("only_baseline", "Only in the {base} run"),
-    ("only_candidate", "Only in the {stack} run"),
-)
 
 
 def project_section(project: dict[str, Any], base: str, candidates: list[str]) -> list[str]:

@@ -296,8 +296,9 @@ def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
     return [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
 
 
-def worker_env(bin_dir: Path) -> dict[str, str]:
-    """The environment of a worker in the stack whose venv holds ``bin_dir``."""
+def venv_env(bin_dir: Path) -> dict[str, str]:
+    """This process's environment for a program of the venv that holds ``bin_dir``:
+    that venv's bin/ first on PATH, nothing of the caller's on its Python path."""
     env = dict(os.environ)
     # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
     # private names, so nothing of ours shadows a user's package of the same name.
@@ -305,6 +306,12 @@ def worker_env(bin_dir: Path) -> dict[str, str]:
     # executorch's serializer runs `flatc` from the venv's bin/.
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
+    return env
+
+
+def worker_env(bin_dir: Path) -> dict[str, str]:
+    """The environment of a worker in the stack whose venv holds ``bin_dir``."""
+    env = venv_env(bin_dir)
     env["PYTHONWARNINGS"] = "ignore"
     # Importing torch._inductor (executorch's export does) starts a pool of
     # compile subprocesses when triton is installed, as in the CUDA wheels;
