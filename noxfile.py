@@ -153,7 +153,7 @@ def scan(session: nox.Session) -> None:
     if error:
         cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
     found = team_project.read_scan(target)
-    session.log(f"scan: {len(found['findings'])} findings in {found['files_scanned']} files → "
+    session.log(f"scan: {len(found.findings)} findings in {found.files_scanned} files → "
                 f"{target.relative_to(plan.settings.out_dir)}")
 
 

@@ -42,7 +42,7 @@ def test_junit_has_one_case_per_gate_and_model(failed_run):
     suite = tree.find("testsuite")
     assert (suite.get("name"), suite.get("tests"), suite.get("failures")) == ("candidate vs legacy", str(len(gates)), "1")
     failure, = tree.findall(".//testcase[@name='numerics']/failure")
-    assert failure.get("message") == "rel_l2 = 1.00e-02 (threshold rel_l2 ≤ 1.0e-04)"
+    assert failure.get("message") == "rel_l2 = 1.00e-02 (threshold rel_l2 ≤ 1.00e-04)"
     assert failure.get("type") == "hard gate"
     assert {p.get("name"): p.get("value") for p in suite.iter("property")}["verdict"] == "NO-GO"
 

@@ -8,14 +8,15 @@ import pytest
 from records import write_stack_model
 from upgrade_gate.compare import gather
 from upgrade_gate.config import load_plan
-from upgrade_gate.policy import GateResult, Verdict, decide, evaluate
+from upgrade_gate.policy import decide, evaluate
+from upgrade_gate.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 
 
 def gate(severity: str, passed: bool) -> GateResult:
-    return GateResult(gate="g", stack="candidate", model="m", severity=severity, passed=passed,
-                      threshold="t", measured="v", evidence="e")
+    return GateResult(gate="g", stack="candidate", model="m", severity=Severity(severity),
+                      status=GateStatus.PASSED if passed else GateStatus.FAILED, metric="m")
 
 
 @pytest.mark.parametrize(
@@ -38,9 +39,9 @@ def plan(project: Path):
 
 
 def results_by_gate(plan) -> tuple[dict[str, GateResult], Verdict]:
-    gates, per_stack, overall = evaluate(plan, gather(plan))
-    assert per_stack == {"candidate": overall}
-    return {g.gate: g for g in gates}, overall
+    verdict = evaluate(plan, gather(plan))
+    assert verdict.candidates == {"candidate": verdict.verdict}
+    return {g.gate: g for g in verdict.gates}, verdict.verdict
 
 
 def write_pair(out: Path, *, candidate_artifact, legacy_ms=10.0, candidate_ms=10.0, **candidate):
@@ -54,8 +55,12 @@ def test_all_gates_pass(plan):
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO
     assert sorted(gates) == ["artifact-size", "export", "latency", "memory", "numerics", "same-inputs"]
-    assert all(g.passed for g in gates.values())
-    assert gates["latency"].measured == "ratio 0.900 [0.900, 0.900] (1 thread(s): 9.000 ms / 10.000 ms)"
+    assert all(g.status is GateStatus.PASSED for g in gates.values())
+    latency = gates["latency"]
+    assert latency.measured == Quantity(value=pytest.approx(0.9), unit=Unit.RATIO, low=pytest.approx(0.9),
+                                        high=pytest.approx(0.9))
+    assert latency.note == "1 thread(s): 9.000 ms / 10.000 ms"
+    assert latency.measured_text == "ratio = 0.900 [0.900, 0.900] (1 thread(s): 9.000 ms / 10.000 ms)"
     assert gates["numerics"].evidence == "artifact(candidate) vs eager(legacy)"
 
 
@@ -63,25 +68,31 @@ def test_slower_candidate_is_a_condition_not_a_stop(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], candidate_ms=10.6)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert not gates["latency"].passed and gates["latency"].severity == "soft"
-    assert gates["latency"].threshold == ("median ratio's 95% interval ≤ 1.05, per thread count and method; "
-                                          "methods at most 0.05 ms slower at its top pass")
+    latency = gates["latency"]
+    assert latency.status is GateStatus.FAILED and latency.severity is Severity.SOFT
+    assert (latency.op, latency.threshold) == ("≤", Quantity(value=1.05, unit=Unit.RATIO))
+    assert latency.threshold_text == ("ratio ≤ 1.050, the median's whole 95% interval, per thread count and method; "
+                                      "methods at most 0.05 ms slower at its top pass")
 
 
 def test_a_few_microseconds_slower_is_not_judged_by_ratio(plan):
     # 8 µs against 11 µs is a ratio of 1.4 that timer and call overhead make.
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], legacy_ms=0.008, candidate_ms=0.011)
     gates, verdict = results_by_gate(plan)
-    assert verdict is Verdict.GO and gates["latency"].passed
-    assert gates["latency"].measured == "ratio 1.375 [1.375, 1.375] (1 thread(s): 0.011 ms / 0.008 ms)"
+    assert verdict is Verdict.GO and gates["latency"].status is GateStatus.PASSED
+    assert gates["latency"].measured.value == pytest.approx(1.375)
+    assert gates["latency"].note == "1 thread(s): 0.011 ms / 0.008 ms"
 
 
 def test_numerics_beyond_tolerance_is_no_go(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE * 1.001])
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.NO_GO
-    assert not gates["numerics"].passed
-    assert gates["numerics"].measured == "rel_l2 = 1.00e-03"
+    numerics = gates["numerics"]
+    assert numerics.status is GateStatus.FAILED
+    assert numerics.measured.unit is Unit.REL_L2 and numerics.measured.value == pytest.approx(1e-3, rel=1e-4)
+    assert numerics.threshold == Quantity(value=1e-4, unit=Unit.REL_L2)
+    assert numerics.measured_text == "rel_l2 = 1.00e-03" and numerics.threshold_text == "rel_l2 ≤ 1.00e-04"
 
 
 def test_nan_in_the_artifact_fails_numerics(plan):
@@ -90,34 +101,38 @@ def test_nan_in_the_artifact_fails_numerics(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[broken])
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.NO_GO
-    assert gates["numerics"].measured == "forward.output_0: NaN or Inf in the outputs"
+    assert gates["numerics"].measured is None
+    assert gates["numerics"].note == "forward.output_0: NaN or Inf in the outputs"
 
 
 def test_failed_export_fails_every_gate_that_needs_it(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=None, failed_stage="export")
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.NO_GO
-    assert gates["export"].measured == "export failed: RuntimeError: export broke"
-    assert gates["artifact-size"].measured == "no artifact"
-    assert gates["numerics"].measured == "no outputs from artifact(candidate)"
-    assert gates["latency"].measured == ("not measured in candidate (its artifact did not load and run "
-                                         "(runtime phase)) at 1, 2 thread(s)")
-    assert gates["memory"].measured == "not measured in candidate"
-    assert gates["same-inputs"].passed
+    assert gates["export"].measured_text == "export failed: RuntimeError: export broke"
+    assert gates["artifact-size"].measured_text == "no artifact"
+    assert gates["numerics"].measured_text == "no outputs from artifact(candidate)"
+    assert gates["latency"].measured_text == ("not measured in candidate (its artifact did not load and run "
+                                              "(runtime phase)) at 1, 2 thread(s)")
+    assert gates["memory"].measured_text == "not measured in candidate"
+    assert all(gates[g].status is GateStatus.FAILED and gates[g].measured is None
+               for g in ("export", "artifact-size", "numerics", "latency", "memory"))
+    assert gates["same-inputs"].status is GateStatus.PASSED
 
 
 def test_oversized_artifact(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], artifact_bytes=1_500_000_001)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.NO_GO
-    assert gates["artifact-size"].measured == "1.50 GB (1,500,000,001 B)"
+    assert gates["artifact-size"].measured == Quantity(value=1_500_000_001, unit=Unit.BYTES)
+    assert gates["artifact-size"].measured_text == "size = 1.40 GiB (1,500,000,001 B)"
 
 
 def test_different_weights_are_caught(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE],
                hashes={"weights_sha256": "f" * 64, "inputs_sha256": "b" * 64})
     gates, verdict = results_by_gate(plan)
-    assert verdict is Verdict.NO_GO and not gates["same-inputs"].passed
+    assert verdict is Verdict.NO_GO and gates["same-inputs"].status is GateStatus.FAILED
 
 
 def test_budgets(project):
@@ -130,10 +145,13 @@ def test_budgets(project):
                runtime_memory=300 * 2**20)
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert (gates["budget-latency"].passed, gates["budget-latency"].measured) == (False, "9.000 ms")
-    assert (gates["budget-memory"].passed, gates["budget-memory"].measured) == (True, "300.0 MiB")
+    assert gates["budget-latency"].status is GateStatus.FAILED
+    assert gates["budget-latency"].measured == Quantity(value=pytest.approx(9.0), unit=Unit.MS)
+    assert gates["budget-memory"].status is GateStatus.PASSED
+    assert gates["budget-memory"].measured == Quantity(value=300.0, unit=Unit.MIB)
     # 300 MiB against the baseline's 100: three times the memory, 200 MiB more.
-    assert (gates["memory"].passed, gates["memory"].measured) == (False, "3.00 (300.0 MiB / 100.0 MiB)")
+    assert gates["memory"].status is GateStatus.FAILED and gates["memory"].measured.value == 3.0
+    assert gates["memory"].measured_text == "memory ratio = 3.000 (300.0 MiB / 100.0 MiB)"
 
 
 def test_gate_turned_off_is_not_reported(project):
@@ -149,7 +167,8 @@ def test_gate_turned_off_is_not_reported(project):
 def test_memory_within_min_delta_passes_whatever_the_ratio(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], runtime_memory=110 * 2**20)
     gates, _ = results_by_gate(plan)
-    assert gates["memory"].passed and gates["memory"].measured == "1.10 (110.0 MiB / 100.0 MiB)"
+    assert gates["memory"].status is GateStatus.PASSED
+    assert gates["memory"].measured.value == pytest.approx(1.1) and gates["memory"].note == "110.0 MiB / 100.0 MiB"
 
 
 def noisy_rounds(ratio: float, spread: list[float]) -> list[list[float]]:
@@ -159,10 +178,10 @@ def noisy_rounds(ratio: float, spread: list[float]) -> list[list[float]]:
 
 @pytest.mark.parametrize(("spread", "status", "verdict"), [
     # Every round 20% slower: the interval lies wholly above 1.05.
-    ([1.18, 1.2, 1.2, 1.21, 1.22, 1.19, 1.2], "FAILED", Verdict.GO_WITH_CONDITIONS),
+    ([1.18, 1.2, 1.2, 1.21, 1.22, 1.19, 1.2], GateStatus.FAILED, Verdict.GO_WITH_CONDITIONS),
     # Rounds from 0.95 to 1.15: the interval straddles 1.05.
-    ([0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97], "inconclusive", Verdict.GO),
-    ([0.97, 1.0, 1.01, 0.99, 1.02, 0.98, 1.0], "passed", Verdict.GO),
+    ([0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97], GateStatus.INCONCLUSIVE, Verdict.GO),
+    ([0.97, 1.0, 1.01, 0.99, 1.02, 0.98, 1.0], GateStatus.PASSED, Verdict.GO),
 ])
 def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
     out = plan.settings.out_dir
@@ -170,8 +189,7 @@ def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
                       latency_ms=noisy_rounds(1.0, spread))
     gates, overall = results_by_gate(plan)
-    assert gates["latency"].status == status and overall is verdict
-    assert gates["latency"].inconclusive == (status == "inconclusive")
+    assert gates["latency"].status is status and overall is verdict
 
 
 # -- quantized variants and delegation ------------------------------------------
@@ -200,8 +218,8 @@ def write_variants(out: Path, *, candidate_snr_db: float, legacy_int8: str | Non
 
 
 def gates_of(plan) -> tuple[dict[tuple[str, str], GateResult], Verdict]:
-    gates, _, overall = evaluate(plan, gather(plan))
-    return {(g.model, g.gate): g for g in gates}, overall
+    verdict = evaluate(plan, gather(plan))
+    return {(g.model, g.gate): g for g in verdict.gates}, verdict.verdict
 
 
 def test_a_quantized_variant_is_judged_against_the_fp32_reference_by_its_own_gates(project):
@@ -213,8 +231,10 @@ def test_a_quantized_variant_is_judged_against_the_fp32_reference_by_its_own_gat
     # Not the fp32 numerics gate (1e-4 would fail any int8 model): SNR and cosine instead.
     assert int8 == {"same-inputs", "quantized-export", "quantized-numerics", "artifact-size", "latency", "memory"}
     numerics = gates[("vit-smoke@int8", "quantized-numerics")]
-    assert numerics.measured.startswith("SNR 35.0 dB (forward.output_0), cosine 0.99")
-    assert (numerics.threshold, numerics.severity) == ("SNR ≥ 20 dB and cosine ≥ 0.99, every output", "soft")
+    assert numerics.measured.unit is Unit.DB and numerics.measured.value == pytest.approx(35.0)
+    assert numerics.note.startswith("forward.output_0; cosine 0.99")
+    assert (numerics.threshold, numerics.severity) == (Quantity(value=20.0, unit=Unit.DB), Severity.SOFT)
+    assert numerics.threshold_text == "SNR ≥ 20.0 dB and cosine ≥ 0.99, every output"
     assert numerics.evidence == "artifact(candidate) vs eager(legacy)"
 
 
@@ -223,7 +243,7 @@ def test_a_noisy_quantized_variant_is_a_condition_not_a_stop(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=12.0)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert not gates[("vit-smoke@int8", "quantized-numerics")].passed
+    assert gates[("vit-smoke@int8", "quantized-numerics")].status is GateStatus.FAILED
 
 
 def test_quantized_thresholds_per_variant(project):
@@ -232,7 +252,7 @@ def test_quantized_thresholds_per_variant(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.NO_GO
-    assert gates[("vit-smoke@int8", "quantized-numerics")].threshold.startswith("SNR ≥ 40 dB")
+    assert gates[("vit-smoke@int8", "quantized-numerics")].threshold == Quantity(value=40.0, unit=Unit.DB)
 
 
 def test_a_variant_the_baseline_cannot_make_is_not_timed_against_it(project):
@@ -249,7 +269,7 @@ def test_a_failed_quantization_names_its_stage(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0, failed_stage="quantize")
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert gates[("vit-smoke@int8", "quantized-export")].measured == "quantize failed: RuntimeError: quantize broke"
+    assert gates[("vit-smoke@int8", "quantized-export")].note == "quantize failed: RuntimeError: quantize broke"
 
 
 DELEGATION = {"delegate": "XnnpackBackend", "delegate_partitions": 3, "delegated_nodes": 90, "portable_nodes": 10,
@@ -269,6 +289,7 @@ def test_delegation_gate_names_the_operators_that_fell_out(project):
     write_pair(plan.settings.out_dir, candidate_artifact=[REFERENCE], export_details=DELEGATION)
     gates, verdict = gates_of(plan)
     gate = gates[("vit-smoke", "delegation")]
-    assert not gate.passed and verdict is Verdict.GO_WITH_CONDITIONS
-    assert gate.measured == "90.0%; not delegated: aten_cumsum_default ×6, aten_sort_default ×4"
-    assert gate.threshold == "delegated share of operator nodes ≥ 95%, every method"
+    assert gate.status is GateStatus.FAILED and verdict is Verdict.GO_WITH_CONDITIONS
+    assert gate.measured == Quantity(value=0.9, unit=Unit.SHARE)
+    assert gate.note == "not delegated: aten_cumsum_default ×6, aten_sort_default ×4"
+    assert gate.threshold_text == "delegated share ≥ 95.0%, of operator nodes, every method"

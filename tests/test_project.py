@@ -12,7 +12,11 @@ from upgrade_gate.config import load_plan, runs_pytest
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.policy import project_gates
 from upgrade_gate.project import CaseOutcome, case_id, diff_outcomes, gather_project, read_junit
-from upgrade_gate.report import project_section
+from upgrade_gate.document import to_markdown
+from upgrade_gate.project import ProjectResults
+from upgrade_gate.records import Reader
+from upgrade_gate.report import project_blocks
+from upgrade_gate.results import GateStatus, Quantity, Severity, Unit
 
 # What pytest writes with -o junit_family=xunit1: each case names its file and line.
 XUNIT1 = """<?xml version="1.0" encoding="utf-8"?>
@@ -213,14 +217,20 @@ def test_a_newly_failing_test_fails_the_hard_gate_and_the_report_shows_its_messa
     layout.scan_file(out).write_text(json.dumps(SCAN))
     evidence = gather_project(plan)
     tests, scan = project_gates(plan, plan.candidates[0], evidence)
-    assert (tests.gate, tests.model, tests.severity, tests.passed) == ("project-tests", "project", "hard", False)
-    assert tests.measured == "1 newly failing: tests/test_m.py::test_a (AssertionError: boom); 2/4 passed on candidate"
-    assert tests.threshold == "no test that passes on legacy fails, errors or goes missing on candidate"
-    assert (scan.gate, scan.severity, scan.passed) == ("api-scan", "soft", False)
-    assert scan.measured == "2 calls to change in 4 files: TOR102 ×1, UG101 ×1"
+    assert (tests.gate, tests.model, tests.severity, tests.status) == (
+        "project-tests", "project", Severity.HARD, GateStatus.FAILED)
+    assert tests.measured == Quantity(value=1, unit=Unit.COUNT)
+    assert tests.measured_text == ("newly failing tests = 1 (tests/test_m.py::test_a (AssertionError: boom); "
+                                   "2/4 passed on candidate)")
+    assert tests.threshold_text == ("newly failing tests = 0, no test that passes on legacy fails, errors or goes "
+                                    "missing on candidate")
+    assert (scan.gate, scan.severity, scan.status) == ("api-scan", Severity.SOFT, GateStatus.FAILED)
+    assert scan.measured == Quantity(value=2, unit=Unit.COUNT) and scan.note == "in 4 files: TOR102 ×1, UG101 ×1"
 
-    lines = project_section(json.loads(json.dumps(evidence.to_dict(out))), "legacy", ["candidate"])
-    text = "\n".join(lines)
+    # What results.json holds of the project reads back as it was, and renders.
+    again = ProjectResults.from_reader(Reader(json.loads(json.dumps(evidence.to_dict())), "project"))
+    assert again == evidence
+    text = to_markdown(project_blocks(again, "legacy", ["candidate"]))
     assert "| `tests/test_m.py::test_a` | passed | failed | AssertionError: boom |  |" in text
     assert "Newly passing (failed on legacy): 1" in text
     assert "`tests/test_m.py::test_a` on candidate:\n\n```\nAssertionError: boom\n```" in text
@@ -235,22 +245,22 @@ def test_allowed_breaks_pass_and_a_missing_run_fails_saying_which(tmp_path):
     write_project_run(out, "legacy", junit_of(test_a="passed"))
     write_project_run(out, "candidate", junit_of(test_a="failed"))
     gate, = project_gates(plan, plan.candidates[0], gather_project(plan))
-    assert gate.passed and gate.measured == "none newly failing but 1 accepted; 0/1 passed on candidate"
-    assert gate.threshold.endswith("; 1 on the allow-list")
+    assert gate.status is GateStatus.PASSED and gate.measured == Quantity(value=0, unit=Unit.COUNT)
+    assert gate.note == "1 accepted; 0/1 passed on candidate"
+    assert gate.threshold_text.endswith("; 1 on the allow-list")
 
     layout.project_dir(out, "candidate").joinpath("run.json").write_text(json.dumps(
         {"status": "install-failed", "install_error": "torch==2.8.0 and edge-app depend on torch<2.5"}))
     gate, = project_gates(plan, plan.candidates[0], gather_project(plan))
-    assert not gate.passed
-    assert gate.measured == ("the project does not install into candidate: torch==2.8.0 and edge-app depend on "
-                             "torch<2.5")
+    assert gate.status is GateStatus.FAILED and gate.measured is None
+    assert gate.note == "the project does not install into candidate: torch==2.8.0 and edge-app depend on torch<2.5"
 
 
 def test_nothing_passes_unmeasured(tmp_path):
     plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
     tests, scan = project_gates(plan, plan.candidates[0], gather_project(plan))
-    assert not tests.passed and "did not run in legacy" in tests.measured
-    assert not scan.passed and scan.measured == "the API scan did not run for this report (nox -s scan)"
+    assert tests.status is GateStatus.FAILED and "did not run in legacy" in tests.note
+    assert scan.status is GateStatus.FAILED and scan.note == "the API scan did not run for this report (nox -s scan)"
 
 
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():

@@ -13,6 +13,7 @@ from records import write_stack_model
 from upgrade_gate import cli, shards
 from upgrade_gate.config import load_plan
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.results import GateStatus, Results
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 MODELS = "vit-smoke@fp32,mobilenet-v3-small@fp32,minilm-smoke@fp32"
@@ -94,10 +95,9 @@ def test_times_from_two_machines_are_not_compared(project):
         folders.append(str(project / stack))
     merged = plan_for(project, "--out", "merged", *folders)
     cli.report(merged)
-    latency = [g for g in json.loads((project / "merged" / "verdict.json").read_text())["gates"]
-               if g["gate"] == "latency"]
-    assert latency and all(g["status"] == "inconclusive" for g in latency)
-    assert latency[0]["measured"].startswith("not comparable: candidate was timed on runner-b, legacy on runner-a")
+    latency = [g for g in Results.load(project / "merged").verdict.gates if g.gate == "latency"]
+    assert latency and all(g.status is GateStatus.INCONCLUSIVE and g.measured is None for g in latency)
+    assert latency[0].note.startswith("not comparable: candidate was timed on runner-b, legacy on runner-a")
 
 
 def test_shards_of_another_run_are_refused(project, capsys):

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from upgrade_gate import layout, project, runner, shards
-from upgrade_gate.compare import gather
+from upgrade_gate import __version__, layout, project, runner, shards
+from upgrade_gate.compare import gather, stack_info
 from upgrade_gate.config import Plan, ProjectSettings, load_plan
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
-from upgrade_gate.policy import GateResult, Verdict, evaluate, exit_code
-from upgrade_gate.report import gate_lines, write_compat_report, write_reports
+from upgrade_gate.policy import evaluate
+from upgrade_gate.report import write_compat_report, write_reports
+from upgrade_gate.results import Results, VerdictRecord
 from upgrade_gate.specs import StackSpec
 
 
@@ -163,28 +164,33 @@ def report(plan: Plan) -> int:
     if not any(layout.stack_dir(plan.settings.out_dir, s.name).is_dir() for s in plan.stacks):
         fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first")
     try:
-        evidence = gather(plan)
+        models = gather(plan)
     except RecordError as error:
         fail_usage(f"{plan.settings.out_dir}: {error}; re-run `nox -s compare` to rewrite the records")
-    project_evidence = project.gather_project(plan)
-    gates, per_stack, overall = evaluate(plan, evidence, project_evidence)
-    paths = write_reports(plan, evidence, gates, per_stack, overall, project_evidence)
-    return _announce("Verdict", gates, per_stack, overall, paths)
+    project_results = project.gather_project(plan)
+    verdict = evaluate(plan, models, project_results)
+    out = plan.settings.out_dir
+    results = Results(
+        tool_version=__version__, generated_at=verdict.generated_at, config_path=str(plan.settings.config_path),
+        settings=plan.settings, stacks={spec.name: stack_info(out, spec) for spec in plan.stacks},
+        models=tuple(models), verdict=verdict, project=project_results)
+    paths = write_reports(results, out)
+    return _announce("Verdict", verdict, paths)
+
 
 def compat_report(plan: Plan) -> int:
     """`nox -s compat`'s report: the project's gates alone, in compat.md and compat.json; the exit status."""
-    evidence = project.gather_project(plan)
-    assert evidence is not None  # project_or_exit ran first
-    gates, per_stack, overall = evaluate(plan, [], evidence)  # no models: the project's gates alone
-    paths = write_compat_report(plan, evidence, gates, per_stack, overall)
-    return _announce("Project compatibility", gates, per_stack, overall, paths)
+    project_results = project.gather_project(plan)
+    assert project_results is not None  # project_or_exit ran first
+    verdict = evaluate(plan, [], project_results)  # no models: the project's gates alone
+    paths = write_compat_report(verdict, project_results, [s.name for s in plan.stacks], plan.settings.out_dir)
+    return _announce("Project compatibility", verdict, paths)
 
 
-def _announce(title: str, gates: list[GateResult], per_stack: dict[str, Verdict], overall: Verdict,
-              paths: list[Path]) -> int:
+def _announce(title: str, verdict: VerdictRecord, paths: list[Path]) -> int:
     """Every gate's line, the verdict and where the report is, on the console; the exit status."""
-    for line in gate_lines(gates):
-        print(line)
-    print(f"{title}: {overall.value}" + "".join(f"  [{n}: {v.value}]" for n, v in per_stack.items()))
+    for gate in verdict.gates:
+        print(gate)
+    print(f"{title}: {verdict.verdict}" + "".join(f"  [{n}: {v}]" for n, v in verdict.candidates.items()))
     print("Report: " + ", ".join(str(p) for p in paths))
-    return exit_code(overall)
+    return verdict.verdict.exit_code

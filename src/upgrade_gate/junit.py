@@ -1,8 +1,8 @@
 """The verdict for CI systems: JUnit XML with one test case per gate per model,
 and the Markdown summary GitHub Actions shows on a run's page.
 
-Both are written from verdict.json's gate list, so a merged sharded run gives the
-same files as a single one.
+Both are written from the verdict record alone, so a merged sharded run gives
+the same files as a single one.
 """
 
 from __future__ import annotations
@@ -11,49 +11,38 @@ import os
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 from upgrade_gate.atomic import write_text_atomic
+from upgrade_gate.document import markdown_table
+from upgrade_gate.results import GateResult, GateStatus, VerdictRecord
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def junit_xml(verdict: dict[str, Any]) -> str:
+def junit_xml(verdict: VerdictRecord) -> str:
     """One <testsuite> per candidate stack, one <testcase> per gate and model.
 
     A failed gate is a <failure> whose message carries the measured value and the
     threshold; an inconclusive one is <skipped> with the reason, so no CI counts
     it as passed.
     """
-    gates = verdict["gates"]
-    suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict['verdict']}")
+    suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict.verdict}")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
-    for stack in verdict["candidates"]:
-        own = [g for g in gates if g["stack"] == stack]
-        failures = sum(1 for g in own if g["status"] == "FAILED")
-        skipped = sum(1 for g in own if g["status"] == "inconclusive")
+    for stack, stack_verdict in verdict.candidates.items():
+        own = verdict.of(stack)
+        failures = sum(1 for g in own if g.status is GateStatus.FAILED)
+        skipped = sum(1 for g in own if g.status is GateStatus.INCONCLUSIVE)
         suite = ET.SubElement(suites, "testsuite", {
-            "name": f"{stack} vs {verdict['baseline']}", "tests": str(len(own)), "failures": str(failures),
-            "errors": "0", "skipped": str(skipped), "time": "0", "timestamp": verdict["generated_at"],
+            "name": f"{stack} vs {verdict.baseline}", "tests": str(len(own)), "failures": str(failures),
+            "errors": "0", "skipped": str(skipped), "time": "0", "timestamp": verdict.generated_at,
             "hostname": socket.gethostname(),
         })
         properties = ET.SubElement(suite, "properties")
-        for name, value in (("verdict", verdict["candidates"][stack]), ("overall-verdict", verdict["verdict"]),
-                            ("tool-version", verdict["tool_version"])):
+        for name, value in (("verdict", str(stack_verdict)), ("overall-verdict", str(verdict.verdict)),
+                            ("tool-version", verdict.tool_version)):
             ET.SubElement(properties, "property", name=name, value=value)
         for gate in own:
-            case = ET.SubElement(suite, "testcase", name=gate["gate"], classname=f"{stack}.{gate['model']}", time="0")
-            text = (f"measured: {gate['measured']}\nthreshold: {gate['threshold']}\n"
-                    f"severity: {gate['severity']}\nevidence: {gate['evidence']}")
-            if gate["status"] == "FAILED":
-                failure = ET.SubElement(case, "failure", type=f"{gate['severity']} gate",
-                                        message=f"{gate['measured']} (threshold {gate['threshold']})")
-                failure.text = text
-            elif gate["status"] == "inconclusive":
-                skipped_element = ET.SubElement(case, "skipped", message=f"inconclusive: {gate['measured']}")
-                skipped_element.text = text
-            else:
-                ET.SubElement(case, "system-out").text = text
+            _case(suite, stack, gate)
         totals["tests"] += len(own)
         totals["failures"] += failures
         totals["skipped"] += skipped
@@ -65,30 +54,42 @@ def junit_xml(verdict: dict[str, Any]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def write_junit(path: Path, verdict: dict[str, Any]) -> Path:
+def _case(suite: ET.Element, stack: str, gate: GateResult) -> None:
+    case = ET.SubElement(suite, "testcase", name=gate.gate, classname=f"{stack}.{gate.model}", time="0")
+    text = (f"measured: {gate.measured_text}\nthreshold: {gate.threshold_text}\n"
+            f"severity: {gate.severity}\nevidence: {gate.evidence}")
+    if gate.status is GateStatus.FAILED:
+        failure = ET.SubElement(case, "failure", type=f"{gate.severity} gate",
+                                message=f"{gate.measured_text} (threshold {gate.threshold_text})")
+        failure.text = text
+    elif gate.status is GateStatus.INCONCLUSIVE:
+        ET.SubElement(case, "skipped", message=f"inconclusive: {gate.measured_text}").text = text
+    else:
+        ET.SubElement(case, "system-out").text = text
+
+
+def write_junit(path: Path, verdict: VerdictRecord) -> Path:
     write_text_atomic(path, junit_xml(verdict))
     return path
 
 
-def step_summary(verdict: dict[str, Any], report_dir: Path) -> str:
+def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
     """The verdict, the gates that did not pass, and where the full report is."""
-    problems = [g for g in verdict["gates"] if g["status"] != "passed"]
-    lines = [f"## upgrade-gate: {verdict['verdict']}", ""]
-    lines += [f"- **{stack}** vs {verdict['baseline']}: {value}" for stack, value in verdict["candidates"].items()]
+    lines = [f"## upgrade-gate: {verdict.verdict}", ""]
+    lines += [f"- **{stack}** vs {verdict.baseline}: {value}" for stack, value in verdict.candidates.items()]
     lines.append("")
+    problems = verdict.not_passed
     if problems:
-        lines += ["| status | severity | stack | model | gate | measured | threshold |",
-                  "|---|---|---|---|---|---|---|"]
-        for g in problems:
-            cells = [g["status"], g["severity"], g["stack"], g["model"], g["gate"], g["measured"], g["threshold"]]
-            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        lines += markdown_table(["status", "severity", "stack", "model", "gate", "measured", "threshold"], [
+            [g.status.label, str(g.severity), g.stack, g.model, g.gate, g.measured_text, g.threshold_text]
+            for g in problems])
     else:
-        lines.append(f"All {len(verdict['gates'])} gates passed.")
+        lines.append(f"All {len(verdict.gates)} gates passed.")
     lines += ["", f"Full report: `{report_dir / 'report.html'}` (and report.md, results.json, junit.xml).", ""]
     return "\n".join(lines)
 
 
-def append_step_summary(verdict: dict[str, Any], report_dir: Path) -> Path | None:
+def append_step_summary(verdict: VerdictRecord, report_dir: Path) -> Path | None:
     """Append the summary to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
     target = os.environ.get(STEP_SUMMARY_ENV)
     if not target:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from upgrade_gate.records import Reader
+
 # Below this, a reference element counts as zero for the relative error
 # (max_rel divides by |reference|).
 REL_FLOOR = 1e-12
@@ -44,6 +46,16 @@ class OutputMetrics:
         data = asdict(self)
         data["shape"], data["reference_shape"] = list(self.shape), list(self.reference_shape)
         return data
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> OutputMetrics:
+        return cls(name=r.text("name"), shape=r.integers("shape"), reference_shape=r.integers("reference_shape"),
+                   shape_match=r.flag("shape_match"), finite=r.flag("finite"),
+                   **{key: r.opt_number(key) for key in METRIC_KEYS})
+
+
+# The metrics of one output, each None when it cannot be computed.
+METRIC_KEYS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "snr_db", "cosine", "min_atol")
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:

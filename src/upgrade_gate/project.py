@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout, supervisor
+from upgrade_gate.errors import RecordError
+from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
 from upgrade_gate.runner import venv_env
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.config import REPO_ROOT, Plan, ProjectSettings, runs_pytest
 
-SCHEMA_VERSION = "1.0"
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"
 SCAN_REQUIREMENTS = ("torchfix==0.7.0",)
@@ -94,7 +95,7 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -
 
 
 def _write_run(plan: Plan, stack: str, record: dict[str, Any]) -> dict[str, Any]:
-    full = {"schema_version": SCHEMA_VERSION, "stack": stack, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    full = {"schema_version": str(SCHEMA_VERSION), "stack": stack, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **record}
     write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / "run.json", full)
     return full
@@ -116,15 +117,11 @@ def run_scan(settings: ProjectSettings, bin_dir: Path, target: Path) -> str | No
     return None
 
 
-def read_scan(path: Path) -> dict[str, Any]:
-    """scan.json, checked for the keys the report reads; ValueError otherwise."""
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict) or str(data.get("schema_version", "")).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        raise ValueError(f"{path.name}: not a scan record of schema {SCHEMA_VERSION}")
-    for key in ("findings", "files_scanned", "errors"):
-        if key not in data:
-            raise ValueError(f"{path.name}: no {key!r}")
-    return data
+def read_scan(path: Path) -> ScanResults:
+    """scan.json; RecordError naming the key if it is not one of this schema."""
+    reader = Reader(json.loads(path.read_text()), path.name)
+    check_schema(reader)
+    return ScanResults.from_reader(reader)
 
 
 # -- reading JUnit XML -----------------------------------------------------------------
@@ -202,22 +199,27 @@ DIFF_GROUPS = (
     ("only_baseline", "Only in the {base} run"),
     ("only_candidate", "Only in the {stack} run"),
 )
+ABSENT = "absent"  # a test's outcome in a run that does not have it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaseChange:
+    """One test whose outcome differs between the baseline's run and a candidate's."""
+
     test_id: str
-    baseline: CaseOutcome | None  # None: not in the baseline's run
-    candidate: CaseOutcome | None
+    baseline: str  # its outcome there, or ABSENT
+    candidate: str
+    message: str  # why it did not pass (the candidate's message, else the baseline's)
     allowed: str | None = None  # the allow-list's reason, for an accepted break
 
     def to_dict(self) -> dict[str, Any]:
-        return {"test": self.test_id,
-                "baseline": self.baseline.outcome if self.baseline else "absent",
-                "candidate": self.candidate.outcome if self.candidate else "absent",
-                "message": (self.candidate.message if self.candidate and self.candidate.outcome != "passed"
-                            else self.baseline.message if self.baseline else ""),
-                "allowed": self.allowed}
+        return {"test": self.test_id, "baseline": self.baseline, "candidate": self.candidate,
+                "message": self.message, "allowed": self.allowed}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> CaseChange:
+        return cls(test_id=r.text("test"), baseline=r.text("baseline"), candidate=r.text("candidate"),
+                   message=r.text("message"), allowed=r.opt_text("allowed"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -244,13 +246,22 @@ class OutcomeDiff:
     def accepted(self) -> tuple[CaseChange, ...]:
         return tuple(c for c in self.newly_failing if c.allowed is not None)
 
+    def groups(self) -> list[tuple[str, str, tuple[CaseChange, ...]]]:
+        """(group, heading, changes) in the order reports show them."""
+        return [(group, title, getattr(self, group)) for group, title in DIFF_GROUPS]
+
     def to_dict(self) -> dict[str, Any]:
         return {**{g: [c.to_dict() for c in getattr(self, g)] for g, _ in DIFF_GROUPS},
                 "unused_allow": list(self.unused_allow)}
 
+    @classmethod
+    def from_reader(cls, r: Reader) -> OutcomeDiff:
+        return cls(**{g: tuple(CaseChange.from_reader(c) for c in r.children(g)) for g, _ in DIFF_GROUPS},
+                   unused_allow=r.texts("unused_allow"))
+
 
 def diff_outcomes(baseline: dict[str, CaseOutcome], candidate: dict[str, CaseOutcome],
-               allow: dict[str, str] | None = None) -> OutcomeDiff:
+                  allow: dict[str, str] | None = None) -> OutcomeDiff:
     """Sort every test of either run into what changed; unchanged tests are in neither list."""
     allow = allow or {}
     groups: dict[str, list[CaseChange]] = {}
@@ -259,9 +270,11 @@ def diff_outcomes(baseline: dict[str, CaseOutcome], candidate: dict[str, CaseOut
         group = _group(before.outcome if before else None, after.outcome if after else None)
         if group is None:
             continue
-        allowed = allow.get(test_id) if group == "newly_failing" else None
-        groups.setdefault(group, []).append(CaseChange(test_id=test_id, baseline=before, candidate=after,
-                                                       allowed=allowed))
+        message = (after.message if after and after.outcome != "passed" else before.message if before else "")
+        groups.setdefault(group, []).append(CaseChange(
+            test_id=test_id, baseline=before.outcome if before else ABSENT,
+            candidate=after.outcome if after else ABSENT, message=message,
+            allowed=allow.get(test_id) if group == "newly_failing" else None))
     unused = tuple(t for t in allow if t not in baseline and t not in candidate)
     return OutcomeDiff(**{name: tuple(changes) for name, changes in groups.items()}, unused_allow=unused)
 
@@ -288,84 +301,185 @@ def counts(tests: dict[str, CaseOutcome]) -> dict[str, int]:
     return {outcome: sum(t.outcome == outcome for t in tests.values()) for outcome in OUTCOMES}
 
 
-# -- evidence for the gates and the report -------------------------------------------
+# -- the project's part of the results (results.json "project", compat.json) ---------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackOutcomes:
-    """One stack's test run: its record and, when it ran, every test's outcome."""
+class TestRun:
+    """run.json: how one stack's test run went (or why it did not)."""
 
-    stack: str
-    run: dict[str, Any] | None  # run.json; None when the project's tests did not run for this report
-    tests: dict[str, CaseOutcome] = field(default_factory=dict)
-    problem: str | None = None  # why there are no outcomes
+    __test__ = False  # not a pytest test class
+
+    status: str  # ran, install-failed, not-started, timed-out, out-of-memory, no-results
+    command: tuple[str, ...] = ()
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    problem: str | None = None
+    install_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "command": list(self.command), "exit_code": self.exit_code,
+                "duration_s": self.duration_s, "problem": self.problem, "install_error": self.install_error}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> TestRun:
+        return cls(status=r.text("status"), command=r.texts("command"), exit_code=r.opt_integer("exit_code"),
+                   duration_s=r.opt_number("duration_s") or 0.0, problem=r.opt_text("problem"),
+                   install_error=r.opt_text("install_error"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProjectStack:
+    """One stack's test run: its record and the outcomes counted, or why there are none."""
+
+    run: TestRun | None  # None when the project's tests did not run for this report
+    counts: dict[str, int]
+    junit: str  # relative to the report folder
+    problem: str | None = None
 
     @property
-    def has_results(self) -> bool:
-        return self.problem is None
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run.to_dict() if self.run else None, "problem": self.problem, "counts": dict(self.counts),
+                "junit": self.junit}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> ProjectStack:
+        run, tallies = r.child("run"), r.child("counts") or Reader({}, r.where)
+        return cls(run=TestRun.from_reader(run) if run else None, problem=r.opt_text("problem"),
+                   counts={outcome: tallies.integer(outcome) for outcome in tallies.data}, junit=r.text("junit"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ProjectEvidence:
-    settings: ProjectSettings
-    stacks: dict[str, StackOutcomes]
+class Finding:
+    """A call in the project's source that the candidate changes, deprecates or removes (compat/scan.py)."""
+
+    file: str
+    line: int
+    column: int
+    code: str
+    call: str
+    summary: str
+    why: str
+    replacement: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "column": self.column, "code": self.code, "call": self.call,
+                "summary": self.summary, "why": self.why, "replacement": self.replacement}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> Finding:
+        return cls(file=r.text("file"), line=r.integer("line"), column=r.integer("column"), code=r.text("code"),
+                   call=r.text("call"), summary=r.opt_text("summary") or "", why=r.opt_text("why") or "",
+                   replacement=r.opt_text("replacement") or "")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScanResults:
+    """scan.json: the API scan of the project's source."""
+
+    torchfix: str  # TorchFix's version
+    rules: int  # upgrade-gate's own rules (compat/migration_rules.toml)
+    files_scanned: int
+    findings: tuple[Finding, ...]
+    errors: tuple[tuple[str, str], ...]  # (file, why it could not be read or parsed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scanner": {"torchfix": self.torchfix, "rules": self.rules}, "files_scanned": self.files_scanned,
+                "findings": [f.to_dict() for f in self.findings],
+                "errors": [{"file": file, "error": error} for file, error in self.errors]}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> ScanResults:
+        scanner = r.child("scanner") or Reader({}, r.where)
+        return cls(torchfix=scanner.opt_text("torchfix") or "?", rules=scanner.opt_integer("rules") or 0,
+                   files_scanned=r.integer("files_scanned"),
+                   findings=tuple(Finding.from_reader(f) for f in r.children("findings")),
+                   errors=tuple((e.text("file"), e.text("error")) for e in r.children("errors")))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProjectResults:
+    """The team's project in every stack: what ran, what changed per test, what the scan found."""
+
+    root: str
+    install: tuple[str, ...]
+    test: tuple[str, ...]
+    allow: dict[str, str]  # test id → why its break is accepted
+    stacks: dict[str, ProjectStack]
     diffs: dict[str, OutcomeDiff]  # per candidate, against the baseline
-    scan: dict[str, Any] | None  # scan.json; None when the scan did not run
+    scan: ScanResults | None  # None when the scan did not run
     scan_problem: str | None = None
 
-    def to_dict(self, out: Path) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
-            "root": str(self.settings.root),
-            "install": list(self.settings.install),
-            "test": list(self.settings.test),
-            "allow": dict(self.settings.allow),
-            "stacks": {name: {"run": s.run, "problem": s.problem, "counts": counts(s.tests),
-                              "junit": (layout.project_dir(out, name) / "junit.xml").relative_to(out).as_posix()}
-                       for name, s in self.stacks.items()},
+            "root": self.root, "install": list(self.install), "test": list(self.test), "allow": dict(self.allow),
+            "stacks": {name: s.to_dict() for name, s in self.stacks.items()},
             "diffs": {name: d.to_dict() for name, d in self.diffs.items()},
-            "scan": self.scan,
+            "scan": self.scan.to_dict() if self.scan else None,
             "scan_problem": self.scan_problem,
         }
 
+    @classmethod
+    def from_reader(cls, r: Reader) -> ProjectResults:
+        scan, allow = r.child("scan"), r.child("allow") or Reader({}, r.where)
+        return cls(root=r.text("root"), install=r.texts("install"), test=r.texts("test"),
+                   allow={test: allow.text(test) for test in allow.data},
+                   stacks={name: ProjectStack.from_reader(s) for name, s in r.entries("stacks").items()},
+                   diffs={name: OutcomeDiff.from_reader(d) for name, d in r.entries("diffs").items()},
+                   scan=ScanResults.from_reader(scan) if scan else None, scan_problem=r.opt_text("scan_problem"))
 
-def gather_project(plan: Plan) -> ProjectEvidence | None:
+
+def gather_project(plan: Plan) -> ProjectResults | None:
     """What the project sessions wrote into the report folder; None without a project."""
     project = plan.settings.project
     if project is None:
         return None
     out = plan.settings.out_dir
-    stacks = {spec.name: _stack_tests(out, spec.name) for spec in plan.stacks}
+    runs = {spec.name: _stack_tests(out, spec.name) for spec in plan.stacks}
     allow = dict(project.allow)
-    base = stacks[plan.baseline.name]
-    diffs = {spec.name: diff_outcomes(base.tests, stacks[spec.name].tests, allow) for spec in plan.candidates
-             if base.has_results and stacks[spec.name].has_results}
+    base_problem, base_tests = runs[plan.baseline.name]
+    diffs = {spec.name: diff_outcomes(base_tests, runs[spec.name][1], allow) for spec in plan.candidates
+             if base_problem is None and runs[spec.name][0] is None}
     scan_file = layout.scan_file(out)
     scan, scan_problem = None, None
     try:
         scan = read_scan(scan_file)
     except FileNotFoundError:
         scan_problem = "the API scan did not run for this report (nox -s scan)"
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecordError) as error:
         scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run nox -s scan again"
-    return ProjectEvidence(settings=project, stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem)
+    stacks = {name: ProjectStack(run=_read_run(out, name), problem=problem, counts=counts(tests),
+                                 junit=(layout.project_dir(out, name) / "junit.xml").relative_to(out).as_posix())
+              for name, (problem, tests) in runs.items()}
+    return ProjectResults(root=str(project.root), install=project.install, test=project.test, allow=allow,
+                          stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem)
 
 
-def _stack_tests(out: Path, stack: str) -> StackOutcomes:
+def _read_run(out: Path, stack: str) -> TestRun | None:
+    try:
+        data = json.loads((layout.project_dir(out, stack) / "run.json").read_text())
+        return TestRun.from_reader(Reader(data, f"project/{stack}/run.json"))
+    except (OSError, ValueError, RecordError):
+        return None
+
+
+def _stack_tests(out: Path, stack: str) -> tuple[str | None, dict[str, CaseOutcome]]:
+    """Why a stack has no test outcomes (None when it has them), and its outcomes."""
     folder = layout.project_dir(out, stack)
     try:
-        run = json.loads((folder / "run.json").read_text())
+        run = TestRun.from_reader(Reader(json.loads((folder / "run.json").read_text()), f"project/{stack}/run.json"))
     except FileNotFoundError:
-        return StackOutcomes(stack=stack, run=None,
-                          problem=f'the project\'s tests did not run in {stack} for this report (nox -s "project({stack})")')
-    except (OSError, ValueError) as error:
-        return StackOutcomes(stack=stack, run=None, problem=f"project/{stack}/run.json is unreadable ({error})")
-    if run.get("status") == "install-failed":
-        return StackOutcomes(stack=stack, run=run, problem=f"the project does not install into {stack}: "
-                                                        f"{run.get('install_error')}")
-    if run.get("status") != "ran":
-        return StackOutcomes(stack=stack, run=run, problem=f"the tests did not finish in {stack}: {run.get('problem')}")
+        return f'the project\'s tests did not run in {stack} for this report (nox -s "project({stack})")', {}
+    except (OSError, ValueError, RecordError) as error:
+        return f"project/{stack}/run.json is unreadable ({error})", {}
+    if run.status == "install-failed":
+        return f"the project does not install into {stack}: {run.install_error}", {}
+    if run.status != "ran":
+        return f"the tests did not finish in {stack}: {run.problem}", {}
     try:
-        tests = read_junit(folder / "junit.xml")
+        return None, read_junit(folder / "junit.xml")
     except (OSError, ValueError) as error:
-        return StackOutcomes(stack=stack, run=run, problem=f"no test outcomes from {stack}: {error}")
-    return StackOutcomes(stack=stack, run=run, tests=tests)
+        return f"no test outcomes from {stack}: {error}", {}

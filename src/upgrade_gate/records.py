@@ -26,7 +26,11 @@ STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "o
 
 
 class Reader:
-    """Typed access to one JSON object, remembering where it came from."""
+    """Typed access to one JSON object, remembering where it came from.
+
+    The one way records are read, the workers' and the report's alike: every
+    wrong type or missing key names its path.
+    """
 
     def __init__(self, data: Any, where: str) -> None:
         self.data = data
@@ -55,7 +59,50 @@ class Reader:
         return self._get(key, str, required=False)
 
     def number(self, key: str) -> float:
-        return float(self._get(key, (int, float), required=True))
+        value = self._number(key, required=True)
+        assert value is not None
+        return value
+
+    def opt_number(self, key: str) -> float | None:
+        return self._number(key, required=False)
+
+    def _number(self, key: str, *, required: bool) -> float | None:
+        # JSON has no infinity: non-finite floats are written "inf", "-inf", "nan" (atomic.to_json).
+        if isinstance(self.data, dict) and self.data.get(key) in NON_FINITE:
+            return float(self.data[key])
+        value = self._get(key, (int, float), required=required)
+        return None if value is None else float(value)
+
+    def integer(self, key: str) -> int:
+        return int(self._get(key, int, required=True))
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self._get(key, int, required=False)
+        return None if value is None else int(value)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self._get(key, bool, required=False)
+        return default if value is None else value
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        values = self._get(key, list, required=False) or []
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise RecordError(f"Unexpected type {type(value).__name__} (expected str) in "
+                                  f"'{self.where}.{key}[{index}]'")
+        return tuple(values)
+
+    def integers(self, key: str) -> tuple[int, ...]:
+        values = self._get(key, list, required=True)
+        for index, value in enumerate(values):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RecordError(f"Unexpected type {type(value).__name__} (expected int) in "
+                                  f"'{self.where}.{key}[{index}]'")
+        return tuple(values)
+
+    def numbers(self, key: str) -> tuple[float, ...]:
+        return tuple(Reader({"value": v}, f"{self.where}.{key}[{i}]").number("value")
+                     for i, v in enumerate(self._get(key, list, required=True)))
 
     def opt_dict(self, key: str) -> dict[str, Any]:
         return self._get(key, dict, required=False) or {}
@@ -64,8 +111,34 @@ class Reader:
         value = self._get(key, dict, required=False)
         return None if value is None else Reader(value, f"{self.where}.{key}")
 
+    def required_child(self, key: str) -> Reader:
+        return Reader(self._get(key, dict, required=True), f"{self.where}.{key}")
+
     def children(self, key: str) -> list[Reader]:
         return [Reader(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(self._get(key, list, required=True))]
+
+    def opt_children(self, key: str) -> list[Reader] | None:
+        """The list's items, or None when the key is absent or null."""
+        if self._get(key, list, required=False) is None:
+            return None
+        return self.children(key)
+
+    def entries(self, key: str) -> dict[str, Reader]:
+        """An object of objects, each by its key."""
+        table = self.child(key)
+        if table is None:
+            return {}
+        return {name: table.required_child(name) for name in table.data}
+
+    def opt_entries(self, key: str) -> dict[str, Reader | None]:
+        """An object whose values are objects or null."""
+        table = self.child(key)
+        if table is None:
+            return {}
+        return {name: table.child(name) for name in table.data}
+
+
+NON_FINITE = ("inf", "-inf", "nan")
 
 
 def check_schema(reader: Reader) -> None:
@@ -124,6 +197,18 @@ class Stage:
             ),
             details=r.opt_dict("details"),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "status": self.status,
+            "duration_s": self.duration_s,
+            "reason": self.reason,
+            "error": None if self.error is None else {
+                "type": self.error.type, "message": self.error.message,
+                "traceback_tail": list(self.error.traceback_tail)},
+            "details": self.details,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

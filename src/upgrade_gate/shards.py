@@ -18,15 +18,47 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from upgrade_gate import __version__, cache, layout
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.config import Plan
-from upgrade_gate.errors import ConfigError
+from upgrade_gate.config import Plan, Shard, parse_shard
+from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.records import Reader
 
 MANIFEST = "shard.json"
+WHOLE = Shard(1, 1)  # an unsharded run is its own single shard
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardManifest:
+    """shard.json: what a report folder holds, so that shards of one run can be merged."""
+
+    tool_version: str
+    shard: Shard
+    selection: tuple[str, ...]  # every unit of the run, before --shard took its part
+    models: tuple[str, ...]  # this shard's
+    stacks: tuple[str, ...]  # the stacks that ran here
+    specs: dict[str, str]  # every stack spec's digest
+    host: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool_version": self.tool_version, "shard": str(self.shard), "selection": list(self.selection),
+                "models": list(self.models), "stacks": list(self.stacks), "specs": dict(self.specs),
+                "host": self.host}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> ShardManifest:
+        specs = r.child("specs") or Reader({}, r.where)
+        try:
+            shard = parse_shard(r.text("shard"))
+        except ConfigError as error:
+            raise RecordError(f"{error} in '{r.where}.shard'") from None
+        return cls(tool_version=r.text("tool_version"), shard=shard, selection=r.texts("selection"),
+                   models=r.texts("models"), stacks=r.texts("stacks"),
+                   specs={name: specs.text(name) for name in specs.data}, host=r.opt_text("host") or "")
 
 
 def spec_digests(plan: Plan) -> dict[str, str]:
@@ -37,86 +69,80 @@ def describe(plan: Plan, stack: str) -> Path:
     """Add ``stack`` to the report folder's shard.json (written for every run, sharded or not)."""
     path = plan.settings.out_dir / MANIFEST
     try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    stacks = set(known.get("stacks") or []) if known.get("models") == [m.name for m in plan.models] else set()
-    write_json_atomic(path, {
-        "tool_version": __version__,
-        "shard": str(plan.shard) if plan.shard else "1/1",
-        "selection": list(plan.selection),
-        "models": [m.name for m in plan.models],
-        "stacks": sorted(stacks | {stack}),
-        "specs": spec_digests(plan),
-        "host": socket.gethostname(),
-    })
+        known = read_manifest(path)
+    except (OSError, ValueError, RecordError):
+        known = None
+    models = tuple(m.name for m in plan.models)
+    stacks = set(known.stacks) if known is not None and known.models == models else set()
+    write_json_atomic(path, ShardManifest(
+        tool_version=__version__, shard=plan.shard or WHOLE, selection=plan.selection, models=models,
+        stacks=tuple(sorted(stacks | {stack})), specs=spec_digests(plan), host=socket.gethostname()).to_dict())
     return path
+
+
+def read_manifest(path: Path) -> ShardManifest:
+    return ShardManifest.from_reader(Reader(json.loads(path.read_text()), str(path)))
 
 
 def merge(plan: Plan, log: Callable[[str], Any] = print) -> None:
     """Check the shard folders of ``plan.merge`` and link their results into the report folder."""
-    manifests = [_manifest(folder) for folder in plan.merge]
+    manifests = [(folder, _manifest(folder)) for folder in plan.merge]
     _check_same_run(plan, manifests)
     out = plan.settings.out_dir
-    for folder, manifest in zip(plan.merge, manifests):
-        for stack in manifest["stacks"]:
+    for folder, manifest in manifests:
+        for stack in manifest.stacks:
             source = layout.stack_dir(folder, stack)
             target = layout.stack_dir(out, stack)
             target.mkdir(parents=True, exist_ok=True)
             if (source / "stack.json").is_file() and not (target / "stack.json").exists():
                 cache.link_or_copy(source / "stack.json", target / "stack.json")
-            for model in manifest["models"]:
+            for model in manifest.models:
                 _link_tree(source / "models" / model, target / "models" / model)
-        log(f"merged {folder}: shard {manifest['shard']}, {', '.join(manifest['stacks'])}, "
-            f"{len(manifest['models'])} model(s)")
+        log(f"merged {folder}: shard {manifest.shard}, {', '.join(manifest.stacks)}, "
+            f"{len(manifest.models)} model(s)")
     _merge_measurements(plan, manifests)
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
+def _manifest(folder: Path) -> ShardManifest:
     path = folder / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
+        return read_manifest(path)
     except FileNotFoundError:
         raise ConfigError(f"{folder}: not a shard folder (no {MANIFEST}); make one with "
                           "`nox -s \"run(<stack>)\" measure -- --shard K/N --out DIR`") from None
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: unreadable ({error}); run that shard again") from None
-    for key in ("tool_version", "shard", "selection", "models", "stacks", "specs"):
-        if key not in manifest:
-            raise ConfigError(f"{path}: no {key!r}; it was written by another tool or damaged; run that shard again")
-    manifest["folder"] = folder
-    return manifest
+    except RecordError as error:
+        raise ConfigError(f"{path}: {error}; it was written by another tool or damaged; run that shard again") from None
 
 
-def _check_same_run(plan: Plan, manifests: list[dict[str, Any]]) -> None:
+def _check_same_run(plan: Plan, manifests: list[tuple[Path, ShardManifest]]) -> None:
     """One tool version, one set of stack specs, one model selection; every shard of every stack once."""
-    here: dict[str, Any] = {"tool_version": __version__, "specs": spec_digests(plan), "selection": list(plan.selection)}
-    what = {"tool_version": "upgrade-gate version", "specs": "stack specs (envs/)",
-            "selection": "model selection (suite, --models, variants)"}
-    for manifest in manifests:
-        for key, expected in here.items():
-            found = manifest[key]
-            if key == "specs":
-                found = {s: d for s, d in found.items() if s in manifest["stacks"]}
-                expected = {s: d for s, d in expected.items() if s in manifest["stacks"]}
+    digests = spec_digests(plan)
+    for folder, manifest in manifests:
+        checks = (
+            ("upgrade-gate version", manifest.tool_version, __version__),
+            ("stack specs (envs/)", {s: d for s, d in manifest.specs.items() if s in manifest.stacks},
+             {s: d for s, d in digests.items() if s in manifest.stacks}),
+            ("model selection (suite, --models, variants)", list(manifest.selection), list(plan.selection)),
+        )
+        for what, found, expected in checks:
             if found != expected:
                 raise ConfigError(
-                    f"{manifest['folder']}: made with another {what[key]} than this report "
-                    f"({_show(found)} here {_show(expected)}); merge only shards of one run, made with this "
-                    "checkout, or re-run that shard")
-    counts = {int(m["shard"].split("/")[1]) for m in manifests}
+                    f"{folder}: made with another {what} than this report ({_show(found)} here {_show(expected)}); "
+                    "merge only shards of one run, made with this checkout, or re-run that shard")
+    counts = {m.shard.count for _, m in manifests}
     if len(counts) > 1:
-        raise ConfigError(f"shards of different splits ({', '.join(sorted({m['shard'] for m in manifests}))}); "
+        raise ConfigError(f"shards of different splits ({', '.join(sorted({str(m.shard) for _, m in manifests}))}); "
                           "merge the shards of one `--shard K/N` matrix")
     count = counts.pop()
     seen: dict[tuple[str, int], Path] = {}
-    for manifest in manifests:
-        index = int(manifest["shard"].split("/")[0])
-        for stack in manifest["stacks"]:
-            if (stack, index) in seen:
-                raise ConfigError(f"{manifest['folder']} and {seen[stack, index]} both hold shard {index}/{count} "
-                                  f"of stack {stack!r}; pass one of them")
-            seen[stack, index] = manifest["folder"]
+    for folder, manifest in manifests:
+        for stack in manifest.stacks:
+            if (stack, manifest.shard.index) in seen:
+                raise ConfigError(f"{folder} and {seen[stack, manifest.shard.index]} both hold shard "
+                                  f"{manifest.shard.index}/{count} of stack {stack!r}; pass one of them")
+            seen[stack, manifest.shard.index] = folder
     for spec in plan.stacks:
         missing = [f"{k}/{count}" for k in range(1, count + 1) if (spec.name, k) not in seen]
         if missing:
@@ -140,23 +166,23 @@ def _link_tree(source: Path, target: Path) -> None:
             cache.link_or_copy(file, destination)
 
 
-def _merge_measurements(plan: Plan, manifests: list[dict[str, Any]]) -> None:
+def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]]) -> None:
     """One measurement file per model and thread count, each stack's record from the shard that timed it."""
     out = plan.settings.out_dir
     for model in plan.models:
         for threads in plan.settings.threads:
-            found = [(m, data) for m in manifests
-                     if model.name in m["models"]
-                     and (data := _read(layout.measurement_file(m["folder"], model.name, threads))) is not None]
+            found = [(folder, manifest, data) for folder, manifest in manifests
+                     if model.name in manifest.models
+                     and (data := _read(layout.measurement_file(folder, model.name, threads))) is not None]
             if not found:
                 continue
-            merged: dict[str, Any] = {**found[0][1], "stacks": {}, "merged_from": {}}
-            for manifest, data in found:
-                for stack in manifest["stacks"]:
+            merged: dict[str, Any] = {**found[0][2], "stacks": {}, "merged_from": {}}
+            for folder, manifest, data in found:
+                for stack in manifest.stacks:
                     record = (data.get("stacks") or {}).get(stack)
                     if record is not None:
                         merged["stacks"][stack] = record
-                        merged["merged_from"][stack] = str(manifest["folder"])
+                        merged["merged_from"][stack] = str(folder)
             merged["order"] = [spec.name for spec in plan.stacks if spec.name in merged["stacks"]]
             write_json_atomic(layout.measurement_file(out, model.name, threads), merged)
 

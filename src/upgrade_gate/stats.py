@@ -9,9 +9,11 @@ the spread of the per-round ratios is the noise the verdict must see through.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+
+from upgrade_gate.records import Reader
 
 TRIM_FRACTION = 0.1  # drop the fastest and slowest 10% for the trimmed mean
 CONFIDENCE = 0.95
@@ -38,6 +40,10 @@ class LatencySummary:
 
     def to_dict(self) -> dict[str, float | int]:
         return {**asdict(self), "per_second": self.per_second}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> LatencySummary:
+        return cls(runs=r.integer("runs"), **{f.name: r.number(f.name) for f in fields(cls) if f.name != "runs"})
 
 
 def summarize(samples_ms: list[float]) -> LatencySummary | None:
@@ -83,6 +89,11 @@ class RatioEstimate:
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "per_round": list(self.per_round)}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> RatioEstimate:
+        return cls(median=r.number("median"), low=r.number("low"), high=r.number("high"),
+                   per_round=r.numbers("per_round"), confidence=r.number("confidence"))
 
     def __str__(self) -> str:
         return f"{self.median:.3f} [{self.low:.3f}, {self.high:.3f}]"

@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from upgrade_gate.errors import RecordError
+from upgrade_gate.records import NON_FINITE, Reader
+
 # The value each task's gate checks, and the config key of its threshold.
 HEADLINE = {
     "classification": ("top1_agreement", "min-top1-agreement"),
@@ -39,6 +42,15 @@ class TaskAgreement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.values}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> TaskAgreement:
+        kind = r.text("kind")
+        if kind not in HEADLINE:
+            raise RecordError(f"Unknown task {kind!r} in '{r.where}.kind'")
+        # The values are the task's own: numbers, flags, a list of divergence steps.
+        values = {key: float(value) if value in NON_FINITE else value for key, value in r.data.items() if key != "kind"}
+        return cls(kind=kind, values=values)
 
 
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:

@@ -1,0 +1,198 @@
+"""A report as blocks — headings, paragraphs, tables, lists, code, figures — and
+its two renderings: Markdown (report.md, compat.md) and one self-contained HTML
+page (report.html). Both are drawn from the same blocks, so the page shows
+everything the Markdown shows; figures (PNG data URIs) appear on the page only.
+
+Text inside blocks may use three inline marks, rendered by each writer:
+``**bold**``, ```code``` and ``[text](#anchor)`` (a link within the page;
+Markdown keeps the text).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+    anchor: str | None = None  # the page's id for it, for links
+    style: str = ""  # a class the page styles it by
+    page_only: bool = False  # a heading of figures: Markdown has none to show
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+    style: str = ""  # "verdict", "warning", "meta": how the page shows it
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    # The page folds it away under this summary (Markdown shows it whole).
+    folded: str | None = None
+    # Cells whose text the page colours by status (passed, FAILED, inconclusive): their column.
+    status_column: int | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    text: str
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: list[Item]
+
+
+@dataclass(frozen=True)
+class Code:
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A plot: ``draw`` makes it (a PNG data URI), or None when there is nothing to plot."""
+
+    figure_id: str
+    title: str
+    draw: Callable[[], str | None]
+
+
+Block = Union[Heading, Paragraph, Table, Bullets, Code, Figure]
+
+
+def bullets(*texts: str) -> Bullets:
+    return Bullets([Item(t) for t in texts])
+
+
+# -- Markdown ------------------------------------------------------------------------
+
+_LINK = re.compile(r"\[([^\]]+)\]\(#[^)]*\)")
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    lines: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading) and not block.page_only:
+            lines += ["#" * block.level + " " + _md(block.text), ""]
+        elif isinstance(block, Paragraph):
+            lines += [_md(block.text), ""]
+        elif isinstance(block, Table):
+            lines += markdown_table(block.header, block.rows) + [""]
+        elif isinstance(block, Bullets):
+            for item in block.items:
+                lines.append(f"- {_md(item.text)}")
+                lines += [f"  - {_md(child)}" for child in item.children]
+            lines.append("")
+        elif isinstance(block, Code):
+            lines += ["```", *block.lines, "```", ""]
+    return "\n".join(lines)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def cell(value: str) -> str:
+        return _md(str(value)).replace("|", "\\|").replace("\n", " ")
+
+    return ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows)]
+
+
+def _md(text: str) -> str:
+    return _LINK.sub(r"\1", text)
+
+
+# -- HTML ----------------------------------------------------------------------------
+
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]+)`")
+_HTML_LINK = re.compile(r"\[([^\]]+)\]\((#[^)]*)\)")
+STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure"}
+
+
+def to_html(blocks: list[Block], title: str) -> str:
+    body: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            attributes = (f" id='{block.anchor}'" if block.anchor else "") + (
+                f" class='{block.style}'" if block.style else "")
+            body.append(f"<h{block.level}{attributes}>{inline(block.text)}</h{block.level}>")
+        elif isinstance(block, Paragraph):
+            attributes = f" class='{block.style}'" if block.style else ""
+            body.append(f"<p{attributes}>{inline(block.text)}</p>")
+        elif isinstance(block, Table):
+            table = _html_table(block)
+            body += [f"<details><summary>{inline(block.folded)}</summary>", *table, "</details>"] if block.folded \
+                else table
+        elif isinstance(block, Bullets):
+            body.append("<ul>")
+            for item in block.items:
+                children = "".join(f"<li>{inline(child)}</li>" for child in item.children)
+                body.append(f"<li>{inline(item.text)}" + (f"<ul>{children}</ul>" if children else "") + "</li>")
+            body.append("</ul>")
+        elif isinstance(block, Code):
+            body.append(f"<pre>{html.escape(chr(10).join(block.lines))}</pre>")
+        elif isinstance(block, Figure):
+            png = block.draw()
+            if png is not None:
+                body.append(f"<figure id='{block.figure_id}'><img alt='{html.escape(block.title, quote=True)}' "
+                            f"src='{png}'><figcaption>{inline(block.title)}</figcaption></figure>")
+    return PAGE.format(title=html.escape(title), body="\n".join(body))
+
+
+def _html_table(table: Table) -> list[str]:
+    lines = ["<table><thead><tr>" + "".join(f"<th>{inline(h)}</th>" for h in table.header) + "</tr></thead><tbody>"]
+    for row in table.rows:
+        cells = []
+        for index, value in enumerate(row):
+            shown = inline(str(value))
+            if index == table.status_column and str(value) in STATUS_CLASS:
+                shown = f"<span class='{STATUS_CLASS[str(value)]}'>{shown}</span>"
+            cells.append(f"<td>{shown}</td>")
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    lines.append("</tbody></table>")
+    return lines
+
+
+def inline(text: str) -> str:
+    """Escaped text with the three inline marks as HTML."""
+    shown = html.escape(text, quote=True)
+    shown = _CODE.sub(r"<code>\1</code>", shown)
+    shown = _BOLD.sub(r"<b>\1</b>", shown)
+    return _HTML_LINK.sub(r"<a href='\2'>\1</a>", shown)
+
+
+def anchor_id(text: str) -> str:
+    """A page id made of the name: letters, digits, '-' and '_'."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", text)
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1f2328; }}
+.verdict {{ color: #fff; font-size: 1.8em; font-weight: 700; padding: .4em .8em; border-radius: 6px;
+  display: inline-block; background: #57606a; }}
+.verdict.go {{ background: #1a7f37; }} .verdict.conditions {{ background: #9a6700; }} .verdict.nogo {{ background: #cf222e; }}
+table {{ border-collapse: collapse; margin: .6em 0; font-size: 12px; }}
+th, td {{ border: 1px solid #d0d7de; padding: 3px 6px; text-align: left; vertical-align: top; }}
+th {{ background: #f6f8fa; }}
+pre {{ background: #f6f8fa; padding: .6em; overflow-x: auto; font-size: 12px; }}
+.pass {{ color: #1a7f37; }} .fail {{ color: #cf222e; font-weight: 700; }} .unsure {{ color: #9a6700; }}
+.warning {{ color: #9a6700; }} .meta {{ color: #57606a; }}
+figure {{ margin: 1em 0; }} figure img {{ max-width: 100%; }} figcaption {{ color: #57606a; }}
+h3 {{ border-top: 1px solid #d0d7de; padding-top: 1em; margin-top: 1.5em; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""
