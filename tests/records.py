@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from upgrade_gate import layout
+from upgrade_gate.records import SCHEMA_VERSION
 
 HASHES = {"weights_sha256": "a" * 64, "inputs_sha256": "b" * 64}
 
@@ -31,6 +32,7 @@ def write_stack_model(
     export_details: dict | None = None,
     profile: dict | None = None,
     backends: dict | None = None,
+    localize: dict | None = None,
 ) -> Path:
     """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
 
@@ -60,8 +62,10 @@ def write_stack_model(
         failed = True
     elif quantize is not None:
         export.append(stage("quantize", {"recipe": quantize}))
+    export.append(stage("export", {"methods": {"forward": export_details}} if export_details else None))
+    if localize is not None:  # the search behind a failed export: it runs when the export failed
+        export.append({"stage": "localize", "status": "ok", "duration_s": 1.0, "details": localize})
     export += [
-        stage("export", {"methods": {"forward": export_details}} if export_details else None),
         stage("save", {"bytes": artifact_bytes,
                        "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes, "sha256": "c" * 64}}}),
     ]
@@ -76,7 +80,7 @@ def write_stack_model(
         runtime.append(stage("profile", {"runs": 5, "methods": {"forward": profile}}))
     for phase, stages, rss in (("export", export, 500 * 2**20), ("runtime", runtime, runtime_peak_rss)):
         (directory / f"{phase}.json").write_text(json.dumps({
-            "schema_version": "1.0", "phase": phase, "stack": stack, "model": model,
+            "schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": stack, "model": model,
             "stages": stages, "facts": {"peak_rss_bytes": rss}, "complete": True,
         }))
     for name, tensors in (("eager", eager), ("artifact", artifact)):
@@ -102,6 +106,6 @@ def add_measurement(out: Path, model: str, threads: int, stack: str, entry: dict
     path = layout.measurement_file(out, model, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.is_file() else {
-        "schema_version": "1.0", "model": model, "threads": threads, "stacks": {}}
+        "schema_version": str(SCHEMA_VERSION), "model": model, "threads": threads, "stacks": {}}
     data["stacks"][stack] = entry
     path.write_text(json.dumps(data))

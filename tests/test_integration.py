@@ -376,7 +376,12 @@ def test_an_export_failure_is_localized_to_its_submodule(tmp_path):
     # Tracing bakes in one branch: the legacy export succeeds and has nothing to localize.
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
     report = (out / "report.md").read_text()
-    assert "- `blocks.1.gate` (ValueGate) at smoke.py:50 in forward: if y.mean() > 0:" in report
+    assert re.search(r"^- `blocks\.1\.gate` \(ValueGate\): .* — at smoke\.py:50 in forward: if y\.mean\(\) > 0:$", report,
+                     re.MULTILINE), report
+    # The page the README sends people to shows it too.
+    page = (out / "report.html").read_text()
+    assert re.search(r"<li><code>blocks\.1\.gate</code> \(ValueGate\): .* — at smoke\.py:50 in forward: "
+                     r"if y\.mean\(\) &gt; 0:</li>", page)
 
 
 def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):

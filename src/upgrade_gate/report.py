@@ -618,11 +618,11 @@ def localization_blocks(model: ModelResults) -> list[Block]:
             tried += f", stopped at the {found.budget_s:g} s budget (localize-budget)"
         lines = []
         for culprit in found.culprits:
-            where = f" at {culprit.source}" if culprit.source else ""
             op = f", operator `{culprit.operator}`" if culprit.operator else ""
             also = f" (the same in {', '.join(culprit.same_failure_in)})" if culprit.same_failure_in else ""
-            lines.append(f"`{culprit.module}` ({culprit.class_name}){where}{op}: {culprit.error_type}: "
-                         f"{first_line(culprit.message)}{also}")
+            where = f" — at {culprit.source}" if culprit.source else ""
+            lines.append(f"`{culprit.module}` ({culprit.class_name}){op}: {culprit.error_type}: "
+                         f"{first_line(culprit.message)}{also}{where}")
         blocks += [Paragraph(f"**{n}: where the export of {found.method} breaks** ({tried}):"), bullets(*lines)]
     return blocks
 

@@ -25,12 +25,11 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from upgrade_gate import text
-from upgrade_gate.atomic import to_json
 from upgrade_gate.errors import EXIT_GO, EXIT_NO_GO, ConfigError, RecordError
 from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
@@ -737,10 +736,9 @@ class StackResults:
     @classmethod
     def from_reader(cls, r: Reader) -> StackResults:
         measured = r.entries("measured")
-        try:
-            by_threads = {int(threads): Measured.from_reader(m) for threads, m in measured.items()}
-        except ValueError:
-            raise RecordError(f"a thread count that is not a number in '{r.where}.measured'") from None
+        if not all(threads.isdigit() for threads in measured):
+            raise RecordError(f"a thread count that is not a number in '{r.where}.measured'")
+        by_threads = {int(threads): Measured.from_reader(m) for threads, m in measured.items()}
         return cls(record_dir=r.text("record_dir"), stages=tuple(Stage.from_reader(s) for s in r.children("stages")),
                    measured=by_threads, export_peak_rss_bytes=r.opt_integer("export_peak_rss_bytes"),
                    runtime_phase_peak_rss_bytes=r.opt_integer("runtime_phase_peak_rss_bytes"),
@@ -949,12 +947,3 @@ class Results:
             return cls.from_reader(reader)
         except (RecordError, ConfigError) as error:
             raise ConfigError(f"{file}: not an upgrade-gate results.json of this version: {error}") from None
-
-
-def to_jsonable(record: Any) -> Any:
-    """A record's ``to_dict`` as plain JSON values (non-finite floats spelled out)."""
-    return to_json(record.to_dict())
-
-
-def iter_gates(results: Results, stack: str | None = None) -> Iterator[GateResult]:
-    return (g for g in results.verdict.gates if stack is None or g.stack == stack)
