@@ -31,11 +31,12 @@ import nox.virtualenv
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from upgrade_gate import assets as asset_build
-from upgrade_gate import cli, layout, runner
+from upgrade_gate import layout, pipeline, runner
 from upgrade_gate import measure as measurement
 from upgrade_gate import project as team_project
-from upgrade_gate.config import Plan, default_config_path, load_settings, stacks_of
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import Plan, stacks_of
+from upgrade_gate.settings import default_config_path, load_settings
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]
@@ -57,8 +58,8 @@ except ConfigError:
 @nox.session(python=False)
 def compare(session: nox.Session) -> None:
     """Build every stack, run the models through each, and write the verdict."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
-    if plan.settings.fresh:
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
+    if plan.fresh:
         runner.forget_fixtures(plan)
     session.notify("assets")
     for spec in plan.stacks:
@@ -72,8 +73,8 @@ def compare(session: nox.Session) -> None:
 @nox.session(python=False)
 def compat(session: nox.Session) -> None:
     """Run the team's own tests in every stack, diff them per test, and scan its source for calls to migrate."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
-    cli.project_or_exit(plan)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    pipeline.project_or_exit(plan)
     _notify_project_sessions(session, plan)
     session.notify("compat-report", session.posargs)
 
@@ -100,18 +101,18 @@ def assets(session: nox.Session) -> None:
 @nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
 def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
     # uv checks an already satisfied venv in well under a second.
-    cli.install_stack_or_exit(UV, spec, bin_dir)
+    pipeline.install_stack_or_exit(UV, spec, bin_dir)
     extra = plan.extra_requirements(stack)
     # Relative paths (`-e .`) mean the user's project.
-    error = cli.install(UV, bin_dir, extra, cwd=plan.settings.config_path.parent) if extra else None
+    error = pipeline.install(UV, bin_dir, extra, cwd=plan.settings.config_path.parent) if extra else None
     if error:
-        cli.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
+        pipeline.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
                        f"{' '.join(extra)} into stack {stack!r}: {error}")
-    cli.check_project_models_or_exit(plan, spec, bin_dir)
+    pipeline.check_project_models_or_exit(plan, spec, bin_dir)
     runner.run_stack(plan, spec, bin_dir, log=session.log)
 
 
@@ -119,16 +120,16 @@ def run(session: nox.Session, stack: str) -> None:
 @nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
     settings = plan.settings.project
     if settings is None:  # a CI job that runs for every configuration
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
-    error = cli.install_project(UV, settings, spec, bin_dir)
+    error = pipeline.install_project(UV, settings, spec, bin_dir)
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
-        cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
+        pipeline.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
                        f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
@@ -143,7 +144,7 @@ def project(session: nox.Session, stack: str) -> None:
 @nox.session(python=team_project.SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
     settings = plan.settings.project
     if settings is None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
@@ -151,7 +152,7 @@ def scan(session: nox.Session) -> None:
     target = layout.scan_file(plan.settings.out_dir)
     error = team_project.run_scan(settings, Path(session.bin), target)
     if error:
-        cli.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
+        pipeline.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
     found = team_project.read_scan(target)
     session.log(f"scan: {len(found.findings)} findings in {found.files_scanned} files → "
                 f"{target.relative_to(plan.settings.out_dir)}")
@@ -160,24 +161,24 @@ def scan(session: nox.Session) -> None:
 @nox.session(python=False, name="compat-report", default=False)
 def compat_report(session: nox.Session) -> None:
     """The project's test diff and scan findings, judged: compat.md and compat.json."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
-    cli.project_or_exit(plan)
-    if cli.compat_report(plan):
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
+    pipeline.project_or_exit(plan)
+    if pipeline.compat_report(plan):
         session.error("project compatibility: NO-GO")
 
 
 @nox.session(python=False)
 def measure(session: nox.Session) -> None:
     """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     measurement.measure_all(plan, log=session.log)
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
-    plan = cli.plan_or_exit(session.posargs, session.invoked_from, merging=True)
-    status = cli.report(plan)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, merging=True)
+    status = pipeline.report(plan)
     if status:
         session.error("verdict NO-GO")
 
@@ -190,7 +191,7 @@ def diff(session: nox.Session) -> None:
     try:
         print(report_diff.main(list(session.posargs)))
     except ConfigError as error:
-        cli.fail_usage(error)
+        pipeline.fail_usage(error)
 
 
 @nox.session(python=False, default=False)

@@ -6,7 +6,8 @@ import textwrap
 from pathlib import Path
 
 from upgrade_gate import cache
-from upgrade_gate.config import REPO_ROOT, ModelEntry
+from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.layout import REPO_ROOT
 
 
 def built_in(factory: str) -> ModelEntry:

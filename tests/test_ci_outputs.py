@@ -11,8 +11,8 @@ import pytest
 
 from readers import colours, render, validate_junit
 from records import write_stack_model
-from upgrade_gate import cli
-from upgrade_gate.config import load_plan
+from upgrade_gate import pipeline
+from upgrade_gate.plan import load_plan
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
@@ -28,7 +28,7 @@ def failed_run(project: Path, monkeypatch):
     out = plan.settings.out_dir
     write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01], latency_ms=1.0)
-    assert cli.report(plan) == 1
+    assert pipeline.report(plan) == 1
     return out, summary
 
 

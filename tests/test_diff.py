@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from records import write_stack_model
-from upgrade_gate import cli, diff
-from upgrade_gate.config import load_plan
+from upgrade_gate import pipeline, diff
+from upgrade_gate.plan import load_plan
 from upgrade_gate.errors import ConfigError
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
@@ -22,7 +22,7 @@ def run(project: Path, out: str, *, error: float, candidate_ms: float, size: int
     write_stack_model(folder, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
     write_stack_model(folder, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * (1 + error)],
                       latency_ms=candidate_ms, artifact_bytes=size, runtime_memory=memory)
-    cli.report(plan)
+    pipeline.report(plan)
     return folder
 
 

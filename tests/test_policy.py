@@ -7,7 +7,7 @@ import pytest
 
 from records import write_stack_model
 from upgrade_gate.compare import gather
-from upgrade_gate.config import load_plan
+from upgrade_gate.plan import load_plan
 from upgrade_gate.policy import decide, evaluate
 from upgrade_gate.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from upgrade_gate import layout
-from upgrade_gate.config import load_plan, runs_pytest
+from upgrade_gate.plan import load_plan
+from upgrade_gate.settings import runs_pytest
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.policy import project_gates
 from upgrade_gate.project import CaseOutcome, case_id, diff_outcomes, gather_project, read_junit
@@ -266,7 +267,7 @@ def test_nothing_passes_unmeasured(tmp_path):
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():
     import tomllib
 
-    from upgrade_gate.config import REPO_ROOT
+    from upgrade_gate.layout import REPO_ROOT
     from upgrade_gate.project import SCAN_REQUIREMENTS
 
     extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
@@ -276,7 +277,7 @@ def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():
 def test_every_migration_rule_is_documented():
     import tomllib
 
-    from upgrade_gate.config import REPO_ROOT
+    from upgrade_gate.layout import REPO_ROOT
 
     rules = tomllib.loads((REPO_ROOT / "compat" / "migration_rules.toml").read_text())
     codes = [code for code in rules if code != "torchfix"] + list(rules.get("torchfix", {}))

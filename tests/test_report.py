@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from records import write_stack_model
-from upgrade_gate import cli
-from upgrade_gate.config import load_plan
+from upgrade_gate import pipeline
+from upgrade_gate.plan import load_plan
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
@@ -24,7 +24,7 @@ def test_report_files_verdict_first(plan, capsys):
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
                       latency_ms=1.0)
 
-    assert cli.report(plan) == 1  # NO-GO: numerics off by 1%
+    assert pipeline.report(plan) == 1  # NO-GO: numerics off by 1%
 
     report = (out / "report.md").read_text()
     lines = report.splitlines()
@@ -66,7 +66,7 @@ def test_report_files_verdict_first(plan, capsys):
 
 def test_report_without_any_results_is_a_usage_error(plan, capsys):
     with pytest.raises(SystemExit) as stopped:
-        cli.report(plan)
+        pipeline.report(plan)
     assert stopped.value.code == 2
     assert capsys.readouterr().err == (
         f"upgrade-gate: error: {plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first\n"
@@ -82,7 +82,7 @@ def test_damaged_record_is_named(plan, capsys):
     data["stages"][2]["duration_s"] = "slow"
     (directory / "runtime.json").write_text(json.dumps(data))
     with pytest.raises(SystemExit):
-        cli.report(plan)
+        pipeline.report(plan)
     assert capsys.readouterr().err == (
         f"upgrade-gate: error: {out}: Unexpected type str (expected int or float) in "
         "'stacks/legacy/models/vit-smoke/runtime.json.stages[2].duration_s'; re-run `nox -s compare` to rewrite the records\n"
@@ -97,7 +97,7 @@ def test_other_schema_major_is_rejected(plan, capsys):
     data["schema_version"] = "2.0"
     (directory / "export.json").write_text(json.dumps(data))
     with pytest.raises(SystemExit):
-        cli.report(plan)
+        pipeline.report(plan)
     assert "schema_version 2.0 in 'stacks/legacy/models/vit-smoke/export.json'; this tool reads 1.x" in capsys.readouterr().err
 
 
@@ -105,7 +105,7 @@ def test_unwritable_out_dir(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(SystemExit) as stopped:
-        cli.check_writable(blocker / "report")
+        pipeline.check_writable(blocker / "report")
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith(f"upgrade-gate: error: {blocker / 'report'}: report folder is not writable")
 
@@ -117,7 +117,7 @@ def test_a_baseline_artifact_off_from_its_own_eager_model_is_a_finding(plan):
     write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[-REFERENCE])
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
 
-    assert cli.report(plan) == 0
+    assert pipeline.report(plan) == 0
 
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "GO"
@@ -136,7 +136,7 @@ def test_damaged_measurement_is_named(plan, capsys):
     data["stacks"]["candidate"]["rounds"][4]["samples_ms"]["forward"] = "fast"
     path.write_text(json.dumps(data))
     with pytest.raises(SystemExit):
-        cli.report(plan)
+        pipeline.report(plan)
     assert capsys.readouterr().err == (
         f"upgrade-gate: error: {out}: Unexpected samples (expected a list of numbers) in "
         "'measurements/vit-smoke/threads-2.json.stacks.candidate.rounds[4].samples_ms.forward'; "
@@ -166,7 +166,7 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
                       latency_ms=0.5, quantize="PT2E", export_details=delegation)
 
     # The baseline's int8 failing is no gate of the candidate's: nothing to time it against.
-    assert cli.report(plan) == 0
+    assert pipeline.report(plan) == 0
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "GO"
     assert not [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8" and g["gate"] == "latency"]

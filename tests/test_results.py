@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from records import write_stack_model
-from upgrade_gate import cli
-from upgrade_gate.config import load_plan
+from upgrade_gate import pipeline
+from upgrade_gate.plan import load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.records import Reader
 from upgrade_gate.results import (
@@ -42,7 +42,7 @@ def report(project: Path) -> Path:
                           quantize="PT2E" if broken else "FX")
         write_stack_model(out, stack, "minilm-smoke", eager=[REFERENCE],
                           artifact=[REFERENCE * 1.01] if broken else [REFERENCE], task="embedding")
-    assert cli.report(plan) == 1
+    assert pipeline.report(plan) == 1
     return out
 
 

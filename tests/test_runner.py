@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from test_config import plan_for
+from test_settings import plan_for
 
 from upgrade_gate import runner
 

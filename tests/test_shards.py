@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from records import write_stack_model
-from upgrade_gate import cli, shards
-from upgrade_gate.config import load_plan
+from upgrade_gate import pipeline, shards
+from upgrade_gate.plan import load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.results import GateStatus, Results
 
@@ -64,7 +64,7 @@ def write_run(plan, stacks=("legacy", "candidate"), host=None) -> None:
 def test_merged_shards_give_the_single_run_report(project):
     single = plan_for(project, "--out", "single")
     write_run(single)
-    assert cli.report(single) == 1
+    assert pipeline.report(single) == 1
     folders = []
     for stack in ("legacy", "candidate"):
         for k in (1, 2):
@@ -72,7 +72,7 @@ def test_merged_shards_give_the_single_run_report(project):
             write_run(part, stacks=(stack,))
             folders.append(str(project / f"{stack}-{k}"))
     merged = plan_for(project, "--out", "merged", *folders)
-    assert cli.report(merged) == 1
+    assert pipeline.report(merged) == 1
 
     def verdict(folder: str) -> dict:
         data = json.loads((project / folder / "verdict.json").read_text())
@@ -94,7 +94,7 @@ def test_times_from_two_machines_are_not_compared(project):
         write_run(part, stacks=(stack,), host=host)
         folders.append(str(project / stack))
     merged = plan_for(project, "--out", "merged", *folders)
-    cli.report(merged)
+    pipeline.report(merged)
     latency = [g for g in Results.load(project / "merged").verdict.gates if g.gate == "latency"]
     assert latency and all(g.status is GateStatus.INCONCLUSIVE and g.measured is None for g in latency)
     assert latency[0].note.startswith("not comparable: candidate was timed on runner-b, legacy on runner-a")
@@ -109,7 +109,7 @@ def test_shards_of_another_run_are_refused(project, capsys):
 
     def merge(*args) -> str:
         with pytest.raises(SystemExit) as exit:
-            cli.report(plan_for(project, "--out", "merged", *map(str, args)))
+            pipeline.report(plan_for(project, "--out", "merged", *map(str, args)))
         assert exit.value.code == 2
         return capsys.readouterr().err
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from upgrade_gate.config import REPO_ROOT, cache_root
+from upgrade_gate.layout import REPO_ROOT, cache_root
 
 PYTHON = "3.11"
 REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13.0.0", "safetensors==0.8.0")

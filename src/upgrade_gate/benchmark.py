@@ -30,7 +30,8 @@ from typing import Any
 
 from upgrade_gate import layout, measure
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.config import REPO_ROOT, load_plan
+from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.plan import load_plan
 from upgrade_gate.stats import ratio_by_rounds
 
 BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__
-from upgrade_gate.config import REPO_ROOT, ModelEntry
+from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.layout import REPO_ROOT
 
 MANIFEST = "manifest.json"
 # Entries kept per stack, model and phase: the newest few, so that switching

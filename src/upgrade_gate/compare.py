@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from upgrade_gate import tasks
-from upgrade_gate.config import ModelEntry, Plan
+from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.plan import Plan
 from upgrade_gate.metrics import compare_outputs
 from upgrade_gate.records import Reader, StackModelRecord, load_measurement, load_stack_info, load_stack_model
 from upgrade_gate.results import (

@@ -1,4 +1,11 @@
-"""Where every file of a run lives in the output folder, in one place.
+"""Where every file lives, in one place: this tool's own folders, the cache shared by
+every run on a machine, and every file of a run in its report folder.
+
+    <REPO_ROOT>/compat, models, envs, noxfile.py     the worker side, the built-in suite, the default stacks
+    <cache>/ ($UPGRADE_GATE_CACHE, else ~/.cache/upgrade-gate)
+      results/<stack>/<model>/<phase>/<key>/         finished phases (upgrade_gate.cache)
+      assets/<digest>/                               converted weights, prompts and photos
+      results/fixtures/<model>-<code>/{weights,inputs}.npz   the same for every stack and run
 
     <out>/
       report.md  report.html  results.json  verdict.json  junit.xml
@@ -14,16 +21,26 @@
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/scan.json                                the API scan of the team's source
       compat.md  compat.json                           `nox -s compat`'s own report
-
-    <cache>/fixtures/<model>-<code>/{weights,inputs}.npz   same for every stack and run
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-
+# The repository holds the worker-side folders next to the parent package.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 PHASES = ("export", "runtime")
+
+
+def cache_root() -> Path:
+    """Converted assets and finished phases, shared by every run on this machine:
+    ``$UPGRADE_GATE_CACHE``, else ``$XDG_CACHE_HOME/upgrade-gate``, else ``~/.cache/upgrade-gate``."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR]).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "upgrade-gate"
 
 
 def stack_dir(out: Path, stack: str) -> Path:

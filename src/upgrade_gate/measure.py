@@ -30,7 +30,9 @@ from typing import Any, Callable
 
 from upgrade_gate import cache, layout, runner, supervisor
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION, load_stack_info, load_stack_model
 from upgrade_gate.specs import StackSpec
@@ -64,7 +66,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     store = cache.ResultCache(settings.cache_dir)
     names = "+".join(spec.name for spec, _ in runnable) or "none"
     phase = f"measure-t{threads}"
-    if key is not None and not (settings.fresh or settings.remeasure):
+    if key is not None and not (plan.fresh or plan.remeasure):
         hit, problem = store.lookup(names, model.name, phase, key)
         if problem:
             log(f"{label}: {problem}")

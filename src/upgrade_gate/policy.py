@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from upgrade_gate import __version__, layout
 from upgrade_gate.compare import reference_side
-from upgrade_gate.config import Gate, Plan
+from upgrade_gate.plan import Plan
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.results import (
     BaselineFinding, GateResult, GateStatus, ModelResults, Quantity, Severity, Side, Unit, Verdict, VerdictRecord,
@@ -114,10 +114,6 @@ class _Gates:
             note=note, evidence=rule.evidence))
 
 
-def _severity(gate: Gate | str) -> str:
-    return gate if isinstance(gate, str) else gate.severity
-
-
 def _gates_for(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateResult]:
     gates = plan.settings.gates
     out = plan.settings.out_dir
@@ -139,12 +135,12 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRes
         return found.results + _quantized_gates(plan, spec, model, record_path)
 
     problem = candidate.first_problem()
-    found.add("export", _severity(gates.export), problem is None, Rule(
+    found.add("export", gates["export"].severity, problem is None, Rule(
         metric="stages", condition="every stage ok (build → export → save → load → run)",
         evidence=f"{record_path}/{{export,runtime}}.json"),
         note="all stages ok" if problem is None else problem.explain())
-    _delegation_gate(found, plan, model, record_path, gates.delegation.severity)
-    _size_gate(found, plan, model, record_path, gates.artifact_size.severity)
+    _delegation_gate(found, plan, model, record_path, gates["delegation"].severity)
+    _size_gate(found, plan, model, record_path, gates["artifact-size"].severity)
 
     comparison = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
     worst = comparison.worst_output if comparison else None
@@ -152,18 +148,18 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRes
     measured = worst.rel_l2 if worst is not None else None
     # With several outputs, name the one that decides: "vision_encoder.output_0".
     where = worst.name if worst is not None and comparison and len(comparison.outputs or ()) > 1 else ""
-    found.add("numerics", _severity(gates.numerics), measured is not None and measured <= tolerance, Rule(
+    found.add("numerics", gates["numerics"].severity, measured is not None and measured <= tolerance, Rule(
         metric="rel_l2", op="≤", threshold=Quantity(value=tolerance, unit=Unit.REL_L2),
         evidence=comparison.label if comparison else "artifact vs reference"),
         measured=None if measured is None else Quantity(value=measured, unit=Unit.REL_L2),
         note=where if measured is not None else (comparison.why_incomparable() if comparison else "not compared"))
 
     if model.task_kind in HEADLINE:
-        _task_gate(found, plan, model, comparison, f"task-{model.task_kind}", gates.task.severity,
+        _task_gate(found, plan, model, comparison, f"task-{model.task_kind}", gates["task"].severity,
                    embedding_ranking=model.task_kind == "embedding")
 
-    _latency_gate(found, plan, model, gates.latency.severity)
-    _memory_gate(found, plan, model, gates.memory.severity)
+    _latency_gate(found, plan, model, gates["latency"].severity)
+    _memory_gate(found, plan, model, gates["memory"].severity)
 
     budget = dict(gates.budgets).get(name)
     if budget is not None:
@@ -190,10 +186,10 @@ def _gates_for(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRes
 
 def _quantized_gates(plan: Plan, spec: StackSpec, model: ModelResults, record_path: str) -> list[GateResult]:
     """A quantized variant against the fp32 reference: its own thresholds
-    (``gates.quantized``), one severity for all of them. Latency and memory
+    (``gates["quantized"]``), one severity for all of them. Latency and memory
     are judged against the baseline's same variant, where it has one."""
     gates, name, stack = plan.settings.gates, model.name, spec.name
-    variant, severity = model.variant, gates.quantized.severity
+    variant, severity = model.variant, gates["quantized"].severity
     candidate = model.stacks[stack]
     if severity == "off" or candidate.skipped_variant:
         return []  # off, or this stack has no recipe for the variant: nothing to judge
@@ -226,14 +222,14 @@ def _quantized_gates(plan: Plan, spec: StackSpec, model: ModelResults, record_pa
     if model.task_kind in ("classification", "generation"):
         _task_gate(found, plan, model, comparison, f"quantized-task-{model.task_kind}", severity)
     if candidate.artifact_bytes is not None:  # a variant without an artifact failed quantized-export already
-        _size_gate(found, plan, model, record_path, gates.artifact_size.severity)
-    _delegation_gate(found, plan, model, record_path, gates.delegation.severity)
+        _size_gate(found, plan, model, record_path, gates["artifact-size"].severity)
+    _delegation_gate(found, plan, model, record_path, gates["delegation"].severity)
     baseline_run = model.stacks[plan.baseline.name].stage("run")
     if baseline_run is not None and baseline_run.ok:
         # Against the baseline's own variant, where it made one that runs: what
         # the team could ship quantized today.
-        _latency_gate(found, plan, model, gates.latency.severity)
-        _memory_gate(found, plan, model, gates.memory.severity)
+        _latency_gate(found, plan, model, gates["latency"].severity)
+        _memory_gate(found, plan, model, gates["memory"].severity)
     return found.results
 
 
@@ -272,7 +268,7 @@ def _task_note(task: TaskAgreement) -> str:
 
 def _size_gate(found: _Gates, plan: Plan, model: ModelResults, record_path: str, severity: str) -> None:
     size = model.stacks[found.stack].artifact_bytes
-    limit = plan.settings.gates.artifact_size.threshold or 0
+    limit = plan.settings.gates["artifact-size"].threshold
     found.add("artifact-size", severity, size is not None and size <= limit, Rule(
         metric="size", op="≤", threshold=Quantity(value=limit, unit=Unit.BYTES),
         evidence=f"{record_path}/export.json (save)"),
@@ -282,7 +278,7 @@ def _size_gate(found: _Gates, plan: Plan, model: ModelResults, record_path: str,
 
 def _delegation_gate(found: _Gates, plan: Plan, model: ModelResults, record_path: str, severity: str) -> None:
     """The share of operator nodes inside delegate partitions, the least of any method."""
-    minimum = plan.settings.gates.delegation.threshold or 0
+    minimum = plan.settings.gates["delegation"].threshold
     rule = Rule(metric="delegated share", op="≥", threshold=Quantity(value=minimum, unit=Unit.SHARE),
                 condition="of operator nodes, every method", evidence=f"{record_path}/export.json (export)")
     coverage = model.stacks[found.stack].delegation
@@ -305,7 +301,7 @@ def _latency_gate(found: _Gates, plan: Plan, model: ModelResults, severity: str)
     is inconclusive if one straddles it, and passes when all are within.
     """
     gates, stack, base = plan.settings.gates, found.stack, plan.baseline.name
-    max_ratio, min_delta = gates.latency.threshold or 0, gates.latency_min_delta_ms
+    max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"the median's whole {CONFIDENCE:.0%} interval, per thread count and method; "
                           f"methods at most {min_delta:g} ms slower at its top pass",
@@ -356,7 +352,7 @@ def _latency_gate(found: _Gates, plan: Plan, model: ModelResults, severity: str)
 def _memory_gate(found: _Gates, plan: Plan, model: ModelResults, severity: str) -> None:
     """Runtime memory, candidate over baseline; passes when it needs at most ``min-delta-mb`` more."""
     gates, stack, base = plan.settings.gates, found.stack, plan.baseline.name
-    max_ratio, min_delta = gates.memory.threshold or 0, gates.memory_min_delta_mb
+    max_ratio, min_delta = gates["memory"].threshold, gates["memory"]["min-delta-mb"]
     rule = Rule(metric="memory ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"or at most {min_delta:g} MiB more",
                 evidence=f"measurements/{model.name}/threads-*.json (peak RSS of load → run minus the started runtime)")

@@ -25,7 +25,9 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
 from upgrade_gate.runner import venv_env
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.config import REPO_ROOT, Plan, ProjectSettings, runs_pytest
+from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.plan import Plan
+from upgrade_gate.settings import ProjectSettings, runs_pytest
 
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"

@@ -16,13 +16,10 @@ from packaging.version import Version
 
 from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
+from upgrade_gate.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES
 
+# The workers' records (compat/worker.py writes the same version: it cannot import this package).
 SCHEMA_VERSION = Version("1.0")
-# Stages that explain a result rather than produce one: a profiler that is not
-# there, the search behind a failed export, or another backend's export-only
-# try is no failure of the artifact.
-DIAGNOSTIC_STAGES = ("profile", "localize", "backends")
-STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")
 
 
 class Reader:

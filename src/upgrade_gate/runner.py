@@ -25,7 +25,9 @@ from upgrade_gate import cache, layout, shards, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.progress import Progress
-from upgrade_gate.config import REPO_ROOT, ModelEntry, Plan
+from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.plan import Plan
 from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
 
@@ -122,7 +124,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     code = cache.model_code_digest(model)
     fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.base, code)
     key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
-    if key is not None and not settings.fresh:
+    if key is not None and not stack.plan.fresh:
         hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
         if problem:
             stack.progress.log(f"{name}: {problem}")

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from upgrade_gate import __version__, cache, layout
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.config import Plan, Shard, parse_shard
+from upgrade_gate.plan import Plan, Shard, parse_shard
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.records import Reader
 

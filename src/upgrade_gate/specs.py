@@ -77,9 +77,17 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
     requirements = []
     for index, text in enumerate(table.get_str_list("requirements", [])):
         try:
-            requirements.append(Requirement(text))
+            requirement = Requirement(text)
         except InvalidRequirement as error:
             raise table.error(f"requirements[{index}]", f"not a valid requirement {text!r}: {error}") from None
+        for specifier in requirement.specifier:
+            # packaging reads `torch===>2.8` as arbitrary equality with the string ">2.8": a typo
+            # that only the installer would find, after the baseline stack was built and ran.
+            if specifier.operator == "===" and not _is_version(specifier.version):
+                raise table.error(f"requirements[{index}]", (
+                    f"not a valid requirement {text!r}: '===' (arbitrary equality) with {specifier.version!r}, "
+                    f"which is no version; write e.g. \"{requirement.name}==2.8.0\" or \"{requirement.name}>=2.8\""))
+        requirements.append(requirement)
     if not requirements:
         raise table.error("requirements", "empty; a stack needs at least torch")
 
@@ -105,6 +113,14 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
         runtime=table.get("runtime", str, adapter),
         is_baseline=is_baseline,
     )
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def load_stacks(envs_dir: Path, *, baseline: str, adapters_dir: Path, config_path: Path) -> list[StackSpec]:

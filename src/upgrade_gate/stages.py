@@ -1,4 +1,20 @@
-"""TEMPORARY until the settings split lands (helper branch `settings`)."""
+"""The worker's stages in pipeline order, and what a stage's status says.
 
-from upgrade_gate.config import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES  # noqa: F401
-from upgrade_gate.records import DIAGNOSTIC_STAGES, STAGE_STATUSES  # noqa: F401
+Each stage runs under its own deadline (``[tool.upgrade-gate.timeouts]``);
+"start" is the time before the first stage (interpreter start, imports) and
+"default" covers any stage without its own entry.
+"""
+
+from __future__ import annotations
+
+# compat/worker.py's phases: export, then runtime (docs/architecture.md).
+EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "program", "backends")
+RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "profile")
+# The measurement server's steps (upgrade_gate.measure): start → load and first
+# inference → warm-up, then one round at a time.
+MEASURE_STAGES = ("warm-up", "round")
+# Stages that explain a result rather than produce one: a profiler that is not
+# there, the search behind a failed export, or another backend's export-only
+# try is no failure of the artifact.
+DIAGNOSTIC_STAGES = ("profile", "localize", "backends")
+STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")

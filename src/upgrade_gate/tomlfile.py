@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("file not found", path=path) from None
+    except UnicodeDecodeError as error:
+        line = error.object[: error.start].count(b"\n") + 1
+        raise ConfigError(f"not UTF-8 text (byte {error.object[error.start]:#04x} at line {line}); TOML files are "
+                          "UTF-8: save it as UTF-8", path=path) from None
     except OSError as error:
         raise ConfigError(f"cannot read: {error.strerror}", path=path) from None
     try:
@@ -28,6 +33,15 @@ def read_toml(path: Path) -> dict[str, Any]:
         if "'\\x00'" in reason:  # tomlkit's way of saying the file ended early
             reason = "unexpected end of file"
         raise ConfigError(f"invalid TOML at line {error.line}, column {error.col}: {reason}", path=path) from None
+    except tomlkit.exceptions.KeyAlreadyPresent as error:
+        # tomlkit names the key but not the line; the standard library's parser has the line.
+        try:
+            tomllib.loads(text)
+            where = ""
+        except tomllib.TOMLDecodeError as located:
+            where = " " + str(located).rpartition("(")[2].rstrip(")")
+        key = str(error).split('"')[1] if '"' in str(error) else str(error)
+        raise ConfigError(f"invalid TOML{where}: key {key!r} is set twice; keep one", path=path) from None
 
 
 class Table:

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
-from upgrade_gate.config import GateSettings, load_plan
+from upgrade_gate.plan import load_plan
+
+from upgrade_gate.settings import GateSettings
 from upgrade_gate.errors import ConfigError
 
 
@@ -41,10 +45,10 @@ def test_defaults(project):
     assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == ((1, 2), 2, 10, 50)
     assert (settings.rounds, settings.time_budget_s) == (7, 2.0)
     assert settings.out_dir == project / "report"
-    assert settings.gates == GateSettings()
-    assert settings.gates.artifact_size.threshold == 1_500_000_000
-    assert (settings.gates.numerics.threshold, settings.gates.numerics.severity) == (1e-4, "hard")
-    assert (settings.gates.latency.threshold, settings.gates.latency.severity) == (1.05, "soft")
+    assert settings.gates == GateSettings.defaults()
+    assert settings.gates["artifact-size"].threshold == 1_500_000_000
+    assert (settings.gates["numerics"].threshold, settings.gates["numerics"].severity) == (1e-4, "hard")
+    assert (settings.gates["latency"].threshold, settings.gates["latency"].severity) == (1.05, "soft")
     legacy, candidate = plan.stacks
     assert [str(r) for r in legacy.requirements] == ["torch==2.2.2", "numpy<2", "torchvision==0.17.2"]
     assert "executorch==0.7.0" in [str(r) for r in candidate.requirements]
@@ -52,7 +56,7 @@ def test_defaults(project):
 
 
 def test_this_repositorys_own_configuration_loads():
-    from upgrade_gate.config import REPO_ROOT
+    from upgrade_gate.layout import REPO_ROOT
 
     plan = load_plan([], invoked_from=REPO_ROOT, config_path=REPO_ROOT / "pyproject.toml")
     assert [m.name for m in plan.models if not m.quantized] == [
@@ -62,7 +66,7 @@ def test_this_repositorys_own_configuration_loads():
         "vit-ti16@int8", "vit-s14@int8", "mobilenet-v3-small@int8", "smollm2-135m@int8", "smollm2-135m@8da4w",
         "minilm-l6@int8", "nanovlm@int8",
     ]
-    assert plan.settings.gates == GateSettings()
+    assert plan.settings.gates == GateSettings.defaults()
 
 
 def test_posargs_override_out_and_models(project):
@@ -83,7 +87,8 @@ def test_suite_option_picks_the_built_in_suite(project):
     # The 1B export needs most of the memory: it runs beside no other export.
     assert [m.name for m in plan_for(project, "--suite", "full").models if m.exclusive] == [
         "llama32-1b-dims", "llama32-1b-dims@int8", "llama32-1b-dims@8da4w"]
-    assert error_for(project, "--suite", "huge") == "--suite: unknown suite 'huge'; expected one of smoke, default, full, none"
+    # The option is read by the setting's own parser: one check, one message.
+    assert error_for(project, "--suite", "huge") == "--suite: expected one of smoke, default, full, none; got 'huge'"
 
 
 def test_project_models_join_the_suite(project):
@@ -139,9 +144,9 @@ latency-p50-ms = 5
 peak-rss-mb = 900
 """)
     gates = plan_for(project).settings.gates
-    assert gates.export.severity == "soft"
-    assert (gates.numerics.threshold, gates.numerics.severity) == (1e-3, "hard")
-    assert (gates.latency.threshold, gates.latency.severity) == (1.2, "off")
+    assert gates["export"].severity == "soft"
+    assert (gates["numerics"].threshold, gates["numerics"].severity) == (1e-3, "hard")
+    assert (gates["latency"].threshold, gates["latency"].severity) == (1.2, "off")
     (model, budget), = gates.budgets
     assert (model, budget.latency_p50_ms, budget.peak_rss_mb, budget.severity) == ("vit-smoke", 5.0, 900.0, "hard")
 
@@ -341,7 +346,7 @@ def test_memory_limit_forms(project, value, expected):
     set_config(project, f"[tool.upgrade-gate]\nmemory-limit = {value}\n")
     limit = plan_for(project).settings.memory_limit_bytes
     if expected is None:
-        from upgrade_gate.config import total_memory_bytes
+        from upgrade_gate.settings import total_memory_bytes
 
         assert abs(limit - total_memory_bytes() // 2) <= 1
     else:
@@ -355,15 +360,132 @@ def test_a_bad_memory_limit_names_the_key(project, value):
 
 
 def test_the_default_memory_limit_is_most_of_the_machine(project):
-    from upgrade_gate.config import total_memory_bytes
+    from upgrade_gate.settings import total_memory_bytes
 
     assert plan_for(project).settings.memory_limit_bytes == int(total_memory_bytes() * 0.85)
 
 
 def test_fresh_and_the_cache_folder(project, monkeypatch):
     monkeypatch.setenv("UPGRADE_GATE_CACHE", str(project / "shared"))
-    settings = plan_for(project).settings
-    assert settings.cache_dir == project / "shared" / "results" and not settings.fresh
+    plan = plan_for(project)
+    assert plan.settings.cache_dir == project / "shared" / "results" and not plan.fresh
     set_config(project, '[tool.upgrade-gate]\ncache = "my-cache"\n')
-    settings = plan_for(project, "--fresh").settings
-    assert settings.cache_dir == project / "my-cache" and settings.fresh
+    plan = plan_for(project, "--fresh")
+    assert plan.settings.cache_dir == project / "my-cache" and plan.fresh
+
+
+# -- one declaration per setting ------------------------------------------------------
+
+
+RICH = """
+[tool.upgrade-gate]
+suite = "smoke"
+threads = [2, 1]
+rounds = 9
+time-budget = 0.5
+memory-limit = "12 GiB"
+variants = ["int8"]
+localize-budget = 0
+cache = "my-cache"
+[tool.upgrade-gate.timeouts]
+eager = 20
+[tool.upgrade-gate.models]
+tiny = { factory = "mypkg.nets:tiny", description = "ours", exclusive = true, variants = [] }
+[tool.upgrade-gate.extra-requirements]
+"*" = ["-e ."]
+candidate = ["timm==1.0"]
+[tool.upgrade-gate.gates]
+export = "soft"
+latency = { max-ratio = 1.2, min-delta-ms = 0.5, severity = "hard" }
+[tool.upgrade-gate.gates.budgets.vit-smoke]
+peak-rss-mb = 400
+[tool.upgrade-gate.gates.models."vit-smoke@int8"]
+min-snr-db = 10
+[tool.upgrade-gate.project]
+root = "."
+test = "python -m pytest tests"
+[tool.upgrade-gate.project.allow]
+"tests/test_a.py::test_b" = "known"
+"""
+
+
+@pytest.mark.parametrize("text", ["", RICH])
+def test_the_effective_table_reads_back_as_it_was(project, text):
+    from upgrade_gate.settings import Settings, load_settings
+
+    settings = load_settings(set_config(project, text))
+    table = json.loads(json.dumps(settings.to_dict()))  # as results.json holds it
+    assert Settings.from_dict(table, path=settings.config_path) == settings
+    assert table["memory-limit"] == settings.memory_limit_bytes and table["out"] == str(project / "report")
+
+
+def test_pyprojects_commented_defaults_are_the_declarations():
+    from upgrade_gate.layout import REPO_ROOT
+    from upgrade_gate.settings import defaults_text
+
+    assert defaults_text() in (REPO_ROOT / "pyproject.toml").read_text()
+
+
+def test_the_defaults_shown_are_the_defaults_loaded(tmp_path):
+    """The commented table, loaded as a configuration, gives what no configuration gives."""
+    import tomllib
+
+    from upgrade_gate.settings import defaults_text, load_settings
+
+    (tmp_path / "envs").mkdir()
+    shown = tmp_path / "shown.toml"
+    shown.write_text(defaults_text())
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    assert tomllib.loads(defaults_text())  # valid TOML
+    assert load_settings(shown) == dataclasses.replace(load_settings(empty), config_path=shown)
+
+
+def test_every_command_line_option_has_help_and_overrides_by_the_settings_parser(project):
+    from upgrade_gate.plan import ARGUMENTS, parser
+
+    usage = parser().format_help()
+    assert all(argument.help_text() for argument in ARGUMENTS)
+    assert "--out DIR" in usage and "(default: [tool.upgrade-gate] out)" in usage
+    assert error_for(project, "--out", "") == "--out: empty; give a folder"
+    assert error_for(project, "--suite", "tiny") == "--suite: expected one of smoke, default, full, none; got 'tiny'"
+
+
+# -- bad input that used to be a traceback or a silent default ---------------------------
+
+
+def test_a_key_set_twice_names_file_line_and_key(project):
+    path = set_config(project, "[tool.upgrade-gate]\nrounds = 7\nrounds = 9\n")
+    assert error_for(project) == f"{path}: invalid TOML at line 3, column 11: key 'rounds' is set twice; keep one"
+    path = set_config(project, '[tool.upgrade-gate.gates]\nexport = "hard"\nexport = "soft"\n')
+    assert error_for(project) == f"{path}: invalid TOML at line 3, column 16: key 'export' is set twice; keep one"
+
+
+def test_a_file_that_is_not_utf8_is_named(project):
+    path = project / "pyproject.toml"
+    path.write_bytes("[tool.upgrade-gate]\n# café\n".encode("latin-1"))
+    assert error_for(project) == f"{path}: not UTF-8 text (byte 0xe9 at line 2); TOML files are UTF-8: save it as UTF-8"
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ("time-budget = nan", "time-budget"), ("time-budget = inf", "time-budget"), ("localize-budget = -inf", "localize-budget"),
+    ("[tool.upgrade-gate.gates]\nlatency = { max-ratio = nan }", "gates.latency.max-ratio"),
+    ("[tool.upgrade-gate.timeouts]\nexport = inf", "timeouts.export"),
+    ("[tool.upgrade-gate.gates.models.vit-smoke]\nmax-rel-l2 = nan", "gates.models.vit-smoke.max-rel-l2"),
+])
+def test_nan_and_inf_are_no_setting(project, line, key):
+    path = set_config(project, f"[tool.upgrade-gate]\n{line}\n")
+    assert error_for(project).startswith(f"{path}: tool.upgrade-gate.{key}: must be a finite number, got ")
+
+
+@pytest.mark.parametrize("text", ["[tool]\nupgrade-gate = 5\n", 'tool = "x"\n'])
+def test_a_settings_table_that_is_not_a_table_is_named(project, text):
+    path = set_config(project, text)
+    assert error_for(project).startswith(f"{path}: tool")
+    assert "expected a table" in error_for(project)
+
+
+def test_a_requirement_only_the_installer_would_refuse_is_refused_first(project):
+    path, message = spec_error(project, GOOD_SPEC.replace('"torch==2.8.0"', '"torch===>2.8"'))
+    assert message == (f"{path}: requirements[0]: not a valid requirement 'torch===>2.8': '===' (arbitrary equality) "
+                       "with '>2.8', which is no version; write e.g. \"torch==2.8.0\" or \"torch>=2.8\"")
