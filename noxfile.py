@@ -112,6 +112,7 @@ def run(session: nox.Session, stack: str) -> None:
     if error:
         pipeline.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
                        f"{' '.join(extra)} into stack {stack!r}: {error}")
+    pipeline.probe_stack_or_exit(plan, spec, bin_dir)
     pipeline.check_project_models_or_exit(plan, spec, bin_dir)
     runner.run_stack(plan, spec, bin_dir, log=session.log)
 

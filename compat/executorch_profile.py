@@ -244,7 +244,8 @@ def _perf_samples(module, inputs, runs: int, method: str, frequency: int,
         while not data.exists() or data.stat().st_size == 0:  # perf has attached once it wrote its header
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"perf record failed: {proc.stderr.read().decode(errors='replace')[-400:]}")
+                why = proc.stderr.read().decode(errors="replace")[-400:] if proc.stderr else ""
+                raise RuntimeError(f"perf record failed: {why}")
             time.sleep(0.05)
         time.sleep(0.2)
         sampled_runs, start = 0, time.perf_counter()
@@ -255,7 +256,8 @@ def _perf_samples(module, inputs, runs: int, method: str, frequency: int,
         proc.wait(timeout=60)
         script = subprocess.run([perf, "script", "--no-inline", "-i", str(data), "-F", "tid,ip,sym,dso"],
                                 capture_output=True, text=True, check=True).stdout
-    samples, stack = [], None
+    samples: list[list[tuple[int, str, str]]] = []
+    stack: list[tuple[int, str, str]] | None = None
     for line in script.splitlines():
         if not line.strip():
             if stack:

@@ -99,5 +99,9 @@ def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int) -> dict[str
     }
 
 
+def profiler_missing() -> str | None:
+    return None  # torch's own profiler comes with torch
+
+
 def set_threads(count: int) -> None:
     torch.set_num_threads(count)

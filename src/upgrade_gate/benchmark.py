@@ -120,12 +120,15 @@ def _compare_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Runs in a stack's interpreter: compat/worker.py's time_runs against a bare loop, on a call that does nothing.
+# Runs in a stack's interpreter: compat/measure_server.py's time_runs against a bare loop, on a call that does
+# nothing. compat/ is loaded as the worker loads it, as a package of its own.
 HARNESS_COST = """
-import importlib.util, json, statistics, sys, time
-spec = importlib.util.spec_from_file_location("worker", sys.argv[1])
-worker = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(worker)
+import importlib, importlib.util, json, statistics, sys, time
+spec = importlib.util.spec_from_file_location("upgrade_gate_compat", sys.argv[1] + "/__init__.py",
+                                              submodule_search_locations=[sys.argv[1]])
+sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sys.modules[spec.name])
+worker = importlib.import_module("upgrade_gate_compat.measure_server")
 
 def nothing(program, inputs):
     return None
@@ -145,7 +148,7 @@ print(json.dumps(statistics.median(extra)))
 
 def harness_cost_ns(bin_dir: Path) -> float:
     """What time_runs adds to each call, in nanoseconds, in this stack's interpreter."""
-    result = subprocess.run([str(bin_dir / "python"), "-P", "-c", HARNESS_COST, str(REPO_ROOT / "compat" / "worker.py")],
+    result = subprocess.run([str(bin_dir / "python"), "-P", "-c", HARNESS_COST, str(REPO_ROOT / "compat")],
                             capture_output=True, text=True, check=True)
     return max(0.0, float(json.loads(result.stdout)))
 

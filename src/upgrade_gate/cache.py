@@ -32,6 +32,7 @@ from typing import Any
 from upgrade_gate import __version__
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.specs import WORKER_MODULES
 
 MANIFEST = "manifest.json"
 # Entries kept per stack, model and phase: the newest few, so that switching
@@ -131,8 +132,6 @@ def model_code_digest(model: ModelEntry) -> str:
     return digest_of({"factory": model.factory, "sources": files_digest(source_files(model), root)})
 
 
-# What the worker runs for every stack, and what the adapters import beside it.
-WORKER_FILES = ("__init__.py", "worker.py", "localize.py", "executorch_profile.py", "executorch_backends.py")
 
 
 def worker_code_digest(adapter: str) -> str:
@@ -141,7 +140,7 @@ def worker_code_digest(adapter: str) -> str:
     adapter_path = Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"
     return digest_of({
         "tool": __version__,
-        "worker": files_digest([compat / name for name in WORKER_FILES], REPO_ROOT),
+        "worker": files_digest([compat / f"{name}.py" for name in WORKER_MODULES], REPO_ROOT),
         "adapter": sha256_file(adapter_path),
     })
 

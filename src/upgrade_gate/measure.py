@@ -37,7 +37,7 @@ from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION, load_stack_info, load_stack_model
 from upgrade_gate.specs import StackSpec
 
-CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/worker.py reads the same name
+CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
 MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / "measure.py", REPO_ROOT / "src" / "upgrade_gate" / "supervisor.py"]
 

@@ -59,6 +59,20 @@ def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, merging: bool 
     return plan
 
 
+def probe_stack_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
+    """What the stack has installed, recorded; an adapter that does not load or lacks
+    part of the contract (compat/contract.py) is the spec's error: exit 2 naming it."""
+    probe = runner.probe_stack(plan, spec, bin_dir)
+    adapter = (probe or {}).get("adapter") or {}
+    where = f"{spec.path}: adapter: {spec.adapter!r}"
+    if adapter.get("error"):
+        fail_usage(f"{where} does not load in stack {spec.name!r}: {adapter['error']}; the spec's requirements must "
+                   "install what it imports")
+    if adapter.get("missing"):
+        fail_usage(f"{where} lacks {', '.join(adapter['missing'])}; an adapter provides SUFFIX, set_threads, lower, "
+                   "save, load and run (compat/contract.py)")
+
+
 def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
     """A project model whose factory does not import, raises, or returns the
     wrong thing is a configuration error: exit 2 naming the entry, before any export."""

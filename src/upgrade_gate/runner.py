@@ -61,20 +61,24 @@ class StackRun:
                    store=cache.ResultCache(plan.settings.cache_dir))
 
 
-def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
-    """Probe the stack, then export and run every model of the plan in it."""
-    settings = plan.settings
-    stack_dir = layout.stack_dir(settings.out_dir, spec.name)
+def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | None:
+    """What is installed in the stack and what its adapter offers (compat/probe.py), kept in stack.json;
+    None when the probe did not finish (its log says why)."""
+    stack_dir = layout.stack_dir(plan.settings.out_dir, spec.name)
     stack_dir.mkdir(parents=True, exist_ok=True)
     probe_file = stack_dir / "probe.json"
     probe_file.unlink(missing_ok=True)
     _start_worker(
-        bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions},
+        bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions, "adapter": spec.adapter},
         job_file=stack_dir / "probe-job.json", log_file=stack_dir / "probe.log", plan=plan, first_stage="start",
     )
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
+    return probe
 
+
+def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
+    """Export and run every model of the plan in the stack (probed first: probe_stack)."""
     with Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress:
         stack = StackRun.start(plan, spec, bin_dir, progress)
         # Exports are single-threaded Python (graph capture, partitioning,

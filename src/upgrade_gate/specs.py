@@ -20,9 +20,11 @@ from upgrade_gate.tomlfile import Table, read_toml
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
-# compat/ modules that are not adapters: the worker and what it runs for every stack, and the
-# project scan (it runs in a venv of its own).
-NOT_ADAPTERS = ("worker", "localize", "executorch_profile", "executorch_backends", "scan", "__init__")
+# compat/ modules that are not adapters: the worker and what it runs for every stack (their
+# code keys every result, upgrade_gate.cache), and the project scan (a venv of its own).
+WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "measure_server", "probe", "localize",
+                  "executorch_profile", "executorch_backends")
+NOT_ADAPTERS = (*WORKER_MODULES, "scan")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,185 @@
+"""What the worker's programs share: records written whole, the same weights and
+inputs for every stack, artifacts by path, and the model's factory.
+
+Standard library and what the stack installs only: the parent package cannot be
+imported here (another interpreter, another torch). Where the parent has the
+same few lines (upgrade_gate.atomic, upgrade_gate.cache.sha256_file) they stand
+twice on purpose, one copy per side of the process boundary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import resource
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+# The records' version; the parent's upgrade_gate.records checks it.
+SCHEMA_VERSION = "1.0"
+TRACEBACK_TAIL_LINES = 12
+MESSAGE_CHARS = 4000
+# models/ is loaded under this name (worker.py, as compat/ is under its own), so that a
+# user's own package called `models` imports as theirs.
+MODELS_PACKAGE = "upgrade_gate_models"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        json.dump(jsonable(data), stream, indent=2, allow_nan=False)
+        stream.write("\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(tmp, path)
+
+
+def jsonable(value: Any) -> Any:
+    """Non-finite floats spelled "inf", "-inf", "nan": JSON has none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def error_record(error: BaseException) -> dict[str, Any]:
+    """An exception as a record: its qualified type, message and the end of its traceback."""
+    return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": str(error)[:MESSAGE_CHARS],
+            "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:]}
+
+
+# -- the model ---------------------------------------------------------------------
+
+
+def import_factory(job: dict[str, Any]) -> Callable[[], Any]:
+    """``module:function`` — a module of models/ for built-in models, an
+    importable module of the user's project for theirs."""
+    module_name, _, func_name = job["factory"].partition(":")
+    if job.get("project_root"):
+        sys.path.insert(0, job["project_root"])
+    else:
+        module_name = f"{MODELS_PACKAGE}.{module_name}"
+    return getattr(importlib.import_module(module_name), func_name)  # type: ignore[no-any-return]
+
+
+def build_case(job: dict[str, Any]) -> Any:
+    """Call the factory and check what it returned."""
+    import torch
+
+    case_module = importlib.import_module(f"{MODELS_PACKAGE}.case")
+    factory = import_factory(job)
+    torch.manual_seed(0)
+    return case_module.as_case(factory(), factory=job["factory"])
+
+
+# -- tensors and artifacts on disk ----------------------------------------------------
+
+
+def load_npz_tensors(path: Path) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    with np.load(path, allow_pickle=False) as data:
+        return {key: torch.from_numpy(data[key].copy()) for key in data.files}
+
+
+def fixture_inputs(fixtures_dir: Path, methods: list[str]) -> dict[str, tuple[Any, ...]]:
+    """Each method's inputs, from the fixture every stack loads."""
+    tensors = load_npz_tensors(fixtures_dir / "inputs.npz")
+    inputs = {}
+    for name in methods:
+        count = sum(1 for key in tensors if key.startswith(f"{name}.input_"))
+        inputs[name] = tuple(tensors[f"{name}.input_{i}"] for i in range(count))
+    return inputs
+
+
+def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
+    return model_dir / f"{method}{adapter.SUFFIX}"
+
+
+# -- the same weights and inputs in every stack -------------------------------------
+
+
+def tensors_digest(tensors: dict[str, Any]) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes: equal digests, equal numbers."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        array = tensors[name].detach().cpu().contiguous().numpy()
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def ensure_fixtures(case: Any, fixtures_dir: Path) -> None:
+    """Save the inputs (and random weights) once; every stack loads the same files.
+
+    Re-seeding is not enough: two torch versions need not draw the same numbers
+    from the same seed. The first stack to get here writes the files into a
+    temporary dir and renames it into place, so a concurrent or interrupted
+    writer never leaves a half fixture.
+    """
+    import numpy as np
+
+    if (fixtures_dir / "inputs.npz").is_file():
+        return
+    fixtures_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=fixtures_dir.parent, prefix=f".{fixtures_dir.name}."))
+    if case.weights == "fixture":
+        state = {k: v.detach().cpu().numpy() for k, v in case.module.state_dict().items()}
+        np.savez(staging / "weights.npz", **state)
+    inputs = {
+        f"{name}.input_{i}": t.detach().cpu().numpy()
+        for name, method in case.entry_points().items()
+        for i, t in enumerate(method.inputs)
+    }
+    np.savez(staging / "inputs.npz", **inputs)
+    try:
+        os.rename(staging, fixtures_dir)
+    except OSError:  # another stack won the race; use its files
+        for leftover in staging.iterdir():
+            leftover.unlink()
+        staging.rmdir()
+
+
+def load_case(job: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]], dict[str, Any]]:
+    """Build the model and give it the shared weights and inputs."""
+    case = build_case(job)
+    fixtures_dir = Path(job["fixtures_dir"])
+    ensure_fixtures(case, fixtures_dir)
+    if case.weights == "fixture":
+        case.module.load_state_dict(load_npz_tensors(fixtures_dir / "weights.npz"), strict=True)
+    case.module.eval()
+    for method in case.entry_points().values():
+        method.module.eval()
+    inputs = fixture_inputs(fixtures_dir, list(case.entry_points()))
+    hashes = {
+        "weights": case.weights,
+        "weights_sha256": tensors_digest(case.module.state_dict()),
+        "inputs_sha256": tensors_digest({f"{m}.{i}": t for m, ts in inputs.items() for i, t in enumerate(ts)}),
+    }
+    return case, inputs, hashes

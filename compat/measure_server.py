@@ -1,0 +1,149 @@
+"""The measurement server behind upgrade_gate.measure: one process per stack, model
+and thread count, timing rounds when the parent asks.
+
+It starts the runtime, notes its resident memory, loads the artifacts and runs
+each method once (the cold start), warms up, then times one round per request.
+The parent talks to it over two pipes of its own (file descriptors named in
+UPGRADE_GATE_CONTROL_FDS), one JSON object per line, so a model or runtime that
+prints cannot break the protocol; stdout and stderr stay the log. Every step
+announces itself ("stage" events), so the parent can hold each to its deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .common import artifact_path, fixture_inputs, jsonable, peak_rss_bytes
+from .contract import Adapter
+
+# upgrade_gate.measure names the same variable: the parent cannot be imported here.
+CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
+# A round of a call that takes microseconds would otherwise be millions of calls long.
+MAX_RUNS_PER_ROUND = 100_000
+
+
+def memory_status() -> dict[str, int]:
+    """This process's resident memory now (VmRSS) and at its peak so far (VmHWM), in bytes."""
+    found = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"rss_bytes": found.get("VmRSS", 0), "peak_rss_bytes": found.get("VmHWM", peak_rss_bytes())}
+
+
+def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int) -> list[float]:
+    """The harness: ``run(program, inputs)`` as a bare loop would call it, with
+    one clock read before and after (its cost against the bare loop is
+    benchmarked: docs/benchmarks.md)."""
+    clock = time.perf_counter_ns
+    samples = [0.0] * runs
+    for index in range(runs):
+        start = clock()
+        run(program, inputs)
+        samples[index] = (clock() - start) / 1e6
+    return samples
+
+
+def runs_per_round(job: dict[str, Any], warm_mean_ms: float) -> int:
+    """``iterations`` spread over the rounds, or more when that is less than the time budget."""
+    rounds = job["rounds"]
+    by_count = math.ceil(job["iterations"] / rounds)
+    by_time = math.ceil(job["time_budget_s"] * 1000.0 / rounds / max(warm_mean_ms, 1e-3))
+    return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
+
+
+class Channel:
+    """Requests in, events out, one JSON object per line."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = (int(fd) for fd in os.environ[CONTROL_FDS_ENV].split(","))
+        self.requests = os.fdopen(read_fd, "r", encoding="utf-8")
+        self.events = os.fdopen(write_fd, "w", encoding="utf-8")
+
+    def send(self, event: str, **data: Any) -> None:
+        self.events.write(json.dumps(jsonable({"event": event, **data})) + "\n")
+        self.events.flush()
+
+    def receive(self) -> dict[str, Any]:
+        line = self.requests.readline()
+        return json.loads(line) if line else {"command": "exit"}
+
+
+def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
+    model_dir, methods = Path(job["model_dir"]), job["methods"]
+    adapter.set_threads(job["threads"])
+    args = fixture_inputs(Path(job["fixtures_dir"]), methods)
+    # "The same process doing nothing but starting the runtime": imports done,
+    # threads set, inputs in memory; what loading and running adds is the model's.
+    idle = memory_status()
+
+    channel.send("stage", stage="load")
+    start = time.perf_counter_ns()
+    programs = {name: adapter.load(artifact_path(model_dir, name, adapter)) for name in methods}
+    load_ms = (time.perf_counter_ns() - start) / 1e6
+    first_ms = {}
+    for name in methods:
+        first_ms[name] = time_runs(adapter.run, programs[name], args[name], 1)[0]
+    after_first = memory_status()
+
+    channel.send("stage", stage="warm-up")
+    warm_mean_ms, runs = {}, {}
+    for name in methods:
+        warm = time_runs(adapter.run, programs[name], args[name], job["warmup"])
+        warm_mean_ms[name] = sum(warm) / len(warm)
+        runs[name] = runs_per_round(job, warm_mean_ms[name])
+    channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
+                 warm_mean_ms=warm_mean_ms, runs_per_round=runs,
+                 input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})
+
+    while (request := channel.receive())["command"] in ("round", "overhead"):
+        channel.send("stage", stage="round")
+        if request["command"] == "overhead":
+            channel.send("overhead", blocks=harness_overhead(adapter, programs, args, warm_mean_ms, request["pairs"],
+                                                             request["block_s"]))
+            continue
+        samples = {}
+        for name in methods:
+            adapter.run(programs[name], args[name])  # untimed: the other stack ran since this method's last call
+            samples[name] = time_runs(adapter.run, programs[name], args[name], runs[name])
+        channel.send("round", round=request["round"], samples_ms=samples)
+    channel.send("exit", memory=memory_status())
+
+
+def harness_overhead(adapter: Adapter, programs: dict[str, Any], args: dict[str, Any], warm_mean_ms: dict[str, float],
+                     pairs: int, block_s: float) -> dict[str, list[dict[str, float]]]:
+    """The benchmark of time_runs itself: pairs of blocks of the same calls,
+    one through the harness and one in a bare loop, in alternating order;
+    each block's wall time per call."""
+    found: dict[str, list[dict[str, float]]] = {}
+    for name, program in programs.items():
+        count = max(5, math.ceil(block_s * 1000.0 / max(warm_mean_ms[name], 1e-3)))
+        run, inputs = adapter.run, args[name]
+
+        def through_harness() -> float:
+            start = time.perf_counter_ns()
+            time_runs(run, program, inputs, count)
+            return (time.perf_counter_ns() - start) / 1e6 / count
+
+        def bare() -> float:
+            start = time.perf_counter_ns()
+            for _ in range(count):
+                run(program, inputs)
+            return (time.perf_counter_ns() - start) / 1e6 / count
+
+        for index in range(pairs):
+            if index % 2:
+                bare_ms, harness_ms = bare(), through_harness()
+            else:
+                harness_ms, bare_ms = through_harness(), bare()
+            found.setdefault(name, []).append({"harness_ms": harness_ms, "bare_ms": bare_ms, "calls": count})
+    return found
