@@ -18,8 +18,9 @@ import resource
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # The records' version; the parent's upgrade_gate.records checks it.
 SCHEMA_VERSION = "1.0"
@@ -84,7 +85,7 @@ def import_factory(job: dict[str, Any]) -> Callable[[], Any]:
         sys.path.insert(0, job["project_root"])
     else:
         module_name = f"{MODELS_PACKAGE}.{module_name}"
-    return getattr(importlib.import_module(module_name), func_name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), func_name)
 
 
 def build_case(job: dict[str, Any]) -> Any:

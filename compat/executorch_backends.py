@@ -15,7 +15,8 @@ import contextlib
 import os
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

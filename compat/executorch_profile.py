@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import torch  # must come before the runtime: the extension links against torch's libraries
+
+# isort: split
 from executorch.extension.pybindings import _portable_lib as _rt
 
 _RUNTIME_SO = Path(_rt.__file__)
@@ -185,7 +187,8 @@ class _Symbols:
     def __init__(self) -> None:
         out = subprocess.run(["nm", "-D", "--defined-only", str(_RUNTIME_SO)],
                              capture_output=True, text=True).stdout
-        entries = sorted((int(a, 16), n) for a, _, n in (l.split(None, 2) for l in out.splitlines() if l.count(" ") >= 2))
+        rows = (line.split(None, 2) for line in out.splitlines() if line.count(" ") >= 2)
+        entries = sorted((int(address, 16), name) for address, _, name in rows)
         self.addrs = [a for a, _ in entries]
         self.names = [n for _, n in entries]
 
@@ -207,7 +210,8 @@ def _kernel_names(plan: dict[str, Any] | None) -> dict[str, str]:
         if op.startswith("DELEGATE_CALL"):
             continue
         base, _, overload = op.split("::")[-1].partition(".")
-        stem = base if overload in ("", "out") else f"{base}_{overload.removesuffix('_out').removesuffix('out')}".rstrip("_")
+        suffix = overload.removesuffix("_out").removesuffix("out")
+        stem = base if overload in ("", "out") else f"{base}_{suffix}".rstrip("_")
         names.setdefault(stem, op)
         names.setdefault(base, op)
     return names
@@ -238,7 +242,8 @@ def _perf_samples(module, inputs, runs: int, method: str, frequency: int,
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp, "perf.data")
         proc = subprocess.Popen([perf, "record", "-q", "-e", "cpu-clock", "-F", str(frequency),
-                                 "--call-graph", "dwarf,8192", "--no-buildid-cache", "-p", str(os.getpid()), "-o", str(data)],
+                                 "--call-graph", "dwarf,8192", "--no-buildid-cache", "-p", str(os.getpid()),
+                                 "-o", str(data)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         while not data.exists() or data.stat().st_size == 0:  # perf has attached once it wrote its header

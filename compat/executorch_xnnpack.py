@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+# isort: split
 # The runtime comes from the compiled module itself: the public wrapper
 # (executorch.extension.pybindings.portable_lib) only re-exports it, after
 # importing executorch.exir for a warning class, which costs ~20 s per process

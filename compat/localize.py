@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -74,7 +75,8 @@ def describe_error(error_type: str, message: str) -> dict[str, Any]:
     frames = [m for m in _FRAME.finditer(message) if "site-packages" not in m["file"]]
     if frames:
         last = frames[-1]
-        found["source"] = f"{last['file'].rsplit('/', 1)[-1]}:{last['line']} in {last['function']}: {last['code'].strip()}"
+        file = last["file"].rsplit("/", 1)[-1]
+        found["source"] = f"{file}:{last['line']} in {last['function']}: {last['code'].strip()}"
     operator = _OPERATOR.search(message)
     if operator:
         found["operator"] = operator.group(0)

@@ -11,12 +11,14 @@ announces itself ("stage" events), so the parent can hold each to its deadline.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .common import artifact_path, fixture_inputs, jsonable, peak_rss_bytes
 from .contract import Adapter
@@ -127,23 +129,24 @@ def harness_overhead(adapter: Adapter, programs: dict[str, Any], args: dict[str,
     found: dict[str, list[dict[str, float]]] = {}
     for name, program in programs.items():
         count = max(5, math.ceil(block_s * 1000.0 / max(warm_mean_ms[name], 1e-3)))
-        run, inputs = adapter.run, args[name]
-
-        def through_harness() -> float:
-            start = time.perf_counter_ns()
-            time_runs(run, program, inputs, count)
-            return (time.perf_counter_ns() - start) / 1e6 / count
-
-        def bare() -> float:
-            start = time.perf_counter_ns()
-            for _ in range(count):
-                run(program, inputs)
-            return (time.perf_counter_ns() - start) / 1e6 / count
-
+        through_harness = functools.partial(time_runs, adapter.run, program, args[name], count)
+        bare = functools.partial(_bare_loop, adapter.run, program, args[name], count)
         for index in range(pairs):
             if index % 2:
-                bare_ms, harness_ms = bare(), through_harness()
+                bare_ms, harness_ms = _per_call_ms(bare, count), _per_call_ms(through_harness, count)
             else:
-                harness_ms, bare_ms = through_harness(), bare()
+                harness_ms, bare_ms = _per_call_ms(through_harness, count), _per_call_ms(bare, count)
             found.setdefault(name, []).append({"harness_ms": harness_ms, "bare_ms": bare_ms, "calls": count})
     return found
+
+
+def _bare_loop(run: Callable[[Any, Any], Any], program: Any, inputs: Any, count: int) -> None:
+    for _ in range(count):
+        run(program, inputs)
+
+
+def _per_call_ms(block: Callable[[], Any], count: int) -> float:
+    """One block's wall time per call."""
+    start = time.perf_counter_ns()
+    block()
+    return (time.perf_counter_ns() - start) / 1e6 / count

@@ -21,12 +21,21 @@ import gc
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .common import (
-    SCHEMA_VERSION, artifact_path, build_case, error_record, fixture_inputs, load_case, load_npz_tensors,
-    peak_rss_bytes, sha256_file, write_json_atomic,
+    SCHEMA_VERSION,
+    artifact_path,
+    build_case,
+    error_record,
+    fixture_inputs,
+    load_case,
+    load_npz_tensors,
+    peak_rss_bytes,
+    sha256_file,
+    write_json_atomic,
 )
 from .contract import Adapter, MultiMethod, OtherBackends, Profiles, Quantizes
 
@@ -315,7 +324,8 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         if not job["backends_budget_s"]:
             raise StageSkipped("turned off (backends-budget = 0)")
         case, inputs = log.results["build"]
-        start, found = time.monotonic(), {}
+        start = time.monotonic()
+        found: dict[str, dict[str, Any]] = {}
         assert isinstance(adapter, OtherBackends)  # the stage runs for such adapters only
         for backend in adapter.OTHER_BACKENDS:
             found[backend] = {}
@@ -325,8 +335,8 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
                 if missing:
                     found[backend][name] = {"status": "unavailable", "reason": missing}
                 elif time.monotonic() - start > job["backends_budget_s"]:
-                    found[backend][name] = {"status": "not tried",
-                                            "reason": f"past the {job['backends_budget_s']:g} s budget (backends-budget)"}
+                    budget = f"past the {job['backends_budget_s']:g} s budget (backends-budget)"
+                    found[backend][name] = {"status": "not tried", "reason": budget}
                 else:
                     found[backend][name] = adapter.export_only(backend, method.module, inputs[name])
                     gc.collect()

@@ -8,8 +8,9 @@ exported as its own program, and a Task saying how its outputs are judged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -523,6 +524,6 @@ def llama32_1b_dims() -> ModelCase:
     programs (≈ 5 GB of weights each) in memory at once.
     """
     return _random_weight_case(
-        prefill_len=16, max_new_tokens=4, multi_method_artifact=False, vocab_size=128256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8,
-        hidden_dim=8192, norm_eps=1e-5, rope_theta=500000.0,
+        prefill_len=16, max_new_tokens=4, multi_method_artifact=False, vocab_size=128256, dim=2048, n_layers=16,
+        n_heads=32, n_kv_heads=8, hidden_dim=8192, norm_eps=1e-5, rope_theta=500000.0,
     )

@@ -466,7 +466,8 @@ def build(
     programs = {name: module.eval() for name, module in model.programs().items()}
     inputs = example_inputs(programs, generation)
     methods = {name: Method(programs[name], inputs[name]) for name in METHODS}
-    return ModelCase(model, methods=methods, task=Task(kind="generation", drive=generation.drive), weights="deterministic")
+    return ModelCase(model, methods=methods, task=Task(kind="generation", drive=generation.drive),
+                     weights="deterministic")
 
 
 # -- factories ------------------------------------------------------------------------
@@ -495,7 +496,8 @@ def _with_smollm2(vision: VisionConfig, photos: str, steps: int = 32) -> ModelCa
     prompt_len = len(DESCRIBE_PROMPT.before_image) + vision.image_tokens + len(DESCRIBE_PROMPT.after_image)
     prefill_len = -(-prompt_len // 16) * 16
     # Whole multiples of 32 for the cache, as models.llama sizes its own.
-    llama = resized(_llama_of(smollm2_135m()), prefill_len=prefill_len, max_seq_len=-(-(prefill_len + steps) // 32) * 32)
+    llama = resized(_llama_of(smollm2_135m()), prefill_len=prefill_len,
+                    max_seq_len=-(-(prefill_len + steps) // 32) * 32)
     images = np.load(assets.path("photos", photos), allow_pickle=False)
     return build(
         vision,

@@ -3,11 +3,15 @@ Playwright, which downloads no browser of its own), and junit.xml as a CI system
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from lxml import etree
 from playwright.sync_api import sync_playwright
+
+from upgrade_gate.records import Reader
+from upgrade_gate.results import VerdictRecord
 
 CHROMIUM = "/usr/bin/chromium"
 JUNIT_SCHEMA = Path(__file__).parent / "data" / "junit.xsd"
@@ -63,3 +67,8 @@ def validate_junit(path: Path) -> etree._ElementTree:
     schema = etree.XMLSchema(etree.parse(str(JUNIT_SCHEMA)))
     assert schema.validate(tree), schema.error_log
     return tree
+
+
+def verdict_of(out: Path, name: str = "verdict.json") -> VerdictRecord:
+    """verdict.json (or compat.json) as a tool reads it: the typed verdict record."""
+    return VerdictRecord.from_reader(Reader(json.loads((out / name).read_text()), name))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from readers import colours, render, validate_junit
 from records import write_stack_model
+
 from upgrade_gate import pipeline
 from upgrade_gate.plan import load_plan
 

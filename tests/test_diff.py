@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import write_stack_model
-from upgrade_gate import pipeline, diff
-from upgrade_gate.plan import load_plan
+
+from upgrade_gate import diff, pipeline
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import load_plan
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 

@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
+from readers import verdict_of
 from test_integration import REPO, nox, user_project
+
+from upgrade_gate.results import GateStatus
 
 pytestmark = pytest.mark.integration
 
@@ -60,12 +62,11 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
             assert found.get("backends", {"reason": "turned off (backends-budget = 0)"})["reason"] == \
                 "turned off (backends-budget = 0)"
 
-    verdict = json.loads((out / "verdict.json").read_text())
-    export_gates = {g["model"]: g for g in verdict["gates"] if g["gate"] == "export"}
-    assert export_gates["vit-smoke"]["status"] == "passed"
+    export_gates = {g.model: g for g in verdict_of(out).gates if g.gate == "export"}
+    assert export_gates["vit-smoke"].status is GateStatus.PASSED
     for model, status in (("hang", "timeout"), ("segfault", "crashed"), ("memory-hog", "out-of-memory")):
-        assert export_gates[model]["status"] == "FAILED"
-        assert export_gates[model]["measured"].startswith(f"eager {status}: "), export_gates[model]
+        assert export_gates[model].status is GateStatus.FAILED
+        assert export_gates[model].note.startswith(f"eager {status}: "), export_gates[model]
     report = (out / "report.md").read_text()
     assert "timeouts.eager" in report and "memory-limit" in report and "SIGSEGV" in report
 

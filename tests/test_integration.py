@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from packaging.version import Version
+from readers import colours, render, validate_junit, verdict_of
 
-from readers import colours, render, validate_junit
+from upgrade_gate.results import GateStatus, Severity, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
@@ -102,9 +103,9 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             (t, m) for t in (1, 2) for m in model["stacks"]["candidate"]["artifact"]["methods"]}
         assert all(len(r["per_round"]) == 7 and 0 < r["low"] <= r["median"] <= r["high"] for r in ratios)
 
-    verdict = load(out, "verdict.json")
-    assert verdict["verdict"] == "NO-GO"
-    failing = [(g["model"], g["gate"]) for g in verdict["gates"] if g["status"] == "FAILED" and g["severity"] == "hard"]
+    verdict = verdict_of(out)
+    assert verdict.verdict is Verdict.NO_GO
+    failing = [(g.model, g.gate) for g in verdict.gates if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
     assert failing == [("nanovlm-smoke", "numerics")], failing
     assert (out / "report.md").read_text().splitlines()[2] == "## Verdict: **NO-GO**"
     assert "Verdict: NO-GO" in result.stdout + result.stderr
@@ -157,8 +158,9 @@ def test_smoke_vlm_finds_the_tanh_gelu_drift(smoke_run):
     assert 1e-5 < by_output["vision_encoder.output_0"] < 1e-2
     assert all(v < 1e-5 for k, v in by_output.items() if k != "vision_encoder.output_0"), by_output
     assert comparison(model, "baseline export fidelity")["worst_rel_l2"] < 1e-5
-    gate = next(g for g in load(out, "verdict.json")["gates"] if (g["model"], g["gate"]) == ("nanovlm-smoke", "numerics"))
-    assert gate["status"] == "FAILED" and gate["measured"].endswith("(vision_encoder.output_0)")
+    gate = next(g for g in verdict_of(out).gates if (g.model, g.gate) == ("nanovlm-smoke", "numerics"))
+    assert gate.status is GateStatus.FAILED and gate.note == "vision_encoder.output_0"
+    assert 1e-4 < gate.measured.value < 1e-2 and gate.threshold.value == 1e-4
 
 
 def test_smoke_vit_outputs_are_real_numbers(smoke_run):
@@ -178,8 +180,8 @@ def test_smoke_llm_generates_the_same_tokens_in_every_artifact(smoke_run):
     assert reference["task"]["token_agreement"] == 1.0 and reference["task"]["first_divergence"] == [None] * 3
     tokens = [s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "task"][0]["details"]["tokens"]
     assert all(len(seq) == 8 for seq in tokens)
-    gates = {g["gate"]: g for g in load(out, "verdict.json")["gates"] if g["model"] == "llama-smoke"}
-    assert gates["task-generation"]["status"] == "passed"
+    gates = {g.gate: g for g in verdict_of(out).gates if g.model == "llama-smoke"}
+    assert gates["task-generation"].status is GateStatus.PASSED and gates["task-generation"].measured.value == 1.0
 
 
 def test_smoke_encoder_keeps_its_ranking(smoke_run):
@@ -225,8 +227,8 @@ def test_smoke_int8_in_both_stacks(smoke_run):
     quantize = next(s for s in llm["stacks"]["legacy"]["stages"] if s["stage"] == "quantize")
     assert (quantize["status"], quantize["reason"]) == ("skipped", "this stack has no 8da4w recipe (it offers: int8)")
     assert {s["status"] for s in llm["stacks"]["candidate"]["stages"]} == {"ok"}
-    gates = {(g["model"], g["gate"]): g for g in load(out, "verdict.json")["gates"]}
-    assert gates[("vit-smoke@int8", "quantized-numerics")]["measured"].startswith("SNR ")
+    gates = {(g.model, g.gate): g for g in verdict_of(out).gates}
+    assert gates[("vit-smoke@int8", "quantized-numerics")].measured_text.startswith("SNR = ")
     assert ("llama-smoke@8da4w", "latency") not in gates  # no baseline to time it against
     report = (out / "report.md").read_text()
     assert "| legacy | 8da4w | no 8da4w recipe in this stack |" in report
@@ -270,7 +272,7 @@ def test_smoke_report_html_and_junit(smoke_run, tmp_path):
     cases = validate_junit(out / "junit.xml").findall(".//testcase")
     assert sorted((c.get("classname"), c.get("name")) for c in cases) == sorted(
         (f"{g['stack']}.{g['model']}", g["gate"]) for g in gates)
-    failed = {(g["model"], g["gate"]) for g in gates if g["status"] == "FAILED"}
+    failed = {(g["model"], g["gate"]) for g in gates if g["status"] == "failed"}
     assert {(c.get("classname").split(".", 1)[1], c.get("name")) for c in cases if c.find("failure") is not None} == failed
     assert ("nanovlm-smoke", "numerics") in failed
 
@@ -390,14 +392,14 @@ def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):
                  "--fresh")
     assert result.returncode == 1, result.stderr[-4000:]
 
-    verdict = load(out, "verdict.json")
-    assert verdict["verdict"] == "NO-GO"
-    gates = {(g["model"], g["gate"]): g for g in verdict["gates"]}
+    verdict = verdict_of(out)
+    assert verdict.verdict is Verdict.NO_GO
+    gates = {(g.model, g.gate): g for g in verdict.gates}
     export = gates[("data-dependent-branch", "export")]
-    assert export["status"] == "FAILED"
-    assert export["measured"].startswith("export failed: torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode")
+    assert export.status is GateStatus.FAILED
+    assert export.note.startswith("export failed: torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode")
     # The other model's results are complete and pass.
-    assert all(g["status"] == "passed" for (model, _), g in gates.items() if model == "vit-smoke")
+    assert all(g.status is GateStatus.PASSED for (model, _), g in gates.items() if model == "vit-smoke")
 
     results = load(out, "results.json")
     branch = next(m for m in results["models"] if m["model"] == "data-dependent-branch")
@@ -414,7 +416,8 @@ def user_project(tmp_path: Path, config: str) -> dict[str, str]:
     (tmp_path / "envs").mkdir()
     for spec in ("legacy.toml", "candidate.toml"):
         (tmp_path / "envs" / spec).write_text((REPO / "envs" / spec).read_text())
-    (tmp_path / "pyproject.toml").write_text(config)
+    # A lone surrogate stands for a byte that is not UTF-8 (written as that byte).
+    (tmp_path / "pyproject.toml").write_bytes(config.encode("utf-8", "surrogateescape"))
     return {"UPGRADE_GATE_CONFIG": str(tmp_path / "pyproject.toml")}
 
 
@@ -424,6 +427,13 @@ def user_project(tmp_path: Path, config: str) -> dict[str, str]:
         ("[tool.upgrade-gate]\nmodels = [\n", "pyproject.toml: invalid TOML at line 2, column 0: unexpected end of file"),
         ("[tool.upgrade-gate.gates]\nlatency-ratio = 1.1\n", "pyproject.toml: tool.upgrade-gate.gates.latency-ratio: unknown key"),
         ('[tool.upgrade-gate]\nbaseline = "torch22"\n', "pyproject.toml: tool.upgrade-gate.baseline: no stack spec torch22.toml"),
+        # Read when nox imports the noxfile: a traceback and exit 1 before they were caught there.
+        ("[tool.upgrade-gate]\nrounds = 7\nrounds = 9\n",
+         "pyproject.toml: invalid TOML at line 3, column 11: key 'rounds' is set twice; keep one"),
+        ("[tool.upgrade-gate]\ntime-budget = nan\n",
+         "pyproject.toml: tool.upgrade-gate.time-budget: must be a finite number, got nan"),
+        ("[tool]\nupgrade-gate = 5\n", "pyproject.toml: tool.upgrade-gate: expected a table of settings, got 5"),
+        ("[tool.upgrade-gate]\n# caf\udce9\n", "pyproject.toml: not UTF-8 text (byte 0xe9 at line 2)"),
     ],
 )
 def test_bad_configuration_exits_2_and_writes_nothing(tmp_path, config, message):
@@ -458,6 +468,13 @@ def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     assert errors[0].startswith(f"upgrade-gate: error: {spec}: requirements: uv could not install them: ")
     assert "there is no version of executorch==0.0.42" in errors[0]
     assert errors[0].endswith("; fix the versions in the spec")
+
+
+def test_an_empty_report_folder_name_exits_2(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    result = nox("-s", "compare", "--", "--out", "", env=env, timeout=300)
+    assert result.returncode == 2 and "upgrade-gate: error: --out: empty; give a folder" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_an_unknown_model_name_exits_2_naming_it(tmp_path):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import write_stack_model
+
 from upgrade_gate.compare import gather
 from upgrade_gate.plan import load_plan
 from upgrade_gate.policy import decide, evaluate

@@ -8,16 +8,15 @@ from pathlib import Path
 import pytest
 
 from upgrade_gate import layout
-from upgrade_gate.plan import load_plan
-from upgrade_gate.settings import runs_pytest
-from upgrade_gate.errors import ConfigError
-from upgrade_gate.policy import project_gates
-from upgrade_gate.project import CaseOutcome, case_id, diff_outcomes, gather_project, read_junit
 from upgrade_gate.document import to_markdown
-from upgrade_gate.project import ProjectResults
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import load_plan
+from upgrade_gate.policy import project_gates
+from upgrade_gate.project import CaseOutcome, ProjectResults, case_id, diff_outcomes, gather_project, read_junit
 from upgrade_gate.records import Reader
 from upgrade_gate.report import project_blocks
 from upgrade_gate.results import GateStatus, Quantity, Severity, Unit
+from upgrade_gate.settings import runs_pytest
 
 # What pytest writes with -o junit_family=xunit1: each case names its file and line.
 XUNIT1 = """<?xml version="1.0" encoding="utf-8"?>

@@ -9,10 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from readers import validate_junit
+from readers import validate_junit, verdict_of
 from test_integration import REPO, load, nox, user_project
 from test_scan import PLANTED, where_planted
+
+from upgrade_gate.results import GateStatus, Severity
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +36,17 @@ def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_
     out = root / "report"
     result = nox("-s", "compare", "--", "--out", str(out), env=env)
     assert result.returncode == 1, result.stderr[-4000:]
-    gates = load(out, "verdict.json")["gates"]
-    hard = [(g["model"], g["gate"]) for g in gates if g["status"] == "FAILED" and g["severity"] == "hard"]
+    gates = verdict_of(out).gates
+    hard = [(g.model, g.gate) for g in gates if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
     assert hard == [("project", "project-tests")], hard
-    scan = next(g for g in gates if g["gate"] == "api-scan")
-    assert (scan["status"], scan["severity"]) == ("FAILED", "soft")  # the migration's to-do list
+    scan = next(g for g in gates if g.gate == "api-scan")
+    assert (scan.status, scan.severity) == (GateStatus.FAILED, Severity.SOFT)  # the migration's to-do list
     # The team's model went through both stacks like a built-in one.
-    assert {g["gate"] for g in gates if g["model"] == "edge-classifier" and g["status"] == "passed"} >= {
+    assert {g.gate for g in gates if g.model == "edge-classifier" and g.status is GateStatus.PASSED} >= {
         "export", "numerics", "same-inputs"}
-    tests = next(g for g in gates if g["gate"] == "project-tests")
-    assert tests["measured"].startswith(f"1 newly failing: {BREAKS} (_pickle.UnpicklingError: Weights only load failed.")
+    tests = next(g for g in gates if g.gate == "project-tests")
+    assert tests.measured.value == 1
+    assert tests.note.startswith(f"{BREAKS} (_pickle.UnpicklingError: Weights only load failed.")
 
     results = load(out, "results.json")
     project = results["project"]
@@ -115,8 +117,8 @@ def test_a_project_the_candidate_cannot_install_is_a_finding_not_a_crash(team, t
     assert result.returncode == 1, result.stderr[-3000:]
     compat = load(out, "compat.json")
     assert compat["project"]["stacks"]["candidate"]["run"]["status"] == "install-failed"
-    gate = next(g for g in compat["gates"] if g["gate"] == "project-tests")
-    assert gate["status"] == "FAILED" and gate["measured"].startswith("the project does not install into candidate: ")
-    assert "torch" in gate["measured"] and "2.5" in gate["measured"]
+    gate = next(g for g in verdict_of(out, "compat.json").gates if g.gate == "project-tests")
+    assert gate.status is GateStatus.FAILED and gate.note.startswith("the project does not install into candidate: ")
+    assert "torch" in gate.note and "2.5" in gate.note
     assert compat["project"]["stacks"]["legacy"]["run"]["status"] == "ran"
     assert json.loads((out / "project" / "legacy" / "run.json").read_text())["exit_code"] == 1  # rms_norm is 2.4+

@@ -7,7 +7,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from test_integration import nox, user_project
 
 pytestmark = pytest.mark.integration

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import write_stack_model
+
 from upgrade_gate import pipeline
 from upgrade_gate.plan import load_plan
 

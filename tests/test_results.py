@@ -11,14 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import write_stack_model
+
 from upgrade_gate import pipeline
-from upgrade_gate.plan import load_plan
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import load_plan
 from upgrade_gate.records import Reader
 from upgrade_gate.results import (
-    GateResult, GateStatus, Quantity, Results, Severity, Side, Unit, Verdict, VerdictRecord,
+    GateResult,
+    GateStatus,
+    Quantity,
+    Results,
+    Severity,
+    Side,
+    Unit,
+    Verdict,
+    VerdictRecord,
 )
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)

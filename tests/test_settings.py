@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate.plan import load_plan
-
-from upgrade_gate.settings import GateSettings
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import load_plan
+from upgrade_gate.settings import GateSettings
 
 
 def plan_for(project: Path, *posargs: str):

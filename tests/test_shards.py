@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import write_stack_model
+
 from upgrade_gate import pipeline, shards
-from upgrade_gate.plan import load_plan
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.plan import load_plan
 from upgrade_gate.results import GateStatus, Results
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)

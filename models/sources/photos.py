@@ -50,7 +50,7 @@ def resize_and_crop(image: Image.Image, side: int) -> Image.Image:
 
 def normalize(image: Image.Image, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
     """HWC uint8 → CHW float32, (pixel / 255 - mean) / std per channel."""
-    pixels = np.asarray(image, dtype=np.float32) / 255.0
+    pixels: np.ndarray = np.asarray(image, dtype=np.float32) / 255.0
     pixels = (pixels - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
     return pixels.transpose(2, 0, 1).astype(np.float32)
 

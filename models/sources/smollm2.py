@@ -139,7 +139,7 @@ def build(out_dir: Path) -> None:
     if not config["tie_embeddings"]:
         raise ValueError(f"{GGUF_NAME}: an untied output head is not expected for SmolLM2-135M")
 
-    weights = {}
+    weights: dict[str, Any] = {}
     for tensor in reader.tensors:
         array = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         if tensor.name.endswith("attn_q.weight"):

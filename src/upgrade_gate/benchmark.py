@@ -111,7 +111,8 @@ def repeated_compare(name: str, out: Path, models: str, repeat: int, log: Any) -
 def _compare_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# {summary['benchmark']}: {summary['failed']} failed, {summary['inconclusive']} inconclusive, "
              f"{summary['passed']} passed of {summary['latency_gates']} latency gates", "",
-             "| run | time | model | threads | method | ratio | 95% interval | gate |", "|---|---|---|---|---|---|---|---|"]
+             "| run | time | model | threads | method | ratio | 95% interval | gate |",
+             "|---|---|---|---|---|---|---|---|"]
     for run in summary["runs"]:
         for r in run["ratios"]:
             gate = run["latency_gates"][r["model"]]["status"]
@@ -166,9 +167,10 @@ def overhead(out: Path, models: str, log: Any) -> int:
         runnable, _ = measure.runnable_stacks(plan, model)
         for spec, bin_dir in runnable:
             for threads in plan.settings.threads:
-                layout.measurement_dir(out, model.name).mkdir(parents=True, exist_ok=True)
+                folder = layout.measurement_dir(out, model.name)
+                folder.mkdir(parents=True, exist_ok=True)
                 server, record = measure.start_server(plan, model, spec, bin_dir, threads,
-                                                      layout.measurement_dir(out, model.name) / f"threads-{threads}.json")
+                                                      folder / f"threads-{threads}.json")
                 if server is None:
                     raise SystemExit(f"benchmark overhead: {model.name} in {spec.name}: {record.get('error')}")
                 try:
@@ -189,7 +191,8 @@ def overhead(out: Path, models: str, log: Any) -> int:
     # On a shared machine the block pairs' noise is larger than the harness's cost, which
     # is fixed per call (two clock reads, a list store): it is measured apart, on a call
     # that does nothing, in each stack's interpreter, and added to every row's bare call.
-    cost_ns = {spec.name: harness_cost_ns(bin_dir) for spec, bin_dir in measure.runnable_stacks(plan, plan.models[0])[0]}
+    runnable, _ = measure.runnable_stacks(plan, plan.models[0])
+    cost_ns = {spec.name: harness_cost_ns(bin_dir) for spec, bin_dir in runnable}
     for row in rows:
         row["harness_cost_ns"] = cost_ns[row["stack"]]
         row["implied_ratio"] = 1 + cost_ns[row["stack"]] / 1e6 / row["bare_ms"]

@@ -98,7 +98,7 @@ def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry
     entries = []
     for name, raw in table.data.items():
         exclusive = False
-        variants = DEFAULT_VARIANTS
+        variants: tuple[str, ...] = DEFAULT_VARIANTS
         if VARIANT_SEPARATOR in name:
             raise table.error(name, f"a model's name may not contain {VARIANT_SEPARATOR!r}: it names variants")
         if isinstance(raw, str):

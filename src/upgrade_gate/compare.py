@@ -14,11 +14,19 @@ import numpy as np
 
 from upgrade_gate import tasks
 from upgrade_gate.catalog import ModelEntry
-from upgrade_gate.plan import Plan
 from upgrade_gate.metrics import compare_outputs
+from upgrade_gate.plan import Plan
 from upgrade_gate.records import Reader, StackModelRecord, load_measurement, load_stack_info, load_stack_model
 from upgrade_gate.results import (
-    CacheUse, Comparison, Installed, LatencyRatio, Measured, ModelResults, Side, StackInfo, StackResults,
+    CacheUse,
+    Comparison,
+    Installed,
+    LatencyRatio,
+    Measured,
+    ModelResults,
+    Side,
+    StackInfo,
+    StackResults,
 )
 from upgrade_gate.specs import StackSpec
 from upgrade_gate.stats import ratio_by_rounds, summarize

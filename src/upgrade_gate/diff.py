@@ -16,8 +16,8 @@ Inputs are report folders (or their results.json).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from upgrade_gate.document import markdown_table
 from upgrade_gate.errors import ConfigError

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Union
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Figure:
     draw: Callable[[], str | None]
 
 
-Block = Union[Heading, Paragraph, Table, Bullets, Code, Figure]
+Block = Heading | Paragraph | Table | Bullets | Code | Figure
 
 
 def bullets(*texts: str) -> Bullets:
@@ -182,7 +182,8 @@ PAGE = """<!DOCTYPE html>
 body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1f2328; }}
 .verdict {{ color: #fff; font-size: 1.8em; font-weight: 700; padding: .4em .8em; border-radius: 6px;
   display: inline-block; background: #57606a; }}
-.verdict.go {{ background: #1a7f37; }} .verdict.conditions {{ background: #9a6700; }} .verdict.nogo {{ background: #cf222e; }}
+.verdict.go {{ background: #1a7f37; }} .verdict.conditions {{ background: #9a6700; }}
+.verdict.nogo {{ background: #cf222e; }}
 table {{ border-collapse: collapse; margin: .6em 0; font-size: 12px; }}
 th, td {{ border: 1px solid #d0d7de; padding: 3px 6px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import functools
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from upgrade_gate import cache, layout, runner, supervisor
 from upgrade_gate.atomic import write_json_atomic
@@ -77,7 +78,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             return out_file
 
     log(f"{label}: {settings.rounds} rounds of {', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
-    stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why} for name, why in skipped.items()}
+    stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
+                                         for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
     try:
         # One after the other: a cold start timed beside another one would time both.

@@ -18,12 +18,12 @@ from typing import NoReturn
 
 from upgrade_gate import __version__, layout, project, runner, shards
 from upgrade_gate.compare import gather, stack_info
-from upgrade_gate.plan import Plan, load_plan
-from upgrade_gate.settings import ProjectSettings
 from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
+from upgrade_gate.plan import Plan, load_plan
 from upgrade_gate.policy import evaluate
 from upgrade_gate.report import write_compat_report, write_reports
 from upgrade_gate.results import Results, VerdictRecord
+from upgrade_gate.settings import ProjectSettings
 from upgrade_gate.specs import StackSpec
 
 

@@ -39,12 +39,22 @@ from upgrade_gate.compare import reference_side
 from upgrade_gate.plan import Plan
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.results import (
-    BaselineFinding, GateResult, GateStatus, ModelResults, Quantity, Severity, Side, Unit, Verdict, VerdictRecord,
+    BaselineFinding,
+    Comparison,
+    GateResult,
+    GateStatus,
+    ModelResults,
+    Quantity,
+    Severity,
+    Side,
+    Unit,
+    Verdict,
+    VerdictRecord,
 )
 from upgrade_gate.specs import StackSpec
 from upgrade_gate.stats import CONFIDENCE, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
-from upgrade_gate.text import first_line
+from upgrade_gate.text import first_line, size
 
 # An export whose peak resident memory reaches this share of the memory limit
 # is one model size away from being killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
@@ -78,7 +88,7 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
     return VerdictRecord(
         tool_version=__version__,
-        generated_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models))
@@ -233,22 +243,22 @@ def _quantized_gates(plan: Plan, spec: StackSpec, model: ModelResults, record_pa
     return found.results
 
 
-def _task_gate(found: _Gates, plan: Plan, model: ModelResults, comparison: object, gate: str, severity: str,
-               *, embedding_ranking: bool = False) -> None:
+def _task_gate(found: _Gates, plan: Plan, model: ModelResults, comparison: Comparison | None, gate: str,
+               severity: str, *, embedding_ranking: bool = False) -> None:
     """The task's headline agreement with the reference; an encoder must also keep its similarity ranking."""
     _, threshold_key = HEADLINE[model.task_kind]
     metric, unit = TASK_METRIC[model.task_kind]
     minimum = plan.settings.gates.for_model(model.name, threshold_key)
-    task: TaskAgreement | None = getattr(comparison, "task", None)
+    task = comparison.task if comparison else None
     value = task.headline if task else None
-    passed = value is not None and value >= minimum
-    if passed and embedding_ranking:
-        passed = bool(task.values.get("ranking_preserved"))  # type: ignore[union-attr]
-    missing = getattr(comparison, "task_missing", None) or "not measured"
+    passed = task is not None and value is not None and value >= minimum
+    if task is not None and passed and embedding_ranking:
+        passed = bool(task.values.get("ranking_preserved"))
+    missing = (comparison.task_missing if comparison else None) or "not measured"
     found.add(gate, severity, passed, Rule(
         metric=metric, op="≥", threshold=Quantity(value=minimum, unit=unit),
         condition="and similarity ranking preserved" if embedding_ranking else "",
-        evidence=getattr(comparison, "label", "artifact vs reference")),
+        evidence=comparison.label if comparison else "artifact vs reference"),
         measured=None if value is None else Quantity(value=value, unit=unit),
         note=_task_note(task) if task else missing)
 
@@ -363,7 +373,7 @@ def _memory_gate(found: _Gates, plan: Plan, model: ModelResults, severity: str) 
         return
     ratio = mine / theirs if theirs else float("inf")
     found.add("memory", severity, ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta, rule,
-              measured=Quantity(value=ratio, unit=Unit.RATIO), note=f"{mine / 2**20:.1f} MiB / {theirs / 2**20:.1f} MiB")
+              measured=Quantity(value=ratio, unit=Unit.RATIO), note=f"{size(mine)} / {size(theirs)}")
 
 
 def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[GateResult]:

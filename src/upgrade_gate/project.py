@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout, supervisor
-from upgrade_gate.errors import RecordError
-from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
-from upgrade_gate.runner import venv_env
 from upgrade_gate.atomic import write_json_atomic
+from upgrade_gate.errors import RecordError
 from upgrade_gate.layout import REPO_ROOT
 from upgrade_gate.plan import Plan
+from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
+from upgrade_gate.runner import venv_env
 from upgrade_gate.settings import ProjectSettings, runs_pytest
 
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
@@ -55,7 +55,8 @@ def project_env(bin_dir: Path) -> dict[str, str]:
 
 
 def record_install_failure(plan: Plan, stack: str, error: str) -> dict[str, Any]:
-    """The project does not install into this stack: a result, not a usage error (the candidate's pins may refuse it)."""
+    """The project does not install into this stack: a result, not a usage error (the candidate's pins may
+    refuse it)."""
     return _write_run(plan, stack, {"status": "install-failed", "install_error": error, "command": [],
                                     "exit_code": None, "duration_s": 0.0})
 

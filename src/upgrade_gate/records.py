@@ -331,11 +331,7 @@ def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | No
     except ValueError as error:
         raise RecordError(f"{where}: not valid JSON ({error})") from None
     check_schema(reader)
-    stacks = reader.child("stacks")
-    for name in (stacks.data if stacks else {}):
-        stack = stacks.child(name)  # type: ignore[union-attr]
-        if stack is None:
-            raise RecordError(f"Missing key {name!r} in {stacks.where!r}")  # type: ignore[union-attr]
+    for stack in reader.entries("stacks").values():
         stack.text("status")
         for entry in stack.children("rounds") if "rounds" in stack.data else []:
             samples = entry.child("samples_ms")

@@ -9,12 +9,25 @@ says is decided once, in the functions below, for both renderings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from upgrade_gate import __version__, junit
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.document import Block, Bullets, Code, Figure, Heading, Item, Paragraph, Table, anchor_id, bullets
-from upgrade_gate.document import to_html, to_markdown
+from upgrade_gate.document import (
+    Block,
+    Bullets,
+    Code,
+    Figure,
+    Heading,
+    Item,
+    Paragraph,
+    Table,
+    anchor_id,
+    bullets,
+    to_html,
+    to_markdown,
+)
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.results import GateResult, GateStatus, ModelResults, Results, Side, StackInfo, VerdictRecord
 from upgrade_gate.stats import CONFIDENCE
@@ -172,7 +185,8 @@ def matrix_rows(results: Results) -> list[list[str]]:
     numerics = []
     for n in names:
         if n == base:
-            numerics.append(f"artifact vs own eager: {_worst(fp32, Side(stack=n, kind='artifact'), Side(stack=n, kind='eager'))}")
+            own = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=n, kind="eager"))
+            numerics.append(f"artifact vs own eager: {own}")
         else:
             worst = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=base, kind="eager"))
             numerics.append(f"artifact vs reference: {worst}" + mark(n, "numerics"))
@@ -661,10 +675,11 @@ def plot_figures(results: Results) -> list[Block]:
     ]
 
 
-def _draw(name: str, *args: object):  # type: ignore[no-untyped-def]
+def _draw(name: str, *args: object) -> Callable[[], str | None]:
     """A figure's maker; matplotlib is imported when the page is drawn, not before."""
     def draw() -> str | None:
         from upgrade_gate import plots
 
-        return getattr(plots, name)(*args)  # type: ignore[no-any-return]
+        figure: str | None = getattr(plots, name)(*args)
+        return figure
     return draw

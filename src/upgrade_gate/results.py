@@ -117,7 +117,7 @@ class Unit(str, Enum):
     COSINE = "cosine"
     COUNT = "count"
 
-    def format(self, value: float) -> str:
+    def show(self, value: float) -> str:
         if self is Unit.REL_L2:
             return f"{value:.2e}"
         if self is Unit.BYTES:
@@ -147,9 +147,9 @@ class Quantity:
     high: float | None = None
 
     def __str__(self) -> str:
-        shown = self.unit.format(self.value)
+        shown = self.unit.show(self.value)
         if self.low is not None and self.high is not None:
-            shown += f" [{self.unit.format(self.low)}, {self.unit.format(self.high)}]"
+            shown += f" [{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
         return shown
 
     def to_dict(self) -> dict[str, Any]:

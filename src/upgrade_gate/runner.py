@@ -16,18 +16,19 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from upgrade_gate import cache, layout, shards, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.progress import Progress
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import REPO_ROOT
 from upgrade_gate.plan import Plan
+from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION
 from upgrade_gate.specs import StackSpec
 
@@ -221,7 +222,8 @@ def read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
 
 def _phase_files(model_dir: Path, phase: str) -> list[Path]:
     """The files a phase left: the export owns everything it finds; the runtime what the export did not write."""
-    own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {f"{p}-job.json" for p in layout.PHASES}
+    own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {
+        f"{p}-job.json" for p in layout.PHASES}
     export_files = set((read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
     return sorted(p for p in model_dir.iterdir()
                   if p.is_file() and not p.name.startswith(".") and p.name not in own_records | export_files)

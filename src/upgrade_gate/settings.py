@@ -22,12 +22,13 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from upgrade_gate import catalog
-from upgrade_gate.catalog import ModelEntry, QUANTIZED_VARIANTS, SUITES, VARIANT_SEPARATOR
+from upgrade_gate.catalog import QUANTIZED_VARIANTS, SUITES, VARIANT_SEPARATOR, ModelEntry
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import REPO_ROOT, cache_root
 from upgrade_gate.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
@@ -510,12 +511,12 @@ def _load_gates(table: Table) -> GateSettings:
     for model in budgets_table.data:
         budget = budgets_table.get_table(model)
         budget.reject_unknown({*BUDGET_KEYS, "severity"})
-        limits = {}
+        limits: dict[str, float | None] = {}
         for key in BUDGET_KEYS:
-            value = None if budget.data.get(key) is None else finite(budget, key, 0.0)
-            if value is not None and value <= 0:
-                raise budget.error(key, f"must be greater than 0, got {value!r}")
-            limits[key] = value
+            limit = None if budget.data.get(key) is None else finite(budget, key, 0.0)
+            if limit is not None and limit <= 0:
+                raise budget.error(key, f"must be greater than 0, got {limit!r}")
+            limits[key] = limit
         budgets.append((model, Budget(latency_p50_ms=limits["latency-p50-ms"], peak_rss_mb=limits["peak-rss-mb"],
                                       severity=severity(budget, "severity", "hard"))))
     per_model = []

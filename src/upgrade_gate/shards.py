@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from upgrade_gate import __version__, cache, layout
 from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.plan import Plan, Shard, parse_shard
 from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.plan import Plan, Shard, parse_shard
 from upgrade_gate.records import Reader
 
 MANIFEST = "shard.json"

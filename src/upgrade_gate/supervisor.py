@@ -22,9 +22,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 POLL_S = 0.25
 TERM_GRACE_S = 5.0
@@ -134,7 +135,8 @@ def stop_all() -> None:
 
 def stop_group(process: subprocess.Popen[bytes], grace_s: float = TERM_GRACE_S) -> None:
     """SIGTERM → wait → SIGKILL for the whole process group, as nox's popen does."""
-    steps = ((signal.SIGTERM, grace_s), (signal.SIGKILL, TERM_GRACE_S)) if grace_s else ((signal.SIGKILL, TERM_GRACE_S),)
+    kill = (signal.SIGKILL, TERM_GRACE_S)
+    steps = ((signal.SIGTERM, grace_s), kill) if grace_s else (kill,)
     for sig, grace in steps:
         try:
             os.killpg(process.pid, sig)

@@ -48,7 +48,7 @@ class Table:
     """A TOML table with its file and dotted key, for messages like
     ``pyproject.toml: tool.upgrade-gate.threads: expected an integer, got 'two'``."""
 
-    def __init__(self, data: dict[str, Any], *, path: Path, key: str) -> None:
+    def __init__(self, data: dict[str, Any], *, path: Path | None, key: str) -> None:
         self.data = data
         self.path = path
         self.key = key

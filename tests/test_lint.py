@@ -1,0 +1,23 @@
+"""The code as ruff and mypy read it, with the configuration in pyproject.toml: the test
+command runs them, so CI does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from upgrade_gate.layout import REPO_ROOT
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *command], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+
+
+def test_ruff_finds_nothing():
+    result = run("ruff", "check", "--no-cache", "--output-format", "concise")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_finds_nothing():
+    result = run("mypy", "--no-incremental")
+    assert result.returncode == 0, result.stdout + result.stderr
