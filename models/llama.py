@@ -20,6 +20,9 @@ Cache layout: ``[n_layers, n_kv_heads, max_seq_len, head_dim]`` for k and
 for v. Prefill writes positions ``0..prefill_len-1`` (padding included); decode
 at position ``p`` overwrites slot ``p`` before attending to slots ``0..p``, so
 padding written by prefill is never read.
+
+One module for the family on purpose (over 500 lines): the shapes, the cache layout and the
+split into programs are read together.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ Weights: the vision encoder and projector are drawn from numpy's generator (no
 SigLIP checkpoint ships with the assets), the language part comes from the
 Llama factory, so every torch version builds identical numbers and nothing is
 saved as a fixture.
+
+One module for the model on purpose (over 500 lines): its six programs and the loop that
+runs them are read together.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ junit.xml and the GitHub Actions step summary for CI; compat.md and compat.json
 for `nox -s compat`.
 
 Everything here reads the results schema (upgrade_gate.results); what each block
-says is decided once, in the functions below, for both renderings.
+says is decided once, in the functions below, for both renderings. Longer than
+most modules on purpose: every section of the report is in this one place.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ derived from the declarations (nox's ``_options.py`` is the model):
 
 Paths in the table are relative to the file that holds it. Everything is
 checked before any stack is built: a typo costs a second, not a venv build.
+Longer than most modules on purpose: every setting, with its parser, in one place.
 """
 
 from __future__ import annotations
