@@ -34,7 +34,7 @@ from upgrade_gate import assets as asset_build
 from upgrade_gate import layout, pipeline, runner
 from upgrade_gate import measure as measurement
 from upgrade_gate import project as team_project
-from upgrade_gate.errors import ConfigError
+from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError
 from upgrade_gate.plan import Plan, stacks_of
 from upgrade_gate.settings import default_config_path, load_settings
 
@@ -46,6 +46,9 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["compare"]
 nox.options.error_on_missing_interpreters = True
 
+# A cancelled CI job or `kill` stops a session as Ctrl-C does: workers stopped, stages recorded.
+pipeline.stop_on_sigterm()
+
 # Sessions are declared when nox reads this file, so the stack list is read now.
 # A broken spec must not stop nox from starting: it is reported, with exit
 # status 2, by the session that needs it.
@@ -56,6 +59,7 @@ except ConfigError:
 
 
 @nox.session(python=False)
+@pipeline.guarded
 def compare(session: nox.Session) -> None:
     """Build every stack, run the models through each, and write the verdict."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
@@ -71,6 +75,7 @@ def compare(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+@pipeline.guarded
 def compat(session: nox.Session) -> None:
     """Run the team's own tests in every stack, diff them per test, and scan its source for calls to migrate."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -86,6 +91,7 @@ def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
 
 
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
+@pipeline.guarded
 def assets(session: nox.Session) -> None:
     """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack."""
     target = asset_build.assets_dir()
@@ -99,6 +105,7 @@ def assets(session: nox.Session) -> None:
 
 @nox.session(venv_backend="uv", reuse_venv=True)
 @nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+@pipeline.guarded
 def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
@@ -119,6 +126,7 @@ def run(session: nox.Session, stack: str) -> None:
 
 @nox.session(venv_backend="uv", reuse_venv=True, default=False)
 @nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+@pipeline.guarded
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -143,6 +151,7 @@ def project(session: nox.Session, stack: str) -> None:
 
 
 @nox.session(python=team_project.SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
+@pipeline.guarded
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -160,15 +169,20 @@ def scan(session: nox.Session) -> None:
 
 
 @nox.session(python=False, name="compat-report", default=False)
+@pipeline.guarded
 def compat_report(session: nox.Session) -> None:
     """The project's test diff and scan findings, judged: compat.md and compat.json."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
     pipeline.project_or_exit(plan)
-    if pipeline.compat_report(plan):
+    status = pipeline.compat_report(plan)
+    if status == EXIT_NO_GO:
         session.error("project compatibility: NO-GO")
+    if status == EXIT_INCOMPLETE:
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 @nox.session(python=False)
+@pipeline.guarded
 def measure(session: nox.Session) -> None:
     """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
@@ -176,15 +190,19 @@ def measure(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
+@pipeline.guarded
 def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
-    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, merging=True)
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, reporting=True)
     status = pipeline.report(plan)
-    if status:
+    if status == EXIT_NO_GO:
         session.error("verdict NO-GO")
+    if status == EXIT_INCOMPLETE:
+        raise SystemExit(EXIT_INCOMPLETE)  # nox would call any other way out "failed", the code NO-GO has
 
 
 @nox.session(python=False, default=False)
+@pipeline.guarded
 def diff(session: nox.Session) -> None:
     """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
     from upgrade_gate import diff as report_diff
@@ -196,6 +214,7 @@ def diff(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
+@pipeline.guarded
 def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement: harness overhead, noise floor, sensitivity (docs/benchmarks.md)."""
     from upgrade_gate import benchmark as benchmarks

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import traceback
@@ -36,12 +37,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o644)  # mkstemp makes 0600
-    with os.fdopen(fd, "w", encoding="utf-8") as stream:
-        json.dump(jsonable(data), stream, indent=2, allow_nan=False)
-        stream.write("\n")
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            json.dump(jsonable(data), stream, indent=2, allow_nan=False)
+            stream.write("\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves no half file behind
 
 
 def jsonable(value: Any) -> Any:
@@ -69,9 +73,11 @@ def peak_rss_bytes() -> int:
 
 
 def error_record(error: BaseException) -> dict[str, Any]:
-    """An exception as a record: its qualified type, message and the end of its traceback."""
+    """An exception as a record: its qualified type, message, the end of its traceback, and an
+    OSError's errno (the parent tells a full disk from the model's own failure by it)."""
     return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": str(error)[:MESSAGE_CHARS],
-            "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:]}
+            "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:],
+            "errno": error.errno if isinstance(error, OSError) else None}
 
 
 # -- the model ---------------------------------------------------------------------
@@ -150,21 +156,22 @@ def ensure_fixtures(case: Any, fixtures_dir: Path) -> None:
         return
     fixtures_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=fixtures_dir.parent, prefix=f".{fixtures_dir.name}."))
-    if case.weights == "fixture":
-        state = {k: v.detach().cpu().numpy() for k, v in case.module.state_dict().items()}
-        np.savez(staging / "weights.npz", **state)
-    inputs = {
-        f"{name}.input_{i}": t.detach().cpu().numpy()
-        for name, method in case.entry_points().items()
-        for i, t in enumerate(method.inputs)
-    }
-    np.savez(staging / "inputs.npz", **inputs)
     try:
+        if case.weights == "fixture":
+            state = {k: v.detach().cpu().numpy() for k, v in case.module.state_dict().items()}
+            np.savez(staging / "weights.npz", **state)
+        inputs = {
+            f"{name}.input_{i}": t.detach().cpu().numpy()
+            for name, method in case.entry_points().items()
+            for i, t in enumerate(method.inputs)
+        }
+        np.savez(staging / "inputs.npz", **inputs)
         os.rename(staging, fixtures_dir)
-    except OSError:  # another stack won the race; use its files
-        for leftover in staging.iterdir():
-            leftover.unlink()
-        staging.rmdir()
+    except OSError:
+        # Another stack won the race (its files are used), or the disk is full (the error stands).
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (fixtures_dir / "inputs.npz").is_file():
+            raise
 
 
 def load_case(job: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]], dict[str, Any]]:

@@ -123,8 +123,11 @@ def save_arrays(path: Path, arrays: dict[str, Any]) -> dict[str, Any]:
     arrays = {k: v.detach().cpu().contiguous().numpy() if hasattr(v, "detach") else v for k, v in arrays.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half file behind
     return {
         "file": path.name,
         "outputs": [{"name": k, "shape": list(a.shape), "dtype": str(a.dtype)} for k, a in arrays.items()],

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import importlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -82,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     die_with_parent()
+    # Where it was: a crash (segfault, abort) or the supervisor's SIGTERM (a deadline, a stopped run)
+    # writes every thread's Python stack into the log (stderr), whose tail the parent records.
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     job = json.loads(args.job.read_text(encoding="utf-8"))
     _register_package(COMPAT_PACKAGE, REPO_ROOT / "compat")
     common = ours("common")

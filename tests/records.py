@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def write_stack_model(
         export.append({"stage": "localize", "status": "ok", "duration_s": 1.0, "details": localize})
     export += [
         stage("save", {"bytes": artifact_bytes,
-                       "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes, "sha256": "c" * 64}}}),
+                       "methods": {"forward": {"file": "forward.pte", "bytes": artifact_bytes,
+                                               "sha256": _artifact(directory, artifact_bytes)}}}),
     ]
     if backends is not None:
         export.append(stage("backends", {"backends": backends}))
@@ -100,6 +102,13 @@ def write_stack_model(
     for count in threads:
         add_measurement(out, model, count, stack, entry)
     return directory
+
+
+def _artifact(directory: Path, size: int) -> str:
+    """An artifact file of ``size`` bytes, as the save stage records it; its SHA-256."""
+    content = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    (directory / "forward.pte").write_bytes(content)
+    return hashlib.sha256(content).hexdigest()
 
 
 def add_measurement(out: Path, model: str, threads: int, stack: str, entry: dict) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from upgrade_gate import cache
 from upgrade_gate.catalog import ModelEntry
@@ -91,3 +94,43 @@ def test_installed_distributions_are_read_without_importing(tmp_path):
     for name in ("torch-2.8.0.dist-info", "typing_extensions-4.12.2.dist-info", "torch"):
         (site / name).mkdir(parents=True)
     assert cache.installed_distributions(tmp_path / "venv") == ["torch==2.8.0", "typing-extensions==4.12.2"]
+
+
+def test_nothing_done_to_the_cache_changes_a_finished_report_folder(tmp_path):
+    """The report folder gets copies: a damaged cache file, found and deleted on the next
+    lookup, leaves every report folder that copied it whole."""
+    store = cache.ResultCache(tmp_path / "cache")
+    files = phase_files(tmp_path)
+    hit = store.store("candidate", "vit", "export", "k1", files, {})
+    report = tmp_path / "report"
+    report.mkdir()
+    for name in hit.files:
+        cache.copy_file(hit.path / name, report / name)
+    kept = (report / "forward.pte").read_bytes()
+    assert (report / "forward.pte").stat().st_ino != (hit.path / "forward.pte").stat().st_ino
+
+    damaged = bytearray((hit.path / "forward.pte").read_bytes())
+    damaged[7] ^= 0xFF
+    with open(hit.path / "forward.pte", "r+b") as stream:  # in place, as a bad disk or a stray write would
+        stream.write(damaged)
+    found, problem = store.lookup("candidate", "vit", "export", "k1")
+    assert found is None and "does not match its SHA-256" in problem
+    assert (report / "forward.pte").read_bytes() == kept
+
+
+def test_a_copy_is_whole_or_absent(tmp_path, monkeypatch):
+    """A copy that fails midway (the disk fills up) leaves nothing under its name, nor a partial file."""
+    source = tmp_path / "big"
+    source.write_bytes(b"x" * 4096)
+    target = tmp_path / "report" / "big"
+    target.parent.mkdir()
+
+    def disk_fills_up(src, dst):
+        Path(dst).write_bytes(b"x" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(cache.shutil, "copyfile", disk_fills_up)
+    with pytest.raises(OSError) as failed:
+        cache.copy_file(source, target)
+    assert failed.value.errno == errno.ENOSPC
+    assert list(target.parent.iterdir()) == []

@@ -45,9 +45,12 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
         assert hang["status"] == "timeout" and 20 <= hang["duration_s"] < 60
         assert hang["error"]["message"].startswith("stage eager ran 2")
         assert hang["error"]["message"].endswith(" s, past its deadline of 20 s (timeouts.eager); worker killed")
+        # Where it hung: the worker's Python stack when the deadline stopped it, from its log.
+        assert any("smoke.py" in line and "in forward" in line for line in hang["error"]["traceback_tail"]), hang
 
         crash = stages(out, stack, "segfault", "export")["eager"]
         assert crash["status"] == "crashed" and crash["error"]["message"] == "worker killed by signal SIGSEGV"
+        assert any("Fatal Python error: Segmentation fault" in line for line in crash["error"]["traceback_tail"])
 
         runaway = stages(out, stack, "memory-hog", "export")["eager"]
         assert runaway["status"] == "out-of-memory"
@@ -180,9 +183,14 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     # A corrupt entry is found by its hash and rebuilt; only that phase (and what follows from it) runs.
     entry = next((tmp_path / "cache" / "legacy" / "vit-smoke" / "export").iterdir())
     artifact = entry / "forward.ptl"
+    reported = out / "stacks" / "legacy" / "models" / "vit-smoke" / "forward.ptl"
+    before = reported.read_bytes()
     data = bytearray(artifact.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    artifact.write_bytes(bytes(data))  # in place: the report folder's link sees it too
+    with open(artifact, "r+b") as stream:  # in place, as a bad disk or a stray write would
+        stream.write(bytes(data))
+    # The report folder has copies of its own: what happens to the cache does not reach it.
+    assert reported.read_bytes() == before
     repaired = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
     assert repaired.returncode == resumed.returncode, repaired.stderr[-4000:]
     log = repaired.stderr + repaired.stdout
@@ -190,3 +198,91 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert "legacy: vit-smoke: export done in" in log
     assert "legacy: mobilenet-v3-small: export reused from the cache" in log
     assert {s["status"] for s in stages(out, "legacy", "vit-smoke", "runtime").values()} == {"ok"}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_path, stop):
+    env = user_project(tmp_path, CONFIG)
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color",
+               "-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32"]
+    run = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    export = out / "stacks" / "candidate" / "models" / "vit-smoke" / "export.json"
+    try:
+        wait_for(lambda: export.is_file() and '"stage": "export"' in export.read_text(), 900,
+                 "the candidate's export stage")
+        os.kill(run.pid, stop)  # nox alone, as a terminal's Ctrl-C or a cancelled CI job does
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 3, stderr[-3000:]
+    assert "upgrade-gate: incomplete: the run was stopped (Ctrl-C or SIGTERM); what finished is kept: run the same " \
+           "command again and it resumes" in stderr and "Traceback" not in stderr
+    wait_for(lambda: not live_workers(out), 15, "the workers to stop with the run")
+    stopped = next(s for s in stages(out, "candidate", "vit-smoke", "export").values() if s["status"] != "ok")
+    assert stopped["status"] == "interrupted", stopped  # not "crashed": nothing the model did
+
+    # A report on what is there is no verdict: INCOMPLETE, saying what to do.
+    report = nox("-s", "report", "--", "--out", str(out), env=env, timeout=300)
+    assert report.returncode == 3, report.stderr[-3000:]
+    verdict = verdict_of(out)
+    assert verdict.verdict.value == "INCOMPLETE"
+    assert any("interrupted" in reason for reason in verdict.incomplete), verdict.incomplete
+    assert verdict.incomplete[-1].startswith("run `nox -s compare` again with the same options")
+
+    resumed = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
+    assert resumed.returncode in (0, 1), resumed.stderr[-3000:]
+    assert "legacy: vit-smoke: export reused from the cache" in resumed.stderr + resumed.stdout
+    assert verdict_of(out).verdict.value in ("GO", "GO-WITH-CONDITIONS", "NO-GO")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB file system: room for the records, not for the artifacts."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
+                             text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here ({mounted.stderr.strip()}); the README's test command "
+                    "runs as root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_is_incomplete_naming_it_and_leaves_no_half_file(tmp_path, small_disk):
+    env = user_project(tmp_path, CONFIG)
+    out = small_disk / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "mobilenet-v3-small@fp32", env=env)
+    assert result.returncode == 3, result.stderr[-3000:]
+    messages = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: incomplete:")]
+    assert len(messages) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert messages[0].startswith("upgrade-gate: incomplete: no space left on the disk that holds ")
+    assert f"(mounted at {small_disk}: " in messages[0] and "then run the same command again: it resumes" in messages[0]
+    # Every file there is whole: no partial copies, every record parses.
+    assert not [p for p in out.rglob("*") if ".partial" in p.name or p.name.endswith((".tmp", ".tmp.npz"))]
+    for record in out.rglob("*.json"):
+        json.loads(record.read_text())
+    # No verdict was made of it: the run stopped where the disk did.
+    assert not (out / "verdict.json").exists()
+
+
+LACKING_ADAPTER = '''\
+"""An adapter without lower(): the contract (compat/contract.py) is not kept."""
+from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, run, save, set_threads  # noqa: F401
+'''
+
+
+def test_an_adapter_that_does_not_keep_the_contract_is_named_before_any_export(tmp_path):
+    env = user_project(tmp_path, CONFIG)
+    spec = tmp_path / "envs" / "candidate.toml"
+    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "lacking.py"'))
+    (tmp_path / "envs" / "lacking.py").write_text(LACKING_ADAPTER)
+    result = nox("-s", "run(candidate)", "--", "--out", str(tmp_path / "report"), "--models", "vit-smoke@fp32", env=env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert errors == [f"upgrade-gate: error: {spec}: adapter: '{tmp_path / 'envs' / 'lacking.py'}' lacks lower; an "
+                      "adapter provides SUFFIX, set_threads, lower, save, load and run (compat/contract.py)"]
+    assert not (tmp_path / "report" / "stacks" / "candidate" / "models").exists()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from records import write_stack_model
 
-from upgrade_gate import pipeline
+from upgrade_gate import pipeline, shards
+from upgrade_gate.plan import load_plan
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -42,3 +47,131 @@ def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.1)
     pipeline.lock_out_dir(tmp_path)  # again from the same process: already ours
+
+
+# -- every end of a session is an exit status and one message ---------------------------
+
+REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
+
+
+def report_folder(project: Path, *models: str) -> Path:
+    """A finished run's folder (records written by hand) holding ``models``, with its shard.json."""
+    plan = load_plan(["--out", "out", "--models", ",".join(models)], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    for model in plan.models:
+        for stack in ("legacy", "candidate"):
+            write_stack_model(plan.settings.out_dir, stack, model.name, eager=[REFERENCE], artifact=[REFERENCE])
+    shards.describe(plan, "legacy")
+    shards.describe(plan, "candidate")
+    return plan.settings.out_dir
+
+
+def exits(capsys, call) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as stopped:
+        call()
+    return stopped.value.code, capsys.readouterr().err
+
+
+def test_a_report_on_a_folder_that_does_not_exist_creates_nothing(project, capsys, monkeypatch):
+    monkeypatch.setenv("UPGRADE_GATE_CONFIG", str(project / "pyproject.toml"))
+    code, err = exits(capsys, lambda: pipeline.plan_or_exit(["--out", "nowhere"], project, reporting=True))
+    assert code == 2
+    assert err == (f"upgrade-gate: error: {project / 'nowhere'}: no such report folder; run `nox -s compare -- --out "
+                   f"{project / 'nowhere'}` first, or give the folder a run wrote with --out DIR\n")
+    assert not (project / "nowhere").exists()
+
+
+def test_a_report_judges_the_models_its_folder_holds(project, capsys, monkeypatch):
+    monkeypatch.setenv("UPGRADE_GATE_CONFIG", str(project / "pyproject.toml"))
+    out = report_folder(project, "vit-smoke@fp32", "minilm-smoke@fp32")
+    # Without --models, the smoke suite would be every smoke model: "not run" for all but two.
+    plan = pipeline.plan_or_exit(["--out", str(out)], project, reporting=True)
+    assert [m.name for m in plan.models] == ["vit-smoke", "minilm-smoke"]
+    assert pipeline.report(plan) == 0
+    assert {m["model"] for m in json.loads((out / "results.json").read_text())["models"]} == {
+        "vit-smoke", "minilm-smoke"}
+    code, err = exits(capsys, lambda: pipeline.plan_or_exit(["--out", str(out), "--models", "vit-smoke@fp32"],
+                                                             project, reporting=True))
+    assert code == 2 and err == (f"upgrade-gate: error: --models: vit-smoke is not what {out / 'shard.json'} says the "
+                                 "folder holds (vit-smoke, minilm-smoke); leave --models out to report on what ran\n")
+
+
+def test_a_result_cache_that_cannot_be_written_is_refused_before_any_work(project, capsys, monkeypatch):
+    (project / "a-file").write_text("")
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(project / "a-file" / "cache"))
+    code, err = exits(capsys, lambda: pipeline.plan_or_exit(["--out", "out"], project))
+    assert code == 2
+    assert err == (f"upgrade-gate: error: {project / 'a-file' / 'cache' / 'results'}: result cache is not writable "
+                   "(Not a directory); set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you "
+                   "can write\n")
+
+
+def test_a_damaged_output_file_is_incomplete_naming_it(project, capsys):
+    out = report_folder(project, "vit-smoke@fp32")
+    npz = out / "stacks" / "candidate" / "models" / "vit-smoke" / "artifact.npz"
+    npz.write_bytes(npz.read_bytes()[:40])  # truncated
+    plan = load_plan(["--out", str(out), "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    assert pipeline.report(plan) == 3
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "INCOMPLETE"
+    numerics = next(g for g in verdict["gates"] if g["gate"] == "numerics")
+    assert numerics["status"] == "incomplete" and numerics["note"].startswith(
+        "stacks/candidate/models/vit-smoke/artifact.npz is damaged (BadZipFile: ")
+    assert numerics["note"].endswith(f"run `nox -s compare -- --out {out}` again (the result cache copies the "
+                                     "phase back, or the phase runs again)")
+    assert verdict["incomplete"][-1].startswith("run `nox -s compare` again with the same options")
+    assert "Verdict: INCOMPLETE" in capsys.readouterr().out
+
+
+def test_a_damaged_artifact_is_incomplete_not_the_candidates_failure(project):
+    out = report_folder(project, "vit-smoke@fp32")
+    artifact = out / "stacks" / "candidate" / "models" / "vit-smoke" / "forward.pte"
+    data = bytearray(artifact.read_bytes())
+    data[10] ^= 0xFF
+    artifact.write_bytes(bytes(data))
+    plan = load_plan(["--out", str(out), "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    assert pipeline.report(plan) == 3
+    export = next(g for g in json.loads((out / "verdict.json").read_text())["gates"] if g["gate"] == "export")
+    assert export["status"] == "incomplete"
+    assert export["note"].startswith("stacks/candidate/models/vit-smoke/forward.pte is damaged (its SHA-256 is not "
+                                     "the one the export recorded)")
+
+
+def guarded_call(error: BaseException):
+    @pipeline.guarded
+    def session() -> None:
+        raise error
+    return session
+
+
+def test_a_fault_of_the_tool_is_one_message_and_a_log_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pipeline, "_HELD", {tmp_path: -1})
+    code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
+    assert code == 3 and "Traceback" not in err
+    log = tmp_path / "upgrade-gate-error.log"
+    assert err == (f"upgrade-gate: incomplete: upgrade-gate failed (ZeroDivisionError: division by zero); the "
+                   f"traceback is in {log} — please report it. What finished is kept: running the same command "
+                   "again resumes\n")
+    assert "Traceback (most recent call last)" in log.read_text() and "ZeroDivisionError" in log.read_text()
+
+
+def test_an_interrupted_session_says_it_resumes(capsys):
+    code, err = exits(capsys, guarded_call(KeyboardInterrupt()))
+    assert code == 3 and err == ("upgrade-gate: incomplete: the run was stopped (Ctrl-C or SIGTERM); what finished is "
+                                 "kept: run the same command again and it resumes\n")
+
+
+def test_a_full_disk_is_named_with_its_free_space(tmp_path, capsys):
+    code, err = exits(capsys, guarded_call(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.npz"))))
+    assert code == 3
+    assert err.startswith(f"upgrade-gate: incomplete: no space left on the disk that holds {tmp_path / 'x.npz'} "
+                          "(mounted at /")
+    assert "then run the same command again: it resumes" in err
+
+
+def test_nox_control_flow_and_usage_errors_pass_through(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        guarded_call(SystemExit(2))()
+    assert stopped.value.code == 2

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from records import write_stack_model
 
+from upgrade_gate import layout
 from upgrade_gate.compare import gather
 from upgrade_gate.plan import load_plan
 from upgrade_gate.policy import decide, evaluate
@@ -105,19 +107,81 @@ def test_nan_in_the_artifact_fails_numerics(plan):
     assert gates["numerics"].note == "forward.output_0: NaN or Inf in the outputs"
 
 
-def test_failed_export_fails_every_gate_that_needs_it(plan):
+def test_a_failed_export_is_one_root_cause_and_blocks_what_needed_it(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=None, failed_stage="export")
     gates, verdict = results_by_gate(plan)
     assert verdict is Verdict.NO_GO
+    assert gates["export"].status is GateStatus.FAILED
     assert gates["export"].measured_text == "export failed: RuntimeError: export broke"
-    assert gates["artifact-size"].measured_text == "no artifact"
-    assert gates["numerics"].measured_text == "no outputs from artifact(candidate)"
-    assert gates["latency"].measured_text == ("not measured in candidate (its artifact did not load and run "
-                                              "(runtime phase)) at 1, 2 thread(s)")
-    assert gates["memory"].measured_text == "not measured in candidate"
-    assert all(gates[g].status is GateStatus.FAILED and gates[g].measured is None
-               for g in ("export", "artifact-size", "numerics", "latency", "memory"))
+    # The gates that needed the export's evidence are listed, blocked by it, and not counted again.
+    for name in ("artifact-size", "numerics", "latency", "memory"):
+        gate = gates[name]
+        assert (gate.status, gate.blocked_by, gate.measured) == (GateStatus.BLOCKED, "export", None), gate
+        assert gate.note == "blocked by export (export failed: RuntimeError: export broke)"
     assert gates["same-inputs"].status is GateStatus.PASSED
+    verdict_record = evaluate(plan, gather(plan))
+    assert [(g.gate, g.status) for g in verdict_record.gates if g.status is GateStatus.FAILED] == [
+        ("export", GateStatus.FAILED)]
+
+
+def test_a_baseline_that_fails_makes_its_comparisons_not_comparable_and_is_a_finding(plan):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=None, failed_stage="export")
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE + 1e-7])
+    verdict = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in verdict.gates}
+    # Not the candidate's failure: the verdict does not drop.
+    assert verdict.verdict is Verdict.GO
+    for name in ("latency", "memory"):
+        assert gates[name].status is GateStatus.NOT_COMPARABLE, gates[name]
+        assert gates[name].note == "nothing to compare with: legacy's export failed: RuntimeError: export broke"
+    # What the candidate shows on its own is still judged: the reference (legacy's eager) is there.
+    assert gates["export"].status is GateStatus.PASSED and gates["numerics"].status is GateStatus.PASSED
+    finding, = verdict.baseline_findings
+    assert (finding.model, finding.failure) == ("vit-smoke", "export failed: RuntimeError: export broke")
+
+
+def test_without_a_reference_the_candidate_is_judged_against_its_own_eager_model(plan):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=None, artifact=None, failed_stage="build")
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01])
+    gates = {g.gate: g for g in evaluate(plan, gather(plan)).gates}
+    numerics = gates["numerics"]
+    assert numerics.status is GateStatus.FAILED and numerics.evidence == "artifact(candidate) vs eager(candidate)"
+    assert numerics.note == "against its own eager model: nothing to compare with: legacy's build failed: RuntimeError: build broke"
+    assert gates["same-inputs"].status is GateStatus.NOT_COMPARABLE
+
+
+def test_an_interrupted_export_is_incomplete_not_a_failure(plan):
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])
+    # A Ctrl-C while the candidate exported: the runner records the stage interrupted.
+    phase = layout.model_dir(out, "candidate", "vit-smoke") / "export.json"
+    data = json.loads(phase.read_text())
+    data["stages"][2].update(status="interrupted", error={"type": "interrupted", "message": "the run was interrupted",
+                                                          "traceback_tail": []})
+    phase.write_text(json.dumps(data))
+    verdict = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in verdict.gates}
+    assert verdict.verdict is Verdict.INCOMPLETE and verdict.verdict.exit_code == 3
+    assert gates["export"].status is GateStatus.INCOMPLETE
+    assert gates["export"].note == "candidate: export interrupted: the run was interrupted"
+    assert verdict.incomplete == ("vit-smoke: candidate: export interrupted: the run was interrupted",
+                                  "run `nox -s compare` again with the same options: it reuses what finished and "
+                                  "redoes the rest")
+
+
+@pytest.mark.parametrize(("statuses", "verdict"), [
+    ((("hard", GateStatus.INCOMPLETE), ("soft", GateStatus.FAILED)), Verdict.INCOMPLETE),
+    ((("hard", GateStatus.FAILED), ("soft", GateStatus.INCOMPLETE)), Verdict.NO_GO),
+    ((("soft", GateStatus.INCOMPLETE),), Verdict.INCOMPLETE),
+    ((("hard", GateStatus.BLOCKED), ("hard", GateStatus.NOT_COMPARABLE), ("soft", GateStatus.INCONCLUSIVE)),
+     Verdict.GO),
+])
+def test_incomplete_evidence_is_no_verdict_unless_a_hard_failure_decides(statuses, verdict):
+    gates = [GateResult(gate="g", stack="candidate", model="m", severity=Severity(severity), status=status, metric="m")
+             for severity, status in statuses]
+    assert decide(gates) is verdict
 
 
 def test_oversized_artifact(plan):

@@ -81,11 +81,15 @@ def test_damaged_record_is_named(plan, capsys):
     data = json.loads((directory / "runtime.json").read_text())
     data["stages"][2]["duration_s"] = "slow"
     (directory / "runtime.json").write_text(json.dumps(data))
-    with pytest.raises(SystemExit):
+    # A damaged report folder is no verdict and no usage error: INCOMPLETE, naming the file and what to do.
+    with pytest.raises(SystemExit) as stopped:
         pipeline.report(plan)
+    assert stopped.value.code == 3
     assert capsys.readouterr().err == (
-        f"upgrade-gate: error: {out}: Unexpected type str (expected int or float) in "
-        "'stacks/legacy/models/vit-smoke/runtime.json.stages[2].duration_s'; re-run `nox -s compare` to rewrite the records\n"
+        f"upgrade-gate: incomplete: {out}: Unexpected type str (expected int or float) in "
+        "'stacks/legacy/models/vit-smoke/runtime.json.stages[2].duration_s'; "
+        f"run `nox -s compare -- --out {out}` again: it rewrites the records (the result cache copies back what "
+        "finished)\n"
     )
 
 
@@ -135,12 +139,14 @@ def test_damaged_measurement_is_named(plan, capsys):
     data = json.loads(path.read_text())
     data["stacks"]["candidate"]["rounds"][4]["samples_ms"]["forward"] = "fast"
     path.write_text(json.dumps(data))
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as stopped:
         pipeline.report(plan)
+    assert stopped.value.code == 3
     assert capsys.readouterr().err == (
-        f"upgrade-gate: error: {out}: Unexpected samples (expected a list of numbers) in "
+        f"upgrade-gate: incomplete: {out}: Unexpected samples (expected a list of numbers) in "
         "'measurements/vit-smoke/threads-2.json.stacks.candidate.rounds[4].samples_ms.forward'; "
-        "re-run `nox -s compare` to rewrite the records\n"
+        f"run `nox -s compare -- --out {out}` again: it rewrites the records (the result cache copies back what "
+        "finished)\n"
     )
 
 
@@ -165,11 +171,12 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
     write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
                       latency_ms=0.5, quantize="PT2E", export_details=delegation)
 
-    # The baseline's int8 failing is no gate of the candidate's: nothing to time it against.
+    # The baseline's int8 failing is no failure of the candidate's: nothing to time it against.
     assert pipeline.report(plan) == 0
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "GO"
-    assert not [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8" and g["gate"] == "latency"]
+    latency, = [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8" and g["gate"] == "latency"]
+    assert latency["status"] == "not comparable"
     report = (out / "report.md").read_text()
     # Side by side under the fp32 model: every stack's fp32 and int8.
     assert ("| legacy | int8 | **export failed: RuntimeError: export broke** | FX | — | — | — | — | — | — |"

@@ -131,7 +131,7 @@ def test_server_answers_rounds_and_says_goodbye(tmp_path):
 
 
 @pytest.mark.parametrize(("behaviour", "status", "message"), [
-    ("hang", "timeout", "step round ran 1 s, past its deadline of 1 s; worker killed"),
+    ("hang", "timeout", "step round ran 1 s, past its deadline of 1 s (timeouts.round); worker killed"),
     ("crash", "crashed", "worker killed by signal SIGABRT"),
     ("raise", "failed", "RuntimeError: forward() failed"),
 ])

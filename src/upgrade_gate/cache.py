@@ -9,7 +9,7 @@ settings. The SHA-256 of all of that is the phase's key.
 
 After a phase finishes, its files are stored under its key with a manifest of
 their SHA-256. A later run with the same key — an unchanged re-run, a resumed
-interrupted run, another report folder — links them into its report folder
+interrupted run, another report folder — copies them into its report folder
 instead of running the phase. A stored file that does not match its manifest is
 a corrupt entry: it is deleted and the phase runs again.
 
@@ -19,6 +19,7 @@ a corrupt entry: it is deleted and the phase runs again.
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
 import hashlib
 import json
@@ -213,7 +214,7 @@ class ResultCache:
         staging.mkdir()
         manifest_files = {}
         for source in files:
-            link_or_copy(source, staging / source.name)
+            copy_file(source, staging / source.name)
             manifest_files[source.name] = {"bytes": source.stat().st_size, "sha256": sha256_file(staging / source.name)}
         manifest = {"key": key, "stack": stack, "model": model, "phase": phase, "stored_at": time.time(),
                     "files": manifest_files, **meta}
@@ -251,14 +252,27 @@ def _verified_manifest(path: Path, key: str) -> tuple[dict[str, Any] | None, str
     return manifest, None
 
 
-def link_or_copy(source: Path, target: Path) -> None:
-    """A hard link where the cache and the report folder share a file system, else a copy.
+def copy_file(source: Path, target: Path) -> None:
+    """A copy of its own, never a link: nothing done to the cache (a repaired entry, a damaged
+    file) may change a finished report folder, nor a report folder the cache.
 
-    Files of a phase are never modified in place (rewrites replace them), so a
-    link is as good as a copy and costs nothing.
+    Written under a temporary name and renamed, so a reader (and a disk that fills up midway)
+    sees the whole file or none; a clone of the blocks where the file system has them (btrfs,
+    XFS: no bytes copied), else the bytes (copy_file_range or sendfile on Linux).
     """
-    target.unlink(missing_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+        try:
+            with open(source, "rb") as src, open(partial, "wb") as dst:
+                fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+        except OSError:  # no reflinks here (ext4, tmpfs) or across file systems: the bytes
+            shutil.copyfile(source, partial)
+        shutil.copystat(source, partial)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+# The ioctl that clones a file's blocks into another (linux/fs.h), absent from Python 3.11's fcntl.
+FICLONE = 0x40049409

@@ -13,10 +13,18 @@ from typing import Any
 import numpy as np
 
 from upgrade_gate import tasks
+from upgrade_gate.cache import sha256_file
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.metrics import compare_outputs
 from upgrade_gate.plan import Plan
-from upgrade_gate.records import Reader, StackModelRecord, load_measurement, load_stack_info, load_stack_model
+from upgrade_gate.records import (
+    DamagedFile,
+    Reader,
+    StackModelRecord,
+    load_measurement,
+    load_stack_info,
+    load_stack_model,
+)
 from upgrade_gate.results import (
     CacheUse,
     Comparison,
@@ -64,7 +72,8 @@ def measured_from_record(data: dict[str, Any]) -> tuple[Measured, Rounds]:
     ), rounds
 
 
-NOT_MEASURED = Measured(status="not measured", problem="no measurement (nox -s measure did not run for this report)")
+# No measurement file: the measure session did not run for this report (the tool's, not a stack's)
+NOT_MEASURED = Measured(status="not run", problem="no measurement: `nox -s measure` did not run for this report")
 
 
 def stack_info(out: Path, spec: StackSpec) -> StackInfo:
@@ -116,7 +125,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             export_peak_rss_bytes=record.peak_rss_bytes("export"),
             runtime_phase_peak_rss_bytes=record.peak_rss_bytes("runtime"),
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
-                   for phase, c in record.cache.items()})
+                   for phase, c in record.cache.items()},
+            damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)))
     ratios = []
     base = samples[plan.baseline.name]
     for spec in plan.candidates:
@@ -129,14 +139,24 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
 
     comparisons = []
     for purpose, actual, reference in comparison_pairs(plan):
-        actual_out = records[actual.stack].outputs(actual.kind)
-        reference_out = records[reference.stack].outputs(reference.kind)
-        if actual_out is None or reference_out is None:
-            absent = [str(side) for side, data in ((actual, actual_out), (reference, reference_out)) if data is None]
+        try:
+            actual_out = records[actual.stack].outputs(actual.kind)
+            reference_out = records[reference.stack].outputs(reference.kind)
+        except DamagedFile as damage:
             comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
-                                          missing=f"no outputs from {' and '.join(absent)}"))
+                                          missing=_damage(out, damage), damaged=_damage(out, damage)))
             continue
-        task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
+        if actual_out is None or reference_out is None:
+            absent = tuple(side for side, data in ((actual, actual_out), (reference, reference_out)) if data is None)
+            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
+                                          missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
+            continue
+        try:
+            task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
+            damaged = None
+        except DamagedFile as damage:
+            task, task_missing = None, _damage(out, damage)
+            damaged = task_missing
         comparisons.append(
             Comparison(
                 purpose=purpose,
@@ -145,11 +165,34 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                 outputs=tuple(compare_outputs(actual_out, reference_out)),
                 task=task,
                 task_missing=task_missing,
+                damaged=damaged,
             )
         )
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios))
+
+
+def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
+    """The artifacts whose file is not the one the save stage recorded (size and SHA-256)."""
+    save = record.stage("save")
+    found = []
+    for method in (save.details.get("methods") or {}).values() if save and save.ok else ():
+        path = record.directory / str(method.get("file"))
+        if not path.is_file():
+            found.append(DamagedFile(path, "missing"))
+        elif path.stat().st_size != method.get("bytes"):
+            found.append(DamagedFile(path, f"{path.stat().st_size} bytes, the export wrote {method.get('bytes')}"))
+        elif method.get("sha256") and sha256_file(path) != method["sha256"]:
+            found.append(DamagedFile(path, "its SHA-256 is not the one the export recorded"))
+    return found
+
+
+def _damage(out: Path, damage: DamagedFile) -> str:
+    """What is damaged, and how to make it again: the cache holds the finished phase, or the phase runs again."""
+    where = damage.path.relative_to(out) if damage.path.is_relative_to(out) else damage.path
+    return (f"{where} is damaged ({damage.why}); run `nox -s compare -- --out {out}` again (the result cache "
+            "copies the phase back, or the phase runs again)")
 
 
 def _task_agreement(

@@ -114,7 +114,8 @@ def _md(text: str) -> str:
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _CODE = re.compile(r"`([^`]+)`")
 _HTML_LINK = re.compile(r"\[([^\]]+)\]\((#[^)]*)\)")
-STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure"}
+STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure", "incomplete": "missing",
+                "not comparable": "aside", "blocked": "aside"}
 
 
 def to_html(blocks: list[Block], title: str) -> str:
@@ -183,12 +184,13 @@ body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200
 .verdict {{ color: #fff; font-size: 1.8em; font-weight: 700; padding: .4em .8em; border-radius: 6px;
   display: inline-block; background: #57606a; }}
 .verdict.go {{ background: #1a7f37; }} .verdict.conditions {{ background: #9a6700; }}
-.verdict.nogo {{ background: #cf222e; }}
+.verdict.nogo {{ background: #cf222e; }} .verdict.incomplete {{ background: #8250df; }}
 table {{ border-collapse: collapse; margin: .6em 0; font-size: 12px; }}
 th, td {{ border: 1px solid #d0d7de; padding: 3px 6px; text-align: left; vertical-align: top; }}
 th {{ background: #f6f8fa; }}
 pre {{ background: #f6f8fa; padding: .6em; overflow-x: auto; font-size: 12px; }}
 .pass {{ color: #1a7f37; }} .fail {{ color: #cf222e; font-weight: 700; }} .unsure {{ color: #9a6700; }}
+.missing {{ color: #8250df; font-weight: 700; }} .aside {{ color: #57606a; }}
 .warning {{ color: #9a6700; }} .meta {{ color: #57606a; }}
 figure {{ margin: 1em 0; }} figure img {{ max-width: 100%; }} figcaption {{ color: #57606a; }}
 h3 {{ border-top: 1px solid #d0d7de; padding-top: 1em; margin-top: 1.5em; }}

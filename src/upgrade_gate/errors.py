@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-EXIT_GO = 0
-EXIT_NO_GO = 1
-EXIT_USAGE = 2
+# As tools CI systems already know (pytest, ruff): "the thing checked is bad" and
+# "the checker could not check" never share a code.
+EXIT_GO = 0  # GO or GO-WITH-CONDITIONS
+EXIT_NO_GO = 1  # the candidate is not fit
+EXIT_USAGE = 2  # a bad configuration or command line
+EXIT_INCOMPLETE = 3  # the tool or the machine could not gather the evidence
 
 
 class ConfigError(ValueError):

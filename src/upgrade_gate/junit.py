@@ -17,24 +17,28 @@ from upgrade_gate.document import markdown_table
 from upgrade_gate.results import GateResult, GateStatus, VerdictRecord
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+# Outcomes that are neither a pass nor a failure of the candidate.
+SKIPPED = (GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE, GateStatus.BLOCKED)
 
 
 def junit_xml(verdict: VerdictRecord) -> str:
     """One <testsuite> per candidate stack, one <testcase> per gate and model.
 
     A failed gate is a <failure> whose message carries the measured value and the
-    threshold; an inconclusive one is <skipped> with the reason, so no CI counts
-    it as passed.
+    threshold; an incomplete one (the tool or the machine could not gather its
+    evidence) is an <error>, as a test runner's own error is; an inconclusive, not
+    comparable or blocked one is <skipped> with the reason, so no CI counts it as passed.
     """
     suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict.verdict}")
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for stack, stack_verdict in verdict.candidates.items():
         own = verdict.of(stack)
         failures = sum(1 for g in own if g.status is GateStatus.FAILED)
-        skipped = sum(1 for g in own if g.status is GateStatus.INCONCLUSIVE)
+        errors = sum(1 for g in own if g.status is GateStatus.INCOMPLETE)
+        skipped = sum(1 for g in own if g.status in SKIPPED)
         suite = ET.SubElement(suites, "testsuite", {
             "name": f"{stack} vs {verdict.baseline}", "tests": str(len(own)), "failures": str(failures),
-            "errors": "0", "skipped": str(skipped), "time": "0", "timestamp": verdict.generated_at,
+            "errors": str(errors), "skipped": str(skipped), "time": "0", "timestamp": verdict.generated_at,
             "hostname": socket.gethostname(),
         })
         properties = ET.SubElement(suite, "properties")
@@ -45,10 +49,11 @@ def junit_xml(verdict: VerdictRecord) -> str:
             _case(suite, stack, gate)
         totals["tests"] += len(own)
         totals["failures"] += failures
+        totals["errors"] += errors
         totals["skipped"] += skipped
     suites.set("tests", str(totals["tests"]))
     suites.set("failures", str(totals["failures"]))
-    suites.set("errors", "0")
+    suites.set("errors", str(totals["errors"]))
     suites.set("time", "0")
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
@@ -62,8 +67,10 @@ def _case(suite: ET.Element, stack: str, gate: GateResult) -> None:
         failure = ET.SubElement(case, "failure", type=f"{gate.severity} gate",
                                 message=f"{gate.measured_text} (threshold {gate.threshold_text})")
         failure.text = text
-    elif gate.status is GateStatus.INCONCLUSIVE:
-        ET.SubElement(case, "skipped", message=f"inconclusive: {gate.measured_text}").text = text
+    elif gate.status is GateStatus.INCOMPLETE:
+        ET.SubElement(case, "error", type="incomplete evidence", message=gate.measured_text).text = text
+    elif gate.status in SKIPPED:
+        ET.SubElement(case, "skipped", message=f"{gate.status}: {gate.measured_text}").text = text
     else:
         ET.SubElement(case, "system-out").text = text
 
@@ -78,6 +85,9 @@ def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
     lines = [f"## upgrade-gate: {verdict.verdict}", ""]
     lines += [f"- **{stack}** vs {verdict.baseline}: {value}" for stack, value in verdict.candidates.items()]
     lines.append("")
+    if verdict.incomplete:
+        lines += ["The evidence was not all gathered (not the candidate's failings):", ""]
+        lines += [f"- {reason}" for reason in verdict.incomplete] + [""]
     problems = verdict.not_passed
     if problems:
         lines += markdown_table(["status", "severity", "stack", "model", "gate", "measured", "threshold"], [

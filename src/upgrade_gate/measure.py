@@ -73,7 +73,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             log(f"{label}: {problem}")
         if hit is not None:
             for file in hit.files:
-                cache.link_or_copy(hit.path / file, out_file.parent / file)
+                cache.copy_file(hit.path / file, out_file.parent / file)
             log(f"{label}: reused from the cache (entry {key[:12]})")
             return out_file
 
@@ -157,7 +157,7 @@ def start_server(
     server = supervisor.Server(
         runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=REPO_ROOT,
         log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
-        memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV,
+        memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV, deadline_key=settings.timeout_key,
     )
     try:
         ready = server.request(None, "ready")

@@ -1,30 +1,45 @@
 """The steps `nox -s compare` runs, as plain functions the noxfile calls in order:
 
-    load_plan → (per stack) install_stack → run_stack → gather → evaluate → write_reports
+    load_plan → (per stack) install_stack → probe_stack → run_stack → gather → evaluate → write_reports
 
-User errors end the run with exit status 2 and one message naming the file and
-key; nothing finished is deleted.
+Every way a session can end is one exit status and one message (docs/report.md):
+0 GO or GO-WITH-CONDITIONS, 1 NO-GO, 2 a bad configuration or command line
+(naming the file and key), 3 INCOMPLETE — the tool or the machine could not
+gather the evidence (an interrupted run, a damaged report folder, a full disk,
+a fault of the tool, whose traceback goes to a log file the message names).
+Nothing finished is deleted; running the same command again resumes.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import functools
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from upgrade_gate import __version__, layout, project, runner, shards
+import nox.command
+
+from upgrade_gate import __version__, layout, project, runner, shards, supervisor
 from upgrade_gate.compare import gather, stack_info
-from upgrade_gate.errors import EXIT_USAGE, ConfigError, RecordError
+from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RecordError
 from upgrade_gate.plan import Plan, load_plan
 from upgrade_gate.policy import evaluate
 from upgrade_gate.report import write_compat_report, write_reports
 from upgrade_gate.results import Results, VerdictRecord
 from upgrade_gate.settings import ProjectSettings
+from upgrade_gate.shards import MANIFEST, read_manifest
 from upgrade_gate.specs import StackSpec
+from upgrade_gate.text import size
 
 
 def fail_usage(error: Exception | str) -> NoReturn:
@@ -38,25 +53,66 @@ def fail_usage(error: Exception | str) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, merging: bool = False,
-                 models_required: bool = True) -> Plan:
-    """The validated plan, with the report folder writable and this process's alone.
+def fail_incomplete(message: str) -> NoReturn:
+    """Print one message and exit 3: the evidence could not be gathered, and that is not the candidate's doing."""
+    print(f"upgrade-gate: incomplete: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_INCOMPLETE)
 
-    Shard folders (positional arguments) are only for the report session, which merges them.
+
+def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: bool = False,
+                 models_required: bool = True) -> Plan:
+    """The validated plan, with the report folder writable and this process's alone, and the
+    result cache writable.
+
+    The report session (``reporting``) reads a folder a run wrote: it must exist (unless it
+    merges shard folders into it), and it reports on the models that folder holds.
     """
     try:
         plan = load_plan(list(posargs), invoked_from=Path(invoked_from), models_required=models_required)
     except ConfigError as error:
         fail_usage(error)
-    if plan.merge and not merging:
+    out = plan.settings.out_dir
+    if plan.merge and not reporting:
         fail_usage(f"{plan.merge[0]}: folders to merge are for `nox -s report -- DIR...`; other sessions take "
                    "options only (--out, --suite, --models, --shard, --fresh, --remeasure)")
-    check_writable(plan.settings.out_dir)
+    if reporting and not plan.merge:
+        if not out.is_dir():
+            fail_usage(f"{out}: no such report folder; run `nox -s compare -- --out {out}` first, or give the "
+                       "folder a run wrote with --out DIR")
+        plan = _folder_selection(plan, list(posargs), Path(invoked_from))
+    check_writable(out, what="report folder", fix="choose another with --out DIR")
+    check_writable(plan.settings.cache_dir, what="result cache",
+                   fix="set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you can write")
     try:
-        lock_out_dir(plan.settings.out_dir)
+        lock_out_dir(out)
     except FolderBusy as error:
         fail_usage(error)
     return plan
+
+
+def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Plan:
+    """The models a report folder holds (its shard.json), so that a report without `--models`
+    judges what ran, not the suite's other models; a `--models` that differs is refused."""
+    path = plan.settings.out_dir / MANIFEST
+    try:
+        manifest = read_manifest(path)
+    except FileNotFoundError:
+        return plan  # a folder from before shard.json, or one no stack has run in: judged as configured
+    except (OSError, ValueError, RecordError) as error:
+        fail_incomplete(f"{path} is damaged ({error}); run `nox -s compare -- --out {plan.settings.out_dir}` "
+                        "again: it resumes")
+    held = tuple(manifest.models)
+    if tuple(m.name for m in plan.models) == held:
+        return plan
+    if "--models" in posargs or any(arg.startswith("--models=") for arg in posargs):
+        fail_usage(f"--models: {', '.join(m.name for m in plan.models)} is not what {path} says the folder holds "
+                   f"({', '.join(held)}); leave --models out to report on what ran")
+    # fp32 units by their @fp32 name: a bare name would add the variants the settings ask for.
+    names = ",".join(name if "@" in name else f"{name}@fp32" for name in held)
+    try:
+        return load_plan([*posargs, "--models", names], invoked_from=invoked_from)
+    except ConfigError as error:
+        fail_usage(f"{path}: the folder holds models this configuration does not know ({error})")
 
 
 def probe_stack_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
@@ -158,15 +214,85 @@ def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> st
     return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 
-def check_writable(out: Path) -> None:
-    """Fail before any work if the report folder cannot be written."""
+def check_writable(folder: Path, *, what: str = "report folder", fix: str = "choose another with --out DIR") -> None:
+    """Fail before any work if a folder the run writes cannot be written."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
-        fail_usage(f"{out}: report folder is not writable ({error.strerror}); choose another with --out DIR")
+        fail_usage(f"{folder}: {what} is not writable ({error.strerror}); {fix}")
+
+
+# -- every session's outcome: a verdict, a usage error, or INCOMPLETE -----------------------
+
+
+def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
+    """A nox session whose every end is an exit status and one message, never a traceback.
+
+    A usage error (SystemExit 2) and nox's own control flow (session.error, skip) pass
+    through. Ctrl-C or SIGTERM stops the workers, records their stages as interrupted,
+    and exits 3 saying the same command resumes; a full disk exits 3 naming it; any
+    other fault of the tool exits 3 naming the log file its traceback went to.
+    """
+    @functools.wraps(session)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return session(*args, **kwargs)
+        except KeyboardInterrupt:
+            supervisor.stop_all()
+            fail_incomplete("the run was stopped (Ctrl-C or SIGTERM); what finished is kept: run the same command "
+                            "again and it resumes")
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                fail_incomplete(disk_full(error))
+            fail_incomplete(_fault())
+        except nox.command.CommandFailed:
+            fail_incomplete("a command the session ran failed (its output is above); this is the tool's or the "
+                            "machine's failure, not the candidate's")
+        except Exception as error:  # noqa: BLE001 - any other fault: one message, the traceback in a file
+            if type(error).__module__.startswith("nox"):
+                raise  # session.error() and session.skip(): nox's own way out
+            fail_incomplete(_fault())
+    return run
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (a CI job cancelled, `kill`) ends a session as Ctrl-C does: workers stopped, stages recorded."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _fault() -> str:
+    """The traceback of the exception being handled, into a log file; the message that names it."""
+    folder = next(iter(_HELD), None)
+    log = folder / "upgrade-gate-error.log" if folder else Path(tempfile.gettempdir()) / "upgrade-gate-error.log"
+    try:
+        with open(log, "a", encoding="utf-8") as stream:
+            stream.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n{traceback.format_exc()}\n")
+    except OSError:
+        return f"upgrade-gate failed ({traceback.format_exc(limit=0).strip()}); the traceback could not be written"
+    return (f"upgrade-gate failed ({traceback.format_exc(limit=0).strip().splitlines()[-1]}); the traceback is in "
+            f"{log} — please report it. What finished is kept: running the same command again resumes")
+
+
+def disk_full(error: OSError) -> str:
+    """No room left: which disk, how much it has, and what to do."""
+    path = Path(error.filename) if isinstance(error.filename, (str, Path)) else Path.cwd()
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    mount = next((p for p in (existing, *existing.parents) if os.path.ismount(p)), Path("/"))
+    usage = shutil.disk_usage(existing)
+    return (f"no space left on the disk that holds {path} (mounted at {mount}: {size(usage.free) or '0 B'} free of "
+            f"{size(usage.total)}); a default-suite run writes about {DEFAULT_RUN_WRITES_GB} GB into the report "
+            f"folder and as much into the result cache: free that much, or give --out or UPGRADE_GATE_CACHE on "
+            "another disk, then run the same command again: it resumes")
+
+
+# What a cold run of the default suite writes into its report folder, and again into the cache
+# (docs/benchmarks.md): the space a full disk needs back.
+DEFAULT_RUN_WRITES_GB = 7
 
 
 def report(plan: Plan) -> int:
@@ -180,8 +306,9 @@ def report(plan: Plan) -> int:
         fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first")
     try:
         models = gather(plan)
-    except RecordError as error:
-        fail_usage(f"{plan.settings.out_dir}: {error}; re-run `nox -s compare` to rewrite the records")
+    except RecordError as error:  # a record that does not read: the folder is damaged, the run is not judged
+        fail_incomplete(f"{plan.settings.out_dir}: {error}; run `nox -s compare -- --out {plan.settings.out_dir}` "
+                        "again: it rewrites the records (the result cache copies back what finished)")
     project_results = project.gather_project(plan)
     verdict = evaluate(plan, models, project_results)
     out = plan.settings.out_dir

@@ -6,7 +6,10 @@ A wrong type reads ``Unexpected type str (expected float) in
 
 from __future__ import annotations
 
+import errno
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from packaging.version import Version
 
 from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
-from upgrade_gate.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES
+from upgrade_gate.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_STATUSES
 
 # The workers' records (compat/worker.py writes the same version: it cannot import this package).
 SCHEMA_VERSION = Version("1.0")
@@ -150,6 +153,11 @@ class StageError:
     type: str
     message: str
     traceback_tail: tuple[str, ...]
+    errno: int | None = None  # an OSError's
+
+
+# A stage that failed on these is the machine's failure, not the model's: the disk is full.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +172,11 @@ class Stage:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def unfinished(self) -> bool:
+        """Stopped by the run or the machine, not by the model: its outcome is unknown."""
+        return self.status in UNFINISHED_STATUSES or (self.error is not None and self.error.errno in MACHINE_ERRNOS)
 
     def explain(self) -> str:
         """One line: why this stage did not succeed."""
@@ -191,6 +204,7 @@ class Stage:
                 type=err.text("type"),
                 message=err.text("message"),
                 traceback_tail=tuple(str(line) for line in err.data.get("traceback_tail") or ()),
+                errno=err.opt_integer("errno"),
             ),
             details=r.opt_dict("details"),
         )
@@ -203,7 +217,7 @@ class Stage:
             "reason": self.reason,
             "error": None if self.error is None else {
                 "type": self.error.type, "message": self.error.message,
-                "traceback_tail": list(self.error.traceback_tail)},
+                "traceback_tail": list(self.error.traceback_tail), "errno": self.error.errno},
             "details": self.details,
         }
 
@@ -243,13 +257,12 @@ class StackModelRecord:
         return bool(self.stages) and self.first_problem() is None
 
     def outputs(self, which: str) -> dict[str, np.ndarray] | None:
-        """``eager`` or ``artifact`` outputs, if that stage wrote them."""
+        """``eager`` or ``artifact`` outputs, if that stage wrote them; DamagedFile if they do not read."""
         stage = self.stage("eager" if which == "eager" else "run")
         path = self.directory / f"{which}.npz"
-        if stage is None or not stage.ok or not path.is_file():
+        if stage is None or not stage.ok:
             return None
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+        return read_arrays(path)
 
     @property
     def artifact(self) -> dict[str, Any] | None:
@@ -265,10 +278,11 @@ class StackModelRecord:
         """The end-to-end loop's tokens, text and logits: ``eager`` or ``artifact``."""
         stage = self.stage("eager-task" if which == "eager" else "task")
         path = self.directory / f"{which}-task.npz"
-        if stage is None or not stage.ok or not path.is_file():
+        if stage is None or not stage.ok:
             return None
-        with np.load(path, allow_pickle=False) as data:
-            logits = data["step_logits"]
+        logits = read_arrays(path).get("step_logits")
+        if logits is None:
+            raise DamagedFile(path, "no step_logits in it")
         return TaskResult(
             prompts=[str(t) for t in stage.details.get("prompts", [])],
             tokens=[[int(t) for t in seq] for seq in stage.details.get("tokens", [])],
@@ -285,6 +299,26 @@ class StackModelRecord:
         return max(found) if found else None
 
 
+class DamagedFile(RecordError):
+    """A file of the report folder that its record says was written, and that does not read."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path = path
+        self.why = why
+        super().__init__(f"{path} is damaged ({why})")
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """An .npz file's arrays, read whole; DamagedFile if it is missing, truncated or corrupt."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except FileNotFoundError:
+        raise DamagedFile(path, "missing") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise DamagedFile(path, f"{type(error).__name__}: {error}") from None
+
+
 def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
     """Both phase files of one stack and model; a missing phase is a missing stage."""
     directory = layout.model_dir(out, stack, model)
@@ -294,7 +328,8 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
         path = directory / f"{phase}.json"
         where = str(path.relative_to(out))
         if not path.is_file():
-            stages.append(Stage(stage=phase, status="skipped", duration_s=0.0, reason="not run"))
+            stages.append(Stage(stage=phase, status="not-run", duration_s=0.0,
+                                reason=f"the {phase} phase did not run for this report"))
             continue
         try:
             reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)

@@ -31,11 +31,15 @@ from upgrade_gate.document import (
 )
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.results import GateResult, GateStatus, ModelResults, Results, Side, StackInfo, VerdictRecord
+from upgrade_gate.stages import RUNTIME_STAGES
 from upgrade_gate.stats import CONFIDENCE
 from upgrade_gate.tasks import HEADLINE
 from upgrade_gate.text import first_line, ms, num, seconds, short, size
 
-VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo"}
+VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
+# How each outcome is listed under a candidate's verdict, after its failures.
+LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inconclusive"),
+          (GateStatus.NOT_COMPARABLE, "not comparable"), (GateStatus.BLOCKED, "blocked"))
 NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
 REPORT_FILES = ("results.json", "verdict.json", "report.md", "report.html", "junit.xml")
@@ -137,21 +141,40 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
     for name, value in verdict.candidates.items():
         own = verdict.of(name)
         failed = [g for g in own if g.status is GateStatus.FAILED]
-        summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or "every gate passed"
-        undecided = [g for g in own if g.status is GateStatus.INCONCLUSIVE]
-        if undecided:
-            summary += "; inconclusive: " + ", ".join(f"{g.gate} ({g.model})" for g in undecided)
+        summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or (
+            "every gate passed" if all(g.status is GateStatus.PASSED for g in own) else "no gate failed")
+        for status, label in LISTED:
+            listed = [g for g in own if g.status is status]
+            if listed:
+                summary += f"; {label}: " + ", ".join(
+                    f"{g.gate} ({g.model}{f', by {g.blocked_by}' if g.blocked_by else ''})" for g in listed)
         lines.append(f"**{name}** vs baseline **{verdict.baseline}**: **{value}** — {summary}")
     blocks.append(bullets(*lines))
+    if verdict.incomplete:
+        blocks += [Heading(3, "Incomplete: the evidence was not all gathered", anchor="incomplete"),
+                   Paragraph("Not the candidate's failings: the run was stopped, a session did not run, a file is "
+                             "damaged or the machine ran out of room. What is missing, and what to do:"),
+                   bullets(*verdict.incomplete)]
     blocks.append(Heading(3, "Gates that did not pass", anchor="failing-gates"))
     problems = verdict.not_passed
     if not problems:
         return blocks + [Paragraph(f"None: all {len(verdict.gates)} gates passed.")]
     blocks.append(gate_table(problems, link_models=link_models))
-    if any(g.status is GateStatus.INCONCLUSIVE for g in problems):
-        blocks.append(Paragraph("An inconclusive gate's interval straddles its threshold: the noise is larger than "
-                                "the difference; more `rounds` or a quieter machine can decide it."))
+    shown = {g.status for g in problems}
+    for status, meaning in OUTCOME_MEANINGS:
+        if status in shown:
+            blocks.append(Paragraph(meaning))
     return blocks
+
+
+OUTCOME_MEANINGS = (
+    (GateStatus.INCONCLUSIVE, "An *inconclusive* gate's interval straddles its threshold: the noise is larger than the "
+                              "difference; more `rounds` or a quieter machine can decide it."),
+    (GateStatus.NOT_COMPARABLE, "A *not comparable* gate has nothing to compare with: the baseline failed to give "
+                                "it (see its baseline findings). Neither passed nor failed."),
+    (GateStatus.BLOCKED, "A *blocked* gate needed evidence its model's root gate failed to give; the root gate is the "
+                         "one failure counted."),
+)
 
 
 def gate_table(gates: tuple[GateResult, ...] | list[GateResult], *, link_models: bool = False,
@@ -175,7 +198,9 @@ def matrix_rows(results: Results) -> list[list[str]]:
         if not relevant:
             return ""
         failed = [g for g in relevant if g.status is GateStatus.FAILED]
-        return " ✅" if not failed else " ❌" if any(g.severity.value == "hard" for g in failed) else " ⚠️"
+        if failed:
+            return " ❌" if any(g.severity.value == "hard" for g in failed) else " ⚠️"
+        return " ❔" if any(g.status is GateStatus.INCOMPLETE for g in relevant) else " ✅"
 
     fp32 = [m for m in results.models if not m.quantized]
     quantized = [m for m in results.models if m.quantized]
@@ -425,7 +450,10 @@ def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block
         stack = model.stacks[n]
         for s in stack.stages:
             if s.error:
-                blocks += [Paragraph(f"**{n}: {s.explain()}**"), Code(list(s.error.traceback_tail))]
+                # The end of the worker's log: its traceback, or the Python stack it was in when it was
+                # stopped (a deadline) or crashed (faulthandler writes it there).
+                tail = list(s.error.traceback_tail) or [f"(nothing: see {stack.record_dir}/{_phase_of(s.stage)}.log)"]
+                blocks += [Paragraph(f"**{n}: {s.explain()}**"), Code(tail)]
         details = []
         if stack.export_details:
             details.append(f"{n} export: " + ", ".join(f"{k}: {short(v)}" for k, v in stack.export_details.items()))
@@ -435,6 +463,10 @@ def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block
         if details:
             blocks.append(bullets(*details))
     return blocks
+
+
+def _phase_of(stage: str) -> str:
+    return "runtime" if stage in RUNTIME_STAGES else "export"
 
 
 def numerics_blocks(model: ModelResults) -> list[Block]:

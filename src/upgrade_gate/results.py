@@ -30,7 +30,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from upgrade_gate import text
-from upgrade_gate.errors import EXIT_GO, EXIT_NO_GO, ConfigError, RecordError
+from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError, RecordError
 from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.records import DIAGNOSTIC_STAGES, Reader, Stage
@@ -58,10 +58,17 @@ def check_version(reader: Reader, path: Path | str) -> None:
 
 
 class Verdict(str, Enum):
-    """Per candidate and overall (the worst candidate's); policy.py has the table."""
+    """Per candidate and overall (the worst candidate's); policy.py has the table.
+
+    INCOMPLETE is the tool's, not the candidate's: the evidence could not be
+    gathered (an interrupted run, a damaged report folder, a measurement that
+    never ran). It ranks below NO-GO — a hard failure the evidence does show
+    decides whatever else is missing — and above every verdict it could hide.
+    """
 
     GO = "GO"
     GO_WITH_CONDITIONS = "GO-WITH-CONDITIONS"
+    INCOMPLETE = "INCOMPLETE"
     NO_GO = "NO-GO"
 
     @property
@@ -70,7 +77,7 @@ class Verdict(str, Enum):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_NO_GO if self is Verdict.NO_GO else EXIT_GO
+        return {Verdict.NO_GO: EXIT_NO_GO, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(self, EXIT_GO)
 
     def __str__(self) -> str:
         return self.value
@@ -81,11 +88,25 @@ class GateStatus(str, Enum):
     FAILED = "failed"
     # The evidence does not decide (a latency interval straddles the threshold): not a failure.
     INCONCLUSIVE = "inconclusive"
+    # The baseline could not give what the gate compares with (its export or measurement
+    # failed): neither the candidate's failure nor its pass.
+    NOT_COMPARABLE = "not comparable"
+    # Another of the model's gates failed and took this one's evidence with it: that
+    # gate is the root cause, counted once; this one is listed, not counted.
+    BLOCKED = "blocked"
+    # The evidence was not gathered for a reason that is not the candidate's: the run
+    # was interrupted, a file of the report folder is damaged, a session did not run.
+    INCOMPLETE = "incomplete"
 
     @property
     def label(self) -> str:
         """As console lines and tables show it: a failure stands out."""
         return "FAILED" if self is GateStatus.FAILED else self.value
+
+    @property
+    def decided(self) -> bool:
+        """Passed or failed on evidence that was there to judge."""
+        return self in (GateStatus.PASSED, GateStatus.FAILED)
 
     def __bool__(self) -> bool:
         """True unless the gate failed (nox's Status does the same)."""
@@ -188,6 +209,7 @@ class GateResult:
     condition: str = ""  # the rest of the rule, in words
     note: str = ""  # where the number comes from, or why there is none
     evidence: str = ""  # the record or comparison it comes from
+    blocked_by: str = ""  # the gate whose failure took this one's evidence (status blocked)
 
     @property
     def measured_text(self) -> str:
@@ -217,7 +239,7 @@ class GateResult:
             "status": self.status.value, "metric": self.metric,
             "measured": self.measured.to_dict() if self.measured else None, "op": self.op,
             "threshold": self.threshold.to_dict() if self.threshold else None,
-            "condition": self.condition, "note": self.note, "evidence": self.evidence,
+            "condition": self.condition, "note": self.note, "evidence": self.evidence, "blocked_by": self.blocked_by,
         }
 
     @classmethod
@@ -227,34 +249,39 @@ class GateResult:
                    severity=_enum(Severity, r, "severity"), status=_enum(GateStatus, r, "status"),
                    metric=r.text("metric"), measured=Quantity.from_reader(measured) if measured else None,
                    op=r.text("op"), threshold=Quantity.from_reader(threshold) if threshold else None,
-                   condition=r.text("condition"), note=r.text("note"), evidence=r.text("evidence"))
+                   condition=r.text("condition"), note=r.text("note"), evidence=r.text("evidence"),
+                   blocked_by=r.text("blocked_by"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BaselineFinding:
-    """A model whose baseline artifact departs from the baseline's own eager
-    outputs by more than the numerics gate lets a candidate: a bug in what ships today."""
+    """What is already wrong with what ships today, whatever the verdict: a model whose
+    baseline artifact departs from the baseline's own eager outputs by more than the
+    numerics gate lets a candidate, or one the baseline stack cannot export, run or measure."""
 
     model: str
-    output: str
-    rel_l2: float
-    max_rel_l2: float
+    output: str = ""
+    rel_l2: float | None = None
+    max_rel_l2: float | None = None
     task: dict[str, float] = field(default_factory=dict)  # the task's headline value, by name
+    failure: str = ""  # the baseline's stage that did not succeed, when it is one
 
     def __str__(self) -> str:
-        shown = (f"**{self.model}**: rel_l2 = {self.rel_l2:.2e} ({self.output}), over the "
-                 f"{self.max_rel_l2:.1e} gate")
+        if self.failure:
+            return f"**{self.model}**: {self.failure}"
+        shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
+                 f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
         return shown + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in self.task.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "output": self.output, "rel_l2": self.rel_l2, "max_rel_l2": self.max_rel_l2,
-                **self.task}
+                "failure": self.failure, **self.task}
 
     @classmethod
     def from_reader(cls, r: Reader) -> BaselineFinding:
         headlines = {key for key, _ in HEADLINE.values()}
-        return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.number("rel_l2"),
-                   max_rel_l2=r.number("max_rel_l2"),
+        return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.opt_number("rel_l2"),
+                   max_rel_l2=r.opt_number("max_rel_l2"), failure=r.text("failure"),
                    task={key: r.number(key) for key in r.data if key in headlines})
 
 
@@ -270,16 +297,19 @@ class VerdictRecord:
     gates: tuple[GateResult, ...]
     baseline_findings: tuple[BaselineFinding, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Why the evidence is incomplete, each reason once, and what to do about it.
+    incomplete: tuple[str, ...] = ()
 
     def of(self, stack: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.gates if g.stack == stack)
 
     @property
     def not_passed(self) -> tuple[GateResult, ...]:
-        """Failed first, hard before soft; then the inconclusive ones."""
-        order = {GateStatus.FAILED: 0, GateStatus.INCONCLUSIVE: 1}
+        """Failed first, hard before soft; then the incomplete, inconclusive, not comparable and blocked ones."""
+        order = [GateStatus.FAILED, GateStatus.INCOMPLETE, GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE,
+                 GateStatus.BLOCKED]
         found = [g for g in self.gates if g.status is not GateStatus.PASSED]
-        return tuple(sorted(found, key=lambda g: (order[g.status], g.severity is not Severity.HARD)))
+        return tuple(sorted(found, key=lambda g: (order.index(g.status), g.severity is not Severity.HARD)))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -290,6 +320,7 @@ class VerdictRecord:
             # Not gates: the baseline is what ships today; these say where it is already off.
             "baseline_findings": [f.to_dict() for f in self.baseline_findings],
             "warnings": list(self.warnings),
+            "incomplete": list(self.incomplete),
         }
 
     @classmethod
@@ -300,7 +331,7 @@ class VerdictRecord:
                    candidates={name: _enum(Verdict, candidates, name) for name in candidates.data},
                    gates=tuple(GateResult.from_reader(g) for g in r.children("gates")),
                    baseline_findings=tuple(BaselineFinding.from_reader(f) for f in r.children("baseline_findings")),
-                   warnings=r.texts("warnings"))
+                   warnings=r.texts("warnings"), incomplete=r.texts("incomplete"))
 
 
 # -- comparisons ---------------------------------------------------------------------
@@ -339,6 +370,8 @@ class Comparison:
     missing: str | None = None  # why it could not be computed
     task: TaskAgreement | None = None
     task_missing: str | None = None
+    absent: tuple[Side, ...] = ()  # the sides that have no outputs (their stage did not succeed)
+    damaged: str | None = None  # a file of the report folder that does not read: the tool's problem, not a side's
 
     @property
     def label(self) -> str:
@@ -382,6 +415,8 @@ class Comparison:
             "outputs": [o.to_dict() for o in self.outputs] if self.outputs is not None else None,
             "task": self.task.to_dict() if self.task else None,
             "task_missing": self.task_missing,
+            "absent": [str(side) for side in self.absent],
+            "damaged": self.damaged,
         }
 
     @classmethod
@@ -390,14 +425,19 @@ class Comparison:
         return cls(purpose=r.text("purpose"), actual=_side(r, "actual"), reference=_side(r, "reference"),
                    outputs=None if outputs is None else tuple(OutputMetrics.from_reader(o) for o in outputs),
                    missing=r.opt_text("missing"), task=TaskAgreement.from_reader(task) if task else None,
-                   task_missing=r.opt_text("task_missing"))
+                   task_missing=r.opt_text("task_missing"), damaged=r.opt_text("damaged"),
+                   absent=tuple(_parse_side(text, f"{r.where}.absent") for text in r.texts("absent")))
 
 
 def _side(r: Reader, key: str) -> Side:
+    return _parse_side(r.text(key), f"{r.where}.{key}")
+
+
+def _parse_side(shown: str, where: str) -> Side:
     try:
-        return Side.parse(r.text(key))
+        return Side.parse(shown)
     except ValueError as error:
-        raise RecordError(f"{error} in '{r.where}.{key}'") from None
+        raise RecordError(f"{error} in '{where}'") from None
 
 
 # -- measurements --------------------------------------------------------------------
@@ -598,6 +638,8 @@ class StackResults:
     export_peak_rss_bytes: int | None = None
     runtime_phase_peak_rss_bytes: int | None = None
     cache: dict[str, CacheUse] = field(default_factory=dict)  # per phase
+    # Files of the report folder that are not what the stages recorded (truncated, corrupt, missing).
+    damaged: tuple[str, ...] = ()
 
     def stage(self, name: str) -> Stage | None:
         return next((s for s in self.stages if s.stage == name), None)
@@ -727,6 +769,7 @@ class StackResults:
             "export_peak_rss_bytes": self.export_peak_rss_bytes,
             "runtime_phase_peak_rss_bytes": self.runtime_phase_peak_rss_bytes,
             "cache": {phase: {"key": use.key, "reused_from": use.reused_from} for phase, use in self.cache.items()},
+            "damaged": list(self.damaged),
             # Derived, for readers of the file; not read back.
             "artifact": self.artifact,
             "planned_memory_bytes": self.planned_memory_bytes,
@@ -743,7 +786,8 @@ class StackResults:
                    measured=by_threads, export_peak_rss_bytes=r.opt_integer("export_peak_rss_bytes"),
                    runtime_phase_peak_rss_bytes=r.opt_integer("runtime_phase_peak_rss_bytes"),
                    cache={phase: CacheUse(key=c.opt_text("key"), reused_from=c.opt_text("reused_from"))
-                          for phase, c in r.entries("cache").items()})
+                          for phase, c in r.entries("cache").items()},
+                   damaged=r.texts("damaged"))
 
 
 # -- one model ---------------------------------------------------------------------

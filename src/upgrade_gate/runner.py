@@ -136,7 +136,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         if hit is not None:
             _clear_phase(model_dir, phase)
             for file in hit.files:
-                cache.link_or_copy(hit.path / file, model_dir / file)
+                cache.copy_file(hit.path / file, model_dir / file)
             _write_key_record(model_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
             stack.progress.finish(name, f"reused from the cache (entry {key[:12]}, "
                                         f"{_ago(hit.manifest.get('stored_at'))})")
@@ -160,10 +160,14 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         "profile_runs": PROFILE_RUNS,
     }
     phase_file = model_dir / f"{phase}.json"
-    outcome = _start_worker(
-        stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
-        plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
-    )
+    try:
+        outcome = _start_worker(
+            stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
+            plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
+        )
+    except KeyboardInterrupt:  # the worker was stopped with us: say so on its stage, then stop the run
+        _mark_interrupted(phase_file, job, phase)
+        raise
     cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
     files = _phase_files(model_dir, phase)
     # The fixtures exist now if they did not before: the key that names this result includes them.
@@ -374,6 +378,25 @@ def _record_outcome(
     return finished and all(s["status"] in cache.CACHEABLE_STATUSES for s in data["stages"])
 
 
+def _mark_interrupted(phase_file: Path, job: dict[str, Any], phase: str) -> None:
+    """The stage that was running when the run was stopped: interrupted, not failed."""
+    try:
+        data = json.loads(phase_file.read_text())
+    except (OSError, ValueError):
+        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
+                "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
+    for stage in data["stages"]:
+        if stage["status"] == "running":
+            stage.update(status="interrupted", error={"type": "interrupted", "message": _stopped(stage["stage"]),
+                                                      "traceback_tail": []})
+    data["complete"] = True
+    write_json_atomic(phase_file, data)
+
+
+def _stopped(stage: str) -> str:
+    return f"the run was stopped (Ctrl-C or SIGTERM) while stage {stage} ran; running the same command again resumes"
+
+
 def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
     """The status and one-line message for a worker that did not finish its phase."""
     peak = f"peak resident memory {_gib(outcome.peak_rss_bytes)}"
@@ -384,6 +407,8 @@ def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
     if outcome.cause == "out-of-memory":
         return "out-of-memory", (f"stage {outcome.stage}: the worker reached {_gib(outcome.peak_rss_bytes)} resident, "
                                  f"past the memory limit of {_gib(outcome.memory_limit_bytes)} (memory-limit); killed")
+    if outcome.cause == "interrupted":
+        return "interrupted", _stopped(outcome.stage)
     code = outcome.returncode
     if code is not None and code < 0:
         message = f"worker killed by signal {signal.Signals(-code).name}"

@@ -96,7 +96,7 @@ def merge(plan: Plan, log: Callable[[str], Any] = print) -> None:
             target = layout.stack_dir(out, stack)
             target.mkdir(parents=True, exist_ok=True)
             if (source / "stack.json").is_file() and not (target / "stack.json").exists():
-                cache.link_or_copy(source / "stack.json", target / "stack.json")
+                cache.copy_file(source / "stack.json", target / "stack.json")
             for model in manifest.models:
                 _link_tree(source / "models" / model, target / "models" / model)
         log(f"merged {folder}: shard {manifest.shard}, {', '.join(manifest.stacks)}, "
@@ -164,7 +164,7 @@ def _link_tree(source: Path, target: Path) -> None:
             destination = target / file.relative_to(source)
             destination.parent.mkdir(parents=True, exist_ok=True)
             destination.unlink(missing_ok=True)
-            cache.link_or_copy(file, destination)
+            cache.copy_file(file, destination)
 
 
 def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]]) -> None:

@@ -17,4 +17,9 @@ MEASURE_STAGES = ("warm-up", "round")
 # there, the search behind a failed export, or another backend's export-only
 # try is no failure of the artifact.
 DIAGNOSTIC_STAGES = ("profile", "localize", "backends")
-STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory")
+STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "out-of-memory", "interrupted",
+                  "not-run")
+# A stage that did not finish for a reason that is not the model's: the run was stopped
+# (Ctrl-C, SIGTERM) while it ran ("interrupted"), nothing recorded its end ("running"),
+# or its phase never started for this report ("not-run"). A re-run resumes them.
+UNFINISHED_STATUSES = ("interrupted", "running", "not-run")

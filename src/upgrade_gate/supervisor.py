@@ -36,6 +36,9 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # Workers running right now, so an interrupted run can stop those that other threads wait on.
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
+# Set when the run is being stopped (Ctrl-C, SIGTERM): a worker that dies now was stopped by
+# us, not by its model.
+_INTERRUPTED = threading.Event()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,7 +46,8 @@ class Outcome:
     """How a worker ended."""
 
     returncode: int | None
-    # None when it ended by itself; "timeout" or "out-of-memory" when the supervisor killed it.
+    # None when it ended by itself; "timeout" or "out-of-memory" when the supervisor killed it,
+    # "interrupted" when the run was being stopped.
     cause: str | None
     # The stage that was running at the end ("start" before the first one).
     stage: str
@@ -112,6 +116,8 @@ def run_supervised(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(process)
+    if cause is None and process.returncode != 0 and _INTERRUPTED.is_set():
+        cause = "interrupted"
     stage, stage_elapsed = watch.running()
     return Outcome(
         returncode=process.returncode,
@@ -126,7 +132,8 @@ def run_supervised(
 
 
 def stop_all() -> None:
-    """Kill every worker still running (an interrupted run)."""
+    """Kill every worker still running: the run is being stopped."""
+    _INTERRUPTED.set()
     with _LIVE_LOCK:
         live = list(_LIVE)
     for process in live:
@@ -226,8 +233,10 @@ class Server:
     """
 
     def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, log_file: Path,
-                 deadline_for: Callable[[str], float], memory_limit_bytes: int, control_env: str) -> None:
+                 deadline_for: Callable[[str], float], memory_limit_bytes: int, control_env: str,
+                 deadline_key: Callable[[str], str] = str) -> None:
         self.deadline_for = deadline_for
+        self.deadline_key = deadline_key  # the setting that holds a step's deadline, for the message
         self.memory_limit_bytes = memory_limit_bytes
         self.peak_rss_bytes = 0
         self.stage = "start"
@@ -304,7 +313,7 @@ class Server:
             if elapsed > deadline:
                 stop_group(self.process)
                 raise ServerFailed("timeout", self.stage, f"step {self.stage} ran {elapsed:.0f} s, past its deadline "
-                                   f"of {deadline:.0f} s; worker killed")
+                                   f"of {deadline:.0f} s (timeouts.{self.deadline_key(self.stage)}); worker killed")
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
