@@ -1,101 +1,222 @@
-"""The adapter contract: what a stack's adapter module provides to the worker.
+"""The adapter contract: what a stack's adapter module gives the worker.
 
 A stack spec names its adapter (``adapter = "executorch_xnnpack"``, a module of
-compat/, or a file of the team's own). Every adapter is an ``Adapter``; what it
-can do beyond that is one Protocol per capability, checked with ``isinstance``
-— a module conforms by having the members, as a duck would. Standard library
-only: this runs inside the stacks.
+compat/, or ``adapter = "own.py"``, a file of the team's own beside the spec,
+which may build on ours: ``from upgrade_gate_compat.executorch_xnnpack import
+SUFFIX, load, lower, run, save, set_threads``). The module itself is the
+adapter: its top-level names are the members below.
+
+Every adapter is an ``Adapter``. What it can do beyond that is one Protocol per
+capability (``Quantizes``, ``MultiMethod``, ``Profiles``, ``OtherBackends``),
+checked with ``isinstance`` — a module conforms by having the members, as a
+duck would. A capability is all of its members or none of them: the stage
+that uses one an adapter has in part fails naming what it lacks
+(``require_whole``), so a misspelt ``quantise`` is not taken for "no recipe".
+``ProfilerCheck`` is the one optional member: a profiler without it is taken
+to lack nothing.
+
+Who checks: the probe (``compat/probe.py``), before any export — the parent
+ends the run with exit 2 naming the spec and the members its adapter lacks —
+and the worker again where it uses the adapter (``require``): a phase or a
+measurement started without the probe records a ``ContractError`` naming the
+adapter and the missing members on the stage that needed them, as for anything
+else that raises. mypy checks the built-in adapters against these Protocols,
+signatures included (the end of this file).
+
+Types: torch is not installed where the parent runs mypy, so modules, tensors
+and programs are ``Any``. Standard library only: this runs inside the stacks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+
+class ContractError(TypeError):
+    """An adapter that lacks members of the contract, or part of a capability it has."""
 
 
 @runtime_checkable
 class Adapter(Protocol):
-    """Export a model and run the artifact in the stack's own mobile runtime."""
+    """Export a model and run the artifact in the stack's own mobile runtime (required of every adapter).
 
-    SUFFIX: str  # the artifact's file suffix: ".ptl", ".pte"
+    A model has one method (``forward``) or several (an LLM's ``prefill`` and
+    ``decode``); each is lowered, saved, loaded and run as an artifact of its own,
+    ``<model folder>/<method><SUFFIX>``.
+    """
+
+    # Constants are read-only properties here: a module's ``SUFFIX = ".pte"`` keeps them, and a tuple of
+    # six names is a ``tuple[str, ...]`` (a settable attribute would have to match its type exactly).
+    @property
+    def SUFFIX(self) -> str:
+        """The artifact's file suffix, dot included: ``".ptl"``, ``".pte"``."""
 
     def set_threads(self, count: int) -> None:
-        """The runtime's intra-op thread count; called before anything is loaded."""
+        """Set the runtime's intra-op thread count. The runtime phase and the measurement server call it
+        first, before anything is loaded (ExecuTorch 0.7 hung on a threadpool reset after a load)."""
 
     def lower(self, module: Any, inputs: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
-        """The exported program in memory, and what to record about it (operators, delegate partitions)."""
+        """The ``export`` stage, once per method, under ``torch.no_grad()``: an eval-mode
+        ``torch.nn.Module`` (the float model's, or what ``quantize`` returned) and the fixture's inputs
+        (tensors) → the exported program in memory, and what to record about it on the stage
+        (``operators``; ExecuTorch's delegation counts). What it raises fails the stage; ``localize``
+        then calls it again on submodules with their real inputs, so it takes any module."""
 
     def save(self, lowered: Any, path: Path, *, keep: bool = False) -> dict[str, Any] | None:
-        """Write the artifact; with ``keep`` the lowered program stays usable (for ``save_program``).
-        May return details to record (ExecuTorch: each method's planned memory)."""
+        """Write ``lowered`` to ``path`` (a temporary name the worker renames when this returns; the
+        ``save`` stage then requires a non-empty file). With ``keep`` the lowered program must stay
+        usable afterwards, for ``MultiMethod.save_program``. A dict returned is recorded with the
+        method (ExecuTorch: each method's planned memory)."""
 
     def load(self, path: Path) -> Any:
-        """The artifact, loaded in the stack's mobile runtime."""
+        """The artifact, loaded in the stack's mobile runtime, in a fresh process that has not exported
+        anything (the runtime phase, the measurement server, whose cold start this is): import only what
+        an app would have."""
 
     def run(self, program: Any, inputs: tuple[Any, ...]) -> Any:
-        """One call: the outputs (tensors, or tuples, lists and dicts of them)."""
+        """One call of a loaded artifact: its outputs, tensors or tuples, lists and dicts of them (flattened
+        in a stable order, dicts by key). The measurement times exactly this call: no copies, no autograd."""
 
 
 @runtime_checkable
 class Quantizes(Protocol):
-    """Quantization recipes by variant name."""
+    """Quantization recipes by variant name (``vit-ti16@int8`` is the model ``vit-ti16``, variant ``int8``)."""
 
-    QUANTIZATIONS: dict[str, str]  # variant ("int8", "8da4w") → the recipe, in words
+    @property
+    def QUANTIZATIONS(self) -> Mapping[str, str]:
+        """Variant (``"int8"``, ``"8da4w"``) → its recipe in words, recorded and shown in the report. A variant
+        not named here is skipped in this stack ("this stack has no int8 recipe")."""
 
     def quantize(self, module: Any, inputs: tuple[Any, ...], variant: str) -> tuple[Any, dict[str, Any]]:
-        """A module ``lower`` takes like any other, calibrated on ``inputs``, and what it quantized
-        (``quantized_modules`` or ``quantize_nodes``: 0 in every method fails the stage)."""
+        """The ``quantize`` stage, once per method, before ``export``: a module ``lower`` takes like any
+        other, calibrated on ``inputs`` (the same in every stack), and what it did — ``recipe`` and
+        ``quantized_modules`` or ``quantize_nodes``; 0 in every method fails the stage (the artifact would
+        be the float model)."""
 
 
 @runtime_checkable
 class MultiMethod(Protocol):
-    """Every method of a model in one artifact (ExecuTorch's multi-method .pte)."""
+    """Every method of a model in one artifact, ``program<SUFFIX>`` (ExecuTorch's multi-method .pte), for
+    models with several methods that ask for one."""
 
     def save_program(self, lowered: dict[str, Any], path: Path) -> dict[str, Any] | None:
-        """Write the methods' lowered programs (kept by ``save(..., keep=True)``) as one artifact."""
+        """The ``program`` stage: method name → what ``lower`` returned (kept usable by ``save(...,
+        keep=True)``), written as one artifact at ``path``. A dict returned is recorded on the stage."""
 
     def run_method(self, program: Any, name: str, inputs: tuple[Any, ...]) -> Any:
-        """One call of one method of the multi-method artifact."""
+        """The ``program-run`` stage: one call of method ``name`` of the loaded multi-method artifact; it must
+        give what ``<name><SUFFIX>`` gives (to rtol 1e-4, atol 1e-5)."""
 
 
 @runtime_checkable
 class Profiles(Protocol):
-    """Time per operator in the stack's own runtime."""
-
-    def profiler_missing(self) -> str | None:
-        """What this machine lacks for ``profile`` (and how to get it), or None."""
+    """Time per operator in the stack's own runtime: the runtime phase's ``profile`` stage, which explains
+    a result and fails no gate."""
 
     def profile(self, path: Path, inputs: tuple[Any, ...], runs: int) -> dict[str, Any]:
-        """Operators of one call, by time: ``{"source", "total_ms", "operators": [{name, calls, total_ms, share}]}``."""
+        """Load the artifact at ``path`` and profile ``runs`` calls: ``{"source": how, "total_ms": one call,
+        "operators": [{"name", "calls", "total_ms", "share"}, …] by time}``, per call; more keys are kept."""
+
+
+@runtime_checkable
+class ProfilerCheck(Protocol):
+    """Optional beside ``Profiles``: whether this machine can profile. Without it nothing is missing."""
+
+    def profiler_missing(self) -> str | None:
+        """What this machine lacks for ``profile`` and how to get it (the stage is skipped with it as its
+        reason), or None."""
 
 
 @runtime_checkable
 class OtherBackends(Protocol):
-    """Export-only tries of the runtime's other backends (ExecuTorch: executorch_backends)."""
+    """Export-only tries of the runtime's other backends (ExecuTorch: Core ML, MPS, Vulkan …), for float
+    models, in the export phase's ``backends`` stage, within ``backends-budget``; they fail no gate."""
 
-    OTHER_BACKENDS: tuple[str, ...]
+    @property
+    def OTHER_BACKENDS(self) -> tuple[str, ...]:
+        """The backends' names, tried in this order."""
 
     def backend_unavailable(self, backend: str) -> str | None:
-        """Why ``backend`` cannot be tried in this stack (and what it needs), or None."""
+        """Why ``backend`` cannot be tried in this stack and what it needs (recorded as "unavailable" whatever
+        the budget: asking costs nothing), or None."""
 
     def export_only(self, backend: str, module: Any, inputs: tuple[Any, ...]) -> dict[str, Any]:
-        """Lower for ``backend`` without running: ok (delegated share, size), failed (why) or unavailable."""
+        """Lower one method for ``backend`` without running it: ``{"status": "ok", "bytes", "seconds",
+        delegation counts…}``, ``{"status": "failed", "error"}`` or ``{"status": "unavailable", "reason"}``."""
 
 
-# What the report calls each capability.
-CAPABILITIES = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles, "backends": OtherBackends}
+# What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
+CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
+                                 "backends": OtherBackends}
+# What a capability is, in the message that names an adapter having only part of one.
+_DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
+              Profiles: "the profiler", OtherBackends: "other backends"}
+
+
+def declared(protocol: type) -> list[str]:
+    """The names a module must define to be ``protocol``, in the order the Protocol declares them."""
+    return [name for name, value in vars(protocol).items()
+            if not name.startswith("_") and (callable(value) or isinstance(value, property))]
 
 
 def members(protocol: type) -> list[str]:
-    """The names a module must define to be ``protocol``."""
-    declared = {name for name in vars(protocol) if not name.startswith("_")}
-    return sorted(declared | set(getattr(protocol, "__annotations__", {})))
+    """The names a module must define to be ``protocol``, sorted."""
+    return sorted(declared(protocol))
 
 
 def missing(module: Any, protocol: type = Adapter) -> list[str]:
-    """The members of ``protocol`` that ``module`` lacks."""
+    """The members of ``protocol`` that ``module`` lacks, sorted."""
     return [name for name in members(protocol) if not hasattr(module, name)]
 
 
 def capabilities(module: Any) -> list[str]:
+    """The capabilities ``module`` has whole, by the report's names."""
     return [name for name, protocol in CAPABILITIES.items() if isinstance(module, protocol)]
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def require(module: Any, name: str) -> None:
+    """Raise ContractError naming the adapter and what it lacks, unless ``module`` is an ``Adapter``."""
+    if isinstance(module, Adapter):
+        return
+    raise ContractError(f"adapter {name!r} lacks {', '.join(missing(module))}; an adapter provides "
+                        f"{_listed(declared(Adapter))} (compat/contract.py)")
+
+
+def claims(module: Any, protocol: type) -> bool:
+    """Whether ``module`` has any member of ``protocol``: a capability it offers, whole or in part."""
+    return len(missing(module, protocol)) < len(members(protocol))
+
+
+def require_whole(module: Any, protocol: type, name: str) -> None:
+    """Raise ContractError naming the adapter, what it has and what it lacks, if ``module`` has part of
+    ``protocol`` but not all: a capability meant and misspelt is named, not taken for one not offered."""
+    if isinstance(module, protocol) or not claims(module, protocol):
+        return
+    lacking = missing(module, protocol)
+    present = [member for member in declared(protocol) if member not in lacking]
+    raise ContractError(f"adapter {name!r} has {_listed(present)} but lacks {_listed(lacking)}; a capability is "
+                        f"all of its members or none ({_DESCRIBED.get(protocol, protocol.__name__)}: "
+                        f"{_listed(declared(protocol))}; compat/contract.py)")
+
+
+if TYPE_CHECKING:
+    # mypy checks each built-in adapter module against the Protocols it means to keep, member by member
+    # and signature by signature (the parent's tests see only the names).
+    from . import executorch_xnnpack, torchscript_mobile
+
+    _legacy: Adapter = torchscript_mobile
+    _legacy_quantizes: Quantizes = torchscript_mobile
+    _legacy_profiles: Profiles = torchscript_mobile
+    _legacy_profiler_check: ProfilerCheck = torchscript_mobile
+    _candidate: Adapter = executorch_xnnpack
+    _candidate_quantizes: Quantizes = executorch_xnnpack
+    _candidate_program: MultiMethod = executorch_xnnpack
+    _candidate_profiles: Profiles = executorch_xnnpack
+    _candidate_profiler_check: ProfilerCheck = executorch_xnnpack
+    _candidate_backends: OtherBackends = executorch_xnnpack

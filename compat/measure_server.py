@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import artifact_path, fixture_inputs, jsonable, peak_rss_bytes
-from .contract import Adapter
+from .contract import Adapter, require
 
 # upgrade_gate.measure names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
@@ -81,6 +81,9 @@ class Channel:
 
 
 def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
+    """Start, load, warm up, then answer the parent's requests until it says exit. What raises
+    (an adapter without part of the contract too) is the worker's to send as an "error" event."""
+    require(adapter, job["adapter"])
     model_dir, methods = Path(job["model_dir"]), job["methods"]
     adapter.set_threads(job["threads"])
     args = fixture_inputs(Path(job["fixtures_dir"]), methods)

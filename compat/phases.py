@@ -37,7 +37,17 @@ from .common import (
     sha256_file,
     write_json_atomic,
 )
-from .contract import Adapter, MultiMethod, OtherBackends, Profiles, Quantizes
+from .contract import (
+    Adapter,
+    MultiMethod,
+    OtherBackends,
+    ProfilerCheck,
+    Profiles,
+    Quantizes,
+    claims,
+    require,
+    require_whole,
+)
 
 
 class StageSkipped(Exception):
@@ -217,7 +227,7 @@ def partial_file(path: Path) -> Iterator[Path]:
 def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
     import torch
 
-    model_dir = Path(job["model_dir"])
+    model_dir, name_of_adapter = Path(job["model_dir"]), job["adapter"]
     variant = job.get("variant", FP32)
     exporting: dict[str, str] = {}  # the method being exported, for localize
     torch.set_num_threads(job["threads"])
@@ -251,6 +261,7 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
     def quantize():
         # Every method calibrated on its own inputs: the same in every stack.
         case, inputs = log.results["build"]
+        require_whole(adapter, Quantizes, name_of_adapter)
         recipes = adapter.QUANTIZATIONS if isinstance(adapter, Quantizes) else {}
         if variant not in recipes:
             raise StageSkipped(f"this stack has no {variant} recipe (it offers: {', '.join(recipes) or 'none'})")
@@ -268,11 +279,12 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         return quantized, {"variant": variant, "recipe": recipes[variant], "methods": details}
 
     def export():
+        require(adapter, name_of_adapter)
         case, inputs = log.results["build"]
         modules = log.results["quantize"] if variant != FP32 else {n: m.module for n, m in case.entry_points().items()}
         # Lowered programs are kept only for the multi-method artifact: each can
         # hold a copy of the weights (a 1B model's would not fit twice).
-        keep = wants_program(case)
+        keep = multi_method(case) and isinstance(adapter, MultiMethod)
         lowered, details = {}, {}
         for name, module in modules.items():
             exporting["method"] = name
@@ -295,6 +307,8 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         # Which submodules fail to export on their own, with their real inputs.
         if not job["localize_budget_s"]:
             raise StageSkipped("turned off (localize-budget = 0)")
+        if not isinstance(adapter, Adapter):
+            raise StageSkipped("the adapter does not keep the contract (the export stage names what it lacks)")
         case, inputs = log.results["build"]
         from . import localize as localizer
         error = next(r["error"] for r in log.data["stages"] if r["stage"] == "export")
@@ -305,8 +319,8 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
                                    budget_s=job["localize_budget_s"])
         return True, {"method": name, **found}
 
-    def wants_program(case: Any) -> bool:
-        return case.multi_method_artifact and len(case.entry_points()) > 1 and isinstance(adapter, MultiMethod)
+    def multi_method(case: Any) -> bool:
+        return case.multi_method_artifact and len(case.entry_points()) > 1
 
     def save():
         case, _ = log.results["build"]
@@ -314,10 +328,11 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
 
     def program():
+        require_whole(adapter, MultiMethod, name_of_adapter)
         path = artifact_path(model_dir, PROGRAM, adapter)
         start = time.perf_counter()
         with partial_file(path) as partial:
-            assert isinstance(adapter, MultiMethod)  # wants_program said so
+            assert isinstance(adapter, MultiMethod)  # whole, and claimed (the stage runs)
             planned = adapter.save_program(log.results["export"], partial) or {}
         return True, {**written_artifact(path), "methods": list(log.results["export"]),
                       "seconds": round(time.perf_counter() - start, 3), **planned}
@@ -326,10 +341,11 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         # Export only: does the float model lower to the stack's other backends?
         if not job["backends_budget_s"]:
             raise StageSkipped("turned off (backends-budget = 0)")
+        require_whole(adapter, OtherBackends, name_of_adapter)
+        assert isinstance(adapter, OtherBackends)  # whole, and claimed (the stage runs)
         case, inputs = log.results["build"]
         start = time.monotonic()
         found: dict[str, dict[str, Any]] = {}
-        assert isinstance(adapter, OtherBackends)  # the stage runs for such adapters only
         for backend in adapter.OTHER_BACKENDS:
             found[backend] = {}
             # A backend the stack lacks is named so whatever the budget: it costs nothing to ask.
@@ -357,9 +373,10 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
     if exported is None and variant == FP32 and built is not None and _failed(log, "export"):
         log.stage("localize", ("build",), localize)
     log.stage("save", ("export",), save)
-    if built is not None and wants_program(built[0]):
+    # A capability the adapter has in part runs its stage, which names what it lacks.
+    if built is not None and multi_method(built[0]) and claims(adapter, MultiMethod):
         log.stage("program", ("save",), program)
-    if variant == FP32 and isinstance(adapter, OtherBackends):
+    if variant == FP32 and claims(adapter, OtherBackends):
         log.stage("backends", ("build",), backends)
     log.finish(torch_threads=torch.get_num_threads())
 
@@ -374,8 +391,9 @@ def export_stages(model_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
-    model_dir = Path(job["model_dir"])
-    adapter.set_threads(job["threads"])
+    model_dir, name_of_adapter = Path(job["model_dir"]), job["adapter"]
+    if isinstance(adapter, Adapter):  # else the load stage names what it lacks
+        adapter.set_threads(job["threads"])
     # What the export phase built: the methods to load and whether the task has a loop.
     stages = export_stages(model_dir)
     built = stages.get("build", {}).get("details", {})
@@ -387,6 +405,7 @@ def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> N
         return fixture_inputs(Path(job["fixtures_dir"]), methods), None
 
     def load():
+        require(adapter, name_of_adapter)
         if not saved:
             raise StageSkipped("no verified artifact: the export phase's save stage did not succeed")
         programs = {}
@@ -425,10 +444,11 @@ def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> N
         path = artifact_path(model_dir, PROGRAM, adapter)
         if not path.is_file():
             raise StageSkipped(f"no {path.name}: the export phase did not write one")
+        require_whole(adapter, MultiMethod, name_of_adapter)
+        assert isinstance(adapter, MultiMethod)  # the export phase wrote a program
         loaded, args = adapter.load(path), log.results["inputs"]
         differences = {}
         for name in methods:
-            assert isinstance(adapter, MultiMethod)  # the export phase wrote a program
             outputs = flatten_outputs(adapter.run_method(loaded, name, args[name]))
             expected = log.results["run"][name]
             if len(outputs) != len(expected) or any(a.shape != b.shape for a, b in zip(outputs, expected)):
@@ -443,7 +463,8 @@ def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> N
         # Where the time goes, operator by operator, in the stack's own runtime.
         if not isinstance(adapter, Profiles):
             raise StageSkipped("this stack's adapter has no per-operator profiler")
-        missing = adapter.profiler_missing()
+        # profiler_missing is optional: without it the machine lacks nothing.
+        missing = adapter.profiler_missing() if isinstance(adapter, ProfilerCheck) else None
         if missing:
             raise StageSkipped(missing)
         args = log.results["inputs"]

@@ -1,20 +1,28 @@
-"""compat/ as the parent sees it, without importing it (it runs inside the stacks):
-which modules are adapters, which code keys every result, and the adapter contract."""
+"""compat/ as the parent sees it: which modules are adapters, which code keys every result (read from
+the worker's imports with ast, not from the lists under test), and the adapter contract — its
+Protocols, and the worker's records of an adapter that does not keep it (run with this Python:
+nothing here needs torch)."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import importlib.util
+import json
+import os
+import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from upgrade_gate import cache
+from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import REPO_ROOT
-from upgrade_gate.specs import NOT_ADAPTERS, WORKER_MODULES
+from upgrade_gate.specs import ADAPTER_HELPERS, NOT_ADAPTERS, load_spec
 
 COMPAT = REPO_ROOT / "compat"
+ADAPTERS = sorted(p.stem for p in COMPAT.glob("*.py") if p.stem not in NOT_ADAPTERS)
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -42,40 +50,39 @@ def contract():
     return module
 
 
-def test_every_compat_module_is_an_adapter_or_named_as_not_one(contract):
-    for path in COMPAT.glob("*.py"):
-        if path.stem in NOT_ADAPTERS:
-            continue
-        lacking = set(contract.members(contract.Adapter)) - top_level_names(path)
-        assert not lacking, f"{path.name} is neither a whole adapter (lacks {sorted(lacking)}) nor in NOT_ADAPTERS"
+# -- adapters and the rest ----------------------------------------------------------
+
+
+def spec_naming(tmp_path: Path, adapter: str) -> Path:
+    path = tmp_path / "stack.toml"
+    path.write_text(f'python = "3.11"\nrequirements = ["torch==2.8.0"]\nadapter = "{adapter}"\n')
+    return path
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in COMPAT.glob("*.py")))
+def test_every_compat_module_is_a_working_adapter_or_named_as_not_one(stem, tmp_path, contract):
+    spec = spec_naming(tmp_path, stem)
+    if stem in NOT_ADAPTERS:
+        with pytest.raises(ConfigError, match=f"adapter: no adapter '{stem}' in "):
+            load_spec(spec, adapters_dir=COMPAT, is_baseline=True)
+        return
+    assert load_spec(spec, adapters_dir=COMPAT, is_baseline=True).adapter == stem
+    lacking = set(contract.members(contract.Adapter)) - top_level_names(COMPAT / f"{stem}.py")
+    assert not lacking, f"{stem}.py is neither a whole adapter (lacks {sorted(lacking)}) nor in NOT_ADAPTERS"
+
+
+def test_not_adapters_names_modules_that_exist():
+    assert len(set(NOT_ADAPTERS)) == len(NOT_ADAPTERS)
     assert set(NOT_ADAPTERS) <= {p.stem for p in COMPAT.glob("*.py")}
 
 
-def imported_compat_modules(path: Path) -> set[str]:
-    """compat/ modules a module imports: relative imports, ``ours("x")`` and ``upgrade_gate_compat.x``."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                found |= {node.module} if node.module else {alias.name for alias in node.names}
-            elif (node.module or "").startswith("upgrade_gate_compat."):
-                found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ours":
-            found.add(node.args[0].value)  # type: ignore[attr-defined]
-    return found
-
-
-def test_the_code_that_keys_every_result_is_all_the_code_the_worker_runs():
-    """A change to any module the worker imports (transitively, adapters included) must change the key."""
-    reached, pending = set(), ["worker", "torchscript_mobile", "executorch_xnnpack"]
-    while pending:
-        module = pending.pop()
-        if module in reached:
-            continue
-        reached.add(module)
-        pending += sorted(imported_compat_modules(COMPAT / f"{module}.py"))
-    assert reached - {"torchscript_mobile", "executorch_xnnpack"} <= set(WORKER_MODULES)
-    assert "scan" not in WORKER_MODULES  # the scan runs in its own venv, not in a stack
+def test_mypy_checks_every_adapter_against_the_contract():
+    """contract.py ends with one typed assignment per adapter and Protocol it keeps (mypy, tests/test_lint.py)."""
+    checked = set()
+    for node in ast.walk(ast.parse((COMPAT / "contract.py").read_text())):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Name):
+            checked.add((node.value.id, ast.unparse(node.annotation)))
+    assert {module for module, protocol in checked if protocol == "Adapter"} == set(ADAPTERS)
 
 
 def test_each_adapter_offers_what_the_stacks_do(contract):
@@ -88,13 +95,293 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
     assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends"}
 
 
-def test_a_module_missing_part_of_the_contract_is_named(contract):
-    import types
+# -- the code that keys every result ----------------------------------------------------
 
-    partial = types.ModuleType("partial")
-    partial.SUFFIX, partial.load, partial.run = ".x", print, print
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def nodes_run(tree: ast.AST):
+    """Every node of a module but what only a type checker reads (``if TYPE_CHECKING:``)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            pending += child.orelse if _type_checking_only(child) else [child]
+
+
+def string_constants() -> dict[str, str]:
+    """Module-level ``NAME = "text"`` of compat/: the private package names the worker loads under."""
+    found = {}
+    for path in COMPAT.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                found |= {target.id: node.value.value for target in node.targets if isinstance(target, ast.Name)}
+    return found
+
+
+def _name(node: ast.AST) -> str | None:
+    """``NAME`` or ``module.NAME``: the name a constant is read by."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+class Imports:
+    """What a module of the worker imports, read with ast: relative imports, ``import_module`` of a
+    private package name and a constant module (``f"{MODELS_PACKAGE}.case"``), calls of a function that
+    does that with its argument (``ours("phases")``), and the packages it registers (their __init__.py)."""
+
+    def __init__(self) -> None:
+        self.constants = string_constants()
+        self.folders: dict[str, Path] = {}  # private package name → its folder
+        self.loaders: dict[str, str] = {}  # function name → the package it imports its argument from
+        worker = ast.parse((COMPAT / "worker.py").read_text())
+        for node in ast.walk(worker):
+            if isinstance(node, ast.Call) and _name(node.func) == "_register_package":
+                alias, folder = node.args
+                self.folders[self.constants[_name(alias)]] = REPO_ROOT / folder.right.value  # REPO_ROOT / "models"
+        for node in worker.body:
+            if isinstance(node, ast.FunctionDef) and node.args.args:
+                for call in ast.walk(node):
+                    package, rest = self._import_module(call)
+                    if package and [ast.unparse(value) for value in rest] == ["'.'", f"{{{node.args.args[0].arg}}}"]:
+                        self.loaders[node.name] = package
+
+    def _import_module(self, node: ast.AST) -> tuple[str | None, list[ast.expr]]:
+        """``import_module(f"{PACKAGE}…")``: the package's name, and the parts of the f-string after it."""
+        if isinstance(node, ast.Call) and _name(node.func) == "import_module" and node.args:
+            text = node.args[0]
+            if isinstance(text, ast.JoinedStr) and isinstance(head := text.values[0], ast.FormattedValue):
+                if _name(head.value) in self.constants:
+                    return self.constants[_name(head.value)], text.values[1:]
+        return None, []
+
+    def module_file(self, package: str, module: str) -> Path | None:
+        folder = self.folders.get(package)
+        path = folder / f"{module.split('.')[0]}.py" if folder else None
+        return path if path is not None and path.is_file() else None
+
+    def of(self, path: Path) -> set[Path]:
+        package = next(alias for alias, folder in self.folders.items() if path.parent == folder)
+        found = set()
+        for node in nodes_run(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+                found |= {self.module_file(package, name) for name in names}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                dotted = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                found |= {self.module_file(*name.split(".", 1)) for name in dotted if "." in name}
+            elif (imported := self._import_module(node))[0]:
+                package_name, rest = imported
+                if len(rest) == 1 and isinstance(rest[0], ast.Constant) and rest[0].value.startswith("."):
+                    found.add(self.module_file(package_name, rest[0].value[1:]))  # f"{MODELS_PACKAGE}.case"
+            elif isinstance(node, ast.Call) and _name(node.func) in self.loaders and isinstance(node.args[0], ast.Constant):
+                found.add(self.module_file(self.loaders[_name(node.func)], node.args[0].value))
+        return {p for p in found if p is not None}
+
+    def closure(self, start: list[Path]) -> set[Path]:
+        reached, pending = set(), list(start)
+        while pending:
+            path = pending.pop()
+            if path not in reached:
+                reached.add(path)
+                pending += sorted(self.of(path))
+        return reached
+
+
+@pytest.fixture(scope="module")
+def imports():
+    return Imports()
+
+
+def test_the_worker_files_are_the_code_the_worker_runs_for_every_stack(imports):
+    """A change to any module the worker runs whatever the adapter must change every key, and nothing else
+    is in that list (an adapter and what only it imports are keyed per stack: the next test)."""
+    registered = [folder / "__init__.py" for folder in imports.folders.values()]
+    assert {p.relative_to(REPO_ROOT) for p in registered} == {Path("compat/__init__.py"), Path("models/__init__.py")}
+    reached = imports.closure([COMPAT / "worker.py", *registered])
+    assert REPO_ROOT / "models" / "case.py" in reached and COMPAT / "phases.py" in reached  # the reader reads
+    assert {p.relative_to(REPO_ROOT).as_posix() for p in reached} == set(cache.WORKER_FILES)
+
+
+def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_path):
+    for adapter in ADAPTERS:
+        reached = imports.closure([COMPAT / f"{adapter}.py"])
+        assert reached <= set(cache.adapter_files(adapter)), adapter
+    helpers = set().union(*(imports.closure([COMPAT / f"{a}.py"]) for a in ADAPTERS))
+    assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} <= helpers  # none is stale
+    assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} == set(cache.adapter_files("executorch_xnnpack")) - {
+        COMPAT / "executorch_xnnpack.py"}
+    own = tmp_path / "own.py"
+    own.write_text("from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, save, set_threads\n")
+    assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
+
+
+def test_a_change_to_what_an_adapter_builds_on_changes_its_key_and_not_its_folder(tmp_path, monkeypatch):
+    own = tmp_path / "a" / "own.py"
+    own.parent.mkdir()
+    own.write_text("from upgrade_gate_compat import executorch_xnnpack\n")
+    moved = tmp_path / "b" / "own.py"
+    moved.parent.mkdir()
+    moved.write_text(own.read_text())
+    assert cache.worker_code_digest(str(own)) == cache.worker_code_digest(str(moved))
+    before = cache.worker_code_digest(str(own))
+    real = cache.sha256_file
+    monkeypatch.setattr(cache, "sha256_file",
+                        lambda path: "edited" if Path(path).name == "executorch_profile.py" else real(path))
+    assert cache.worker_code_digest(str(own)) != before
+    assert cache.worker_code_digest("torchscript_mobile") == cache.worker_code_digest("torchscript_mobile")
+
+
+# -- the contract ---------------------------------------------------------------------
+
+
+def module(**members) -> types.ModuleType:
+    found = types.ModuleType("own")
+    for name, value in members.items():
+        setattr(found, name, value)
+    return found
+
+
+def test_a_module_missing_part_of_the_contract_is_named(contract):
+    partial = module(SUFFIX=".x", load=print, run=print)
     assert contract.missing(partial) == ["lower", "save", "set_threads"]
     assert not isinstance(partial, contract.Adapter) and contract.capabilities(partial) == []
+    with pytest.raises(contract.ContractError) as raised:
+        contract.require(partial, "/envs/own.py")
+    # The same words as the parent's exit-2 message after the probe (upgrade_gate.pipeline).
+    assert str(raised.value) == ("adapter '/envs/own.py' lacks lower, save, set_threads; an adapter provides SUFFIX, "
+                                 "set_threads, lower, save, load and run (compat/contract.py)")
+    assert isinstance(raised.value, TypeError)
+    contract.require(module(SUFFIX=".x", set_threads=print, lower=print, save=print, load=print, run=print), "own")
+
+
+@pytest.mark.parametrize(("members", "protocol", "message"), [
+    ({"QUANTIZATIONS": {"int8": "mine"}, "quantise": print}, "Quantizes",
+     "adapter 'own.py' has QUANTIZATIONS but lacks quantize; a capability is all of its members or none "
+     "(quantization recipes: QUANTIZATIONS and quantize; compat/contract.py)"),
+    ({"save_program": print}, "MultiMethod",
+     "adapter 'own.py' has save_program but lacks run_method; a capability is all of its members or none "
+     "(the multi-method program: save_program and run_method; compat/contract.py)"),
+    ({"OTHER_BACKENDS": ("vulkan",), "export_only": print}, "OtherBackends",
+     "adapter 'own.py' has OTHER_BACKENDS and export_only but lacks backend_unavailable; a capability is all of "
+     "its members or none (other backends: OTHER_BACKENDS, backend_unavailable and export_only; "
+     "compat/contract.py)"),
+])
+def test_a_capability_offered_in_part_is_named(contract, members, protocol, message):
+    adapter = module(**members)
+    assert contract.claims(adapter, getattr(contract, protocol))
+    with pytest.raises(contract.ContractError) as raised:
+        contract.require_whole(adapter, getattr(contract, protocol), "own.py")
+    assert str(raised.value) == message
+
+
+def test_a_capability_is_all_of_its_members_or_none(contract):
+    none = module()
+    for protocol in contract.CAPABILITIES.values():
+        assert not contract.claims(none, protocol)
+        contract.require_whole(none, protocol, "own.py")  # not offered: no error
+    # profiler_missing is optional beside profile: a profiler without it lacks nothing.
+    profiler = module(profile=print)
+    assert isinstance(profiler, contract.Profiles) and not isinstance(profiler, contract.ProfilerCheck)
+    assert contract.capabilities(profiler) == ["profile"]
+    contract.require_whole(profiler, contract.Profiles, "own.py")
+
+
+def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
+    assert contract.declared(contract.Adapter) == ["SUFFIX", "set_threads", "lower", "save", "load", "run"]
+    assert {name: contract.declared(p) for name, p in contract.CAPABILITIES.items()} == {
+        "quantize": ["QUANTIZATIONS", "quantize"], "program": ["save_program", "run_method"], "profile": ["profile"],
+        "backends": ["OTHER_BACKENDS", "backend_unavailable", "export_only"]}
+    assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
+    for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
+        for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation
+            assert getattr(protocol, name).__doc__, f"{protocol.__name__}.{name}"
+
+
+# -- the worker's records of an adapter that does not keep the contract -----------------------------
+
+# No torch: this Python can load it (the worker's measure and runtime commands import torch only to run).
+NO_SET_THREADS = '''\
+"""An adapter without set_threads(): the contract (compat/contract.py) is not kept."""
+SUFFIX = ".x"
+
+
+def lower(module, inputs):
+    return module, {}
+
+
+def save(lowered, path, *, keep=False):
+    path.write_bytes(b"x")
+
+
+def load(path):
+    return path
+
+
+def run(program, inputs):
+    return inputs
+'''
+
+
+def worker(tmp_path: Path, command: str, job: dict, env: dict[str, str] | None = None,
+           **kwargs) -> subprocess.CompletedProcess[str]:
+    """compat/worker.py as the parent starts it (nothing of ours on sys.path), with this Python."""
+    job_file = tmp_path / f"{command}-job.json"
+    job_file.write_text(json.dumps(job))
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (env or {})
+    return subprocess.run([sys.executable, "-P", str(COMPAT / "worker.py"), command, str(job_file)],
+                          env=environment, capture_output=True, text=True, timeout=60, check=False, **kwargs)
+
+
+@pytest.fixture
+def no_set_threads(tmp_path):
+    path = tmp_path / "envs" / "own.py"
+    path.parent.mkdir()
+    path.write_text(NO_SET_THREADS)
+    return path
+
+
+def test_a_runtime_phase_records_an_adapter_that_does_not_keep_the_contract_on_its_load_stage(tmp_path,
+                                                                                                no_set_threads):
+    model_dir = tmp_path / "models" / "vit-smoke"
+    result = worker(tmp_path, "runtime", {"stack": "own", "model": "vit-smoke", "adapter": str(no_set_threads),
+                                          "model_dir": str(model_dir), "fixtures_dir": str(tmp_path / "fixtures"),
+                                          "threads": 1, "profile_runs": 1})
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((model_dir / "runtime.json").read_text())
+    stages = {stage["stage"]: stage for stage in record["stages"]}
+    assert stages["load"]["status"] == "failed"
+    assert stages["load"]["error"]["type"] == "upgrade_gate_compat.contract.ContractError"
+    assert stages["load"]["error"]["message"] == (
+        f"adapter {str(no_set_threads)!r} lacks set_threads; an adapter provides SUFFIX, set_threads, lower, save, "
+        "load and run (compat/contract.py)")
+    assert stages["run"]["status"] == "skipped" and "load" in stages["run"]["reason"]
+    assert record["complete"] is True
+
+
+def test_a_measurement_server_sends_an_adapter_that_does_not_keep_the_contract_as_its_error(tmp_path,
+                                                                                            no_set_threads):
+    requests_read, requests_write = os.pipe()
+    events_read, events_write = os.pipe()
+    os.close(requests_write)  # no request: the server must fail before it reads one
+    try:
+        result = worker(tmp_path, "measure", {"stack": "own", "model": "vit-smoke", "adapter": str(no_set_threads),
+                                              "model_dir": str(tmp_path), "fixtures_dir": str(tmp_path),
+                                              "methods": ["forward"], "threads": 1},
+                        pass_fds=(requests_read, events_write),
+                        env={"UPGRADE_GATE_CONTROL_FDS": f"{requests_read},{events_write}"})
+    finally:
+        os.close(requests_read)
+        os.close(events_write)
+    with os.fdopen(events_read, encoding="utf-8") as events:
+        sent = [json.loads(line) for line in events]
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert [(e["event"], e["type"], e["message"]) for e in sent] == [(
+        "error", "upgrade_gate_compat.contract.ContractError",
+        f"adapter {str(no_set_threads)!r} lacks set_threads; an adapter provides SUFFIX, set_threads, lower, save, "
+        "load and run (compat/contract.py)")]
 
 
 def test_no_worker_file_is_long():

@@ -286,3 +286,45 @@ def test_an_adapter_that_does_not_keep_the_contract_is_named_before_any_export(t
     assert errors == [f"upgrade-gate: error: {spec}: adapter: '{tmp_path / 'envs' / 'lacking.py'}' lacks lower; an "
                       "adapter provides SUFFIX, set_threads, lower, save, load and run (compat/contract.py)"]
     assert not (tmp_path / "report" / "stacks" / "candidate" / "models").exists()
+
+
+MISSPELT_ADAPTER = '''\
+"""The legacy adapter as a team might copy it: its int8 recipe declared but quantize() misspelt,
+and the profiler without profiler_missing(), which is optional."""
+from upgrade_gate_compat.torchscript_mobile import (  # noqa: F401
+    QUANTIZATIONS,
+    SUFFIX,
+    load,
+    lower,
+    profile,
+    run,
+    save,
+    set_threads,
+)
+from upgrade_gate_compat.torchscript_mobile import quantize as quantise  # noqa: F401
+'''
+
+
+def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_is_missing(tmp_path):
+    env = user_project(tmp_path, CONFIG)
+    spec = tmp_path / "envs" / "legacy.toml"
+    spec.write_text(spec.read_text().replace('adapter = "torchscript_mobile"', 'adapter = "misspelt.py"'))
+    own = tmp_path / "envs" / "misspelt.py"
+    own.write_text(MISSPELT_ADAPTER)
+    out = tmp_path / "report"
+    result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "vit-smoke", env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    quantized = stages(out, "legacy", "vit-smoke@int8", "export")
+    assert quantized["quantize"]["status"] == "failed"
+    assert quantized["quantize"]["error"]["type"] == "upgrade_gate_compat.contract.ContractError"
+    assert quantized["quantize"]["error"]["message"] == (
+        f"adapter {str(own)!r} has QUANTIZATIONS but lacks quantize; a capability is all of its members or none "
+        "(quantization recipes: QUANTIZATIONS and quantize; compat/contract.py)")
+    assert quantized["export"]["status"] == "skipped"
+    runtime = stages(out, "legacy", "vit-smoke", "runtime")
+    assert {name: s["status"] for name, s in runtime.items()} == {
+        "inputs": "ok", "load": "ok", "run": "ok", "profile": "ok"}
+    assert runtime["profile"]["details"]["methods"]["forward"]["operators"]
+    installed = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]
+    assert installed["adapter"] == {"missing": [], "capabilities": ["profile"]}

@@ -36,6 +36,14 @@ from upgrade_gate.layout import REPO_ROOT
 from upgrade_gate.specs import WORKER_MODULES
 
 MANIFEST = "manifest.json"
+# The code every stack's worker runs, whatever its adapter, relative to the repository: compat/'s
+# modules that are no adapter and nothing only an adapter imports (specs.WORKER_MODULES), and models/'s
+# package and case.py, which checks what every factory returns — a project's model's too, whose own
+# key holds only the project's files. tests/test_compat.py reads the worker's imports to keep this whole.
+WORKER_FILES = (*(f"compat/{name}.py" for name in WORKER_MODULES), "models/__init__.py", "models/case.py")
+# compat/'s name inside a stack: a team's adapter file builds on ours with
+# `from upgrade_gate_compat.executorch_xnnpack import …` (compat/worker.py).
+COMPAT_PACKAGE = "upgrade_gate_compat"
 # Entries kept per stack, model and phase: the newest few, so that switching
 # between two versions of a model does not redo either, and the cache does not grow forever.
 KEEP_PER_PHASE = 2
@@ -45,6 +53,7 @@ CACHEABLE_STATUSES = {"ok", "failed", "skipped"}
 
 
 def sha256_file(path: Path) -> str:
+    # compat/common.py has the same function on purpose: the worker cannot import this package.
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
@@ -135,14 +144,34 @@ def model_code_digest(model: ModelEntry) -> str:
 
 
 
+def adapter_files(adapter: str) -> list[Path]:
+    """The adapter's file (a module of compat/ by name, or a spec's own file) and every module of compat/
+    it imports, transitively (parsed with ast): the candidate is keyed by executorch_profile.py too, and a
+    team's file built on executorch_xnnpack by that module and what it imports."""
+    compat = REPO_ROOT / "compat"
+    pending = [Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"]
+    found: set[Path] = set()
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.add(path)
+        package = [COMPAT_PACKAGE] if path.parent == compat else []
+        for name in _imported_modules(path, package):
+            parts = name.split(".")
+            if len(parts) > 1 and parts[0] == COMPAT_PACKAGE and (compat / f"{parts[1]}.py").is_file():
+                pending.append(compat / f"{parts[1]}.py")
+    return sorted(found)
+
+
 def worker_code_digest(adapter: str) -> str:
     """The worker and the adapter: the code that turns a model into records."""
-    compat = REPO_ROOT / "compat"
-    adapter_path = Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"
+    # A spec's own adapter file is named by its file name, not its folder: a clone elsewhere reuses the cache.
     return digest_of({
         "tool": __version__,
-        "worker": files_digest([compat / f"{name}.py" for name in WORKER_MODULES], REPO_ROOT),
-        "adapter": sha256_file(adapter_path),
+        "worker": files_digest([REPO_ROOT / name for name in WORKER_FILES], REPO_ROOT),
+        "adapter": {path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else path.name:
+                    sha256_file(path) for path in adapter_files(adapter)},
     })
 
 

@@ -20,11 +20,13 @@ from upgrade_gate.tomlfile import Table, read_toml
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
-# compat/ modules that are not adapters: the worker and what it runs for every stack (their
-# code keys every result, upgrade_gate.cache), and the project scan (a venv of its own).
-WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "measure_server", "probe", "localize",
-                  "executorch_profile", "executorch_backends")
-NOT_ADAPTERS = (*WORKER_MODULES, "scan")
+# compat/ modules that are not adapters (tests/test_compat.py checks every compat/*.py is one or the other):
+# the worker and what it runs for every stack, whatever the adapter (their code keys every result:
+# upgrade_gate.cache.WORKER_FILES); what an adapter builds on (keyed with the adapters that import it:
+# upgrade_gate.cache.adapter_files); and the project scan (a venv of its own).
+WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "measure_server", "probe", "localize")
+ADAPTER_HELPERS = ("executorch_profile", "executorch_backends")
+NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
