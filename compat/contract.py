@@ -152,7 +152,7 @@ CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, 
                                  "backends": OtherBackends}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
-              Profiles: "the profiler", OtherBackends: "other backends"}
+                               Profiles: "the profiler", OtherBackends: "other backends"}
 
 
 def declared(protocol: type) -> list[str]:
