@@ -56,10 +56,12 @@ def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: i
 
 
 def runs_per_round(job: dict[str, Any], warm_mean_ms: float) -> int:
-    """``iterations`` spread over the rounds, or more when that is less than the time budget."""
+    """``iterations`` spread over the rounds, or more when that is less than the time budget
+    (a round's share of it, and never less than the shortest part the parent can judge)."""
     rounds = job["rounds"]
     by_count = math.ceil(job["iterations"] / rounds)
-    by_time = math.ceil(job["time_budget_s"] * 1000.0 / rounds / max(warm_mean_ms, 1e-3))
+    seconds = max(job["time_budget_s"] / rounds, job["shortest_part_s"])
+    by_time = math.ceil(seconds * 1000.0 / max(warm_mean_ms, 1e-3))
     return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,17 @@ def project(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "envs", tmp_path / "envs")
     (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
     return tmp_path
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB file system: room for the records, not for the artifacts."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
+                             text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here ({mounted.stderr.strip()}); the README's test command "
+                    "runs as root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from upgrade_gate import layout
+from upgrade_gate.contention import Load
 from upgrade_gate.records import SCHEMA_VERSION
 
 HASHES = {"weights_sha256": "a" * 64, "inputs_sha256": "b" * 64}
@@ -117,4 +118,21 @@ def add_measurement(out: Path, model: str, threads: int, stack: str, entry: dict
     data = json.loads(path.read_text()) if path.is_file() else {
         "schema_version": str(SCHEMA_VERSION), "model": model, "threads": threads, "stacks": {}}
     data["stacks"][stack] = entry
+    path.write_text(json.dumps(data))
+
+
+def add_round_loads(out: Path, model: str, threads: int, loads: list[tuple[float, float]], *, cores: int = 2) -> None:
+    """The rounds a measurement tried, as the measure session records them: in round n the timed
+    threads waited ``loads[n-1][0]`` of their time for a CPU while others kept ``loads[n-1][1]``
+    cores busy; whether that disturbed the round is the tool's rule (tested in test_contention)."""
+    path = layout.measurement_file(out, model, threads)
+    data = json.loads(path.read_text())
+    data["machine"] = {"cpu": "Test CPU", "cores": cores}
+    data["rounds"] = [{"round": n, "order": list(data["stacks"])[:: 1 if n % 2 else -1],
+                       "disturbed": Load(seconds=0.5, waited_share=waited, others_cores=others, steal_share=0.0,
+                                         run_queue=3, free_cores=cores - threads).disturbed,
+                       "load": {stack: {"seconds": 0.5, "waited_share": waited, "others_cores": others,
+                                        "steal_share": 0.0, "run_queue": 3}
+                                for stack in data["stacks"]}}
+                      for n, (waited, others) in enumerate(loads, start=1)]
     path.write_text(json.dumps(data))

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 # The smallest measurement (one thread count, the fewest rounds, a short budget): these tests are
 # about surviving, not about speed.
 # Not what these tests are about, and minutes of CPU: the other backends' export-only tries.
-CONFIG = ('[tool.upgrade-gate]\ncache = "cache"\nthreads = [1]\nrounds = 3\ntime-budget = 0.2\n'
+CONFIG = ('[tool.upgrade-gate]\ncache = "cache"\nthreads = [1]\nrounds = 6\ntime-budget = 0.2\n'
           'backends-budget = 0\n')
 
 
@@ -238,20 +238,6 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     assert verdict_of(out).verdict.value in ("GO", "GO-WITH-CONDITIONS", "NO-GO")
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 2 MiB file system: room for the records, not for the artifacts."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here ({mounted.stderr.strip()}); the README's test command "
-                    "runs as root")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
 def test_a_full_disk_is_incomplete_naming_it_and_leaves_no_half_file(tmp_path, small_disk):
     env = user_project(tmp_path, CONFIG)
     out = small_disk / "report"
@@ -328,3 +314,102 @@ def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_
     assert runtime["profile"]["details"]["methods"]["forward"]["operators"]
     installed = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]
     assert installed["adapter"] == {"missing": [], "capabilities": ["profile"]}
+
+
+KILLED_ADAPTER = '''\
+"""The candidate's adapter, its measurement server killed part-way through the latency
+rounds (SIGKILL, as the kernel's out-of-memory killer or a CI runner's cleanup sends it).
+In the server each call takes 5 ms, so a round is the 9 runs ``iterations / rounds`` asks
+for plus the untimed one: 1 cold and 10 warm-up calls, 2 rounds, and the third round dies."""
+import os
+import signal
+import sys
+import time
+
+from upgrade_gate_compat import executorch_xnnpack
+from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, save, set_threads  # noqa: F401
+
+KILLED_AT_CALL = 1 + 10 + 2 * 10 + 1
+calls = 0
+
+
+def run(program, inputs):
+    global calls
+    if sys.argv[1:2] == ["measure"]:
+        calls += 1
+        if calls == KILLED_AT_CALL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.005)
+    return executorch_xnnpack.run(program, inputs)
+'''
+
+
+def test_a_measurement_killed_part_way_is_incomplete_and_keeps_its_rounds(tmp_path):
+    env = user_project(tmp_path, CONFIG)
+    spec = tmp_path / "envs" / "candidate.toml"
+    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "killed.py"'))
+    (tmp_path / "envs" / "killed.py").write_text(KILLED_ADAPTER)
+    out = tmp_path / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
+    assert result.returncode == 3, result.stderr[-3000:]
+    verdict = verdict_of(out)
+    latency = next(g for g in verdict.gates if g.gate == "latency")
+    assert latency.status is GateStatus.INCOMPLETE and latency.measured is None
+    assert latency.note == ("candidate: killed (round: worker killed by signal SIGKILL (not by upgrade-gate: the "
+                            "kernel's out-of-memory killer, or another process) after 2 round(s))")
+    # The finished rounds are kept, the baseline's too (it ran first in round 3); none became a ratio.
+    measured = json.loads((out / "measurements" / "vit-smoke" / "threads-1.json").read_text())
+    assert measured["stacks"]["candidate"]["status"] == "killed"
+    assert [len(measured["stacks"][stack]["rounds"]) for stack in ("legacy", "candidate")] == [3, 2]
+    assert [r["round"] for r in measured["rounds"]] == [1, 2, 3]  # and no round after the kill
+    results = json.loads((out / "results.json").read_text())
+    assert results["models"][0]["latency_ratios"] == []
+    # Every other gate was judged on its evidence: the measurement's end is not the candidate's failure.
+    assert {g.gate: g.status for g in verdict.gates if g.gate in ("export", "numerics")} == {
+        "export": GateStatus.PASSED, "numerics": GateStatus.PASSED}
+
+
+def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
+    """Real load on every core: every round disturbed, repeated up to the budget, and the
+    gate incomplete — never a failure — with the figures; not cached, so the next run on
+    a quiet machine has a quiet measurement and judges."""
+    # At 2 threads on 2 cores: a 1-thread measurement may keep a core to itself beside busy
+    # processes (the scheduler favours a thread that sleeps between calls), and then it is quiet.
+    env = user_project(tmp_path, CONFIG.replace("threads = [1]", "threads = [2]"))
+    out = tmp_path / "report"
+    models = ("--models", "vit-smoke@fp32")
+    first = nox("-s", "compare", "--", "--out", str(out), *models, env=env)
+    assert first.returncode in (0, 1), first.stderr[-3000:]
+    measurement = out / "measurements" / "vit-smoke" / "threads-2.json"
+    quiet_run = json.loads(measurement.read_text())
+    # The order alternates: A B, B A, …
+    assert [r["order"] for r in quiet_run["rounds"][:2]] == [["legacy", "candidate"], ["candidate", "legacy"]]
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + 2)]
+    try:
+        busy = nox("-s", "compare", "--", "--out", str(out), *models, "--remeasure", env=env)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy.returncode == 3, busy.stderr[-3000:]
+    latency = next(g for g in verdict_of(out).gates if g.gate == "latency")
+    assert latency.status is GateStatus.INCOMPLETE and latency.measured is None, latency
+    assert latency.note.startswith("2 thread(s): machine busy: ") and "an interval needs 6 quiet rounds" in latency.note
+    busy_run = json.loads(measurement.read_text())
+    assert len(busy_run["rounds"]) == 12  # six wanted, as many again tried
+    assert sum(not r["disturbed"] for r in busy_run["rounds"]) < 6
+    # What disturbed them: others took cores the measurement needed (it leaves none free), and
+    # the timed threads waited for them.
+    assert all(any(load["others_cores"] > 0.5 and load["waited_share"] > 0.05 for load in r["load"].values() if load)
+               for r in busy_run["rounds"] if r["disturbed"])
+    report = (out / "report.md").read_text()
+    assert "rounds quiet (disturbed: round " in report and "other processes kept " in report
+
+    again = nox("-s", "compare", "--", "--out", str(out), *models, env=env)
+    assert again.returncode in (0, 1), again.stderr[-3000:]
+    # The busy measurement was not cached: this run has the quiet one (the first run's, from the
+    # cache, or measured afresh) and judges.
+    assert sum(not r["disturbed"] for r in json.loads(measurement.read_text())["rounds"]) >= 6
+    latency = next(g for g in verdict_of(out).gates if g.gate == "latency")
+    assert latency.status is not GateStatus.INCOMPLETE and latency.measured is not None, latency

@@ -87,8 +87,9 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
                 assert measured["status"] == "ok", (model["model"], stack, measured)
                 assert set(measured["latency"]) == set(methods)
                 for lat in measured["latency"].values():
-                    assert lat["runs"] >= 56 and 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"]
-                assert measured["rounds"] == {method: 7 for method in methods}
+                    assert lat["runs"] >= 54 and 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"]
+                # 9 rounds (the default), and any a busy machine made the tool repeat
+                assert set(measured["rounds"]) == set(methods) and min(measured["rounds"].values()) >= 9
                 assert measured["cold_start"]["load_ms"] > 0 and measured["cold_start"]["first_run_ms"] > 0
                 memory = measured["memory"]
                 assert 0 < memory["runtime_bytes"] < memory["peak_rss_bytes"]
@@ -101,7 +102,7 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
         ratios = model["latency_ratios"]
         assert {(r["threads"], r["method"]) for r in ratios} == {
             (t, m) for t in (1, 2) for m in model["stacks"]["candidate"]["artifact"]["methods"]}
-        assert all(len(r["per_round"]) == 7 and 0 < r["low"] <= r["median"] <= r["high"] for r in ratios)
+        assert all(len(r["per_round"]) == 9 and 0 < r["low"] <= r["median"] <= r["high"] for r in ratios)
 
     verdict = verdict_of(out)
     assert verdict.verdict is Verdict.NO_GO
@@ -303,7 +304,7 @@ def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tm
     # report job. The phases come from the cache the single run filled; each job times its own stack.
     out, single = smoke_run
     config = tmp_path / "pyproject.toml"
-    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\nthreads = [1]\nrounds = 3\n'
+    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\nthreads = [1]\nrounds = 6\n'
                       'time-budget = 0.2\n')
     env = {"UPGRADE_GATE_CONFIG": str(config)}
     shard_job, project_job, report_job = workflow_commands()
@@ -327,7 +328,7 @@ def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tm
 
     def gates(folder: Path) -> dict:
         verdict = load(folder, "verdict.json")
-        # Latency and memory were timed with other settings (1 thread, 3 rounds) and per stack.
+        # Latency and memory were timed with other settings (1 thread, 6 rounds) and per stack.
         return {"verdict": verdict["verdict"], "gates": {(g["stack"], g["model"], g["gate"]): g["status"]
                                                         for g in verdict["gates"] if g["gate"] not in ("latency", "memory")}}
 

@@ -175,3 +175,17 @@ def test_nox_control_flow_and_usage_errors_pass_through(capsys):
     with pytest.raises(SystemExit) as stopped:
         guarded_call(SystemExit(2))()
     assert stopped.value.code == 2
+
+
+def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes(small_disk, monkeypatch):
+    """write() and sendfile() run out of room without naming a file: the message names the report
+    folder on the full disk, not wherever the session happens to run."""
+    out = small_disk / "report"
+    out.mkdir()
+    with (small_disk / "filler").open("wb", buffering=0) as stream, pytest.raises(OSError) as raised:
+        while True:
+            stream.write(b"\0" * 4096)
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename is None
+    monkeypatch.setitem(pipeline._HELD, out, -1)
+    message = pipeline.disk_full(raised.value)
+    assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message

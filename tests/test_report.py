@@ -37,9 +37,10 @@ def test_report_files_verdict_first(plan, capsys):
             "artifact(candidate) vs eager(legacy) |") in failing
     assert "latency" not in failing
     assert report.index("## Decision matrix") < report.index("## Requirements") < report.index("## Models")
-    assert ("| passed | soft | candidate | vit-smoke | latency | ratio = 0.500 [0.500, 0.500] (1 thread(s): "
-            "1.000 ms / 2.000 ms) |") in report
-    assert "| forward | candidate | 56 | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 0.000 ms | 1000.0 FPS | 0.500 [0.500, 0.500] | candidate |" in report
+    assert ("| passed | soft | candidate | vit-smoke | latency | ratio = 0.500, 98.4% interval [0.500, 0.500] "
+            "(1 thread(s): 1.000 ms / 2.000 ms) |") in report
+    assert ("| forward | candidate | 56 | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 1.000 ms | 0.000 ms | 1000.0 FPS | "
+            "0.500, 98.4% interval [0.500, 0.500] | candidate |") in report
 
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "NO-GO" and verdict["candidates"] == {"candidate": "NO-GO"}
@@ -49,7 +50,7 @@ def test_report_files_verdict_first(plan, capsys):
     assert (numerics["status"], numerics["model"], numerics["severity"]) == ("failed", "vit-smoke", "hard")
     # Numbers stay numbers, with their unit; prose is rendered from them.
     assert numerics["measured"]["unit"] == "rel_l2" and numerics["measured"]["value"] == pytest.approx(0.01, rel=1e-5)
-    assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None}
+    assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None, "level": None}
 
     results = json.loads((out / "results.json").read_text())
     assert results["schema_version"] == "2.0"

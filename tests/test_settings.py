@@ -42,7 +42,7 @@ def test_defaults(project):
     settings = plan.settings
     assert (settings.variants, settings.localize_budget_s) == (("int8", "8da4w"), 300.0)
     assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == ((1, 2), 2, 10, 50)
-    assert (settings.rounds, settings.time_budget_s) == (7, 2.0)
+    assert (settings.rounds, settings.time_budget_s) == (9, 2.0)
     assert settings.out_dir == project / "report"
     assert settings.gates == GateSettings.defaults()
     assert settings.gates["artifact-size"].threshold == 1_500_000_000
@@ -209,9 +209,9 @@ def test_bad_thread_counts(project, value, message):
     assert error_for(project) == f"{path}: tool.upgrade-gate.threads: {message}"
 
 
-def test_too_few_rounds(project):
-    path = set_config(project, "[tool.upgrade-gate]\nrounds = 2\n")
-    assert error_for(project) == f"{path}: tool.upgrade-gate.rounds: must be at least 3, got 2"
+def test_too_few_rounds_for_a_95_percent_interval(project):
+    path = set_config(project, "[tool.upgrade-gate]\nrounds = 5\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.rounds: must be at least 6, got 5"
 
 
 def test_too_few_timed_runs(project):

@@ -5,11 +5,21 @@
   runtime call in the same process, in alternating block pairs; and the
   harness's fixed cost per call, measured on a call that does nothing. Target:
   ≤ 1.02 on every call, and no pair interval wholly above it.
+* ``coverage`` — the latency ratio's interval, by simulation: how often it
+  holds a known true ratio, against the coverage it states, per number of
+  rounds (no stacks: upgrade_gate.stats alone). Target: never below the stated level.
 * ``noise`` — a stack against an identical copy of itself, five times, each
-  time measured afresh. Target: no latency gate fails.
+  time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
   spins for a fifth of each call's time after the call), five times. Target:
-  the latency gate fails every time, for every model and thread count.
+  the latency gate fails in at least 4 of 5 runs of every model on a quiet
+  machine and with one core taken; with every core taken, reported as it is.
+
+``--load`` runs ``noise`` and ``sensitivity`` beside a background load the
+benchmark starts itself — busy-looping processes, one per core taken
+(``one-core``, ``all-cores``; ``all`` runs quiet and both in turn). A run first
+makes sure the exports exist (a compare without the load, not counted); the
+counted runs re-measure with the load on.
 
 Each runs real stacks; the stack specs and configuration of ``noise`` and
 ``sensitivity`` are in tests/benchmarks/. Results go to ``--out`` (default
@@ -19,23 +29,29 @@ Each runs real stacks; the stack specs and configuration of ``noise`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from upgrade_gate import layout, measure
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.layout import REPO_ROOT
 from upgrade_gate.plan import load_plan
-from upgrade_gate.stats import ratio_by_rounds
+from upgrade_gate.results import Results
+from upgrade_gate.stats import median_interval, median_interval_rank, ratio_by_rounds
 
 BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"
-NAMES = ("overhead", "noise", "sensitivity")
+NAMES = ("overhead", "noise", "sensitivity", "coverage")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -47,10 +63,20 @@ OVERHEAD_BLOCK_S = 0.25
 OVERHEAD_TARGET = 1.02
 
 
+# Background loads: how many cores a busy-looping process each keeps taken.
+LOADS = {"quiet": 0, "one-core": 1, "all-cores": os.cpu_count() or 1}
+# The sensitivity target: runs (of ``--repeat``) in which a model's latency gate must fail, quiet or one core taken.
+SENSITIVITY_FAILS = 4
+SENSITIVITY_TARGET_LOADS = ("quiet", "one-core")
+
+
 def main(argv: list[str], log: Any = print) -> int:
     parser = argparse.ArgumentParser(prog="nox -s benchmark --")
     parser.add_argument("name", choices=NAMES)
     parser.add_argument("--repeat", type=int, default=5, help="compare runs for noise and sensitivity (default 5)")
+    parser.add_argument("--load", choices=[*LOADS, "all"], default="quiet",
+                        help="background load during noise and sensitivity: quiet (default), one-core, all-cores, "
+                             "or all three in turn")
     parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
     args = parser.parse_args(argv)
@@ -58,7 +84,12 @@ def main(argv: list[str], log: Any = print) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.name == "overhead":
         return overhead(out, args.models or OVERHEAD_MODELS, log)
-    return repeated_compare(args.name, out, args.models or MODELS, args.repeat, log)
+    if args.name == "coverage":
+        return coverage(out, log)
+    loads = list(LOADS) if args.load == "all" else [args.load]
+    missed = [load for load in loads
+              if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
+    return 1 if missed else 0
 
 
 def compare(config: Path | None, out: Path, models: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -68,57 +99,168 @@ def compare(config: Path | None, out: Path, models: str, *extra: str) -> subproc
     return subprocess.run(command, env=env, capture_output=True, text=True)
 
 
-def repeated_compare(name: str, out: Path, models: str, repeat: int, log: Any) -> int:
-    """``repeat`` compares of two stacks; the first exports, the others reuse the exports and measure anew."""
+@contextlib.contextmanager
+def background_load(cores: int) -> Iterator[None]:
+    """``cores`` processes that keep a core busy each, as another job on the machine would."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def repeated_compare(name: str, out: Path, models: str, repeat: int, load: str, log: Any) -> int:
+    """``repeat`` compares of two stacks that measure afresh, beside ``load``; 0 when the target is met."""
     config = BENCHMARKS / name / "pyproject.toml"
+    folder = out / load
+    prepared = compare(config, folder / "exports", models)  # the exports, made or reused: not counted
+    if not (folder / "exports" / "verdict.json").is_file():
+        log(prepared.stderr[-3000:])
+        raise SystemExit(f"benchmark {name}: the exports' run wrote no verdict (exit {prepared.returncode})")
     runs: list[dict[str, Any]] = []
-    for index in range(1, repeat + 1):
-        start = time.monotonic()
-        result = compare(config, out / f"run-{index}", models, "--remeasure")
-        if not (out / f"run-{index}" / "verdict.json").is_file():
-            log(result.stderr[-3000:])
-            raise SystemExit(f"benchmark {name}: run {index} wrote no verdict (exit {result.returncode})")
-        verdict = json.loads((out / f"run-{index}" / "verdict.json").read_text())
-        results = json.loads((out / f"run-{index}" / "results.json").read_text())
-        latency = [g for g in verdict["gates"] if g["gate"] == "latency"]
-        ratios = [r for m in results["models"] for r in m["latency_ratios"]]
-        runs.append({
-            "run": index,
-            "seconds": round(time.monotonic() - start, 1),
-            "latency_gates": {g["model"]: {"status": g["status"], "measured": g["measured"]} for g in latency},
-            "ratios": [{"model": m["model"], "threads": r["threads"], "method": r["method"], "median": r["median"],
-                        "low": r["low"], "high": r["high"]} for m in results["models"] for r in m["latency_ratios"]],
-        })
-        log(f"benchmark {name}: run {index}: " + ", ".join(f"{g['model']} {g['status']}" for g in latency)
-            + f" ({len(ratios)} ratios)")
+    with background_load(LOADS[load]):
+        for index in range(1, repeat + 1):
+            report = folder / f"run-{index}"
+            start = time.monotonic()
+            result = compare(config, report, models, "--remeasure")
+            if not (report / "verdict.json").is_file():
+                log(result.stderr[-3000:])
+                raise SystemExit(f"benchmark {name}: run {index} wrote no verdict (exit {result.returncode})")
+            runs.append(_run_summary(index, time.monotonic() - start, report))
+            log(f"benchmark {name} ({load}): run {index}: "
+                + ", ".join(f"{model} {g['status']}" for model, g in runs[-1]["latency_gates"].items()))
     statuses = [g["status"] for run in runs for g in run["latency_gates"].values()]
+    failed_runs = {model: sum(run["latency_gates"][model]["status"] == "FAILED" for run in runs)
+                   for model in models.split(",")}
+    if name == "noise":
+        met: bool | None = "FAILED" not in statuses
+    else:  # with every core taken there is no target: what it gives is reported
+        met = min(failed_runs.values()) >= SENSITIVITY_FAILS if load in SENSITIVITY_TARGET_LOADS else None
     summary = {
         "benchmark": name,
+        "load": load,
+        "background_processes": LOADS[load],
         "models": models.split(","),
         "runs": runs,
         "latency_gates": len(statuses),
-        "failed": statuses.count("FAILED"),
-        "inconclusive": statuses.count("inconclusive"),
-        "passed": statuses.count("passed"),
+        **{status: statuses.count(status) for status in ("FAILED", "incomplete", "inconclusive", "passed")},
+        "failed_runs_per_model": failed_runs,
+        "run_to_run": _run_to_run(runs),
+        "met": met,
     }
-    write_json_atomic(out / f"{name}.json", summary)
-    write_text_atomic(out / f"{name}.md", _compare_markdown(summary))
-    log((out / f"{name}.md").read_text())
-    wanted = summary["failed"] == 0 if name == "noise" else summary["failed"] == len(statuses)
-    return 0 if wanted else 1
+    write_json_atomic(out / f"{name}-{load}.json", summary)
+    write_text_atomic(out / f"{name}-{load}.md", _compare_markdown(summary))
+    log((out / f"{name}-{load}.md").read_text())
+    return 1 if met is False else 0
+
+
+def _run_summary(index: int, seconds: float, report: Path) -> dict[str, Any]:
+    """One run: its latency gates, its ratios, and how busy the machine was per model and thread count."""
+    verdict = json.loads((report / "verdict.json").read_text())
+    results = Results.load(report)
+    return {
+        "run": index,
+        "seconds": round(seconds, 1),
+        "latency_gates": {g["model"]: {"status": g["status"], "measured": g["measured"], "note": g["note"]}
+                          for g in verdict["gates"] if g["gate"] == "latency"},
+        "ratios": [{"model": m.name, "threads": r.threads, "method": r.method, **r.estimate.to_dict()}
+                   for m in results.models for r in m.ratios],
+        "machine": [{"model": m.name, "threads": c.threads, "rounds": len(c.rounds), "quiet": c.quiet,
+                     "others_cores": c.typical_others, "oversubscribed": c.oversubscribed}
+                    for m in results.models for c in m.contention.values()],
+    }
+
+
+def _run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far one row's median ratio moved between runs: the spread upgrade_gate.diff calls noise."""
+    medians: dict[tuple[str, int, str], list[float]] = {}
+    for run in runs:
+        for r in run["ratios"]:
+            medians.setdefault((r["model"], r["threads"], r["method"]), []).append(r["median"])
+    spreads = [max(values) / min(values) - 1 for values in medians.values() if len(values) > 1]
+    return {"rows": len(spreads), "largest": max(spreads, default=None),
+            "median": statistics.median(spreads) if spreads else None}
 
 
 def _compare_markdown(summary: dict[str, Any]) -> str:
-    lines = [f"# {summary['benchmark']}: {summary['failed']} failed, {summary['inconclusive']} inconclusive, "
-             f"{summary['passed']} passed of {summary['latency_gates']} latency gates", "",
-             "| run | time | model | threads | method | ratio | 95% interval | gate |",
-             "|---|---|---|---|---|---|---|---|"]
+    target = {None: "no target", True: "target met", False: "target MISSED"}[summary["met"]]
+    spread = summary["run_to_run"]
+    lines = [f"# {summary['benchmark']}, {summary['load']} ({summary['background_processes']} busy background "
+             f"processes): {summary['FAILED']} failed, {summary['incomplete']} incomplete, "
+             f"{summary['inconclusive']} inconclusive, {summary['passed']} passed of {summary['latency_gates']} "
+             f"latency gates; {target}", "",
+             "Latency gates failed per model: " + ", ".join(f"{m} {n}/{len(summary['runs'])}"
+                                                            for m, n in summary["failed_runs_per_model"].items()),
+             ""]
+    if spread["rows"]:
+        lines += [f"Run to run, one row's median ratio moved by up to {spread['largest']:.1%} (median over the "
+                  f"{spread['rows']} rows: {spread['median']:.1%}).", ""]
+    lines += ["| run | time | model | threads | method | ratio | interval | coverage | rounds quiet | others (cores) "
+              "| gate |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in summary["runs"]:
+        machine = {(m["model"], m["threads"]): m for m in run["machine"]}
         for r in run["ratios"]:
             gate = run["latency_gates"][r["model"]]["status"]
+            m = machine.get((r["model"], r["threads"]), {})
+            others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
             lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {r['model']} | {r['threads']} | {r['method']} | "
-                         f"{r['median']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | {gate} |")
+                         f"{r['median']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | {r['level']:.1%} | "
+                         f"{m.get('quiet', '—')}/{m.get('rounds', '—')} | {others} | {gate} |")
+        for (model, threads), m in machine.items():  # a thread count with no ratio: the machine was too busy
+            if not any(r["model"] == model and r["threads"] == threads for r in run["ratios"]):
+                others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
+                lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {model} | {threads} | — | — | — | — | "
+                             f"{m['quiet']}/{m['rounds']} | {others} | {run['latency_gates'][model]['status']} |")
     return "\n".join(lines) + "\n"
+
+
+# Simulated experiments per number of rounds, and the numbers of rounds shown.
+COVERAGE_TRIALS = 20_000
+COVERAGE_RAW_TRIALS = 5_000
+COVERAGE_ROUNDS = (5, 6, 7, 8, 9, 10, 12, 15)
+
+
+def coverage(out: Path, log: Any) -> int:
+    """How often the interval holds a known true ratio (1.1), per number of rounds: per-round ratios
+    with log-normal and heavy-tailed (Student t, 2 degrees of freedom) noise, and whole experiments
+    from raw samples (each round a machine factor both stacks share, 20 samples a side, through
+    ratio_by_rounds). Met when no simulated coverage lies below the stated one by more than three
+    standard errors."""
+    rng = np.random.default_rng(17)
+    true_ratio, rows, met = 1.1, [], True
+    for n in COVERAGE_ROUNDS:
+        k, level = median_interval_rank(n)
+        observed = {}
+        for noise in ("lognormal", "student-t2"):
+            spread = rng.standard_t(2, size=(COVERAGE_TRIALS, n)) if noise == "student-t2" else \
+                rng.standard_normal((COVERAGE_TRIALS, n))
+            intervals = [median_interval(r) for r in (true_ratio * np.exp(0.1 * spread)).tolist()]
+            observed[noise] = sum(low <= true_ratio <= high for _, low, high, _ in intervals) / COVERAGE_TRIALS
+        covered = 0
+        for _ in range(COVERAGE_RAW_TRIALS):
+            machine = np.exp(0.15 * rng.standard_normal(n))
+            base = [(10 * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+            cand = [(10 * true_ratio * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+            estimate = ratio_by_rounds(cand, base)
+            covered += estimate is not None and estimate.low <= true_ratio <= estimate.high
+        observed["raw samples"] = covered / COVERAGE_RAW_TRIALS
+        for name, value in observed.items():
+            trials = COVERAGE_RAW_TRIALS if name == "raw samples" else COVERAGE_TRIALS
+            met = met and value >= level - 3 * math.sqrt(level * (1 - level) / trials)
+        rows.append({"rounds": n, "k": k, "stated": level, **observed})
+    write_json_atomic(out / "coverage.json", {"benchmark": "coverage", "true_ratio": true_ratio, "met": met,
+                                              "trials": COVERAGE_TRIALS, "raw_trials": COVERAGE_RAW_TRIALS,
+                                              "rows": rows})
+    lines = [f"# coverage: the interval holds the true ratio as often as it says: {'met' if met else 'MISSED'}",
+             "", "| rounds | interval | stated coverage | log-normal | heavy-tailed (t₂) | from raw samples |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['rounds']} | x({r['k']})…x({r['rounds'] - r['k'] + 1}) | {r['stated']:.1%} | "
+              f"{r['lognormal']:.1%} | {r['student-t2']:.1%} | {r['raw samples']:.1%} |" for r in rows]
+    write_text_atomic(out / "coverage.md", "\n".join(lines) + "\n")
+    log((out / "coverage.md").read_text())
+    return 0 if met else 1
 
 
 # Runs in a stack's interpreter: compat/measure_server.py's time_runs against a bare loop, on a call that does
@@ -207,11 +349,11 @@ def overhead(out: Path, models: str, log: Any) -> int:
              f"{worst['implied_ratio']:.5f} on the shortest call ({worst['model']}, {worst['stack']}, "
              f"{worst['bare_ms']:.3f} ms); target ≤ {OVERHEAD_TARGET} {'met' if met else 'MISSED'}", "",
              "| model | stack | threads | method | calls per block | bare loop | through the harness | "
-             f"ratio (median of {OVERHEAD_PAIRS} pairs) | 95% interval | bare + harness cost |",
+             f"ratio (median of {OVERHEAD_PAIRS} pairs) | interval (coverage) | bare + harness cost |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['stack']} | {r['threads']} | {r['method']} | {r['calls_per_block']} | "
               f"{r['bare_ms']:.4f} ms | {r['harness_ms']:.4f} ms | {r['median']:.4f} | "
-              f"[{r['low']:.4f}, {r['high']:.4f}] | {r['implied_ratio']:.5f} |" for r in rows]
+              f"[{r['low']:.4f}, {r['high']:.4f}] ({r['level']:.1%}) | {r['implied_ratio']:.5f} |" for r in rows]
     write_text_atomic(out / "overhead.md", "\n".join(lines) + "\n")
     log((out / "overhead.md").read_text())
     return 0 if met else 1

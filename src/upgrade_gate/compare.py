@@ -28,10 +28,12 @@ from upgrade_gate.records import (
 from upgrade_gate.results import (
     CacheUse,
     Comparison,
+    Contention,
     Installed,
     LatencyRatio,
     Measured,
     ModelResults,
+    RoundLoad,
     Side,
     StackInfo,
     StackResults,
@@ -40,8 +42,8 @@ from upgrade_gate.specs import StackSpec
 from upgrade_gate.stats import ratio_by_rounds, summarize
 from upgrade_gate.tasks import TaskAgreement
 
-# One round's samples per method: what the ratio is computed from (the results keep summaries).
-Rounds = dict[str, list[list[float]]]
+# Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
+Rounds = dict[str, dict[int, list[float]]]
 
 
 def measured_from_record(data: dict[str, Any]) -> tuple[Measured, Rounds]:
@@ -50,10 +52,13 @@ def measured_from_record(data: dict[str, Any]) -> tuple[Measured, Rounds]:
     error = data.get("error") or {}
     problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
     rounds: Rounds = {}
-    for entry in data.get("rounds", []):
+    for index, entry in enumerate(data.get("rounds", []), start=1):
         for method, samples in entry.get("samples_ms", {}).items():
-            rounds.setdefault(method, []).append([float(v) for v in samples])
-    latency = {m: summary for m, r in rounds.items() if (summary := summarize([v for rnd in r for v in rnd]))}
+            rounds.setdefault(method, {})[int(entry.get("round", index))] = [float(v) for v in samples]
+    if status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
+        problem = f"{problem} after {max(len(r) for r in rounds.values())} round(s)"
+    latency = {m: summary for m, r in rounds.items()
+               if (summary := summarize([v for samples in r.values() for v in samples]))}
     cold = data.get("cold") or {}
     exit_memory = data.get("exit_memory") or {}
     shapes = data.get("input_shapes") or {}
@@ -127,12 +132,18 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
                    for phase, c in record.cache.items()},
             damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)))
+    contention = {threads: _contention(threads, data) for threads, data in measurements.items() if data}
     ratios = []
-    base = samples[plan.baseline.name]
+    base = plan.baseline.name
     for spec in plan.candidates:
         for threads, by_method in samples[spec.name].items():
+            if not (stacks[spec.name].measured[threads].status == stacks[base].measured[threads].status == "ok"):
+                continue  # a measurement that did not finish gives no ratio: never a part presented as whole
+            quiet = contention[threads].quiet_rounds() if threads in contention else None
             for method, rounds in by_method.items():
-                estimate = ratio_by_rounds(rounds, base[threads].get(method, []))
+                theirs = samples[base][threads].get(method, {})
+                common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
+                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common])
                 if estimate is not None:
                     ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
     kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
@@ -170,7 +181,21 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
         )
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
-                        ratios=tuple(ratios))
+                        ratios=tuple(ratios), contention=contention)
+
+
+def _contention(threads: int, data: dict[str, Any]) -> Contention:
+    """The rounds a measurement tried, with the machine's load; a file from before it measured
+    the load counts every round as quiet."""
+    machine = data.get("machine") or {}
+    tried = data.get("rounds")
+    if tried is None:
+        numbers = sorted({int(entry.get("round", i)) for stack in (data.get("stacks") or {}).values()
+                          for i, entry in enumerate(stack.get("rounds", []), start=1)})
+        tried = [{"round": n, "order": data.get("order", []), "disturbed": False, "load": {}} for n in numbers]
+    return Contention(threads=threads, cores=machine.get("cores"), cpu=str(machine.get("cpu", "unknown")),
+                      rounds=tuple(RoundLoad.from_reader(Reader(r, f"measurement.rounds[{i}]"))
+                                   for i, r in enumerate(tried)))
 
 
 def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:

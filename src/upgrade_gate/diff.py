@@ -3,7 +3,10 @@ migration over time: the verdict, every gate whose status moved, and the metrics
 that moved by more than their noise.
 
 "Beyond noise" per metric:
-- latency ratio: the two runs' 95% intervals do not overlap;
+- latency ratio: the two runs' intervals do not overlap, *and* the median moved by
+  more than repeated runs of an unchanged stack scatter by (RUN_TO_RUN, the noise
+  benchmark's figure: within one run the interval is narrow, but two runs of the
+  same stack differ by more — the machine's state changes between them);
 - numerics (worst relative L2 error of an artifact against the reference): a
   factor of NUMERICS_FACTOR either way, and above NUMERICS_FLOOR (float
   round-off moves between machines by less);
@@ -16,15 +19,19 @@ Inputs are report folders (or their results.json).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 from upgrade_gate.document import markdown_table
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.results import GateResult, ModelResults, Results
-from upgrade_gate.stats import RatioEstimate
 from upgrade_gate.text import size
 
+# How far the median latency ratio of an unchanged stack moves between runs on the reference
+# machine: the noise benchmark's median ratios of an identical copy spread over ±RUN_TO_RUN
+# (docs/benchmarks.md, `nox -s benchmark -- noise`).
+RUN_TO_RUN = 0.07
 NUMERICS_FACTOR = 2.0
 NUMERICS_FLOOR = 1e-6
 SIZE_CHANGE = 0.01
@@ -60,6 +67,14 @@ def diff(old: Results, new: Results, old_path: Path, new_path: Path) -> list[str
     lines += ["", f"## Metrics beyond noise ({len(metric_rows)})", ""]
     lines += markdown_table(["model", "metric", "before", "after", "why it counts"], metric_rows) \
         if metric_rows else ["None."]
+    within = [row for name in sorted(set(old_models) & set(new_models))
+              for row, beyond in _latency_moves(old_models[name], new_models[name]) if not beyond]
+    if within:
+        lines += ["", f"## Latency moves within run-to-run noise ({len(within)})", "",
+                  f"Within one run the interval is narrow; between runs of an unchanged stack the ratio moves by up to "
+                  f"±{RUN_TO_RUN:.0%} here (`nox -s benchmark -- noise`, docs/benchmarks.md): these are not "
+                  "changes.", ""]
+        lines += markdown_table(["model", "metric", "before", "after", "why it does not count"], within)
     lines.append("")
     return lines
 
@@ -98,21 +113,28 @@ def _metric_changes(old: ModelResults, new: ModelResults) -> Iterator[list[str]]
         b, a = b_rel[side], a_rel[side]
         if max(a, b) > NUMERICS_FLOOR and (a > NUMERICS_FACTOR * b or b > NUMERICS_FACTOR * a):
             yield [name, f"rel L2 of {side} vs the reference", f"{b:.3g}", f"{a:.3g}", f"factor > {NUMERICS_FACTOR:g}"]
+    yield from (row for row, beyond in _latency_moves(old, new) if beyond)
+
+
+def _latency_moves(old: ModelResults, new: ModelResults) -> Iterator[tuple[list[str], bool]]:
+    """Latency ratios whose intervals are apart, each with whether it moved beyond what re-runs scatter by."""
     ratios_before = {(r.stack, r.threads, r.method): r.estimate for r in old.ratios}
     for r in new.ratios:
         earlier = ratios_before.get((r.stack, r.threads, r.method))
-        if earlier and (r.estimate.low > earlier.high or r.estimate.high < earlier.low):
-            yield [name, f"latency ratio {r.stack} {r.method} at {r.threads} thread(s)", _interval(earlier),
-                   _interval(r.estimate), "95% intervals do not overlap"]
+        if earlier is None or not (r.estimate.low > earlier.high or r.estimate.high < earlier.low):
+            continue
+        moved = r.estimate.median / earlier.median - 1
+        beyond = abs(math.log(1 + moved)) > math.log(1 + RUN_TO_RUN)
+        why = (f"intervals apart, and moved {moved:+.1%}: more than runs of an unchanged stack do (±{RUN_TO_RUN:.0%})"
+               if beyond else f"intervals apart, but moved {moved:+.1%}: within what runs of an unchanged stack "
+                              f"scatter by (±{RUN_TO_RUN:.0%})")
+        yield [new.name, f"latency ratio {r.stack} {r.method} at {r.threads} thread(s)", str(earlier),
+               str(r.estimate), why], beyond
 
 
 def _reference_error(model: ModelResults) -> dict[str, float]:
     return {str(c.actual): c.worst_rel_l2 for c in model.comparisons
             if c.purpose == REFERENCE_PURPOSE and c.worst_rel_l2 is not None}
-
-
-def _interval(estimate: RatioEstimate) -> str:
-    return str(estimate)
 
 
 def main(args: list[str]) -> str:

@@ -8,28 +8,34 @@ For each model and each thread count:
    one after the other: each starts its runtime, notes its resident memory,
    loads the artifacts and runs every method once — the cold start — then
    warms up.
-2. Rounds, the stacks alternating (A B A B …): in each round every stack
-   times each method ``iterations / rounds`` times or for ``time-budget /
-   rounds`` seconds, whichever is more. A round's medians saw the same
-   machine, so their ratio is the round's candidate/baseline ratio
-   (upgrade_gate.stats).
+2. Rounds, the stacks in turn and the order reversed every other round (A B,
+   B A, …): in each round every stack times each method ``iterations / rounds``
+   times or for ``time-budget / rounds`` seconds, whichever is more. A round's
+   medians saw the same machine, so their ratio is the round's
+   candidate/baseline ratio (upgrade_gate.stats). Around each stack's part the
+   rest of the machine's load is measured (upgrade_gate.contention); a round
+   it disturbed is repeated, and does not count.
 3. Each server exits with its peak resident memory: what loading and running
    the model took is that peak minus the memory it had with only the runtime
    started.
 
 A measurement is cached like a phase, keyed by the runtime keys of every
-stack it measured and the measurement settings.
+stack it measured, the measurement settings and the machine (CPU model and
+core count): a cache shared between machines does not hand one's timings to
+another.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import platform
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import cache, layout, runner, supervisor
+from upgrade_gate import cache, contention, layout, runner, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import REPO_ROOT
@@ -40,7 +46,7 @@ from upgrade_gate.specs import StackSpec
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
-MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / "measure.py", REPO_ROOT / "src" / "upgrade_gate" / "supervisor.py"]
+MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / name for name in ("measure.py", "supervisor.py", "contention.py")]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -87,17 +93,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             server, stacks[spec.name] = start_server(plan, model, spec, bin_dir, threads, out_file)
             if server is not None:
                 servers[spec.name] = server
-        for round_number in range(1, settings.rounds + 1):
-            if on_round is not None:
-                on_round(f"round {round_number}/{settings.rounds}")
-            for name in list(servers):
-                try:
-                    event = servers[name].request({"command": "round", "round": round_number}, "round")
-                except supervisor.ServerFailed as failure:
-                    stacks[name].update(_failed(failure))
-                    servers.pop(name).stop()
-                    continue
-                stacks[name]["rounds"].append({"round": round_number, "samples_ms": event["samples_ms"]})
+        rounds = run_rounds(servers, stacks, settings.rounds, threads, on_round)
         for name, server in servers.items():
             goodbye = server.close()
             record = stacks[name]
@@ -118,17 +114,77 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                      "time_budget_s": settings.time_budget_s},
         "order": [spec.name for spec, _ in runnable],
         "key": key,
+        # Timings of another machine are not this one's: the cache key has the machine too.
+        "machine": machine(),
+        # Every round tried: the stacks' order, what the rest of the machine did, whether it counts.
+        "rounds": rounds,
         "stacks": stacks,
     }
     write_json_atomic(out_file, data)
     # A stack without a runnable artifact (a variant it has no recipe for) is not
     # part of the key: which stacks ran is (``names``).
-    if key is not None and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
+    # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
+    whole = sum(not r["disturbed"] for r in rounds) >= settings.rounds
+    if key is not None and whole and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
         logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
         store.store(names, model.name, phase, key, [out_file, *logs], {})
     summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
     log(f"{label}: {summary}")
     return out_file
+
+
+def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
+               on_round: Callable[[str], Any] | None) -> list[dict[str, Any]]:
+    """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
+    first or second does to a stack (a warm cache, a clock still ramping, the other's
+    leftovers) falls on both alike. A round the rest of the machine disturbed
+    (upgrade_gate.contention) is repeated, up to as many again; its samples are kept
+    in the record but its ratio is not used. When a stack's server ends, the rounds
+    stop. Each stack's samples of a round are its ``rounds`` entry; the round's
+    order and load are the measurement's."""
+    names = list(servers)
+    tried: list[dict[str, Any]] = []
+    quiet = 0
+    while quiet < wanted and len(tried) < REPEAT_BUDGET * wanted and servers:
+        number = len(tried) + 1
+        if on_round is not None:
+            on_round(f"round {number}/{wanted}" if number <= wanted else f"round {number} (repeating a busy one)")
+        order = [n for n in (names if number % 2 else names[::-1]) if n in servers]
+        loads: dict[str, contention.Load | None] = {}
+        for name in order:
+            ours, timed = [server.process.pid for server in servers.values()], servers[name].process.pid
+            before = contention.snapshot(ours, timed)
+            try:
+                event = servers[name].request({"command": "round", "round": number}, "round")
+            except supervisor.ServerFailed as failure:
+                stacks[name].update(_failed(failure))
+                servers.pop(name).stop()
+                continue
+            loads[name] = contention.load_between(before, contention.snapshot(ours, timed), threads, CORES)
+            stacks[name]["rounds"].append({"round": number, "samples_ms": event["samples_ms"]})
+        disturbed = any(load is not None and load.disturbed for load in loads.values())
+        quiet += not disturbed and len(loads) == len(names)
+        tried.append({"round": number, "order": order, "disturbed": disturbed,
+                      "load": {name: load.to_dict() if load else None for name, load in loads.items()}})
+        if len(servers) < len(names):
+            break  # a stack's server ended: no more ratios to be had; what finished is kept
+    return tried
+
+
+def machine() -> dict[str, Any]:
+    """The CPU that timed it, by model name and core count."""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), platform.processor())
+    except OSError:
+        cpu = platform.processor()
+    return {"cpu": cpu or "unknown", "cores": CORES}
+
+
+# The cores a measurement shares with the rest of the machine.
+CORES = os.cpu_count() or 1
+# Rounds tried at most, as a multiple of the rounds wanted: a busy machine gets a second chance, not an endless one.
+REPEAT_BUDGET = 2
 
 
 def start_server(
@@ -150,6 +206,7 @@ def start_server(
         "iterations": settings.iterations,
         "rounds": settings.rounds,
         "time_budget_s": settings.time_budget_s,
+        "shortest_part_s": contention.SHORTEST_PART_S,
     }
     stem = out_file.with_suffix("")
     job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
@@ -213,6 +270,7 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
         return None
     settings = plan.settings
     return cache.digest_of({
+        "machine": machine(),
         "runtime": runtime_keys,
         "order": [spec.name for spec, _ in runnable],
         "threads": threads,

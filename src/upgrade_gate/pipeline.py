@@ -241,11 +241,12 @@ def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return session(*args, **kwargs)
         except KeyboardInterrupt:
-            supervisor.stop_all()
+            stop_writers()
             fail_incomplete("the run was stopped (Ctrl-C or SIGTERM); what finished is kept: run the same command "
                             "again and it resumes")
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                stop_writers()
                 fail_incomplete(disk_full(error))
             fail_incomplete(_fault())
         except nox.command.CommandFailed:
@@ -256,6 +257,16 @@ def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
                 raise  # session.error() and session.skip(): nox's own way out
             fail_incomplete(_fault())
     return run
+
+
+def stop_writers() -> None:
+    """Stop every worker, and remove what they left half-written in the report folders this run
+    holds: the hidden ``.<name>.partial…`` files (compat/phases.py's partial_file,
+    upgrade_gate.cache.copy_file) that only a finished write renames to its name."""
+    supervisor.stop_all()
+    for folder in _HELD:
+        for leftover in folder.rglob(".*.partial*"):
+            leftover.unlink(missing_ok=True)
 
 
 def stop_on_sigterm() -> None:
@@ -280,19 +291,29 @@ def _fault() -> str:
 
 def disk_full(error: OSError) -> str:
     """No room left: which disk, how much it has, and what to do."""
-    path = Path(error.filename) if isinstance(error.filename, (str, Path)) else Path.cwd()
-    existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    if isinstance(error.filename, (str, Path)):
+        path = Path(error.filename)
+    else:
+        # A write that ran out (write, sendfile) names no file: of the places this run
+        # writes to, the one on the fullest disk.
+        path = min([*_HELD, layout.cache_root(), Path.cwd()], key=lambda p: shutil.disk_usage(_existing(p)).free)
+    existing = _existing(path)
     mount = next((p for p in (existing, *existing.parents) if os.path.ismount(p)), Path("/"))
     usage = shutil.disk_usage(existing)
-    return (f"no space left on the disk that holds {path} (mounted at {mount}: {size(usage.free) or '0 B'} free of "
+    free = size(usage.free) if usage.free else "0 B"
+    return (f"no space left on the disk that holds {path} (mounted at {mount}: {free} free of "
             f"{size(usage.total)}); a default-suite run writes about {DEFAULT_RUN_WRITES_GB} GB into the report "
             f"folder and as much into the result cache: free that much, or give --out or UPGRADE_GATE_CACHE on "
             "another disk, then run the same command again: it resumes")
 
 
+def _existing(path: Path) -> Path:
+    return next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+
+
 # What a cold run of the default suite writes into its report folder, and again into the cache
 # (docs/benchmarks.md): the space a full disk needs back.
-DEFAULT_RUN_WRITES_GB = 7
+DEFAULT_RUN_WRITES_GB = 10
 
 
 def report(plan: Plan) -> int:

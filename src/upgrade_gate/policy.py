@@ -27,12 +27,14 @@ whose evidence is missing is, by who caused it:
   alone (its artifact against its own eager model).
 - *incomplete* — the tool or the machine: the run was interrupted, a session did
   not run for this report, a file of the report folder is damaged, the disk was
-  full. The verdict says INCOMPLETE with the reasons, and what to do.
+  full, a measurement server was killed from outside, the machine was too busy
+  for enough quiet latency rounds. The verdict says INCOMPLETE with the reasons,
+  and what to do.
 
-The latency gate has one more outcome: *inconclusive*, when the ratio's 95%
-interval straddles the threshold — the noise is larger than the difference. It
-does not fail the verdict; more rounds (``rounds``) or a quieter machine can
-decide it.
+The latency gate has one more outcome: *inconclusive*, when the ratio's
+interval (at least 95% coverage) straddles the threshold — the noise is larger
+than the difference. It does not fail the verdict; more rounds (``rounds``) or a
+quieter machine can decide it.
 
 With ``[tool.upgrade-gate.project]``, two gates judge the team's own project
 for each candidate (model "project"): ``project-tests`` — no test that passes
@@ -72,7 +74,7 @@ from upgrade_gate.results import (
     VerdictRecord,
 )
 from upgrade_gate.specs import StackSpec
-from upgrade_gate.stats import CONFIDENCE, RatioEstimate
+from upgrade_gate.stats import CONFIDENCE, RatioEstimate, fewest_rounds
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 from upgrade_gate.text import first_line, size
 
@@ -196,12 +198,19 @@ class _Gates:
         return Missing(status=GateStatus.NOT_COMPARABLE, note=f"nothing to compare with: {base}'s {problem.explain()}")
 
     def measured_missing(self, name: str, measured: Measured) -> Missing:
-        """Why one stack has no measurement: whoever's stage failed, the measurement's own end, or the tool's."""
+        """Why one stack has no whole measurement: whoever's stage failed, the measurement's own end, or the tool's.
+
+        A server killed from outside (the kernel's out-of-memory killer, another
+        process) was stopped by the machine: incomplete. One that raised, faulted,
+        hung or outgrew the memory limit ended by what it runs: the candidate's
+        failure, or the baseline's (nothing to compare with). Either way the rounds
+        it finished are kept in the measurement file and no ratio is made of them.
+        """
         is_base = name == self.plan.baseline.name
         if (self.baseline if is_base else self.candidate).first_problem() is not None:
             return self.baseline_missing() if is_base else self.candidate_missing()
         problem = f"{name}: {measured.status}" + (f" ({measured.problem})" if measured.problem else "")
-        if measured.status in ("not run", "not measured", "interrupted"):
+        if measured.status in ("not run", "not measured", "interrupted", "killed"):
             return Missing(status=GateStatus.INCOMPLETE, note=problem)
         if is_base:
             return Missing(status=GateStatus.NOT_COMPARABLE, note=f"nothing to compare with: {problem}")
@@ -429,16 +438,19 @@ def _latency_gate(found: _Gates, severity: str) -> None:
 
     A method at most ``min-delta-ms`` slower even at the top of its interval
     passes whatever its ratio. Of the rest, the gate fails if one interval lies wholly beyond the threshold,
-    is inconclusive if one straddles it, and passes when all are within.
+    is inconclusive if one straddles it, and passes when all are within. A thread count
+    with fewer quiet rounds than an interval needs (the machine was busy) is incomplete:
+    neither a failure nor a pass. A definite failure at another thread count still fails.
     """
     plan, model, stack, base = found.plan, found.model, found.stack, found.plan.baseline.name
     gates = plan.settings.gates
     max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
-                condition=f"the median's whole {CONFIDENCE:.0%} interval, per thread count and method; "
-                          f"methods at most {min_delta:g} ms slower at its top pass",
-                evidence=f"measurements/{model.name}/threads-*.json ({plan.settings.rounds} interleaved rounds)")
-    judged: list[tuple[str, str, RatioEstimate]] = []  # (outcome, where, estimate)
+                condition=f"the median's whole interval (at least {CONFIDENCE:.0%} coverage), per thread count and "
+                          f"method; methods at most {min_delta:g} ms slower at its top pass",
+                evidence=f"measurements/{model.name}/threads-*.json ({plan.settings.rounds} quiet rounds, "
+                         "the order alternating)")
+    judged: list[tuple[str, str, RatioEstimate | None]] = []  # (outcome, where, estimate)
     for threads in plan.settings.threads:
         mine, theirs = found.candidate.measured[threads], found.baseline.measured[threads]
         if mine.host and theirs.host and mine.host != theirs.host:
@@ -448,7 +460,7 @@ def _latency_gate(found: _Gates, severity: str) -> None:
                            "stacks of a shard in one job to gate on latency")
             return
         for name, measured in ((stack, mine), (base, theirs)):
-            if not measured.latency:
+            if measured.status != "ok" or not measured.latency:
                 found.missing("latency", severity, rule, found.measured_missing(name, measured))
                 return
         if set(mine.latency) != set(theirs.latency):
@@ -456,31 +468,42 @@ def _latency_gate(found: _Gates, severity: str) -> None:
                       note=f"the stacks measured different methods at {threads} thread(s): "
                            f"{sorted(mine.latency)} / {sorted(theirs.latency)}")
             return
+        machine = model.contention.get(threads)
+        if machine is not None and machine.quiet < fewest_rounds():
+            judged.append(("incomplete", f"{threads} thread(s): machine busy: {machine.summary()}; an interval needs "
+                                         f"{fewest_rounds()} quiet rounds", None))
+            continue
         for method in mine.latency:
             estimate = model.ratio(stack, threads, method)
             if estimate is None:
-                found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE,
-                                                                 note=f"{method}: no rounds in common at {threads} "
-                                                                      "thread(s)"))
-                return
+                judged.append(("incomplete", f"{threads} thread(s), {method}: no rounds in common", None))
+                continue
             # The most the candidate can be slower by, at the interval's top: within
             # min-delta-ms it passes whatever the ratio (timer and call overhead).
             slower_ms = theirs.latency[method].p50_ms * (estimate.high - 1)
             where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
                      f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
+            if machine is not None and machine.oversubscribed:
+                where += f" ({machine.threads} threads on {machine.free_cores:.2f} free cores)"
             outcome = "passed" if slower_ms <= min_delta else estimate.judge(max_ratio)
             judged.append((outcome, where, estimate))
     if not judged:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note="no thread count measured"))
         return
-    order = {"failed": 0, "inconclusive": 1, "passed": 2}
+    order = {"failed": 0, "incomplete": 1, "inconclusive": 2, "passed": 3}
     # The deciding row: the worst outcome, and within it the highest interval.
-    outcome, where, estimate = min(judged, key=lambda j: (order[j[0]], -j[2].high))
+    outcome, where, estimate = min(judged, key=lambda j: (order[j[0]], -(j[2].high if j[2] else 0)))
+    if estimate is None:
+        found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note=where))
+        return
     if outcome == "inconclusive":
-        where += f"; the interval straddles {max_ratio:.2f}"
+        where += (f"; only {len(estimate.per_round)} rounds: the interval covers {estimate.level:.1%}, short of "
+                  f"{estimate.confidence:.0%}" if not estimate.holds else f"; the interval straddles {max_ratio:.2f}")
+    if estimate.dropped:
+        where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
     found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
-              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high),
-              note=where)
+              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
+                                level=estimate.level), note=where)
 
 
 def _memory_missing(found: _Gates) -> Missing | None:

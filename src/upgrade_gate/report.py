@@ -89,9 +89,9 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     blocks.append(Paragraph(
         f"Generated {verdict.generated_at} by upgrade-gate {results.tool_version} · models: "
         f"{', '.join(m.name for m in results.models)} · threads {', '.join(map(str, settings.threads))} · per stack, "
-        f"method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} interleaved rounds of at "
-        f"least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all · files: report.md, "
-        "report.html, results.json, verdict.json, junit.xml", style="meta"))
+        f"method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} quiet rounds, the order "
+        f"alternating, of at least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all · files: "
+        "report.md, report.html, results.json, verdict.json, junit.xml", style="meta"))
     blocks += [Heading(2, "Plots", anchor="plots", page_only=True), *plot_figures(results)]
 
     blocks += [Heading(2, "Decision matrix", anchor="decision-matrix")]
@@ -118,7 +118,9 @@ READING_NOTES = bullets(
     "rel_l2 = ‖actual − reference‖₂ / ‖reference‖₂; SNR = 20·log10(‖reference‖/‖error‖) dB; min atol is the "
     "smallest absolute tolerance at which every element matches.",
     "Latency ratio = candidate / baseline: the median over the rounds of each round's ratio of medians, the "
-    f"stacks measured in turn; the interval is a {CONFIDENCE:.0%} bootstrap interval of that median. The latency "
+    "stacks measured in turn (A B, B A, …); the interval is the distribution-free one for a median (two of the "
+    f"rounds' ratios, chosen so that it holds the true median with at least {CONFIDENCE:.0%} probability), and its "
+    "coverage is written with it. A round the rest of the machine disturbed is repeated or left out. The latency "
     "gate fails only when the whole interval is above its threshold. Runtime memory = peak RSS of a fresh process "
     "that loads and runs the model minus the same process with only the runtime started.",
     "Every file named under *Evidence* is relative to this folder; `results.json` holds every record, "
@@ -226,7 +228,7 @@ def matrix_rows(results: Results) -> list[list[str]]:
     rows.append(["Other backends, export only (models lowered)", *[_backends_summary(fp32, n) for n in names]])
     for threads in results.settings.threads:
         rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, "
-                     f"{CONFIDENCE:.0%} interval)", *[
+                     f"interval of at least {CONFIDENCE:.0%} coverage)", *[
             ", ".join(f"{m.name} {_p50s(m, n, threads)}{_ratio_note(m, n, threads)}" for m in results.models)
             + mark(n, "latency") for n in names]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
@@ -569,11 +571,15 @@ def latency_blocks(results: Results, model: ModelResults) -> list[Block]:
                 rows.append([method, n, str(lat.runs), ms(lat.min_ms), ms(lat.p50_ms), ms(lat.p90_ms), ms(lat.p99_ms),
                              ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate, str(estimate) if estimate else "", winner])
         if rows:
-            blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} interleaved rounds "
-                                 f"(ratio: candidate/baseline median of per-round ratios, {CONFIDENCE:.0%} bootstrap "
-                                 "interval):"),
+            blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} rounds, the stacks in "
+                                 "turn (ratio: candidate/baseline, the median of the per-round ratios, with its "
+                                 "interval and that interval's coverage):"),
                        Table(["method", "Stack", "runs", "min", "p50", "p90", "p99", "trimmed mean", "IQR", "rate",
-                              f"ratio [{CONFIDENCE:.0%} CI]", "faster"], rows)]
+                              "ratio, interval", "faster"], rows)]
+        machine = model.contention.get(threads)
+        if machine is not None:
+            blocks.append(Paragraph(f"The machine during these rounds ({machine.cpu}, {machine.cores} cores; "
+                                    f"measurements are cached per CPU model and core count): {machine.summary()}."))
     return blocks
 
 
@@ -698,7 +704,8 @@ def plot_figures(results: Results) -> list[Block]:
     return [
         Figure("plot-latency", "Latency: median per call of every method, per model and stack",
                _draw("latency", results)),
-        Figure("plot-latency-ratio", f"Latency ratio candidate / baseline with its {CONFIDENCE:.0%} interval"
+        Figure("plot-latency-ratio",
+               f"Latency ratio candidate / baseline with its interval (at least {CONFIDENCE:.0%} coverage)"
                + (f" (the gate fails when the whole interval is above {threshold:g})" if threshold else ""),
                _draw("ratios", results)),
         Figure("plot-numerics", "Numerics: SNR and relative L2 error of each candidate artifact against the reference",

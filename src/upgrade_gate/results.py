@@ -166,20 +166,22 @@ class Quantity:
     unit: Unit
     low: float | None = None
     high: float | None = None
+    level: float | None = None  # the interval's coverage: what it says, it says with this probability
 
     def __str__(self) -> str:
         shown = self.unit.show(self.value)
         if self.low is not None and self.high is not None:
-            shown += f" [{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
+            interval = f"[{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
+            shown += f", {self.level:.1%} interval {interval}" if self.level is not None else f" {interval}"
         return shown
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit.value, "low": self.low, "high": self.high}
+        return {"value": self.value, "unit": self.unit.value, "low": self.low, "high": self.high, "level": self.level}
 
     @classmethod
     def from_reader(cls, r: Reader) -> Quantity:
         return cls(value=r.number("value"), unit=_enum(Unit, r, "unit"), low=r.opt_number("low"),
-                   high=r.opt_number("high"))
+                   high=r.opt_number("high"), level=r.opt_number("level"))
 
 
 def _enum(kind: Any, r: Reader, key: str) -> Any:
@@ -489,6 +491,118 @@ class Measured:
                    peak_rss_bytes=memory.opt_integer("peak_rss_bytes"),
                    idle_rss_bytes=memory.opt_integer("idle_rss_bytes"), image_input=r.flag("image_input"),
                    host=r.opt_text("host"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackLoad:
+    """What the rest of the machine did while one stack's part of a round was timed (upgrade_gate.contention)."""
+
+    seconds: float
+    waited_share: float  # of the timed threads' time, spent waiting for a CPU
+    others_cores: float
+    steal_share: float
+    run_queue: int
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> StackLoad:
+        return cls(seconds=r.number("seconds"), waited_share=r.number("waited_share"),
+                   others_cores=r.number("others_cores"), steal_share=r.number("steal_share"),
+                   run_queue=r.integer("run_queue"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "waited_share": self.waited_share, "others_cores": self.others_cores,
+                "steal_share": self.steal_share, "run_queue": self.run_queue}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoundLoad:
+    """One round tried: the stacks' order, their loads, and whether the rest of the machine disturbed it."""
+
+    round: int
+    order: tuple[str, ...]
+    loads: dict[str, StackLoad | None]  # None: not measured here (no /proc)
+    disturbed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "order": list(self.order), "disturbed": self.disturbed,
+                "load": {name: load.to_dict() if load else None for name, load in self.loads.items()}}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> RoundLoad:
+        return cls(round=r.integer("round"), order=r.texts("order"), disturbed=r.flag("disturbed"),
+                   loads={name: StackLoad.from_reader(load) if load else None
+                          for name, load in r.opt_entries("load").items()})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Contention:
+    """The rounds of one model at one thread count: how busy the machine was, which ones count."""
+
+    threads: int
+    cores: int | None  # the machine's
+    cpu: str
+    rounds: tuple[RoundLoad, ...]
+
+    @property
+    def quiet(self) -> int:
+        return sum(not r.disturbed for r in self.rounds)
+
+    def quiet_rounds(self) -> set[int]:
+        """The rounds whose ratios count."""
+        return {r.round for r in self.rounds if not r.disturbed}
+
+    def _loads(self) -> list[StackLoad]:
+        return [load for r in self.rounds for load in r.loads.values() if load is not None]
+
+    @property
+    def typical_others(self) -> float | None:
+        """The cores other processes kept busy, on average over every part of every round (weighted
+        by time: a single part is counted in 10 ms clock ticks, the sum of them much finer)."""
+        loads = self._loads()
+        seconds = sum(load.seconds for load in loads)
+        return sum(load.others_cores * load.seconds for load in loads) / seconds if seconds > 0 else None
+
+    @property
+    def typical_wait(self) -> float | None:
+        """The share of the timed threads' time spent waiting for a CPU, over every part of every round."""
+        loads = self._loads()
+        seconds = sum(load.seconds for load in loads)
+        return sum(load.waited_share * load.seconds for load in loads) / seconds if seconds > 0 else None
+
+    @property
+    def free_cores(self) -> float | None:
+        others = self.typical_others
+        return None if others is None or self.cores is None else max(0.0, self.cores - others)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More threads than the cores others left free: the worst case for a multi-threaded run."""
+        free = self.free_cores
+        return free is not None and self.threads > free + 0.05
+
+    def summary(self) -> str:
+        """One line: how many rounds counted, which did not, how busy the others kept the machine."""
+        others, wait = self.typical_others, self.typical_wait
+        queue = max((load.run_queue for load in self._loads()), default=None)
+        disturbed = [str(r.round) for r in self.rounds if r.disturbed]
+        shown = f"{self.quiet} of {len(self.rounds)} rounds quiet"
+        if disturbed:
+            shown += f" (disturbed: round {', '.join(disturbed)})"
+        if others is not None and wait is not None:
+            shown += (f"; the timed threads waited {wait:.1%} of their time for a CPU, other processes kept "
+                      f"{others:.2f} of {self.cores} cores busy, the run queue reached {queue}")
+        if self.oversubscribed:
+            shown += f"; more threads than free cores: {self.threads} threads, {self.free_cores:.2f} cores free"
+        return shown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threads": self.threads, "cores": self.cores, "cpu": self.cpu,
+                "rounds": [r.to_dict() for r in self.rounds]}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> Contention:
+        return cls(threads=r.integer("threads"), cores=r.opt_integer("cores"), cpu=r.text("cpu"),
+                   rounds=tuple(RoundLoad.from_reader(x) for x in r.children("rounds")))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -809,6 +923,7 @@ class ModelResults:
     stacks: dict[str, StackResults]  # baseline first
     comparisons: tuple[Comparison, ...]
     ratios: tuple[LatencyRatio, ...] = ()
+    contention: dict[int, Contention] = field(default_factory=dict)  # per thread count
 
     @property
     def base(self) -> str:
@@ -846,6 +961,7 @@ class ModelResults:
             "stacks": {name: stack.to_dict() for name, stack in self.stacks.items()},
             "comparisons": [c.to_dict() for c in self.comparisons],
             "latency_ratios": [r.to_dict() for r in self.ratios],
+            "contention": [c.to_dict() for c in self.contention.values()],
         }
 
     @classmethod
@@ -854,7 +970,8 @@ class ModelResults:
                    source=r.text("source"), variant=r.text("variant"), task_kind=r.text("task"),
                    stacks={name: StackResults.from_reader(s) for name, s in r.entries("stacks").items()},
                    comparisons=tuple(Comparison.from_reader(c) for c in r.children("comparisons")),
-                   ratios=tuple(LatencyRatio.from_reader(x) for x in r.children("latency_ratios")))
+                   ratios=tuple(LatencyRatio.from_reader(x) for x in r.children("latency_ratios")),
+                   contention={c.threads: c for c in map(Contention.from_reader, r.children("contention"))})
 
 
 # -- the stacks ----------------------------------------------------------------------

@@ -212,12 +212,17 @@ class _StageWatch:
             self.stage, self.since = "finish", time.monotonic()
 
 
+# Signals a process gets from outside, not from a fault of its own code: a server
+# ended by one was stopped by the machine or someone on it, not by the stack it runs.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 class ServerFailed(Exception):
     """A server that did not answer: it raised, crashed, hung or ran out of memory."""
 
     def __init__(self, status: str, stage: str, message: str, traceback_tail: list[str] | None = None) -> None:
         super().__init__(message)
-        self.status = status  # "failed" | "crashed" | "timeout" | "out-of-memory"
+        self.status = status  # "failed" | "crashed" | "killed" | "timeout" | "out-of-memory"
         self.stage = stage
         self.message = message
         self.traceback_tail = traceback_tail or []
@@ -324,6 +329,9 @@ class Server:
         except subprocess.TimeoutExpired:
             stop_group(self.process)
             code = self.process.returncode
+        if code is not None and -code in OUTSIDE_SIGNALS:
+            return ServerFailed("killed", self.stage, f"worker killed by signal {signal.Signals(-code).name} (not by "
+                                "upgrade-gate: the kernel's out-of-memory killer, or another process)")
         if code is not None and code < 0:
             return ServerFailed("crashed", self.stage, f"worker killed by signal {signal.Signals(-code).name}")
         return ServerFailed("crashed", self.stage, f"worker exited with code {code}")

@@ -1,0 +1,151 @@
+"""What the rest of the machine did while a stack was timed: the load figures from
+/proc, the rule that calls a round disturbed, and what a measurement is keyed by."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from records import add_round_loads, write_stack_model
+
+from upgrade_gate import contention, layout, measure, runner
+from upgrade_gate.compare import gather
+from upgrade_gate.contention import Load
+from upgrade_gate.plan import load_plan
+from upgrade_gate.records import Reader
+from upgrade_gate.results import Contention
+
+
+@pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [
+    (1, 0.0, 0.0, 0.0, False),  # a quiet machine
+    (2, 0.22, 0.1, 0.0, False),  # 2 threads on a quiet 2-core machine: the pool's own wake-ups, a stray tick
+    (1, 0.001, 1.0, 0.0, False),  # one busy job beside 1 thread on 2 cores: it had its core
+    (1, 0.04, 1.3, 0.0, False),  # others crowded in, but the timed thread hardly waited
+    (1, 0.25, 1.2, 0.0, True),  # others took part of the timed thread's core: it waited a quarter of the time
+    (2, 0.4, 1.0, 0.0, True),  # one busy core beside 2 threads on 2 cores
+    (2, 0.3, 0.1, 0.0, False),  # the timed threads waited, but not for others: the machine was quiet
+    (1, 0.0, 0.0, 0.10, True),  # the hypervisor took a tenth of the time
+])
+def test_a_part_is_disturbed_when_others_crowd_its_cores_and_its_threads_wait(threads, waited, others, steal, disturbed):
+    load = Load(seconds=1.0, waited_share=waited, others_cores=others, steal_share=steal, run_queue=1,
+                free_cores=2 - threads)
+    assert load.disturbed is disturbed
+
+
+def _spin(seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
+                             "while time.time() < end: pass"])
+
+
+def _load_of(timed: subprocess.Popen[bytes], ours: list[int]) -> Load:
+    time.sleep(0.3)  # started and spinning
+    before = contention.snapshot(ours, timed.pid)
+    time.sleep(1.0)
+    after = contention.snapshot(ours, timed.pid)
+    load = contention.load_between(before, after, threads=1, cores=os.cpu_count() or 1)
+    assert load is not None
+    return load
+
+
+def test_a_busy_process_is_others_load_unless_it_is_ours():
+    """Real accounting, over the same second: a process spinning beside us is load of
+    others, at most one core of it (it has one thread); counted as one of ours (a
+    measurement server), exactly that much less."""
+    hog = _spin(1.6)
+    try:
+        time.sleep(0.3)
+        before = contention.snapshot([], hog.pid), contention.snapshot([hog.pid], hog.pid)
+        time.sleep(1.0)
+        after = contention.snapshot([], hog.pid), contention.snapshot([hog.pid], hog.pid)
+    finally:
+        hog.wait()
+    theirs, ours = (contention.load_between(b, a, threads=1, cores=2) for b, a in zip(before, after, strict=True))
+    assert theirs is not None and ours is not None
+    hog_cores = theirs.others_cores - ours.others_cores
+    # Alone it takes a whole core; on a machine this busy with other work, at least a share of one.
+    assert 0.3 < hog_cores <= 1.05, (theirs, ours)
+    assert 0 <= theirs.steal_share < 1 and theirs.run_queue >= 1
+
+
+def test_a_process_with_more_busy_neighbours_than_cores_waits_for_a_cpu():
+    """Real run-queue accounting: a spinning process alongside as many others as there are
+    cores waits for a CPU a good share of the time and is disturbed; once they are gone, it is
+    not (a machine running only this test)."""
+    cores = os.cpu_count() or 1
+    timed = _spin(4.0)
+    try:
+        neighbours = [_spin(1.5) for _ in range(cores)]
+        crowded = _load_of(timed, [timed.pid])
+        for neighbour in neighbours:
+            neighbour.wait()
+        alone = _load_of(timed, [timed.pid])
+    finally:
+        timed.kill()
+        timed.wait()
+    # cores + 1 spinners on `cores` CPUs: each runs cores/(cores+1) of the time, waits the rest.
+    assert crowded.disturbed and crowded.waited_share > 0.2, crowded
+    assert crowded.others_cores > cores - 1, crowded
+    assert not alone.disturbed and alone.waited_share < 0.05, alone
+
+
+def test_no_interval_between_two_snapshots_is_no_load():
+    now = contention.snapshot([], os.getpid())
+    assert contention.load_between(now, now, threads=1, cores=2) is None
+    assert contention.load_between(None, now, threads=1, cores=2) is None
+
+
+@pytest.fixture
+def plan(project: Path):
+    return load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+
+
+def test_the_report_keeps_every_round_and_counts_the_quiet_ones(plan):
+    out = plan.settings.out_dir
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=None, artifact=None, latency_ms=[[10.0] * 4] * 8)
+    add_round_loads(out, "vit-smoke", 2, [(0.0, 0.02), (0.4, 1.6), (0.01, 0.02), (0.0, 0.06), (0.5, 1.7),
+                                          (0.0, 0.02), (0.02, 0.04), (0.0, 0.04)])
+    model = gather(plan)[0]
+    busy = model.contention[2]
+    assert busy.quiet == 6 and busy.quiet_rounds() == {1, 3, 4, 6, 7, 8}
+    assert [r.order for r in busy.rounds[:2]] == [("legacy", "candidate"), ("candidate", "legacy")]
+    # Every part lasted 0.5 s: the averages are plain means here.
+    assert busy.typical_others == pytest.approx((0.02 + 1.6 + 0.02 + 0.06 + 1.7 + 0.02 + 0.04 + 0.04) / 8)
+    assert busy.typical_wait == pytest.approx((0.4 + 0.01 + 0.5 + 0.02) / 8)
+    # On average over the measurement others left 1.56 cores: fewer than its 2 threads.
+    assert busy.oversubscribed
+    assert busy.summary() == ("6 of 8 rounds quiet (disturbed: round 2, 5); the timed threads waited 11.6% of their "
+                              "time for a CPU, other processes kept 0.44 of 2 cores busy, the run queue reached 3; "
+                              "more threads than free cores: 2 threads, 1.56 cores free")
+    # A measurement file from before rounds were watched: every round counted, nothing made up.
+    assert model.contention[1].quiet == 8 and model.contention[1].typical_others is None
+
+
+def test_more_threads_than_free_cores_is_said():
+    load = {"seconds": 0.5, "waited_share": 0.4, "others_cores": 1.5, "steal_share": 0.0, "run_queue": 4}
+    busy = Contention.from_reader(Reader({"threads": 2, "cores": 2, "cpu": "Test CPU", "rounds": [
+        {"round": n, "order": ["a", "b"], "disturbed": True, "load": {"a": load, "b": load}} for n in (1, 2)]}, "t"))
+    assert busy.oversubscribed and busy.free_cores == pytest.approx(0.5)
+    assert busy.summary().endswith("; more threads than free cores: 2 threads, 0.50 cores free")
+
+
+def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
+    """A cache shared between machines (a CI cache) does not hand one machine's timings to another."""
+    out = plan.settings.out_dir
+    runnable = []
+    for spec in plan.stacks:
+        model_dir = layout.model_dir(out, spec.name, "vit-smoke")
+        model_dir.mkdir(parents=True)
+        runner._key_record_path(model_dir, "runtime").write_text(f'{{"key": "{spec.name}-key", "stored": true}}')
+        runnable.append((spec, Path("/bin")))
+    model = plan.models[0]
+    here = measure._measurement_key(plan, model, 1, runnable)
+    assert here is not None and here == measure._measurement_key(plan, model, 1, runnable)
+    assert measure.machine()["cores"] >= 1 and measure.machine()["cpu"]
+    monkeypatch.setattr(measure, "machine", lambda: {"cpu": "Another CPU", "cores": 64})
+    assert measure._measurement_key(plan, model, 1, runnable) != here
