@@ -126,6 +126,21 @@ def test_the_report_keeps_every_round_and_counts_the_quiet_ones(plan):
     assert model.contention[1].quiet == 8 and model.contention[1].typical_others is None
 
 
+def test_the_stacks_figures_are_those_of_the_quiet_rounds(plan):
+    """Rounds a busy machine disturbed slowed the calls, not the stack: they are left out of a
+    stack's p50 as out of the ratio; the count of rounds tried keeps them."""
+    out = plan.settings.out_dir
+    slow_in_busy_rounds = [[40.0] * 4 if n in (2, 5) else [10.0] * 4 for n in range(1, 9)]
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=None, artifact=None, latency_ms=slow_in_busy_rounds)
+    add_round_loads(out, "vit-smoke", 2, [(0.4, 1.6) if n in (2, 5) else (0.0, 0.02) for n in range(1, 9)])
+    model = gather(plan)[0]
+    at_2, at_1 = (model.stacks["legacy"].measured[t] for t in (2, 1))
+    assert at_2.latency["forward"].p50_ms == at_2.latency["forward"].max_ms == 10.0 and at_2.rounds == {"forward": 8}
+    # A measurement file from before rounds were watched: every round counts.
+    assert at_1.latency["forward"].max_ms == 40.0
+
+
 def test_more_threads_than_free_cores_is_said():
     load = {"seconds": 0.5, "waited_share": 0.4, "others_cores": 1.5, "steal_share": 0.0, "run_queue": 4}
     busy = Contention.from_reader(Reader({"threads": 2, "cores": 2, "cpu": "Test CPU", "rounds": [

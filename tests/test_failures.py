@@ -206,8 +206,11 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     out = tmp_path / "report"
     command = [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color",
                "-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32"]
+    # SIGINT as a terminal delivers it, even when this test runs in a background job (whose
+    # shell ignores SIGINT for what it starts, and Python keeps an ignored SIGINT ignored).
     run = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     export = out / "stacks" / "candidate" / "models" / "vit-smoke" / "export.json"
     try:
         wait_for(lambda: export.is_file() and '"stage": "export"' in export.read_text(), 900,
@@ -319,8 +322,9 @@ def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_
 KILLED_ADAPTER = '''\
 """The candidate's adapter, its measurement server killed part-way through the latency
 rounds (SIGKILL, as the kernel's out-of-memory killer or a CI runner's cleanup sends it).
-In the server each call takes 5 ms, so a round is the 9 runs ``iterations / rounds`` asks
-for plus the untimed one: 1 cold and 10 warm-up calls, 2 rounds, and the third round dies."""
+In the server each call takes 30 ms, so a round is the 9 runs ``iterations / rounds`` asks
+for (more than the shortest part, 0.2 s, needs) plus the untimed one: 1 cold and 10 warm-up
+calls, 2 rounds, and the third round dies."""
 import os
 import signal
 import sys
@@ -339,7 +343,7 @@ def run(program, inputs):
         calls += 1
         if calls == KILLED_AT_CALL:
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.005)
+        time.sleep(0.030)
     return executorch_xnnpack.run(program, inputs)
 '''
 

@@ -59,7 +59,7 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
     log = result.stderr
     assert re.search(r"\[\d+/22 \d+:\d\d\] candidate: vit-smoke@int8: export: quantize\n", log), log[-3000:]
     assert re.search(r"\[22/22 \d+:\d\d\] candidate: nanovlm-smoke@int8: runtime done in ", log), log[-3000:]
-    assert re.search(r"\[\d+/22 \d+:\d\d\] measure: vit-smoke: 2 thread\(s\): round 7/7\n", log), log[-3000:]
+    assert re.search(r"\[\d+/22 \d+:\d\d\] measure: vit-smoke: 2 thread\(s\): round 9/9\n", log), log[-3000:]
 
     results = load(out, "results.json")
     legacy, candidate = results["stacks"]["legacy"]["installed"], results["stacks"]["candidate"]["installed"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import write_stack_model
+from records import add_round_loads, write_stack_model
 
 from upgrade_gate import pipeline, shards
 from upgrade_gate.errors import ConfigError
@@ -124,3 +124,24 @@ def test_shards_of_another_run_are_refused(project, capsys):
     (folders[1] / "shard.json").write_text(json.dumps(manifest))
     assert f"{folders[1]}: made with another stack specs (envs/) than this report" in merge(*folders)
     assert f"{project / 'nowhere'}: not a shard folder (no shard.json)" in merge(folders[0], project / "nowhere")
+
+
+def test_merged_shards_keep_each_stacks_round_loads(project):
+    """Each stack-only shard recorded the load of its own rounds: the merged measurement has
+    both stacks' loads per round, a round disturbed in either shard is not quiet, and no order
+    within a round is claimed for stacks timed in separate jobs."""
+    folders = []
+    for stack, busy_round in (("legacy", 2), ("candidate", 5)):
+        part = plan_for(project, "--out", stack, "--shard", "1/1", "--models", "vit-smoke@fp32")
+        write_run(part, stacks=(stack,))
+        for threads in part.settings.threads:
+            add_round_loads(part.settings.out_dir, "vit-smoke", threads,
+                            [(0.4, 1.8) if n == busy_round else (0.0, 0.02) for n in range(1, 8)])
+        folders.append(str(project / stack))
+    merged = plan_for(project, "--out", "merged", "--models", "vit-smoke@fp32", *folders)
+    pipeline.report(merged)
+    model = Results.load(project / "merged").models[0]
+    for contention in model.contention.values():
+        assert contention.quiet_rounds() == {1, 3, 4, 6, 7}
+        assert all(set(r.loads) == {"legacy", "candidate"} and r.order == () for r in contention.rounds)
+        assert [load.others_cores for r in contention.rounds[:2] if (load := r.loads["legacy"])] == [0.02, 1.8]

@@ -46,8 +46,10 @@ from upgrade_gate.tasks import TaskAgreement
 Rounds = dict[str, dict[int, list[float]]]
 
 
-def measured_from_record(data: dict[str, Any]) -> tuple[Measured, Rounds]:
-    """One stack's entry of a measurement file: its summary, and its samples by round."""
+def measured_from_record(data: dict[str, Any], quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
+    """One stack's entry of a measurement file: its summary, and its samples by round. The
+    summary is of the ``quiet`` rounds when any of them is here (the rounds a busy machine
+    disturbed slowed the calls, not the stack), else of every round."""
     status = str(data.get("status", "not measured"))
     error = data.get("error") or {}
     problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
@@ -58,7 +60,7 @@ def measured_from_record(data: dict[str, Any]) -> tuple[Measured, Rounds]:
     if status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
         problem = f"{problem} after {max(len(r) for r in rounds.values())} round(s)"
     latency = {m: summary for m, r in rounds.items()
-               if (summary := summarize([v for samples in r.values() for v in samples]))}
+               if (summary := summarize([v for n, samples in r.items() if n in _counted(r, quiet) for v in samples]))}
     cold = data.get("cold") or {}
     exit_memory = data.get("exit_memory") or {}
     shapes = data.get("input_shapes") or {}
@@ -118,13 +120,14 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     records: dict[str, StackModelRecord] = {}
     stacks: dict[str, StackResults] = {}
     samples: dict[str, dict[int, Rounds]] = {}
+    contention = {threads: _contention(threads, data) for threads, data in measurements.items() if data}
     for spec in plan.stacks:
         record = records[spec.name] = load_stack_model(out, spec.name, model.name)
         measured: dict[int, Measured] = {}
         for threads, data in measurements.items():
             entry = (data.get("stacks") or {}).get(spec.name)
             measured[threads], samples.setdefault(spec.name, {})[threads] = (
-                measured_from_record(entry) if entry else (NOT_MEASURED, {}))
+                measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
         stacks[spec.name] = StackResults(
             record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured,
             export_peak_rss_bytes=record.peak_rss_bytes("export"),
@@ -132,7 +135,6 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
                    for phase, c in record.cache.items()},
             damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)))
-    contention = {threads: _contention(threads, data) for threads, data in measurements.items() if data}
     ratios = []
     base = plan.baseline.name
     for spec in plan.candidates:
@@ -182,6 +184,11 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention)
+
+
+def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:
+    """The rounds a summary is made of: the quiet ones if there are any."""
+    return (quiet & set(rounds)) or set(rounds) if quiet is not None else set(rounds)
 
 
 def _contention(threads: int, data: dict[str, Any]) -> Contention:

@@ -230,8 +230,27 @@ class TaskResult:
     step_logits: np.ndarray  # [prompts, steps, vocab]
 
 
+class StagesOf:
+    """What a stack's stages for a model say, for the record read from disk and the results
+    made of it alike."""
+
+    __slots__ = ()
+    stages: tuple[Stage, ...]
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.stage == name), None)
+
+    def first_problem(self) -> Stage | None:
+        """The first stage on the way from model to running artifact that did not succeed."""
+        return next((s for s in self.stages if not s.ok and s.stage not in DIAGNOSTIC_STAGES), None)
+
+    @property
+    def all_ok(self) -> bool:
+        return bool(self.stages) and self.first_problem() is None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackModelRecord:
+class StackModelRecord(StagesOf):
     """Everything one stack produced for one model (both phases)."""
 
     stack: str
@@ -244,17 +263,6 @@ class StackModelRecord:
 
     def reused_phases(self) -> list[str]:
         return [phase for phase, record in self.cache.items() if record.get("reused_from")]
-
-    def stage(self, name: str) -> Stage | None:
-        return next((s for s in self.stages if s.stage == name), None)
-
-    def first_problem(self) -> Stage | None:
-        """The first stage on the way from model to running artifact that did not succeed."""
-        return next((s for s in self.stages if not s.ok and s.stage not in DIAGNOSTIC_STAGES), None)
-
-    @property
-    def all_ok(self) -> bool:
-        return bool(self.stages) and self.first_problem() is None
 
     def outputs(self, which: str) -> dict[str, np.ndarray] | None:
         """``eager`` or ``artifact`` outputs, if that stage wrote them; DamagedFile if they do not read."""

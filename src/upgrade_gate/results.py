@@ -33,7 +33,7 @@ from upgrade_gate import text
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError, RecordError
 from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
-from upgrade_gate.records import DIAGNOSTIC_STAGES, Reader, Stage
+from upgrade_gate.records import Reader, Stage, StagesOf
 from upgrade_gate.settings import Settings
 from upgrade_gate.stats import LatencySummary, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
@@ -743,7 +743,7 @@ class CacheUse:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackResults:
+class StackResults(StagesOf):
     """Everything one stack produced for one model: its stages and measurements."""
 
     record_dir: str  # relative to the report folder
@@ -754,17 +754,6 @@ class StackResults:
     cache: dict[str, CacheUse] = field(default_factory=dict)  # per phase
     # Files of the report folder that are not what the stages recorded (truncated, corrupt, missing).
     damaged: tuple[str, ...] = ()
-
-    def stage(self, name: str) -> Stage | None:
-        return next((s for s in self.stages if s.stage == name), None)
-
-    def first_problem(self) -> Stage | None:
-        """The first stage on the way from model to running artifact that did not succeed."""
-        return next((s for s in self.stages if not s.ok and s.stage not in DIAGNOSTIC_STAGES), None)
-
-    @property
-    def all_ok(self) -> bool:
-        return bool(self.stages) and self.first_problem() is None
 
     def reused_phases(self) -> list[str]:
         return [phase for phase, use in self.cache.items() if use.reused_from]

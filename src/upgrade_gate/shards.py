@@ -184,8 +184,30 @@ def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]])
                     if record is not None:
                         merged["stacks"][stack] = record
                         merged["merged_from"][stack] = str(folder)
-            merged["order"] = [spec.name for spec in plan.stacks if spec.name in merged["stacks"]]
+            # Stacks timed in separate jobs took no turns within a round: no order to state.
+            together = len(set(merged["merged_from"].values())) == 1
+            merged["order"] = [spec.name for spec in plan.stacks if spec.name in merged["stacks"]] if together else []
+            tried = _merge_rounds([(data, manifest.stacks) for _, manifest, data in found])
+            if tried is not None:
+                merged["rounds"] = tried
             write_json_atomic(layout.measurement_file(out, model.name, threads), merged)
+
+
+def _merge_rounds(parts: list[tuple[dict[str, Any], tuple[str, ...]]]) -> list[dict[str, Any]] | None:
+    """The rounds each shard tried, joined by round number: each stack's load from the shard
+    that timed it, and a round disturbed if it was in any of them."""
+    if not any("rounds" in data for data, _ in parts):
+        return None
+    by_number: dict[int, dict[str, Any]] = {}
+    for data, stacks in parts:
+        for entry in data.get("rounds") or []:
+            joined = by_number.setdefault(int(entry["round"]), {"round": int(entry["round"]), "order": [],
+                                                                  "disturbed": False, "load": {}})
+            if len(parts) == 1:  # stacks timed in separate jobs took no turns
+                joined["order"] = list(entry.get("order", []))
+            joined["disturbed"] = joined["disturbed"] or bool(entry.get("disturbed"))
+            joined["load"].update({stack: load for stack, load in (entry.get("load") or {}).items() if stack in stacks})
+    return [by_number[n] for n in sorted(by_number)]
 
 
 def _read(path: Path) -> dict[str, Any] | None:
