@@ -9,7 +9,8 @@
     nox -s compat [-- --out DIR]                  the team's own tests in every stack, and the API scan (docs/compat.md)
     nox -s "project(candidate)"                   install the team's project into one stack and run its tests
     nox -s scan                                   TorchFix and compat/migration_rules.toml over the team's source
-    nox -s benchmark -- overhead|noise|sensitivity   benchmarks of the measurement (docs/benchmarks.md)
+    nox -s benchmark -- overhead|noise|sensitivity|coverage [--load quiet|one-core|all-cores|all]
+                                                  benchmarks of the measurement (docs/benchmarks.md)
 
 `compare` validates the configuration, then queues `assets`, one `run` session
 per stack spec in envs/ (baseline first), then — with [tool.upgrade-gate.project] —
@@ -216,7 +217,7 @@ def diff(session: nox.Session) -> None:
 @nox.session(python=False, default=False)
 @pipeline.guarded
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks of the measurement: harness overhead, noise floor, sensitivity (docs/benchmarks.md)."""
+    """Benchmarks of the measurement: overhead, noise floor, sensitivity, interval coverage (docs/benchmarks.md)."""
     from upgrade_gate import benchmark as benchmarks
 
     if benchmarks.main(session.posargs, log=session.log):
