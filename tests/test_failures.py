@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,16 @@ pytestmark = pytest.mark.integration
 # Not what these tests are about, and minutes of CPU: the other backends' export-only tries.
 CONFIG = ('[tool.upgrade-gate]\ncache = "cache"\nthreads = [1]\nrounds = 6\ntime-budget = 0.2\n'
           'backends-budget = 0\n')
+
+
+def use_adapter(tmp_path: Path, stack: str, file_name: str, source: str) -> Path:
+    """Point one stack's spec of the project at an adapter file of its own; the spec's path."""
+    spec = tmp_path / "envs" / f"{stack}.toml"
+    text, count = re.subn(r'^adapter = ".*"$', f'adapter = "{file_name}"', spec.read_text(), flags=re.MULTILINE)
+    assert count == 1, spec
+    spec.write_text(text)
+    (tmp_path / "envs" / file_name).write_text(source)
+    return spec
 
 
 def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
@@ -86,9 +97,7 @@ def save(lowered, path, *, keep=False):
 
 def test_an_exporter_that_writes_an_empty_artifact_fails_its_save_stage(tmp_path):
     env = user_project(tmp_path, CONFIG)
-    spec = tmp_path / "envs" / "candidate.toml"
-    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "empty_exporter.py"'))
-    (tmp_path / "envs" / "empty_exporter.py").write_text(EMPTY_EXPORTER)
+    use_adapter(tmp_path, "candidate", "empty_exporter.py", EMPTY_EXPORTER)
     out = tmp_path / "report"
     result = nox("-s", "run(candidate)", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -266,9 +275,7 @@ from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, run, save, set_
 
 def test_an_adapter_that_does_not_keep_the_contract_is_named_before_any_export(tmp_path):
     env = user_project(tmp_path, CONFIG)
-    spec = tmp_path / "envs" / "candidate.toml"
-    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "lacking.py"'))
-    (tmp_path / "envs" / "lacking.py").write_text(LACKING_ADAPTER)
+    spec = use_adapter(tmp_path, "candidate", "lacking.py", LACKING_ADAPTER)
     result = nox("-s", "run(candidate)", "--", "--out", str(tmp_path / "report"), "--models", "vit-smoke@fp32", env=env)
     assert result.returncode == 2, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
@@ -296,10 +303,8 @@ from upgrade_gate_compat.torchscript_mobile import quantize as quantise  # noqa:
 
 def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_is_missing(tmp_path):
     env = user_project(tmp_path, CONFIG)
-    spec = tmp_path / "envs" / "legacy.toml"
-    spec.write_text(spec.read_text().replace('adapter = "torchscript_mobile"', 'adapter = "misspelt.py"'))
+    use_adapter(tmp_path, "legacy", "misspelt.py", MISSPELT_ADAPTER)
     own = tmp_path / "envs" / "misspelt.py"
-    own.write_text(MISSPELT_ADAPTER)
     out = tmp_path / "report"
     result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "vit-smoke", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -350,9 +355,7 @@ def run(program, inputs):
 
 def test_a_measurement_killed_part_way_is_incomplete_and_keeps_its_rounds(tmp_path):
     env = user_project(tmp_path, CONFIG)
-    spec = tmp_path / "envs" / "candidate.toml"
-    spec.write_text(spec.read_text().replace('adapter = "executorch_xnnpack"', 'adapter = "killed.py"'))
-    (tmp_path / "envs" / "killed.py").write_text(KILLED_ADAPTER)
+    use_adapter(tmp_path, "candidate", "killed.py", KILLED_ADAPTER)
     out = tmp_path / "report"
     result = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
     assert result.returncode == 3, result.stderr[-3000:]
