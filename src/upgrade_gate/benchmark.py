@@ -47,7 +47,7 @@ from upgrade_gate import layout, measure
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.layout import REPO_ROOT
 from upgrade_gate.plan import load_plan
-from upgrade_gate.results import Results
+from upgrade_gate.results import GateStatus, Results
 from upgrade_gate.stats import median_interval, median_interval_rank, ratio_by_rounds
 
 BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"
@@ -131,29 +131,33 @@ def repeated_compare(name: str, out: Path, models: str, repeat: int, load: str, 
             runs.append(_run_summary(index, time.monotonic() - start, report))
             log(f"benchmark {name} ({load}): run {index}: "
                 + ", ".join(f"{model} {g['status']}" for model, g in runs[-1]["latency_gates"].items()))
+    summary = summarize(name, load, models.split(","), runs)
+    write_json_atomic(out / f"{name}-{load}.json", summary)
+    write_text_atomic(out / f"{name}-{load}.md", _compare_markdown(summary))
+    log((out / f"{name}-{load}.md").read_text())
+    return 1 if summary["met"] is False else 0
+
+
+def summarize(name: str, load: str, models: list[str], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' latency gates counted, and whether the benchmark's target was met (None: it has none)."""
     statuses = [g["status"] for run in runs for g in run["latency_gates"].values()]
-    failed_runs = {model: sum(run["latency_gates"][model]["status"] == "FAILED" for run in runs)
-                   for model in models.split(",")}
+    failed_runs = {model: sum(_gate_status(run, model) == GateStatus.FAILED for run in runs) for model in models}
     if name == "noise":
-        met: bool | None = "FAILED" not in statuses
+        met: bool | None = GateStatus.FAILED not in statuses
     else:  # with every core taken there is no target: what it gives is reported
         met = min(failed_runs.values()) >= SENSITIVITY_FAILS if load in SENSITIVITY_TARGET_LOADS else None
-    summary = {
+    return {
         "benchmark": name,
         "load": load,
         "background_processes": LOADS[load],
-        "models": models.split(","),
+        "models": models,
         "runs": runs,
         "latency_gates": len(statuses),
-        **{status: statuses.count(status) for status in ("FAILED", "incomplete", "inconclusive", "passed")},
+        **{status.value: statuses.count(status) for status in GateStatus},
         "failed_runs_per_model": failed_runs,
         "run_to_run": _run_to_run(runs),
         "met": met,
     }
-    write_json_atomic(out / f"{name}-{load}.json", summary)
-    write_text_atomic(out / f"{name}-{load}.md", _compare_markdown(summary))
-    log((out / f"{name}-{load}.md").read_text())
-    return 1 if met is False else 0
 
 
 def _run_summary(index: int, seconds: float, report: Path) -> dict[str, Any]:
@@ -188,7 +192,7 @@ def _compare_markdown(summary: dict[str, Any]) -> str:
     target = {None: "no target", True: "target met", False: "target MISSED"}[summary["met"]]
     spread = summary["run_to_run"]
     lines = [f"# {summary['benchmark']}, {summary['load']} ({summary['background_processes']} busy background "
-             f"processes): {summary['FAILED']} failed, {summary['incomplete']} incomplete, "
+             f"processes): {summary['failed']} failed, {summary['incomplete']} incomplete, "
              f"{summary['inconclusive']} inconclusive, {summary['passed']} passed of {summary['latency_gates']} "
              f"latency gates; {target}", "",
              "Latency gates failed per model: " + ", ".join(f"{m} {n}/{len(summary['runs'])}"
@@ -202,7 +206,7 @@ def _compare_markdown(summary: dict[str, Any]) -> str:
     for run in summary["runs"]:
         machine = {(m["model"], m["threads"]): m for m in run["machine"]}
         for r in run["ratios"]:
-            gate = run["latency_gates"][r["model"]]["status"]
+            gate = _gate_status(run, r["model"])
             m = machine.get((r["model"], r["threads"]), {})
             others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
             lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {r['model']} | {r['threads']} | {r['method']} | "
@@ -212,8 +216,13 @@ def _compare_markdown(summary: dict[str, Any]) -> str:
             if not any(r["model"] == model and r["threads"] == threads for r in run["ratios"]):
                 others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
                 lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {model} | {threads} | — | — | — | — | "
-                             f"{m['quiet']}/{m['rounds']} | {others} | {run['latency_gates'][model]['status']} |")
+                             f"{m['quiet']}/{m['rounds']} | {others} | {_gate_status(run, model)} |")
     return "\n".join(lines) + "\n"
+
+
+def _gate_status(run: dict[str, Any], model: str) -> str:
+    """A model's latency gate in one run; none where only one stack ran it (a variant the slow copy lacks)."""
+    return run["latency_gates"].get(model, {}).get("status", "no gate (one stack)")
 
 
 # Simulated experiments per number of rounds, and the numbers of rounds shown.
