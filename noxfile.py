@@ -12,8 +12,11 @@
     nox -s benchmark -- overhead|noise|sensitivity|coverage [--load quiet|one-core|all-cores|all]
                                                   benchmarks of the measurement (docs/benchmarks.md)
 
+Installed (`pip install upgrade-gate`), the same sessions run as `upgrade-gate compare`, … in a
+team's repository (upgrade_gate.cli), or from the team's own noxfile after `import upgrade_gate.sessions`.
+
 `compare` validates the configuration, then queues `assets`, one `run` session
-per stack spec in envs/ (baseline first), then — with [tool.upgrade-gate.project] —
+per stack (the built-in specs in envs/ and the team's, baseline first), then — with [tool.upgrade-gate.project] —
 one `project` session per stack and `scan`, `measure` and `report` last. Each
 `run` session's venv *is* the stack: nox builds it with uv from the spec's Python
 and requirements. A `project` session builds the same stack in a venv of its own,
@@ -28,7 +31,8 @@ from pathlib import Path
 import nox
 import nox.virtualenv
 
-# This checkout's package, even when another checkout is the one pip installed.
+# A checkout's own package, even when another checkout is the one pip installed. (Installed, this
+# file is upgrade_gate/_tool/noxfile.py: no src/ beside it, and the package is the installed one.)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
 from upgrade_gate import assets as asset_build
@@ -43,9 +47,10 @@ from upgrade_gate.settings import default_config_path, load_settings
 UV = nox.virtualenv.find_uv()[1]
 
 nox.needs_version = ">=2025.2.9"
-nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["compare"]
-nox.options.error_on_missing_interpreters = True
+if __name__ != layout.NOXFILE_IN_TEAM_NOXFILE:  # in a team's noxfile (upgrade_gate.sessions), its defaults stay
+    nox.options.default_venv_backend = "uv"
+    nox.options.sessions = ["compare"]
+    nox.options.error_on_missing_interpreters = True
 
 # A cancelled CI job or `kill` stops a session as Ctrl-C does: workers stopped, stages recorded.
 pipeline.stop_on_sigterm()
@@ -112,14 +117,18 @@ def run(session: nox.Session, stack: str) -> None:
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
-    # uv checks an already satisfied venv in well under a second.
-    pipeline.install_stack_or_exit(UV, spec, bin_dir)
     extra = plan.extra_requirements(stack)
     # Relative paths (`-e .`) mean the user's project.
-    error = pipeline.install(UV, bin_dir, extra, cwd=plan.settings.config_path.parent) if extra else None
+    team_folder = plan.settings.config_path.parent
+    recipe = pipeline.venv_recipe(spec, extra, team_folder)
+    pipeline.empty_venv_unless_made_from(UV, bin_dir, recipe)
+    # uv checks an already satisfied venv in well under a second.
+    pipeline.install_stack_or_exit(UV, spec, bin_dir)
+    error = pipeline.install(UV, bin_dir, extra, cwd=team_folder) if extra else None
     if error:
-        pipeline.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not install "
-                       f"{' '.join(extra)} into stack {stack!r}: {error}")
+        pipeline.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not "
+                            f"install {' '.join(extra)} into stack {stack!r}: {error}")
+    pipeline.recipe_installed(bin_dir, recipe)
     pipeline.probe_stack_or_exit(plan, spec, bin_dir)
     pipeline.check_project_models_or_exit(plan, spec, bin_dir)
     runner.run_stack(plan, spec, bin_dir, log=session.log)
@@ -136,6 +145,8 @@ def project(session: nox.Session, stack: str) -> None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
+    recipe = pipeline.venv_recipe(spec, list(settings.install), settings.root)
+    pipeline.empty_venv_unless_made_from(UV, bin_dir, recipe)
     error = pipeline.install_project(UV, settings, spec, bin_dir)
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
@@ -146,6 +157,7 @@ def project(session: nox.Session, stack: str) -> None:
         team_project.record_install_failure(plan, stack, error)
         session.warn(f"project: does not install into {stack}: {error}")
         return
+    pipeline.recipe_installed(bin_dir, recipe)
     run = team_project.run_tests(plan, settings, stack, bin_dir)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
@@ -220,5 +232,8 @@ def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement: overhead, noise floor, sensitivity, interval coverage (docs/benchmarks.md)."""
     from upgrade_gate import benchmark as benchmarks
 
+    if not benchmarks.BENCHMARKS.is_dir():
+        pipeline.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "
+                            f"tests/benchmarks/, which an installed package does not carry ({benchmarks.BENCHMARKS})")
     if benchmarks.main(session.posargs, log=session.log):
         session.error("the benchmark missed its target")

@@ -12,7 +12,7 @@ collect_ignore = ["sample_project"]  # a user project with its own tests, run in
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A user project: a pyproject.toml and a copy of this repo's stack specs."""
+    """A user project: a pyproject.toml and its own copy of the built-in stack specs, for tests to edit."""
     shutil.copytree(REPO / "envs", tmp_path / "envs")
     (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
     return tmp_path

@@ -10,7 +10,7 @@ import pytest
 
 from upgrade_gate import cache
 from upgrade_gate.catalog import ModelEntry
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 
 
 def built_in(factory: str) -> ModelEntry:
@@ -18,7 +18,7 @@ def built_in(factory: str) -> ModelEntry:
 
 
 def test_a_built_in_models_sources_are_its_module_and_what_it_imports():
-    names = {p.relative_to(REPO_ROOT).as_posix() for p in cache.source_files(built_in("nanovlm:nanovlm"))}
+    names = {p.relative_to(TOOL_ROOT).as_posix() for p in cache.source_files(built_in("nanovlm:nanovlm"))}
     assert names == {"models/__init__.py", "models/nanovlm.py", "models/llama.py", "models/case.py",
                      "models/assets.py"}
     vit = {p.name for p in cache.source_files(built_in("vit:vit_ti16"))}

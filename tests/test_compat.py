@@ -18,10 +18,10 @@ import pytest
 
 from upgrade_gate import cache
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.specs import ADAPTER_HELPERS, NOT_ADAPTERS, load_spec
 
-COMPAT = REPO_ROOT / "compat"
+COMPAT = TOOL_ROOT / "compat"
 ADAPTERS = sorted(p.stem for p in COMPAT.glob("*.py") if p.stem not in NOT_ADAPTERS)
 
 
@@ -140,7 +140,7 @@ class Imports:
         for node in ast.walk(worker):
             if isinstance(node, ast.Call) and _name(node.func) == "_register_package":
                 alias, folder = node.args
-                self.folders[self.constants[_name(alias)]] = REPO_ROOT / folder.right.value  # REPO_ROOT / "models"
+                self.folders[self.constants[_name(alias)]] = TOOL_ROOT / folder.right.value  # TOOL_ROOT / "models"
         for node in worker.body:
             if isinstance(node, ast.FunctionDef) and node.args.args:
                 for call in ast.walk(node):
@@ -199,10 +199,10 @@ def test_the_worker_files_are_the_code_the_worker_runs_for_every_stack(imports):
     """A change to any module the worker runs whatever the adapter must change every key, and nothing else
     is in that list (an adapter and what only it imports are keyed per stack: the next test)."""
     registered = [folder / "__init__.py" for folder in imports.folders.values()]
-    assert {p.relative_to(REPO_ROOT) for p in registered} == {Path("compat/__init__.py"), Path("models/__init__.py")}
+    assert {p.relative_to(TOOL_ROOT) for p in registered} == {Path("compat/__init__.py"), Path("models/__init__.py")}
     reached = imports.closure([COMPAT / "worker.py", *registered])
-    assert REPO_ROOT / "models" / "case.py" in reached and COMPAT / "phases.py" in reached  # the reader reads
-    assert {p.relative_to(REPO_ROOT).as_posix() for p in reached} == set(cache.WORKER_FILES)
+    assert TOOL_ROOT / "models" / "case.py" in reached and COMPAT / "phases.py" in reached  # the reader reads
+    assert {p.relative_to(TOOL_ROOT).as_posix() for p in reached} == set(cache.WORKER_FILES)
 
 
 def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_path):

@@ -287,16 +287,19 @@ def test_smoke_report_html_and_junit(smoke_run, tmp_path):
 
 
 def workflow_commands() -> list[str]:
-    """The nox commands of the sample GitHub Actions workflow (docs/ci.md), in order."""
+    """The upgrade-gate commands of the sample GitHub Actions workflow (docs/ci.md), in order."""
     workflow = (REPO / "docs" / "ci" / "upgrade-gate.yml").read_text()
-    return [line.split("run: ", 1)[1] for line in workflow.splitlines() if line.strip().startswith("run: nox ")]
+    return [line.split("run: ", 1)[1] for line in workflow.splitlines() if line.strip().startswith("run: upgrade-gate ")]
 
 
 def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """One of those commands, as the workflow's shell runs it, with this checkout's noxfile."""
-    nox_here = f"{sys.executable} -m nox --noxfile {REPO / 'noxfile.py'} --no-color"
-    return subprocess.run(["bash", "-c", command.replace("nox ", nox_here + " ", 1)], cwd=cwd, capture_output=True,
-                          text=True, timeout=1800, env={**os.environ, **env})
+    """One of those commands, as the workflow's shell runs it, with this checkout's package (the
+    installed command is tests/test_installed.py's) and the venvs the other tests use."""
+    sessions, _, arguments = command.partition(" -- ")
+    here = sessions.replace("upgrade-gate ", f"{sys.executable} -m upgrade_gate ", 1)
+    return subprocess.run(["bash", "-c", f"{here} --no-color --envdir {REPO / '.nox'} -- {arguments}"], cwd=cwd,
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), **env})
 
 
 def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tmp_path):
@@ -427,7 +430,7 @@ def user_project(tmp_path: Path, config: str) -> dict[str, str]:
     [
         ("[tool.upgrade-gate]\nmodels = [\n", "pyproject.toml: invalid TOML at line 2, column 0: unexpected end of file"),
         ("[tool.upgrade-gate.gates]\nlatency-ratio = 1.1\n", "pyproject.toml: tool.upgrade-gate.gates.latency-ratio: unknown key"),
-        ('[tool.upgrade-gate]\nbaseline = "torch22"\n', "pyproject.toml: tool.upgrade-gate.baseline: no stack spec torch22.toml"),
+        ('[tool.upgrade-gate]\nbaseline = "torch22"\n', "pyproject.toml: tool.upgrade-gate.baseline: no stack spec named 'torch22'; specs: candidate, legacy"),
         # Read when nox imports the noxfile: a traceback and exit 1 before they were caught there.
         ("[tool.upgrade-gate]\nrounds = 7\nrounds = 9\n",
          "pyproject.toml: invalid TOML at line 3, column 11: key 'rounds' is set twice; keep one"),

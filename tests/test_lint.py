@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from upgrade_gate.layout import REPO_ROOT
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *command], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", *command], cwd=REPO, capture_output=True, text=True, check=False)
 
 
 def test_ruff_finds_nothing():

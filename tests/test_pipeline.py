@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from records import write_stack_model
 
-from upgrade_gate import pipeline, shards
+from upgrade_gate import cache, pipeline, shards
 from upgrade_gate.plan import load_plan
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
 
 
 def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
@@ -189,3 +190,40 @@ def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes
     monkeypatch.setitem(pipeline._HELD, out, -1)
     message = pipeline.disk_full(raised.value)
     assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message
+
+
+@pytest.mark.integration
+def test_a_reused_venv_holds_its_recipe_and_nothing_left_over(tmp_path):
+    # Real uv, a real venv, real distributions from the index (small ones: uv links them from its cache).
+    import nox.virtualenv
+
+    uv = nox.virtualenv.find_uv()[1]
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "-p", "3.11", str(venv)], check=True, timeout=120)
+    bin_dir = venv / "bin"
+
+    def make(installs: list[str]) -> list[str]:
+        recipe = {"installs": installs}
+        pipeline.empty_venv_unless_made_from(uv, bin_dir, recipe)
+        assert pipeline.install(uv, bin_dir, installs, cwd=tmp_path) is None
+        pipeline.recipe_installed(bin_dir, recipe)
+        return sorted(d.partition("==")[0] for d in cache.installed_distributions(venv))
+
+    assert make(["six", "idna"]) == ["idna", "six"]
+    assert make(["six"]) == ["six"]  # idna was dropped from the recipe: gone, not left behind
+    # The same recipe again: nothing removed (something installed by hand beside it stays).
+    subprocess.run([uv, "pip", "install", "-q", "--python", str(bin_dir / "python"), "idna"], check=True, timeout=120)
+    assert make(["six"]) == ["idna", "six"]
+
+
+def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
+    from upgrade_gate.specs import load_spec
+
+    spec = load_spec(REPO / "envs" / "legacy.toml", adapters_dir=REPO / "compat", is_baseline=True)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = ['timm']\n")
+    before = pipeline.venv_recipe(spec, ["-e", ".[test]"], tmp_path)
+    assert before["local"] == {str(tmp_path / "pyproject.toml"): cache.sha256_file(tmp_path / "pyproject.toml")}
+    assert before["requirements"] == [str(r) for r in spec.requirements] and before["installs"] == ["-e", ".[test]"]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = []\n")
+    assert pipeline.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again
+    assert pipeline.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}

@@ -18,6 +18,8 @@ from upgrade_gate.report import project_blocks
 from upgrade_gate.results import GateStatus, Quantity, Severity, Unit
 from upgrade_gate.settings import runs_pytest
 
+REPO = Path(__file__).resolve().parents[1]
+
 # What pytest writes with -o junit_family=xunit1: each case names its file and line.
 XUNIT1 = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="1" tests="5" time="3.2">
@@ -268,19 +270,16 @@ def test_nothing_passes_unmeasured_and_what_did_not_run_is_incomplete(tmp_path):
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():
     import tomllib
 
-    from upgrade_gate.layout import REPO_ROOT
     from upgrade_gate.project import SCAN_REQUIREMENTS
 
-    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert set(SCAN_REQUIREMENTS) <= set(extras)
 
 
 def test_every_migration_rule_is_documented():
     import tomllib
 
-    from upgrade_gate.layout import REPO_ROOT
-
-    rules = tomllib.loads((REPO_ROOT / "compat" / "migration_rules.toml").read_text())
+    rules = tomllib.loads((REPO / "compat" / "migration_rules.toml").read_text())
     codes = [code for code in rules if code != "torchfix"] + list(rules.get("torchfix", {}))
-    documented = (REPO_ROOT / "docs" / "compat.md").read_text()
+    documented = (REPO / "docs" / "compat.md").read_text()
     assert codes and [c for c in codes if f"| {c} " not in documented] == []

@@ -23,12 +23,15 @@ BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """A copy of the sample project, its configuration pointed at this repository's stack specs."""
-    root = tmp_path_factory.mktemp("team") / "edge-app"
+    """A copy of the sample project (the built-in stacks: it has no envs/ of its own)."""
+    root = copy_sample_project(tmp_path_factory.mktemp("team"))
+    return root, {"UPGRADE_GATE_CONFIG": str(root / "pyproject.toml")}
+
+
+def copy_sample_project(folder: Path) -> Path:
+    root = folder / "edge-app"
     shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "report"))
-    config = root / "pyproject.toml"
-    config.write_text(config.read_text().replace('envs = "../../envs"', f'envs = "{REPO / "envs"}"'))
-    return root, {"UPGRADE_GATE_CONFIG": str(config)}
+    return root
 
 
 def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_go(team):

@@ -10,6 +10,8 @@ from upgrade_gate.errors import ConfigError
 from upgrade_gate.plan import load_plan
 from upgrade_gate.settings import GateSettings
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def plan_for(project: Path, *posargs: str):
     return load_plan(list(posargs), invoked_from=project, config_path=project / "pyproject.toml")
@@ -55,9 +57,7 @@ def test_defaults(project):
 
 
 def test_this_repositorys_own_configuration_loads():
-    from upgrade_gate.layout import REPO_ROOT
-
-    plan = load_plan([], invoked_from=REPO_ROOT, config_path=REPO_ROOT / "pyproject.toml")
+    plan = load_plan([], invoked_from=REPO, config_path=REPO / "pyproject.toml")
     assert [m.name for m in plan.models if not m.quantized] == [
         "vit-ti16", "vit-s14", "mobilenet-v3-small", "smollm2-135m", "minilm-l6", "nanovlm",
     ]
@@ -161,7 +161,7 @@ def test_malformed_toml_names_file_and_line(project):
 def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, envs, export-jobs, "
+        f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, candidates, envs, export-jobs, "
         "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, project, rounds, suite, threads, "
         "time-budget, timeouts, variants, warmup"
     )
@@ -229,15 +229,46 @@ def test_diagnostic_budgets_turn_off_at_zero(project):
 
 def test_unknown_baseline_stack_file(project):
     path = set_config(project, '[tool.upgrade-gate]\nbaseline = "legacy22"\n')
-    assert error_for(project) == (
-        f"{path}: tool.upgrade-gate.baseline: no stack spec legacy22.toml in {project / 'envs'}; "
-        "specs there: candidate, legacy"
-    )
+    assert error_for(project) == f"{path}: tool.upgrade-gate.baseline: no stack spec named 'legacy22'; specs: candidate, legacy"
 
 
 def test_missing_envs_folder(project):
     path = set_config(project, '[tool.upgrade-gate]\nenvs = "stacks"\n')
-    assert error_for(project) == f"{path}: tool.upgrade-gate.envs: no stack specs (*.toml) in {project / 'stacks'}"
+    assert error_for(project) == (f"{path}: tool.upgrade-gate.envs: {project / 'stacks'} is not a folder; give the "
+                                  f"folder of your stack specs (*.toml), relative to {project}")
+
+
+def test_without_an_envs_folder_the_built_in_stacks_are_compared(tmp_path):
+    set_config(tmp_path, "[tool.upgrade-gate]\n")
+    plan = plan_for(tmp_path)
+    assert [(s.name, s.role, s.path) for s in plan.stacks] == [
+        ("legacy", "baseline", REPO / "envs" / "legacy.toml"), ("candidate", "candidate", REPO / "envs" / "candidate.toml")]
+
+
+def test_a_teams_spec_replaces_the_built_in_one_of_its_name_and_adds_its_others(tmp_path):
+    (tmp_path / "envs").mkdir()
+    own = (REPO / "envs" / "candidate.toml").read_text().replace('"torch==2.8.0"', '"torch==2.9.0"')
+    (tmp_path / "envs" / "candidate.toml").write_text(own)
+    (tmp_path / "envs" / "nightly.toml").write_text(own)
+    set_config(tmp_path, "[tool.upgrade-gate]\n")
+    plan = plan_for(tmp_path)
+    assert [(s.name, s.path) for s in plan.stacks] == [
+        ("legacy", REPO / "envs" / "legacy.toml"), ("candidate", tmp_path / "envs" / "candidate.toml"),
+        ("nightly", tmp_path / "envs" / "nightly.toml")]
+    assert "torch==2.9.0" in [str(r) for r in plan.stack("candidate").requirements]
+    set_config(tmp_path, '[tool.upgrade-gate]\ncandidates = ["nightly"]\n')
+    assert [(s.name, s.role) for s in plan_for(tmp_path).stacks] == [("legacy", "baseline"), ("nightly", "candidate")]
+
+
+@pytest.mark.parametrize(("candidates", "error"), [
+    ('["nightly"]', "tool.upgrade-gate.candidates: no stack spec named 'nightly'; specs: candidate, legacy"),
+    ('["legacy"]', "tool.upgrade-gate.candidates: 'legacy' is the baseline; name the stacks to judge against it"),
+    ('["candidate", "candidate"]', "tool.upgrade-gate.candidates: a name appears twice in ['candidate', 'candidate']"),
+    ('"candidate"', "tool.upgrade-gate.candidates: expected an array, got 'candidate'"),
+])
+def test_candidates_name_specs_other_than_the_baseline(tmp_path, candidates, error):
+    path = set_config(tmp_path, f"[tool.upgrade-gate]\ncandidates = {candidates}\n")
+    assert error_for(tmp_path) == f"{path}: {error}"
 
 
 def test_unknown_suite(project):
@@ -419,10 +450,9 @@ def test_the_effective_table_reads_back_as_it_was(project, text):
 
 
 def test_pyprojects_commented_defaults_are_the_declarations():
-    from upgrade_gate.layout import REPO_ROOT
     from upgrade_gate.settings import defaults_text
 
-    assert defaults_text() in (REPO_ROOT / "pyproject.toml").read_text()
+    assert defaults_text() in (REPO / "pyproject.toml").read_text()
 
 
 def test_the_defaults_shown_are_the_defaults_loaded(tmp_path):

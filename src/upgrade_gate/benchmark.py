@@ -45,12 +45,12 @@ import numpy as np
 
 from upgrade_gate import layout, measure
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.plan import load_plan
 from upgrade_gate.results import GateStatus, Results
 from upgrade_gate.stats import median_interval, median_interval_rank, ratio_by_rounds
 
-BENCHMARKS = REPO_ROOT / "tests" / "benchmarks"
+BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
 NAMES = ("overhead", "noise", "sensitivity", "coverage")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
@@ -94,7 +94,7 @@ def main(argv: list[str], log: Any = print) -> int:
 
 def compare(config: Path | None, out: Path, models: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **({"UPGRADE_GATE_CONFIG": str(config)} if config else {})}
-    command = [sys.executable, "-m", "nox", "--noxfile", str(REPO_ROOT / "noxfile.py"), "--no-color",
+    command = [sys.executable, "-m", "nox", "--noxfile", str(NOXFILE), "--no-color",
                "-s", "compare", "--", "--out", str(out), "--models", models, *extra]
     return subprocess.run(command, env=env, capture_output=True, text=True)
 
@@ -300,7 +300,7 @@ print(json.dumps(statistics.median(extra)))
 
 def harness_cost_ns(bin_dir: Path) -> float:
     """What time_runs adds to each call, in nanoseconds, in this stack's interpreter."""
-    result = subprocess.run([str(bin_dir / "python"), "-P", "-c", HARNESS_COST, str(REPO_ROOT / "compat")],
+    result = subprocess.run([str(bin_dir / "python"), "-P", "-c", HARNESS_COST, str(TOOL_ROOT / "compat")],
                             capture_output=True, text=True, check=True)
     return max(0.0, float(json.loads(result.stdout)))
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from upgrade_gate import __version__
 from upgrade_gate.catalog import ModelEntry
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.specs import WORKER_MODULES
 
 MANIFEST = "manifest.json"
@@ -74,7 +74,7 @@ def source_files(model: ModelEntry) -> list[Path]:
     Built-in models live in models/; a project's models in its root. Imports of
     other packages (torch, numpy) are the stack's, keyed by its installed versions.
     """
-    root = model.project_root or REPO_ROOT / "models"
+    root = model.project_root or TOOL_ROOT / "models"
     module = model.factory.partition(":")[0]
     found: dict[str, Path] = {}
     pending = [module, "case"] if model.project_root is None else [module]
@@ -138,7 +138,7 @@ def files_digest(paths: list[Path], root: Path) -> str:
 
 
 def model_code_digest(model: ModelEntry) -> str:
-    root = model.project_root or REPO_ROOT
+    root = model.project_root or TOOL_ROOT
     return digest_of({"factory": model.factory, "sources": files_digest(source_files(model), root)})
 
 
@@ -148,7 +148,7 @@ def adapter_files(adapter: str) -> list[Path]:
     """The adapter's file (a module of compat/ by name, or a spec's own file) and every module of compat/
     it imports, transitively (parsed with ast): the candidate is keyed by executorch_profile.py too, and a
     team's file built on executorch_xnnpack by that module and what it imports."""
-    compat = REPO_ROOT / "compat"
+    compat = TOOL_ROOT / "compat"
     pending = [Path(adapter) if adapter.endswith(".py") else compat / f"{adapter}.py"]
     found: set[Path] = set()
     while pending:
@@ -169,8 +169,8 @@ def worker_code_digest(adapter: str) -> str:
     # A spec's own adapter file is named by its file name, not its folder: a clone elsewhere reuses the cache.
     return digest_of({
         "tool": __version__,
-        "worker": files_digest([REPO_ROOT / name for name in WORKER_FILES], REPO_ROOT),
-        "adapter": {path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else path.name:
+        "worker": files_digest([TOOL_ROOT / name for name in WORKER_FILES], TOOL_ROOT),
+        "adapter": {path.relative_to(TOOL_ROOT).as_posix() if path.is_relative_to(TOOL_ROOT) else path.name:
                     sha256_file(path) for path in adapter_files(adapter)},
     })
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.tomlfile import Table, read_toml
 
-CATALOG = REPO_ROOT / "models" / "suite.toml"
+CATALOG = TOOL_ROOT / "models" / "suite.toml"
 SUITES = ("smoke", "default", "full")
 NO_SUITE = "none"  # the suite setting's value for "the project's models only"
 # The float model every stack exports; quantized variants are run beside it.

@@ -1,7 +1,8 @@
 """Where every file lives, in one place: this tool's own folders, the cache shared by
 every run on a machine, and every file of a run in its report folder.
 
-    <REPO_ROOT>/compat, models, envs, noxfile.py     the worker side, the built-in suite, the default stacks
+    <TOOL_ROOT>/compat, models, envs, noxfile.py     the worker side, the built-in suite and stacks, the sessions
+                                                     (a checkout's top level, or the installed package's _tool/)
     <cache>/ ($UPGRADE_GATE_CACHE, else ~/.cache/upgrade-gate)
       results/<stack>/<model>/<phase>/<key>/         finished phases (upgrade_gate.cache)
       assets/<digest>/                               converted weights, prompts and photos
@@ -28,8 +29,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# The repository holds the worker-side folders next to the parent package.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = Path(__file__).resolve().parent
+# A wheel carries compat/, models/, envs/ and noxfile.py in the package (pyproject.toml's
+# force-include); a checkout, and an editable install of it, has them at the repository's top level.
+_INSTALLED = PACKAGE_DIR / "_tool"
+TOOL_ROOT = _INSTALLED if (_INSTALLED / "noxfile.py").is_file() else PACKAGE_DIR.parents[1]
+NOXFILE = TOOL_ROOT / "noxfile.py"
+BUILT_IN_ENVS = TOOL_ROOT / "envs"
+# Set by upgrade_gate.sessions when it loads NOXFILE into a team's own noxfile.
+NOXFILE_IN_TEAM_NOXFILE = "upgrade_gate_sessions"
 CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 PHASES = ("export", "runtime")
 

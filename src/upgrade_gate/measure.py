@@ -38,7 +38,7 @@ from typing import Any
 from upgrade_gate import cache, contention, layout, runner, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.catalog import ModelEntry
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION, load_stack_info, load_stack_model
@@ -46,7 +46,7 @@ from upgrade_gate.specs import StackSpec
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
-MEASURE_CODE = [REPO_ROOT / "src" / "upgrade_gate" / name for name in ("measure.py", "supervisor.py", "contention.py")]
+MEASURE_CODE = [PACKAGE_DIR / name for name in ("measure.py", "supervisor.py", "contention.py")]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -212,7 +212,7 @@ def start_server(
     job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
     write_json_atomic(job_file, job)
     server = supervisor.Server(
-        runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=REPO_ROOT,
+        runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=TOOL_ROOT,
         log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
         memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV, deadline_key=settings.timeout_key,
     )
@@ -278,5 +278,5 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
         "warmup": settings.warmup,
         "iterations": settings.iterations,
         "time_budget_s": settings.time_budget_s,
-        "code": cache.files_digest(MEASURE_CODE, REPO_ROOT),
+        "code": cache.files_digest(MEASURE_CODE, PACKAGE_DIR),
     })

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
+import json
 import os
 import shutil
 import signal
@@ -29,7 +30,8 @@ from typing import Any, NoReturn
 
 import nox.command
 
-from upgrade_gate import __version__, layout, project, runner, shards, supervisor
+from upgrade_gate import __version__, cache, layout, project, runner, shards, supervisor
+from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.compare import gather, stack_info
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RecordError
 from upgrade_gate.plan import Plan, load_plan
@@ -165,6 +167,51 @@ def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir
     constraints = bin_dir.parent / "stack-constraints.txt"
     constraints.write_text("".join(f"{r}\n" for r in spec.requirements))
     return install(uv, bin_dir, ["--constraint", str(constraints), *settings.install], cwd=settings.root)
+
+
+# What a reused venv was last made from, beside its bin/.
+VENV_RECIPE = "upgrade-gate-recipe.json"
+
+
+def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) -> None:
+    """Make a reused venv hold its recipe and nothing else (``recipe_installed`` records it).
+
+    ``uv pip install`` only adds: a requirement dropped from a spec or the configuration would
+    stay installed, and the stack would no longer be what its spec says. When the recipe is not
+    the one the venv was last made from, every distribution in it is removed first (uv links
+    from its cache: reinstalling costs seconds)."""
+    marker = bin_dir.parent / VENV_RECIPE
+    try:
+        made_from = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        made_from = None
+    if made_from == recipe:
+        return
+    marker.unlink(missing_ok=True)
+    installed = [d.partition("==")[0] for d in cache.installed_distributions(bin_dir.parent)]
+    if installed:
+        subprocess.run([uv, "pip", "uninstall", "--python", str(bin_dir / "python"), *installed],
+                       capture_output=True, check=False)
+
+
+def recipe_installed(bin_dir: Path, recipe: dict[str, Any]) -> None:
+    write_json_atomic(bin_dir.parent / VENV_RECIPE, recipe)
+
+
+def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, Any]:
+    """A stack's venv: the spec's Python and requirements, then ``installs`` (uv pip install
+    arguments, from ``cwd``), and the metadata of the local projects among them (``-e .``), whose
+    own dependencies change with it."""
+    local = {}
+    for argument in installs:
+        folder = cwd / argument.split("[", 1)[0]
+        if argument.startswith("-") or not folder.is_dir():
+            continue
+        for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+            if (folder / name).is_file():
+                local[str((folder / name).resolve())] = cache.sha256_file(folder / name)
+    return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
+            "from": str(cwd), "local": local}
 
 
 class FolderBusy(Exception):

@@ -11,7 +11,7 @@ from pathlib import Path
 from upgrade_gate import catalog
 from upgrade_gate.catalog import FP32, VARIANT_SEPARATOR, ModelEntry
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import BUILT_IN_ENVS, TOOL_ROOT
 from upgrade_gate.settings import ALL_STACKS, OPTION, TABLE, Settings, default_config_path, load_settings
 from upgrade_gate.specs import StackSpec, load_stacks
 from upgrade_gate.tomlfile import Table
@@ -142,9 +142,14 @@ class Plan:
 
 
 def stacks_of(settings: Settings) -> list[StackSpec]:
-    """The stack specs the settings point at, baseline first."""
-    return load_stacks(settings.envs_dir, baseline=settings.baseline, adapters_dir=REPO_ROOT / "compat",
-                       config_path=settings.config_path)
+    """The built-in stack specs and the team's (replacing them by name), baseline first."""
+    own = settings.envs_dir
+    # Left at its default, the team's folder may be absent: the built-in stacks alone.
+    if not own.is_dir() and own != settings.config_path.parent / "envs":
+        raise ConfigError(f"{own} is not a folder; give the folder of your stack specs (*.toml), relative to "
+                          f"{settings.config_path.parent}", path=settings.config_path, key="tool.upgrade-gate.envs")
+    return load_stacks([BUILT_IN_ENVS, own], baseline=settings.baseline, candidates=settings.candidates,
+                       adapters_dir=TOOL_ROOT / "compat", config_path=settings.config_path)
 
 
 def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None,

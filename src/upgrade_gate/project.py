@@ -23,7 +23,7 @@ from typing import Any
 from upgrade_gate import layout, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.errors import RecordError
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
 from upgrade_gate.runner import venv_env
@@ -110,7 +110,7 @@ def _write_run(plan: Plan, stack: str, record: dict[str, Any]) -> dict[str, Any]
 def run_scan(settings: ProjectSettings, bin_dir: Path, target: Path) -> str | None:
     """Run compat/scan.py over the project's source in the scan venv; None, or the scanner's usage error."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    argv = [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "scan.py"), "--root", str(settings.root),
+    argv = [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "scan.py"), "--root", str(settings.root),
             "--out", str(target), *settings.scan]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode == 2:

@@ -26,7 +26,7 @@ from upgrade_gate import cache, layout, shards, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.catalog import ModelEntry
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION
@@ -298,14 +298,14 @@ def _start_worker(
     write_json_atomic(job_file, job)
     settings = plan.settings
     return supervisor.run_supervised(
-        worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=REPO_ROOT, log_file=log_file,
+        worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=TOOL_ROOT, log_file=log_file,
         phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
         first_stage=first_stage, on_stage=on_stage,
     )
 
 
 def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
-    return [str(bin_dir / "python"), "-P", str(REPO_ROOT / "compat" / "worker.py"), command, str(job_file)]
+    return [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "worker.py"), command, str(job_file)]
 
 
 def venv_env(bin_dir: Path) -> dict[str, str]:

@@ -31,7 +31,7 @@ from typing import Any
 from upgrade_gate import catalog
 from upgrade_gate.catalog import QUANTIZED_VARIANTS, SUITES, VARIANT_SEPARATOR, ModelEntry
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import REPO_ROOT, cache_root
+from upgrade_gate.layout import cache_root
 from upgrade_gate.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
 from upgrade_gate.stats import fewest_rounds
 from upgrade_gate.tomlfile import Table, read_toml
@@ -43,8 +43,9 @@ ALL_STACKS = "*"
 
 
 def default_config_path() -> Path:
-    """``$UPGRADE_GATE_CONFIG`` if set, else this repository's pyproject.toml."""
-    return Path(os.environ.get(CONFIG_ENV_VAR) or REPO_ROOT / "pyproject.toml").resolve()
+    """``$UPGRADE_GATE_CONFIG`` if set, else the pyproject.toml of the folder nox runs in: the
+    noxfile's own (nox changes into it), a team's repository, or this checkout."""
+    return Path(os.environ.get(CONFIG_ENV_VAR) or Path.cwd() / "pyproject.toml").resolve()
 
 
 # -- how values are read ---------------------------------------------------------------
@@ -79,6 +80,16 @@ def _folder(table: Table, key: str, raw: Any, base: Path) -> Path:
 
 
 FOLDER = Kind(read=_folder, write=str)
+
+
+def _names(table: Table, key: str, raw: Any, base: Path) -> tuple[str, ...]:
+    names = table.get_str_list(key, raw)
+    if len(set(names)) != len(names):
+        raise table.error(key, f"a name appears twice in {names!r}")
+    return tuple(names)
+
+
+NAMES = Kind(read=_names, write=list)
 
 
 def _integer(minimum: int) -> Kind:
@@ -192,10 +203,13 @@ class Option:
 
 
 OPTIONS = (
+    # The built-in stacks (legacy, candidate) are upgrade-gate's own envs/: a team's folder need not exist.
     Option(key="envs", attribute="envs_dir", default="envs", kind=FOLDER,
-           help="folder of stack specs, one *.toml per stack"),
+           help="your stack specs, one *.toml per stack: added to the built-in ones, or replacing one by name"),
     Option(key="baseline", attribute="baseline", default="legacy", kind=_text(),
-           help="the stack shipped today; every other spec is a candidate"),
+           help="the stack shipped today, by spec name"),
+    Option(key="candidates", attribute="candidates", default=[], kind=NAMES,
+           help="the stacks to judge against it ([]: every other spec)"),
     Option(key="suite", attribute="suite", default="default", kind=_text((*SUITES, catalog.NO_SUITE)), flag="--suite",
            help="built-in models to run: smoke, default, full or none (models/suite.toml)"),
     Option(key="out", attribute="out_dir", default="report", kind=FOLDER, flag="--out",
@@ -404,6 +418,7 @@ class Settings:
     config_path: Path
     envs_dir: Path
     baseline: str
+    candidates: tuple[str, ...]
     suite: str
     out_dir: Path
     # Content-addressed store of finished phases, shared by every report folder.

@@ -1,10 +1,10 @@
-"""Stack specs: one TOML file per stack in ``envs/``.
+"""Stack specs: one TOML file per stack, upgrade-gate's own in ``envs/`` and a team's in its ``envs`` folder.
 
 A spec says how to build the stack's venv (Python version, requirements) and
 which adapter exports and runs models there: a module of ``compat/`` by name,
 or a file of the team's own (a path ending in ``.py``, relative to the spec). The stack's name is
-the file's stem; the configuration names one stack the baseline, and every
-other spec in the folder is a candidate.
+the file's stem; a team's spec replaces the built-in one of the same name. The configuration
+names one stack the baseline, and the candidates (every other spec, unless it names them).
 """
 
 from __future__ import annotations
@@ -127,23 +127,28 @@ def _is_version(text: str) -> bool:
     return True
 
 
-def load_stacks(envs_dir: Path, *, baseline: str, adapters_dir: Path, config_path: Path) -> list[StackSpec]:
-    """All specs in ``envs_dir``, the baseline first, then candidates by name."""
-    paths = sorted(envs_dir.glob("*.toml")) if envs_dir.is_dir() else []
-    if not paths:
-        raise ConfigError(f"no stack specs (*.toml) in {envs_dir}", path=config_path, key="tool.upgrade-gate.envs")
-    names = [p.stem for p in paths]
-    if baseline not in names:
-        raise ConfigError(
-            f"no stack spec {baseline}.toml in {envs_dir}; specs there: {', '.join(names)}",
-            path=config_path,
-            key="tool.upgrade-gate.baseline",
-        )
-    if len(paths) < 2:
-        raise ConfigError(
-            f"only the baseline spec in {envs_dir}; add a candidate stack spec beside it",
-            path=config_path,
-            key="tool.upgrade-gate.envs",
-        )
-    specs = [load_spec(p, adapters_dir=adapters_dir, is_baseline=p.stem == baseline) for p in paths]
-    return sorted(specs, key=lambda s: (not s.is_baseline, s.name))
+def load_stacks(folders: list[Path], *, baseline: str, candidates: tuple[str, ...], adapters_dir: Path,
+                config_path: Path) -> list[StackSpec]:
+    """The specs in ``folders`` (a later folder's spec replaces an earlier one of the same name):
+    the baseline first, then the candidates by name."""
+    by_name = {p.stem: p for folder in folders if folder.is_dir() for p in sorted(folder.glob("*.toml"))}
+    if not by_name:
+        raise ConfigError(f"no stack specs (*.toml) in {', '.join(map(str, folders))}", path=config_path,
+                          key="tool.upgrade-gate.envs")
+    known = ", ".join(sorted(by_name))
+    if baseline not in by_name:
+        raise ConfigError(f"no stack spec named {baseline!r}; specs: {known}", path=config_path,
+                          key="tool.upgrade-gate.baseline")
+    unknown = [name for name in candidates if name not in by_name]
+    if unknown:
+        raise ConfigError(f"no stack spec named {unknown[0]!r}; specs: {known}", path=config_path,
+                          key="tool.upgrade-gate.candidates")
+    if baseline in candidates:
+        raise ConfigError(f"{baseline!r} is the baseline; name the stacks to judge against it",
+                          path=config_path, key="tool.upgrade-gate.candidates")
+    chosen = list(candidates) or sorted(name for name in by_name if name != baseline)
+    if not chosen:
+        raise ConfigError(f"only the baseline spec {by_name[baseline]}; add a candidate stack spec beside it",
+                          path=config_path, key="tool.upgrade-gate.envs")
+    return [load_spec(by_name[name], adapters_dir=adapters_dir, is_baseline=name == baseline)
+            for name in [baseline, *sorted(chosen)]]

@@ -1,0 +1,100 @@
+"""upgrade-gate as a team uses it: installed from a wheel into a venv of its own, run in the team's
+repository by the ``upgrade-gate`` command, with nothing of this checkout importable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nox.virtualenv
+import pytest
+from test_project_compat import copy_sample_project
+
+from upgrade_gate import cli
+
+REPO = Path(__file__).resolve().parents[1]
+UV = nox.virtualenv.find_uv()[1]
+
+
+def outside_this_checkout() -> dict[str, str]:
+    """The environment of a shell in the team's repository: no path into this checkout."""
+    return {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "UPGRADE_GATE_CONFIG")}
+
+
+@pytest.mark.integration
+def test_an_installed_upgrade_gate_judges_a_teams_repository(tmp_path):
+    # The sdist, then the wheel built from it: what `pip install upgrade-gate` or a git URL gets.
+    built = subprocess.run([UV, "build", "--out-dir", str(tmp_path / "dist"), str(REPO)], capture_output=True,
+                           text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel, = (tmp_path / "dist").glob("upgrade_gate-*.whl")
+    tool = tmp_path / "tool"
+    subprocess.run([UV, "venv", "-q", "-p", "3.11", str(tool)], check=True, timeout=120)
+    subprocess.run([UV, "pip", "install", "-q", "--python", str(tool / "bin" / "python"), str(wheel)], check=True,
+                   timeout=600)
+    team = copy_sample_project(tmp_path / "team")  # its own model, tests and pyproject.toml; no envs/
+    env = outside_this_checkout()
+    where = subprocess.run([str(tool / "bin" / "python"), "-c", "import upgrade_gate.layout as l; print(l.TOOL_ROOT)"],
+                           cwd=team, env=env, capture_output=True, text=True, check=True)
+    tool_root = Path(where.stdout.strip())
+    assert tool_root.is_relative_to(tool) and (tool_root / "compat" / "worker.py").is_file()
+
+    # From a folder inside the team's repository: the command finds its pyproject.toml above.
+    # --fresh: the workers from the wheel export and run, whatever the cache holds.
+    result = subprocess.run([str(tool / "bin" / "upgrade-gate"), "compare", "--", "--fresh"], cwd=team / "tests",
+                            env=env, capture_output=True, text=True, timeout=1800)
+    # NO-GO: a test of the team's that passes on the baseline fails on the candidate (tests/test_project_compat.py).
+    assert result.returncode == 1, result.stderr[-4000:]
+    verdict = json.loads((team / "report" / "verdict.json").read_text())
+    assert verdict["verdict"] == "NO-GO"
+    gates = {(g["model"], g["gate"]): g["status"] for g in verdict["gates"]}
+    assert gates[("edge-classifier", "export")] == gates[("edge-classifier", "numerics")] == "passed"
+    assert gates[("project", "project-tests")] == "failed"
+    results = json.loads((team / "report" / "results.json").read_text())
+    assert results["settings"]["envs"] == str(team / "envs")  # absent: the built-in stacks, from the wheel
+    assert list(results["stacks"]) == ["legacy", "candidate"]
+    # The stacks' venvs are the team's, each made from its recipe.
+    for stack in ("legacy", "candidate"):
+        assert (team / ".nox" / f"run-{stack}" / "upgrade-gate-recipe.json").is_file()
+        assert (team / ".nox" / f"project-{stack}" / "upgrade-gate-recipe.json").is_file()
+
+
+def test_the_command_runs_the_sessions_it_is_given_with_its_own_noxfile(tmp_path):
+    config = tmp_path / "pyproject.toml"
+    assert cli.nox_arguments(["compare"], config) == [
+        "--noxfile", str(REPO / "noxfile.py"), "--envdir", str(tmp_path / ".nox"), "--sessions", "compare"]
+    assert cli.nox_arguments(["assets", "run(legacy)", "measure", "--", "--shard", "1/2"], config)[4:] == [
+        "--sessions", "assets", "run(legacy)", "measure", "--", "--shard", "1/2"]
+    assert cli.nox_arguments(["-l"], config)[4:] == ["-l"]
+    assert cli.nox_arguments(["report", "--no-color", "--", "shards/a"], config)[4:] == [
+        "--sessions", "report", "--no-color", "--", "shards/a"]
+
+
+def test_the_command_finds_the_nearest_pyproject_or_says_there_is_none(tmp_path):
+    (tmp_path / "team" / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "team" / "pyproject.toml").write_text("[project]\nname = 'team'\n")
+    assert cli.find_config(tmp_path / "team" / "src" / "pkg") == tmp_path / "team" / "pyproject.toml"
+    env = {**outside_this_checkout(), "PYTHONPATH": str(REPO / "src")}
+    result = subprocess.run([sys.executable, "-m", "upgrade_gate", "compare"], cwd="/", env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr == ("upgrade-gate: error: no pyproject.toml in / or any folder above it; run from your "
+                             "repository, or create one (a [tool.upgrade-gate] table in it is optional: see the README)\n")
+
+
+def test_one_line_adds_the_sessions_to_a_teams_noxfile_and_keeps_its_defaults(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.upgrade-gate]\n")
+    (tmp_path / "noxfile.py").write_text(
+        "import nox\n\nimport upgrade_gate.sessions  # noqa: F401\n\nnox.options.sessions = ['lint']\n\n\n"
+        "@nox.session(python=False)\ndef lint(session):\n    session.log('linting')\n")
+    env = {**outside_this_checkout(), "PYTHONPATH": str(REPO / "src")}
+    listed = subprocess.run([sys.executable, "-m", "nox", "-l", "--noxfile", str(tmp_path / "noxfile.py")],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    lines = listed.stdout.splitlines()
+    assert "* lint" in lines  # still the team's default
+    for session in ("compare", "compat", "run(legacy)", "run(candidate)", "report", "diff"):
+        assert any(line.startswith(f"- {session} -> ") for line in lines), (session, listed.stdout)
