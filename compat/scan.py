@@ -1,4 +1,4 @@
-"""Which calls in a project's source change on the candidate stack: an API-migration scan.
+"""Which uses of torch in a project's source change on the candidate stack: an API-migration scan.
 
     python compat/scan.py --root PROJECT_DIR --out OUT.json [PATH ...]
 
@@ -11,14 +11,17 @@ It reads source only and never imports torch, so it runs in its own small venv (
 which brings libcst and PyYAML), not inside a stack. Names resolve through imports and aliases
 with libcst's QualifiedNameProvider, as TorchFix's own visitors do: `import torch.jit as J;
 J.trace(m, x)` is torch.jit.trace, and a name that only appears in a string or a comment is
-nothing.
+nothing. A use is a call, a bare decorator or any other reference (`ctx =
+torch.cuda.amp.autocast`, `partial(autocast, ...)` after `from torch.cuda.amp import autocast`),
+each reported once: a call is not also reported as the reference it calls.
 
 The record: schema_version, scanner (versions, number of our rules), root, paths,
 files_scanned, findings and errors (files that could not be read or parsed). A finding is
 {file (relative to root, POSIX), line, column (both 1-based; an import's is its name's),
 code (UGnnn ours, TORnnn TorchFix's), source ("upgrade-gate" | "torchfix"), name (the
 qualified name matched; the method name for attribute-call rules), call (the source, one
-line), summary, why, replacement}. Findings are sorted by file, line, column and code.
+line: the call or import; for another reference, the statement holding it), summary, why,
+replacement}. Findings are sorted by file, line, column and code.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import QualifiedNameProvider, WhitespaceInclusivePositionProvider
+from libcst.metadata import ParentNodeProvider, QualifiedNameProvider, WhitespaceInclusivePositionProvider
 from torchfix.common import LintViolation, TorchError, TorchVisitor
 from torchfix.torchfix import get_visitors_with_error_codes, process_error_code_str
 
@@ -48,7 +51,7 @@ RULES_PATH = Path(__file__).with_name("migration_rules.toml")
 # Hidden folders (.git, .nox, .venv, ...) and any venv (a folder with pyvenv.cfg) are skipped too.
 SKIPPED_FOLDERS = frozenset({"__pycache__", "build", "dist", "site-packages", "node_modules"})
 CALL_TEXT_LIMIT = 120
-RULE_KINDS = ("call", "attribute-call")
+RULE_KINDS = ("name", "attribute-call")
 RULE_KEYS = {"names", "kind", "imports", "summary", "why", "replacement"}
 ADVICE_KEYS = {"why", "replacement"}
 
@@ -77,9 +80,10 @@ class Rule:
         """How closely one of the rule's names matches `name` (higher is closer), or None."""
         best: tuple[int, int] | None = None
         for pattern in self.names:
-            if pattern.endswith(".*"):
-                package = pattern[:-2]
-                score = (0, len(package)) if name == package or name.startswith(package + ".") else None
+            if pattern.endswith("*"):
+                prefix = pattern[:-1]  # "pkg.mod." also matches pkg.mod itself; "pkg._" does not match pkg
+                matches = name.startswith(prefix) or (prefix.endswith(".") and name == prefix[:-1])
+                score = (0, len(prefix)) if matches else None
             else:
                 score = (1, len(pattern)) if name == pattern else None
             if score is not None and (best is None or score > best):
@@ -125,7 +129,7 @@ def load_rules(path: Path = RULES_PATH) -> RuleSet:
         names = table.get("names")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
             raise RulesError(f"'{code}.names' must be a non-empty list of names")
-        kind = _text(table, "kind", code, default="call")
+        kind = _text(table, "kind", code, default="name")
         if kind not in RULE_KINDS:
             raise RulesError(f"Unknown kind {kind!r} in '{code}.kind' (expected one of {list(RULE_KINDS)})")
         imports = table.get("imports", False)
@@ -163,6 +167,15 @@ def _calls_through_a_call(func: cst.BaseExpression) -> bool:
     return isinstance(func, cst.Call)
 
 
+def _chain(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a.b.c`, `a.b`, `a`: the node and the references inside it, outermost first."""
+    chain = [node]
+    while isinstance(node, cst.Attribute):
+        node = node.value
+        chain.append(node)
+    return chain
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Hit:
     line: int
@@ -175,16 +188,20 @@ class _Hit:
 class MigrationVisitor(TorchVisitor):
     """Our rules, as a TorchFix-style visitor (batched with TorchFix's own)."""
 
+    METADATA_DEPENDENCIES = (*TorchVisitor.METADATA_DEPENDENCIES, ParentNodeProvider)
     ERRORS: list[TorchError] = []  # our codes come from the toml, not from TorchError entries
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         super().__init__()
-        self.call_rules = [rule for rule in rules if rule.kind == "call"]
+        self.name_rules = [rule for rule in rules if rule.kind == "name"]
         self.attribute_rules = [rule for rule in rules if rule.kind == "attribute-call"]
-        self.import_rules = [rule for rule in self.call_rules if rule.imports]
+        self.import_rules = [rule for rule in self.name_rules if rule.imports]
         self.hits: list[_Hit] = []
         # Every call's qualified names by id(node), to name TorchFix's findings after the visit.
         self.call_names: dict[int, set[str]] = {}
+        # References already reported, or part of one that was (by id): the visit goes from a
+        # call to its callee and from `a.b.c` to `a.b`, and one use is one finding.
+        self.seen_references: set[int] = set()
 
     @staticmethod
     def _best(rules: Sequence[Rule], names: set[str]) -> tuple[Rule, str] | None:
@@ -200,6 +217,9 @@ class MigrationVisitor(TorchVisitor):
     def _qualified_names(self, node: cst.CSTNode) -> set[str]:
         return {qualified.name for qualified in self.get_metadata(QualifiedNameProvider, node, set())}
 
+    def _mark_seen(self, reference: cst.BaseExpression) -> None:
+        self.seen_references.update(id(part) for part in _chain(reference))
+
     def visit_Call(self, node: cst.Call) -> None:
         if not isinstance(node.func, cst.Call):
             self.call_names[id(node)] = self._qualified_names(node)
@@ -207,20 +227,53 @@ class MigrationVisitor(TorchVisitor):
             match = self._best(self.attribute_rules, {node.func.attr.value})
             if match is not None:
                 self._hit(node, node, *match)
+                self._mark_seen(node.func)
                 return
         if isinstance(node.func, cst.Call) or _calls_through_a_call(node.func):
             return
-        match = self._best(self.call_rules, self.call_names[id(node)])
+        match = self._best(self.name_rules, self.call_names[id(node)])
         if match is not None:
             self._hit(node, node, *match)
+            self._mark_seen(node.func)
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         # `@torch.jit.script` with no parentheses calls it all the same.
         if isinstance(node.decorator, cst.Call) or _calls_through_a_call(node.decorator):
             return
-        match = self._best(self.call_rules, self._qualified_names(node.decorator))
+        match = self._best(self.name_rules, self._qualified_names(node.decorator))
         if match is not None:
             self._hit(node.decorator, node, *match)
+            self._mark_seen(node.decorator)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def _reference(self, node: cst.Attribute | cst.Name) -> None:
+        """A use that is not a call: `ctx = torch.cuda.amp.autocast`, `partial(autocast, ...)`."""
+        if id(node) in self.seen_references:
+            return
+        chain = _chain(node)
+        self._mark_seen(node)
+        if not isinstance(chain[-1], cst.Name):
+            return  # `f(x).g`, `x[0].g`: libcst's name for them is not what they refer to
+        # The outermost part a rule names: `torch.cuda.amp.autocast.__enter__` is autocast's use.
+        for part in chain:
+            match = self._best(self.name_rules, self._qualified_names(part))
+            if match is not None:
+                self._hit(node, self._statement(node), *match)
+                return
+
+    def _statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The small statement holding node (`ctx = autocast`), or node itself in a compound one's header."""
+        parent: cst.CSTNode | None = node
+        while parent is not None and not isinstance(parent, cst.BaseSmallStatement):
+            if isinstance(parent, cst.BaseCompoundStatement | cst.Decorator):
+                return node
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        return parent or node
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

@@ -71,12 +71,21 @@ RULE_CASES = {
         [(2, 9, "UG107", "torch._export.capture_pre_autograd_graph")]),
     "cuda autocast as a context manager": ("import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
                                            [(2, 6, "UG108", "torch.cuda.amp.autocast")]),
-    "GradScaler": ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n",
-                   [(2, 10, "UG108", "torch.cuda.amp.GradScaler")]),
+    "GradScaler imported and called": ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n",
+                                       [(1, 28, "UG108", "torch.cuda.amp.GradScaler"),
+                                        (2, 10, "UG108", "torch.cuda.amp.GradScaler")]),
     "impl_abstract": ("import torch\n\n@torch.library.impl_abstract('edge::op')\ndef fake(x):\n    return x\n",
                       [(3, 2, "UG109", "torch.library.impl_abstract")]),
     "dynamic_dim": ("from torch.export import dynamic_dim\nc = dynamic_dim(x, 0)\n",
                     [(1, 26, "UG110", "torch.export.dynamic_dim"), (2, 5, "UG110", "torch.export.dynamic_dim")]),
+    "private TorchScript API as a decorator, a call, an import": (
+        "import torch\nfrom torch.jit import _overload\n\n@torch.jit._overload\ndef f(x: int) -> int: ...\n"
+        "g = torch.jit._script_if_tracing(f)\n",
+        [(2, 23, "UG111", "torch.jit._overload"), (4, 2, "UG111", "torch.jit._overload"),
+         (6, 5, "UG111", "torch.jit._script_if_tracing")]),
+    "private TorchScript module, imported and used": (
+        "import torch.jit._state\ntorch.jit._state.disable()\n",
+        [(1, 8, "UG111", "torch.jit._state"), (2, 1, "UG111", "torch.jit._state.disable")]),
     "one chain, three steps": (
         "import torch\nfrom torch.utils.mobile_optimizer import optimize_for_mobile\n"
         "optimize_for_mobile(torch.jit.trace(m, x))._save_for_lite_interpreter(p)\n",
@@ -95,6 +104,47 @@ def test_rule_findings(source: str, expected: list[tuple[int, int, str, str]]) -
         assert finding["file"] == "edge.py"
         assert (finding["summary"], finding["why"], finding["replacement"]) == (
             rule.summary, rule.why, rule.replacement)
+
+
+# Uses that are not calls (issue 18): each found once, with the statement that holds it as its "call".
+# (source, our findings as (line, column, code, qualified name, call))
+REFERENCE_CASES = {
+    "functools.partial of the qualified name": (
+        "import functools\nimport torch\nfp16 = functools.partial(torch.cuda.amp.autocast, dtype=torch.float16)\n",
+        [(3, 26, "UG108", "torch.cuda.amp.autocast",
+          "fp16 = functools.partial(torch.cuda.amp.autocast, dtype=torch.float16)")]),
+    "functools.partial of an imported name": (
+        "from functools import partial\nfrom torch.cuda.amp import autocast\nfp16 = partial(autocast, dtype=None)\n",
+        [(2, 28, "UG108", "torch.cuda.amp.autocast", "from torch.cuda.amp import autocast"),
+         (3, 16, "UG108", "torch.cuda.amp.autocast", "fp16 = partial(autocast, dtype=None)")]),
+    "bound to a name": ("import torch\nctx = torch.cuda.amp.autocast\n",
+                        [(2, 7, "UG108", "torch.cuda.amp.autocast", "ctx = torch.cuda.amp.autocast")]),
+    "merely imported": ("from torch.cuda.amp import autocast\n",
+                        [(1, 28, "UG108", "torch.cuda.amp.autocast", "from torch.cuda.amp import autocast")]),
+    "through a module alias": ("import torch.cuda.amp as amp\nctx = amp.autocast\n",
+                               [(2, 7, "UG108", "torch.cuda.amp.autocast", "ctx = amp.autocast")]),
+    "called through a module alias: one finding, the call": (
+        "import torch.cuda.amp as amp\nwith amp.autocast():\n    pass\n",
+        [(2, 6, "UG108", "torch.cuda.amp.autocast", "amp.autocast()")]),
+    "an attribute of it, in a compound statement's header": (
+        "import torch\nif hook is torch.cuda.amp.autocast.__enter__:\n    pass\n",
+        [(2, 12, "UG108", "torch.cuda.amp.autocast", "torch.cuda.amp.autocast.__enter__")]),
+    "a private TorchScript function bound to a name": (
+        "import torch\nscript_if_tracing = torch.jit._script_if_tracing\n",
+        [(2, 21, "UG111", "torch.jit._script_if_tracing", "script_if_tracing = torch.jit._script_if_tracing")]),
+}
+
+
+@pytest.mark.parametrize(("source", "expected"), REFERENCE_CASES.values(), ids=REFERENCE_CASES.keys())
+def test_references_and_imports_are_found_once(source: str, expected: list[tuple[int, int, str, str, str]]) -> None:
+    findings = scan.scan_source(source)
+    assert [(f["line"], f["column"], f["code"], f["name"], f["call"]) for f in findings] == expected
+
+
+def test_private_torchscript_api_says_why() -> None:
+    (finding,) = scan.scan_source("import torch\ntorch.jit._script_if_tracing(f)\n")
+    assert finding["summary"] == "private TorchScript API"
+    assert finding["why"].startswith("Private API: may change or vanish without deprecation.")
 
 
 def test_a_finding_shows_its_call_on_one_line() -> None:
@@ -116,6 +166,13 @@ NOTHING_CASES = {
         "import torch\nfrom torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e\n"
         "ep = torch.export.export(model, example)\nprepare_pt2e(ep.module(), quantizer)\n"
         "with torch.amp.autocast('cpu'):\n    pass\n"),
+    "another package's autocast": (
+        "from functools import partial\nfrom apex.amp import autocast\nimport other.cuda.amp as amp\n"
+        "fp16 = partial(autocast)\nctx = amp.autocast\nwith autocast():\n    pass\n"),
+    "a local autocast shadowing nothing of torch's": (
+        "import torch\n\ndef autocast(enabled=True):\n    return torch.amp.autocast('cpu', enabled=enabled)\n\n"
+        "ctx = autocast\n"),
+    "public torch.jit names": "import torch\nf = torch.jit.script_if_tracing(g)\nw = torch.jit.wait\n",
 }
 
 
@@ -164,7 +221,7 @@ replacement = "broad fix"
 
 [UG902]
 names = ["torch.ao.quantization.prepare"]
-kind = "call"
+kind = "name"
 imports = true
 summary = "prepare"
 why = "exact"
@@ -185,7 +242,7 @@ def test_a_node_two_rules_match_is_reported_once_by_the_most_specific(tmp_path: 
 
 BAD_RULES = {
     "unknown kind": ('[UG1]\nnames = ["a.b"]\nkind = "method"\nsummary = ""\nwhy = ""\nreplacement = ""\n',
-                     "Unknown kind 'method' in 'UG1.kind' (expected one of ['call', 'attribute-call'])"),
+                     "Unknown kind 'method' in 'UG1.kind' (expected one of ['name', 'attribute-call'])"),
     "no names": ('[UG1]\nnames = []\nsummary = ""\nwhy = ""\nreplacement = ""\n',
                  "'UG1.names' must be a non-empty list of names"),
     "why not text": ('[UG1]\nnames = ["a.b"]\nsummary = ""\nwhy = 3\nreplacement = ""\n',
@@ -204,7 +261,7 @@ def test_bad_rules_are_named(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_shipped_rules_cover_every_code_once() -> None:
-    assert sorted(RULES) == [f"UG{n}" for n in range(101, 111)]
+    assert sorted(RULES) == [f"UG{n}" for n in range(101, 112)]
     assert all(rule.summary and rule.why and rule.replacement for rule in RULES.values())
 
 

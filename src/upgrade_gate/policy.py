@@ -39,7 +39,7 @@ quieter machine can decide it.
 With ``[tool.upgrade-gate.project]``, two gates judge the team's own project
 for each candidate (model "project"): ``project-tests`` — no test that passes
 on the baseline fails, errors or goes missing on the candidate, but for the
-allow-list (hard by default) — and ``api-scan`` — no call in the project's
+allow-list (hard by default) — and ``api-scan`` — no use of an API in the project's
 source that the candidate changes or removes (soft by default).
 
 Beside the gates, two judgements that are not gates: *baseline findings* (a
