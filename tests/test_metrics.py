@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from upgrade_gate.metrics import compare_arrays, compare_outputs
+from upgrade_gate.metrics import OutputMetrics, compare_arrays, compare_outputs
+from upgrade_gate.records import Reader
 
 inf, nan = math.inf, math.nan
 
@@ -83,3 +84,41 @@ def test_compare_outputs_orders_numerically_and_flags_missing_names():
     assert [r.name for r in results] == ["output_0", "output_1", "output_2", "output_10"]
     missing = results[1]
     assert not missing.shape_match and missing.shape == () and missing.reference_shape == (2,)
+
+
+# (reference, why it is degenerate, or None): real arrays, compared with themselves.
+DEGENERATE_CASES = {
+    "all zero": (np.zeros((2, 8), np.float32), "≈ 0: max |value| 0.0e+00 ≤ 1e-06"),
+    "all tiny": (np.linspace(-5e-7, 5e-7, 16), "≈ 0: max |value| 5.0e-07 ≤ 1e-06"),
+    "constant": (np.full((1, 16), -0.25, np.float32),
+                 "constant: values spread 0.0e+00 ≤ 1e-06 × max |value| 0.25"),
+    "constant up to rounding": (np.array([1000.0, 1000.0 + 1e-4, 1000.0]),
+                                "constant: values spread 1.0e-04 ≤ 1e-06 × max |value| 1e+03"),
+    "a normal output": (np.linspace(-1.0, 1.0, 16, dtype=np.float32), None),
+    "small but varying": (np.array([2e-6, -2e-6, 0.0]), None),
+    "one value, not ≈ 0": (np.array([[0.5]], np.float32), None),  # nothing to spread: rel_l2 of a scalar
+    "integers that vary": (np.array([3, 4, 5], dtype=np.int64), None),
+}
+
+
+@pytest.mark.parametrize(("reference", "why"), DEGENERATE_CASES.values(), ids=DEGENERATE_CASES.keys())
+def test_a_degenerate_reference_is_named(reference, why):
+    metrics = compare_arrays("out", reference.copy(), reference)
+    assert metrics.comparable and metrics.rel_l2 == 0.0  # the comparison itself passes whatever
+    assert metrics.degenerate_reference == why
+
+
+def test_the_reference_range_is_measured_and_reads_back():
+    metrics = compare_arrays("out", np.array([1.0, 2.0]), np.array([-3.0, 1.0]))
+    assert (metrics.reference_max_abs, metrics.reference_spread) == (3.0, 4.0)
+    assert OutputMetrics.from_reader(Reader(metrics.to_dict(), "out")) == metrics
+    # A record written before the range was measured reads as unmeasured: no warning.
+    older = {key: value for key, value in metrics.to_dict().items()
+             if key not in ("reference_max_abs", "reference_spread")}
+    assert OutputMetrics.from_reader(Reader(older, "out")).degenerate_reference is None
+
+
+def test_no_range_when_there_is_nothing_to_compare():
+    assert compare_arrays("out", np.zeros((1, 4)), np.zeros((4,))).degenerate_reference is None
+    assert compare_arrays("out", np.array([math.nan]), np.zeros(1)).degenerate_reference is None
+    assert compare_arrays("out", np.zeros((0, 3)), np.zeros((0, 3))).degenerate_reference is None

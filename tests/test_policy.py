@@ -304,6 +304,22 @@ def test_a_quantized_variant_is_judged_against_the_fp32_reference_by_its_own_gat
     assert numerics.evidence == "artifact(candidate) vs eager(legacy)"
 
 
+def test_a_degenerate_reference_is_a_warning_of_the_quantized_numerics_gate_too(project):
+    plan = quantized_plan(project)
+    out = plan.settings.out_dir
+    saturated = np.full((1, 64), 0.5, np.float32)
+    write_pair(out, candidate_artifact=[REFERENCE])
+    for stack, recipe in (("legacy", "FX static (qnnpack)"), ("candidate", "PT2E (XNNPACKQuantizer)")):
+        write_stack_model(out, stack, "vit-smoke@int8", eager=[saturated], artifact=[saturated], quantize=recipe)
+    gates, verdict = gates_of(plan)
+    assert verdict is Verdict.GO  # a warning, not a failure
+    numerics = gates[("vit-smoke@int8", "quantized-numerics")]
+    assert numerics.status is GateStatus.PASSED and numerics.warnings == (
+        "reference output forward.output_0 is degenerate (constant: values spread 0.0e+00 ≤ 1e-06 × max |value| "
+        "0.5): the comparison with it says little",)
+    assert gates[("vit-smoke", "numerics")].warnings == ()  # the fp32 model's output is a normal one
+
+
 def test_a_noisy_quantized_variant_is_a_condition_not_a_stop(project):
     plan = quantized_plan(project)
     write_variants(plan.settings.out_dir, candidate_snr_db=12.0)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_report_files_verdict_first(plan, capsys):
     assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None, "level": None}
 
     results = json.loads((out / "results.json").read_text())
-    assert results["schema_version"] == "2.0"
+    assert results["schema_version"] == "2.1"
     model, = results["models"]
     assert model["stacks"]["candidate"]["measured"]["2"]["latency"]["forward"]["p50_ms"] == 1.0
     assert {(r["threads"], r["median"]) for r in model["latency_ratios"]} == {(1, 0.5), (2, 0.5)}
@@ -63,6 +64,50 @@ def test_report_files_verdict_first(plan, capsys):
     assert drift["outputs"][0]["snr_db"] == "inf"  # identical eager outputs; JSON has no infinity
 
     assert "Verdict: NO-GO  [candidate: NO-GO]" in capsys.readouterr().out
+
+
+# The model's one output, the same in every stack and artifact: the numerics gate passes.
+DEGENERATE = {
+    "all zero (a dead model)": (np.zeros((1, 16), np.float32), "≈ 0: max |value| 0.0e+00 ≤ 1e-06"),
+    "constant (a saturated head)": (np.full((1, 16), 0.25, np.float32),
+                                    "constant: values spread 0.0e+00 ≤ 1e-06 × max |value| 0.25"),
+}
+
+
+@pytest.mark.parametrize(("output", "why"), DEGENERATE.values(), ids=DEGENERATE.keys())
+def test_a_degenerate_reference_output_is_a_warning_of_the_numerics_gate(plan, output, why):
+    out = plan.settings.out_dir
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[output], artifact=[output])
+
+    assert pipeline.report(plan) == 0  # a warning, not a failure: GO
+
+    warning = f"reference output forward.output_0 is degenerate ({why}): the comparison with it says little"
+    numerics = next(g for g in json.loads((out / "verdict.json").read_text())["gates"] if g["gate"] == "numerics")
+    assert (numerics["status"], numerics["warnings"]) == ("passed", [warning])
+    listed = f"vit-smoke (candidate, numerics): {warning}"
+    markdown, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    # Under the verdict, and beside the number it qualifies in the gate's row.
+    assert f"Warnings:\n\n- {listed}\n" in markdown
+    assert f"<li>{html.escape(listed, quote=False)}</li>" in page
+    row = f"| passed | hard | candidate | numerics | rel_l2 = 0.00e+00 ⚠ {warning} |".replace("|value|", "\\|value\\|")
+    assert row in markdown
+    assert f"<td>rel_l2 = 0.00e+00 ⚠ {html.escape(warning, quote=False)}</td>" in page
+    # The numerics table says it of every comparison against that output.
+    assert markdown.count(f"| degenerate reference ({why})".replace("|value|", "\\|value\\|")) == 5
+
+
+def test_a_normal_reference_output_gives_no_warning(plan):
+    out = plan.settings.out_dir
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+
+    assert pipeline.report(plan) == 0
+
+    numerics = next(g for g in json.loads((out / "verdict.json").read_text())["gates"] if g["gate"] == "numerics")
+    assert (numerics["status"], numerics["warnings"]) == ("passed", [])
+    markdown = (out / "report.md").read_text()
+    assert "Warnings:" not in markdown and "⚠" not in markdown and "degenerate" not in markdown
 
 
 def test_report_without_any_results_is_a_usage_error(plan, capsys):

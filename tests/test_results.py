@@ -4,6 +4,7 @@ everything report.md shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -30,6 +31,7 @@ from upgrade_gate.results import (
 )
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
+DEAD = np.zeros((1, 4), np.float32)  # an output that is 0 whatever the input: a degenerate reference
 LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": True, "budget_s": 300,
              "culprits": [{"module": "blocks.1.gate", "class": "ValueGate", "type": "torch._dynamo.exc.UserError",
                            "message": "Dynamic control flow is not supported\nmore", "source":
@@ -38,7 +40,8 @@ LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": Tru
 
 @pytest.fixture
 def report(project: Path) -> Path:
-    """A report whose candidate fails to export one model (localized), and is 1% off on another."""
+    """A report whose candidate fails to export one model (localized), and is 1% off on another,
+    whose second output is degenerate (a warning)."""
     plan = load_plan(["--out", "out", "--models", "vit-smoke,minilm-smoke@fp32"], invoked_from=project,
                      config_path=project / "pyproject.toml")
     out = plan.settings.out_dir
@@ -48,8 +51,8 @@ def report(project: Path) -> Path:
                           failed_stage="export" if broken else None, localize=LOCALIZED if broken else None)
         write_stack_model(out, stack, "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.02],
                           quantize="PT2E" if broken else "FX")
-        write_stack_model(out, stack, "minilm-smoke", eager=[REFERENCE],
-                          artifact=[REFERENCE * 1.01] if broken else [REFERENCE], task="embedding")
+        write_stack_model(out, stack, "minilm-smoke", eager=[REFERENCE, DEAD],
+                          artifact=[REFERENCE * 1.01 if broken else REFERENCE, DEAD], task="embedding")
     assert pipeline.report(plan) == 1
     return out
 
@@ -62,6 +65,15 @@ def test_results_json_reads_back_as_written(report):
     verdict = VerdictRecord.from_reader(Reader(json.loads((report / "verdict.json").read_text()), "verdict.json"))
     assert verdict == results.verdict
     assert verdict.verdict is Verdict.NO_GO and verdict.candidates == {"candidate": Verdict.NO_GO}
+    # The gates' warnings and the outputs' reference range come back too.
+    numerics = next(g for g in results.verdict.gates if (g.model, g.gate) == ("minilm-smoke", "numerics"))
+    assert numerics.status is GateStatus.FAILED and numerics.warnings == (DEAD_WARNING,)
+    comparison = results.model("minilm-smoke").comparisons[0]
+    assert [(o.reference_max_abs, o.reference_spread) for o in comparison.outputs] == [(1.0, 2.0), (0.0, 0.0)]
+
+
+DEAD_WARNING = ("reference output forward.output_1 is degenerate (≈ 0: max |value| 0.0e+00 ≤ 1e-06): the comparison "
+                "with it says little")
 
 
 def _json(value):
@@ -123,6 +135,11 @@ def test_a_gate_keeps_its_numbers_and_renders_them():
                          "(threshold rel_l2 ≤ 1.00e-04)")
     assert not gate.status and GateStatus.INCONCLUSIVE and GateStatus.PASSED
     assert GateResult.from_reader(Reader(gate.to_dict(), "gate")) == gate
+    # A warning goes with the number it qualifies, in every line that shows it, and reads back.
+    warned = dataclasses.replace(gate, status=GateStatus.PASSED, warnings=("reference output x is degenerate",))
+    assert str(warned) == ("passed | hard | numerics | candidate | nanovlm | rel_l2 = 1.79e-04 "
+                           "(vision_encoder.output_0) ⚠ reference output x is degenerate (threshold rel_l2 ≤ 1.00e-04)")
+    assert GateResult.from_reader(Reader(warned.to_dict(), "gate")) == warned
 
 
 def markdown_headings(text: str) -> list[str]:
@@ -147,6 +164,13 @@ def test_the_page_shows_every_section_and_table_of_the_markdown(report):
     # The labels that introduce each model's tables.
     for label in re.findall(r"^([A-Z][^|\n]{3,80}):$", markdown, re.MULTILINE):
         assert f">{label}:<" in page, label
+
+
+def test_both_renderings_show_a_gate_warning(report):
+    markdown, page = (report / "report.md").read_text(), (report / "report.html").read_text()
+    listed = f"minilm-smoke (candidate, numerics): {DEAD_WARNING}"
+    assert f"Warnings:\n\n- {listed}\n" in markdown and f"<li>{listed}</li>" in page
+    assert f"⚠ {DEAD_WARNING}".replace("|", "\\|") in markdown and f"⚠ {DEAD_WARNING}</td>" in page
 
 
 def test_the_page_shows_where_an_export_breaks(report):

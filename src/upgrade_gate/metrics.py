@@ -18,6 +18,11 @@ from upgrade_gate.records import Reader
 # Below this, a reference element counts as zero for the relative error
 # (max_rel divides by |reference|).
 REL_FLOOR = 1e-12
+# A reference output whose every value is within this of zero, or whose values spread over
+# less than this share of their magnitude (a constant), is degenerate: a dead or saturated
+# model gives such outputs, and a small error against them says nothing of the model
+# (issue 18). A warning, not a failure: the gates judge the numbers as they are.
+DEGENERATE_OUTPUT = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,10 +42,26 @@ class OutputMetrics:
     cosine: float | None = None
     # The smallest atol for which np.allclose(actual, reference, rtol=0, atol=…) holds.
     min_atol: float | None = None
+    # The reference's own range: max |value| and max − min (is there a signal to compare?).
+    reference_max_abs: float | None = None
+    reference_spread: float | None = None
 
     @property
     def comparable(self) -> bool:
         return self.shape_match and self.finite
+
+    @property
+    def degenerate_reference(self) -> str | None:
+        """Why the reference output carries too little signal for an error against it to mean
+        much (≈ 0 everywhere, or constant); None when it does, or its range was not measured."""
+        top, spread = self.reference_max_abs, self.reference_spread
+        if top is None or spread is None:
+            return None
+        if top <= DEGENERATE_OUTPUT:
+            return f"≈ 0: max |value| {top:.1e} ≤ {DEGENERATE_OUTPUT:.0e}"
+        if math.prod(self.reference_shape) > 1 and spread <= DEGENERATE_OUTPUT * top:
+            return f"constant: values spread {spread:.1e} ≤ {DEGENERATE_OUTPUT:.0e} × max |value| {top:.3g}"
+        return None
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -54,8 +75,9 @@ class OutputMetrics:
                    **{key: r.opt_number(key) for key in METRIC_KEYS})
 
 
-# The metrics of one output, each None when it cannot be computed.
-METRIC_KEYS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "snr_db", "cosine", "min_atol")
+# The numbers of one output (its metrics, and the reference's range), each None when it cannot be computed.
+METRIC_KEYS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "snr_db", "cosine", "min_atol", "reference_max_abs",
+               "reference_spread")
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:
@@ -92,6 +114,8 @@ def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> Outp
         cosine=float(np.dot(a.ravel(), r.ravel()) / (act_norm * ref_norm)) if act_norm and ref_norm else
         (1.0 if act_norm == ref_norm == 0.0 else None),
         min_atol=max_abs,
+        reference_max_abs=float(np.abs(r).max()),
+        reference_spread=float(r.max() - r.min()),
     )
 
 

@@ -161,22 +161,22 @@ class _Gates:
         return self.model.stacks[self.plan.baseline.name]
 
     def add(self, gate: str, severity: str, passed: bool, rule: Rule, *, measured: Quantity | None = None,
-            note: str = "", inconclusive: bool = False) -> None:
+            note: str = "", inconclusive: bool = False, warnings: tuple[str, ...] = ()) -> None:
         status = GateStatus.INCONCLUSIVE if inconclusive else GateStatus.PASSED if passed else GateStatus.FAILED
-        self._append(gate, severity, status, rule, measured=measured, note=note)
+        self._append(gate, severity, status, rule, measured=measured, note=note, warnings=warnings)
 
     def missing(self, gate: str, severity: str, rule: Rule, why: Missing) -> None:
         """A gate that cannot be judged, and why."""
         self._append(gate, severity, why.status, rule, note=why.note, blocked_by=why.blocked_by)
 
     def _append(self, gate: str, severity: str, status: GateStatus, rule: Rule, *, measured: Quantity | None = None,
-                note: str = "", blocked_by: str = "") -> None:
+                note: str = "", blocked_by: str = "", warnings: tuple[str, ...] = ()) -> None:
         if severity == "off":
             return
         self.results.append(GateResult(
             gate=gate, stack=self.stack, model=self.model.name, severity=Severity(severity), status=status,
             metric=rule.metric, measured=measured, op=rule.op, threshold=rule.threshold, condition=rule.condition,
-            note=note, evidence=rule.evidence, blocked_by=blocked_by))
+            note=note, evidence=rule.evidence, blocked_by=blocked_by, warnings=warnings))
 
     def candidate_missing(self) -> Missing:
         """The candidate has no such evidence: its root gate's failure (blocked), or an unfinished run."""
@@ -298,7 +298,8 @@ def _quantized_gates(found: _Gates, record_path: str) -> None:
         cosine = worst_cos.cosine if worst_cos.cosine is not None else 1.0
         found.add("quantized-numerics", severity, snr >= min_snr and cosine >= min_cosine, rule,
                   measured=Quantity(value=snr, unit=Unit.DB),
-                  note=f"{worst_snr.name}; cosine {cosine:.5f} ({worst_cos.name})")
+                  note=f"{worst_snr.name}; cosine {cosine:.5f} ({worst_cos.name})",
+                  warnings=_degenerate_warnings(comparison))
     if model.task_kind in ("classification", "generation"):
         _task_gate(found, comparison, f"quantized-task-{model.task_kind}", severity)
     _size_gate(found, record_path, gates["artifact-size"].severity)
@@ -359,8 +360,16 @@ def _numerics_gate(found: _Gates, severity: str) -> Comparison | None:
     where = [worst.name] if len(comparison.outputs or ()) > 1 else []
     found.add("numerics", severity, worst.rel_l2 <= tolerance, rule,
               measured=Quantity(value=worst.rel_l2, unit=Unit.REL_L2),
-              note="; ".join([*where, *filter(None, [_against(comparison, found)])]))
+              note="; ".join([*where, *filter(None, [_against(comparison, found)])]),
+              warnings=_degenerate_warnings(comparison))
     return comparison
+
+
+def _degenerate_warnings(comparison: Comparison) -> tuple[str, ...]:
+    """Reference outputs too flat for the comparison to say much (metrics.DEGENERATE_OUTPUT): said
+    beside the gate's outcome, which stands — a dead model's outputs are still its outputs."""
+    return tuple(f"reference output {output.name} is degenerate ({why}): the comparison with it says little"
+                 for output in comparison.comparable_outputs if (why := output.degenerate_reference))
 
 
 def _task_gate(found: _Gates, comparison: Comparison | None, gate: str, severity: str, *,

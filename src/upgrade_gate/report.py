@@ -78,8 +78,9 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     verdict = results.verdict
     blocks: list[Block] = [Heading(1, f"upgrade-gate: {' → '.join(names)}")]
     blocks += verdict_blocks(verdict, link_models=True)
-    if verdict.warnings:
-        blocks += [Paragraph("Warnings:", style="warning"), bullets(*verdict.warnings)]
+    warnings = (*verdict.warnings, *verdict.gate_warnings)
+    if warnings:
+        blocks += [Paragraph("Warnings:", style="warning"), bullets(*warnings)]
     if verdict.baseline_findings:
         blocks += [Paragraph(f"The baseline's own artifacts depart from its eager models (what "
                              f"{verdict.baseline} ships today, whatever the verdict):"),
@@ -478,7 +479,8 @@ def numerics_blocks(model: ModelResults) -> list[Block]:
             rows.append([c.purpose, c.label, "—", *["" for _ in range(7)], c.missing or ""])
             continue
         for o in c.outputs:
-            note = "" if o.comparable else ("shape mismatch" if not o.shape_match else "NaN/Inf")
+            note = ("shape mismatch" if not o.shape_match else "NaN/Inf") if not o.comparable else (
+                f"degenerate reference ({o.degenerate_reference})" if o.degenerate_reference else "")
             rows.append([c.purpose, c.label, o.name, num(o.max_abs), num(o.mean_abs), num(o.max_rel), num(o.rel_l2),
                          num(o.snr_db, "{:.1f}"), num(o.cosine, "{:.8f}"), num(o.min_atol), note])
     blocks: list[Block] = [Paragraph("Numerics:"), Table(

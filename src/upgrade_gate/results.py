@@ -39,7 +39,8 @@ from upgrade_gate.stats import LatencySummary, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
-SCHEMA_VERSION = Version("2.0")
+# 2.1: gates keep their warnings; compared outputs the reference's range (2.0 files read without them).
+SCHEMA_VERSION = Version("2.1")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
@@ -212,12 +213,15 @@ class GateResult:
     note: str = ""  # where the number comes from, or why there is none
     evidence: str = ""  # the record or comparison it comes from
     blocked_by: str = ""  # the gate whose failure took this one's evidence (status blocked)
+    # What the outcome does not say, whatever it is: e.g. a reference output too flat to compare with.
+    warnings: tuple[str, ...] = ()
 
     @property
     def measured_text(self) -> str:
-        if self.measured is None:
-            return self.note
-        return f"{self.metric} = {self.measured}" + (f" ({self.note})" if self.note else "")
+        """The number and where it comes from; a warning goes with the number it qualifies."""
+        shown = self.note if self.measured is None else (
+            f"{self.metric} = {self.measured}" + (f" ({self.note})" if self.note else ""))
+        return shown + "".join(f" ⚠ {warning}" for warning in self.warnings)
 
     @property
     def threshold_text(self) -> str:
@@ -242,6 +246,7 @@ class GateResult:
             "measured": self.measured.to_dict() if self.measured else None, "op": self.op,
             "threshold": self.threshold.to_dict() if self.threshold else None,
             "condition": self.condition, "note": self.note, "evidence": self.evidence, "blocked_by": self.blocked_by,
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -252,7 +257,7 @@ class GateResult:
                    metric=r.text("metric"), measured=Quantity.from_reader(measured) if measured else None,
                    op=r.text("op"), threshold=Quantity.from_reader(threshold) if threshold else None,
                    condition=r.text("condition"), note=r.text("note"), evidence=r.text("evidence"),
-                   blocked_by=r.text("blocked_by"))
+                   blocked_by=r.text("blocked_by"), warnings=r.texts("warnings"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -304,6 +309,11 @@ class VerdictRecord:
 
     def of(self, stack: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.gates if g.stack == stack)
+
+    @property
+    def gate_warnings(self) -> tuple[str, ...]:
+        """Every gate's warnings, each naming its model, stack and gate."""
+        return tuple(f"{g.model} ({g.stack}, {g.gate}): {warning}" for g in self.gates for warning in g.warnings)
 
     @property
     def not_passed(self) -> tuple[GateResult, ...]:
