@@ -4,7 +4,8 @@ A stack spec's ``adapter`` key (``envs/*.toml``) names one of the adapters here
 (``torchscript_mobile``, ``executorch_xnnpack``) or a file of the team's own; what
 an adapter provides is the contract in ``contract.py``. The rest runs for every
 stack: ``worker.py`` (the entry point) with ``phases.py``, ``measure_server.py``,
-``probe.py`` and ``common.py``; ``localize.py`` (where an export breaks);
+``probe.py`` and ``common.py``; ``localize.py`` (where an export breaks) with
+``export_errors.py`` (what its errors say);
 ``executorch_profile.py`` and ``executorch_backends.py`` (used by the ExecuTorch
 adapter). ``scan.py`` (with its rules, ``migration_rules.toml``) runs in the
 scan venv of `nox -s scan` (TorchFix, libcst) over the team's source.

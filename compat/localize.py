@@ -8,13 +8,14 @@ module none of whose children fails alone is a culprit: the failure is in its
 own code (or in how its children are put together). A module without inputs of
 its own (a ModuleList) is looked through. Siblings of one class failing with
 one error are searched once. The search stops at its time budget and says so.
+What each error says (and the user's line behind FX-generated code) is read by
+``export_errors.py``.
 
 Runs in any stack: torch only, no API newer than torch 2.2.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,10 +23,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-# One line of a user frame in an export error: `File "...", line N, in forward`.
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\w+)\n\s*(?P<code>[^\n]*)')
-_OPERATOR = re.compile(r"\b(?:aten|quantized|prepacked|prim|torchvision)(?:\.|::)[A-Za-z_][\w.]*")
-MESSAGE_CHARS = 600
+from .export_errors import StackTraces, describe_error
 
 
 class _Bound(torch.nn.Module):
@@ -35,13 +33,16 @@ class _Bound(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         super().__init__()
         self.inner = module
+        # The tensors' places are kept, not marked with None: `mask=None` is an argument too.
         leaves, self._spec = pytree.tree_flatten((args, kwargs))
-        self._constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
-        self.inputs = tuple(leaf.detach().clone() for leaf in leaves if isinstance(leaf, torch.Tensor))
+        self._tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        self._leaves = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        self.inputs = tuple(leaves[i].detach().clone() for i in self._tensor_slots)
 
     def forward(self, *tensors: torch.Tensor) -> Any:
-        given = iter(tensors)
-        leaves = [next(given) if constant is None else constant for constant in self._constants]
+        leaves = list(self._leaves)
+        for slot, tensor in zip(self._tensor_slots, tensors):
+            leaves[slot] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         return self.inner(*args, **kwargs)
 
@@ -69,17 +70,18 @@ def capture_calls(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     return calls
 
 
-def describe_error(error_type: str, message: str) -> dict[str, Any]:
-    """Type, message, the user's source line the exporter names, and an operator if one is named."""
-    found: dict[str, Any] = {"type": error_type, "message": message[:MESSAGE_CHARS]}
-    frames = [m for m in _FRAME.finditer(message) if "site-packages" not in m["file"]]
-    if frames:
-        last = frames[-1]
-        file = last["file"].rsplit("/", 1)[-1]
-        found["source"] = f"{file}:{last['line']} in {last['function']}: {last['code'].strip()}"
-    operator = _OPERATOR.search(message)
-    if operator:
-        found["operator"] = operator.group(0)
+def fx_stack_traces(module: torch.nn.Module) -> StackTraces:
+    """Each FX GraphModule's generated forward in ``module``: its file name → line → the stack
+    trace its node recorded (the user's code that made it), mapped as torch.fx maps them."""
+    found: StackTraces = {}
+    for graph_module in module.modules():
+        if not isinstance(graph_module, torch.fx.GraphModule):
+            continue
+        code = type(graph_module).forward.__code__
+        nodes = list(graph_module.graph.nodes)
+        lines = getattr(graph_module, "_lineno_map", None) or {}  # line - first line → node index
+        found[code.co_filename] = {code.co_firstlineno + offset: nodes[index].meta.get("stack_trace") or ""
+                                   for offset, index in lines.items() if index is not None}
     return found
 
 
@@ -101,7 +103,9 @@ def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
                 lower(bound, bound.inputs)
             error = None
         except Exception as raised:  # noqa: BLE001 - every failure is evidence
-            error = describe_error(f"{type(raised).__module__}.{type(raised).__qualname__}", str(raised))
+            # FX's file names are read now: a graph recompiled since would have another.
+            error = describe_error(f"{type(raised).__module__}.{type(raised).__qualname__}", str(raised),
+                                   fx_stack_traces(module))
         attempts.append({"module": path, "ok": error is None, "seconds": round(time.monotonic() - began, 3)})
         return error
 
@@ -139,7 +143,7 @@ def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
         for path, child, child_error in failing:
             search(child, path, child_error)
 
-    search(module, "", describe_error(error["type"], error["message"]))
+    search(module, "", describe_error(error["type"], error["message"], fx_stack_traces(module)))
     return {
         "culprits": culprits,
         "attempts": len(attempts),

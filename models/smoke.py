@@ -81,6 +81,67 @@ def broken_submodule() -> ModelCase:
     return ModelCase(BrokenSubmodule().eval(), (torch.randn(2, 16),))
 
 
+@torch.fx.wrap
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Called, not traced, by FX graphs (torch.fx.wrap): it asks whether there is a mask."""
+    return scores if mask is None else scores.masked_fill(mask, float("-inf"))
+
+
+class TokenMixer(nn.Module):
+    """Called the way third-party attention is (``mask=None``, keywords). With ``repeat_positive``
+    it repeats the features whose mean is positive and keeps the first ``width``: a slice of a
+    data-dependent width, which torch.export cannot bound."""
+
+    def __init__(self, width: int, repeat_positive: bool = False) -> None:
+        super().__init__()
+        self.mix = nn.Linear(width, width)
+        self.repeat_positive = repeat_positive
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+        y = apply_mask(self.mix(x) * scale, mask)
+        if self.repeat_positive:
+            repeated = y.repeat_interleave((y.mean(0) > 0).long() + 1, dim=-1)
+            y = repeated[:, : y.shape[-1]]
+        return y
+
+
+def fx_traced(module: nn.Module) -> torch.fx.GraphModule:
+    """``module`` as FX graph mode quantization traces it: generated code, each node's stack trace kept."""
+    tracer = torch.fx.Tracer()
+    tracer.record_stack_traces = True
+    return torch.fx.GraphModule(module, tracer.trace(module))
+
+
+class MixBlock(nn.Module):
+    def __init__(self, width: int, repeat_positive: bool = False) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.mixer = fx_traced(TokenMixer(width, repeat_positive))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mixer(self.norm(x), mask=None, scale=0.5)
+
+
+class TracedSubmodule(nn.Module):
+    """Exports fine except in blocks.1.mixer: FX-generated code, called with ``mask=None``."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.stem = nn.Linear(16, width)
+        self.blocks = nn.ModuleList([MixBlock(width), MixBlock(width, repeat_positive=True), MixBlock(width)])
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def traced_submodule() -> ModelCase:
+    return ModelCase(TracedSubmodule().eval(), (torch.randn(2, 16),))
+
+
 class Segfault(nn.Module):
     """Kills its own process with SIGSEGV, like a native crash in a kernel."""
 

@@ -390,6 +390,31 @@ def test_an_export_failure_is_localized_to_its_submodule(tmp_path):
                      r"if y\.mean\(\) &gt; 0:</li>", page)
 
 
+def test_a_failing_submodule_called_with_mask_none_is_localized_to_the_users_line(tmp_path):
+    # Issue 18: each block calls its FX-traced mixer as third-party attention is called,
+    # `mixer(h, mask=None, scale=0.5)`; the middle one's generated code fails to export.
+    out = tmp_path / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "traced-submodule")
+    assert result.returncode == 1, result.stderr[-4000:]
+    model, = load(out, "results.json")["models"]
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    assert stages["export"]["status"] == "failed" and stages["localize"]["status"] == "ok"
+    culprit, = stages["localize"]["details"]["culprits"]
+    # Its own export error, not a StopIteration from rebuilding its call without the None.
+    assert (culprit["module"], culprit["class"]) == ("blocks.1.mixer", "GraphModule")
+    assert culprit["type"] == "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"
+    assert culprit["message"].startswith("Could not guard on data-dependent expression u0 < 32"), culprit
+    # The line of models/smoke.py that made the failing node, not the generated forward's.
+    code = "y = repeated[:, : y.shape[-1]]"
+    line = next(n for n, text in enumerate((REPO / "models" / "smoke.py").read_text().splitlines(), 1) if code in text)
+    assert culprit["source"] == f"smoke.py:{line} in forward: {code}"
+    assert stages["localize"]["details"]["complete"]
+    assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
+    report = (out / "report.md").read_text()
+    assert re.search(rf"^- `blocks\.1\.mixer` \(GraphModule\).*: torch\.fx\.\S+\.GuardOnDataDependentSymNode: .* — at "
+                     rf"smoke\.py:{line} in forward: {re.escape(code)}$", report, re.MULTILINE), report
+
+
 def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):
     out = tmp_path / "report"
     result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke",

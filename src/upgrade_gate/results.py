@@ -702,7 +702,7 @@ class Culprit:
     class_name: str
     error_type: str
     message: str
-    source: str | None = None  # the user's source line the exporter names
+    source: str | None = None  # the user's source line the exporter names (through FX-generated code)
     operator: str | None = None
     same_failure_in: tuple[str, ...] = ()
 

@@ -1,0 +1,65 @@
+"""What an export error says: its type, message, operator, and the user's source line it points at.
+
+An exporter names the line it failed on as a traceback frame in its message. When
+that line is in code FX generated (a GraphModule's forward: ``<eval_with_key>.N``),
+the line of the user's own code that made the failing node is named instead, from
+the node's recorded stack trace (``node.meta["stack_trace"]``); the generated line
+stays only when the graph recorded none.
+
+Standard library only: the parent's tests read it without torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# One frame: `File "...", line N, in forward` and its source line (not the next frame's header:
+# a frame whose line linecache could not read, as in an FX stack trace, has none).
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\w+)\n'
+                    r'(?![ \t]*File ")[ \t]*(?P<code>[^\n]*)')
+_OPERATOR = re.compile(r"\b(?:aten|quantized|prepacked|prim|torchvision)(?:\.|::)[A-Za-z_][\w.]*")
+# FX compiles a GraphModule's forward under this name (torch/fx/graph_module.py), followed
+# by " from FILE:LINE in NAME" (the traced function) where FX knows it.
+GENERATED = "<eval_with_key>"
+MESSAGE_CHARS = 600
+
+# The stack traces of a model's FX-generated code: file name → line in it → the node's stack trace.
+StackTraces = dict[str, dict[int, str]]
+
+
+def describe_error(error_type: str, message: str, generated: StackTraces | None = None) -> dict[str, Any]:
+    """Type, message, the user's source line the exporter names, and an operator if one is named."""
+    found: dict[str, Any] = {"type": error_type, "message": message[:MESSAGE_CHARS]}
+    source = source_line(message, generated or {})
+    if source:
+        found["source"] = source
+    operator = _OPERATOR.search(message)
+    if operator:
+        found["operator"] = operator.group(0)
+    return found
+
+
+def source_line(text: str, generated: StackTraces) -> str | None:
+    """``file:line in function: code`` of the innermost user frame in ``text``, through generated code."""
+    frame = _innermost_user_frame(text)
+    if frame is None:
+        return None
+    if not frame["file"].startswith(GENERATED):
+        return _at(frame)
+    made_by = _innermost_user_frame(generated.get(frame["file"], {}).get(int(frame["line"]), ""))
+    if made_by is not None and not made_by["file"].startswith(GENERATED):
+        return _at(made_by)
+    # No user line known: the generated one, and which function FX traced (if it says).
+    key, _, traced = frame["file"].partition(" from ")
+    of = f" (FX code traced from {traced.rsplit('/', 1)[-1]})" if traced else ""
+    return f"{key}:{frame['line']} in {frame['function']}{of}: {frame['code'].strip()}"
+
+
+def _innermost_user_frame(text: str) -> re.Match[str] | None:
+    frames = [m for m in _FRAME.finditer(text) if "site-packages" not in m["file"]]
+    return frames[-1] if frames else None
+
+
+def _at(frame: re.Match[str]) -> str:
+    return f"{frame['file'].rsplit('/', 1)[-1]}:{frame['line']} in {frame['function']}: {frame['code'].strip()}"

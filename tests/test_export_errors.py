@@ -1,0 +1,83 @@
+"""compat/export_errors.py: the user's line an exporter's error points at, through FX-generated code
+(standard library only: run with this Python, on messages and stack traces as torch 2.2 and 2.8 write them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from upgrade_gate.layout import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def export_errors():
+    spec = importlib.util.spec_from_file_location("export_errors_under_test", REPO_ROOT / "compat" / "export_errors.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+TORCH = "/venv/lib/python3.11/site-packages/torch"
+GENERATED = "<eval_with_key>.1 from /work/models/smoke.py:100 in forward"
+# torch 2.8's non-strict export, a data-dependent guard in the user's own code
+USER_LINE = ('Could not guard on data-dependent expression u0 < 32\n\nThe following call raised this error:\n'
+             '  File "/work/models/smoke.py", line 50, in forward\n    if y.mean() > 0:\n\nTo fix the error, …')
+# … and in code FX generated (a GraphModule's forward)
+GENERATED_LINE = ('Could not guard on data-dependent expression u0 < 32 (unhinted: u0 < 32)\n\n'
+                  'Caused by: (_decomp/decompositions.py:757 in slice_forward)\n'
+                  f'The following call raised this error:\n  File "{GENERATED}", line 15, in forward\n'
+                  '    getitem_1 = repeat_interleave[(slice(None, None, None), slice(None, getitem, None))];  '
+                  'repeat_interleave = getitem = None\n\nTo fix the error, …')
+# A node's stack trace as torch 2.8's FX tracer records it: the user's frame first, then FX's own
+TRACE_2_8 = ('File "/work/models/smoke.py", line 104, in forward\n    y = repeated[:, : y.shape[-1]]\n'
+             f'  File "{TORCH}/fx/proxy.py", line 739, in impl\n'
+             '    return tracer.create_proxy("call_function", target, args, kwargs)\n'
+             f'  File "{TORCH}/fx/proxy.py", line 251, in create_proxy\n'
+             '    user_frame_summary = CapturedTraceback.extract().summary()')
+# … as torch 2.2's records it: the whole stack, innermost last
+TRACE_2_2 = ('  File "/work/models/smoke.py", line 112, in fx_traced\n'
+             '    return torch.fx.GraphModule(module, tracer.trace(module))\n'
+             f'  File "{TORCH}/fx/_symbolic_trace.py", line 821, in trace\n    (self.create_arg(fn(*args)),),\n'
+             '  File "/work/models/smoke.py", line 104, in forward\n    y = repeated[:, : y.shape[-1]]\n')
+# … and where torch 2.8 could not find the line (a forward FX patched: keyword-only arguments)
+TRACE_NO_LINE = ('File "/work/models/smoke.py", line 18446744073709551615, in forward\n'
+                 f'  File "{TORCH}/fx/proxy.py", line 690, in __call__\n    return self.tracer.create_proxy(\n')
+# torch 2.8 exporting a GraphModule itself: FX's interpreter quotes the node's stack trace
+INTERPRETED = ('Could not guard on data-dependent expression Eq(2*u0, 0)\n'
+               'The following call raised this error:\n  File "<string>", line 1, in <lambda>\n'
+               'While executing %view : [num_users=1] = call_method[target=view](args = (%nonzero, 2, -1))\n'
+               f'Original traceback:\n{TRACE_2_8}\nThe error above occurred when calling torch.export.export.')
+AT_USER_LINE = "smoke.py:104 in forward: y = repeated[:, : y.shape[-1]]"
+AT_GENERATED_LINE = ("<eval_with_key>.1:15 in forward (FX code traced from smoke.py:100 in forward): getitem_1 = "
+                     "repeat_interleave[(slice(None, None, None), slice(None, getitem, None))];  "
+                     "repeat_interleave = getitem = None")
+
+
+@pytest.mark.parametrize(("message", "stack_traces", "source"), [
+    (USER_LINE, {}, "smoke.py:50 in forward: if y.mean() > 0:"),
+    (GENERATED_LINE, {GENERATED: {15: TRACE_2_8}}, AT_USER_LINE),
+    (GENERATED_LINE, {GENERATED: {15: TRACE_2_2}}, AT_USER_LINE),
+    # No user line known: the generated one stays, naming the function FX traced.
+    (GENERATED_LINE, {GENERATED: {15: ""}}, AT_GENERATED_LINE),
+    (GENERATED_LINE, {GENERATED: {15: TRACE_NO_LINE}}, AT_GENERATED_LINE),
+    (GENERATED_LINE, {GENERATED: {14: TRACE_2_8}}, AT_GENERATED_LINE),
+    (GENERATED_LINE, {}, AT_GENERATED_LINE),  # a graph that is not the model's
+    (GENERATED_LINE.replace(GENERATED, "<eval_with_key>.4"), {}, AT_GENERATED_LINE.replace(
+        ".1:15 in forward (FX code traced from smoke.py:100 in forward)", ".4:15 in forward")),
+    (INTERPRETED, {}, AT_USER_LINE),
+    # torch's own frames are nobody's line to fix
+    (f'File "{TORCH}/_meta_registrations.py", line 230, in _compute_stride\n    if zero_numel:\n', {}, None),
+    ("Could not guard on data-dependent expression u0 < 32", {}, None),
+])
+def test_the_source_line_is_the_users(export_errors, message, stack_traces, source):
+    assert export_errors.describe_error("GuardOnDataDependentSymNode", message, stack_traces).get("source") == source
+
+
+def test_an_error_names_its_type_operator_and_the_start_of_its_message(export_errors):
+    message = "Could not run 'aten::_local_scalar_dense' with arguments from the 'Meta' backend. " + "x" * 1000
+    assert export_errors.describe_error("builtins.NotImplementedError", message) == {
+        "type": "builtins.NotImplementedError", "message": message[:export_errors.MESSAGE_CHARS],
+        "operator": "aten::_local_scalar_dense"}
