@@ -136,3 +136,17 @@ def add_round_loads(out: Path, model: str, threads: int, loads: list[tuple[float
                                 for stack in data["stacks"]}}
                       for n, (waited, others) in enumerate(loads, start=1)]
     path.write_text(json.dumps(data))
+
+
+# -- the stacks' packages, as the run sessions write them ----------------
+
+
+def write_stack_packages(out: Path, stack: str, packages: dict[str, str], extras: list[tuple[str, str | None]] = ()
+                         ) -> None:
+    """stacks/<stack>/stack.json's packages and extra requirements, beside what is there."""
+    path = layout.stack_dir(out, stack) / "stack.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.is_file() else {"spec": {}, "installed": None}
+    data["packages"] = packages
+    data["extra_requirements"] = [{"requirement": r, "distribution": d} for r, d in extras]
+    path.write_text(json.dumps(data))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import write_stack_model
+from records import write_stack_model, write_stack_packages
 
 from upgrade_gate import pipeline
 from upgrade_gate.errors import ConfigError
@@ -41,10 +41,16 @@ LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": Tru
 @pytest.fixture
 def report(project: Path) -> Path:
     """A report whose candidate fails to export one model (localized), and is 1% off on another,
-    whose second output is degenerate (a warning)."""
+    whose second output is degenerate (a warning); its stacks' packages differ beside torch."""
+    config = project / "pyproject.toml"
+    config.write_text(config.read_text() + '[tool.upgrade-gate.extra-requirements]\n"*" = ["timm>=1.0", "-e ."]\n')
     plan = load_plan(["--out", "out", "--models", "vit-smoke,minilm-smoke@fp32"], invoked_from=project,
-                     config_path=project / "pyproject.toml")
+                     config_path=config)
     out = plan.settings.out_dir
+    extras = [("timm>=1.0", "timm"), ("-e .", "edge-app")]
+    write_stack_packages(out, "legacy", {"numpy": "1.26.4", "timm": "1.0.9", "torch": "2.2.2"}, extras)
+    write_stack_packages(out, "candidate", {"executorch": "0.7.0", "numpy": "2.1.0", "timm": "1.0.9",
+                                            "torch": "2.8.0"}, extras)
     for stack in ("legacy", "candidate"):
         broken = stack == "candidate"
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=None if broken else [REFERENCE],
@@ -70,6 +76,14 @@ def test_results_json_reads_back_as_written(report):
     assert numerics.status is GateStatus.FAILED and numerics.warnings == (DEAD_WARNING,)
     comparison = results.model("minilm-smoke").comparisons[0]
     assert [(o.reference_max_abs, o.reference_spread) for o in comparison.outputs] == [(1.0, 2.0), (0.0, 0.0)]
+    # The stacks' packages, the extras with their versions, and where the venvs differ.
+    candidate = written["stacks"]["candidate"]
+    assert candidate["extra_requirements"] == [
+        {"requirement": "timm>=1.0", "distribution": "timm", "version": "1.0.9"},
+        {"requirement": "-e .", "distribution": "edge-app", "version": None}]
+    assert written["package_differences"] == {"executorch": {"legacy": None, "candidate": "0.7.0"},
+                                              "numpy": {"legacy": "1.26.4", "candidate": "2.1.0"},
+                                              "torch": {"legacy": "2.2.2", "candidate": "2.8.0"}}
 
 
 DEAD_WARNING = ("reference output forward.output_1 is degenerate (≈ 0: max |value| 0.0e+00 ≤ 1e-06): the comparison "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import __version__
+from upgrade_gate import __version__, packages
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.specs import WORKER_MODULES
@@ -177,12 +177,8 @@ def worker_code_digest(adapter: str) -> str:
 
 def installed_distributions(venv: Path) -> list[str]:
     """``name==version`` of everything installed in a venv, from its dist-info folders (no import)."""
-    found = []
-    for site in venv.glob("lib/python*/site-packages"):
-        for info in site.glob("*.dist-info"):
-            name, _, version = info.name[: -len(".dist-info")].partition("-")
-            found.append(f"{name.lower().replace('_', '-')}=={version}")
-    return sorted(found)
+    # Spelled as keys have always been (not canonicalize_name): a new spelling would miss every cache entry.
+    return sorted(f"{name.lower().replace('_', '-')}=={version}" for name, version in packages.dist_infos(venv))
 
 
 def fixtures_digest(fixtures_dir: Path) -> str | None:

@@ -29,6 +29,7 @@ from upgrade_gate.results import (
     CacheUse,
     Comparison,
     Contention,
+    ExtraRequirement,
     Installed,
     LatencyRatio,
     Measured,
@@ -85,12 +86,15 @@ NOT_MEASURED = Measured(status="not run", problem="no measurement: `nox -s measu
 
 def stack_info(out: Path, spec: StackSpec) -> StackInfo:
     """A stack as the report shows it: its spec, and what the probe found installed (None: not built here)."""
-    recorded = load_stack_info(out, spec.name) or {}
-    probe = recorded.get("installed")
-    installed = Installed.from_reader(Reader(probe, f"stacks/{spec.name}/stack.json.installed")) if probe else None
+    recorded = Reader(load_stack_info(out, spec.name) or {}, f"stacks/{spec.name}/stack.json")
+    probe = recorded.child("installed")
+    versions = recorded.child("packages") or Reader({}, recorded.where)
     return StackInfo(name=spec.name, role=spec.role, file=spec.path.name, description=spec.description,
                      requirements=tuple(str(r) for r in spec.requirements), exporter=spec.exporter,
-                     runtime=spec.runtime, installed=installed)
+                     runtime=spec.runtime, installed=Installed.from_reader(probe) if probe else None,
+                     packages={name: versions.text(name) for name in versions.data},
+                     extra_requirements=tuple(ExtraRequirement.from_reader(e)
+                                              for e in recorded.opt_children("extra_requirements") or ()))
 
 
 def reference_side(plan: Plan) -> Side:

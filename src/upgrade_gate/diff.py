@@ -29,9 +29,9 @@ from upgrade_gate.results import GateResult, ModelResults, Results
 from upgrade_gate.text import size
 
 # How far the median latency ratio of an unchanged stack moves between runs on the reference
-# machine: the noise benchmark's median ratios of an identical copy spread over ±RUN_TO_RUN
-# (docs/benchmarks.md, `nox -s benchmark -- noise`).
-RUN_TO_RUN = 0.07
+# machine: over five fresh measurements of an identical copy on a quiet machine, one row's median
+# moved by up to 8.8% (`nox -s benchmark -- noise`, 2026-11-25, docs/benchmarks.md).
+RUN_TO_RUN = 0.09
 NUMERICS_FACTOR = 2.0
 NUMERICS_FLOOR = 1e-6
 SIZE_CHANGE = 0.01

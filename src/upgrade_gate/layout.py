@@ -11,7 +11,7 @@ every run on a machine, and every file of a run in its report folder.
     <out>/
       report.md  report.html  results.json  verdict.json  junit.xml
       shard.json                                       what the folder holds: shard, stacks, specs, version
-      stacks/<stack>/stack.json                        spec + what is installed
+      stacks/<stack>/stack.json                        spec + what is installed (the probe, every package, the extras)
       stacks/<stack>/models/<model>/
           export.json  runtime.json                    stage records per phase
           export.log   runtime.log                     the worker's stderr

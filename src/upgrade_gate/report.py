@@ -29,8 +29,18 @@ from upgrade_gate.document import (
     to_html,
     to_markdown,
 )
+from upgrade_gate.packages import ABSENT, Differences
 from upgrade_gate.project import ProjectResults
-from upgrade_gate.results import GateResult, GateStatus, ModelResults, Results, Side, StackInfo, VerdictRecord
+from upgrade_gate.results import (
+    ExtraRequirement,
+    GateResult,
+    GateStatus,
+    ModelResults,
+    Results,
+    Side,
+    StackInfo,
+    VerdictRecord,
+)
 from upgrade_gate.stages import RUNTIME_STAGES
 from upgrade_gate.stats import CONFIDENCE
 from upgrade_gate.tasks import HEADLINE
@@ -42,6 +52,7 @@ LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inco
           (GateStatus.NOT_COMPARABLE, "not comparable"), (GateStatus.BLOCKED, "blocked"))
 NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
+FOLD_PACKAGES = 12  # a longer list of differing packages is folded on the page
 REPORT_FILES = ("results.json", "verdict.json", "report.md", "report.html", "junit.xml")
 
 
@@ -108,6 +119,9 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     blocks += [Heading(2, "Stacks", anchor="stacks")]
     for info in results.stacks.values():
         blocks += stack_blocks(info)
+    blocks += package_blocks(results.package_differences, [n for n, info in results.stacks.items() if info.packages],
+                             "Packages whose versions differ between the stacks' venvs (the spec's pins, the extra "
+                             "requirements and everything they pulled in)")
     blocks += [Heading(2, "Reading this report", anchor="reading"), READING_NOTES]
     return blocks
 
@@ -694,7 +708,29 @@ def stack_blocks(info: StackInfo) -> list[Block]:
                   f"({installed.cpu_count} cores)"]
     else:
         lines.append("installed versions unknown: the stack was not built for this report")
+    if info.extra_requirements:
+        lines.append("extra requirements ([tool.upgrade-gate.extra-requirements]): " + ", ".join(
+            f"`{extra.requirement}` ({_extra_version(info, extra)})" for extra in info.extra_requirements))
     return blocks + [bullets(*lines)]
+
+
+def _extra_version(info: StackInfo, extra: ExtraRequirement) -> str:
+    version = info.version_of(extra)
+    if version is not None:
+        return f"{extra.distribution} {version}"
+    if extra.distribution is None:
+        return "version unknown: not a requirement upgrade-gate can name"
+    return f"{extra.distribution} not installed" if info.packages else "version unknown: not recorded"
+
+
+def package_blocks(differences: Differences, stacks: list[str], title: str) -> list[Block]:
+    """A table of the packages whose versions differ, one column per stack; nothing when none do."""
+    if not differences:
+        return []
+    return [Paragraph(f"{title}: {len(differences)}"),
+            Table(["Package", *stacks], [[name, *(versions.get(stack) or ABSENT for stack in stacks)]
+                                         for name, versions in differences.items()],
+                  folded=f"{len(differences)} packages" if len(differences) > FOLD_PACKAGES else None)]
 
 
 # -- figures (the page only) -----------------------------------------------------------

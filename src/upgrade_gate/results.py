@@ -29,7 +29,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from upgrade_gate import text
+from upgrade_gate import packages, text
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError, RecordError
 from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
@@ -39,7 +39,8 @@ from upgrade_gate.stats import LatencySummary, RatioEstimate
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
-# 2.1: gates keep their warnings; compared outputs the reference's range (2.0 files read without them).
+# 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
+# extra requirements (2.0 files read without them).
 SCHEMA_VERSION = Version("2.1")
 
 
@@ -1002,6 +1003,21 @@ class Installed:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ExtraRequirement:
+    """A requirement of [tool.upgrade-gate.extra-requirements] installed into a stack."""
+
+    requirement: str  # as configured: "timm>=1.0", "-e ."
+    distribution: str | None  # the distribution it installs; None when upgrade-gate cannot tell (packages.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requirement": self.requirement, "distribution": self.distribution}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> ExtraRequirement:
+        return cls(requirement=r.text("requirement"), distribution=r.opt_text("distribution"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StackInfo:
     """A stack: its spec as the report shows it, and what was installed."""
 
@@ -1013,24 +1029,39 @@ class StackInfo:
     exporter: str
     runtime: str
     installed: Installed | None  # None: the stack was not built for this report
+    # Every distribution in the venv, name → version ({} when not recorded), and the project's extras.
+    packages: dict[str, str] = field(default_factory=dict)
+    extra_requirements: tuple[ExtraRequirement, ...] = ()
 
     @property
     def is_baseline(self) -> bool:
         return self.role == "baseline"
 
+    def version_of(self, extra: ExtraRequirement) -> str | None:
+        """The installed version of what an extra requirement installs, None if unknown or absent."""
+        return self.packages.get(extra.distribution) if extra.distribution else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"spec": {"name": self.name, "role": self.role, "file": self.file, "description": self.description,
                          "requirements": list(self.requirements), "exporter": self.exporter,
                          "runtime": self.runtime},
-                "installed": self.installed.to_dict() if self.installed else None}
+                "installed": self.installed.to_dict() if self.installed else None,
+                # Each with its installed version (derived from packages, for readers of the file).
+                "extra_requirements": [{**e.to_dict(), "version": self.version_of(e)}
+                                       for e in self.extra_requirements],
+                "packages": dict(self.packages)}
 
     @classmethod
     def from_reader(cls, r: Reader) -> StackInfo:
         spec, installed = r.required_child("spec"), r.child("installed")
+        versions = r.child("packages") or Reader({}, r.where)
         return cls(name=spec.text("name"), role=spec.text("role"), file=spec.text("file"),
                    description=spec.text("description"), requirements=spec.texts("requirements"),
                    exporter=spec.text("exporter"), runtime=spec.text("runtime"),
-                   installed=Installed.from_reader(installed) if installed else None)
+                   installed=Installed.from_reader(installed) if installed else None,
+                   packages={name: versions.text(name) for name in versions.data},
+                   extra_requirements=tuple(ExtraRequirement.from_reader(e)
+                                            for e in r.opt_children("extra_requirements") or ()))
 
 
 # -- the whole report ----------------------------------------------------------------
@@ -1067,6 +1098,12 @@ class Results:
     def gates_of(self, model: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.verdict.gates if g.model == model)
 
+    @property
+    def package_differences(self) -> packages.Differences:
+        """The packages whose versions differ between the stacks' venvs (those whose packages were recorded)."""
+        recorded = {name: info.packages for name, info in self.stacks.items() if info.packages}
+        return packages.differing(recorded) if len(recorded) > 1 else {}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": str(SCHEMA_VERSION),
@@ -1075,6 +1112,7 @@ class Results:
             "config": self.config_path,
             "settings": self.settings.to_dict(),
             "stacks": {name: info.to_dict() for name, info in self.stacks.items()},
+            "package_differences": self.package_differences,  # derived, for readers of the file
             "models": [m.to_dict() for m in self.models],
             "project": self.project.to_dict() if self.project else None,
             "verdict": self.verdict.to_dict(),

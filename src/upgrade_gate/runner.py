@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import cache, layout, shards, supervisor
+from upgrade_gate import cache, layout, packages, shards, supervisor
 from upgrade_gate.assets import assets_dir
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.catalog import ModelEntry
@@ -74,7 +74,13 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
         job_file=stack_dir / "probe-job.json", log_file=stack_dir / "probe.log", plan=plan, first_stage="start",
     )
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
-    write_json_atomic(stack_dir / "stack.json", {"spec": spec.to_dict(), "installed": probe})
+    extras = packages.requirement_names(plan.extra_requirements(spec.name), plan.settings.config_path.parent)
+    write_json_atomic(stack_dir / "stack.json", {
+        "spec": spec.to_dict(), "installed": probe,
+        # Beside the spec's own requirements: what the project's extras and every dependency put there.
+        "extra_requirements": [{"requirement": requirement, "distribution": name} for requirement, name in extras],
+        "packages": packages.installed_versions(bin_dir.parent),
+    })
     return probe
 
 
