@@ -154,11 +154,11 @@ def project(session: nox.Session, stack: str) -> None:
                        f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
-        team_project.record_install_failure(plan, stack, error)
+        team_project.record_install_failure(plan, stack, error, bin_dir)
         session.warn(f"project: does not install into {stack}: {error}")
         return
     pipeline.recipe_installed(bin_dir, recipe)
-    run = team_project.run_tests(plan, settings, stack, bin_dir)
+    run = team_project.run_tests(plan, settings, stack, bin_dir, log=session.log)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
 

@@ -138,7 +138,39 @@ def add_round_loads(out: Path, model: str, threads: int, loads: list[tuple[float
     path.write_text(json.dumps(data))
 
 
-# -- the stacks' packages, as the run sessions write them ----------------
+# -- the project's test runs and the stacks' packages, as the sessions write them ----------------
+
+
+def write_project_run(out: Path, stack: str, junit: str | None, *, warnings: list[dict] | None = None,
+                      installed: dict[str, str] | None = None, **run: object) -> None:
+    """project/<stack>/: run.json, and the JUnit XML and the plugin's warnings.json when given."""
+    folder = layout.project_dir(out, stack)
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"schema_version": "1.0", "stack": stack, "status": "ran",
+                                                 "command": ["python", "-m", "pytest"], "duration_s": 2.5,
+                                                 "installed": installed or {}, **run}))
+    if junit is not None:
+        (folder / "junit.xml").write_text(junit)
+    if warnings is not None:
+        (folder / "warnings.json").write_text(json.dumps({"schema_version": "1.0", "captured": True,
+                                                          "warnings": warnings, "dropped": 0}))
+
+
+def junit_of(**by_name: str) -> str:
+    """JUnit XML of tests/test_m.py's tests, each with its outcome."""
+    cases = []
+    for name, outcome in by_name.items():
+        inner = {"passed": "", "failed": "<failure message='AssertionError: boom'>&gt;  check()\nE   AssertionError: boom</failure>",
+                 "skipped": "<skipped message='later'/>", "error": "<error message='fixture'/>"}[outcome]
+        cases.append(f"<testcase classname='tests.test_m' name='{name}' file='tests/test_m.py' line='1'>{inner}</testcase>")
+    return f"<testsuites><testsuite name='pytest'>{''.join(cases)}</testsuite></testsuites>"
+
+
+def warning(test: str, category: str, message: str, count: int = 1, *, when: str = "runtest",
+            location: str = "edge_app/model.py:40") -> dict:
+    """One entry of the plugin's warnings.json."""
+    return {"test": test, "when": when, "category": category, "message": message, "location": location,
+            "count": count}
 
 
 def write_stack_packages(out: Path, stack: str, packages: dict[str, str], extras: list[tuple[str, str | None]] = ()

@@ -49,3 +49,20 @@ def test_in_a_terminal_a_live_view_shows_what_runs():
     assert "7 rounds of legacy, candidate" in drawn and "finished" in drawn
     # Only the closing line goes to the plain log: the terminal had the rest.
     assert len(plain) == 1 and plain[0].startswith("measure: 1/4 finished")
+
+
+def test_a_task_whose_stage_changes_often_gets_a_line_at_most_so_often(monkeypatch):
+    from upgrade_gate import progress as module
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    lines: list[str] = []
+    progress = Progress("legacy: the project's tests", 1, log=lines.append,
+                        console=Console(file=io.StringIO(), force_terminal=False))
+    progress.start("legacy: project: tests")
+    for second, test in ((0, "0/3 · t1"), (1, "1/3 · t2"), (16, "2/3 · t3"), (17, "3/3")):
+        now[0] = 100.0 + second
+        progress.stage("legacy: project: tests", test, lines_every_s=15)
+    assert [line.split("] ", 1)[1] for line in lines[1:]] == [
+        "legacy: project: tests: 0/3 · t1", "legacy: project: tests: 2/3 · t3"]
+    assert progress.running["legacy: project: tests"] == ("3/3", 117.0)  # the live view has every change

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from records import junit_of, warning, write_project_run
 
 from upgrade_gate import layout
 from upgrade_gate.document import to_markdown
@@ -183,24 +185,6 @@ def test_compare_still_needs_models_but_compat_does_not(tmp_path):
         load_plan([], invoked_from=tmp_path, config_path=config)
 
 
-def write_project_run(out: Path, stack: str, junit: str | None, **run: object) -> None:
-    folder = layout.project_dir(out, stack)
-    folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({"schema_version": "1.0", "stack": stack, "status": "ran",
-                                                 "command": ["python", "-m", "pytest"], "duration_s": 2.5, **run}))
-    if junit is not None:
-        (folder / "junit.xml").write_text(junit)
-
-
-def junit_of(**by_name: str) -> str:
-    cases = []
-    for name, outcome in by_name.items():
-        inner = {"passed": "", "failed": "<failure message='AssertionError: boom'>&gt;  check()\nE   AssertionError: boom</failure>",
-                 "skipped": "<skipped message='later'/>", "error": "<error message='fixture'/>"}[outcome]
-        cases.append(f"<testcase classname='tests.test_m' name='{name}' file='tests/test_m.py' line='1'>{inner}</testcase>")
-    return f"<testsuites><testsuite name='pytest'>{''.join(cases)}</testsuite></testsuites>"
-
-
 SCAN = {"schema_version": "1.0", "scanner": {"torchfix": "0.7.0", "rules": 9}, "root": "/team", "paths": ["."],
         "files_scanned": 4, "errors": [],
         "findings": [{"file": "edge_app/export.py", "line": 7, "column": 12, "code": "UG101", "source": "upgrade-gate",
@@ -214,10 +198,30 @@ SCAN = {"schema_version": "1.0", "scanner": {"torchfix": "0.7.0", "rules": 9}, "
 def test_a_newly_failing_test_fails_the_hard_gate_and_the_report_shows_its_message(tmp_path):
     plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
     out = plan.settings.out_dir
-    write_project_run(out, "legacy", junit_of(test_a="passed", test_b="passed", test_c="failed", test_d="skipped"))
-    write_project_run(out, "candidate", junit_of(test_a="failed", test_b="passed", test_c="passed", test_d="skipped"))
+    cuda = "User provided device_type of 'cuda', but CUDA is not available. Disabling ({} at 0x7f3a{}c0)"
+    write_project_run(out, "legacy", junit_of(test_a="passed", test_b="passed", test_c="failed", test_d="skipped"),
+                      warnings=[warning("tests/test_m.py::test_b", "UserWarning", cuda.format("autocast", "11"), 2)],
+                      installed={"edge-app": "0.3.0", "numpy": "1.26.4", "torch": "2.2.2"})
+    autocast = "`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', args...)` instead."
+    write_project_run(out, "candidate", junit_of(test_a="failed", test_b="passed", test_c="passed", test_d="skipped"),
+                      warnings=[warning("tests/test_m.py::test_b", "UserWarning", cuda.format("autocast", "22"), 2),
+                                warning("tests/test_m.py::test_b", "FutureWarning", autocast),
+                                warning("tests/test_m.py::test_c", "FutureWarning", autocast, 2),
+                                warning("", "DeprecationWarning", "torch.ao.quantization is deprecated", when="collect",
+                                        location="<venv>/lib/python3.11/site-packages/torch/ao/__init__.py:9")],
+                      installed={"edge-app": "0.3.0", "executorch": "0.7.0", "numpy": "1.26.4", "setuptools": "80.9.0",
+                                 "torch": "2.8.0"})
     layout.scan_file(out).write_text(json.dumps(SCAN))
     evidence = gather_project(plan)
+    # Per test; the UserWarning is the same on both (its object's address aside): not new.
+    assert evidence.stacks["candidate"].warnings == {"tests/test_m.py::test_b": 3, "tests/test_m.py::test_c": 2,
+                                                     "(collection)": 1}
+    assert [(w.category, w.count, w.tests) for w in evidence.new_warnings["candidate"]] == [
+        ("FutureWarning", 3, ("tests/test_m.py::test_b", "tests/test_m.py::test_c")),
+        ("DeprecationWarning", 1, ("(collection)",))]
+    assert evidence.package_changes("candidate") == {"executorch": {"legacy": None, "candidate": "0.7.0"},
+                                                     "setuptools": {"legacy": None, "candidate": "80.9.0"},
+                                                     "torch": {"legacy": "2.2.2", "candidate": "2.8.0"}}
     tests, scan = project_gates(plan, plan.candidates[0], evidence)
     assert (tests.gate, tests.model, tests.severity, tests.status) == (
         "project-tests", "project", Severity.HARD, GateStatus.FAILED)
@@ -237,7 +241,16 @@ def test_a_newly_failing_test_fails_the_hard_gate_and_the_report_shows_its_messa
     assert "Newly passing (failed on legacy): 1" in text
     assert "`tests/test_m.py::test_a` on candidate:\n\n```\nAssertionError: boom\n```" in text
     assert "| edge_app/export.py:7 | UG101 | `torch.jit.trace(model, example)` | TorchScript is not the " in text
-    assert "| candidate | ran | 2 | 1 | 0 | 1 | 2.5 s | project/candidate/junit.xml |" in text
+    assert "| candidate | ran | 2 | 1 | 0 | 1 | 6 | 2.5 s | project/candidate/junit.xml |" in text
+    assert "Warnings new on candidate (not raised by the tests on legacy): 2" in text
+    assert (f"| FutureWarning | {autocast.replace('|', '')} | `edge_app/model.py:40` | 3 | `tests/test_m.py::test_b`, "
+            "`tests/test_m.py::test_c` |") in text
+    assert ("| DeprecationWarning | torch.ao.quantization is deprecated | "
+            "`<venv>/lib/python3.11/site-packages/torch/ao/__init__.py:9` | 1 | `(collection)` |") in text
+    assert ("Packages whose versions differ between the two test venvs (a test that changed may owe it to one of "
+            "these rather than to torch): 3\n\n| Package | legacy | candidate |\n|---|---|---|\n| executorch | — | "
+            "0.7.0 |\n| setuptools | — | 80.9.0 |\n| torch | 2.2.2 | 2.8.0 |") in text
+    assert evidence.to_dict()["package_changes"]["candidate"]["torch"] == {"legacy": "2.2.2", "candidate": "2.8.0"}
 
 
 def test_allowed_breaks_pass_and_a_missing_run_fails_saying_which(tmp_path):
@@ -283,3 +296,183 @@ def test_every_migration_rule_is_documented():
     codes = [code for code in rules if code != "torchfix"] + list(rules.get("torchfix", {}))
     documented = (REPO / "docs" / "compat.md").read_text()
     assert codes and [c for c in codes if f"| {c} " not in documented] == []
+
+
+def test_warnings_not_counted_are_said_so_and_not_compared(tmp_path):
+    plan = plan_of(tmp_path, 'root = "team"\ntest = ["tox", "--", "--junitxml={junit}"]\n', "--out", "report")
+    out = plan.settings.out_dir
+    write_project_run(out, "legacy", junit_of(test_a="passed"))  # no warnings.json: tox ran no pytest we loaded into
+    write_project_run(out, "candidate", junit_of(test_a="passed"), warnings=[])
+    evidence = gather_project(plan)
+    legacy = evidence.stacks["legacy"]
+    assert (legacy.warnings, legacy.warning_total) == (None, None)
+    assert legacy.warnings_problem == ("the test command is not pytest; upgrade-gate counts warnings with a pytest "
+                                       "plugin, which only a pytest command loads (-p)")
+    assert evidence.stacks["candidate"].warnings == {} and evidence.new_warnings == {}
+    text = to_markdown(project_blocks(evidence, "legacy", ["candidate"]))
+    assert "| legacy | ran | 1 | 0 | 0 | 0 | not counted | 2.5 s |" in text
+    assert "Warnings not counted:\n\n- legacy: the test command is not pytest;" in text
+    assert "Warnings not compared: they were not counted in both runs (above)." in text
+    assert "Packages whose versions differ" not in text  # neither run recorded its packages
+
+    # pytest run with -p no:warnings records none: unknown, not zero.
+    layout.project_dir(out, "legacy").joinpath("warnings.json").write_text(json.dumps(
+        {"schema_version": "1.0", "captured": False, "warnings": [], "dropped": 0}))
+    assert gather_project(plan).stacks["legacy"].warnings_problem == (
+        "the team's pytest runs without its warnings plugin (-p no:warnings)")
+
+
+# A team's test module for the plugin's test: warnings at import, in tests, in a loop; a test that
+# reads the progress file while it runs and checks the environment the team's tests see.
+TEAM_TESTS = '''
+import json, os, warnings
+import pytest
+
+warnings.warn("module-level", DeprecationWarning)
+
+
+def test_warns_twice():
+    warnings.warn("old API at 0x7f00aa11", FutureWarning)
+    warnings.warn("old API at 0x7f00aa11", FutureWarning)
+
+
+def test_warns_in_a_loop():
+    warnings.simplefilter("always")  # else Python records one per place (pytest restores the filters)
+    for _ in range(50):
+        warnings.warn("loop", UserWarning)
+
+
+def test_fails():
+    assert 1 == 2
+
+
+@pytest.mark.skip(reason="later")
+def test_skipped():
+    pass
+
+
+def test_sees_its_progress_and_the_teams_environment():
+    progress = json.loads(open(os.environ["PROGRESS_SEEN_AT"]).read())
+    assert (progress["collected"], progress["done"], progress["running"]) == (
+        5, 4, ["test_team.py::test_sees_its_progress_and_the_teams_environment"])
+    assert os.environ.get("PYTHONPATH") is None and os.environ["PYTEST_PLUGINS"] == "team_plugin"
+    assert "upgrade_gate_pytest" not in os.environ["PYTEST_PLUGINS"]
+    assert not [name for name in os.environ if name.startswith("UPGRADE_GATE_PYTEST")]
+'''
+
+
+def test_the_pytest_plugin_counts_warnings_and_writes_progress_without_changing_outcomes(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from upgrade_gate.project import TestProgress, per_test, project_env, read_warnings, watched_command
+
+    team, folder = tmp_path / "team", tmp_path / "out"
+    team.mkdir()
+    folder.mkdir()
+    (team / "test_team.py").write_text(TEAM_TESTS)
+    (team / "team_plugin.py").write_text("")  # the team's own PYTEST_PLUGINS entry: kept
+    monkeypatch.setenv("PYTEST_PLUGINS", "team_plugin")
+    monkeypatch.setenv("PROGRESS_SEEN_AT", str(folder / "progress.json"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    settings = plan_of(tmp_path, f'root = "team"\ntest = "{sys.executable} -m pytest -p no:cacheprovider --rootdir . test_team.py"\n'
+                       ).settings.project
+    outcomes_of = {}
+    for name, env in (("alone", dict(os.environ)), ("watched", project_env(Path(sys.executable).parent, folder))):
+        junit = folder / f"{name}.xml"
+        command = watched_command(settings, junit) if name == "watched" else settings.test_command(junit)
+        done = subprocess.run(command, cwd=team, env=env, capture_output=True, text=True, check=False, timeout=120)
+        assert done.returncode == 1, done.stdout[-3000:]
+        outcomes_of[name] = {t: o.outcome for t, o in read_junit(junit).items()}
+    # Alone, the progress test cannot find the file: the only difference the plugin makes is the file.
+    assert outcomes_of["alone"].pop("test_team.py::test_sees_its_progress_and_the_teams_environment") == "failed"
+    assert outcomes_of["watched"].pop("test_team.py::test_sees_its_progress_and_the_teams_environment") == "passed"
+    assert outcomes_of["alone"] == outcomes_of["watched"] == {
+        "test_team.py::test_warns_twice": "passed", "test_team.py::test_warns_in_a_loop": "passed",
+        "test_team.py::test_fails": "failed", "test_team.py::test_skipped": "skipped"}
+
+    captured, warnings = read_warnings(folder / "warnings.json")
+    assert captured
+    assert per_test(warnings) == {"(collection)": 1, "test_team.py::test_warns_twice": 2,
+                                  "test_team.py::test_warns_in_a_loop": 50}
+    assert [(w.category, w.message, w.location, w.count) for w in warnings if w.test.endswith("twice")] == [
+        ("FutureWarning", "old API at 0x7f00aa11", "test_team.py:9", 1),
+        ("FutureWarning", "old API at 0x7f00aa11", "test_team.py:10", 1)]
+    looped, = (w for w in warnings if w.test.endswith("loop"))
+    assert (looped.category, looped.location, looped.count) == ("UserWarning", "test_team.py:16", 50)
+    progress = json.loads((folder / "progress.json").read_text())
+    assert (progress["collected"], progress["done"], progress["running"], progress["finished"]) == (5, 5, [], True)
+    assert TestProgress(folder / "progress.json").poll() == "5/5 tests done"
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_progress_text_from_the_plugins_file(tmp_path):
+    from upgrade_gate.project import TestProgress
+
+    path = tmp_path / "progress.json"
+    watch = TestProgress(path)
+    assert watch.poll() is None  # pytest has not started (or the command is not pytest)
+    path.write_text(json.dumps({"collected": None, "done": 0, "running": []}))
+    assert watch.poll() == "collecting"
+    path.write_text(json.dumps({"collected": 40, "done": 12, "running": ["tests/test_io.py::test_load"]}))
+    os.utime(path, ns=(1, 2))  # a new mtime, whatever the file system's resolution
+    assert watch.poll() == "12/40 tests done · tests/test_io.py::test_load"
+    assert watch.poll() is None  # unchanged
+    path.write_text(json.dumps({"collected": 40, "done": 12, "running": ["a", "b", "c"]}))
+    os.utime(path, ns=(3, 4))
+    assert watch.poll() == "12/40 tests done · a (+2 more)"
+    path.write_text("{not json")
+    os.utime(path, ns=(5, 6))
+    assert watch.poll() is None and watch.last == "12/40 tests done · a (+2 more)"
+
+
+def test_the_plugin_and_the_parent_name_the_same_variables():
+    import importlib.util
+
+    from upgrade_gate import project
+
+    spec = importlib.util.spec_from_file_location("upgrade_gate_pytest", project.PLUGIN_DIR / f"{project.PLUGIN}.py")
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    assert (plugin.PROGRESS_ENV, plugin.WARNINGS_ENV, plugin.RESTORE_ENV) == (
+        project.PROGRESS_ENV, project.WARNINGS_ENV, project.RESTORE_ENV)
+    assert sorted(p.name for p in project.PLUGIN_DIR.glob("*.py")) == [f"{project.PLUGIN}.py"]  # alone on the path
+
+
+def test_new_warnings_are_kinds_the_baseline_never_raised():
+    from upgrade_gate.project import RaisedWarning, new_warnings
+
+    def raised(test, category, message, count=1):
+        return RaisedWarning(test=test, category=category, message=message, location="m.py:1", count=count)
+
+    baseline = (raised("t1", "UserWarning", "at 0x7f00aa11 in /tmp/pytest-of-root/pytest-3/t1"),)
+    candidate = (raised("t1", "UserWarning", "at 0x7f99bb22 in /tmp/pytest-of-root/pytest-8/t1"),  # the same
+                 raised("t1", "UserWarning", "other"), raised("t2", "UserWarning", "other", 4),
+                 raised("t2", "FutureWarning", "at 0x7f00aa11 in /tmp/pytest-of-root/pytest-3/t1"))  # another category
+    assert [(w.category, w.message, w.count, w.tests) for w in new_warnings(baseline, candidate)] == [
+        ("UserWarning", "other", 5, ("t1", "t2")),
+        ("FutureWarning", "at 0x7f00aa11 in /tmp/pytest-of-root/pytest-3/t1", 1, ("t2",))]
+
+
+def test_a_test_run_shows_its_progress_and_records_warnings_and_packages(tmp_path, monkeypatch):
+    import sys
+
+    from upgrade_gate import project
+    from upgrade_gate.project import run_tests
+
+    plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
+    (tmp_path / "team" / "test_team.py").write_text(
+        "import time, warnings\n\ndef test_slow():\n    time.sleep(1.0)\n\n"
+        "def test_warns():\n    warnings.warn('use the new API', FutureWarning)\n")
+    monkeypatch.setattr(project, "PROGRESS_LINES_EVERY_S", 0.0)  # every change a line (CI gets one per 15 s)
+    lines: list[str] = []
+    run = run_tests(plan, plan.settings.project, "legacy", Path(sys.executable).parent, log=lines.append)
+    assert (run["status"], run["exit_code"]) == ("ran", 0), lines
+    # Node ids from pytest's rootdir, the folder of the configuration here.
+    assert any(line.endswith("legacy: project: tests: 0/2 tests done · team/test_team.py::test_slow") for line in lines), lines
+    assert lines[-2].endswith("legacy: project: tests exit status 0, 2/2 tests done"), lines
+    # What the tests ran with, read from the venv's dist-info folders: this Python's own packages.
+    assert run["installed"]["pytest"] == __import__("pytest").__version__
+    evidence = gather_project(plan).stacks["legacy"]
+    assert evidence.warnings == {"team/test_team.py::test_warns": 1} and evidence.run.installed == run["installed"]

@@ -19,6 +19,10 @@ pytestmark = pytest.mark.integration
 
 SAMPLE = REPO / "tests" / "sample_project"
 BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
+BFLOAT16 = "tests/test_model.py::test_bfloat16_scores_stay_close_to_float"
+AUTOCAST_DEPRECATED = ("`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', "
+                       "args...)` instead.")
+AUTOCAST_LINE = where_planted("edge_app/model.py", "torch.cpu.amp.autocast()")[0]
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,16 @@ def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_
     report = (out / "report.md").read_text()
     assert "## Project compatibility" in report
     assert f"| `{BREAKS}` | passed | failed | _pickle.UnpicklingError: Weights only load failed." in report
-    assert re.search(r"\| Project compatibility: the team's tests; calls to migrate \| 6/8 tests passed \| "
-                     r"7/8 tests passed; 1 newly failing, 1 newly passing; \d+ calls to migrate ❌ ⚠️ \|", report)
+    assert re.search(r"\| Project compatibility: the team's tests; calls to migrate \| 7/9 tests passed \| "
+                     r"8/9 tests passed; 1 newly failing, 1 newly passing; \d+ calls to migrate ❌ ⚠️ \|", report)
+    # The model stacks: every package that differs, and the extra requirement with its version.
+    assert results["package_differences"]["torch"] == {"legacy": "2.2.2", "candidate": "2.8.0"}
+    assert results["package_differences"]["executorch"] == {"legacy": None, "candidate": "0.7.0"}
+    for stack in ("legacy", "candidate"):
+        assert results["stacks"][stack]["extra_requirements"] == [
+            {"requirement": "-e .", "distribution": "edge-app", "version": "0.3.0"}]
+    assert "- extra requirements ([tool.upgrade-gate.extra-requirements]): `-e .` (edge-app 0.3.0)" in report
+    assert "| torch | 2.2.2 | 2.8.0 |" in report[report.index("## Stacks"):]
     cases = {(c.get("classname"), c.get("name")): c for c in validate_junit(out / "junit.xml").iter("testcase")}
     assert cases[("candidate.project", "project-tests")].find("failure").get("type") == "hard gate"
     assert "id='model-project'" in (out / "report.html").read_text()
@@ -84,9 +96,30 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     assert [c["test"] for c in diff["newly_passing"]] == ["tests/test_model.py::test_embeddings_have_unit_rms"]
     assert [(c["test"], c["baseline"], c["candidate"]) for c in diff["no_longer_skipped"]] == [
         ("tests/test_checkpoint.py::test_checkpoint_loads_weights_only_with_config_allowed", "skipped", "passed")]
-    assert compat["project"]["stacks"]["legacy"]["counts"] == {"passed": 6, "failed": 1, "error": 0, "skipped": 1}
+    assert compat["project"]["stacks"]["legacy"]["counts"] == {"passed": 7, "failed": 1, "error": 0, "skipped": 1}
     markdown = (out / "compat.md").read_text()
     assert f"`{BREAKS}` on candidate:" in markdown
+
+    # The warnings only the candidate raises, from the tests that raise them: torch 2.8 deprecates the
+    # autocast the app scores with (torch 2.2 did not warn).
+    new = {(w["category"], w["message"]): w for w in compat["project"]["new_warnings"]["candidate"]}
+    autocast = new["FutureWarning", AUTOCAST_DEPRECATED]
+    assert (autocast["tests"], autocast["location"]) == ([BFLOAT16], f"edge_app/model.py:{AUTOCAST_LINE}"), autocast
+    assert not [w for w in new.values() if BFLOAT16 in w["tests"] and w is not autocast]
+    for stack in ("legacy", "candidate"):
+        assert compat["project"]["stacks"][stack]["warnings_problem"] is None
+    assert compat["project"]["stacks"]["candidate"]["warnings"][BFLOAT16] >= 1
+    assert BFLOAT16 not in compat["project"]["stacks"]["legacy"]["warnings"]
+    assert f"| FutureWarning | {AUTOCAST_DEPRECATED} | `edge_app/model.py:{AUTOCAST_LINE}` |" in markdown
+    # The test venvs' packages that differ: torch, and what the candidate's spec pins beside it.
+    changes = compat["project"]["package_changes"]["candidate"]
+    assert changes["torch"] == {"legacy": "2.2.2", "candidate": "2.8.0"} and "executorch" in changes
+    assert "Packages whose versions differ between the two test venvs" in markdown
+    # How far each stack's tests were, as they ran (one line per 15 s at most, and the end).
+    for stack in ("legacy", "candidate"):
+        assert re.search(rf"{stack}: project: tests exit status 1, 9/9 tests done", result.stderr), result.stderr[-3000:]
+        progress = json.loads((out / "project" / stack / "progress.json").read_text())
+        assert (progress["collected"], progress["done"], progress["finished"]) == (9, 9, True)
 
     # Every planted call at its line and column (and nothing else), with why and what to write instead.
     findings = compat["project"]["scan"]["findings"]

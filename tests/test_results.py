@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import write_stack_model, write_stack_packages
+from records import junit_of, warning, write_project_run, write_stack_model, write_stack_packages
 
 from upgrade_gate import pipeline
 from upgrade_gate.errors import ConfigError
@@ -41,9 +41,11 @@ LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": Tru
 @pytest.fixture
 def report(project: Path) -> Path:
     """A report whose candidate fails to export one model (localized), and is 1% off on another,
-    whose second output is degenerate (a warning); its stacks' packages differ beside torch."""
+    whose second output is degenerate (a warning); its stacks' packages differ beside torch, and the
+    team's tests break and warn on the candidate."""
     config = project / "pyproject.toml"
-    config.write_text(config.read_text() + '[tool.upgrade-gate.extra-requirements]\n"*" = ["timm>=1.0", "-e ."]\n')
+    config.write_text(config.read_text() + '[tool.upgrade-gate.extra-requirements]\n"*" = ["timm>=1.0", "-e ."]\n'
+                      '[tool.upgrade-gate.project]\nroot = "."\n')
     plan = load_plan(["--out", "out", "--models", "vit-smoke,minilm-smoke@fp32"], invoked_from=project,
                      config_path=config)
     out = plan.settings.out_dir
@@ -51,6 +53,12 @@ def report(project: Path) -> Path:
     write_stack_packages(out, "legacy", {"numpy": "1.26.4", "timm": "1.0.9", "torch": "2.2.2"}, extras)
     write_stack_packages(out, "candidate", {"executorch": "0.7.0", "numpy": "2.1.0", "timm": "1.0.9",
                                             "torch": "2.8.0"}, extras)
+    deprecated = "`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', args...)`"
+    write_project_run(out, "legacy", junit_of(test_a="passed", test_b="passed"), warnings=[],
+                      installed={"setuptools": "80.9.0", "torch": "2.2.2"})
+    write_project_run(out, "candidate", junit_of(test_a="failed", test_b="passed"),
+                      warnings=[warning("tests/test_m.py::test_b", "FutureWarning", deprecated, 2)],
+                      installed={"setuptools": "80.9.0", "torch": "2.8.0"})
     for stack in ("legacy", "candidate"):
         broken = stack == "candidate"
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=None if broken else [REFERENCE],
@@ -84,6 +92,7 @@ def test_results_json_reads_back_as_written(report):
     assert written["package_differences"] == {"executorch": {"legacy": None, "candidate": "0.7.0"},
                                               "numpy": {"legacy": "1.26.4", "candidate": "2.1.0"},
                                               "torch": {"legacy": "2.2.2", "candidate": "2.8.0"}}
+    assert [w.category for w in results.project.new_warnings["candidate"]] == ["FutureWarning"]
 
 
 DEAD_WARNING = ("reference output forward.output_1 is degenerate (≈ 0: max |value| 0.0e+00 ≤ 1e-06): the comparison "

@@ -315,6 +315,7 @@ PLANTED = [
     ("edge_app/quantize.py", "get_default_qconfig_mapping(ENGINE)", "UG105"),
     ("edge_app/quantize.py", "convert_fx(prepared)", "UG105"),
     ("edge_app/checkpoint.py", "torch.load(path)", "TOR102"),
+    ("edge_app/model.py", "torch.cpu.amp.autocast()", "UG108"),
 ]
 
 

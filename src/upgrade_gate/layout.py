@@ -20,6 +20,7 @@ every run on a machine, and every file of a run in its report folder.
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
+      project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
       project/scan.json                                the API scan of the team's source
       compat.md  compat.json                           `nox -s compat`'s own report
 """

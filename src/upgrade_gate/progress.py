@@ -27,6 +27,7 @@ class Progress:
         self.done = 0
         self.started = time.monotonic()
         self.running: dict[str, tuple[str, float]] = {}  # task -> (stage, since)
+        self._lines: dict[str, float] = {}  # task -> when its last stage line was written
         self._lock = threading.Lock()
         self._plain_log = log
         self.console = console or Console(stderr=True, file=stream)
@@ -42,11 +43,17 @@ class Progress:
             self.running[task] = ("start", time.monotonic())
         self._event(f"{task} …")
 
-    def stage(self, task: str, stage: str) -> None:
+    def stage(self, task: str, stage: str, *, lines_every_s: float = 0.0) -> None:
+        """``task`` is at ``stage`` now. A task whose stage changes often (one test after another)
+        passes ``lines_every_s``: a plain line at most that often, the live view shows each."""
+        now = time.monotonic()
         with self._lock:
             if task not in self.running or self.running[task][0] == stage:
                 return
-            self.running[task] = (stage, time.monotonic())
+            self.running[task] = (stage, now)
+            if now - self._lines.get(task, -lines_every_s) < lines_every_s:
+                return
+            self._lines[task] = now
         self._event(f"{task}: {stage}")
 
     def finish(self, task: str, outcome: str) -> None:

@@ -6,7 +6,10 @@ diffed per test, and the API scan of its source (compat/scan.py) read back.
     gather_project              both, as evidence for the gates (policy.project_gates) and the report
 
 The tests' outcomes travel as the JUnit XML the test command wrote; this module
-is the one place that reads it.
+is the one place that reads it. What JUnit XML has no room for — the warnings the
+tests raised, and how far a run is while it runs — comes from upgrade-gate's pytest
+plugin (compat/pytest_plugin/upgrade_gate_pytest.py), which a pytest command loads
+(``-p``); each project venv's installed packages are recorded with its run.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ import re
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import layout, supervisor
+from upgrade_gate import layout, packages, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.errors import RecordError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
+from upgrade_gate.progress import Progress
 from upgrade_gate.records import SCHEMA_VERSION, Reader, check_schema
 from upgrade_gate.runner import venv_env
 from upgrade_gate.settings import ProjectSettings, runs_pytest
@@ -40,47 +45,88 @@ MESSAGE_CHARS = 2000
 # Terminal colours in an exception's text (torch's UnpicklingError has them), raw or as pytest
 # escapes them for XML ("#x1B[1m").
 _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")
+# The pytest plugin: its folder goes on PYTHONPATH alone (nothing else of ours can shadow a team's
+# module), and a pytest command gets `-p upgrade_gate_pytest`. Not PYTEST_PLUGINS, which would reach
+# pytest under tox or make too: a tool that passed it on without PYTHONPATH would fail the team's run
+# on an import. The variables are the plugin's (a test keeps them equal).
+PLUGIN_DIR = REPO_ROOT / "compat" / "pytest_plugin"
+PLUGIN = "upgrade_gate_pytest"
+PROGRESS_ENV = "UPGRADE_GATE_PYTEST_PROGRESS"
+WARNINGS_ENV = "UPGRADE_GATE_PYTEST_WARNINGS"
+RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
+# A stack's files in project/<stack>/ (layout.project_dir), beside run.json.
+JUNIT_FILE, LOG_FILE, WARNINGS_FILE, PROGRESS_FILE = "junit.xml", "test.log", "warnings.json", "progress.json"
+# A long run prints a progress line at most this often in CI (the live view shows every test).
+PROGRESS_LINES_EVERY_S = 15.0
+# Outside any test: the plugin's empty node id, by when pytest recorded the warning.
+OUTSIDE_TESTS = {"collect": "(collection)", "config": "(configuration)"}
 
 
 # -- running the tests (inside `nox -s "project(<stack>)"`) -------------------------
 
 
-def project_env(bin_dir: Path) -> dict[str, str]:
-    """The environment of the project's tests: the user's, with the stack's venv first on PATH."""
+def project_env(bin_dir: Path, folder: Path) -> dict[str, str]:
+    """The environment of the project's tests: the user's, with the stack's venv first on PATH, and
+    where upgrade-gate's pytest plugin finds it and writes into ``folder``."""
     env = venv_env(bin_dir)
     env["VIRTUAL_ENV"] = str(bin_dir.parent)
     # executorch imports torch._inductor, which starts a compile pool on CUDA wheels (see runner.worker_env).
     env.setdefault("TORCH_WARM_POOL", "0")
+    # The plugin puts PYTHONPATH back as it was before the tests run: the tests see the team's environment.
+    env[RESTORE_ENV] = json.dumps({"PYTHONPATH": env.get("PYTHONPATH")})
+    env["PYTHONPATH"] = str(PLUGIN_DIR)  # venv_env removed the caller's: ours alone
+    env[PROGRESS_ENV], env[WARNINGS_ENV] = str(folder / PROGRESS_FILE), str(folder / WARNINGS_FILE)
     return env
 
 
-def record_install_failure(plan: Plan, stack: str, error: str) -> dict[str, Any]:
+def watched_command(project: ProjectSettings, junit: Path) -> list[str]:
+    """The test command as it runs: with its JUnit XML at ``junit``, and a pytest command loading the plugin."""
+    command = project.test_command(junit)
+    return [*command, "-p", PLUGIN] if runs_pytest(project.test) else command
+
+
+def record_install_failure(plan: Plan, stack: str, error: str, bin_dir: Path) -> dict[str, Any]:
     """The project does not install into this stack: a result, not a usage error (the candidate's pins may
     refuse it)."""
-    return _write_run(plan, stack, {"status": "install-failed", "install_error": error, "command": [],
-                                    "exit_code": None, "duration_s": 0.0})
+    return _write_run(plan, stack, bin_dir, {"status": "install-failed", "install_error": error, "command": [],
+                                             "exit_code": None, "duration_s": 0.0})
 
 
-def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> dict[str, Any]:
-    """Run the project's test command in one stack; write and return its run record.
+def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
+              log: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Run the project's test command in one stack, showing how far it is; write and return its run record.
 
     The command's own exit status says little (pytest exits 1 when a test fails):
     the outcomes are in the JUnit XML; the status says whether there are any.
     """
     folder = layout.project_dir(plan.settings.out_dir, stack)
     folder.mkdir(parents=True, exist_ok=True)
-    junit, log_file = folder / "junit.xml", folder / "test.log"
-    junit.unlink(missing_ok=True)  # an old run's outcomes must not pass for this one's
+    junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
+    for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE):
+        stale.unlink(missing_ok=True)  # an old run's outcomes must not pass for this one's
     # `python` and `pytest` are the stack's: its bin/ leads PATH, and a bare name is resolved there first.
-    command = project.test_command(junit)
+    command = watched_command(project, junit)
     argv = [str(bin_dir / command[0]) if (bin_dir / command[0]).exists() else command[0], *command[1:]]
-    try:
-        outcome = supervisor.run_supervised(
-            argv, env=project_env(bin_dir), cwd=project.root, log_file=log_file, phase_file=None,
-            deadline_for=lambda _stage: project.timeout_s, memory_limit_bytes=plan.settings.memory_limit_bytes)
-    except OSError as error:  # the command does not exist in the stack
-        return _write_run(plan, stack, {"status": "not-started", "command": command, "exit_code": None,
-                                        "duration_s": 0.0, "problem": f"cannot start {command[0]!r}: {error.strerror}"})
+    task = f"{stack}: project: tests"
+    with Progress(f"{stack}: the project's tests", 1, log=log) as progress:
+        progress.start(task)
+        watch = TestProgress(folder / PROGRESS_FILE)
+
+        def show() -> None:
+            if (text := watch.poll()) is not None:
+                progress.stage(task, text, lines_every_s=PROGRESS_LINES_EVERY_S)
+        try:
+            outcome = supervisor.run_supervised(
+                argv, env=project_env(bin_dir, folder), cwd=project.root, log_file=log_file, phase_file=None,
+                deadline_for=lambda _stage: project.timeout_s, memory_limit_bytes=plan.settings.memory_limit_bytes,
+                on_poll=show)
+        except OSError as error:  # the command does not exist in the stack
+            progress.finish(task, "did not start")
+            return _write_run(plan, stack, bin_dir, {
+                "status": "not-started", "command": command, "exit_code": None, "duration_s": 0.0,
+                "problem": f"cannot start {command[0]!r}: {error.strerror}"})
+        show()
+        progress.finish(task, f"exit status {outcome.returncode}" + (f", {watch.last}" if watch.last else ""))
     record: dict[str, Any] = {"command": command, "exit_code": outcome.returncode,
                               "duration_s": round(outcome.elapsed_s, 2), "peak_rss_bytes": outcome.peak_rss_bytes}
     if outcome.cause == "timeout":
@@ -94,14 +140,49 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -
                                                    f"see {log_file.relative_to(plan.settings.out_dir)}")
     else:
         record.update(status="ran")
-    return _write_run(plan, stack, record)
+    return _write_run(plan, stack, bin_dir, record)
 
 
-def _write_run(plan: Plan, stack: str, record: dict[str, Any]) -> dict[str, Any]:
+def _write_run(plan: Plan, stack: str, bin_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     full = {"schema_version": str(SCHEMA_VERSION), "stack": stack, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **record}
+            **record,
+            # What the tests ran with: a test that changed may owe it to a package the spec pins beside torch.
+            "installed": packages.installed_versions(bin_dir.parent)}
     write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / "run.json", full)
     return full
+
+
+class TestProgress:
+    """How far the tests are, from the plugin's progress file: one line of text when it changed."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.last: str | None = None
+        self._mtime_ns = -1
+
+    def poll(self) -> str | None:
+        """"12/40 tests done · tests/test_io.py::test_load", when the file says something new; else None."""
+        try:
+            mtime_ns = self.path.stat().st_mtime_ns
+            if mtime_ns == self._mtime_ns:
+                return None
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            self._mtime_ns = mtime_ns
+            collected, done, running = data.get("collected"), int(data.get("done", 0)), list(data.get("running", []))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None  # not written yet (pytest not started, or not pytest), or being replaced: next poll
+        if collected is None:
+            text = "collecting"
+        else:
+            text = f"{done}/{collected} tests done"
+            if running:
+                text += f" · {running[0]}" + (f" (+{len(running) - 1} more)" if len(running) > 1 else "")
+        if text == self.last:
+            return None
+        self.last = text
+        return text
 
 
 # -- the API scan (inside `nox -s scan`) ---------------------------------------------
@@ -304,6 +385,87 @@ def counts(tests: dict[str, CaseOutcome]) -> dict[str, int]:
     return {outcome: sum(t.outcome == outcome for t in tests.values()) for outcome in OUTCOMES}
 
 
+# -- warnings (the plugin's warnings.json) -------------------------------------------
+
+# What differs between two runs of the same warning: object addresses, pytest's numbered temporary folders.
+_RUN_SPECIFIC = ((re.compile(r"0x[0-9a-fA-F]{6,}"), "0x…"), (re.compile(r"pytest-\d+"), "pytest-N"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RaisedWarning:
+    """A warning the tests raised, as the plugin counted it."""
+
+    test: str  # the pytest node id, or OUTSIDE_TESTS' name for one raised while collecting or configuring
+    category: str  # "FutureWarning", "torch.jit.TracerWarning"
+    message: str
+    location: str  # file:line that raised it: relative to the project, or "<venv>/…"
+    count: int
+
+    @property
+    def kind(self) -> tuple[str, str]:
+        """The same warning in two runs: its category and message, less what differs from run to run."""
+        message = self.message
+        for pattern, replacement in _RUN_SPECIFIC:
+            message = pattern.sub(replacement, message)
+        return self.category, message
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> RaisedWarning:
+        return cls(test=r.text("test") or OUTSIDE_TESTS.get(r.text("when"), "(session)"), category=r.text("category"),
+                   message=r.text("message"), location=r.text("location"), count=r.integer("count"))
+
+
+def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
+    """warnings.json: whether pytest recorded warnings at all, and those it recorded; RecordError if it is
+    not a file of this schema."""
+    try:
+        reader = Reader(json.loads(path.read_text(encoding="utf-8")), path.name)
+    except ValueError as error:
+        raise RecordError(f"{path.name}: not valid JSON ({error})") from None
+    check_schema(reader)
+    return reader.flag("captured", True), tuple(RaisedWarning.from_reader(w) for w in reader.children("warnings"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewWarning:
+    """A warning a candidate's tests raise and the baseline's do not (category and message)."""
+
+    category: str
+    message: str
+    location: str  # where the candidate's first one was raised
+    count: int  # how often, on the candidate
+    tests: tuple[str, ...]  # the tests that raised it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "message": self.message, "location": self.location, "count": self.count,
+                "tests": list(self.tests)}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> NewWarning:
+        return cls(category=r.text("category"), message=r.text("message"), location=r.text("location"),
+                   count=r.integer("count"), tests=r.texts("tests"))
+
+
+def new_warnings(baseline: tuple[RaisedWarning, ...], candidate: tuple[RaisedWarning, ...]) -> tuple[NewWarning, ...]:
+    """The candidate's warnings whose kind the baseline's tests never raised, one per kind, in the order raised."""
+    known = {w.kind for w in baseline}
+    found: dict[tuple[str, str], list[RaisedWarning]] = {}
+    for warning in candidate:
+        if warning.kind not in known:
+            found.setdefault(warning.kind, []).append(warning)
+    return tuple(NewWarning(category=raised[0].category, message=raised[0].message, location=raised[0].location,
+                            count=sum(w.count for w in raised), tests=tuple(dict.fromkeys(w.test for w in raised)))
+                 for raised in found.values())
+
+
+def per_test(warnings: tuple[RaisedWarning, ...]) -> dict[str, int]:
+    """How many warnings each test raised."""
+    tally: dict[str, int] = {}
+    for warning in warnings:
+        tally[warning.test] = tally.get(warning.test, 0) + warning.count
+    return tally
+
+
 # -- the project's part of the results (results.json "project", compat.json) ---------
 
 
@@ -319,16 +481,20 @@ class TestRun:
     duration_s: float = 0.0
     problem: str | None = None
     install_error: str | None = None
+    installed: dict[str, str] = field(default_factory=dict)  # the project venv's packages: name → version
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "command": list(self.command), "exit_code": self.exit_code,
-                "duration_s": self.duration_s, "problem": self.problem, "install_error": self.install_error}
+                "duration_s": self.duration_s, "problem": self.problem, "install_error": self.install_error,
+                "installed": dict(self.installed)}
 
     @classmethod
     def from_reader(cls, r: Reader) -> TestRun:
+        installed = r.child("installed") or Reader({}, r.where)
         return cls(status=r.text("status"), command=r.texts("command"), exit_code=r.opt_integer("exit_code"),
                    duration_s=r.opt_number("duration_s") or 0.0, problem=r.opt_text("problem"),
-                   install_error=r.opt_text("install_error"))
+                   install_error=r.opt_text("install_error"),
+                   installed={name: installed.text(name) for name in installed.data})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -339,20 +505,29 @@ class ProjectStack:
     counts: dict[str, int]
     junit: str  # relative to the report folder
     problem: str | None = None
+    # Warnings per test (OUTSIDE_TESTS' names for those raised outside any); None: not counted, and why.
+    warnings: dict[str, int] | None = None
+    warnings_problem: str | None = None
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
+    @property
+    def warning_total(self) -> int | None:
+        return sum(self.warnings.values()) if self.warnings is not None else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run.to_dict() if self.run else None, "problem": self.problem, "counts": dict(self.counts),
-                "junit": self.junit}
+                "junit": self.junit, "warnings": self.warnings, "warnings_problem": self.warnings_problem}
 
     @classmethod
     def from_reader(cls, r: Reader) -> ProjectStack:
-        run, tallies = r.child("run"), r.child("counts") or Reader({}, r.where)
+        run, tallies, warned = r.child("run"), r.child("counts") or Reader({}, r.where), r.child("warnings")
         return cls(run=TestRun.from_reader(run) if run else None, problem=r.opt_text("problem"),
-                   counts={outcome: tallies.integer(outcome) for outcome in tallies.data}, junit=r.text("junit"))
+                   counts={outcome: tallies.integer(outcome) for outcome in tallies.data}, junit=r.text("junit"),
+                   warnings={test: warned.integer(test) for test in warned.data} if warned else None,
+                   warnings_problem=r.opt_text("warnings_problem"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -411,16 +586,28 @@ class ProjectResults:
     install: tuple[str, ...]
     test: tuple[str, ...]
     allow: dict[str, str]  # test id → why its break is accepted
-    stacks: dict[str, ProjectStack]
+    stacks: dict[str, ProjectStack]  # baseline first
     diffs: dict[str, OutcomeDiff]  # per candidate, against the baseline
     scan: ScanResults | None  # None when the scan did not run
     scan_problem: str | None = None
+    # Per candidate whose warnings and the baseline's were both counted: the kinds only it raises.
+    new_warnings: dict[str, tuple[NewWarning, ...]] = field(default_factory=dict)
+
+    def package_changes(self, candidate: str) -> packages.Differences:
+        """The packages whose versions differ between the baseline's test venv and a candidate's
+        ({} when either venv's were not recorded)."""
+        runs = {name: s.run.installed for name, s in self.stacks.items()
+                if name in (next(iter(self.stacks)), candidate) and s.run and s.run.installed}
+        return packages.differing(runs) if len(runs) == 2 else {}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "root": self.root, "install": list(self.install), "test": list(self.test), "allow": dict(self.allow),
             "stacks": {name: s.to_dict() for name, s in self.stacks.items()},
             "diffs": {name: d.to_dict() for name, d in self.diffs.items()},
+            "new_warnings": {name: [w.to_dict() for w in found] for name, found in self.new_warnings.items()},
+            # Derived from each run's installed packages, for readers of the file.
+            "package_changes": {name: self.package_changes(name) for name in list(self.stacks)[1:]},
             "scan": self.scan.to_dict() if self.scan else None,
             "scan_problem": self.scan_problem,
         }
@@ -428,10 +615,13 @@ class ProjectResults:
     @classmethod
     def from_reader(cls, r: Reader) -> ProjectResults:
         scan, allow = r.child("scan"), r.child("allow") or Reader({}, r.where)
+        warned = r.child("new_warnings") or Reader({}, r.where)
         return cls(root=r.text("root"), install=r.texts("install"), test=r.texts("test"),
                    allow={test: allow.text(test) for test in allow.data},
                    stacks={name: ProjectStack.from_reader(s) for name, s in r.entries("stacks").items()},
                    diffs={name: OutcomeDiff.from_reader(d) for name, d in r.entries("diffs").items()},
+                   new_warnings={name: tuple(NewWarning.from_reader(w) for w in warned.children(name))
+                                 for name in warned.data},
                    scan=ScanResults.from_reader(scan) if scan else None, scan_problem=r.opt_text("scan_problem"))
 
 
@@ -454,11 +644,37 @@ def gather_project(plan: Plan) -> ProjectResults | None:
         scan_problem = "the API scan did not run for this report (nox -s scan)"
     except (OSError, ValueError, RecordError) as error:
         scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run nox -s scan again"
+    warned = {spec.name: _stack_warnings(out, spec.name, runs[spec.name][0], project) for spec in plan.stacks}
     stacks = {name: ProjectStack(run=_read_run(out, name), problem=problem, counts=counts(tests),
-                                 junit=(layout.project_dir(out, name) / "junit.xml").relative_to(out).as_posix())
+                                 junit=(layout.project_dir(out, name) / JUNIT_FILE).relative_to(out).as_posix(),
+                                 warnings=per_test(warned[name][1]) if warned[name][0] is None else None,
+                                 warnings_problem=warned[name][0])
               for name, (problem, tests) in runs.items()}
+    base_warned = warned[plan.baseline.name]
+    fresh = {spec.name: new_warnings(base_warned[1], warned[spec.name][1]) for spec in plan.candidates
+             if base_warned[0] is None and warned[spec.name][0] is None}
     return ProjectResults(root=str(project.root), install=project.install, test=project.test, allow=allow,
-                          stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem)
+                          stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem, new_warnings=fresh)
+
+
+def _stack_warnings(out: Path, stack: str, tests_problem: str | None,
+                    project: ProjectSettings) -> tuple[str | None, tuple[RaisedWarning, ...]]:
+    """Why a stack's warnings are not counted (None when they are), and its warnings."""
+    if tests_problem is not None:
+        return "the tests did not run to the end", ()
+    path = layout.project_dir(out, stack) / WARNINGS_FILE
+    try:
+        captured, warnings = read_warnings(path)
+    except FileNotFoundError:
+        if runs_pytest(project.test):
+            return "pytest wrote no warnings (did it load the upgrade-gate plugin? see test.log)", ()
+        return ("the test command is not pytest; upgrade-gate counts warnings with a pytest plugin, which only "
+                "a pytest command loads (-p)"), ()
+    except (OSError, ValueError, RecordError) as error:
+        return f"project/{stack}/{WARNINGS_FILE} is unreadable ({error})", ()
+    if not captured:
+        return "the team's pytest runs without its warnings plugin (-p no:warnings)", ()
+    return None, warnings
 
 
 def _read_run(out: Path, stack: str) -> TestRun | None:
@@ -483,6 +699,6 @@ def _stack_tests(out: Path, stack: str) -> tuple[str | None, dict[str, CaseOutco
     if run.status != "ran":
         return f"the tests did not finish in {stack}: {run.problem}", {}
     try:
-        return None, read_junit(folder / "junit.xml")
+        return None, read_junit(folder / JUNIT_FILE)
     except (OSError, ValueError) as error:
         return f"no test outcomes from {stack}: {error}", {}

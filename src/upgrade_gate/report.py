@@ -377,10 +377,17 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
     rows = []
     for stack, tests in project.stacks.items():
         run = tests.run
+        warned = tests.warning_total
         rows.append([stack, run.status if run else "did not run",
                      *[str(tests.counts.get(k, 0)) for k in ("passed", "failed", "error", "skipped")],
+                     "not counted" if warned is None else str(warned),
                      seconds(run.duration_s) if run and run.duration_s else "—", tests.problem or tests.junit])
-    blocks.append(Table(["Stack", "Run", "passed", "failed", "errors", "skipped", "time", "Outcomes"], rows))
+    blocks.append(Table(["Stack", "Run", "passed", "failed", "errors", "skipped", "warnings", "time", "Outcomes"],
+                        rows))
+    uncounted = [f"{stack}: {tests.warnings_problem}" for stack, tests in project.stacks.items()
+                 if tests.warnings_problem and not tests.problem]
+    if uncounted:
+        blocks += [Paragraph("Warnings not counted:"), bullets(*uncounted)]
     for stack in candidates:
         diff = project.diffs.get(stack)
         blocks.append(Heading(3, f"Tests: {stack} against {base}"))
@@ -403,7 +410,29 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
         if diff.unused_allow:
             blocks.append(Paragraph("Allow-list entries that name no test of either run (a typo, or a test that is "
                                     "gone): " + ", ".join(f"`{t}`" for t in diff.unused_allow)))
+        blocks += new_warning_blocks(project, base, stack)
+        blocks += package_blocks(project.package_changes(stack), [base, stack],
+                                 "Packages whose versions differ between the two test venvs (a test that changed may "
+                                 "owe it to one of these rather than to torch)")
     return blocks + scan_blocks(project)
+
+
+def new_warning_blocks(project: ProjectResults, base: str, stack: str) -> list[Block]:
+    """The kinds of warning (category and message) the candidate's tests raise and the baseline's do not."""
+    if stack not in project.new_warnings:
+        return [Paragraph("Warnings not compared: they were not counted in both runs (above).")]
+    found = project.new_warnings[stack]
+    if not found:
+        return [Paragraph(f"No warning is new on {stack}.")]
+    return [Paragraph(f"Warnings new on {stack} (not raised by the tests on {base}): {len(found)}"),
+            Table(["Category", "Message", "Raised at", "Count", "Tests"], [
+                [w.category, short(w.message), f"`{w.location}`", str(w.count), _tests_cell(w.tests)]
+                for w in found])]
+
+
+def _tests_cell(tests: tuple[str, ...], shown: int = 3) -> str:
+    listed = ", ".join(f"`{t}`" for t in tests[:shown])
+    return listed + (f" and {len(tests) - shown} more" if len(tests) > shown else "")
 
 
 def scan_blocks(project: ProjectResults) -> list[Block]:

@@ -40,7 +40,7 @@ from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
-# extra requirements (2.0 files read without them).
+# extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
 SCHEMA_VERSION = Version("2.1")
 
 

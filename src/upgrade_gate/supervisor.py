@@ -73,12 +73,14 @@ def run_supervised(
     memory_limit_bytes: int,
     first_stage: str = "start",
     on_stage: Callable[[str], Any] | None = None,
+    on_poll: Callable[[], Any] | None = None,
 ) -> Outcome:
     """Run ``argv`` to its end or until a deadline or the memory limit; never raises for the worker's sake.
 
     ``deadline_for(stage)`` gives the seconds a stage may run; ``first_stage``
     names the time before the phase file shows one. ``on_stage`` hears of each
-    stage the phase file shows, as the poll sees it.
+    stage the phase file shows, as the poll sees it; ``on_poll`` is called at
+    every poll (a caller's own look at what the process writes).
     """
     env = {**env, PARENT_PID_ENV: str(os.getpid())}
     start = time.monotonic()
@@ -106,6 +108,8 @@ def run_supervised(
                 stage, elapsed = watch.running()
                 if on_stage is not None:
                     on_stage(stage)
+                if on_poll is not None:
+                    on_poll()
                 if elapsed > deadline_for(stage):
                     cause = "timeout"
                     stop_group(process)

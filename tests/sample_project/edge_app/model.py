@@ -38,3 +38,9 @@ def embed(model: TinyNet, images: torch.Tensor) -> torch.Tensor:
     features = torch.flatten(model.features(images), 1)
     # F.rms_norm is not in torch 2.2.
     return F.rms_norm(features, (features.shape[-1],))
+
+
+def scores_bfloat16(model: TinyNet, images: torch.Tensor) -> torch.Tensor:
+    """Class scores computed in bfloat16 where the CPU allows: the app's batch scoring on the server."""
+    with torch.no_grad(), torch.cpu.amp.autocast():
+        return model(images)

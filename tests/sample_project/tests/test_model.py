@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from edge_app.model import INPUT_SHAPE, NUM_CLASSES, build, embed
+from edge_app.model import INPUT_SHAPE, NUM_CLASSES, build, embed, scores_bfloat16
 
 
 def test_build_gives_one_score_per_class() -> None:
@@ -30,3 +30,11 @@ def test_embeddings_have_unit_rms() -> None:
         embeddings = embed(model, images)
     rms = embeddings.pow(2).mean(dim=1).sqrt()
     assert torch.allclose(rms, torch.ones(4), atol=1e-3)
+
+
+def test_bfloat16_scores_stay_close_to_float() -> None:
+    model, _ = build()
+    images = torch.rand(8, *INPUT_SHAPE[1:], generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = model(images)
+    torch.testing.assert_close(scores_bfloat16(model, images).float(), expected, rtol=0.05, atol=0.05)
