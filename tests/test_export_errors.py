@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from upgrade_gate.layout import REPO_ROOT
+from upgrade_gate.layout import TOOL_ROOT
 
 
 @pytest.fixture(scope="module")
 def export_errors():
-    spec = importlib.util.spec_from_file_location("export_errors_under_test", REPO_ROOT / "compat" / "export_errors.py")
+    spec = importlib.util.spec_from_file_location("export_errors_under_test", TOOL_ROOT / "compat" / "export_errors.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

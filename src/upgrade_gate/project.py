@@ -49,7 +49,7 @@ _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")
 # module), and a pytest command gets `-p upgrade_gate_pytest`. Not PYTEST_PLUGINS, which would reach
 # pytest under tox or make too: a tool that passed it on without PYTHONPATH would fail the team's run
 # on an import. The variables are the plugin's (a test keeps them equal).
-PLUGIN_DIR = REPO_ROOT / "compat" / "pytest_plugin"
+PLUGIN_DIR = TOOL_ROOT / "compat" / "pytest_plugin"
 PLUGIN = "upgrade_gate_pytest"
 PROGRESS_ENV = "UPGRADE_GATE_PYTEST_PROGRESS"
 WARNINGS_ENV = "UPGRADE_GATE_PYTEST_WARNINGS"
