@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import nox.command
 
-from upgrade_gate import __version__, cache, layout, project, runner, shards, supervisor
+from upgrade_gate import __version__, cache, layout, packages, project, runner, shards, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.compare import gather, stack_info
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RecordError
@@ -188,7 +188,7 @@ def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) 
     if made_from == recipe:
         return
     marker.unlink(missing_ok=True)
-    installed = [d.partition("==")[0] for d in cache.installed_distributions(bin_dir.parent)]
+    installed = list(packages.installed_versions(bin_dir.parent))
     if installed:
         subprocess.run([uv, "pip", "uninstall", "--python", str(bin_dir / "python"), *installed],
                        capture_output=True, check=False)
