@@ -61,13 +61,13 @@ class GatedBlock(Block):
         return self.gate(super().forward(x))
 
 
-class BrokenSubmodule(nn.Module):
-    """Exports fine except in one place, two levels down: blocks.1.gate."""
+class BlockStack(nn.Module):
+    """A stem, blocks and a head: the shape of a real model, for a block that breaks the export."""
 
-    def __init__(self, width: int = 32) -> None:
+    def __init__(self, blocks: list[nn.Module], width: int = 32) -> None:
         super().__init__()
         self.stem = nn.Linear(16, width)
-        self.blocks = nn.ModuleList([Block(width), GatedBlock(width), Block(width)])
+        self.blocks = nn.ModuleList(blocks)
         self.head = nn.Linear(width, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +77,10 @@ class BrokenSubmodule(nn.Module):
         return self.head(x)
 
 
-def broken_submodule() -> ModelCase:
-    return ModelCase(BrokenSubmodule().eval(), (torch.randn(2, 16),))
+def broken_submodule(width: int = 32) -> ModelCase:
+    """Exports fine except in one place, two levels down: blocks.1.gate."""
+    model = BlockStack([Block(width), GatedBlock(width), Block(width)], width)
+    return ModelCase(model.eval(), (torch.randn(2, 16),))
 
 
 @torch.fx.wrap
@@ -122,24 +124,10 @@ class MixBlock(nn.Module):
         return x + self.mixer(self.norm(x), mask=None, scale=0.5)
 
 
-class TracedSubmodule(nn.Module):
+def traced_submodule(width: int = 32) -> ModelCase:
     """Exports fine except in blocks.1.mixer: FX-generated code, called with ``mask=None``."""
-
-    def __init__(self, width: int = 32) -> None:
-        super().__init__()
-        self.stem = nn.Linear(16, width)
-        self.blocks = nn.ModuleList([MixBlock(width), MixBlock(width, repeat_positive=True), MixBlock(width)])
-        self.head = nn.Linear(width, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-def traced_submodule() -> ModelCase:
-    return ModelCase(TracedSubmodule().eval(), (torch.randn(2, 16),))
+    model = BlockStack([MixBlock(width), MixBlock(width, repeat_positive=True), MixBlock(width)], width)
+    return ModelCase(model.eval(), (torch.randn(2, 16),))
 
 
 class Segfault(nn.Module):
