@@ -6,6 +6,9 @@
     nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
     nox -s report [-- --out DIR] [SHARD_DIR...]   compare the stacks' records (merging shards), write the report
     nox -s diff -- OLD NEW                        what changed between two reports
+    nox -s releases [-- --from V --to V --models a,b --bisect GATE:MODEL --shard K/N]
+                                                  every ExecuTorch release in range against the baseline:
+                                                  the upgrade-path report (docs/releases.md)
     nox -s compat [-- --out DIR]                  the team's own tests in every stack, and the API scan (docs/compat.md)
     nox -s "project(candidate)"                   install the team's project into one stack and run its tests
     nox -s scan                                   TorchFix and compat/migration_rules.toml over the team's source
@@ -212,6 +215,37 @@ def report(session: nox.Session) -> None:
         session.error("verdict NO-GO")
     if status == EXIT_INCOMPLETE:
         raise SystemExit(EXIT_INCOMPLETE)  # nox would call any other way out "failed", the code NO-GO has
+
+
+@nox.session(python=False, default=False)
+@pipeline.guarded
+def releases(session: nox.Session) -> None:
+    """Which release to move to: every ExecuTorch release in range against the baseline (docs/releases.md)."""
+    from upgrade_gate import explorer
+
+    request = explorer.request_or_exit(session.posargs, session.invoked_from)
+    if request.merge:
+        _exit_with(session, explorer.merge(request, log=session.log))
+        return
+    session.notify("assets")
+    session.notify("upgrade-path", session.posargs)
+
+
+@nox.session(python=False, name="upgrade-path", default=False)
+@pipeline.guarded
+def upgrade_path(session: nox.Session) -> None:
+    """`nox -s releases` after the assets: build, compare and judge each release, then the upgrade-path report."""
+    from upgrade_gate import explorer
+
+    request = explorer.request_or_exit(session.posargs, session.invoked_from)
+    _exit_with(session, explorer.explore(request, UV, log=session.log))
+
+
+def _exit_with(session: nox.Session, status: int) -> None:
+    if status == EXIT_NO_GO:
+        session.error("no release in range is fit to move to")
+    if status == EXIT_INCOMPLETE:
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 @nox.session(python=False, default=False)

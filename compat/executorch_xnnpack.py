@@ -36,23 +36,31 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     """A module that lower() exports like any other: PT2E-converted for int8,
     torchao-quantized (tensor subclasses unwrapped) for 8da4w."""
     if variant == "8da4w":
-        from torchao.quantization import int8_dynamic_activation_int4_weight, quantize_
-        from torchao.utils import unwrap_tensor_subclass
+        import torchao.quantization as torchao_quantization
+        import torchao.utils
 
         quantized = copy.deepcopy(module).eval()
-        quantize_(quantized, int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE))
+        torchao_quantization.quantize_(quantized, _int8_dynamic_int4_config(torchao_quantization))
         # quantize_ swaps the weights of nn.Linear modules for quantized tensor subclasses.
         swapped = sum(1 for m in quantized.modules()
                       if isinstance(m, torch.nn.Linear) and type(m.weight) is not torch.nn.Parameter)
-        return unwrap_tensor_subclass(quantized), {"recipe": QUANTIZATIONS[variant], "quantized_modules": swapped}
+        # torchao's newer tensors export as they are; the older ones are unwrapped into plain ops first.
+        unwrap = getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)
+        return unwrap(quantized), {"recipe": QUANTIZATIONS[variant], "quantized_modules": swapped}
 
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    captured = torch.export.export_for_training(module, inputs).module()
+    # The quantizer and the prepare/convert it works with come from one package: torch.ao up
+    # to executorch 0.6, torchao's copy of PT2E from 0.7 on.
+    if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    else:
+        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e  # type: ignore[no-redef]
+
+    captured = _capture_for_quantization(module, inputs).module()
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(captured, quantizer)
     with torch.no_grad():
@@ -61,6 +69,25 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     quantize_nodes = sum(1 for node in converted.graph.nodes
                          if node.op == "call_function" and "quantize_per" in str(node.target))
     return converted, {"recipe": QUANTIZATIONS[variant], "quantize_nodes": quantize_nodes}
+
+
+def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
+    """8da4w as torchao names it: the function of torchao ≤ 0.16 (executorch 0.7's), else the
+    config that replaced it (the old one was removed in torchao 0.17: pytorch/ao#3884) with the
+    same recipe — int4 symmetric weights in groups, int8 asymmetric per-token activations."""
+    if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight"):
+        return torchao_quantization.int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE)
+    from torchao.quantization.granularity import PerGroup
+
+    return torchao_quantization.Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(WEIGHT_GROUP_SIZE))
+
+
+def _capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """The pre-dispatch graph PT2E quantizes: export_for_training up to torch 2.9, which torch
+    2.10 removed — torch.export.export captures the same graph since 2.8 (pytorch/pytorch#158203)."""
+    capture = getattr(torch.export, "export_for_training", None) or torch.export.export
+    return capture(module, inputs)
 
 
 def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:

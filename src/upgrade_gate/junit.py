@@ -101,9 +101,14 @@ def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
 
 def append_step_summary(verdict: VerdictRecord, report_dir: Path) -> Path | None:
     """Append the summary to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
+    return append_to_step_summary(step_summary(verdict, report_dir))
+
+
+def append_to_step_summary(text: str) -> Path | None:
+    """Append Markdown to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
     target = os.environ.get(STEP_SUMMARY_ENV)
     if not target:
         return None
     with open(target, "a", encoding="utf-8") as summary:
-        summary.write(step_summary(verdict, report_dir))
+        summary.write(text)
     return Path(target)

@@ -37,7 +37,7 @@ from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, Record
 from upgrade_gate.plan import Plan, load_plan
 from upgrade_gate.policy import evaluate
 from upgrade_gate.report import write_compat_report, write_reports
-from upgrade_gate.results import Results, VerdictRecord
+from upgrade_gate.results import ModelResults, Results, VerdictRecord
 from upgrade_gate.settings import ProjectSettings
 from upgrade_gate.shards import MANIFEST, read_manifest
 from upgrade_gate.specs import StackSpec
@@ -377,15 +377,22 @@ def report(plan: Plan) -> int:
     except RecordError as error:  # a record that does not read: the folder is damaged, the run is not judged
         fail_incomplete(f"{plan.settings.out_dir}: {error}; run `nox -s compare -- --out {plan.settings.out_dir}` "
                         "again: it rewrites the records (the result cache copies back what finished)")
+    results = judge(plan, models)
+    paths = write_reports(results, plan.settings.out_dir)
+    return _announce("Verdict", results.verdict, paths)
+
+
+def judge(plan: Plan, models: list[ModelResults] | None = None) -> Results:
+    """The stacks' records in the report folder, compared and gated: the results every report renders.
+    A record that does not read raises RecordError."""
+    models = gather(plan) if models is None else models
     project_results = project.gather_project(plan)
     verdict = evaluate(plan, models, project_results)
     out = plan.settings.out_dir
-    results = Results(
+    return Results(
         tool_version=__version__, generated_at=verdict.generated_at, config_path=str(plan.settings.config_path),
         settings=plan.settings, stacks={spec.name: stack_info(out, spec) for spec in plan.stacks},
         models=tuple(models), verdict=verdict, project=project_results)
-    paths = write_reports(results, out)
-    return _announce("Verdict", verdict, paths)
 
 
 def compat_report(plan: Plan) -> int:

@@ -56,8 +56,9 @@ FOLD_PACKAGES = 12  # a longer list of differing packages is folded on the page
 REPORT_FILES = ("results.json", "verdict.json", "report.md", "report.html", "junit.xml")
 
 
-def write_reports(results: Results, out: Path) -> list[Path]:
-    """Write every report file; each replaces its old version whole."""
+def write_reports(results: Results, out: Path, *, step_summary: bool = True) -> list[Path]:
+    """Write every report file; each replaces its old version whole. ``step_summary``: append the
+    verdict to a GitHub Actions step's summary (the release explorer writes one of its own)."""
     paths = [out / name for name in REPORT_FILES]
     write_json_atomic(paths[0], results.to_dict())
     write_json_atomic(paths[1], results.verdict.to_dict())
@@ -66,7 +67,8 @@ def write_reports(results: Results, out: Path) -> list[Path]:
     write_text_atomic(paths[3], to_html(blocks, f"upgrade-gate: {results.verdict.verdict} "
                                                 f"({' → '.join(results.stacks)})"))
     junit.write_junit(paths[4], results.verdict)
-    junit.append_step_summary(results.verdict, out)
+    if step_summary:
+        junit.append_step_summary(results.verdict, out)
     return paths
 
 

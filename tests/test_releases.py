@@ -1,0 +1,268 @@
+"""The release table, the range and options of `nox -s releases`, and the bisection (upgrade_gate.releases)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from upgrade_gate import releases
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.explorer import load_request
+from upgrade_gate.releases import FAILS, HOLDS_NOT, Bisect, load_table
+from upgrade_gate.specs import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_table_reads_oldest_first_with_an_adapter_rule_for_every_release():
+    table = load_table()
+    versions = [r.executorch for r in table.releases]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    assert versions[0] == Version("0.2.0") and versions[-1] == Version("1.5.1")
+    for release in table.releases:
+        assert table.adapter_for(release) is not None, release.name
+        assert table.python in release.pythons, f"{release.name} has no wheels for the table's Python"
+    # The built-in candidate is the 0.7.0 row: the same torch, executorch and torchvision pins.
+    candidate = load_spec(REPO / "envs" / "candidate.toml", adapters_dir=REPO / "compat", is_baseline=False)
+    row = table.find("0.7.0", key="--from")
+    pins = {str(r) for r in candidate.requirements if r.name in ("torch", "executorch", "torchvision")}
+    assert pins <= set(table.requirements_of(row))
+    assert table.adapter_for(row).adapter == candidate.adapter
+
+
+def test_a_row_requires_its_pins_and_the_tables_shared_requirements_once():
+    table = load_table()
+    row = table.find("0.2.0", key="--from")
+    assert table.requirements_of(row) == [
+        "torch==2.3.0", "executorch==0.2.0", "torchvision==0.18.0", "numpy<2", "setuptools<81"]
+    newest = table.find("executorch-1.5.1", key="--to")
+    assert "torchao==0.18.0" in table.requirements_of(newest) and "numpy" in table.requirements_of(newest)
+
+
+def test_releases_without_the_export_api_are_named_with_what_they_lack():
+    table = load_table()
+    old = table.adapter_for(table.find("0.3.0", key="--from"))
+    assert old.adapter is None and "to_edge_transform_and_lower" in old.missing
+    assert table.adapter_for(table.find("0.6.0", key="--from")).adapter == "executorch_xnnpack"
+
+
+def test_the_range_is_inclusive_and_checked():
+    table = load_table()
+    chosen = table.between("0.7.0", "1.1.0")
+    assert [str(r.executorch) for r in chosen] == ["0.7.0", "1.0.0", "1.0.1", "1.1.0"]
+    assert table.between(None, "0.2.1")[0].executorch == Version("0.2.0")
+    with pytest.raises(ConfigError, match="--from 1.1.0 is newer than --to 0.7.0"):
+        table.between("1.1.0", "0.7.0")
+    with pytest.raises(ConfigError, match=r"--to: no executorch 9\.9 in .*releases: 0\.2\.0"):
+        table.between(None, "9.9")
+    with pytest.raises(ConfigError, match="not a release version"):
+        table.between("latest", None)
+
+
+def write_table(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "table.toml"
+    path.write_text('python = "3.11"\n[[adapters]]\nexecutorch = ">=0.6"\nadapter = "executorch_xnnpack"\n' + text)
+    return path
+
+
+ROW = ('[[releases]]\nexecutorch = "0.7.0"\ntorch = "2.8.0"\ntorchvision = "0.23.0"\npythons = ["3.11"]\n'
+       'source = "pyproject"\n')
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "releases: empty"),
+    (ROW + ROW, "executorch 0.7.0 is listed twice"),
+    (ROW.replace('torch = "2.8.0"', 'torch = "two"'), r"releases\[0\]\.torch: not a version: 'two'"),
+    (ROW.replace('source = "pyproject"\n', ""), r"releases\[0\]\.source: missing"),
+    (ROW + 'flavour = "x"\n', r"releases\[0\]\.flavour: unknown key"),
+    (ROW + 'numpy = "2"\n', r"releases\[0\]\.numpy: not a version specifier"),
+    ('[[adapters]]\nexecutorch = "<0.6"\nadapter = "nope"\n' + ROW, r"adapters\[1\]\.adapter: no adapter 'nope'"),
+    ('[[adapters]]\nexecutorch = "<0.6"\n' + ROW, r"adapters\[1\]\.adapter: give either adapter"),
+    ('[[adapters]]\nexecutorch = "0.6"\nmissing = "x"\n' + ROW, r"adapters\[1\]\.executorch: not a version spec"),
+])
+def test_a_bad_table_names_its_file_and_key(tmp_path, text, message):
+    path = write_table(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_table(path)
+    assert str(caught.value).startswith(str(path))
+
+
+@pytest.fixture
+def smoke_config(tmp_path: Path) -> Path:
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
+    return config
+
+
+def request_for(config: Path, *posargs: str):
+    return load_request(list(posargs), invoked_from=config.parent, config_path=config)
+
+
+def test_a_request_judges_latency_at_one_thread_in_one_folder_per_release(smoke_config):
+    request = request_for(smoke_config, "--from", "0.7.0", "--to", "1.0.1", "--models", "vit-smoke")
+    assert [r.name for r in request.releases] == ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1"]
+    assert request.plan.settings.threads == (1,)
+    assert [m.name for m in request.plan.models] == ["vit-smoke", "vit-smoke@int8"]
+    assert request.folder(request.releases[0]) == smoke_config.parent / "report" / "releases" / "executorch-0.7.0"
+
+
+def test_a_shard_takes_every_nth_release(smoke_config):
+    parts = [request_for(smoke_config, "--from", "0.6.0", "--shard", f"{k}/3").releases for k in (1, 2, 3)]
+    names = [r.name for part in parts for r in part]
+    assert sorted(names) == sorted(r.name for r in load_table().between("0.6.0", None))
+    assert all(parts)
+
+
+@pytest.mark.parametrize("posargs, message", [
+    (["--bisect", "numerics"], "--bisect: 'numerics' is not GATE:MODEL"),
+    (["--bisect", "numerics:nanovlm"], "--bisect: 'nanovlm' is not among the models of this run"),
+    (["--bisect", "numerics:vit-smoke", "--from", "1.5.1"], "a bisection needs at least two releases"),
+    (["--bisect", "numerics:vit-smoke", "--shard", "1/2"], "--shard: a bisection decides which release"),
+    (["--colour"], "unknown option '--colour'"),
+    (["--to", "0.1"], "--to: no executorch 0.1 in"),
+    (["--table", "nowhere.toml"], "nowhere.toml: file not found"),
+])
+def test_bad_options_are_one_message(smoke_config, posargs, message):
+    with pytest.raises(ConfigError) as caught:
+        request_for(smoke_config, *posargs)
+    assert message in str(caught.value)
+
+
+# -- the bisection, on releases whose outcome the test decides --------------------------------
+
+
+def bisect_over(outcomes: list[str], earlier: dict[int, str] | None = None):
+    table = load_table()
+    chosen = list(table.releases[:len(outcomes)])
+    built: list[str] = []
+
+    def judge(release):
+        built.append(release.name)
+        return outcomes[chosen.index(release)]
+
+    def seen_before(release):
+        return (earlier or {}).get(chosen.index(release))
+
+    found = releases.bisect(chosen, Bisect(gate="numerics", model="m"), judge, seen_before)
+    assert list(found.built) == built  # each release built once, in the order the answer lists
+    return chosen, found
+
+
+@pytest.mark.parametrize("start", range(1, 16))
+def test_a_bisection_finds_where_a_failure_starts_in_about_log2_builds(start):
+    outcomes = [HOLDS_NOT] * start + [FAILS] * (16 - start)
+    chosen, found = bisect_over(outcomes)
+    assert f"starts failing between {chosen[start - 1].name} ({HOLDS_NOT}) and {chosen[start].name} ({FAILS})" \
+        in found.answer
+    assert len(found.built) <= math.ceil(math.log2(16)) + 2 and found.monotone
+
+
+def test_a_bisection_finds_where_a_failure_stops():
+    chosen, found = bisect_over([FAILS] * 5 + [HOLDS_NOT] * 4)
+    assert f"stops failing between {chosen[4].name} (fails) and {chosen[5].name}" in found.answer
+
+
+def test_a_release_that_cannot_be_judged_is_passed_over():
+    outcomes = [HOLDS_NOT, HOLDS_NOT, "unknown (not installed)", "unknown (not installed)", FAILS, FAILS, FAILS]
+    chosen, found = bisect_over(outcomes)
+    assert f"between {chosen[1].name} ({HOLDS_NOT}) and {chosen[4].name} ({FAILS})" in found.answer
+    assert f"could not be judged ({chosen[2].name}, {chosen[3].name})" in found.answer
+
+
+def test_the_ends_that_cannot_be_judged_move_inwards():
+    outcomes = ["unknown (not covered)", HOLDS_NOT, HOLDS_NOT, FAILS, "unknown (adapter does not load)"]
+    chosen, found = bisect_over(outcomes)
+    assert f"between {chosen[2].name} ({HOLDS_NOT}) and {chosen[3].name} ({FAILS})" in found.answer
+
+
+def test_the_same_outcome_at_both_ends_builds_two_releases():
+    chosen, found = bisect_over([FAILS] * 9)
+    assert found.built == (chosen[0].name, chosen[8].name)
+    assert "fails at both ends" in found.answer and "no change to locate" in found.answer
+
+
+def test_earlier_evidence_that_contradicts_the_answer_is_called_not_monotone():
+    outcomes = [HOLDS_NOT] * 3 + [FAILS] * 6
+    # A run before this one judged release 7 and saw the failure gone there.
+    chosen, found = bisect_over(outcomes, earlier={7: HOLDS_NOT})
+    assert not found.monotone and f"{chosen[7].name} {HOLDS_NOT}" in found.answer
+    chosen, found = bisect_over([FAILS] * 9, earlier={4: HOLDS_NOT})
+    assert not found.monotone and "not monotone" in found.answer
+
+
+def test_nothing_judgeable_is_said_so():
+    chosen, found = bisect_over(["unknown (not installed)"] * 3)
+    assert "could not be judged at two releases" in found.answer and not found.located
+
+
+@pytest.mark.parametrize("error, the_release", [
+    # uv 0.13's words, seen here: a version the index does not have, and no wheel for the table's Python.
+    ("error: No solution found when resolving dependencies cause: Because there is no version of executorch==1.9.0 "
+     "and you require executorch==1.9.0, we can conclude that your requirements are unsatisfiable.", True),
+    ("error: No solution found when resolving dependencies cause: Because executorch==0.2.0 has no wheels with a "
+     "matching Python ABI tag (e.g., `cp313`) and you require executorch==0.2.0, we can conclude that your "
+     "requirements are unsatisfiable.", True),
+    ("error: Failed to fetch: `https://files.example/torch.whl` Caused by: error sending request", False),
+    ("error: Failed to install: torch-2.9.0 Caused by: No space left on device (os error 28)", False),
+])
+def test_only_the_index_refusing_a_row_is_the_releases_fault(error, the_release):
+    from upgrade_gate.explorer import refused_by_the_index
+
+    assert refused_by_the_index(error) is the_release
+
+
+def test_the_sample_workflows_commands_are_requests_the_explorer_takes(smoke_config):
+    """docs/ci/releases.yml: each matrix job's command and the merge job's, as its shell expands them."""
+    workflow = (REPO / "docs" / "ci" / "releases.yml").read_text()
+    matrix, merge = [line.split("run: upgrade-gate releases -- ", 1)[1].split(" || ")[0]
+                     for line in workflow.splitlines() if line.strip().startswith("run: upgrade-gate releases ")]
+    expand = {"${{ inputs.from }}": "0.6.0", "${{ inputs.to }}": "1.5.1"}
+    for variable, value in expand.items():
+        matrix, merge = matrix.replace(variable, value), merge.replace(variable, value)
+    in_range = [r.name for r in load_table().between("0.6.0", "1.5.1")]
+    shares = [[r.name for r in request_for(smoke_config, *matrix.replace("${{ matrix.part }}", str(k)).split()).releases]
+              for k in (1, 2, 3, 4)]
+    # The four jobs build every release in range between them, each once.
+    assert sorted(name for share in shares for name in share) == sorted(in_range) and all(shares)
+    # The merge job: the parts the artifacts download to (parts/part-K/releases/…), the whole range.
+    parts = [smoke_config.parent / "parts" / f"part-{k}" for k in (1, 2, 3, 4)]
+    for part in parts:
+        (part / "releases").mkdir(parents=True)
+    request = request_for(smoke_config, *merge.replace("parts/*", " ".join(map(str, parts))).split())
+    assert request.merge == tuple(parts) and [r.name for r in request.releases] == in_range
+
+
+def gates_of(release: str, statuses: dict[tuple[str, str], str]):
+    from upgrade_gate.results import GateResult, GateStatus, Severity
+
+    return [GateResult(gate=gate, stack=release, model=model, severity=Severity.SOFT if gate == "latency" else
+                       Severity.HARD, status=GateStatus(status), metric="x") for (gate, model), status in
+            statuses.items()]
+
+
+def test_a_finding_is_followed_to_where_it_appears_and_where_it_is_gone():
+    from upgrade_gate.upgrade_path import findings_from
+
+    order = ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1", "executorch-1.1.0", "executorch-1.2.0"]
+    numerics = ["passed", "failed", "failed", "passed", "passed"]
+    latency = ["failed", "passed", "incomplete", "failed", "blocked"]
+    gelu = ["failed"] * 5
+    found = findings_from({release: gates_of(release, {
+        ("numerics", "vit"): numerics[i], ("latency", "vit"): latency[i], ("numerics", "nanovlm"): gelu[i],
+        ("export", "vit"): "passed"}) for i, release in enumerate(order)})
+    # Hard findings first; a gate that never failed is none.
+    assert [(f.gate, f.model) for f in found] == [("numerics", "nanovlm"), ("numerics", "vit"), ("latency", "vit")]
+    gelu_finding, vit, slow = found
+    assert gelu_finding.failing == tuple(order) and gelu_finding.appeared_after is None and gelu_finding.gone_in is None
+    assert "fails from the oldest release judged (executorch-0.7.0)" in gelu_finding.summary()
+    assert "still fails in the newest release judged (executorch-1.2.0)" in gelu_finding.summary()
+    assert vit.failing == ("executorch-1.0.0", "executorch-1.0.1")
+    assert (vit.appeared_after, vit.gone_in) == ("executorch-0.7.0", "executorch-1.1.0")
+    assert "appears in executorch-1.0.0 (passed in executorch-0.7.0); gone in executorch-1.1.0" in vit.summary()
+    # Comes and goes: each release's status is kept, and the newest failure is not called gone.
+    assert slow.failing == ("executorch-0.7.0", "executorch-1.1.0") and slow.gone_in is None
+    assert slow.statuses["executorch-1.0.1"] == "incomplete" and slow.severity == "soft"
+    assert "last fails in executorch-1.1.0, and no later release passed it" in slow.summary()
