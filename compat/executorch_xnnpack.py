@@ -58,7 +58,7 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     else:
-        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e  # type: ignore[no-redef]
+        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     captured = _capture_for_quantization(module, inputs).module()
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
