@@ -266,3 +266,9 @@ def test_a_finding_is_followed_to_where_it_appears_and_where_it_is_gone():
     assert slow.failing == ("executorch-0.7.0", "executorch-1.1.0") and slow.gone_in is None
     assert slow.statuses["executorch-1.0.1"] == "incomplete" and slow.severity == "soft"
     assert "last fails in executorch-1.1.0, and no later release passed it" in slow.summary()
+
+
+def test_prune_and_keep_stacks_exclude_each_other(smoke_config):
+    assert request_for(smoke_config, "--prune").prune
+    with pytest.raises(ConfigError, match="--prune: --prune removes what --keep-stacks keeps"):
+        request_for(smoke_config, "--prune", "--keep-stacks")

@@ -44,11 +44,16 @@ from upgrade_gate.releases import (
 )
 from upgrade_gate.report import write_reports
 from upgrade_gate.results import Verdict
+from upgrade_gate.settings import Settings
 from upgrade_gate.specs import StackSpec, load_spec
 from upgrade_gate.upgrade_path import write_upgrade_path
 
-# Latency is judged at one thread: the ratio that does not depend on how many cores are free.
-THREADS = (1,)
+
+# What the explorer changes in the configuration's settings: latency at one thread, the ratio
+# that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
+# question is the XNNPACK path across releases (`compare` tries the others for its candidate).
+def release_settings(settings: Settings) -> Settings:
+    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +63,7 @@ class Request:
     releases: tuple[Release, ...]  # in range (this shard's part of it)
     bisect: Bisect | None = None
     keep_stacks: bool = False
+    prune: bool = False
     merge: tuple[Path, ...] = ()
 
     @property
@@ -91,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
                        help="build only the K-th of N parts of the releases (a CI matrix job)")
     built.add_argument("--keep-stacks", action="store_true",
                        help="keep each release's venv after its comparison (a re-run then builds nothing)")
+    built.add_argument("--prune", action="store_true",
+                       help="download each release's wheels into a cache of its own and remove it with the venv: "
+                            "the disk holds one release stack at a time (a re-run downloads again)")
     built.add_argument("--table", metavar="FILE", help=f"the release table (default: {TABLE_FILE.name} of the tool)")
     built.add_argument("merge", nargs="*", type=Path, metavar="PART_DIR",
                        help="report folders of matrix jobs to merge into --out (builds nothing)")
@@ -109,7 +118,7 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
     table = load_table((invoked_from / args.table).resolve() if args.table else TABLE_FILE)
     shared = [item for name in SHARED for item in _option(args, name)]
     plan = load_plan(shared, invoked_from=invoked_from, config_path=config_path)
-    plan = dataclasses.replace(plan, settings=dataclasses.replace(plan.settings, threads=THREADS))
+    plan = dataclasses.replace(plan, settings=release_settings(plan.settings))
     chosen = table.between(args.first, args.last)
     bisect = None
     if args.bisect is not None:
@@ -130,8 +139,10 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
     if shard is not None:
         chosen = _share(chosen, shard)
     merge = tuple((invoked_from / d).resolve() for d in args.merge)
+    if args.prune and args.keep_stacks:
+        raise ConfigError("--prune removes what --keep-stacks keeps; give one", key="--prune")
     return Request(plan=plan, table=table, releases=tuple(chosen), bisect=bisect, keep_stacks=args.keep_stacks,
-                   merge=merge)
+                   prune=args.prune, merge=merge)
 
 
 def _option(args: argparse.Namespace, name: str) -> list[str]:
@@ -188,8 +199,9 @@ def venv_dir(out: Path, stack: str) -> Path:
     return out / ".venvs" / stack
 
 
-def build_venv(uv: str, spec: StackSpec, folder: Path) -> str | None:
-    """A venv of exactly the spec's recipe (uv links it from its cache); uv's error, or None."""
+def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None) -> str | None:
+    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
+    of its own); uv's error, or None."""
     bin_dir = folder / "bin"
     if not (bin_dir / "python").is_file():
         made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
@@ -198,7 +210,8 @@ def build_venv(uv: str, spec: StackSpec, folder: Path) -> str | None:
             return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
     recipe = pipeline.venv_recipe(spec, [], spec.path.parent)
     pipeline.empty_venv_unless_made_from(uv, bin_dir, recipe)
-    error = pipeline.install(uv, bin_dir, [str(r) for r in spec.requirements], cwd=spec.path.parent)
+    own_cache = ["--cache-dir", str(wheels)] if wheels else []
+    error = pipeline.install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
     if error is None:
         pipeline.recipe_installed(bin_dir, recipe)
     return error
@@ -247,11 +260,13 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
         return finish(NOT_COVERED, f"no adapter covers executorch {release.executorch}'s export API: {missing}")
     spec = release_spec(request, release, rule.adapter)
     venv = venv_dir(request.out, release.name)
+    # --prune: the release's wheels in a cache of their own, removed with its venv.
+    wheels = venv.with_name(f"{release.name}.wheels") if request.prune else None
     log(f"releases: {release.name}: building the stack (torch {release.torch}, torchvision {release.torchvision}"
         + (f", torchao {release.torchao}" if release.torchao else "") + ")")
-    error = build_venv(uv, spec, venv)
+    error = build_venv(uv, spec, venv, wheels)
     if error:
-        shutil.rmtree(venv, ignore_errors=True)
+        _remove(venv, wheels)
         if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
             pipeline.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
                                      "again: it resumes")
@@ -280,7 +295,13 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
         return finish(JUDGED, adapter=rule.adapter, verdict=results.verdict.candidates.get(spec.name))
     finally:
         if not request.keep_stacks:
-            shutil.rmtree(venv, ignore_errors=True)
+            _remove(venv, wheels)
+
+
+def _remove(*folders: Path | None) -> None:
+    for folder in folders:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path:
