@@ -462,6 +462,8 @@ def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> N
 
     def profile():
         # Where the time goes, operator by operator, in the stack's own runtime.
+        if not job["profile_runs"]:
+            raise StageSkipped("not asked for (the release explorer compares releases; `compare` profiles)")
         if not isinstance(adapter, Profiles):
             raise StageSkipped("this stack's adapter has no per-operator profiler")
         # profiler_missing is optional: without it the machine lacks nothing.

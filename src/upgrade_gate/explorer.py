@@ -233,7 +233,7 @@ def release_plan(request: Request, release: Release, spec: StackSpec, models: tu
     chosen = tuple(m for m in plan.models if m.name in models)
     settings = dataclasses.replace(plan.settings, out_dir=request.folder(release))
     return dataclasses.replace(plan, settings=settings, stacks=(plan.baseline, spec), models=chosen,
-                               selection=tuple(m.name for m in chosen), shard=None, merge=())
+                               selection=tuple(m.name for m in chosen), shard=None, merge=(), profile=False)
 
 
 def explore_release(request: Request, release: Release, uv: str, baseline_bin: Path,
@@ -317,6 +317,8 @@ def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path
 
 def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int:
     """Every release in range (or a bisection's), then the upgrade-path report; the exit status."""
+    if request.plan.fresh:
+        runner.forget_fixtures(request.plan)
     baseline_bin = build_baseline(request, uv, log)
     bisection = None
     try:

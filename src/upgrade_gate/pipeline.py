@@ -256,8 +256,9 @@ def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> st
                             cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode == 0:
         return None
-    # uv draws its error as a tree (× … ╰─▶ …): keep the words.
-    lines = [line.strip(" \t×╰─▶│") for line in result.stderr.splitlines()]
+    # uv draws its error as a tree (× … ╰─▶ …): keep the words, not which venv it was (the caller names it).
+    lines = [line.strip(" \t×╰─▶│") for line in result.stderr.splitlines()
+             if not line.startswith("Using Python ")]
     return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 
