@@ -24,7 +24,8 @@ from typing import Any
 from upgrade_gate import layout, measure, pipeline, runner
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import ConfigError, RecordError
-from upgrade_gate.plan import ARGUMENTS, Plan, Shard, load_plan, parse_shard
+from upgrade_gate.plan import Plan, Shard, load_plan, parse_posargs, parse_shard
+from upgrade_gate.plan import parser as plan_parser
 from upgrade_gate.releases import (
     ADAPTER_FAILS,
     JUDGED,
@@ -79,13 +80,7 @@ SHARED = ("--out", "--suite", "--models", "--fresh")
 
 
 def parser() -> argparse.ArgumentParser:
-    built = argparse.ArgumentParser(prog="nox -s releases --", exit_on_error=False)
-    for argument in ARGUMENTS:
-        if argument.name in SHARED:
-            if argument.switch:
-                built.add_argument(argument.name, action="store_true", help=argument.help_text())
-            else:
-                built.add_argument(argument.name, metavar=argument.metavar, help=argument.help_text())
+    built = plan_parser("nox -s releases --", only=SHARED)
     built.add_argument("--from", dest="first", metavar="VERSION",
                        help="the oldest release to build (default: the table's)")
     built.add_argument("--to", dest="last", metavar="VERSION",
@@ -108,13 +103,7 @@ def parser() -> argparse.ArgumentParser:
 
 def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None) -> Request:
     """Everything `nox -s releases` needs, validated; ConfigError naming the option or file."""
-    built = parser()
-    try:
-        args, unknown = built.parse_known_args(posargs)
-    except argparse.ArgumentError as error:
-        raise ConfigError(f"{error}; {built.format_usage().strip()}") from None
-    if unknown:
-        raise ConfigError(f"unknown option {unknown[0]!r}; {built.format_usage().strip()}")
+    args = parse_posargs(posargs, parser())
     table = load_table((invoked_from / args.table).resolve() if args.table else TABLE_FILE)
     shared = [item for name in SHARED for item in _option(args, name)]
     plan = load_plan(shared, invoked_from=invoked_from, config_path=config_path)

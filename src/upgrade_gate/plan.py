@@ -78,10 +78,12 @@ ARGUMENTS = (
 )
 
 
-def parser() -> argparse.ArgumentParser:
-    """The options after ``--``, from ``ARGUMENTS``."""
-    built = argparse.ArgumentParser(prog="nox -s compare --", exit_on_error=False)
+def parser(prog: str = "nox -s compare --", only: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+    """The options after ``--``, from ``ARGUMENTS`` (``only`` those named: another session's share)."""
+    built = argparse.ArgumentParser(prog=prog, exit_on_error=False)
     for argument in ARGUMENTS:
+        if only is not None and argument.name not in only:
+            continue
         if argument.switch:
             built.add_argument(argument.name, action="store_true", help=argument.help_text())
         elif argument.name.startswith("--"):
@@ -92,9 +94,9 @@ def parser() -> argparse.ArgumentParser:
     return built
 
 
-def parse_posargs(posargs: list[str]) -> argparse.Namespace:
-    """Options after ``--`` on the nox command line."""
-    built = parser()
+def parse_posargs(posargs: list[str], built: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Options after ``--`` on the nox command line (``built``: another session's parser)."""
+    built = built or parser()
     try:
         args, unknown = built.parse_known_args(posargs)
     except argparse.ArgumentError as error:
