@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -272,3 +273,51 @@ def test_prune_and_keep_stacks_exclude_each_other(smoke_config):
     assert request_for(smoke_config, "--prune").prune
     with pytest.raises(ConfigError, match="--prune: --prune removes what --keep-stacks keeps"):
         request_for(smoke_config, "--prune", "--keep-stacks")
+
+
+def records_of(*outcomes: str):
+    from upgrade_gate.releases import JUDGED, ReleaseRecord
+    from upgrade_gate.results import Verdict
+
+    table = load_table()
+    rows = table.between("0.7.0", None)
+    return [ReleaseRecord(release=rows[i], status=JUDGED, verdict=Verdict(outcome)) if outcome in
+            {v.value for v in Verdict} else ReleaseRecord(release=rows[i], status=outcome)
+            for i, outcome in enumerate(outcomes)]
+
+
+def test_the_newest_fit_release_is_recommended_with_what_the_newer_ones_said():
+    from upgrade_gate.upgrade_path import recommend
+
+    records = records_of("GO", "GO-WITH-CONDITIONS", "NO-GO", "not installed")
+    best, text, undecided = recommend(records, [], ["vit-smoke"])
+    assert best == "executorch-1.0.0" and not undecided
+    assert "GO-WITH-CONDITIONS; newer: executorch-1.0.1 NO-GO" in text
+
+
+def test_an_incomplete_release_newer_than_the_answer_leaves_it_undecided():
+    from upgrade_gate.upgrade_path import UpgradePath, recommend
+
+    records = records_of("GO", "INCOMPLETE", "NO-GO")
+    best, text, undecided = recommend(records, [], ["vit-smoke"])
+    assert best == "executorch-0.7.0" and undecided == ("executorch-1.0.0",) and "Not decided: executorch-1.0.0" in text
+    path = UpgradePath(baseline="legacy", models=("vit-smoke",), records=tuple(records), rows=(), findings=(),
+                       recommendation=best, recommendation_text=text, undecided=undecided)
+    assert path.exit_code() == 3
+    # Nothing judged at all: undecided too, never a NO-GO; judged and none fit: 1.
+    assert dataclasses.replace(path, records=tuple(records_of("not covered", "not installed")), undecided=(),
+                               recommendation=None).exit_code() == 3
+    assert dataclasses.replace(path, records=tuple(records_of("NO-GO", "NO-GO")), undecided=(),
+                               recommendation=None).exit_code() == 1
+
+
+def test_none_in_range_names_what_blocks_each_release():
+    from upgrade_gate.upgrade_path import findings_from, recommend
+
+    records = records_of("NO-GO", "NO-GO", "not covered")
+    findings = findings_from({r.release.name: gates_of(r.release.name, {("numerics", "nanovlm"): "failed"})
+                              for r in records[:2]})
+    best, text, _ = recommend(records, findings, ["nanovlm"])
+    assert best is None
+    assert text == ("**none in range**: executorch-0.7.0: numerics for nanovlm; executorch-1.0.0: numerics for "
+                    "nanovlm; executorch-1.0.1: not covered")

@@ -151,6 +151,17 @@ def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, ba
             rows.append({"release": record.release.name, "model": model, "cells": cells})
     findings = findings_from({r.release.name: (of.verdict.gates if (of := results.get(r.release.name)) else ())
                               for r in records if r.judged})
+    best, text, undecided = recommend(records, findings, models)
+    return UpgradePath(baseline=baseline, models=models, records=tuple(records), rows=tuple(rows),
+                       findings=findings, recommendation=best, recommendation_text=text, undecided=undecided,
+                       bisection=bisection)
+
+
+def recommend(records: Sequence[ReleaseRecord], findings: Sequence[Finding],
+              models: Sequence[str]) -> tuple[str | None, str, tuple[str, ...]]:
+    """The newest judged release with no hard failure (GO or GO-WITH-CONDITIONS), the sentence that
+    says so — or what blocks each release — and the INCOMPLETE releases newer than the answer, which
+    could have changed it."""
     judged = [r for r in records if r.judged]
     fit = [r for r in judged if r.verdict in (Verdict.GO, Verdict.GO_WITH_CONDITIONS)]
     best = fit[-1] if fit else None
@@ -159,8 +170,8 @@ def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, ba
     if best is not None:
         text = (f"**{best.release.name}** (torch {best.release.torch}): the newest release in range with no hard "
                 f"failure on {', '.join(models)} — {best.verdict}")
-        if best is not judged[-1]:
-            newer = [r for r in judged if r.release.executorch > best.release.executorch]
+        newer = [r for r in judged if r.release.executorch > best.release.executorch]
+        if newer:
             text += "; newer: " + ", ".join(f"{r.release.name} {r.verdict}" for r in newer)
     else:
         blocking: dict[str, list[str]] = {}
@@ -174,9 +185,7 @@ def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, ba
     if undecided:
         text += (f". Not decided: {', '.join(undecided)} (INCOMPLETE — its report says what was missing); run the same "
                  "command again to decide it")
-    return UpgradePath(baseline=baseline, models=models, records=tuple(records), rows=tuple(rows),
-                       findings=findings, recommendation=best.release.name if best else None,
-                       recommendation_text=text, undecided=undecided, bisection=bisection)
+    return (best.release.name if best else None), text, undecided
 
 
 def findings_from(gates: dict[str, Sequence[GateResult]]) -> tuple[Finding, ...]:
