@@ -45,7 +45,10 @@ from typing import Any
 import torch  # must come before the runtime: the extension links against torch's libraries
 
 # isort: split
-from executorch.extension.pybindings import _portable_lib as _rt
+try:
+    from executorch.extension.pybindings import _portable_lib as _rt
+except ImportError:  # executorch 1.5 renamed the compiled module _C
+    from executorch.extension.pybindings import _C as _rt
 
 _RUNTIME_SO = Path(_rt.__file__)
 _PKG = _RUNTIME_SO.parents[2]  # .../site-packages/executorch

@@ -16,10 +16,16 @@ import torch
 # importing executorch.exir for a warning class, which costs ~20 s per process
 # here. A phone app has no exir either. torch must be imported first: the
 # extension links against its libraries.
-from executorch.extension.pybindings._portable_lib import (
-    _load_for_executorch,
-    _unsafe_reset_threadpool,
-)
+try:
+    from executorch.extension.pybindings._portable_lib import (
+        _load_for_executorch,
+        _unsafe_reset_threadpool,
+    )
+except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
+    from executorch.extension.pybindings._C import (
+        _load_for_executorch,
+        _unsafe_reset_threadpool,
+    )
 
 SUFFIX = ".pte"
 
