@@ -52,7 +52,9 @@ def _cell(results: Results | None, stack: str, model: str, gates: tuple[str, ...
                           if g.model == model and g.stack == stack and "task" in g.gate), None)
         if found is None:
             return "—", None
-    if found.gate in ("export", "quantized-export"):
+    if found.status is GateStatus.BLOCKED:  # the root cause is in the export cell
+        text = f"blocked by {found.blocked_by}"
+    elif found.gate in ("export", "quantized-export"):
         text = "ok" if found.status is GateStatus.PASSED else f"{found.status.label}: {found.note}"
     elif found.measured is not None:
         text = f"{found.measured}" + ("" if found.status is GateStatus.PASSED else f" ({found.status.label})")
@@ -232,8 +234,9 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
          for r in path.records])]
     blocks += [Heading(2, "Findings")]
     if path.findings:
-        blocks.append(Bullets([Item(f.summary(), [f"{name}: {status}" for name, status in f.statuses.items()])
-                               for f in path.findings]))
+        blocks.append(Bullets([Item(f.summary(), ["per release: " + ", ".join(
+            f"{name.removeprefix('executorch-')} {status}" for name, status in f.statuses.items())])
+            for f in path.findings]))
     else:
         blocks.append(Paragraph("No gate failed in any judged release."))
     if path.rows:
