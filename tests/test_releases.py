@@ -123,6 +123,7 @@ def test_a_shard_takes_every_nth_release(smoke_config):
     (["--bisect", "numerics:vit-smoke", "--from", "1.5.1"], "a bisection needs at least two releases"),
     (["--bisect", "numerics:vit-smoke", "--shard", "1/2"], "--shard: a bisection decides which release"),
     (["--colour"], "unknown option '--colour'"),
+    (["--bisect", "numerix:vit-smoke"], "--bisect: 'numerix:vit-smoke': no gate 'numerix'; a model's gates: same-inputs,"),
     (["--to", "0.1"], "--to: no executorch 0.1 in"),
     (["--table", "nowhere.toml"], "nowhere.toml: file not found"),
 ])
@@ -321,3 +322,15 @@ def test_none_in_range_names_what_blocks_each_release():
     assert best is None
     assert text == ("**none in range**: executorch-0.7.0: numerics for nanovlm; executorch-1.0.0: numerics for "
                     "nanovlm; executorch-1.0.1: not covered")
+
+
+def test_every_gate_the_policy_gives_a_model_can_be_bisected():
+    import re
+
+    from upgrade_gate.policy import MODEL_GATES
+
+    source = (REPO / "src" / "upgrade_gate" / "policy.py").read_text()
+    named = set(re.findall(r'found\.(?:add|missing)\("([a-z-]+)"', source))
+    named |= {f"{prefix}{kind}" for prefix in re.findall(r'f"((?:quantized-)?task-)\{model\.task_kind\}"', source)
+              for kind in ("classification", "embedding", "generation")}
+    assert named and named <= set(MODEL_GATES), named - set(MODEL_GATES)

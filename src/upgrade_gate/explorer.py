@@ -26,6 +26,7 @@ from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.plan import Plan, Shard, load_plan, parse_posargs, parse_shard
 from upgrade_gate.plan import parser as plan_parser
+from upgrade_gate.policy import MODEL_GATES
 from upgrade_gate.releases import (
     ADAPTER_FAILS,
     JUDGED,
@@ -118,6 +119,9 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
             running = ", ".join(m.name for m in plan.models)
             raise ConfigError(f"{model!r} is not among the models of this run ({running}); name it with --models too, "
                               "or pick one of those", key="--bisect")
+        if gate not in MODEL_GATES:
+            raise ConfigError(f"{args.bisect!r}: no gate {gate!r}; a model's gates: {', '.join(MODEL_GATES)}",
+                              key="--bisect")
         bisect = Bisect(gate=gate, model=model)
         if len(chosen) < 2:
             raise ConfigError("a bisection needs at least two releases in range", key="--bisect")

@@ -78,6 +78,12 @@ from upgrade_gate.stats import CONFIDENCE, RatioEstimate, fewest_rounds
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 from upgrade_gate.text import first_line, size
 
+# Every gate a model can have, by the name its results carry (the project's two are PROJECT_GATES);
+# tests/test_releases.py checks each name this module gives a gate is here.
+MODEL_GATES = ("same-inputs", "export", "delegation", "artifact-size", "numerics",
+               *(f"task-{kind}" for kind in HEADLINE), "latency", "memory", "budget-latency", "budget-memory",
+               "quantized-export", "quantized-numerics", *(f"quantized-task-{kind}" for kind in HEADLINE))
+
 # An export whose peak resident memory reaches this share of the memory limit
 # is one model size away from being killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
 EXPORT_MEMORY_WARNING = 0.8
