@@ -47,7 +47,7 @@ import torch  # must come before the runtime: the extension links against torch'
 # isort: split
 try:
     from executorch.extension.pybindings import _portable_lib as _rt
-except ImportError:  # executorch 1.5 renamed the compiled module _C
+except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
     from executorch.extension.pybindings import _C as _rt
 
 _RUNTIME_SO = Path(_rt.__file__)

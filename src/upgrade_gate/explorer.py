@@ -24,7 +24,7 @@ from typing import Any
 from upgrade_gate import layout, measure, pipeline, runner
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import ConfigError, RecordError
-from upgrade_gate.plan import Plan, Shard, load_plan, parse_posargs, parse_shard
+from upgrade_gate.plan import Plan, load_plan, parse_posargs, parse_shard
 from upgrade_gate.plan import parser as plan_parser
 from upgrade_gate.policy import MODEL_GATES
 from upgrade_gate.releases import (
@@ -51,10 +51,10 @@ from upgrade_gate.specs import StackSpec, load_spec
 from upgrade_gate.upgrade_path import write_upgrade_path
 
 
-# What the explorer changes in the configuration's settings: latency at one thread, the ratio
-# that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
-# question is the XNNPACK path across releases (`compare` tries the others for its candidate).
 def release_settings(settings: Settings) -> Settings:
+    """What the explorer changes in the configuration's settings: latency at one thread, the ratio
+    that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
+    question is the XNNPACK path across releases (`compare` tries the others for its candidate)."""
     return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0)
 
 
@@ -130,7 +130,7 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
         raise ConfigError("a bisection decides which release to build next: it does not split over a matrix",
                           key="--shard")
     if shard is not None:
-        chosen = _share(chosen, shard)
+        chosen = [release for index, release in enumerate(chosen) if shard.takes(index)]
     merge = tuple((invoked_from / d).resolve() for d in args.merge)
     if args.prune and args.keep_stacks:
         raise ConfigError("--prune removes what --keep-stacks keeps; give one", key="--prune")
@@ -145,10 +145,6 @@ def _option(args: argparse.Namespace, name: str) -> list[str]:
     return [name] if value is True else [name, value]
 
 
-def _share(releases: list[Release], shard: Shard) -> list[Release]:
-    return [r for index, r in enumerate(releases) if shard.takes(index)]
-
-
 def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
     """The validated request, with the report folder this process's alone (exit 2 otherwise)."""
     try:
@@ -159,13 +155,7 @@ def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
         if not (folder / "releases").is_dir():
             pipeline.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of `nox -s releases -- "
                                 "--shard K/N` jobs")
-    pipeline.check_writable(request.out)
-    pipeline.check_writable(request.plan.settings.cache_dir, what="result cache", fix=(
-        "set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you can write"))
-    try:
-        pipeline.lock_out_dir(request.out)
-    except pipeline.FolderBusy as error:
-        pipeline.fail_usage(error)
+    pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
     return request
 
 

@@ -82,14 +82,19 @@ def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: boo
             fail_usage(f"{out}: no such report folder; run `nox -s compare -- --out {out}` first, or give the "
                        "folder a run wrote with --out DIR")
         plan = _folder_selection(plan, list(posargs), Path(invoked_from))
+    take_folders_or_exit(out, plan.settings.cache_dir)
+    return plan
+
+
+def take_folders_or_exit(out: Path, cache_dir: Path) -> None:
+    """The report folder and the result cache writable, and the report folder this process's alone."""
     check_writable(out, what="report folder", fix="choose another with --out DIR")
-    check_writable(plan.settings.cache_dir, what="result cache",
+    check_writable(cache_dir, what="result cache",
                    fix="set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you can write")
     try:
         lock_out_dir(out)
     except FolderBusy as error:
         fail_usage(error)
-    return plan
 
 
 def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Plan:

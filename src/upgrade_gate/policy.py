@@ -78,7 +78,7 @@ from upgrade_gate.stats import CONFIDENCE, RatioEstimate, fewest_rounds
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 from upgrade_gate.text import first_line, size
 
-# Every gate a model can have, by the name its results carry (the project's two are PROJECT_GATES);
+# Every gate a model can have, by the name its results carry (the project's: project-tests, api-scan);
 # tests/test_releases.py checks each name this module gives a gate is here.
 MODEL_GATES = ("same-inputs", "export", "delegation", "artifact-size", "numerics",
                *(f"task-{kind}" for kind in HEADLINE), "latency", "memory", "budget-latency", "budget-memory",
