@@ -32,6 +32,8 @@ SUFFIX = ".pte"
 # Quantization recipes by variant name: ExecuTorch's own for XNNPACK.
 QUANTIZATIONS = {
     "int8": "PT2E static, XNNPACKQuantizer (per-channel int8 weights, per-tensor int8 activations)",
+    "int8-dynamic": "PT2E dynamic, XNNPACKQuantizer on every nn.Linear: per-channel int8 weights, "
+                    "int8 activations quantized per call",
     "8da4w": "torchao 8da4w: int8 dynamic activations, int4 weights in groups of 32 (ExecuTorch's LLM recipe)",
 }
 # SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (the 0.7 recipe's default).
@@ -67,7 +69,13 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
         from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     captured = _capture_for_quantization(module, inputs).module()
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    if variant == "int8-dynamic":
+        # nn.Linear modules only, as the legacy stack's quantize_dynamic: a functional linear
+        # (an RMSNorm's mean, a tied LM head) stays float in both stacks.
+        quantizer = XNNPACKQuantizer().set_module_type(
+            torch.nn.Linear, get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    else:
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(captured, quantizer)
     with torch.no_grad():
         prepared(*inputs)  # calibration: the observers see the same inputs in every stack

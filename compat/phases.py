@@ -240,6 +240,9 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
             "parameters": sum(p.numel() for p in case.module.parameters()),
             "methods": list(inputs),
             "task": case.task.kind,
+            # The part of an output a later call reads, where it is not all of it (models/case.py Method).
+            "read_extents": {f"{name}.output_{index}": list(extent) for name, method in case.entry_points().items()
+                             for index, extent in method.read_extents.items()},
         }
 
     def eager():

@@ -15,6 +15,8 @@ SUFFIX = ".ptl"
 # Quantization recipes by variant name: what a team on this stack ships as INT8.
 QUANTIZATIONS = {
     "int8": "FX static, qnnpack (dynamic Linear where FX cannot trace the model)",
+    "int8-dynamic": "quantize_dynamic, qnnpack: every nn.Linear with per-channel int8 weights, "
+                    "int8 activations quantized per call",
 }
 # Quantized kernels on a phone are QNNPACK's; the x86 default (fbgemm) packs weights differently.
 QUANTIZED_ENGINE = "qnnpack"
@@ -31,6 +33,8 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     torch.backends.quantized.engine = QUANTIZED_ENGINE
+    if variant == "int8-dynamic":
+        return _dynamic_linear(module)
     step = "symbolic tracing (prepare_fx)"
     try:
         prepared = prepare_fx(copy.deepcopy(module).eval(), get_default_qconfig_mapping(QUANTIZED_ENGINE), inputs)
@@ -46,6 +50,16 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
                          "quantized_modules": _quantized_modules(dynamic)}
     return converted, {"recipe": "FX static, qnnpack (per-tensor int8 activations and weights)",
                        "quantized_modules": _quantized_modules(converted)}
+
+
+def _dynamic_linear(module: torch.nn.Module) -> tuple[Any, dict[str, Any]]:
+    """The int8-dynamic recipe: the qconfig is per-channel weights, as the candidate's
+    XNNPACKQuantizer dynamic config, so the two stacks quantize the same layers the same way."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    dynamic = quantize_dynamic(copy.deepcopy(module).eval(), {torch.nn.Linear: per_channel_dynamic_qconfig},
+                               dtype=torch.qint8)
+    return dynamic, {"recipe": QUANTIZATIONS["int8-dynamic"], "quantized_modules": _quantized_modules(dynamic)}
 
 
 def _quantized_modules(module: torch.nn.Module) -> int:

@@ -23,10 +23,18 @@ TASK_KINDS = ("generic", "classification", "embedding", "generation")
 
 @dataclass(frozen=True)
 class Method:
-    """One entry point: a module and the example inputs it is exported and timed with."""
+    """One entry point: a module and the example inputs it is exported and timed with.
+
+    ``read_extents`` says which part of an output a later call reads, where that
+    is not all of it: ``{output_index: (axis, count)}`` — only the first ``count``
+    entries along ``axis`` (an LLM's KV cache: the slots filled so far; the rest is
+    padding or empty, overwritten before any step reads it). Outputs are compared
+    on that part alone, and the report says so.
+    """
 
     module: torch.nn.Module
     inputs: tuple[torch.Tensor, ...]
+    read_extents: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -435,17 +435,9 @@ def _generation_case(
 
     ``prompt_texts`` label the prompts in the report (the ids are what runs)."""
     config = model.config
-    k_cache, v_cache = model.empty_cache()
-    methods = {
-        "prefill": Method(
-            Prefill(model).eval(),
-            (torch.zeros(1, config.prefill_len, dtype=torch.int64), torch.tensor([len(prompts[0])])),
-        ),
-        "decode": Method(
-            Decode(model).eval(),
-            (torch.zeros(1, 1, dtype=torch.int64), torch.tensor([len(prompts[0])]), k_cache, v_cache),
-        ),
-    }
+    modules = {"prefill": Prefill(model).eval(), "decode": Decode(model).eval()}
+    steps = first_step_inputs(modules["prefill"], prompts[0])
+    methods = {name: Method(module, *steps[name]) for name, module in modules.items()}
 
     def drive(call: Call) -> dict[str, Any]:
         # Every prompt runs all max_new_tokens steps, past eos too, so
@@ -465,6 +457,38 @@ def _generation_case(
 
     return ModelCase(model, methods=methods, task=Task(kind="generation", drive=drive), weights="deterministic",
                      multi_method_artifact=multi_method_artifact)
+
+
+# Axis of the KV cache outputs ([n_layers, n_kv_heads, max_seq_len, head_dim]) that holds the slots.
+CACHE_SLOT_AXIS = 2
+
+
+def first_step_inputs(
+    prefill: Prefill, prompt_ids: Sequence[int]
+) -> dict[str, tuple[tuple[torch.Tensor, ...], dict[int, tuple[int, int]]]]:
+    """Each method's example inputs as a real chat produces them, and the cache slots a later step reads.
+
+    prefill: the first prompt, right-padded; decode: that prompt's first greedy
+    token at the next position, on the cache the prompt filled. Calibration and
+    the numerics comparison then see what an app sends (not padding and an empty
+    cache). Of the caches each method returns, a later step reads only the slots
+    written so far (prefill: the prompt's; decode: one more), so only those are
+    compared: the padded slots are overwritten before anything reads them.
+    """
+    length = len(prompt_ids)
+    window = prefill.llama.config.prefill_len
+    tokens = torch.tensor([list(prompt_ids) + [0] * (window - length)], dtype=torch.int64)
+    position = torch.tensor([length], dtype=torch.int64)
+    with torch.no_grad():
+        logits, k_cache, v_cache = prefill(tokens, position)
+    first_token = logits.argmax(dim=-1).view(1, 1)
+    return {
+        "prefill": ((tokens, position), {1: (CACHE_SLOT_AXIS, length), 2: (CACHE_SLOT_AXIS, length)}),
+        "decode": (
+            (first_token, position.clone(), k_cache.contiguous(), v_cache.contiguous()),
+            {1: (CACHE_SLOT_AXIS, length + 1), 2: (CACHE_SLOT_AXIS, length + 1)},
+        ),
+    }
 
 
 def _cache_length(prefill_len: int, max_new_tokens: int) -> int:

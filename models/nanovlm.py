@@ -40,7 +40,7 @@ from torch.nn import functional as F
 
 from . import assets
 from .case import Call, Method, ModelCase, Task
-from .llama import Llama, decode_text, llama_smoke, smollm2_135m
+from .llama import CACHE_SLOT_AXIS, Llama, decode_text, llama_smoke, smollm2_135m
 
 METHODS = (
     "vision_encoder",
@@ -468,7 +468,13 @@ def build(
     )
     programs = {name: module.eval() for name, module in model.programs().items()}
     inputs = example_inputs(programs, generation)
-    methods = {name: Method(programs[name], inputs[name]) for name in METHODS}
+    # The decoders' caches are read up to the slots written so far (models/llama.py first_step_inputs).
+    length = int(inputs["prefill_decoder"][1])
+    extents = {"prefill_decoder": length, "decode_decoder": length + 1}
+    methods = {name: Method(programs[name], inputs[name],
+                            read_extents={output: (CACHE_SLOT_AXIS, extents[name]) for output in (1, 2)}
+                            if name in extents else {})
+               for name in METHODS}
     return ModelCase(model, methods=methods, task=Task(kind="generation", drive=generation.drive),
                      weights="deterministic")
 

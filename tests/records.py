@@ -35,6 +35,7 @@ def write_stack_model(
     profile: dict | None = None,
     backends: dict | None = None,
     localize: dict | None = None,
+    build_details: dict | None = None,
 ) -> Path:
     """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
 
@@ -55,7 +56,7 @@ def write_stack_model(
         return {"stage": name, "status": "ok", "duration_s": 0.1, "details": details or {}}
 
     export = [
-        stage("build", {"fixtures": hashes, "methods": ["forward"], "task": task}),
+        stage("build", {"fixtures": hashes, "methods": ["forward"], "task": task, **(build_details or {})}),
         stage("eager", {"file": "eager.npz"}),
     ]
     if quantize == "no recipe":

@@ -309,7 +309,7 @@ def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_
     result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "vit-smoke", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
 
-    quantized = stages(out, "legacy", "vit-smoke@int8", "export")
+    quantized = stages(out, "legacy", "vit-smoke@int8-dynamic", "export")
     assert quantized["quantize"]["status"] == "failed"
     assert quantized["quantize"]["error"]["type"] == "upgrade_gate_compat.contract.ContractError"
     assert quantized["quantize"]["error"]["message"] == (

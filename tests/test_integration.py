@@ -57,8 +57,8 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
         assert (out / name).is_file()
     # Not a terminal: progress is one line per event, with done/total and the time so far.
     log = result.stderr
-    assert re.search(r"\[\d+/22 \d+:\d\d\] candidate: vit-smoke@int8: export: quantize\n", log), log[-3000:]
-    assert re.search(r"\[22/22 \d+:\d\d\] candidate: nanovlm-smoke@int8: runtime done in ", log), log[-3000:]
+    assert re.search(r"\[\d+/22 \d+:\d\d\] candidate: vit-smoke@int8-dynamic: export: quantize\n", log), log[-3000:]
+    assert re.search(r"\[22/22 \d+:\d\d\] candidate: nanovlm-smoke@int8-dynamic: runtime done in ", log), log[-3000:]
     assert re.search(r"\[\d+/22 \d+:\d\d\] measure: vit-smoke: 2 thread\(s\): round 9/9\n", log), log[-3000:]
 
     results = load(out, "results.json")
@@ -72,7 +72,9 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
 
     models = models_of(out)
     fp32 = {"vit-smoke", "mobilenet-v3-small", "llama-smoke", "minilm-smoke", "nanovlm-smoke"}
-    assert set(models) == fp32 | {f"{m}@int8" for m in fp32} | {"llama-smoke@8da4w"}
+    # Each family's int8 recipe: static for the CNN, dynamic for the transformers (docs/models.md).
+    assert set(models) == fp32 | {"mobilenet-v3-small@int8", "llama-smoke@8da4w"} | {
+        f"{m}@int8-dynamic" for m in fp32 - {"mobilenet-v3-small"}}
     for model in (models[name] for name in fp32):
         assert model["fixtures"]["legacy"] == model["fixtures"]["candidate"], model["model"]
         for stack, suffix in (("legacy", ".ptl"), ("candidate", ".pte")):
@@ -207,17 +209,18 @@ def snr_vs_reference(model: dict, stack: str) -> float:
 
 
 def test_smoke_int8_in_both_stacks(smoke_run):
-    # The same photos calibrate FX/qnnpack in torch 2.2 and PT2E/XNNPACKQuantizer in
-    # 2.8; each int8 artifact is judged against the fp32 reference.
+    # The CNN's static int8 is calibrated on the same photos by FX/qnnpack in torch 2.2 and
+    # PT2E/XNNPACKQuantizer in 2.8; the ViT's int8 is dynamic in both stacks. Each int8
+    # artifact is judged against the fp32 reference.
     out, _ = smoke_run
     models = models_of(out)
-    for name in ("vit-smoke", "mobilenet-v3-small"):
-        fp32, int8 = models[name], models[f"{name}@int8"]
+    for name, variant, kind in (("vit-smoke", "int8-dynamic", "per call"), ("mobilenet-v3-small", "int8", "static")):
+        fp32, int8 = models[name], models[f"{name}@{variant}"]
         for stack in ("legacy", "candidate"):
             record = int8["stacks"][stack]
             stages = {s["stage"]: s for s in record["stages"]}
             assert {s["status"] for s in stages.values()} == {"ok"}, (name, stack, record["stages"])
-            assert "static" in stages["quantize"]["details"]["methods"]["forward"]["recipe"]
+            assert kind in stages["quantize"]["details"]["methods"]["forward"]["recipe"]
             # Quantized weights: a quarter of the float artifact, give or take the graph.
             assert record["artifact"]["bytes"] < 0.5 * fp32["stacks"][stack]["artifact"]["bytes"]
             assert 5 < snr_vs_reference(int8, stack) < 60, (name, stack)
@@ -226,14 +229,17 @@ def test_smoke_int8_in_both_stacks(smoke_run):
     # The candidate's LLM recipe, which the legacy stack lacks, and which is named so.
     llm = models["llama-smoke@8da4w"]
     quantize = next(s for s in llm["stacks"]["legacy"]["stages"] if s["stage"] == "quantize")
-    assert (quantize["status"], quantize["reason"]) == ("skipped", "this stack has no 8da4w recipe (it offers: int8)")
+    assert (quantize["status"], quantize["reason"]) == ("skipped", "this stack has no 8da4w recipe (it offers: int8, int8-dynamic)")
     assert {s["status"] for s in llm["stacks"]["candidate"]["stages"]} == {"ok"}
     gates = {(g.model, g.gate): g for g in verdict_of(out).gates}
-    assert gates[("vit-smoke@int8", "quantized-numerics")].measured_text.startswith("SNR = ")
+    assert gates[("vit-smoke@int8-dynamic", "quantized-numerics")].measured_text.startswith("SNR = ")
     assert ("llama-smoke@8da4w", "latency") not in gates  # no baseline to time it against
     report = (out / "report.md").read_text()
     assert "| legacy | 8da4w | no 8da4w recipe in this stack |" in report
     assert "| candidate | int8 | ok | PT2E static, XNNPACKQuantizer" in report
+    assert "| candidate | int8-dynamic | ok | PT2E dynamic, XNNPACKQuantizer on every nn.Linear" in report
+    # The LLM's caches are compared on the slots a later step reads, and the report says so.
+    assert "`prefill.output_1` compared on entries 0–4 of 32 along axis 2" in report
 
 
 def test_smoke_delegation_and_operator_profiles(smoke_run):

@@ -122,3 +122,29 @@ def test_no_range_when_there_is_nothing_to_compare():
     assert compare_arrays("out", np.zeros((1, 4)), np.zeros((4,))).degenerate_reference is None
     assert compare_arrays("out", np.array([math.nan]), np.zeros(1)).degenerate_reference is None
     assert compare_arrays("out", np.zeros((0, 3)), np.zeros((0, 3))).degenerate_reference is None
+
+
+def test_an_output_with_a_read_extent_is_compared_on_that_part_alone():
+    # A cache [layers, heads, slots, dim] whose first 3 slots a later step reads; the rest is
+    # padding the two sides fill differently (it is overwritten before anything reads it).
+    reference = np.random.default_rng(0).standard_normal((2, 1, 8, 4))
+    actual = reference.copy()
+    actual[:, :, 3:] = 1e3
+    whole, = compare_outputs({"prefill.output_1": actual}, {"prefill.output_1": reference})
+    assert whole.snr_db is not None and whole.snr_db < 0 and whole.read_extent is None
+    part, = compare_outputs({"prefill.output_1": actual}, {"prefill.output_1": reference}, {"prefill.output_1": (2, 3)})
+    assert part.snr_db == math.inf and part.max_abs == 0.0
+    assert (part.shape, part.read_extent) == ((2, 1, 8, 4), (2, 3, 8))
+    assert part.read_note == ("compared on entries 0–2 of 8 along axis 2, the ones a later call reads "
+                              "(the rest is padding, overwritten before it is read)")
+    # A difference inside the read part counts.
+    actual[0, 0, 2, 0] += 1.0
+    inside, = compare_outputs({"prefill.output_1": actual}, {"prefill.output_1": reference}, {"prefill.output_1": (2, 3)})
+    assert inside.max_abs == pytest.approx(1.0)
+    assert OutputMetrics.from_reader(Reader(inside.to_dict(), "o")) == inside
+
+
+def test_a_read_extent_that_does_not_fit_the_output_compares_all_of_it():
+    reference = np.ones((2, 5))
+    result, = compare_outputs({"x.output_0": reference * 2}, {"x.output_0": reference}, {"x.output_0": (3, 1)})
+    assert result.read_extent is None and result.max_abs == 1.0

@@ -277,9 +277,9 @@ def write_variants(out: Path, *, candidate_snr_db: float, legacy_int8: str | Non
     write_pair(out, candidate_artifact=[REFERENCE])
     legacy_recipe = legacy_int8 or "no recipe"
     legacy_artifact = [with_snr(REFERENCE, 30.0)] if legacy_int8 else None
-    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=legacy_artifact,
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=legacy_artifact,
                       quantize=legacy_recipe)
-    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE],
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE],
                       artifact=[with_snr(REFERENCE, candidate_snr_db)], quantize="PT2E (XNNPACKQuantizer)", **candidate)
 
 
@@ -293,10 +293,10 @@ def test_a_quantized_variant_is_judged_against_the_fp32_reference_by_its_own_gat
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO
-    int8 = {gate for model, gate in gates if model == "vit-smoke@int8"}
+    int8 = {gate for model, gate in gates if model == "vit-smoke@int8-dynamic"}
     # Not the fp32 numerics gate (1e-4 would fail any int8 model): SNR and cosine instead.
     assert int8 == {"same-inputs", "quantized-export", "quantized-numerics", "artifact-size", "latency", "memory"}
-    numerics = gates[("vit-smoke@int8", "quantized-numerics")]
+    numerics = gates[("vit-smoke@int8-dynamic", "quantized-numerics")]
     assert numerics.measured.unit is Unit.DB and numerics.measured.value == pytest.approx(35.0)
     assert numerics.note.startswith("forward.output_0; cosine 0.99")
     assert (numerics.threshold, numerics.severity) == (Quantity(value=20.0, unit=Unit.DB), Severity.SOFT)
@@ -310,10 +310,10 @@ def test_a_degenerate_reference_is_a_warning_of_the_quantized_numerics_gate_too(
     saturated = np.full((1, 64), 0.5, np.float32)
     write_pair(out, candidate_artifact=[REFERENCE])
     for stack, recipe in (("legacy", "FX static (qnnpack)"), ("candidate", "PT2E (XNNPACKQuantizer)")):
-        write_stack_model(out, stack, "vit-smoke@int8", eager=[saturated], artifact=[saturated], quantize=recipe)
+        write_stack_model(out, stack, "vit-smoke@int8-dynamic", eager=[saturated], artifact=[saturated], quantize=recipe)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO  # a warning, not a failure
-    numerics = gates[("vit-smoke@int8", "quantized-numerics")]
+    numerics = gates[("vit-smoke@int8-dynamic", "quantized-numerics")]
     assert numerics.status is GateStatus.PASSED and numerics.warnings == (
         "reference output forward.output_0 is degenerate (constant: values spread 0.0e+00 ≤ 1e-06 × max |value| "
         "0.5): the comparison with it says little",)
@@ -325,16 +325,16 @@ def test_a_noisy_quantized_variant_is_a_condition_not_a_stop(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=12.0)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert gates[("vit-smoke@int8", "quantized-numerics")].status is GateStatus.FAILED
+    assert gates[("vit-smoke@int8-dynamic", "quantized-numerics")].status is GateStatus.FAILED
 
 
 def test_quantized_thresholds_per_variant(project):
     plan = quantized_plan(project, '[tool.upgrade-gate.gates.quantized]\nmin-snr-db = 10\nseverity = "hard"\n'
-                                   '[tool.upgrade-gate.gates.models."vit-smoke@int8"]\nmin-snr-db = 40\n')
+                                   '[tool.upgrade-gate.gates.models."vit-smoke@int8-dynamic"]\nmin-snr-db = 40\n')
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.NO_GO
-    assert gates[("vit-smoke@int8", "quantized-numerics")].threshold == Quantity(value=40.0, unit=Unit.DB)
+    assert gates[("vit-smoke@int8-dynamic", "quantized-numerics")].threshold == Quantity(value=40.0, unit=Unit.DB)
 
 
 def test_a_variant_the_baseline_cannot_make_is_not_timed_against_it(project):
@@ -342,8 +342,8 @@ def test_a_variant_the_baseline_cannot_make_is_not_timed_against_it(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0, legacy_int8=None)
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO
-    assert ("vit-smoke@int8", "quantized-numerics") in gates
-    assert ("vit-smoke@int8", "latency") not in gates and ("vit-smoke@int8", "memory") not in gates
+    assert ("vit-smoke@int8-dynamic", "quantized-numerics") in gates
+    assert ("vit-smoke@int8-dynamic", "latency") not in gates and ("vit-smoke@int8-dynamic", "memory") not in gates
 
 
 def test_a_failed_quantization_names_its_stage(project):
@@ -351,7 +351,7 @@ def test_a_failed_quantization_names_its_stage(project):
     write_variants(plan.settings.out_dir, candidate_snr_db=35.0, failed_stage="quantize")
     gates, verdict = gates_of(plan)
     assert verdict is Verdict.GO_WITH_CONDITIONS
-    assert gates[("vit-smoke@int8", "quantized-export")].note == "quantize failed: RuntimeError: quantize broke"
+    assert gates[("vit-smoke@int8-dynamic", "quantized-export")].note == "quantize failed: RuntimeError: quantize broke"
 
 
 DELEGATION = {"delegate": "XnnpackBackend", "delegate_partitions": 3, "delegated_nodes": 90, "portable_nodes": 10,

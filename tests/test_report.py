@@ -212,22 +212,22 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
                 "vulkan": {"forward": {"status": "failed", "error": "IndexError: list index out of range"}}}
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0,
                       export_details=delegation, profile=profile, backends=backends)
-    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="FX",
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=None, quantize="FX",
                       failed_stage="export")
-    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
                       latency_ms=0.5, quantize="PT2E", export_details=delegation)
 
     # The baseline's int8 failing is no failure of the candidate's: nothing to time it against.
     assert pipeline.report(plan) == 0
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "GO"
-    latency, = [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8" and g["gate"] == "latency"]
+    latency, = [g for g in verdict["gates"] if g["model"] == "vit-smoke@int8-dynamic" and g["gate"] == "latency"]
     assert latency["status"] == "not comparable"
     report = (out / "report.md").read_text()
     # Side by side under the fp32 model: every stack's fp32 and int8.
-    assert ("| legacy | int8 | **export failed: RuntimeError: export broke** | FX | — | — | — | — | — | — |"
+    assert ("| legacy | int8-dynamic | **export failed: RuntimeError: export broke** | FX | — | — | — | — | — | — |"
             in report)
-    assert "| candidate | int8 | ok | PT2E | 40.0 | 1.00000 | — | 0.500 ms (2.00× fp32) | 1000 B | 95.0% |" in report
+    assert "| candidate | int8-dynamic | ok | PT2E | 40.0 | 1.00000 | — | 0.500 ms (2.00× fp32) | 1000 B | 95.0% |" in report
     assert ("- candidate XnnpackBackend took 95 of 100 operator nodes (95.0%) in 2 partition(s); "
             "not delegated: aten_cumsum_default ×5") in report
     assert "| 1 | `aten::linear` | 9.000 ms | 90.0% | 10 | `DELEGATE_CALL` | 4.000 ms | 80.0% | 5 |" in report
@@ -236,3 +236,21 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
     assert "| candidate | qnn | unavailable |  |  | — |  | needs Qualcomm's QNN SDK |" in report
     assert "| candidate | vulkan | failed |  |  | — |  | IndexError: list index out of range |" in report
     assert "| Other backends, export only (models lowered) | — | coreml 1/1; vulkan 0/1; unavailable here: qnn |" in report
+
+
+def test_outputs_compared_in_part_say_so_once(project):
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    padded = np.concatenate([REFERENCE, REFERENCE], axis=0)  # row 0 is read later; row 1 is padding
+    garbage = padded.copy()
+    garbage[1] = 7.0
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[padded], artifact=[garbage if stack == "candidate" else padded],
+                          build_details={"read_extents": {"forward.output_0": [0, 1]}})
+    assert pipeline.report(plan) == 0
+    verdict = json.loads((out / "verdict.json").read_text())
+    numerics, = [g for g in verdict["gates"] if g["gate"] == "numerics"]
+    assert numerics["status"] == "passed"  # the padding the candidate fills differently is not read
+    report = (out / "report.md").read_text()
+    assert report.count("Outputs compared in part: `forward.output_0` compared on entries 0–0 of 2 along axis 0") == 1

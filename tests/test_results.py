@@ -63,7 +63,7 @@ def report(project: Path) -> Path:
         broken = stack == "candidate"
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=None if broken else [REFERENCE],
                           failed_stage="export" if broken else None, localize=LOCALIZED if broken else None)
-        write_stack_model(out, stack, "vit-smoke@int8", eager=[REFERENCE], artifact=[REFERENCE * 1.02],
+        write_stack_model(out, stack, "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[REFERENCE * 1.02],
                           quantize="PT2E" if broken else "FX")
         write_stack_model(out, stack, "minilm-smoke", eager=[REFERENCE, DEAD],
                           artifact=[REFERENCE * 1.01 if broken else REFERENCE, DEAD], task="embedding")

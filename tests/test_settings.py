@@ -35,14 +35,14 @@ def test_defaults(project):
     assert plan.baseline.is_baseline and [c.name for c in plan.candidates] == ["candidate"]
     # Each model, then its quantized variants.
     assert [m.name for m in plan.models] == [
-        "mobilenet-v3-small", "mobilenet-v3-small@int8", "vit-smoke", "vit-smoke@int8",
-        "llama-smoke", "llama-smoke@int8", "llama-smoke@8da4w", "minilm-smoke", "minilm-smoke@int8",
-        "nanovlm-smoke", "nanovlm-smoke@int8"]
+        "mobilenet-v3-small", "mobilenet-v3-small@int8", "vit-smoke", "vit-smoke@int8-dynamic",
+        "llama-smoke", "llama-smoke@int8-dynamic", "llama-smoke@8da4w", "minilm-smoke", "minilm-smoke@int8-dynamic",
+        "nanovlm-smoke", "nanovlm-smoke@int8-dynamic"]
     int8 = plan.models[1]
     assert (int8.base, int8.variant, int8.quantized, plan.models[0].quantized) == (
         "mobilenet-v3-small", "int8", True, False)
     settings = plan.settings
-    assert (settings.variants, settings.localize_budget_s) == (("int8", "8da4w"), 300.0)
+    assert (settings.variants, settings.localize_budget_s) == (("int8", "int8-dynamic", "8da4w"), 300.0)
     assert (settings.threads, settings.export_jobs, settings.warmup, settings.iterations) == ((1, 2), 2, 10, 50)
     assert (settings.rounds, settings.time_budget_s) == (9, 2.0)
     assert settings.out_dir == project / "report"
@@ -62,8 +62,8 @@ def test_this_repositorys_own_configuration_loads():
         "vit-ti16", "vit-s14", "mobilenet-v3-small", "smollm2-135m", "minilm-l6", "nanovlm",
     ]
     assert [m.name for m in plan.models if m.quantized] == [
-        "vit-ti16@int8", "vit-s14@int8", "mobilenet-v3-small@int8", "smollm2-135m@int8", "smollm2-135m@8da4w",
-        "minilm-l6@int8", "nanovlm@int8",
+        "vit-ti16@int8-dynamic", "vit-s14@int8-dynamic", "mobilenet-v3-small@int8", "smollm2-135m@int8-dynamic",
+        "smollm2-135m@8da4w", "minilm-l6@int8-dynamic", "nanovlm@int8-dynamic",
     ]
     assert plan.settings.gates == GateSettings.defaults()
 
@@ -71,12 +71,12 @@ def test_this_repositorys_own_configuration_loads():
 def test_posargs_override_out_and_models(project):
     plan = plan_for(project, "--out", "elsewhere", "--models", "vit-smoke, data-dependent-branch")
     assert plan.settings.out_dir == project / "elsewhere"
-    assert [m.name for m in plan.models] == ["vit-smoke", "vit-smoke@int8", "data-dependent-branch"]
+    assert [m.name for m in plan.models] == ["vit-smoke", "vit-smoke@int8-dynamic", "data-dependent-branch"]
     # A variant by name runs alone; @fp32 is the float model.
     picked = plan_for(project, "--models", "llama-smoke@8da4w,vit-smoke@fp32").models
     assert [(m.name, m.variant) for m in picked] == [("llama-smoke@8da4w", "8da4w"), ("vit-smoke", "fp32")]
     assert error_for(project, "--models", "vit-smoke@8da4w") == (
-        "--models: vit-smoke has no variant '8da4w'; its variants: fp32, int8")
+        "--models: vit-smoke has no variant '8da4w'; its variants: fp32, int8-dynamic")
 
 
 def test_suite_option_picks_the_built_in_suite(project):
@@ -85,7 +85,7 @@ def test_suite_option_picks_the_built_in_suite(project):
     assert "vit-smoke" not in full
     # The 1B export needs most of the memory: it runs beside no other export.
     assert [m.name for m in plan_for(project, "--suite", "full").models if m.exclusive] == [
-        "llama32-1b-dims", "llama32-1b-dims@int8", "llama32-1b-dims@8da4w"]
+        "llama32-1b-dims", "llama32-1b-dims@int8-dynamic", "llama32-1b-dims@8da4w"]
     # The option is read by the setting's own parser: one check, one message.
     assert error_for(project, "--suite", "huge") == "--suite: expected one of smoke, default, full, none; got 'huge'"
 
@@ -429,7 +429,7 @@ export = "soft"
 latency = { max-ratio = 1.2, min-delta-ms = 0.5, severity = "hard" }
 [tool.upgrade-gate.gates.budgets.vit-smoke]
 peak-rss-mb = 400
-[tool.upgrade-gate.gates.models."vit-smoke@int8"]
+[tool.upgrade-gate.gates.models."vit-smoke@int8-dynamic"]
 min-snr-db = 10
 [tool.upgrade-gate.project]
 root = "."

@@ -91,7 +91,16 @@ tokens, step_logits = llama.greedy_generate(
 )
 vocab = assets.read_json("smollm2", "vocab.json")
 text = llama.decode_text(vocab, [t for t in tokens if t != config["eos_id"]])
-print(json.dumps({"prompt": prompt["text"], "tokens": tokens, "text": text, "steps": list(step_logits.shape)}))
+# The example inputs every stack exports, calibrates and is compared on.
+(prefill_ids, prefill_length), prefill_extents = methods["prefill"].inputs, methods["prefill"].read_extents
+(token, position, k_cache, v_cache), decode_extents = methods["decode"].inputs, methods["decode"].read_extents
+slot_norms = k_cache.abs().sum(dim=(0, 1, 3)) + v_cache.abs().sum(dim=(0, 1, 3))
+print(json.dumps({"prompt": prompt["text"], "tokens": tokens, "text": text, "steps": list(step_logits.shape),
+                  "examples": {"prefill_ids": prefill_ids[0].tolist(), "prefill_length": int(prefill_length),
+                               "decode_token": int(token), "decode_position": int(position),
+                               "filled_slots": [i for i, n in enumerate(slot_norms.tolist()) if n > 0],
+                               "prefill_extents": {str(k): list(v) for k, v in prefill_extents.items()},
+                               "decode_extents": {str(k): list(v) for k, v in decode_extents.items()}}}))
 """
 
 
@@ -126,3 +135,15 @@ def test_smollm2_knows_the_capital_of_france(assets_python: Path, torch_python: 
     prompts = json.loads((tmp_path / "assets" / "smollm2" / "prompts.json").read_text())
     # <|im_start|> is one control token, not split into characters.
     assert prompts[0]["ids"][:3] == [1, 9690, 198]
+
+    # The methods' example inputs are a real chat's first steps, not padding and an empty cache:
+    # prefill gets the first prompt; decode its first greedy token, on the cache that prompt filled.
+    examples, length = result["examples"], len(prompts[0]["ids"])
+    assert examples["prefill_ids"][:length] == prompts[0]["ids"] and examples["prefill_length"] == length
+    assert set(examples["prefill_ids"][length:]) <= {0}  # right-padded to the window
+    assert (examples["decode_token"], examples["decode_position"]) == (result["tokens"][0], length)
+    # Prefill writes every slot of its window (the padding too); the prompt's are among them.
+    assert set(range(length)) <= set(examples["filled_slots"])
+    # Only the slots a later step reads are compared.
+    assert examples["prefill_extents"] == {"1": [2, length], "2": [2, length]}
+    assert examples["decode_extents"] == {"1": [2, length + 1], "2": [2, length + 1]}

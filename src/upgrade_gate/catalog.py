@@ -16,9 +16,11 @@ SUITES = ("smoke", "default", "full")
 NO_SUITE = "none"  # the suite setting's value for "the project's models only"
 # The float model every stack exports; quantized variants are run beside it.
 FP32 = "fp32"
-# Quantized variants a stack's adapter may offer (compat/*.py QUANTIZATIONS):
-# int8 in both default stacks, 8da4w (ExecuTorch's LLM recipe) in the candidate.
-QUANTIZED_VARIANTS = ("int8", "8da4w")
+# Quantized variants a stack's adapter may offer (compat/*.py QUANTIZATIONS): int8 (static:
+# calibrated activations, what a CNN ships) and int8-dynamic (int8 weights, activations
+# quantized per call: what a transformer ships) in both default stacks, 8da4w (ExecuTorch's
+# LLM recipe) in the candidate. docs/models.md says which family runs which, and why.
+QUANTIZED_VARIANTS = ("int8", "int8-dynamic", "8da4w")
 # A variant's name is its model's plus this and the variant: "vit-ti16@int8".
 VARIANT_SEPARATOR = "@"
 DEFAULT_VARIANTS = ("int8",)  # what a model has unless its entry says otherwise

@@ -168,6 +168,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
                                           missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
             continue
+        extents = records[reference.stack].read_extents or records[actual.stack].read_extents
         try:
             task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
             damaged = None
@@ -179,7 +180,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                 purpose=purpose,
                 actual=actual,
                 reference=reference,
-                outputs=tuple(compare_outputs(actual_out, reference_out)),
+                outputs=tuple(compare_outputs(actual_out, reference_out, extents)),
                 task=task,
                 task_missing=task_missing,
                 damaged=damaged,

@@ -8,12 +8,12 @@ NaN, and a check on it fails; it never passes silently.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from upgrade_gate.records import Reader
+from upgrade_gate.records import Reader, RecordError
 
 # Below this, a reference element counts as zero for the relative error
 # (max_rel divides by |reference|).
@@ -45,10 +45,22 @@ class OutputMetrics:
     # The reference's own range: max |value| and max − min (is there a signal to compare?).
     reference_max_abs: float | None = None
     reference_spread: float | None = None
+    # Compared on part of the output only: the first ``count`` of ``length`` entries along
+    # ``axis``, the part a later call reads (axis, count, length); None: all of it.
+    read_extent: tuple[int, int, int] | None = None
 
     @property
     def comparable(self) -> bool:
         return self.shape_match and self.finite
+
+    @property
+    def read_note(self) -> str | None:
+        """What part of the output was compared, when not all of it."""
+        if self.read_extent is None:
+            return None
+        axis, count, length = self.read_extent
+        return (f"compared on entries 0–{count - 1} of {length} along axis {axis}, the ones a later call reads "
+                "(the rest is padding, overwritten before it is read)")
 
     @property
     def degenerate_reference(self) -> str | None:
@@ -66,12 +78,17 @@ class OutputMetrics:
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["shape"], data["reference_shape"] = list(self.shape), list(self.reference_shape)
+        data["read_extent"] = None if self.read_extent is None else list(self.read_extent)
         return data
 
     @classmethod
     def from_reader(cls, r: Reader) -> OutputMetrics:
+        extent = r.integers("read_extent") if r.data.get("read_extent") is not None else None
+        if extent is not None and len(extent) != 3:
+            raise RecordError(f"Expected [axis, count, length] in '{r.where}.read_extent', got {list(extent)}")
         return cls(name=r.text("name"), shape=r.integers("shape"), reference_shape=r.integers("reference_shape"),
                    shape_match=r.flag("shape_match"), finite=r.flag("finite"),
+                   read_extent=None if extent is None else (extent[0], extent[1], extent[2]),
                    **{key: r.opt_number(key) for key in METRIC_KEYS})
 
 
@@ -140,9 +157,24 @@ def _snr_db(signal_norm: float, noise_norm: float) -> float:
     return 20.0 * math.log10(signal_norm / noise_norm)
 
 
-def compare_outputs(actual: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> list[OutputMetrics]:
+def read_part(array: np.ndarray, extent: tuple[int, int] | None) -> np.ndarray:
+    """The first ``count`` entries along ``axis`` (``extent``), or the whole array."""
+    if extent is None:
+        return array
+    axis, count = extent
+    return array[(slice(None),) * axis + (slice(0, count),)]
+
+
+def compare_outputs(
+    actual: dict[str, np.ndarray],
+    reference: dict[str, np.ndarray],
+    read_extents: dict[str, tuple[int, int]] | None = None,
+) -> list[OutputMetrics]:
     """Compare outputs by name. A name missing on either side is a shape mismatch
-    against an empty placeholder, so it fails like any incomparable output."""
+    against an empty placeholder, so it fails like any incomparable output. An
+    output with a read extent (axis, count) is compared on that part alone: the
+    part a later call reads (an LLM cache's filled slots)."""
+    read_extents = read_extents or {}
     results = []
     for name in sorted(set(actual) | set(reference), key=_output_order):
         missing = np.empty((0,), dtype=np.float32)
@@ -158,7 +190,15 @@ def compare_outputs(actual: dict[str, np.ndarray], reference: dict[str, np.ndarr
                 )
             )
             continue
-        results.append(compare_arrays(name, a, r))
+        extent = read_extents.get(name)
+        fits = extent is not None and a.shape == r.shape and 0 <= extent[0] < a.ndim and extent[1] <= a.shape[extent[0]]
+        if not fits:
+            results.append(compare_arrays(name, a, r))
+            continue
+        assert extent is not None
+        whole = compare_arrays(name, read_part(a, extent), read_part(r, extent))
+        results.append(replace(whole, shape=a.shape, reference_shape=r.shape,
+                               read_extent=(extent[0], extent[1], a.shape[extent[0]])))
     return results
 
 

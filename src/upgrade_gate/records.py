@@ -282,6 +282,22 @@ class StackModelRecord(StagesOf):
         build = self.stage("build")
         return str(build.details.get("task", "generic")) if build and build.ok else "generic"
 
+    @property
+    def read_extents(self) -> dict[str, tuple[int, int]]:
+        """Output name → (axis, count): the part of the output a later call reads, where the
+        model says it is not all of it (models/case.py ``Method.read_extents``)."""
+        build = self.stage("build")
+        if build is None or not build.ok:
+            return {}
+        found = Reader(build.details, f"{self.directory}/export.json: build").opt_dict("read_extents")
+        extents = {}
+        for name, value in found.items():
+            if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int and v >= 0 for v in value)):
+                raise RecordError(f"Expected [axis, count] in '{self.directory}/export.json: build.read_extents.{name}'"
+                                  f", got {value!r}")
+            extents[name] = (value[0], value[1])
+        return extents
+
     def task_result(self, which: str) -> TaskResult | None:
         """The end-to-end loop's tokens, text and logits: ``eager`` or ``artifact``."""
         stage = self.stage("eager-task" if which == "eager" else "task")

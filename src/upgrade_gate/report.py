@@ -531,6 +531,11 @@ def numerics_blocks(model: ModelResults) -> list[Block]:
     blocks: list[Block] = [Paragraph("Numerics:"), Table(
         ["Purpose", "Comparison", "Output", "max abs", "mean abs", "max rel", "rel L2", "SNR dB", "cosine", "min atol",
          "note"], rows)]
+    # Said once per output, not per row: every comparison of it reads the same part.
+    partial = {o.name: o.read_note for c in model.comparisons for o in c.outputs or () if o.read_note}
+    if partial:
+        blocks.append(Paragraph("Outputs compared in part: " + "; ".join(
+            f"`{name}` {note}" for name, note in partial.items()) + "."))
     task_rows = [[c.purpose, c.label, _task_cell(c)] for c in model.comparisons if c.task or c.task_missing]
     if task_rows:
         blocks += [Paragraph(f"Task agreement ({model.task_kind}):"),

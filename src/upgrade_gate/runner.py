@@ -29,7 +29,7 @@ from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
-from upgrade_gate.records import SCHEMA_VERSION
+from upgrade_gate.records import SCHEMA_VERSION, RecordError, load_stack_model
 from upgrade_gate.specs import StackSpec
 
 LOG_TAIL_LINES = 20
@@ -92,20 +92,45 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         # serialization): `export-jobs` of them share the machine. The runtime
         # phases check the artifacts one at a time; latency is measured later, by
         # the measure session, when no stack has anything else to do.
-        _export_all(plan, lambda model: run_phase(stack, model, "export"))
+        _export_all(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
         for model in plan.models:
             run_phase(stack, model, "runtime")
     shards.describe(plan, spec.name)
 
 
-def _export_all(plan: Plan, export: Callable[[ModelEntry], None]) -> None:
-    """Every model's export phase, up to ``export-jobs`` at once, in suite order.
+def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
+    """The plan's models, costliest export first, so that the ``export-jobs`` workers finish
+    together: a long export started last runs alone while the other cores idle.
+
+    The cost is parameters × methods, from the build records another stack left in the report
+    folder (the baseline runs first, so the candidate, whose exports are the long ones, has
+    them); models no other stack has built follow in suite order.
+    """
+    def cost(model: ModelEntry) -> int | None:
+        for other in plan.stacks:
+            if other.name == stack:
+                continue
+            try:
+                build = load_stack_model(plan.settings.out_dir, other.name, model.name).stage("build")
+            except RecordError:
+                continue  # a damaged record orders nothing; the report names it
+            if build is not None and build.ok and isinstance(build.details.get("parameters"), int):
+                return int(build.details["parameters"]) * max(1, len(build.details.get("methods") or ()))
+        return None
+
+    costs = {model.name: cost(model) for model in plan.models}
+    known = sorted((m for m in plan.models if costs[m.name] is not None), key=lambda m: -(costs[m.name] or 0))
+    return known + [m for m in plan.models if costs[m.name] is None]
+
+
+def _export_all(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None]) -> None:
+    """Every model's export phase in ``order``, up to ``export-jobs`` at once.
 
     A model marked ``exclusive`` (one whose export needs most of the memory)
     waits for the others to finish and runs alone.
     """
     jobs = plan.settings.export_jobs
-    pending = list(plan.models)
+    pending = list(order)
     running: dict[Future[None], ModelEntry] = {}
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export")
     try:

@@ -1,0 +1,125 @@
+"""SmolLM2-135M's quantized recipes against ExecuTorch's own Llama recipe, in eager torch (docs/models.md).
+
+Is the 8da4w variant's low token agreement the recipe's, or a defect of upgrade-gate's? This
+applies each recipe to the same eager model (models/llama.py, the real weights) and compares
+its greedy answers and logits with the fp32 model's, with the metric the report uses
+(upgrade_gate.tasks.generation). No export is involved: what an exporter adds is the report's
+own "export fidelity" comparison.
+
+Recipes:
+- ours: compat/executorch_xnnpack.py's quantize() for 8da4w (torchao, int4 weights in groups
+  of 32) and int8-dynamic's eager equivalent (torchao int8 dynamic activations, int8 per-channel
+  weights, on nn.Linear);
+- ExecuTorch's: examples/models/llama/source_transformation/quantize.py's quantize(), the
+  function export_llama applies for ``-qmode 8da4w``, with its default group size (128) and
+  with 32 — from the candidate's executorch wheel.
+
+Run in the candidate's venv, from the repository root:
+
+    UPGRADE_GATE_ASSETS=<assets folder> PYTHONPATH=. .nox/run-candidate/bin/python tests/benchmarks/llm_recipes.py
+
+It prints one JSON object: per recipe, how many Linear layers it quantized, token agreement,
+first divergence per prompt, logits SNR, and the seconds it took.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+
+from models import llama  # noqa: E402
+from upgrade_gate import tasks  # noqa: E402
+
+
+def load_adapter() -> Any:
+    """compat/executorch_xnnpack.py under the worker's private package name."""
+    spec = importlib.util.spec_from_file_location("upgrade_gate_compat", REPO / "compat" / "__init__.py",
+                                                  submodule_search_locations=[str(REPO / "compat")])
+    assert spec and spec.loader
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["upgrade_gate_compat"] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("upgrade_gate_compat.executorch_xnnpack")
+
+
+def generate(case: Any) -> dict[str, Any]:
+    methods = case.entry_points()
+
+    def call(name: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return list(methods[name].module(*tensors))
+
+    return case.task.drive(call)
+
+
+def quantized_linears(model: torch.nn.Module) -> int:
+    return sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear) and type(m.weight) is not torch.nn.Parameter
+               ) or sum(1 for m in model.modules() if "Linear" in type(m).__name__ and type(m) is not torch.nn.Linear)
+
+
+def with_quantized_llama(quantize: Any) -> tuple[Any, int]:
+    """The smollm2 case whose decoder ``quantize`` rewrote in place (prefill and decode share it)."""
+    case = llama.smollm2_135m()
+    decoder = case.module
+    quantized = quantize(decoder) or decoder
+    if quantized is not decoder:  # a quantizer that returns a new module: put it where the methods look
+        for method in case.entry_points().values():
+            method.module.llama = quantized
+    return case, quantized_linears(quantized)
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    adapter = load_adapter()
+    # quantize.py imports the export builder for a dtype enum; the builder imports ExecuTorch's
+    # tokenizer package, which the wheel does not carry and no quantizer uses: an empty stand-in.
+    sys.modules.setdefault("pytorch_tokenizers", types.SimpleNamespace(get_tokenizer=None))  # type: ignore[arg-type]
+    from executorch.examples.models.llama.source_transformation.quantize import quantize as executorch_quantize
+
+    reference = generate(llama.smollm2_135m())
+    linears = sum(1 for m in llama.smollm2_135m().module.modules() if isinstance(m, torch.nn.Linear))
+
+    def ours_8da4w(decoder: torch.nn.Module) -> torch.nn.Module:
+        quantized, _ = adapter.quantize(decoder, (), "8da4w")
+        return quantized
+
+    def torchao_int8_dynamic(decoder: torch.nn.Module) -> None:
+        import torchao.quantization as q
+
+        q.quantize_(decoder, q.int8_dynamic_activation_int8_weight())
+
+    recipes = {
+        "upgrade-gate 8da4w (groups of 32)": ours_8da4w,
+        "ExecuTorch export_llama -qmode 8da4w (default group size 128)":
+            lambda d: executorch_quantize(copy.deepcopy(d), "8da4w"),
+        "ExecuTorch export_llama -qmode 8da4w -G 32":
+            lambda d: executorch_quantize(copy.deepcopy(d), "8da4w", group_size=32),
+        "torchao int8 dynamic activations, int8 per-channel weights (int8-dynamic's eager kind)": torchao_int8_dynamic,
+    }
+    results: dict[str, Any] = {"linear_layers": linears, "reference_text": reference["text"], "recipes": {}}
+    for name, recipe in recipes.items():
+        start = time.perf_counter()
+        case, count = with_quantized_llama(recipe)
+        answer = generate(case)
+        agreement = tasks.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
+                                     reference["step_logits"].numpy())
+        results["recipes"][name] = {"quantized_linears": count, **agreement.values, "text": answer["text"],
+                                    "seconds": round(time.perf_counter() - start, 1)}
+        print(json.dumps({name: results["recipes"][name]}), file=sys.stderr, flush=True)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
