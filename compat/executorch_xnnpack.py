@@ -34,9 +34,13 @@ QUANTIZATIONS = {
     "int8": "PT2E static, XNNPACKQuantizer (per-channel int8 weights, per-tensor int8 activations)",
     "int8-dynamic": "PT2E dynamic, XNNPACKQuantizer on every nn.Linear: per-channel int8 weights, "
                     "int8 activations quantized per call",
-    "8da4w": "torchao 8da4w: int8 dynamic activations, int4 weights in groups of 32 (ExecuTorch's LLM recipe)",
+    "8da4w": "torchao 8da4w on every nn.Linear: int4 weights in groups of 32, int8 per-token activations; "
+             "embeddings and a tied LM head float (ExecuTorch's export_llama -qmode 8da4w: groups of 128, "
+             "which leave float every layer whose width is not a multiple of 128)",
 }
-# SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (the 0.7 recipe's default).
+# SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (export_llama's default
+# for 8da4w): torchao leaves a Linear whose input width the group does not divide in float, so
+# 128 would quantize only SmolLM2's MLP down-projections (docs/models.md has the figures).
 WEIGHT_GROUP_SIZE = 32
 
 
