@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from upgrade_gate import benchmark
+import json
+
+import numpy as np
+import pytest
+from records import write_stack_model
+
+from upgrade_gate import benchmark, pipeline
+from upgrade_gate.plan import load_plan
 from upgrade_gate.results import GateStatus
 
 
@@ -25,3 +32,23 @@ def test_a_planted_slowdown_counts_as_failed_as_verdict_json_writes_it():
     assert "no gate (one stack)" in benchmark._compare_markdown(
         {**summary, "runs": [{**runs[0], "machine": [{"model": "b@int8", "threads": 1, "rounds": 9, "quiet": 9,
                                                        "others_cores": 0.01, "oversubscribed": False}]}]})
+
+
+def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    reference = np.ones((1, 4), dtype=np.float32)
+    # Seven rounds of eight 2 ms calls per stack and thread count (1 and 2).
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[reference], artifact=[reference], latency_ms=2.0)
+    pipeline.report(plan)
+    parts = benchmark.run_parts(out, export_jobs=2)
+    for stack in ("legacy", "candidate"):
+        phases = {p: json.loads((out / "stacks" / stack / "models" / "vit-smoke" / f"{p}.json").read_text())
+                  for p in ("export", "runtime")}
+        expected = {p: sum(s["duration_s"] for s in data["stages"]) for p, data in phases.items()}
+        assert parts["stacks"][stack]["vit-smoke"] == pytest.approx(expected)
+    assert parts["candidate_export_floor_s"] == pytest.approx(parts["totals"]["candidate"]["export"] / 2)
+    assert parts["measure"]["measurements"] == 4  # two stacks at two thread counts
+    assert parts["measure"]["timed_calls_s"] == pytest.approx(4 * 7 * 8 * 2.0 / 1000)

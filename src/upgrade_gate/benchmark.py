@@ -8,6 +8,10 @@
 * ``coverage`` — the latency ratio's interval, by simulation: how often it
   holds a known true ratio, against the coverage it states, per number of
   rounds (no stacks: upgrade_gate.stats alone). Target: never below the stated level.
+* ``stages`` — where a finished run's time went (``--report DIR``, no stacks
+  run): per stack, each model's export and runtime phase (the sum of their
+  stages), the candidate exports' floor on the machine's export workers, and
+  the measure session's model calls (timed samples, warm-up and first calls).
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -48,10 +52,11 @@ from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.plan import load_plan
 from upgrade_gate.results import GateStatus, Results
+from upgrade_gate.stages import RUNTIME_STAGES
 from upgrade_gate.stats import median_interval, median_interval_rank, ratio_by_rounds
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
-NAMES = ("overhead", "noise", "sensitivity", "coverage")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -79,6 +84,7 @@ def main(argv: list[str], log: Any = print) -> int:
                              "or all three in turn")
     parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
+    parser.add_argument("--report", type=Path, default=Path("report"), help="stages: the report folder to read")
     args = parser.parse_args(argv)
     out = (args.out or Path("benchmarks") / args.name).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +92,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return overhead(out, args.models or OVERHEAD_MODELS, log)
     if args.name == "coverage":
         return coverage(out, log)
+    if args.name == "stages":
+        return stages(args.report.resolve(), out, log)
     loads = list(LOADS) if args.load == "all" else [args.load]
     missed = [load for load in loads
               if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
@@ -366,3 +374,62 @@ def overhead(out: Path, models: str, log: Any) -> int:
     write_text_atomic(out / "overhead.md", "\n".join(lines) + "\n")
     log((out / "overhead.md").read_text())
     return 0 if met else 1
+
+
+def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
+    """A finished run's work, from its report folder: per stack and model the export and runtime
+    phases (their stages' durations summed: a phase taken from the result cache counts 0), and
+    the measure session's model calls. ``floor_s`` is what the candidate's exports cost at best
+    on ``export_jobs`` workers: their phase time spread over the workers with none idle."""
+    results = Results.load(report)
+    stacks: dict[str, dict[str, dict[str, float]]] = {}
+    for model in results.models:
+        for name, stack in model.stacks.items():
+            reused = set(stack.reused_phases())
+            phases = {"export": 0.0, "runtime": 0.0}
+            for stage in stack.stages:
+                phase = "runtime" if stage.stage in RUNTIME_STAGES else "export"
+                if phase not in reused:
+                    phases[phase] += stage.duration_s
+            stacks.setdefault(name, {})[model.name] = phases
+    timed_ms = warm_ms = 0.0
+    measurements = 0
+    for path in sorted((report / "measurements").glob("*/threads-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        warmup = int((data.get("settings") or {}).get("warmup") or 0)
+        for stack in (data.get("stacks") or {}).values():
+            if stack.get("status") != "ok":
+                continue
+            measurements += 1
+            for round_ in stack.get("rounds") or ():
+                timed_ms += sum(sum(samples) for samples in (round_.get("samples_ms") or {}).values())
+            # Warm-up calls and the first call of a fresh process, at the warm mean of each method.
+            warm_ms += sum((warmup + 1) * float(ms) for ms in (stack.get("warm_mean_ms") or {}).values())
+    totals = {name: {phase: sum(m[phase] for m in models.values()) for phase in ("export", "runtime")}
+              for name, models in stacks.items()}
+    candidates = [name for name in stacks if name != results.baseline.name]
+    export_s = sum(totals[name]["export"] for name in candidates)
+    return {"report": str(report), "export_jobs": export_jobs, "stacks": stacks, "totals": totals,
+            "candidate_export_floor_s": export_s / max(1, export_jobs),
+            "measure": {"measurements": measurements, "timed_calls_s": timed_ms / 1000, "warm_up_s": warm_ms / 1000}}
+
+
+def stages(report: Path, out: Path, log: Any) -> int:
+    parts = run_parts(report, Results.load(report).settings.export_jobs)
+    lines = [f"# Where the run's time went: {report}", "",
+             "| stack | model | export phase s | runtime phase s |", "|---|---|---|---|"]
+    for name, models in parts["stacks"].items():
+        for model, phases in sorted(models.items(), key=lambda item: -item[1]["export"]):
+            lines.append(f"| {name} | {model} | {phases['export']:.0f} | {phases['runtime']:.0f} |")
+        lines.append(f"| {name} | **all** | **{parts['totals'][name]['export']:.0f}** | "
+                     f"**{parts['totals'][name]['runtime']:.0f}** |")
+    measured = parts["measure"]
+    lines += ["", f"Candidate exports' floor on {parts['export_jobs']} workers: "
+                  f"{parts['candidate_export_floor_s'] / 60:.1f} min.",
+              f"Measure session's model calls: {measured['measurements']} stack measurements, "
+              f"{measured['timed_calls_s']:.0f} s of timed calls + {measured['warm_up_s']:.0f} s of warm-up "
+              "and first calls."]
+    write_json_atomic(out / "stages.json", parts)
+    write_text_atomic(out / "stages.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 0

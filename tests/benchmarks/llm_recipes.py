@@ -18,7 +18,8 @@ Run in the candidate's venv, from the repository root:
 
     UPGRADE_GATE_ASSETS=<assets folder> PYTHONPATH=. .nox/run-candidate/bin/python tests/benchmarks/llm_recipes.py
 
-It prints one JSON object: per recipe, how many Linear layers it quantized, token agreement,
+With ``--pt2e`` it runs the int8-dynamic recipes instead (PT2E, XNNPACKQuantizer). It prints
+one JSON object: per recipe, how many Linear layers it quantized, token agreement,
 first divergence per prompt, logits SNR, and the seconds it took.
 """
 
@@ -99,6 +100,53 @@ def main() -> None:
         import torchao.quantization as q
 
         q.quantize_(decoder, q.int8_dynamic_activation_int8_weight())
+
+    def pt2e_dynamic(on_every_linear: bool) -> Any:
+        """XNNPACKQuantizer's dynamic per-channel config through PT2E, on each method's own capture:
+        on nn.Linear modules (upgrade-gate's int8-dynamic) or set globally (export_llama's
+        --pt2e_quantize xnnpack_dynamic, which also takes the functional linears). The converted
+        graph runs in eager torch: the lowering is what the report's export fidelity judges."""
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        def quantize(method: Any) -> torch.nn.Module:
+            config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+            quantizer = (XNNPACKQuantizer().set_global(config) if on_every_linear
+                         else XNNPACKQuantizer().set_module_type(torch.nn.Linear, config))
+            captured = torch.export.export_for_training(method.module, method.inputs).module()
+            prepared = prepare_pt2e(captured, quantizer)
+            prepared(*method.inputs)
+            return convert_pt2e(prepared)
+
+        return quantize
+
+    if "--pt2e" in sys.argv:
+        per_method = {
+            "upgrade-gate int8-dynamic (PT2E, XNNPACKQuantizer dynamic on nn.Linear)": pt2e_dynamic(False),
+            "ExecuTorch export_llama --pt2e_quantize xnnpack_dynamic (set globally)": pt2e_dynamic(True),
+        }
+        results = {"reference_text": reference["text"], "recipes": {}}
+        for name, quantize in per_method.items():
+            start = time.perf_counter()
+            case = llama.smollm2_135m()
+            converted = {method: quantize(entry) for method, entry in case.entry_points().items()}
+            dq = sum(1 for m in converted.values() for n in m.graph.nodes if "choose_qparams" in str(n.target))
+
+            def call(method: str, *tensors: torch.Tensor, converted: dict[str, Any] = converted) -> list[Any]:
+                with torch.no_grad():
+                    return list(converted[method](*tensors))
+
+            answer = case.task.drive(call)
+            agreement = tasks.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
+                                         reference["step_logits"].numpy())
+            results["recipes"][name] = {"dynamic_quantize_points": dq, **agreement.values, "text": answer["text"],
+                                        "seconds": round(time.perf_counter() - start, 1)}
+            print(json.dumps({name: results["recipes"][name]}), file=sys.stderr, flush=True)
+        print(json.dumps(results, indent=1))
+        return
 
     recipes = {
         "upgrade-gate 8da4w (groups of 32)": ours_8da4w,
