@@ -163,5 +163,6 @@ def compare_outputs(actual: dict[str, np.ndarray], reference: dict[str, np.ndarr
 
 
 def _output_order(name: str) -> tuple[int, str]:
-    prefix, _, index = name.rpartition("_")
+    # "forward.output_1" and "forward.output_1[logits]": by position, then name.
+    prefix, _, index = name.split("[", 1)[0].rpartition("_")
     return (int(index), prefix) if index.isdigit() else (1 << 30, name)
