@@ -34,6 +34,9 @@ class OutputMetrics:
     reference_shape: tuple[int, ...]
     shape_match: bool
     finite: bool  # no NaN/Inf in either tensor
+    # No NaN/Inf in the reference: when it has some, the model or its inputs do, not the
+    # artifact (records written before this field was: True, as they were judged).
+    reference_finite: bool = True
     max_abs: float | None = None
     mean_abs: float | None = None
     max_rel: float | None = None
@@ -72,6 +75,7 @@ class OutputMetrics:
     def from_reader(cls, r: Reader) -> OutputMetrics:
         return cls(name=r.text("name"), shape=r.integers("shape"), reference_shape=r.integers("reference_shape"),
                    shape_match=r.flag("shape_match"), finite=r.flag("finite"),
+                   reference_finite=r.flag("reference_finite", True),
                    **{key: r.opt_number(key) for key in METRIC_KEYS})
 
 
@@ -85,11 +89,12 @@ def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> Outp
     shape, reference_shape = tuple(actual.shape), tuple(reference.shape)
     base: dict[str, Any] = {"name": name, "shape": shape, "reference_shape": reference_shape}
     if shape != reference_shape:
-        return OutputMetrics(**base, shape_match=False, finite=_finite(actual) and _finite(reference))
+        return OutputMetrics(**base, shape_match=False, finite=_finite(actual) and _finite(reference),
+                             reference_finite=_finite(reference))
     a = np.asarray(actual, dtype=np.float64)
     r = np.asarray(reference, dtype=np.float64)
     if not (_finite(a) and _finite(r)):
-        return OutputMetrics(**base, shape_match=True, finite=False)
+        return OutputMetrics(**base, shape_match=True, finite=False, reference_finite=_finite(r))
     if a.size == 0:
         # Two empty tensors of the same shape are identical; there is no error.
         return OutputMetrics(
@@ -155,6 +160,7 @@ def compare_outputs(actual: dict[str, np.ndarray], reference: dict[str, np.ndarr
                     reference_shape=tuple(r.shape) if r is not None else (),
                     shape_match=False,
                     finite=_finite(a if a is not None else missing) and _finite(r if r is not None else missing),
+                    reference_finite=_finite(r if r is not None else missing),
                 )
             )
             continue
