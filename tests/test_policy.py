@@ -196,6 +196,28 @@ def test_an_interrupted_export_is_incomplete_not_a_failure(plan):
                                   "redoes the rest")
 
 
+@pytest.mark.parametrize(("status", "message", "gate_status", "verdict"), [
+    # kill -9 from outside, no out-of-memory kill counted: the machine's, not the candidate's.
+    ("killed", "worker killed by signal SIGKILL from outside (not by upgrade-gate, and the kernel counted no "
+     "out-of-memory kill; peak resident memory 0.50 GiB)", GateStatus.INCOMPLETE, Verdict.INCOMPLETE),
+    # The kernel's out-of-memory killer: the export's memory, the candidate's finding.
+    ("out-of-memory", "stage export: worker killed by the kernel's out-of-memory killer (SIGKILL; it counted 1 "
+     "out-of-memory kill(s) while the worker ran; peak resident memory 5.50 GiB)", GateStatus.FAILED, Verdict.NO_GO),
+])
+def test_an_export_killed_from_outside_is_charged_by_who_killed_it(plan, status, message, gate_status, verdict):
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])
+    phase = layout.model_dir(out, "candidate", "vit-smoke") / "export.json"
+    data = json.loads(phase.read_text())
+    data["stages"][2].update(status=status, error={"type": status, "message": message, "traceback_tail": []})
+    phase.write_text(json.dumps(data))
+    judged = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in judged.gates}
+    assert judged.verdict is verdict
+    assert gates["export"].status is gate_status
+    assert gates["export"].note.endswith(f"export {status}: {message}"), gates["export"].note
+
+
 @pytest.mark.parametrize(("statuses", "verdict"), [
     ((("hard", GateStatus.INCOMPLETE), ("soft", GateStatus.FAILED)), Verdict.INCOMPLETE),
     ((("hard", GateStatus.FAILED), ("soft", GateStatus.INCOMPLETE)), Verdict.NO_GO),
