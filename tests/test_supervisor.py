@@ -138,6 +138,24 @@ def test_the_kernels_out_of_memory_kills_are_read_where_they_are_counted():
     assert path.name in ("memory.events", "memory.oom_control", "vmstat") and count >= 0
 
 
+def test_a_log_is_kept_to_its_head_and_tail(tmp_path):
+    # A real worker that prints 10 MB: its log keeps the first and last MiB, and says what it dropped.
+    code = "import sys\nprint('first line')\nfor i in range(100_000): sys.stdout.write(f'{i:07d} ' + 'x' * 92 + '\\n')\nprint('last line')"
+    outcome = supervisor.run_supervised([sys.executable, "-c", code], env={}, cwd=tmp_path,
+                                        log_file=tmp_path / "log", phase_file=None, deadline_for=lambda _: 600,
+                                        memory_limit_bytes=2**40)
+    assert outcome.returncode == 0
+    text = (tmp_path / "log").read_text()
+    assert 2 * 2**20 - 200 < len(text) < 2 * 2**20 + 200
+    head, note, tail = text.partition("[upgrade-gate: ")
+    assert head.startswith("first line\n0000000 ") and head.endswith("\n") and len(head) <= 2**20
+    assert tail.endswith("0099999 " + "x" * 92 + "\nlast line\n")
+    # Whole lines are dropped: those between the last kept at the head and the first kept at the tail.
+    last_kept, first_kept = int(head.splitlines()[-1].split()[0]), int(tail.split("\n", 2)[1].split()[0])
+    assert int(tail.split(" ", 1)[0]) == (first_kept - last_kept - 1) * 101  # 101 bytes a line
+    assert tail.split("\n", 1)[0].endswith("bytes of this log dropped (its first 1 MiB and last 1 MiB are kept)]")
+
+
 # A stand-in for the measurement server: speaks the worker's protocol over the control fds.
 SERVER = textwrap.dedent('''
     import json, os, sys, time

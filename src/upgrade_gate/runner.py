@@ -440,5 +440,10 @@ def _tail(path: Path) -> list[str]:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return lines[-LOG_TAIL_LINES:]
+    # A line can be megabytes (a model that prints without newlines): the record keeps its end.
+    return [line if len(line) <= TAIL_LINE_CHARS else "…" + line[-TAIL_LINE_CHARS:] for line in lines[-LOG_TAIL_LINES:]]
+
+
+# The longest line of a log's tail kept in a stage's record.
+TAIL_LINE_CHARS = 2000
 

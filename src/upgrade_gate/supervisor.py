@@ -32,6 +32,9 @@ TERM_GRACE_S = 5.0
 # The environment variable that tells the worker which process must outlive it.
 PARENT_PID_ENV = "UPGRADE_GATE_PARENT_PID"
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# A worker's log keeps its first and last this many bytes: a model whose import prints
+# 10 MB would otherwise store them in every log of every phase, and again in the cache.
+LOG_KEEP_BYTES = 2**20
 
 # Workers running right now, so an interrupted run can stop those that other threads wait on.
 _LIVE: set[subprocess.Popen[bytes]] = set()
@@ -124,6 +127,7 @@ def run_supervised(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(process)
+    cap_log(log_file)
     if cause is None and process.returncode != 0 and _INTERRUPTED.is_set():
         cause = "interrupted"
     stage, stage_elapsed = watch.running()
@@ -190,6 +194,34 @@ def oom_kill_count_at(path: Path) -> int | None:
     except OSError:
         pass
     return None
+
+
+def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> None:
+    """Keep a finished worker's log to its first and last ``keep`` bytes (cut at line ends),
+    with one line saying how much was dropped between them. The start says what the worker
+    was, the end how it ended; what a chatty model printed in between is not evidence."""
+    try:
+        size = path.stat().st_size
+        if size <= 2 * keep + 4096:
+            return
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        with open(path, "rb") as log:
+            head = log.read(keep)
+            head = head[: head.rfind(b"\n") + 1] or head
+            log.seek(size - keep)
+            tail = log.read(keep)
+            tail = tail[tail.find(b"\n") + 1:] if b"\n" in tail[:-1] else tail
+        dropped = size - len(head) - len(tail)
+        note = (f"[upgrade-gate: {dropped} bytes of this log dropped (its first {keep / 2**20:g} MiB and last "
+                f"{keep / 2**20:g} MiB are kept)]\n").encode()
+        try:
+            with open(partial, "wb") as capped:
+                capped.write(head + note + tail)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError:
+        pass  # the log stays whole: a full disk is the next write's to report
 
 
 def stop_all() -> None:
@@ -323,6 +355,7 @@ class Server:
                  deadline_for: Callable[[str], float], memory_limit_bytes: int, control_env: str,
                  deadline_key: Callable[[str], str] = str) -> None:
         self.deadline_for = deadline_for
+        self.log_file = log_file
         self.deadline_key = deadline_key  # the setting that holds a step's deadline, for the message
         self.memory_limit_bytes = memory_limit_bytes
         self.peak_rss_bytes = 0
@@ -380,6 +413,7 @@ class Server:
                 pass
         with _LIVE_LOCK:
             _LIVE.discard(self.process)
+        cap_log(self.log_file)
 
     def _next_event(self) -> dict[str, Any]:
         while b"\n" not in self._buffer:
