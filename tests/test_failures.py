@@ -48,7 +48,8 @@ def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
 def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes(tmp_path):
     env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 20\n')
     out = tmp_path / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "hang,segfault,memory-hog,vit-smoke@fp32", env=env)
+    result = nox("-s", "compare", "--", "--out", str(out), "--models",
+                 "hang,segfault,memory-hog,killed-from-outside,vit-smoke@fp32", env=env)
     assert result.returncode == 1, result.stderr[-4000:]
 
     for stack in ("legacy", "candidate"):
@@ -70,6 +71,12 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
         record = json.loads((out / "stacks" / stack / "models" / "memory-hog" / "export.json").read_text())
         assert record["facts"]["supervisor"]["peak_rss_bytes"] > 2 * 2**30
 
+        # A SIGKILL we did not send, and no out-of-memory kill counted: not the model's failure.
+        killed = stages(out, stack, "killed-from-outside", "export")["eager"]
+        assert killed["status"] == "killed", killed
+        assert killed["error"]["message"].startswith("worker killed by signal SIGKILL from outside (not by upgrade-gate, "
+                                                     "and the kernel counted no out-of-memory kill; peak resident ")
+
         for phase in ("export", "runtime"):
             found = stages(out, stack, "vit-smoke", phase)
             assert {s["status"] for name, s in found.items() if name != "backends"} == {"ok"}
@@ -78,6 +85,9 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
 
     export_gates = {g.model: g for g in verdict_of(out).gates if g.gate == "export"}
     assert export_gates["vit-smoke"].status is GateStatus.PASSED
+    assert export_gates["killed-from-outside"].status is GateStatus.INCOMPLETE  # the machine's: NO-GO is the others'
+    assert export_gates["killed-from-outside"].note.startswith("candidate: eager killed: worker killed by signal "
+                                                               "SIGKILL from outside"), export_gates["killed-from-outside"]
     for model, status in (("hang", "timeout"), ("segfault", "crashed"), ("memory-hog", "out-of-memory")):
         assert export_gates[model].status is GateStatus.FAILED
         assert export_gates[model].note.startswith(f"eager {status}: "), export_gates[model]
