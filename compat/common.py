@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +191,51 @@ def load_case(job: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]], dic
         "inputs_sha256": tensors_digest({f"{m}.{i}": t for m, ts in inputs.items() for i, t in enumerate(ts)}),
     }
     return case, inputs, hashes
+
+
+# -- a model's outputs, named ----------------------------------------------------
+
+
+def output_leaves(value: Any, keys: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """A model's output tensors with the dict keys on their path, in pytree order.
+
+    Dicts are walked in their own (insertion) order, as torch.utils._pytree does and so as
+    torch.export flattens a program's outputs: a ``.pte`` returns them in that order. (Sorting
+    the keys, as this did once, paired a Hugging Face-style dict's entries with the wrong
+    ones of the ``.pte``.) Our own walk rather than ``tree_flatten_with_path``: torch 2.2
+    has no key paths (2.8 has).
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield keys, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from output_leaves(item, (*keys, str(key)))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from output_leaves(item, keys)
+    else:
+        raise TypeError(f"model output contains {type(value).__name__}, expected tensors")
+
+
+def flatten_outputs(value: Any) -> list[Any]:
+    """Tensors of a model's output in pytree order (tuples, lists, dicts)."""
+    return [tensor for _, tensor in output_leaves(value)]
+
+
+def named_outputs(value: Any) -> list[tuple[str, Any]]:
+    """``[("output_0[logits]", tensor), …]``: each leaf's position, and the dict keys on its
+    path in brackets (docs/report.md, "Output names"); ``output_1`` where there are none."""
+    return [(f"output_{i}" + "".join(f"[{key}]" for key in keys), tensor)
+            for i, (keys, tensor) in enumerate(output_leaves(value))]
+
+
+def named_like_reference(method: str, named: list[tuple[str, Any]], reference: dict[str, Any]) -> list[tuple[str, Any]]:
+    """An artifact that returns its outputs flat (a ``.pte``: the exported program's leaves,
+    in pytree order) carries no keys: it takes the eager model's names, leaf by leaf. One
+    that keeps the structure (the Lite Interpreter returns the dict) is named by its own keys."""
+    names = [name.split(".", 1)[1] for name in reference if name.split(".", 1)[0] == method]
+    if len(names) != len(named) or any("[" in name for name, _ in named):
+        return named
+    return [(name, tensor) for name, (_, tensor) in zip(names, named)]

@@ -31,8 +31,11 @@ from .common import (
     build_case,
     error_record,
     fixture_inputs,
+    flatten_outputs,
     load_case,
     load_npz_tensors,
+    named_like_reference,
+    named_outputs,
     peak_rss_bytes,
     sha256_file,
     write_json_atomic,
@@ -114,19 +117,6 @@ class PhaseLog:
 # -- tensors in and out --------------------------------------------------------
 
 
-def flatten_outputs(value: Any) -> list[Any]:
-    """Tensors of a model's output in a stable order (tuples, lists, dicts)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [t for key in sorted(value) for t in flatten_outputs(value[key])]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in flatten_outputs(item)]
-    raise TypeError(f"model output contains {type(value).__name__}, expected tensors")
-
-
 def save_arrays(path: Path, arrays: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
@@ -144,9 +134,10 @@ def save_arrays(path: Path, arrays: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def method_outputs(per_method: dict[str, list[Any]]) -> dict[str, Any]:
-    """``{"prefill.output_0": tensor, …}``: one flat namespace for every method's outputs."""
-    return {f"{name}.output_{i}": t for name, tensors in per_method.items() for i, t in enumerate(tensors)}
+def method_outputs(per_method: dict[str, list[tuple[str, Any]]]) -> dict[str, Any]:
+    """``{"prefill.output_0": tensor, "forward.output_0[logits]": …}``: one flat namespace for
+    every method's named outputs (``named_outputs``)."""
+    return {f"{method}.{name}": t for method, named in per_method.items() for name, t in named}
 
 
 def check_like_reference(outputs: dict[str, Any], reference: dict[str, Any]) -> None:
@@ -249,7 +240,7 @@ def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> No
         case, inputs = log.results["build"]
         methods = case.entry_points()
         with torch.no_grad():
-            outputs = {name: flatten_outputs(methods[name].module(*inputs[name])) for name in methods}
+            outputs = {name: named_outputs(methods[name].module(*inputs[name])) for name in methods}
         return outputs, save_arrays(model_dir / "eager.npz", method_outputs(outputs))
 
     def eager_task():
@@ -422,13 +413,16 @@ def run_runtime_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> N
 
     def run():
         programs, args = log.results["load"], log.results["inputs"]
-        outputs = {name: flatten_outputs(adapter.run(programs[name], args[name])) for name in methods}
-        details = save_arrays(model_dir / "artifact.npz", method_outputs(outputs))
+        named = {name: named_outputs(adapter.run(programs[name], args[name])) for name in methods}
         reference = model_dir / "eager.npz"
-        if reference.is_file():
-            check_like_reference(method_outputs(outputs), load_npz_tensors(reference))
+        expected = load_npz_tensors(reference) if reference.is_file() else None
+        if expected is not None:
+            named = {name: named_like_reference(name, outputs, expected) for name, outputs in named.items()}
+        details = save_arrays(model_dir / "artifact.npz", method_outputs(named))
+        if expected is not None:
+            check_like_reference(method_outputs(named), expected)
             details["checked_against"] = reference.name
-        return outputs, details
+        return {name: [t for _, t in outputs] for name, outputs in named.items()}, details
 
     def task():
         # The loop lives in the model's code, so the factory runs again here;

@@ -145,6 +145,22 @@ def segfault() -> ModelCase:
     return ModelCase(Segfault().eval(), (torch.zeros(1),))
 
 
+class KilledFromOutside(nn.Module):
+    """Its worker gets a SIGKILL that upgrade-gate did not send, while the kernel counts
+    no out-of-memory kill: as someone's ``kill -9`` or a CI runner's clean-up does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def killed_from_outside() -> ModelCase:
+    return ModelCase(KilledFromOutside().eval(), (torch.zeros(1),))
+
+
 class Hang(nn.Module):
     """Never returns, like seed 002's vision encoder whose forward() hangs."""
 

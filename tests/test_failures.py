@@ -48,7 +48,8 @@ def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
 def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes(tmp_path):
     env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 20\n')
     out = tmp_path / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "hang,segfault,memory-hog,vit-smoke@fp32", env=env)
+    result = nox("-s", "compare", "--", "--out", str(out), "--models",
+                 "hang,segfault,memory-hog,killed-from-outside,vit-smoke@fp32", env=env)
     assert result.returncode == 1, result.stderr[-4000:]
 
     for stack in ("legacy", "candidate"):
@@ -70,6 +71,12 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
         record = json.loads((out / "stacks" / stack / "models" / "memory-hog" / "export.json").read_text())
         assert record["facts"]["supervisor"]["peak_rss_bytes"] > 2 * 2**30
 
+        # A SIGKILL we did not send, and no out-of-memory kill counted: not the model's failure.
+        killed = stages(out, stack, "killed-from-outside", "export")["eager"]
+        assert killed["status"] == "killed", killed
+        assert killed["error"]["message"].startswith("worker killed by signal SIGKILL from outside (not by upgrade-gate, "
+                                                     "and the kernel counted no out-of-memory kill; peak resident ")
+
         for phase in ("export", "runtime"):
             found = stages(out, stack, "vit-smoke", phase)
             assert {s["status"] for name, s in found.items() if name != "backends"} == {"ok"}
@@ -78,6 +85,9 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
 
     export_gates = {g.model: g for g in verdict_of(out).gates if g.gate == "export"}
     assert export_gates["vit-smoke"].status is GateStatus.PASSED
+    assert export_gates["killed-from-outside"].status is GateStatus.INCOMPLETE  # the machine's: NO-GO is the others'
+    assert export_gates["killed-from-outside"].note.startswith("candidate: eager killed: worker killed by signal "
+                                                               "SIGKILL from outside"), export_gates["killed-from-outside"]
     for model, status in (("hang", "timeout"), ("segfault", "crashed"), ("memory-hog", "out-of-memory")):
         assert export_gates[model].status is GateStatus.FAILED
         assert export_gates[model].note.startswith(f"eager {status}: "), export_gates[model]
@@ -362,8 +372,9 @@ def test_a_measurement_killed_part_way_is_incomplete_and_keeps_its_rounds(tmp_pa
     verdict = verdict_of(out)
     latency = next(g for g in verdict.gates if g.gate == "latency")
     assert latency.status is GateStatus.INCOMPLETE and latency.measured is None
-    assert latency.note == ("candidate: killed (round: worker killed by signal SIGKILL (not by upgrade-gate: the "
-                            "kernel's out-of-memory killer, or another process) after 2 round(s))")
+    assert re.fullmatch(r"candidate: killed \(round: worker killed by signal SIGKILL from outside \(not by "
+                        r"upgrade-gate, and the kernel counted no out-of-memory kill; peak resident memory "
+                        r"\d+\.\d\d GiB\) after 2 round\(s\)\)", latency.note), latency.note
     # The finished rounds are kept, the baseline's too (it ran first in round 3); none became a ratio.
     measured = json.loads((out / "measurements" / "vit-smoke" / "threads-1.json").read_text())
     assert measured["stacks"]["candidate"]["status"] == "killed"

@@ -41,19 +41,21 @@ def test_metric_values(actual, reference, expected):
 
 
 @pytest.mark.parametrize(
-    ("actual", "reference"),
+    ("actual", "reference", "reference_finite"),
     [
-        ([nan, 1.0], [1.0, 1.0]),
-        ([1.0, 1.0], [inf, 1.0]),
-        ([-inf], [1.0]),
-        ([nan], [nan]),  # NaN on both sides still fails: NaN anywhere fails
+        ([nan, 1.0], [1.0, 1.0], True),
+        ([1.0, 1.0], [inf, 1.0], False),
+        ([-inf], [1.0], True),
+        ([nan], [nan], False),  # NaN on both sides is incomparable, and the reference's NaN is said so
+        ([1.0, 2.0], [nan], False),  # and with another shape
     ],
 )
-def test_non_finite_anywhere_is_incomparable(actual, reference):
+def test_non_finite_anywhere_is_incomparable(actual, reference, reference_finite):
     metrics = compare_arrays("out", np.asarray(actual, dtype=np.float32), np.asarray(reference, dtype=np.float32))
     assert not metrics.finite
     assert not metrics.comparable
     assert metrics.rel_l2 is None and metrics.max_abs is None
+    assert metrics.reference_finite is reference_finite
 
 
 def test_shape_mismatch_is_incomparable():

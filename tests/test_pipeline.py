@@ -14,6 +14,7 @@ import pytest
 from records import write_stack_model
 
 from upgrade_gate import cache, pipeline, shards
+from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -190,6 +191,50 @@ def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes
     monkeypatch.setitem(pipeline._HELD, out, -1)
     message = pipeline.disk_full(raised.value)
     assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message
+
+
+def _three_mib(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(np.random.default_rng(0).bytes(3 * 2**20))
+    return path
+
+
+def test_a_full_report_folder_is_named_when_the_cache_has_room(tmp_path, small_disk):
+    # A cache hit copied into a report folder on the full disk: shutil names the copy's source
+    # (in the cache, on a disk with room) as the error's filename.
+    store = cache.ResultCache(tmp_path / "cache")
+    hit = store.store("candidate", "m", "export", "k" * 64, [_three_mib(tmp_path / "staged" / "forward.pte")], {})
+    target = small_disk / "report" / "stacks" / "candidate" / "forward.pte"
+    target.parent.mkdir(parents=True)
+    with pytest.raises(OSError) as raised:
+        cache.copy_file(hit.path / "forward.pte", target)
+    assert raised.value.errno == errno.ENOSPC
+    message = pipeline.disk_full(raised.value)
+    assert message.startswith(f"no space left on the disk that holds {target} (mounted at {small_disk}: "), message
+    assert not [p for p in target.parent.iterdir()]  # and no half copy
+
+
+def test_a_full_cache_is_named_when_the_report_folder_has_room(tmp_path, small_disk):
+    store = cache.ResultCache(small_disk / "cache")
+    report_file = _three_mib(tmp_path / "report" / "forward.pte")
+    with pytest.raises(OSError) as raised:
+        store.store("candidate", "m", "export", "k" * 64, [report_file], {})
+    assert raised.value.errno == errno.ENOSPC
+    message = pipeline.disk_full(raised.value)
+    entry = small_disk / "cache" / "candidate" / "m" / "export"
+    assert message.startswith(f"no space left on the disk that holds {entry}/.{'k' * 64}."), message
+    assert f"(mounted at {small_disk}: " in message
+    assert list(entry.iterdir()) == []  # no half entry left in the cache
+
+
+def test_a_record_that_does_not_fit_names_its_own_path(tmp_path, small_disk):
+    record = small_disk / "report" / "results.json"
+    with pytest.raises(OSError) as raised:
+        write_json_atomic(record, {"outputs": ["x" * 1000] * 3000})
+    assert raised.value.errno == errno.ENOSPC
+    assert pipeline.disk_full(raised.value).startswith(f"no space left on the disk that holds {record} (mounted at "
+                                                       f"{small_disk}: ")
+    assert list(record.parent.iterdir()) == []
 
 
 @pytest.mark.integration

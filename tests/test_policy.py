@@ -109,6 +109,29 @@ def test_nan_in_the_artifact_fails_numerics(plan):
     assert gates["numerics"].note == "forward.output_0: NaN or Inf in the outputs"
 
 
+def test_nan_in_the_reference_is_the_models_not_the_candidates(plan):
+    # The inputs give NaN in the baseline's eager output, and so in every artifact: the same NaN.
+    nan_out = REFERENCE.copy()
+    nan_out[0, 3] = np.nan
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[nan_out], artifact=[nan_out])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[nan_out], artifact=[nan_out])
+    judged = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in judged.gates}
+    assert judged.verdict is Verdict.INCOMPLETE and judged.verdict.exit_code == 3  # never GO, never NO-GO
+    assert gates["numerics"].status is GateStatus.INCOMPLETE and gates["numerics"].measured is None
+    note = ("the reference output is not finite (eager(legacy): forward.output_0): the model or its inputs give NaN "
+            "or Inf — fix them; no artifact can be judged against it")
+    assert gates["numerics"].note == note
+    assert {g.gate: g.status for g in judged.gates if g.gate != "numerics"} == {
+        "same-inputs": GateStatus.PASSED, "export": GateStatus.PASSED, "artifact-size": GateStatus.PASSED,
+        "latency": GateStatus.PASSED, "memory": GateStatus.PASSED}
+    # Running again would give the same NaN: the verdict says what to fix, not to resume.
+    assert judged.incomplete == (f"vit-smoke: {note}",)
+    # The baseline's own artifact is not called a bug in what ships today for it either.
+    assert judged.baseline_findings == ()
+
+
 def test_a_failed_export_is_one_root_cause_and_blocks_what_needed_it(plan):
     write_pair(plan.settings.out_dir, candidate_artifact=None, failed_stage="export")
     gates, verdict = results_by_gate(plan)
@@ -171,6 +194,28 @@ def test_an_interrupted_export_is_incomplete_not_a_failure(plan):
     assert verdict.incomplete == ("vit-smoke: candidate: export interrupted: the run was interrupted",
                                   "run `nox -s compare` again with the same options: it reuses what finished and "
                                   "redoes the rest")
+
+
+@pytest.mark.parametrize(("status", "message", "gate_status", "verdict"), [
+    # kill -9 from outside, no out-of-memory kill counted: the machine's, not the candidate's.
+    ("killed", "worker killed by signal SIGKILL from outside (not by upgrade-gate, and the kernel counted no "
+     "out-of-memory kill; peak resident memory 0.50 GiB)", GateStatus.INCOMPLETE, Verdict.INCOMPLETE),
+    # The kernel's out-of-memory killer: the export's memory, the candidate's finding.
+    ("out-of-memory", "stage export: worker killed by the kernel's out-of-memory killer (SIGKILL; it counted 1 "
+     "out-of-memory kill(s) while the worker ran; peak resident memory 5.50 GiB)", GateStatus.FAILED, Verdict.NO_GO),
+])
+def test_an_export_killed_from_outside_is_charged_by_who_killed_it(plan, status, message, gate_status, verdict):
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])
+    phase = layout.model_dir(out, "candidate", "vit-smoke") / "export.json"
+    data = json.loads(phase.read_text())
+    data["stages"][2].update(status=status, error={"type": status, "message": message, "traceback_tail": []})
+    phase.write_text(json.dumps(data))
+    judged = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in judged.gates}
+    assert judged.verdict is verdict
+    assert gates["export"].status is gate_status
+    assert gates["export"].note.endswith(f"export {status}: {message}"), gates["export"].note
 
 
 @pytest.mark.parametrize(("statuses", "verdict"), [

@@ -4,18 +4,24 @@ stage, the memory limit, and a clean exit."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from upgrade_gate import supervisor
+from upgrade_gate import runner, supervisor
 
 # A stand-in for the worker: records a running stage the way compat/worker.py does, then behaves.
 WORKER = textwrap.dedent('''
     import json, os, sys, time
     phase_file, stage, behaviour = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(phase_file + ".pid", "w") as f:  # for a test that kills it from outside
+        f.write(str(os.getpid()))
     record = {"stages": [{"stage": stage, "status": "running", "duration_s": 0.0, "started_at": time.time()}]}
     with open(phase_file + ".tmp", "w") as f:
         json.dump(record, f)
@@ -75,6 +81,79 @@ def test_the_start_up_has_a_deadline_of_its_own(tmp_path):
         memory_limit_bytes=2**40,
     )
     assert outcome.cause == "timeout" and outcome.stage == "start"
+
+
+def kill_9_when_running(tmp_path: Path, before_kill=lambda: None) -> threading.Thread:
+    """``kill -9`` of the worker, from outside, once it runs its stage."""
+    def kill() -> None:
+        pid_file = tmp_path / "phase.json.pid"
+        while not (pid_file.exists() and pid_file.read_text()):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        before_kill()
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    thread = threading.Thread(target=kill)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def run_not_stopped(monkeypatch):
+    """A run that is not being stopped (another test may have stopped "the run")."""
+    monkeypatch.setattr(supervisor, "_INTERRUPTED", threading.Event())
+
+
+def test_a_kill_9_from_outside_is_the_machines_not_the_models(tmp_path, run_not_stopped):
+    killer = kill_9_when_running(tmp_path)
+    outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600})
+    killer.join()
+    assert outcome.returncode == -9 and outcome.cause is None and outcome.stage == "export"
+    assert outcome.oom_kills == 0  # this machine's counter can be read, and nothing was killed for memory
+    status, message = runner._cause(outcome, plan=None)  # type: ignore[arg-type]  # a timeout's needs the plan
+    assert status == "killed"
+    assert message.startswith("worker killed by signal SIGKILL from outside (not by upgrade-gate, and the kernel "
+                              "counted no out-of-memory kill; peak resident memory 0.0"), message
+
+
+def test_a_kill_9_while_the_kernel_counts_an_out_of_memory_kill_is_out_of_memory(tmp_path, monkeypatch,
+                                                                                 run_not_stopped):
+    # The kernel's counter, as memory.events/memory.oom_control/vmstat give it; the kill moves it by one.
+    counter = tmp_path / "memory.events"
+    counter.write_text("oom 3\noom_kill 3\n")
+    monkeypatch.setattr(supervisor, "_oom_counter_files", lambda: [tmp_path / "absent", counter])
+    killer = kill_9_when_running(tmp_path, lambda: counter.write_text("oom 4\noom_kill 4\n"))
+    outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600})
+    killer.join()
+    assert outcome.returncode == -9 and outcome.oom_kills == 1
+    status, message = runner._cause(outcome, plan=None)  # type: ignore[arg-type]
+    assert status == "out-of-memory"
+    assert message.startswith("stage export: worker killed by the kernel's out-of-memory killer (SIGKILL; it "
+                              "counted 1 out-of-memory kill(s) while the worker ran; peak resident memory "), message
+
+
+def test_the_kernels_out_of_memory_kills_are_read_where_they_are_counted():
+    found = supervisor.oom_kill_count()
+    assert found is not None, supervisor._oom_counter_files()
+    path, count = found
+    assert path.name in ("memory.events", "memory.oom_control", "vmstat") and count >= 0
+
+
+def test_a_log_is_kept_to_its_head_and_tail(tmp_path):
+    # A real worker that prints 10 MB: its log keeps the first and last MiB, and says what it dropped.
+    code = "import sys\nprint('first line')\nfor i in range(100_000): sys.stdout.write(f'{i:07d} ' + 'x' * 92 + '\\n')\nprint('last line')"
+    outcome = supervisor.run_supervised([sys.executable, "-c", code], env={}, cwd=tmp_path,
+                                        log_file=tmp_path / "log", phase_file=None, deadline_for=lambda _: 600,
+                                        memory_limit_bytes=2**40)
+    assert outcome.returncode == 0
+    text = (tmp_path / "log").read_text()
+    assert 2 * 2**20 - 200 < len(text) < 2 * 2**20 + 200
+    head, note, tail = text.partition("[upgrade-gate: ")
+    assert head.startswith("first line\n0000000 ") and head.endswith("\n") and len(head) <= 2**20
+    assert tail.endswith("0099999 " + "x" * 92 + "\nlast line\n")
+    # Whole lines are dropped: those between the last kept at the head and the first kept at the tail.
+    last_kept, first_kept = int(head.splitlines()[-1].split()[0]), int(tail.split("\n", 2)[1].split()[0])
+    assert int(tail.split(" ", 1)[0]) == (first_kept - last_kept - 1) * 101  # 101 bytes a line
+    assert tail.split("\n", 1)[0].endswith("bytes of this log dropped (its first 1 MiB and last 1 MiB are kept)]")
 
 
 # A stand-in for the measurement server: speaks the worker's protocol over the control fds.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,32 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+# A write that fails on these ran out of room on the disk it was writing to.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def naming_full_disk(target: Path) -> Iterator[None]:
+    """A full disk met while writing ``target`` names ``target``.
+
+    A write (``write``, ``sendfile``, ``copy_file_range``) names no file, and shutil's copy
+    names its *source* (``filename``; the target is ``filename2``): a message built from the
+    error would name the disk that has room — the cache's when the report folder filled.
+    """
+    try:
+        yield
+    except OSError as error:
+        if error.errno in DISK_FULL_ERRNOS:
+            error.filename, error.filename2 = str(target), None
+        raise
+
+
 def write_text_atomic(path: Path, text: str) -> None:
+    with naming_full_disk(path):
+        _write_text_atomic(path, text)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone who reads the folder

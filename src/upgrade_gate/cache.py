@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__, packages
+from upgrade_gate.atomic import naming_full_disk
 from upgrade_gate.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.specs import WORKER_MODULES
@@ -238,12 +239,19 @@ class ResultCache:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         manifest_files = {}
-        for source in files:
-            copy_file(source, staging / source.name)
-            manifest_files[source.name] = {"bytes": source.stat().st_size, "sha256": sha256_file(staging / source.name)}
-        manifest = {"key": key, "stack": stack, "model": model, "phase": phase, "stored_at": time.time(),
-                    "files": manifest_files, **meta}
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        try:
+            for source in files:
+                copy_file(source, staging / source.name)
+                manifest_files[source.name] = {"bytes": source.stat().st_size,
+                                               "sha256": sha256_file(staging / source.name)}
+            manifest = {"key": key, "stack": stack, "model": model, "phase": phase, "stored_at": time.time(),
+                        "files": manifest_files, **meta}
+            with naming_full_disk(staging / MANIFEST):
+                (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n",
+                                                encoding="utf-8")
+        except BaseException:  # a full cache disk: no half entry left behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         if final.exists():  # --fresh ran it again: the new files replace the old
             shutil.rmtree(final, ignore_errors=True)
         try:
@@ -286,6 +294,11 @@ def copy_file(source: Path, target: Path) -> None:
     XFS: no bytes copied), else the bytes (copy_file_range or sendfile on Linux).
     """
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    with naming_full_disk(target):
+        _copy_file(source, target, partial)
+
+
+def _copy_file(source: Path, target: Path, partial: Path) -> None:
     try:
         try:
             with open(source, "rb") as src, open(partial, "wb") as dst:

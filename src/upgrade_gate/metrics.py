@@ -34,6 +34,9 @@ class OutputMetrics:
     reference_shape: tuple[int, ...]
     shape_match: bool
     finite: bool  # no NaN/Inf in either tensor
+    # No NaN/Inf in the reference: when it has some, the model or its inputs do, not the
+    # artifact (records written before this field was: True, as they were judged).
+    reference_finite: bool = True
     max_abs: float | None = None
     mean_abs: float | None = None
     max_rel: float | None = None
@@ -89,6 +92,7 @@ class OutputMetrics:
         return cls(name=r.text("name"), shape=r.integers("shape"), reference_shape=r.integers("reference_shape"),
                    shape_match=r.flag("shape_match"), finite=r.flag("finite"),
                    read_extent=None if extent is None else (extent[0], extent[1], extent[2]),
+                   reference_finite=r.flag("reference_finite", True),
                    **{key: r.opt_number(key) for key in METRIC_KEYS})
 
 
@@ -102,11 +106,12 @@ def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> Outp
     shape, reference_shape = tuple(actual.shape), tuple(reference.shape)
     base: dict[str, Any] = {"name": name, "shape": shape, "reference_shape": reference_shape}
     if shape != reference_shape:
-        return OutputMetrics(**base, shape_match=False, finite=_finite(actual) and _finite(reference))
+        return OutputMetrics(**base, shape_match=False, finite=_finite(actual) and _finite(reference),
+                             reference_finite=_finite(reference))
     a = np.asarray(actual, dtype=np.float64)
     r = np.asarray(reference, dtype=np.float64)
     if not (_finite(a) and _finite(r)):
-        return OutputMetrics(**base, shape_match=True, finite=False)
+        return OutputMetrics(**base, shape_match=True, finite=False, reference_finite=_finite(r))
     if a.size == 0:
         # Two empty tensors of the same shape are identical; there is no error.
         return OutputMetrics(
@@ -187,6 +192,7 @@ def compare_outputs(
                     reference_shape=tuple(r.shape) if r is not None else (),
                     shape_match=False,
                     finite=_finite(a if a is not None else missing) and _finite(r if r is not None else missing),
+                    reference_finite=_finite(r if r is not None else missing),
                 )
             )
             continue
@@ -203,5 +209,6 @@ def compare_outputs(
 
 
 def _output_order(name: str) -> tuple[int, str]:
-    prefix, _, index = name.rpartition("_")
+    # "forward.output_1" and "forward.output_1[logits]": by position, then name.
+    prefix, _, index = name.split("[", 1)[0].rpartition("_")
     return (int(index), prefix) if index.isdigit() else (1 << 30, name)

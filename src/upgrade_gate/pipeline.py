@@ -344,7 +344,9 @@ def _fault() -> str:
 
 def disk_full(error: OSError) -> str:
     """No room left: which disk, how much it has, and what to do."""
-    if isinstance(error.filename, (str, Path)):
+    if isinstance(error.filename2, (str, Path)):  # a copy (shutil's): the target filled, not the source
+        path = Path(error.filename2)
+    elif isinstance(error.filename, (str, Path)):
         path = Path(error.filename)
     else:
         # A write that ran out (write, sendfile) names no file: of the places this run

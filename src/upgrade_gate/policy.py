@@ -27,9 +27,10 @@ whose evidence is missing is, by who caused it:
   alone (its artifact against its own eager model).
 - *incomplete* — the tool or the machine: the run was interrupted, a session did
   not run for this report, a file of the report folder is damaged, the disk was
-  full, a measurement server was killed from outside, the machine was too busy
-  for enough quiet latency rounds. The verdict says INCOMPLETE with the reasons,
-  and what to do.
+  full, a worker or measurement server was killed from outside, the machine was too
+  busy for enough quiet latency rounds — or the reference itself is NaN or Inf
+  (the model or its inputs: nothing can pass or fail against it). The verdict says
+  INCOMPLETE with the reasons, and what to do.
 
 The latency gate has one more outcome: *inconclusive*, when the ratio's
 interval (at least 95% coverage) straddles the threshold — the noise is larger
@@ -59,6 +60,7 @@ from upgrade_gate.compare import reference_side
 from upgrade_gate.plan import Plan
 from upgrade_gate.project import ABSENT, ProjectResults
 from upgrade_gate.results import (
+    NOT_FINITE_REFERENCE,
     BaselineFinding,
     Comparison,
     GateResult,
@@ -119,13 +121,15 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
             results += project_gates(plan, spec, project)
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
     incomplete = [f"{g.model}: {g.note}" for g in results if g.status is GateStatus.INCOMPLETE]
+    # Running again resumes what the machine or the run cut short; a NaN reference stays.
+    resume = [RESUME] if any(NOT_FINITE_REFERENCE not in note for note in incomplete) else []
     return VerdictRecord(
         tool_version=__version__,
         generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models),
-        incomplete=(*dict.fromkeys(incomplete), RESUME) if incomplete else ())
+        incomplete=(*dict.fromkeys(incomplete), *resume))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -337,6 +341,16 @@ def _comparison_missing(found: _Gates, comparison: Comparison | None) -> Missing
     if comparison.absent:  # the candidate's own failure first: it is charged to whoever failed
         stacks = {side.stack for side in comparison.absent}
         return found.candidate_missing() if found.stack in stacks else found.baseline_missing()
+    if comparison.reference_not_finite:
+        # The reference (the baseline's eager output) has NaN or Inf: the model or its inputs
+        # do, and the artifact's NaN there is the same NaN — not the candidate's failure. Nor
+        # can anything pass on it, so the gate is incomplete (exit 3), not a configuration
+        # error (exit 2): exit 2 is the one message about a file, key or option that stops a
+        # command before it runs, and this is found only once both stacks have run — the
+        # other models' evidence stands, and the report must be written to show which model
+        # and which output. The note says to fix the model or its inputs; RESUME is not
+        # offered for it (running again gives the same NaN).
+        return Missing(status=GateStatus.INCOMPLETE, note=comparison.reference_not_finite)
     outputs = comparison.comparable_outputs
     if not outputs or len(outputs) != len(comparison.outputs or ()):
         return Missing(status=GateStatus.FAILED, note=comparison.why_incomparable())

@@ -56,6 +56,10 @@ def check_version(reader: Reader, path: Path | str) -> None:
                           "write the report again with this version (`nox -s report -- --out DIR`)")
 
 
+# How a comparison whose reference has NaN or Inf says so (``Comparison.reference_not_finite``).
+NOT_FINITE_REFERENCE = "the reference output is not finite"
+
+
 # -- outcomes ----------------------------------------------------------------------
 
 
@@ -406,9 +410,21 @@ class Comparison:
         worst = self.worst_output
         return worst.rel_l2 if worst else None
 
+    @property
+    def reference_not_finite(self) -> str | None:
+        """Why the reference cannot judge anything: an output of it is NaN or Inf (the model's
+        or its inputs' doing, not the artifact's); None when every reference output is finite."""
+        bad = [o.name for o in self.outputs or () if not o.reference_finite]
+        if not bad:
+            return None
+        return (f"{NOT_FINITE_REFERENCE} ({self.reference}: {', '.join(bad)}): the model or its inputs give NaN or "
+                "Inf — fix them; no artifact can be judged against it")
+
     def why_incomparable(self) -> str:
         if self.missing:
             return self.missing
+        if self.reference_not_finite:
+            return self.reference_not_finite
         for output in self.outputs or ():
             if not output.shape_match:
                 return f"{output.name}: shape {list(output.shape)} vs reference {list(output.reference_shape)}"

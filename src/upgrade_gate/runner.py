@@ -432,7 +432,6 @@ def _stopped(stage: str) -> str:
 
 def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
     """The status and one-line message for a worker that did not finish its phase."""
-    peak = f"peak resident memory {_gib(outcome.peak_rss_bytes)}"
     if outcome.cause == "timeout":
         key = plan.settings.timeout_key(outcome.stage)
         return "timeout", (f"stage {outcome.stage} ran {outcome.stage_elapsed_s:.0f} s, past its deadline of "
@@ -443,11 +442,11 @@ def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
     if outcome.cause == "interrupted":
         return "interrupted", _stopped(outcome.stage)
     code = outcome.returncode
+    if code is not None and -code in supervisor.OUTSIDE_SIGNALS:
+        status, message = supervisor.killed_from_outside(-code, outcome.oom_kills, outcome.peak_rss_bytes)
+        return status, f"stage {outcome.stage}: {message}" if status == "out-of-memory" else message
     if code is not None and code < 0:
-        message = f"worker killed by signal {signal.Signals(-code).name}"
-        if code == -signal.SIGKILL:
-            message += f" (not by upgrade-gate: the kernel's out-of-memory killer, or another process; {peak})"
-        return "crashed", message
+        return "crashed", f"worker killed by signal {signal.Signals(-code).name}"
     return "crashed", f"worker exited with code {code}"
 
 
@@ -466,5 +465,10 @@ def _tail(path: Path) -> list[str]:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return lines[-LOG_TAIL_LINES:]
+    # A line can be megabytes (a model that prints without newlines): the record keeps its end.
+    return [line if len(line) <= TAIL_LINE_CHARS else "…" + line[-TAIL_LINE_CHARS:] for line in lines[-LOG_TAIL_LINES:]]
+
+
+# The longest line of a log's tail kept in a stage's record.
+TAIL_LINE_CHARS = 2000
 

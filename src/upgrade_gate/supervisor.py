@@ -32,6 +32,9 @@ TERM_GRACE_S = 5.0
 # The environment variable that tells the worker which process must outlive it.
 PARENT_PID_ENV = "UPGRADE_GATE_PARENT_PID"
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+# A worker's log keeps its first and last this many bytes: a model whose import prints
+# 10 MB would otherwise store them in every log of every phase, and again in the cache.
+LOG_KEEP_BYTES = 2**20
 
 # Workers running right now, so an interrupted run can stop those that other threads wait on.
 _LIVE: set[subprocess.Popen[bytes]] = set()
@@ -56,6 +59,9 @@ class Outcome:
     elapsed_s: float
     peak_rss_bytes: int
     memory_limit_bytes: int
+    # The kernel's out-of-memory kills counted while the worker ran (``oom_kills``), or None
+    # when no counter could be read; with a SIGKILL we did not send, > 0 says who sent it.
+    oom_kills: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -85,6 +91,7 @@ def run_supervised(
     env = {**env, PARENT_PID_ENV: str(os.getpid())}
     start = time.monotonic()
     watch = _StageWatch(phase_file, first_stage, start)
+    oom_before = oom_kill_count()
     peak = 0
     cause: str | None = None
     with open(log_file, "wb") as log:
@@ -120,6 +127,7 @@ def run_supervised(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(process)
+    cap_log(log_file)
     if cause is None and process.returncode != 0 and _INTERRUPTED.is_set():
         cause = "interrupted"
     stage, stage_elapsed = watch.running()
@@ -132,7 +140,88 @@ def run_supervised(
         elapsed_s=time.monotonic() - start,
         peak_rss_bytes=peak,
         memory_limit_bytes=memory_limit_bytes,
+        oom_kills=oom_kills_since(oom_before),
     )
+
+
+def oom_kill_count() -> tuple[Path, int] | None:
+    """The kernel's count of out-of-memory kills that could have taken our workers, and where it was read.
+
+    A worker lives in our memory cgroup (children inherit it), and the kernel counts a kill
+    there whether the cgroup's limit or the whole machine ran out (mm/oom_kill.c counts both
+    the machine's ``oom_kill`` and the victim's cgroup's). So the cgroup's counter when it can
+    be read — cgroup v2 ``memory.events``, v1 ``memory.oom_control`` — which other containers'
+    kills do not move; else the machine's, ``/proc/vmstat``. A kill of anything else counted
+    there in the same seconds cannot be told apart: the kernel does not say whom it killed.
+    """
+    for path in _oom_counter_files():
+        count = oom_kill_count_at(path)
+        if count is not None:
+            return path, count
+    return None
+
+
+def _oom_counter_files() -> list[Path]:
+    files = []
+    try:
+        groups = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        groups = []
+    for line in groups:
+        _, controllers, group = line.split(":", 2)
+        if controllers == "" and (Path("/sys/fs/cgroup") / "cgroup.controllers").exists():
+            files.append(Path("/sys/fs/cgroup") / group.lstrip("/") / "memory.events")
+        elif "memory" in controllers.split(","):
+            files.append(Path("/sys/fs/cgroup/memory") / group.lstrip("/") / "memory.oom_control")
+    return [*files, Path("/proc/vmstat")]
+
+
+def oom_kills_since(before: tuple[Path, int] | None) -> int | None:
+    """How many out-of-memory kills the counter read ``before`` counted since; None if it cannot say."""
+    if before is None:
+        return None
+    path, count = before
+    now = oom_kill_count_at(path)
+    return None if now is None else max(0, now - count)
+
+
+def oom_kill_count_at(path: Path) -> int | None:
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    except OSError:
+        pass
+    return None
+
+
+def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> None:
+    """Keep a finished worker's log to its first and last ``keep`` bytes (cut at line ends),
+    with one line saying how much was dropped between them. The start says what the worker
+    was, the end how it ended; what a chatty model printed in between is not evidence."""
+    try:
+        size = path.stat().st_size
+        if size <= 2 * keep + 4096:
+            return
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        with open(path, "rb") as log:
+            head = log.read(keep)
+            head = head[: head.rfind(b"\n") + 1] or head
+            log.seek(size - keep)
+            tail = log.read(keep)
+            tail = tail[tail.find(b"\n") + 1:] if b"\n" in tail[:-1] else tail
+        dropped = size - len(head) - len(tail)
+        note = (f"[upgrade-gate: {dropped} bytes of this log dropped (its first {keep / 2**20:g} MiB and last "
+                f"{keep / 2**20:g} MiB are kept)]\n").encode()
+        try:
+            with open(partial, "wb") as capped:
+                capped.write(head + note + tail)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError:
+        pass  # the log stays whole: a full disk is the next write's to report
 
 
 def stop_all() -> None:
@@ -221,6 +310,27 @@ class _StageWatch:
 OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
+def killed_from_outside(signum: int, oom_kills: int | None, peak_rss_bytes: int) -> tuple[str, str]:
+    """A worker ended by a signal upgrade-gate did not send: the status and message.
+
+    A SIGKILL while the kernel counted an out-of-memory kill is the kernel's out-of-memory
+    killer: the model's (or its export's) memory, a finding against the stack that ran it,
+    like the memory limit's kill. Any other outside signal — a SIGKILL with no such kill
+    counted (someone's ``kill -9``, a CI runner's clean-up), SIGTERM, SIGINT, SIGHUP — was
+    the machine or someone on it: ``killed``, which is no one's failure; the evidence is
+    missing (INCOMPLETE) and the same command runs it again.
+    """
+    name = signal.Signals(signum).name
+    peak = f"peak resident memory {peak_rss_bytes / 2**30:.2f} GiB"
+    if signum == signal.SIGKILL and oom_kills:
+        return "out-of-memory", (f"worker killed by the kernel's out-of-memory killer (SIGKILL; it counted {oom_kills} "
+                                 f"out-of-memory kill(s) while the worker ran; {peak})")
+    counted = ("and the kernel counted no out-of-memory kill" if oom_kills == 0 else
+               "the kernel's out-of-memory kills could not be read") if signum == signal.SIGKILL else ""
+    return "killed", (f"worker killed by signal {name} from outside (not by upgrade-gate{', ' if counted else ''}"
+                      f"{counted}; {peak})")
+
+
 class ServerFailed(Exception):
     """A server that did not answer: it raised, crashed, hung or ran out of memory."""
 
@@ -245,12 +355,14 @@ class Server:
                  deadline_for: Callable[[str], float], memory_limit_bytes: int, control_env: str,
                  deadline_key: Callable[[str], str] = str) -> None:
         self.deadline_for = deadline_for
+        self.log_file = log_file
         self.deadline_key = deadline_key  # the setting that holds a step's deadline, for the message
         self.memory_limit_bytes = memory_limit_bytes
         self.peak_rss_bytes = 0
         self.stage = "start"
         self._since = time.monotonic()
         self._buffer = b""
+        self._oom_before = oom_kill_count()
         requests_read, self._requests = os.pipe()
         self._events, events_write = os.pipe()
         env = {**env, PARENT_PID_ENV: str(os.getpid()), control_env: f"{requests_read},{events_write}"}
@@ -301,6 +413,7 @@ class Server:
                 pass
         with _LIVE_LOCK:
             _LIVE.discard(self.process)
+        cap_log(self.log_file)
 
     def _next_event(self) -> dict[str, Any]:
         while b"\n" not in self._buffer:
@@ -334,8 +447,8 @@ class Server:
             stop_group(self.process)
             code = self.process.returncode
         if code is not None and -code in OUTSIDE_SIGNALS:
-            return ServerFailed("killed", self.stage, f"worker killed by signal {signal.Signals(-code).name} (not by "
-                                "upgrade-gate: the kernel's out-of-memory killer, or another process)")
+            killed = killed_from_outside(-code, oom_kills_since(self._oom_before), self.peak_rss_bytes)
+            return ServerFailed(killed[0], self.stage, killed[1])
         if code is not None and code < 0:
             return ServerFailed("crashed", self.stage, f"worker killed by signal {signal.Signals(-code).name}")
         return ServerFailed("crashed", self.stage, f"worker exited with code {code}")

@@ -18,7 +18,9 @@ Run in the candidate's venv, from the repository root:
 
     UPGRADE_GATE_ASSETS=<assets folder> PYTHONPATH=. .nox/run-candidate/bin/python tests/benchmarks/llm_recipes.py
 
-With ``--pt2e`` it runs the int8-dynamic recipes instead (PT2E, XNNPACKQuantizer). It prints
+Numbers on the command line pick recipes (1-based, in the order of ``recipes``; eager 8da4w runs
+slowly: torchao dequantizes every weight on every call, ≈ 18 min a recipe on a busy 2-core
+machine). With ``--pt2e`` it runs the int8-dynamic recipes instead (PT2E, XNNPACKQuantizer). It prints
 one JSON object: per recipe, how many Linear layers it quantized, token agreement,
 first divergence per prompt, logits SNR, and the seconds it took.
 """
@@ -156,8 +158,10 @@ def main() -> None:
             lambda d: executorch_quantize(copy.deepcopy(d), "8da4w", group_size=32),
         "torchao int8 dynamic activations, int8 per-channel weights (int8-dynamic's eager kind)": torchao_int8_dynamic,
     }
+    # Recipes by number (1-based, in the order above) on the command line; all by default.
+    picked = [int(a) for a in sys.argv[1:] if a.isdigit()] or range(1, len(recipes) + 1)
     results: dict[str, Any] = {"linear_layers": linears, "reference_text": reference["text"], "recipes": {}}
-    for name, recipe in recipes.items():
+    for name, recipe in (list(recipes.items())[i - 1] for i in picked):
         start = time.perf_counter()
         case, count = with_quantized_llama(recipe)
         answer = generate(case)
