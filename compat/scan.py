@@ -302,6 +302,62 @@ class MigrationVisitor(TorchVisitor):
         self.hits.append(_Hit(line=start.line, column=start.column + 1, shown=shown, rule=rule, name=name))
 
 
+class _EveryQualifiedName:
+    """Drives one TorchFix visitor so that a call is judged under each of its qualified names, in order.
+
+    libcst gives a call every name it may refer to, as a set: after `try: from torch import vmap /
+    except ImportError: from functorch import vmap`, `vmap(f)` is both torch.vmap and functorch.vmap.
+    TorchFix 0.7's `TorchVisitor.get_qualified_name_for_call` takes the first of that set, whose
+    order follows string hashes, so its TOR101 for functorch.vmap came and went with PYTHONHASHSEED
+    (issue 26, timm/layers/patch_embed.py:245). Our rules already look at every name (`_best`); here
+    TorchFix's `visit_Call` runs once per name, sorted, and each violation keeps the name it was
+    found under. Elsewhere (misc's `torch.exp` on a BinaryOperation's operand) the first name in
+    sorted order is used: one name, but the same one every run.
+    """
+
+    def __init__(self, visitor: TorchVisitor) -> None:
+        self.visitor = visitor
+        self.forced: dict[int, str] = {}  # id(call) -> the name visit_Call is judging it under
+        self.names_of: dict[int, str] = {}  # id(violation) -> the name it was found under
+        # Instance attributes shadow the class's methods; libcst's batched visit collects them
+        # with inspect.getmembers, by the function's __name__.
+        visitor.get_qualified_name_for_call = self.get_qualified_name_for_call
+        visit_call = getattr(type(visitor), "visit_Call", None)
+        if visit_call is not None:
+            self.original_visit_call = visit_call
+            visitor.visit_Call = self.visit_Call
+
+    def names(self, node: cst.Call) -> list[str]:
+        if isinstance(node.func, cst.Call):
+            return []  # `vmap(a)(b)`: the outer call's names are the inner's (TorchFix's own guard)
+        return sorted({q.name for q in self.visitor.get_metadata(QualifiedNameProvider, node, set())})
+
+    def get_qualified_name_for_call(self, node: cst.Call) -> str | None:
+        if id(node) in self.forced:
+            return self.forced[id(node)]
+        names = self.names(node)
+        return names[0] if names else None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names: list[str | None] = [*self.names(node)] or [None]
+        for name in names:
+            before = len(self.visitor.violations)
+            if name is not None:
+                self.forced[id(node)] = name
+            try:
+                self.original_visit_call(self.visitor, node)
+            finally:
+                self.forced.pop(id(node), None)
+            if name is not None:
+                self.names_of.update((id(v), name) for v in self.visitor.violations[before:])
+
+
+def _torchfix_visitors(selected: set[str]) -> list[_EveryQualifiedName]:
+    """TorchFix's visitors for the codes, in a fixed order (TorchFix makes them from a set of classes)."""
+    visitors = sorted(get_visitors_with_error_codes(selected), key=lambda v: type(v).__qualname__)
+    return [_EveryQualifiedName(visitor) for visitor in visitors]
+
+
 def _torchfix_name(node: cst.CSTNode, call_names: dict[int, set[str]]) -> str:
     if isinstance(node, cst.Call):
         names = sorted(call_names.get(id(node), ()))
@@ -315,17 +371,18 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, An
     """Findings in one file's source; raises libcst.ParserSyntaxError when it does not parse."""
     wrapper = cst.MetadataWrapper(cst.parse_module(text))
     selected = process_error_code_str(None)  # TorchFix's default: all but TOR3, TOR4, TOR9
-    torchfix_visitors = get_visitors_with_error_codes(selected)
+    torchfix_visitors = _torchfix_visitors(selected)
     ours = MigrationVisitor(rule_set.rules)
-    wrapper.visit_batched([*torchfix_visitors, ours])
+    wrapper.visit_batched([*(driven.visitor for driven in torchfix_visitors), ours])
 
     findings = []
     for hit in ours.hits:
         findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
                          "source": "upgrade-gate", "name": hit.name, "call": _one_line(hit.shown),
                          "summary": hit.rule.summary, "why": hit.rule.why, "replacement": hit.rule.replacement})
-    violations: list[LintViolation] = [v for visitor in torchfix_visitors for v in visitor.violations]
-    for violation in violations:
+    violations: list[tuple[LintViolation, str | None]] = [
+        (v, driven.names_of.get(id(v))) for driven in torchfix_visitors for v in driven.visitor.violations]
+    for violation, found_as in violations:
         if violation.error_code not in selected:
             continue  # a visitor may also report codes that are off by default
         advice = rule_set.torchfix.get(violation.error_code, Advice(why="", replacement=""))
@@ -333,14 +390,18 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, An
                        if violation.replacement is not None else advice.replacement)
         findings.append({"file": filename, "line": violation.line, "column": violation.column + 1,
                          "code": violation.error_code, "source": "torchfix",
-                         "name": _torchfix_name(violation.node, ours.call_names), "call": _one_line(violation.node),
+                         "name": found_as or _torchfix_name(violation.node, ours.call_names),
+                         "call": _one_line(violation.node),
                          "summary": violation.message, "why": advice.why, "replacement": replacement})
     return _sorted_unique(findings)
 
 
 def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Sorted on every field, so that two findings at one place come out in one order whatever order
+    # the visitors found them in.
     unique = {json.dumps(finding, sort_keys=True): finding for finding in findings}
-    return sorted(unique.values(), key=lambda f: (f["file"], f["line"], f["column"], f["code"], f["name"]))
+    return [unique[key] for key in sorted(unique, key=lambda k: (
+        unique[k]["file"], unique[k]["line"], unique[k]["column"], unique[k]["code"], unique[k]["name"], k))]
 
 
 def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None) -> list[dict[str, Any]]:
