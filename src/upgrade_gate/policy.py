@@ -590,7 +590,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
     diff = project.diffs.get(stack)
     tests = Rule(metric="newly failing tests", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
                  condition=f"no test that passes on {base} fails, errors or goes missing on {stack}{accepted}",
-                 evidence=f"project/{stack}/junit.xml vs project/{base}/junit.xml")
+                 evidence=f"{project.stacks[stack].junit} vs {project.stacks[base].junit}")
     if diff is None:
         mine, theirs = project.stacks[stack], project.stacks[base]
         if theirs.problem:  # did not run for this report: the tool's; ran and did not finish: nothing to compare
@@ -613,7 +613,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
             count=len(breaking), note="; ".join(notes))
     scan = Rule(metric="calls to change", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
                 condition="none that the candidate changes, deprecates or removes (TorchFix and upgrade-gate's rules)",
-                evidence="project/scan.json")
+                evidence=project.scan_file)
     if project.scan is None:  # the scan did not run or its file does not read: the tool's
         add("api-scan", settings.scan_severity, GateStatus.INCOMPLETE, scan, note=project.scan_problem or "not scanned")
     else:
