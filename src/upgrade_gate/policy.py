@@ -61,6 +61,7 @@ from upgrade_gate.project import ABSENT, ProjectResults
 from upgrade_gate.results import (
     BaselineFinding,
     Comparison,
+    Contention,
     GateResult,
     GateStatus,
     Measured,
@@ -118,7 +119,9 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         if project is not None:
             results += project_gates(plan, spec, project)
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
-    incomplete = [f"{g.model}: {g.note}" for g in results if g.status is GateStatus.INCOMPLETE]
+    busy, busy_gates = machine_busy_line(models, results)
+    incomplete = [*([busy] if busy else []), *(f"{g.model}: {g.note}" for g in results
+                                               if g.status is GateStatus.INCOMPLETE and g not in busy_gates)]
     return VerdictRecord(
         tool_version=__version__,
         generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -484,9 +487,9 @@ def _latency_gate(found: _Gates, severity: str) -> None:
                            f"{sorted(mine.latency)} / {sorted(theirs.latency)}")
             return
         machine = model.contention.get(threads)
-        if machine is not None and machine.quiet < fewest_rounds():
-            judged.append(("incomplete", f"{threads} thread(s): machine busy: {machine.summary()}; an interval needs "
-                                         f"{fewest_rounds()} quiet rounds", None))
+        busy = model.busy_at(threads)
+        if busy is not None:
+            judged.append(("incomplete", _busy_note(threads, busy), None))
             continue
         for method in mine.latency:
             estimate = model.ratio(stack, threads, method)
@@ -519,6 +522,50 @@ def _latency_gate(found: _Gates, severity: str) -> None:
     found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
               measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
                                 level=estimate.level), note=where)
+
+
+def _busy_note(threads: int, machine: Contention) -> str:
+    """A latency gate incomplete for a busy machine: short, as every busy model's gate says it; the figures
+    are said once, under the verdict (machine_busy_line), and in the model's latency section."""
+    return (f"{threads} thread(s): machine busy: {machine.quiet} of {len(machine.rounds)} rounds quiet; an interval "
+            f"needs {fewest_rounds()} quiet rounds")
+
+
+def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tuple[str | None, list[GateResult]]:
+    """One line for every latency gate a busy machine left incomplete — the models and thread counts, and how
+    busy — and those gates (issue 26: a paragraph per model filled the report's first screen)."""
+    by_name = {model.name: model for model in models}
+    affected: list[GateResult] = []
+    for gate in gates:
+        model = by_name.get(gate.model)
+        if gate.gate != "latency" or gate.status is not GateStatus.INCOMPLETE or model is None:
+            continue
+        if any(gate.note == _busy_note(threads, machine) for threads, machine in model.contention.items()):
+            affected.append(gate)
+    if not affected:
+        return None, []
+    where, machines = [], []
+    for name in dict.fromkeys(gate.model for gate in affected):
+        busy = [(threads, machine) for threads, machine in sorted(by_name[name].contention.items()) if machine.busy]
+        machines += [machine for _, machine in busy]
+        where.append(f"{name} at " + ", ".join(f"{threads} thread(s) ({machine.quiet} of {len(machine.rounds)} quiet)"
+                                               for threads, machine in busy))
+    figures = []
+    others = [m.typical_others for m in machines if m.typical_others is not None]
+    if others:
+        cores = max((m.cores for m in machines if m.cores), default=None)
+        figures.append(f"other processes kept up to {max(others):.2f}" + (f" of {cores}" if cores else "")
+                       + " cores busy")
+    waits = [m.typical_wait for m in machines if m.typical_wait is not None]
+    if waits:
+        figures.append(f"the timed threads waited up to {max(waits):.1%} of their time for a CPU")
+    queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
+    if queues:
+        figures.append(f"the run queue reached {max(queues)}")
+    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs {fewest_rounds()}) for "
+            + "; ".join(where) + (f" — {', '.join(figures)}" if figures else "")
+            + ". Measure again when the machine is quieter: `--remeasure` times again without exporting")
+    return line, affected
 
 
 def _memory_missing(found: _Gates) -> Missing | None:

@@ -341,6 +341,8 @@ def _p50s(model: ModelResults, stack: str, threads: int) -> str:
 
 
 def _ratio_note(model: ModelResults, stack: str, threads: int) -> str:
+    if model.busy_at(threads) is not None:
+        return " (no ratio: machine busy)" if model.ratios_of(stack, threads) else ""  # a round or two: no judgement
     estimates = model.ratios_of(stack, threads)
     return f" ({' / '.join(str(e) for e in estimates)})" if estimates else ""
 
@@ -611,12 +613,16 @@ def latency_blocks(results: Results, model: ModelResults) -> list[Block]:
                 if lat is None:
                     continue
                 estimate = model.ratio(n, threads, method)
+                unjudged = estimate is not None and model.busy_at(threads) is not None
+                if unjudged:  # made of the few quiet rounds a busy machine left: no ratio, no interval
+                    estimate = None
                 rate = f"{lat.per_second:.1f} FPS" if measured.image_input else f"{lat.per_second:.1f}/s"
                 winner = "" if estimate is None or baseline is None else (
                     n if lat.p50_ms < baseline.p50_ms and estimate.high < 1 else
                     base if lat.p50_ms > baseline.p50_ms and estimate.low > 1 else "tie (within noise)")
                 rows.append([method, n, str(lat.runs), ms(lat.min_ms), ms(lat.p50_ms), ms(lat.p90_ms), ms(lat.p99_ms),
-                             ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate, str(estimate) if estimate else "", winner])
+                             ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate,
+                             str(estimate) if estimate else "— (machine busy)" if unjudged else "", winner])
         if rows:
             blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} rounds, the stacks in "
                                  "turn (ratio: candidate/baseline, the median of the per-round ratios, with its "

@@ -35,7 +35,7 @@ from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.records import Reader, Stage, StagesOf
 from upgrade_gate.settings import Settings
-from upgrade_gate.stats import LatencySummary, RatioEstimate
+from upgrade_gate.stats import LatencySummary, RatioEstimate, fewest_rounds
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
@@ -586,6 +586,15 @@ class Contention:
         return None if others is None or self.cores is None else max(0.0, self.cores - others)
 
     @property
+    def busy(self) -> bool:
+        """Too few quiet rounds for an interval (policy._latency_gate): the latency here is not judged."""
+        return self.quiet < fewest_rounds()
+
+    @property
+    def peak_run_queue(self) -> int | None:
+        return max((load.run_queue for load in self._loads()), default=None)
+
+    @property
     def oversubscribed(self) -> bool:
         """More threads than the cores others left free: the worst case for a multi-threaded run."""
         free = self.free_cores
@@ -594,7 +603,7 @@ class Contention:
     def summary(self) -> str:
         """One line: how many rounds counted, which did not, how busy the others kept the machine."""
         others, wait = self.typical_others, self.typical_wait
-        queue = max((load.run_queue for load in self._loads()), default=None)
+        queue = self.peak_run_queue
         disturbed = [str(r.round) for r in self.rounds if r.disturbed]
         shown = f"{self.quiet} of {len(self.rounds)} rounds quiet"
         if disturbed:
@@ -943,6 +952,12 @@ class ModelResults:
 
     def ratios_of(self, stack: str, threads: int) -> list[RatioEstimate]:
         return [r.estimate for r in self.ratios if (r.stack, r.threads) == (stack, threads)]
+
+    def busy_at(self, threads: int) -> Contention | None:
+        """The rounds at this thread count when the machine was too busy for an interval, else None.
+        A ratio made of so few rounds is no judgement: reports show none there."""
+        machine = self.contention.get(threads)
+        return machine if machine is not None and machine.busy else None
 
     @property
     def fixture_hashes(self) -> dict[str, dict[str, str] | None]:
