@@ -242,7 +242,10 @@ def test_a_newly_failing_test_fails_the_hard_gate_and_the_report_shows_its_messa
     assert "| `tests/test_m.py::test_a` | passed | failed | AssertionError: boom |  |" in text
     assert "Newly passing (failed on legacy): 1" in text
     assert "`tests/test_m.py::test_a` on candidate:\n\n```\nAssertionError: boom\n```" in text
-    assert "| edge_app/export.py:7 | UG101 | `torch.jit.trace(model, example)` | TorchScript is not the " in text
+    # Each rule explained once, in a legend; the finding cites it (one finding each here: all is the rule's).
+    assert ("- **UG101** (1): TorchScript — TorchScript is not the candidate's export path. Instead: "
+            "torch.export.export") in text
+    assert "| edge_app/export.py:7 | UG101 | `torch.jit.trace(model, example)` |  |  |" in text
     cited = re.search(r"\| candidate \| ran \| 2 \| 1 \| 0 \| 1 \| 6 \| 2\.5 s \| (\S+) \|", text)
     assert cited and re.fullmatch(r"project/evidence/candidate-[0-9a-f]{16}/junit\.xml", cited[1])
     assert (out / cited[1]).read_text() == junit_of(test_a="failed", test_b="passed", test_c="passed", test_d="skipped")
