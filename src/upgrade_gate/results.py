@@ -273,23 +273,38 @@ class BaselineFinding:
     max_rel_l2: float | None = None
     task: dict[str, float] = field(default_factory=dict)  # the task's headline value, by name
     failure: str = ""  # the baseline's stage that did not succeed, when it is one
+    # A quantized variant's own artifact against the fp32 reference, by the quantized-numerics gate's
+    # thresholds: its worst SNR and cosine, and theirs (rel_l2 is the float models' measure).
+    snr_db: float | None = None
+    min_snr_db: float | None = None
+    cosine: float | None = None
+    # Not "min_cosine": that is the embedding task's headline, which to_dict writes beside these.
+    gate_min_cosine: float | None = None
 
     def __str__(self) -> str:
         if self.failure:
             return f"**{self.model}**: {self.failure}"
-        shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
-                 f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
+        if self.snr_db is not None:
+            shown = (f"**{self.model}**: SNR = {text.num(self.snr_db, '{:.1f}')} dB ({self.output}), cosine "
+                     f"{text.num(self.cosine, '{:.5f}')}, against the fp32 reference: under the quantized gate's "
+                     f"{text.num(self.min_snr_db, '{:g}')} dB and {text.num(self.gate_min_cosine, '{:g}')}")
+        else:
+            shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
+                     f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
         return shown + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in self.task.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "output": self.output, "rel_l2": self.rel_l2, "max_rel_l2": self.max_rel_l2,
-                "failure": self.failure, **self.task}
+                "snr_db": self.snr_db, "min_snr_db": self.min_snr_db, "cosine": self.cosine,
+                "gate_min_cosine": self.gate_min_cosine, "failure": self.failure, **self.task}
 
     @classmethod
     def from_reader(cls, r: Reader) -> BaselineFinding:
         headlines = {key for key, _ in HEADLINE.values()}
         return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.opt_number("rel_l2"),
                    max_rel_l2=r.opt_number("max_rel_l2"), failure=r.text("failure"),
+                   snr_db=r.opt_number("snr_db"), min_snr_db=r.opt_number("min_snr_db"),
+                   cosine=r.opt_number("cosine"), gate_min_cosine=r.opt_number("gate_min_cosine"),
                    task={key: r.number(key) for key in r.data if key in headlines})
 
 
