@@ -42,7 +42,7 @@ from typing import Any
 
 import libcst as cst
 from libcst.metadata import ParentNodeProvider, QualifiedNameProvider, WhitespaceInclusivePositionProvider
-from torchfix.common import LintViolation, TorchError, TorchVisitor
+from torchfix.common import TorchError, TorchVisitor
 from torchfix.torchfix import get_visitors_with_error_codes, process_error_code_str
 
 SCHEMA_VERSION = "1.0"
@@ -52,6 +52,7 @@ RULES_PATH = Path(__file__).with_name("migration_rules.toml")
 SKIPPED_FOLDERS = frozenset({"__pycache__", "build", "dist", "site-packages", "node_modules"})
 CALL_TEXT_LIMIT = 120
 RULE_KINDS = ("name", "attribute-call")
+SORT_FIELDS = ("file", "line", "column", "code", "name")
 RULE_KEYS = {"names", "kind", "imports", "summary", "why", "replacement"}
 ADVICE_KEYS = {"why", "replacement"}
 
@@ -302,6 +303,40 @@ class MigrationVisitor(TorchVisitor):
         self.hits.append(_Hit(line=start.line, column=start.column + 1, shown=shown, rule=rule, name=name))
 
 
+class _EveryQualifiedName:
+    """Has a TorchFix visitor judge a call under each of its qualified names, sorted. libcst names `vmap(f)` both
+    torch.vmap and functorch.vmap after `try: from torch import vmap / except ImportError: from functorch …`,
+    as a set; TorchFix 0.7 judged only the first in set order, so its TOR101 came and went with
+    PYTHONHASHSEED (issue 26). Elsewhere (misc's BinaryOperation check) the first name sorted is used."""
+
+    def __init__(self, visitor: TorchVisitor) -> None:
+        self.visitor = visitor
+        self.forced: dict[int, str] = {}  # id(call) → the name it is judged under
+        self.names_of: dict[int, str] = {}  # id(violation) → the name it was found under (the finding's name)
+        # libcst's batched visit collects bound methods with inspect.getmembers: instance attributes count.
+        visitor.get_qualified_name_for_call = self.get_qualified_name_for_call
+        self.original_visit_call: Any = getattr(type(visitor), "visit_Call", None)
+        if self.original_visit_call is not None:
+            visitor.visit_Call = self.visit_Call
+
+    def names(self, node: cst.Call) -> list[str]:
+        if isinstance(node.func, cst.Call):
+            return []  # `vmap(a)(b)`: the outer call's names are the inner's (TorchFix's own guard)
+        return sorted({q.name for q in self.visitor.get_metadata(QualifiedNameProvider, node, set())})
+
+    def get_qualified_name_for_call(self, node: cst.Call) -> str | None:
+        return self.forced.get(id(node)) or next(iter(self.names(node)), None)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for name in self.names(node) or [""]:
+            before, self.forced[id(node)] = len(self.visitor.violations), name
+            try:
+                self.original_visit_call(self.visitor, node)
+            finally:
+                del self.forced[id(node)]
+            self.names_of.update((id(v), name) for v in self.visitor.violations[before:] if name)
+
+
 def _torchfix_name(node: cst.CSTNode, call_names: dict[int, set[str]]) -> str:
     if isinstance(node, cst.Call):
         names = sorted(call_names.get(id(node), ()))
@@ -315,17 +350,19 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, An
     """Findings in one file's source; raises libcst.ParserSyntaxError when it does not parse."""
     wrapper = cst.MetadataWrapper(cst.parse_module(text))
     selected = process_error_code_str(None)  # TorchFix's default: all but TOR3, TOR4, TOR9
-    torchfix_visitors = get_visitors_with_error_codes(selected)
+    # In a fixed order: TorchFix makes them from a set of classes.
+    torchfix_visitors = [_EveryQualifiedName(v) for v in sorted(get_visitors_with_error_codes(selected),
+                                                                key=lambda v: type(v).__qualname__)]
     ours = MigrationVisitor(rule_set.rules)
-    wrapper.visit_batched([*torchfix_visitors, ours])
+    wrapper.visit_batched([*(driven.visitor for driven in torchfix_visitors), ours])
 
     findings = []
     for hit in ours.hits:
         findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
                          "source": "upgrade-gate", "name": hit.name, "call": _one_line(hit.shown),
                          "summary": hit.rule.summary, "why": hit.rule.why, "replacement": hit.rule.replacement})
-    violations: list[LintViolation] = [v for visitor in torchfix_visitors for v in visitor.violations]
-    for violation in violations:
+    violations = [(v, d.names_of.get(id(v))) for d in torchfix_visitors for v in d.visitor.violations]
+    for violation, found_as in violations:
         if violation.error_code not in selected:
             continue  # a visitor may also report codes that are off by default
         advice = rule_set.torchfix.get(violation.error_code, Advice(why="", replacement=""))
@@ -333,14 +370,15 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, An
                        if violation.replacement is not None else advice.replacement)
         findings.append({"file": filename, "line": violation.line, "column": violation.column + 1,
                          "code": violation.error_code, "source": "torchfix",
-                         "name": _torchfix_name(violation.node, ours.call_names), "call": _one_line(violation.node),
-                         "summary": violation.message, "why": advice.why, "replacement": replacement})
+                         "name": found_as or _torchfix_name(violation.node, ours.call_names),
+                         "call": _one_line(violation.node), "summary": violation.message, "why": advice.why,
+                         "replacement": replacement})
     return _sorted_unique(findings)
 
 
 def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    unique = {json.dumps(finding, sort_keys=True): finding for finding in findings}
-    return sorted(unique.values(), key=lambda f: (f["file"], f["line"], f["column"], f["code"], f["name"]))
+    unique = {json.dumps(finding, sort_keys=True): finding for finding in findings}  # sorted on every field, last
+    return [unique[k] for k in sorted(unique, key=lambda k: (*(unique[k][f] for f in SORT_FIELDS), k))]
 
 
 def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None) -> list[dict[str, Any]]:

@@ -28,6 +28,8 @@ class Rendered:
     console_errors: list[str]
     requests: list[str]  # every URL the page asked for beyond itself
     screenshot: Path
+    page_width: int = 0  # the document's scroll width, in CSS pixels (the viewport is 1280)
+    marks: list[tuple[str, float, float]] | None = None  # each drawn status mark: its label, width and height
 
 
 def render(page_file: Path, screenshot: Path) -> Rendered:
@@ -45,12 +47,17 @@ def render(page_file: Path, screenshot: Path) -> Rendered:
             verdict = page.locator("#verdict").inner_text()
             images = page.evaluate("Array.from(document.images).map("
                                    "i => [i.closest('figure')?.id ?? '', i.alt, i.naturalWidth, i.naturalHeight])")
+            page_width = page.evaluate("document.documentElement.scrollWidth")
+            marks = page.evaluate("Array.from(document.querySelectorAll('svg.mark')).map("
+                                  "m => [m.getAttribute('aria-label'), m.getBoundingClientRect().width, "
+                                  "m.getBoundingClientRect().height])")
             page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     own = page_file.resolve().as_uri()
     return Rendered(verdict, [tuple(i) for i in images], errors,
-                    [url for url in requests if url != own and not url.startswith("data:")], screenshot)
+                    [url for url in requests if url != own and not url.startswith("data:")], screenshot,
+                    page_width, [tuple(m) for m in marks])
 
 
 def colours(png: Path) -> int:

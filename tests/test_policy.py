@@ -8,10 +8,12 @@ import pytest
 from records import add_round_loads, write_stack_model
 
 from upgrade_gate import layout
+from upgrade_gate.atomic import to_json
 from upgrade_gate.compare import gather
 from upgrade_gate.plan import load_plan
 from upgrade_gate.policy import decide, evaluate
-from upgrade_gate.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict
+from upgrade_gate.records import Reader
+from upgrade_gate.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 
@@ -439,10 +441,8 @@ def test_a_busy_machine_is_incomplete_not_a_failure(plan):
     latency = gates["latency"]
     assert latency.status is GateStatus.INCOMPLETE and verdict is Verdict.INCOMPLETE
     assert latency.measured is None
-    assert latency.note == ("1 thread(s): machine busy: 4 of 14 rounds quiet (disturbed: round 1, 2, 4, 5, 7, 8, 10, "
-                            "11, 13, 14); the timed threads waited 43.1% of their time for a CPU, other processes "
-                            "kept 1.90 of 2 cores busy, the run queue reached 3; more threads than free cores: 1 "
-                            "threads, 0.10 cores free; an interval needs 6 quiet rounds")
+    # Short: every busy model's gate says it; the figures are said once, under the verdict (test_report).
+    assert latency.note == "1 thread(s): machine busy: 4 of 14 rounds quiet; an interval needs 6 quiet rounds"
 
 
 def test_only_quiet_rounds_make_the_ratio(plan):
@@ -506,3 +506,65 @@ def test_a_candidate_that_faults_under_measurement_fails_on_the_fault_not_on_its
     latency = gates["latency"]
     assert latency.status is GateStatus.FAILED and latency.measured is None
     assert latency.note == "candidate: crashed (round: worker killed by signal SIGSEGV after 2 round(s))"
+
+
+# -- what ships today: the baseline's own quantized artifacts ---------------------------------
+
+
+def _scaled(snr_db: float, *, flip: bool = False) -> np.ndarray:
+    """REFERENCE with an error of exactly ``snr_db`` against it: artifact = (1 ± k)·reference, ‖Δ‖ = k‖ref‖."""
+    k = 10 ** (-snr_db / 20)
+    return REFERENCE * (1 - k if flip else 1 + k)
+
+
+@pytest.mark.parametrize(("legacy_snr_db", "flip", "found"), [
+    (-1.3, True, True),  # issue 26: legacy's int8 at -1.3 dB, and pointing the other way (cosine -1)
+    (12.0, False, True),  # under the 20 dB of the quantized gate
+    (30.0, False, False),  # as a quantized artifact may be: no finding
+])
+def test_a_baseline_int8_off_from_the_fp32_reference_is_a_baseline_finding(project, legacy_snr_db, flip, found):
+    plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(legacy_snr_db, flip=flip)],
+                      quantize="FX")
+    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
+
+    verdict = evaluate(plan, gather(plan))
+
+    # Not the candidate's: its int8 is judged against the fp32 reference, and passes.
+    quantized = next(g for g in verdict.gates if (g.model, g.gate) == ("vit-smoke@int8", "quantized-numerics"))
+    assert quantized.status is GateStatus.PASSED and quantized.measured.value == pytest.approx(36.2)
+    assert verdict.verdict is Verdict.GO
+    if not found:
+        assert verdict.baseline_findings == ()
+        return
+    finding, = verdict.baseline_findings
+    assert (finding.model, finding.output) == ("vit-smoke@int8", "forward.output_0")
+    assert finding.snr_db == pytest.approx(legacy_snr_db)
+    assert (finding.min_snr_db, finding.gate_min_cosine) == (20, 0.99)  # the quantized gates' defaults (docs/report.md)
+    assert finding.cosine == pytest.approx(-1.0 if flip else 1.0)
+    assert str(finding) == (f"**vit-smoke@int8**: SNR = {legacy_snr_db:.1f} dB (forward.output_0), cosine "
+                            f"{-1.0 if flip else 1.0:.5f}, against the fp32 reference: under the quantized gate's "
+                            "20 dB and 0.99")
+    # verdict.json keeps it, and reads it back.
+    again = VerdictRecord.from_reader(Reader(json.loads(json.dumps(to_json(verdict.to_dict()))), "verdict.json"))
+    assert again.baseline_findings == verdict.baseline_findings
+
+
+def test_a_variant_the_baseline_has_no_recipe_for_is_no_finding_and_one_it_fails_to_make_is(project):
+    plan = load_plan(["--out", "out", "--models", "vit-smoke"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    for stack in ("legacy", "candidate"):
+        write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
+    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="no recipe")
+    assert evaluate(plan, gather(plan)).baseline_findings == ()
+
+    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="FX",
+                      failed_stage="export")
+    finding, = evaluate(plan, gather(plan)).baseline_findings
+    assert (finding.model, finding.failure) == ("vit-smoke@int8", "export failed: RuntimeError: export broke")

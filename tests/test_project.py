@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -240,8 +242,13 @@ def test_a_newly_failing_test_fails_the_hard_gate_and_the_report_shows_its_messa
     assert "| `tests/test_m.py::test_a` | passed | failed | AssertionError: boom |  |" in text
     assert "Newly passing (failed on legacy): 1" in text
     assert "`tests/test_m.py::test_a` on candidate:\n\n```\nAssertionError: boom\n```" in text
-    assert "| edge_app/export.py:7 | UG101 | `torch.jit.trace(model, example)` | TorchScript is not the " in text
-    assert "| candidate | ran | 2 | 1 | 0 | 1 | 6 | 2.5 s | project/candidate/junit.xml |" in text
+    # Each rule explained once, in a legend; the finding cites it (one finding each here: all is the rule's).
+    assert ("- **UG101** (1): TorchScript — TorchScript is not the candidate's export path. Instead: "
+            "torch.export.export") in text
+    assert "| edge_app/export.py:7 | UG101 | `torch.jit.trace(model, example)` |  |  |" in text
+    cited = re.search(r"\| candidate \| ran \| 2 \| 1 \| 0 \| 1 \| 6 \| 2\.5 s \| (\S+) \|", text)
+    assert cited and re.fullmatch(r"project/evidence/candidate-[0-9a-f]{16}/junit\.xml", cited[1])
+    assert (out / cited[1]).read_text() == junit_of(test_a="failed", test_b="passed", test_c="passed", test_d="skipped")
     assert "Warnings new on candidate (not raised by the tests on legacy): 2" in text
     assert (f"| FutureWarning | {autocast.replace('|', '')} | `edge_app/model.py:40` | 3 | `tests/test_m.py::test_b`, "
             "`tests/test_m.py::test_c` |") in text
@@ -476,3 +483,52 @@ def test_a_test_run_shows_its_progress_and_records_warnings_and_packages(tmp_pat
     assert run["installed"]["pytest"] == __import__("pytest").__version__
     evidence = gather_project(plan).stacks["legacy"]
     assert evidence.warnings == {"team/test_team.py::test_warns": 1} and evidence.run.installed == run["installed"]
+
+
+def test_a_later_run_does_not_change_the_evidence_an_earlier_report_cites(tmp_path):
+    # Issue 26: `compat` after `compare` ran the project sessions again into project/<stack>/ and
+    # project/scan.json, and compare's report pointed at files that no longer said what it did.
+    plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
+    out = plan.settings.out_dir
+    first_junit = junit_of(test_a="passed", test_b="failed")
+    write_project_run(out, "legacy", junit_of(test_a="passed", test_b="passed"), warnings=[])
+    write_project_run(out, "candidate", first_junit, warnings=[])
+    (layout.project_dir(out, "candidate") / "test.log").write_text("1 failed, 1 passed\n")
+    layout.scan_file(out).write_text(json.dumps(SCAN))
+    earlier = gather_project(plan)
+    earlier_gates = project_gates(plan, plan.candidates[0], earlier)
+
+    def cited(evidence, gates):
+        junits = [s.junit for s in evidence.stacks.values()]
+        in_gates = [part for g in gates for part in g.evidence.split(" vs ")]
+        assert set(in_gates) == {*junits, evidence.scan_file}  # the gates cite what the tables cite
+        return {path: (out / path).read_bytes() for path in {*junits, evidence.scan_file}}
+
+    before = cited(earlier, earlier_gates)
+    assert before[earlier.stacks["candidate"].junit] == first_junit.encode()
+    assert json.loads(before[earlier.scan_file]) == SCAN
+
+    # The later run: other outcomes on the candidate, another scan; the legacy run gives the same files.
+    shutil.rmtree(layout.project_dir(out, "candidate"))
+    write_project_run(out, "candidate", junit_of(test_a="passed", test_b="passed"), warnings=[], duration_s=3.0)
+    (layout.project_dir(out, "candidate") / "test.log").write_text("2 passed\n")
+    layout.scan_file(out).write_text(json.dumps({**SCAN, "findings": SCAN["findings"][:1]}))
+    later = gather_project(plan)
+    later_gates = project_gates(plan, plan.candidates[0], later)
+    after = cited(later, later_gates)
+
+    # The earlier report's files are as they were, and still give its outcomes and findings.
+    assert {path: (out / path).read_bytes() for path in before} == before
+    assert read_junit(out / earlier.stacks["candidate"].junit)["tests/test_m.py::test_b"].outcome == "failed"
+    assert (out / earlier.stacks["candidate"].junit).with_name("test.log").read_text() == "1 failed, 1 passed\n"
+    assert [g.status for g in earlier_gates] == [GateStatus.FAILED, GateStatus.FAILED]
+    # The later one cites its own; the same content is one copy, not two.
+    assert [g.status for g in later_gates] == [GateStatus.PASSED, GateStatus.FAILED]
+    assert later.stacks["candidate"].junit != earlier.stacks["candidate"].junit
+    assert later.scan_file != earlier.scan_file and len(json.loads(after[later.scan_file])["findings"]) == 1
+    assert later.stacks["legacy"].junit == earlier.stacks["legacy"].junit
+    evidence_dir = out / "project" / "evidence"
+    assert sorted(p.name.split("-")[0] for p in evidence_dir.iterdir()) == [
+        "candidate", "candidate", "legacy", "scan", "scan"]
+    # And results.json keeps what it cites.
+    assert ProjectResults.from_reader(Reader(json.loads(json.dumps(earlier.to_dict())), "project")) == earlier

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from records import write_stack_model
+from records import add_round_loads, write_stack_model
 
 from upgrade_gate import pipeline
 from upgrade_gate.plan import load_plan
@@ -92,7 +93,9 @@ def test_a_degenerate_reference_output_is_a_warning_of_the_numerics_gate(plan, o
     assert f"<li>{html.escape(listed, quote=False)}</li>" in page
     row = f"| passed | hard | candidate | numerics | rel_l2 = 0.00e+00 ⚠ {warning} |".replace("|value|", "\\|value\\|")
     assert row in markdown
-    assert f"<td>rel_l2 = 0.00e+00 ⚠ {html.escape(warning, quote=False)}</td>" in page
+    # The page draws the sign, which needs no emoji font (issue 26).
+    assert re.search(re.escape("<td>rel_l2 = 0.00e+00 ") + "<svg class='mark'[^>]*aria-label='condition'.*?</svg> "
+                     + re.escape(f"{html.escape(warning, quote=False)}</td>"), page)
     # The numerics table says it of every comparison against that output.
     assert markdown.count(f"| degenerate reference ({why})".replace("|value|", "\\|value\\|")) == 5
 
@@ -254,3 +257,55 @@ def test_outputs_compared_in_part_say_so_once(project):
     assert numerics["status"] == "passed"  # the padding the candidate fills differently is not read
     report = (out / "report.md").read_text()
     assert report.count("Outputs compared in part: `forward.output_0` compared on entries 0–0 of 2 along axis 0") == 1
+
+
+def test_a_busy_machine_is_said_once_and_its_few_rounds_make_no_ratio(project):
+    """Issue 26: four near-identical "machine busy" paragraphs filled the first screen, and the matrix
+    showed one quiet round's ratio as "1.324, 0.0% interval [1.324, 1.324]"."""
+    from upgrade_gate import plots
+
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32,minilm-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    for model, candidate_ms in (("vit-smoke", 10.0), ("minilm-smoke", 13.24)):
+        write_stack_model(out, "legacy", model, eager=[REFERENCE], artifact=[REFERENCE], latency_ms=[[10.0] * 8] * 9)
+        write_stack_model(out, "candidate", model, eager=[REFERENCE], artifact=[REFERENCE],
+                          latency_ms=[[candidate_ms] * 8] * 9)
+    quiet, busy = [(0.0, 0.02)] * 9, [(0.0, 0.02)] + [(0.6, 1.9)] * 8  # busy: one quiet round of nine
+    add_round_loads(out, "vit-smoke", 1, quiet)
+    add_round_loads(out, "vit-smoke", 2, busy)
+    add_round_loads(out, "minilm-smoke", 1, busy)
+    add_round_loads(out, "minilm-smoke", 2, busy)
+
+    assert pipeline.report(plan) == 3  # INCOMPLETE
+
+    # Once, with the models and thread counts; the figures are those of the rounds written above: others
+    # kept 1.9 of 2 cores busy, the timed threads waited 0.6 of their time in 8 of every 9 rounds.
+    said = ("machine busy: too few quiet rounds to judge latency (an interval needs 6) for vit-smoke at 2 thread(s) "
+            "(1 of 9 quiet); minilm-smoke at 1 thread(s) (1 of 9 quiet), 2 thread(s) (1 of 9 quiet) — other processes "
+            f"kept up to {(1.9 * 8 + 0.02) / 9:.2f} of 2 cores busy, the timed threads waited up to {0.6 * 8 / 9:.1%} "
+            "of their time for a CPU, the run queue reached 3. Measure again when the machine is quieter: "
+            "`--remeasure` times again without exporting")
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["incomplete"][0] == said and len(verdict["incomplete"]) == 2  # and what to do
+    markdown, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert markdown.count(said) == 1 and page.count(html.escape(said, quote=False).replace("`", "")) <= 1
+    first_screen = markdown[:markdown.index("## Models")]
+    assert first_screen.count("cores busy") == 1 and first_screen.count("waited") == 1
+    # The gates' rows say it short.
+    assert ("| incomplete | soft | candidate | minilm-smoke | latency | 1 thread(s): machine busy: 1 of 9 rounds "
+            "quiet; an interval needs 6 quiet rounds |") in first_screen
+
+    # No ratio, no interval, where one quiet round is all there is; the quiet thread count keeps its own.
+    assert "0.0% interval" not in markdown and "0.0% interval" not in page and "[1.324" not in markdown
+    matrix = markdown[markdown.index("## Decision matrix"):markdown.index("## Requirements")]
+    assert "minilm-smoke 13.240 ms (no ratio: machine busy)" in matrix
+    assert "vit-smoke 10.000 ms (1.000, 96.1% interval [1.000, 1.000])" in matrix  # 1 thread: 9 quiet rounds (docs)
+    assert "| forward | candidate | 8 | 13.240 ms | 13.240 ms | 13.240 ms | 13.240 ms | 13.240 ms | 0.000 ms" in markdown
+    assert "| — (machine busy) |  |" in markdown
+
+    # The plot draws the judged ratios only: none, once every thread count is busy (the ratios stay in results.json).
+    add_round_loads(out, "vit-smoke", 1, busy)
+    results = pipeline.judge(plan)
+    assert all(m.ratios for m in results.models)
+    assert plots.ratios(results) is None

@@ -5,6 +5,7 @@ everything report.md shows."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import math
 import re
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from records import junit_of, warning, write_project_run, write_stack_model, write_stack_packages
 
-from upgrade_gate import pipeline
+from upgrade_gate import layout, pipeline
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.plan import load_plan
 from upgrade_gate.records import Reader
@@ -38,6 +39,32 @@ LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": Tru
                                "smoke.py:50 in forward: if y.mean() > 0:", "same_failure_in": ["blocks.2.gate"]}]}
 
 
+# What the candidate's export stage records of a method, as compat/executorch_xnnpack.py writes it.
+DELEGATION = {"delegate": "XnnpackBackend", "delegate_partitions": 2, "delegated_nodes": 95, "portable_nodes": 5,
+              "portable_ops": {"aten_cumsum_default": 5},
+              "by_operator": {"aten_cumsum_default": {"delegated": 0, "portable": 5}},
+              "planned_memory_bytes": {"forward": 4096}, "planned_buffers_bytes": {"forward": [4096]},
+              "seconds": 1.25}
+# A team's scan as compat/scan.py writes it: one rule of ours found 12 times, TorchFix's TOR102 7 times
+# (each with its own rendered fix), as in issue 26's timm checkout.
+UG101_WHY = ("Still works on 2.8, but a ScriptModule is a dead end: torch.export.export rejects it and ExecuTorch "
+             "lowers only torch.export programs.")
+# A call as compat/scan.py cuts it (120 characters), with no space to break at: it widened the scan's table.
+LONG_CALL = "torch.jit.script(self.blocks[0].attention.query_key_value_projection_with_rotary_embedding_and_grouped" \
+            "_heads_and_bias.…"
+TOR102_WHY = "torch 2.6 made weights_only=True the default: a checkpoint that pickles more fails to load."
+SCAN = {"schema_version": "1.0", "scanner": {"torchfix": "0.7.0", "rules": 11}, "root": "/team", "paths": ["."],
+        "files_scanned": 40, "errors": [], "findings": [
+            *({"file": f"timm/models/m{n}.py", "line": 10 + n, "column": 5, "code": "UG101", "source": "upgrade-gate",
+               "name": "torch.jit.script", "call": f"torch.jit.script(model_{n})" if n else LONG_CALL,
+               "summary": "TorchScript capture",
+               "why": UG101_WHY, "replacement": "torch.export.export(model, example_inputs)"} for n in range(12)),
+            *({"file": f"timm/models/_hub{n}.py", "line": 3, "column": 9, "code": "TOR102", "source": "torchfix",
+               "name": "torch.load", "call": f"torch.load(path_{n}, map_location='cpu')",
+               "summary": "torch.load without weights_only parameter is unsafe.", "why": TOR102_WHY,
+               "replacement": f"torch.load(path_{n}, map_location='cpu', weights_only=True)"} for n in range(7))]}
+
+
 @pytest.fixture
 def report(project: Path) -> Path:
     """A report whose candidate fails to export one model (localized), and is 1% off on another,
@@ -59,12 +86,13 @@ def report(project: Path) -> Path:
     write_project_run(out, "candidate", junit_of(test_a="failed", test_b="passed"),
                       warnings=[warning("tests/test_m.py::test_b", "FutureWarning", deprecated, 2)],
                       installed={"setuptools": "80.9.0", "torch": "2.8.0"})
+    layout.scan_file(out).write_text(json.dumps(SCAN))
     for stack in ("legacy", "candidate"):
         broken = stack == "candidate"
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=None if broken else [REFERENCE],
                           failed_stage="export" if broken else None, localize=LOCALIZED if broken else None)
         write_stack_model(out, stack, "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[REFERENCE * 1.02],
-                          quantize="PT2E" if broken else "FX")
+                          quantize="PT2E" if broken else "FX", export_details=DELEGATION if broken else None)
         write_stack_model(out, stack, "minilm-smoke", eager=[REFERENCE, DEAD],
                           artifact=[REFERENCE * 1.01 if broken else REFERENCE, DEAD], task="embedding")
     assert pipeline.report(plan) == 1
@@ -193,7 +221,45 @@ def test_both_renderings_show_a_gate_warning(report):
     markdown, page = (report / "report.md").read_text(), (report / "report.html").read_text()
     listed = f"minilm-smoke (candidate, numerics): {DEAD_WARNING}"
     assert f"Warnings:\n\n- {listed}\n" in markdown and f"<li>{listed}</li>" in page
-    assert f"⚠ {DEAD_WARNING}".replace("|", "\\|") in markdown and f"⚠ {DEAD_WARNING}</td>" in page
+    assert f"⚠ {DEAD_WARNING}".replace("|", "\\|") in markdown
+    # The page draws the sign (issue 26: no emoji font in headless Chromium).
+    assert re.search(r"<svg class='mark'[^>]*aria-label='condition'.*?</svg> " + re.escape(f"{DEAD_WARNING}</td>"), page)
+
+
+# Emoji, and the variation selector that asks for an emoji's picture: a page without an emoji font shows boxes.
+EMOJI = re.compile("[\u2600-\u27bf\u2b00-\u2bff\ufe0f\U0001f000-\U0001faff]")
+
+
+def test_the_page_needs_no_emoji_font(report):
+    page = (report / "report.html").read_text()
+    assert EMOJI.findall(page) == []
+    # The decision matrix's marks are drawn: the candidate failed a hard gate (export), and passed others.
+    matrix = page[page.index("id='decision-matrix'"):page.index("id='requirements'")]
+    assert "aria-label='FAILED'" in matrix and "aria-label='passed'" in matrix
+    # report.md writes them as words; it keeps the text sign ⚠ (U+26A0, text presentation) of a gate's warning.
+    markdown = (report / "report.md").read_text()
+    assert set(EMOJI.findall(markdown)) == {"⚠"}
+    assert re.search(r"\| Export → load → run \(fp32\) \| 2/2 models \| 1/2 models \[FAILED\] \|", markdown)
+
+
+def test_no_python_repr_reaches_the_reports(report):
+    markdown, page = (report / "report.md").read_text(), (report / "report.html").read_text()
+    for text in (markdown, page.replace("&#x27;", "'")):
+        assert "{'" not in text and "['" not in text and "': " not in text
+    # The export's facts other sections do not show are words: here the method's export time.
+    assert "- candidate export of forward: seconds 1.25" in markdown
+
+
+def test_each_scan_rule_is_explained_once_and_cited_per_finding(report):
+    markdown, page = (report / "report.md").read_text(), (report / "report.html").read_text()
+    for why in (UG101_WHY, TOR102_WHY):
+        assert markdown.count(why) == 1 and page.count(html.escape(why)) == 1
+    assert "- **UG101** (12): TorchScript capture — " + UG101_WHY + " Instead: torch.export.export(model, " \
+           "example_inputs)" in markdown
+    # A finding cites its rule, and shows only what is its own: TorchFix's fix for that call.
+    assert "| timm/models/m3.py:13 | UG101 | `torch.jit.script(model_3)` |  |  |" in markdown
+    assert ("| timm/models/_hub2.py:3 | TOR102 | `torch.load(path_2, map_location='cpu')` |  | "
+            "`torch.load(path_2, map_location='cpu', weights_only=True)` |") in markdown
 
 
 def test_the_page_shows_where_an_export_breaks(report):
@@ -203,3 +269,14 @@ def test_the_page_shows_where_an_export_breaks(report):
             "supported (the same in blocks.2.gate) — at smoke.py:50 in forward: if y.mean() &gt; 0:</li>") in page
     # Linked from the gates that did not pass, to the model's section.
     assert "<a href='#model-vit-smoke'>vit-smoke</a>" in page and "<h3 id='model-vit-smoke'>vit-smoke</h3>" in page
+
+
+def test_the_page_draws_its_marks_and_keeps_the_scan_table_within_its_width(report, tmp_path):
+    from readers import render
+
+    shown = render(report / "report.html", tmp_path / "report.png")
+    assert shown.console_errors == [] and shown.requests == []
+    labels = {label for label, _, _ in shown.marks}
+    assert {"FAILED", "passed", "condition"} <= labels
+    assert all(width > 10 and height > 10 for _, width, height in shown.marks)  # drawn at 14 px, not empty
+    assert shown.page_width <= 1280  # the wide scan table scrolls in its own box

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -354,3 +356,42 @@ def test_cli_bad_root_exits_2_naming_it(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (
         2, "", f"scan: error: --root {str(missing)!r} is not a directory\n")
     assert not (tmp_path / "o.json").exists()
+
+
+# timm/layers/patch_embed.py (issue 26): `vmap` is torch's or functorch's, whichever imports. libcst gives the
+# call both qualified names, as a set; TorchFix took the first in set order, so its TOR101 for functorch.vmap
+# came and went with PYTHONHASHSEED.
+EITHER_VMAP = """\
+try:
+    from torch import vmap
+except ImportError:
+    from functorch import vmap
+
+
+def resample_all(kernels, resample_kernel):
+    v_resample_kernel = vmap(vmap(resample_kernel, 0, 0), 1, 1)
+    return v_resample_kernel(kernels)
+"""
+
+
+def test_a_call_with_two_qualified_names_is_judged_under_each() -> None:
+    torchfix = [(f["line"], f["column"], f["code"], f["name"]) for f in scan.scan_source(EITHER_VMAP)
+                if f["source"] == "torchfix"]
+    # The import is TorchFix's TOR103 whatever the order; each call is TOR101 under its functorch name.
+    assert torchfix == [(4, 5, "TOR103", "functorch"),
+                        (8, 25, "TOR101", "functorch.vmap"), (8, 30, "TOR101", "functorch.vmap")]
+
+
+def test_the_scan_does_not_depend_on_hash_order(tmp_path: Path) -> None:
+    (tmp_path / "patch_embed.py").write_text(EITHER_VMAP)
+    shutil.copytree(SAMPLE_PROJECT / "edge_app", tmp_path / "edge_app")
+    records = {}
+    for seed in range(4):  # 0 and 3 found TOR101 here before the fix, 1 and 2 did not
+        out = tmp_path / f"scan-{seed}.json"
+        done = subprocess.run([sys.executable, str(SCAN_PY), "--root", str(tmp_path), "--out", str(out),
+                               "patch_embed.py", "edge_app"], capture_output=True, text=True, check=False,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)})
+        assert (done.returncode, done.stderr) == (0, "")
+        records[seed] = json.loads(out.read_text())["findings"]
+    assert {code for finding in records[0] for code in [finding["code"]]} >= {"TOR101", "UG101", "TOR102"}
+    assert all(findings == records[0] for findings in records.values())

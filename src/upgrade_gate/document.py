@@ -3,9 +3,12 @@ its two renderings: Markdown (report.md, compat.md) and one self-contained HTML
 page (report.html). Both are drawn from the same blocks, so the page shows
 everything the Markdown shows; figures (PNG data URIs) appear on the page only.
 
-Text inside blocks may use three inline marks, rendered by each writer:
-``**bold**``, ```code``` and ``[text](#anchor)`` (a link within the page;
-Markdown keeps the text).
+Text inside blocks may use four inline marks, rendered by each writer:
+``**bold**``, ```code```, ``[text](#anchor)`` (a link within the page;
+Markdown keeps the text) and a status mark, ``mark("fail")`` (a word in
+Markdown, a shape the page draws). Nothing on the page needs an emoji font:
+headless Chromium without one drew ✅ ❌ ⚠️ as empty boxes (issue 26), so the
+page draws its marks as inline SVG, and a ⚠ in the text (a gate's warning) too.
 """
 
 from __future__ import annotations
@@ -73,6 +76,34 @@ def bullets(*texts: str) -> Bullets:
     return Bullets([Item(t) for t in texts])
 
 
+# A status mark: the word Markdown writes, and the shape the page draws (16×16, one colour and white).
+_SHAPES = {
+    "passed": ("#1a7f37", "<circle cx='8' cy='8' r='7.5'/><path d='M4.5 8.3l2.4 2.4 4.6-4.9' fill='none' "
+                          "stroke='#fff' stroke-width='2'/>"),
+    "FAILED": ("#cf222e", "<circle cx='8' cy='8' r='7.5'/><path d='M5.2 5.2l5.6 5.6M10.8 5.2l-5.6 5.6' "
+                          "stroke='#fff' stroke-width='2'/>"),
+    "condition": ("#9a6700", "<path d='M8 .8L15.6 14.8H.4z'/><path d='M8 5.6v4.4M8 11.4v1.8' stroke='#fff' "
+                             "stroke-width='1.8'/>"),
+    "incomplete": ("#8250df", "<circle cx='8' cy='8' r='7.5'/><path d='M4.5 8h7' stroke='#fff' stroke-width='2'/>"),
+}
+MARKS = tuple(_SHAPES)
+_MARK = re.compile(r"\[\[mark:(" + "|".join(MARKS) + r")\]\]")
+WARNING_SIGN = "⚠"  # in gate text (results.GateResult.measured_text): the page draws it as the condition mark
+
+
+def mark(kind: str) -> str:
+    """A status mark (one of MARKS) to put in a block's text."""
+    if kind not in _SHAPES:
+        raise ValueError(f"unknown mark {kind!r} (expected one of {list(MARKS)})")
+    return f"[[mark:{kind}]]"
+
+
+def _svg(kind: str) -> str:
+    colour, shape = _SHAPES[kind]
+    return (f"<svg class='mark' viewBox='0 0 16 16' width='14' height='14' role='img' aria-label='{kind}' "
+            f"fill='{colour}'><title>{kind}</title>{shape}</svg>")
+
+
 # -- Markdown ------------------------------------------------------------------------
 
 _LINK = re.compile(r"\[([^\]]+)\]\(#[^)]*\)")
@@ -106,7 +137,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _md(text: str) -> str:
-    return _LINK.sub(r"\1", text)
+    return _MARK.sub(r"[\1]", _LINK.sub(r"\1", text))
 
 
 # -- HTML ----------------------------------------------------------------------------
@@ -143,13 +174,16 @@ def to_html(blocks: list[Block], title: str) -> str:
         elif isinstance(block, Figure):
             png = block.draw()
             if png is not None:
-                body.append(f"<figure id='{block.figure_id}'><img alt='{html.escape(block.title, quote=True)}' "
+                alt = _md(block.title).replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, "warning:")
+                body.append(f"<figure id='{block.figure_id}'><img alt='{html.escape(alt, quote=True)}' "
                             f"src='{png}'><figcaption>{inline(block.title)}</figcaption></figure>")
     return PAGE.format(title=html.escape(title), body="\n".join(body))
 
 
 def _html_table(table: Table) -> list[str]:
-    lines = ["<table><thead><tr>" + "".join(f"<th>{inline(h)}</th>" for h in table.header) + "</tr></thead><tbody>"]
+    # In a box of the page's width that scrolls sideways: a wide table (the scan's) never widens the page.
+    lines = ["<div class='wide'><table><thead><tr>" + "".join(f"<th>{inline(h)}</th>" for h in table.header)
+             + "</tr></thead><tbody>"]
     for row in table.rows:
         cells = []
         for index, value in enumerate(row):
@@ -158,7 +192,7 @@ def _html_table(table: Table) -> list[str]:
                 shown = f"<span class='{STATUS_CLASS[str(value)]}'>{shown}</span>"
             cells.append(f"<td>{shown}</td>")
         lines.append("<tr>" + "".join(cells) + "</tr>")
-    lines.append("</tbody></table>")
+    lines.append("</tbody></table></div>")
     return lines
 
 
@@ -167,6 +201,8 @@ def inline(text: str) -> str:
     shown = html.escape(text, quote=True)
     shown = _CODE.sub(r"<code>\1</code>", shown)
     shown = _BOLD.sub(r"<b>\1</b>", shown)
+    shown = _MARK.sub(lambda found: _svg(found[1]), shown)
+    shown = shown.replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, _svg("condition"))
     return _HTML_LINK.sub(r"<a href='\2'>\1</a>", shown)
 
 
@@ -185,8 +221,11 @@ body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200
   display: inline-block; background: #57606a; }}
 .verdict.go {{ background: #1a7f37; }} .verdict.conditions {{ background: #9a6700; }}
 .verdict.nogo {{ background: #cf222e; }} .verdict.incomplete {{ background: #8250df; }}
+.wide {{ max-width: 100%; overflow-x: auto; }}
 table {{ border-collapse: collapse; margin: .6em 0; font-size: 12px; }}
 th, td {{ border: 1px solid #d0d7de; padding: 3px 6px; text-align: left; vertical-align: top; }}
+td code {{ overflow-wrap: anywhere; }}
+svg.mark {{ vertical-align: -2px; }}
 th {{ background: #f6f8fa; }}
 pre {{ background: #f6f8fa; padding: .6em; overflow-x: auto; font-size: 12px; }}
 .pass {{ color: #1a7f37; }} .fail {{ color: #cf222e; font-weight: 700; }} .unsure {{ color: #9a6700; }}

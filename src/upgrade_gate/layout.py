@@ -22,6 +22,10 @@ every run on a machine, and every file of a run in its report folder.
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
       project/scan.json                                the API scan of the team's source
+      project/evidence/<stack>-<digest>/               what a report cites of a stack's test run: copies of the four
+          run.json  junit.xml  test.log  warnings.json   files above, in a folder named by their SHA-256, so that
+      project/evidence/scan-<digest>.json               a later run (`compat` after `compare`) never changes an
+                                                       earlier report's evidence; likewise the scan
       compat.md  compat.json                           `nox -s compat`'s own report
 """
 
@@ -74,6 +78,19 @@ def project_dir(out: Path, stack: str) -> Path:
 
 def scan_file(out: Path) -> Path:
     return out / "project" / "scan.json"
+
+
+def project_evidence_dir(out: Path) -> Path:
+    """Where a report's copies of the project's evidence live (upgrade_gate.project.keep_evidence)."""
+    return out / "project" / "evidence"
+
+
+def stack_evidence_dir(out: Path, stack: str, digest: str) -> Path:
+    return project_evidence_dir(out) / f"{stack}-{digest[:16]}"
+
+
+def scan_evidence_file(out: Path, digest: str) -> Path:
+    return project_evidence_dir(out) / f"scan-{digest[:16]}.json"
 
 
 def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:

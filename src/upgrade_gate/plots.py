@@ -65,7 +65,9 @@ def latency(results: Results) -> str | None:
 
 
 def ratios(results: Results) -> str | None:
-    rows = [(f"{m.name} · {r.method} · {r.threads}t ({r.stack})", r.estimate) for m in results.models for r in m.ratios]
+    # A ratio of the few quiet rounds a busy machine left is no judgement: not drawn (the verdict says why).
+    rows = [(f"{m.name} · {r.method} · {r.threads}t ({r.stack})", r.estimate) for m in results.models for r in m.ratios
+            if m.busy_at(r.threads) is None]
     if not rows:
         return None
     thresholds = [g.threshold.value for g in results.verdict.gates if g.gate == "latency" and g.threshold]

@@ -63,6 +63,7 @@ from upgrade_gate.results import (
     NOT_FINITE_REFERENCE,
     BaselineFinding,
     Comparison,
+    Contention,
     GateResult,
     GateStatus,
     Measured,
@@ -120,7 +121,9 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         if project is not None:
             results += project_gates(plan, spec, project)
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
-    incomplete = [f"{g.model}: {g.note}" for g in results if g.status is GateStatus.INCOMPLETE]
+    busy, busy_gates = machine_busy_line(models, results)
+    incomplete = [*([busy] if busy else []), *(f"{g.model}: {g.note}" for g in results
+                                               if g.status is GateStatus.INCOMPLETE and g not in busy_gates)]
     # Running again resumes what the machine or the run cut short; a NaN reference stays.
     resume = [RESUME] if any(NOT_FINITE_REFERENCE not in note for note in incomplete) else []
     return VerdictRecord(
@@ -498,9 +501,9 @@ def _latency_gate(found: _Gates, severity: str) -> None:
                            f"{sorted(mine.latency)} / {sorted(theirs.latency)}")
             return
         machine = model.contention.get(threads)
-        if machine is not None and machine.quiet < fewest_rounds():
-            judged.append(("incomplete", f"{threads} thread(s): machine busy: {machine.summary()}; an interval needs "
-                                         f"{fewest_rounds()} quiet rounds", None))
+        busy = model.busy_at(threads)
+        if busy is not None:
+            judged.append(("incomplete", _busy_note(threads, busy), None))
             continue
         for method in mine.latency:
             estimate = model.ratio(stack, threads, method)
@@ -533,6 +536,50 @@ def _latency_gate(found: _Gates, severity: str) -> None:
     found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
               measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
                                 level=estimate.level), note=where)
+
+
+def _busy_note(threads: int, machine: Contention) -> str:
+    """A latency gate incomplete for a busy machine: short, as every busy model's gate says it; the figures
+    are said once, under the verdict (machine_busy_line), and in the model's latency section."""
+    return (f"{threads} thread(s): machine busy: {machine.quiet} of {len(machine.rounds)} rounds quiet; an interval "
+            f"needs {fewest_rounds()} quiet rounds")
+
+
+def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tuple[str | None, list[GateResult]]:
+    """One line for every latency gate a busy machine left incomplete — the models and thread counts, and how
+    busy — and those gates (issue 26: a paragraph per model filled the report's first screen)."""
+    by_name = {model.name: model for model in models}
+    affected: list[GateResult] = []
+    for gate in gates:
+        model = by_name.get(gate.model)
+        if gate.gate != "latency" or gate.status is not GateStatus.INCOMPLETE or model is None:
+            continue
+        if any(gate.note == _busy_note(threads, machine) for threads, machine in model.contention.items()):
+            affected.append(gate)
+    if not affected:
+        return None, []
+    where, machines = [], []
+    for name in dict.fromkeys(gate.model for gate in affected):
+        busy = [(threads, machine) for threads, machine in sorted(by_name[name].contention.items()) if machine.busy]
+        machines += [machine for _, machine in busy]
+        where.append(f"{name} at " + ", ".join(f"{threads} thread(s) ({machine.quiet} of {len(machine.rounds)} quiet)"
+                                               for threads, machine in busy))
+    figures = []
+    others = [m.typical_others for m in machines if m.typical_others is not None]
+    if others:
+        cores = max((m.cores for m in machines if m.cores), default=None)
+        figures.append(f"other processes kept up to {max(others):.2f}" + (f" of {cores}" if cores else "")
+                       + " cores busy")
+    waits = [m.typical_wait for m in machines if m.typical_wait is not None]
+    if waits:
+        figures.append(f"the timed threads waited up to {max(waits):.1%} of their time for a CPU")
+    queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
+    if queues:
+        figures.append(f"the run queue reached {max(queues)}")
+    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs {fewest_rounds()}) for "
+            + "; ".join(where) + (f" — {', '.join(figures)}" if figures else "")
+            + ". Measure again when the machine is quieter: `--remeasure` times again without exporting")
+    return line, affected
 
 
 def _memory_missing(found: _Gates) -> Missing | None:
@@ -604,7 +651,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
     diff = project.diffs.get(stack)
     tests = Rule(metric="newly failing tests", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
                  condition=f"no test that passes on {base} fails, errors or goes missing on {stack}{accepted}",
-                 evidence=f"project/{stack}/junit.xml vs project/{base}/junit.xml")
+                 evidence=f"{project.stacks[stack].junit} vs {project.stacks[base].junit}")
     if diff is None:
         mine, theirs = project.stacks[stack], project.stacks[base]
         if theirs.problem:  # did not run for this report: the tool's; ran and did not finish: nothing to compare
@@ -627,7 +674,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
             count=len(breaking), note="; ".join(notes))
     scan = Rule(metric="calls to change", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
                 condition="none that the candidate changes, deprecates or removes (TorchFix and upgrade-gate's rules)",
-                evidence="project/scan.json")
+                evidence=project.scan_file)
     if project.scan is None:  # the scan did not run or its file does not read: the tool's
         add("api-scan", settings.scan_severity, GateStatus.INCOMPLETE, scan, note=project.scan_problem or "not scanned")
     else:
@@ -640,15 +687,19 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
 
 
 def baseline_findings(plan: Plan, models: list[ModelResults]) -> tuple[BaselineFinding, ...]:
-    """What ships today that is already off: a float model the baseline does not export, run
-    or measure, or whose baseline artifact is further from the baseline's eager output than
-    the numerics gate lets a candidate be (a bug in today's export)."""
+    """What ships today that is already off: a model the baseline does not export, run or measure,
+    a float model whose baseline artifact is further from the baseline's eager output than the
+    numerics gate lets a candidate be (a bug in today's export), and a quantized variant whose
+    baseline artifact is further from the fp32 reference than the quantized-numerics gate lets a
+    candidate's be (issue 26: legacy's int8 of a team's model at -1.3 dB SNR, the candidate's at 36.2)."""
     base = plan.baseline.name
     findings = []
     for model in models:
-        if model.quantized:  # a quantized artifact departs from its float model by design
-            continue
         stack = model.stacks[base]
+        if model.quantized:
+            if not stack.skipped_variant:  # a variant the baseline has no recipe for ships nowhere today
+                findings += _baseline_variant_finding(plan, model)
+            continue
         problem = stack.first_problem()
         if problem is not None and not problem.unfinished:
             findings.append(BaselineFinding(model=model.name, failure=problem.explain()))
@@ -668,6 +719,33 @@ def baseline_findings(plan: Plan, models: list[ModelResults]) -> tuple[BaselineF
         findings.append(BaselineFinding(model=model.name, output=worst.name, rel_l2=worst.rel_l2,
                                         max_rel_l2=tolerance, task=task))
     return tuple(findings)
+
+
+def _baseline_variant_finding(plan: Plan, model: ModelResults) -> list[BaselineFinding]:
+    """The baseline's own quantized artifact, failed or judged as the candidate's is (_quantized_gates): worst SNR
+    and cosine against the fp32 reference — a quantized artifact departs from its float model by design, by
+    less than the gate allows."""
+    base = plan.baseline.name
+    problem = model.stacks[base].first_problem()
+    if problem is not None:
+        return [] if problem.unfinished else [BaselineFinding(model=model.name, failure=problem.explain())]
+    comparison = model.comparison(Side(stack=base, kind="artifact"), reference_side(plan))
+    outputs = comparison.comparable_outputs if comparison else ()
+    snrs = [(o.snr_db, o.name) for o in outputs if o.snr_db is not None]
+    cosines = [o.cosine for o in outputs if o.cosine is not None]
+    if not snrs:
+        return []
+    snr, output = min(snrs)
+    cosine = min(cosines, default=None)
+    gates = plan.settings.gates
+    min_snr, min_cosine = gates.for_model(model.name, "min-snr-db"), gates.for_model(model.name, "min-cosine")
+    if snr >= min_snr and (cosine is None or cosine >= min_cosine):
+        return []
+    task = {}
+    if comparison and comparison.task and comparison.task.headline is not None:
+        task[HEADLINE[comparison.task.kind][0]] = comparison.task.headline
+    return [BaselineFinding(model=model.name, output=output, snr_db=snr, min_snr_db=min_snr, cosine=cosine,
+                            gate_min_cosine=min_cosine, task=task)]
 
 
 def export_memory_warnings(plan: Plan, models: list[ModelResults]) -> tuple[str, ...]:

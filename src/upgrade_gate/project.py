@@ -14,9 +14,13 @@ plugin (compat/pytest_plugin/upgrade_gate_pytest.py), which a pytest command loa
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout, packages, supervisor
-from upgrade_gate.atomic import write_json_atomic
+from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import RecordError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
@@ -592,6 +596,8 @@ class ProjectResults:
     scan_problem: str | None = None
     # Per candidate whose warnings and the baseline's were both counted: the kinds only it raises.
     new_warnings: dict[str, tuple[NewWarning, ...]] = field(default_factory=dict)
+    # The scan record the report cites, relative to the report folder (a copy named by its content).
+    scan_file: str = "project/scan.json"
 
     def package_changes(self, candidate: str) -> packages.Differences:
         """The packages whose versions differ between the baseline's test venv and a candidate's
@@ -610,6 +616,7 @@ class ProjectResults:
             "package_changes": {name: self.package_changes(name) for name in list(self.stacks)[1:]},
             "scan": self.scan.to_dict() if self.scan else None,
             "scan_problem": self.scan_problem,
+            "scan_file": self.scan_file,
         }
 
     @classmethod
@@ -622,21 +629,87 @@ class ProjectResults:
                    diffs={name: OutcomeDiff.from_reader(d) for name, d in r.entries("diffs").items()},
                    new_warnings={name: tuple(NewWarning.from_reader(w) for w in warned.children(name))
                                  for name in warned.data},
-                   scan=ScanResults.from_reader(scan) if scan else None, scan_problem=r.opt_text("scan_problem"))
+                   scan=ScanResults.from_reader(scan) if scan else None, scan_problem=r.opt_text("scan_problem"),
+                   scan_file=r.opt_text("scan_file") or "project/scan.json")  # a 2.1 file before issue 26
+
+
+# -- the evidence a report cites ------------------------------------------------------
+
+# A stack's files that a report's project section is made from, copied together (run.json first: a
+# folder without it has nothing a report can cite).
+EVIDENCE_FILES = ("run.json", JUNIT_FILE, WARNINGS_FILE, LOG_FILE)
+
+
+def _digest(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _keep(sources: list[Path], target: Path) -> None:
+    """Copy sources into the folder target, whole or not at all (a copy already there is the same content)."""
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        for source in sources:
+            shutil.copyfile(source, staging / source.name)
+        os.chmod(staging, 0o755)
+        os.rename(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not target.is_dir():  # else made meanwhile (rename fails onto a folder that is not empty): the same
+            raise
+
+
+def keep_stack_evidence(out: Path, stack: str) -> Path:
+    """The folder a report reads (and cites) a stack's test run from.
+
+    `nox -s compat` and `nox -s compare` run the same project sessions into the same project/<stack>/,
+    so a later run rewrites the files an earlier report pointed to (issue 26). The report instead
+    cites copies in project/evidence/<stack>-<digest>/, named by their content: a later run with
+    other outcomes makes another folder, and one with the same outcomes finds its copy there. A stack
+    without run.json (its tests did not run for this report) is read where it is: nothing to cite.
+    """
+    folder = layout.project_dir(out, stack)
+    present = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
+    if not present or present[0].name != "run.json":
+        return folder
+    target = layout.stack_evidence_dir(out, stack, _digest(present))
+    _keep(present, target)
+    return target
+
+
+def keep_scan_evidence(out: Path) -> Path:
+    """The scan record a report reads (and cites): a copy of project/scan.json named by its content."""
+    source = layout.scan_file(out)
+    if not source.is_file():
+        return source
+    target = layout.scan_evidence_file(out, _digest([source]))
+    if not target.exists():
+        write_text_atomic(target, source.read_text(encoding="utf-8"))
+    return target
 
 
 def gather_project(plan: Plan) -> ProjectResults | None:
-    """What the project sessions wrote into the report folder; None without a project."""
+    """What the project sessions wrote into the report folder, read from (and citing) copies that no later
+    run changes (keep_stack_evidence); None without a project."""
     project = plan.settings.project
     if project is None:
         return None
     out = plan.settings.out_dir
-    runs = {spec.name: _stack_tests(out, spec.name) for spec in plan.stacks}
+    folders = {spec.name: keep_stack_evidence(out, spec.name) for spec in plan.stacks}
+    runs = {spec.name: _stack_tests(out, folders[spec.name], spec.name) for spec in plan.stacks}
     allow = dict(project.allow)
     base_problem, base_tests = runs[plan.baseline.name]
     diffs = {spec.name: diff_outcomes(base_tests, runs[spec.name][1], allow) for spec in plan.candidates
              if base_problem is None and runs[spec.name][0] is None}
-    scan_file = layout.scan_file(out)
+    scan_file = keep_scan_evidence(out)
     scan, scan_problem = None, None
     try:
         scan = read_scan(scan_file)
@@ -644,9 +717,10 @@ def gather_project(plan: Plan) -> ProjectResults | None:
         scan_problem = "the API scan did not run for this report (nox -s scan)"
     except (OSError, ValueError, RecordError) as error:
         scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run nox -s scan again"
-    warned = {spec.name: _stack_warnings(out, spec.name, runs[spec.name][0], project) for spec in plan.stacks}
-    stacks = {name: ProjectStack(run=_read_run(out, name), problem=problem, counts=counts(tests),
-                                 junit=(layout.project_dir(out, name) / JUNIT_FILE).relative_to(out).as_posix(),
+    warned = {spec.name: _stack_warnings(out, folders[spec.name], runs[spec.name][0], project)
+              for spec in plan.stacks}
+    stacks = {name: ProjectStack(run=_read_run(out, folders[name]), problem=problem, counts=counts(tests),
+                                 junit=(folders[name] / JUNIT_FILE).relative_to(out).as_posix(),
                                  warnings=per_test(warned[name][1]) if warned[name][0] is None else None,
                                  warnings_problem=warned[name][0])
               for name, (problem, tests) in runs.items()}
@@ -654,15 +728,16 @@ def gather_project(plan: Plan) -> ProjectResults | None:
     fresh = {spec.name: new_warnings(base_warned[1], warned[spec.name][1]) for spec in plan.candidates
              if base_warned[0] is None and warned[spec.name][0] is None}
     return ProjectResults(root=str(project.root), install=project.install, test=project.test, allow=allow,
-                          stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem, new_warnings=fresh)
+                          stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem, new_warnings=fresh,
+                          scan_file=scan_file.relative_to(out).as_posix())
 
 
-def _stack_warnings(out: Path, stack: str, tests_problem: str | None,
+def _stack_warnings(out: Path, folder: Path, tests_problem: str | None,
                     project: ProjectSettings) -> tuple[str | None, tuple[RaisedWarning, ...]]:
     """Why a stack's warnings are not counted (None when they are), and its warnings."""
     if tests_problem is not None:
         return "the tests did not run to the end", ()
-    path = layout.project_dir(out, stack) / WARNINGS_FILE
+    path = folder / WARNINGS_FILE
     try:
         captured, warnings = read_warnings(path)
     except FileNotFoundError:
@@ -671,29 +746,29 @@ def _stack_warnings(out: Path, stack: str, tests_problem: str | None,
         return ("the test command is not pytest; upgrade-gate counts warnings with a pytest plugin, which only "
                 "a pytest command loads (-p)"), ()
     except (OSError, ValueError, RecordError) as error:
-        return f"project/{stack}/{WARNINGS_FILE} is unreadable ({error})", ()
+        return f"{path.relative_to(out).as_posix()} is unreadable ({error})", ()
     if not captured:
         return "the team's pytest runs without its warnings plugin (-p no:warnings)", ()
     return None, warnings
 
 
-def _read_run(out: Path, stack: str) -> TestRun | None:
+def _read_run(out: Path, folder: Path) -> TestRun | None:
+    path = folder / "run.json"
     try:
-        data = json.loads((layout.project_dir(out, stack) / "run.json").read_text())
-        return TestRun.from_reader(Reader(data, f"project/{stack}/run.json"))
+        return TestRun.from_reader(Reader(json.loads(path.read_text()), path.relative_to(out).as_posix()))
     except (OSError, ValueError, RecordError):
         return None
 
 
-def _stack_tests(out: Path, stack: str) -> tuple[str | None, dict[str, CaseOutcome]]:
-    """Why a stack has no test outcomes (None when it has them), and its outcomes."""
-    folder = layout.project_dir(out, stack)
+def _stack_tests(out: Path, folder: Path, stack: str) -> tuple[str | None, dict[str, CaseOutcome]]:
+    """Why a stack has no test outcomes (None when it has them), and its outcomes, from the files in folder."""
+    path = folder / "run.json"
     try:
-        run = TestRun.from_reader(Reader(json.loads((folder / "run.json").read_text()), f"project/{stack}/run.json"))
+        run = TestRun.from_reader(Reader(json.loads(path.read_text()), path.relative_to(out).as_posix()))
     except FileNotFoundError:
         return f'the project\'s tests did not run in {stack} for this report (nox -s "project({stack})")', {}
     except (OSError, ValueError, RecordError) as error:
-        return f"project/{stack}/run.json is unreadable ({error})", {}
+        return f"{path.relative_to(out).as_posix()} is unreadable ({error})", {}
     if run.status == "install-failed":
         return f"the project does not install into {stack}: {run.install_error}", {}
     if run.status != "ran":

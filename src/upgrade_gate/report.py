@@ -10,7 +10,7 @@ most modules on purpose: every section of the report is in this one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from upgrade_gate import __version__, junit
@@ -29,8 +29,9 @@ from upgrade_gate.document import (
     to_html,
     to_markdown,
 )
+from upgrade_gate.document import mark as status_mark
 from upgrade_gate.packages import ABSENT, Differences
-from upgrade_gate.project import ProjectResults
+from upgrade_gate.project import Finding, ProjectResults
 from upgrade_gate.results import (
     ExtraRequirement,
     GateResult,
@@ -44,7 +45,7 @@ from upgrade_gate.results import (
 from upgrade_gate.stages import RUNTIME_STAGES
 from upgrade_gate.stats import CONFIDENCE
 from upgrade_gate.tasks import HEADLINE
-from upgrade_gate.text import first_line, ms, num, seconds, short, size
+from upgrade_gate.text import first_line, ms, num, plain, seconds, short, size
 
 VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
 # How each outcome is listed under a candidate's verdict, after its failures.
@@ -218,8 +219,8 @@ def matrix_rows(results: Results) -> list[list[str]]:
             return ""
         failed = [g for g in relevant if g.status is GateStatus.FAILED]
         if failed:
-            return " ❌" if any(g.severity.value == "hard" for g in failed) else " ⚠️"
-        return " ❔" if any(g.status is GateStatus.INCOMPLETE for g in relevant) else " ✅"
+            return " " + status_mark("FAILED" if any(g.severity.value == "hard" for g in failed) else "condition")
+        return " " + status_mark("incomplete" if any(g.status is GateStatus.INCOMPLETE for g in relevant) else "passed")
 
     fp32 = [m for m in results.models if not m.quantized]
     quantized = [m for m in results.models if m.quantized]
@@ -341,6 +342,8 @@ def _p50s(model: ModelResults, stack: str, threads: int) -> str:
 
 
 def _ratio_note(model: ModelResults, stack: str, threads: int) -> str:
+    if model.busy_at(threads) is not None:
+        return " (no ratio: machine busy)" if model.ratios_of(stack, threads) else ""  # a round or two: no judgement
     estimates = model.ratios_of(stack, threads)
     return f" ({' / '.join(str(e) for e in estimates)})" if estimates else ""
 
@@ -446,12 +449,37 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
         f"{len(scan.findings)} calls to change in {scan.files_scanned} files (TorchFix {scan.torchfix} and "
         f"upgrade-gate's {scan.rules} rules for the move to the candidate, compat/migration_rules.toml):"))
     if scan.findings:
-        blocks.append(Table(["Where", "Code", "Call", "Why it matters for the candidate", "Replacement"], [
-            [f"{f.file}:{f.line}", f.code, f"`{short(f.call)}`", f.why or f.summary, f.replacement]
-            for f in scan.findings]))
+        # Each rule's explanation once, as a legend; a finding cites its rule and says only what is its own
+        # (issue 26: the same 60 words 12 times over). What every finding of a rule shares goes in the legend.
+        by_code: dict[str, list[Finding]] = {}
+        for f in scan.findings:
+            by_code.setdefault(f.code, []).append(f)
+        shared = {code: (_same(f.summary for f in found), _same(f.why for f in found),
+                         _same(f.replacement for f in found)) for code, found in by_code.items()}
+        legend = []
+        for code, (summary, why, replacement) in sorted(shared.items()):
+            said = " — ".join(w for w in (summary, why) if w) or "(no explanation)"
+            if replacement:
+                said += ("" if said.endswith((".", "!", "?")) else ".") + f" Instead: {replacement}"
+            legend.append(f"**{code}** ({len(by_code[code])}): {said}")
+        blocks += [Paragraph("The rules found, each explained once:"), bullets(*legend)]
+        rows = []
+        for f in scan.findings:
+            summary, why, replacement = shared[f.code]
+            own = [part for part, common in ((f.summary, summary), (f.why, why)) if part and common is None]
+            rows.append([f"{f.file}:{f.line}", f.code, f"`{short(f.call)}`", " — ".join(own),
+                         f"`{short(f.replacement)}`" if f.replacement and replacement is None else ""])
+        blocks.append(Table(["Where", "Rule", "Call", "What (where the rule's legend does not say it)",
+                             "Replacement (where it is this call's own)"], rows))
     if scan.errors:
         blocks += [Paragraph("Files the scan could not parse:"), bullets(*(f"{file}: {e}" for file, e in scan.errors))]
     return blocks
+
+
+def _same(values: Iterable[str]) -> str | None:
+    """The one value every finding of a rule has, or None when they differ."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
 
 
 # -- one model -----------------------------------------------------------------------
@@ -502,15 +530,32 @@ def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block
                 # stopped (a deadline) or crashed (faulthandler writes it there).
                 tail = list(s.error.traceback_tail) or [f"(nothing: see {stack.record_dir}/{_phase_of(s.stage)}.log)"]
                 blocks += [Paragraph(f"**{n}: {s.explain()}**"), Code(tail)]
-        details = []
-        if stack.export_details:
-            details.append(f"{n} export: " + ", ".join(f"{k}: {short(v)}" for k, v in stack.export_details.items()))
+        details = _export_lines(n, stack.export_details)
         if stack.program:
             file, count, methods = stack.program
             details.append(f"{n} multi-method artifact: {file}, {size(count)}, methods {', '.join(methods)}")
         if details:
             blocks.append(bullets(*details))
     return blocks
+
+
+# What the export stage records per method that other sections show already (delegation, planned memory).
+SHOWN_ELSEWHERE = frozenset({"delegate", "delegate_partitions", "delegated_nodes", "portable_nodes", "portable_ops",
+                             "by_operator", "planned_memory_bytes", "planned_buffers_bytes"})
+
+
+def _export_lines(stack: str, details: Mapping[str, object]) -> list[str]:
+    """The export stage's facts the other sections do not show, as words (not Python's repr of the record)."""
+    lines = []
+    methods = details.get("methods")
+    for method, facts in (methods.items() if isinstance(methods, Mapping) else ()):
+        own = {k: v for k, v in facts.items() if k not in SHOWN_ELSEWHERE} if isinstance(facts, Mapping) else {}
+        if own:
+            lines.append(f"{stack} export of {method}: {short(plain(own))}")
+    rest = {k: v for k, v in details.items() if k != "methods"}
+    if rest:
+        lines.append(f"{stack} export: {short(plain(rest))}")
+    return lines
 
 
 def _phase_of(stage: str) -> str:
@@ -547,7 +592,7 @@ def _task_cell(comparison: object) -> str:
     task = getattr(comparison, "task", None)
     if task is None:
         return getattr(comparison, "task_missing", None) or "—"
-    return ", ".join(f"{k} {short(f'{v:.6g}' if isinstance(v, float) else v)}" for k, v in task.values.items())
+    return ", ".join(f"{k} {short(plain(v))}" for k, v in task.values.items())
 
 
 def generated_text_blocks(results: Results, model: ModelResults) -> list[Block]:
@@ -616,12 +661,16 @@ def latency_blocks(results: Results, model: ModelResults) -> list[Block]:
                 if lat is None:
                     continue
                 estimate = model.ratio(n, threads, method)
+                unjudged = estimate is not None and model.busy_at(threads) is not None
+                if unjudged:  # made of the few quiet rounds a busy machine left: no ratio, no interval
+                    estimate = None
                 rate = f"{lat.per_second:.1f} FPS" if measured.image_input else f"{lat.per_second:.1f}/s"
                 winner = "" if estimate is None or baseline is None else (
                     n if lat.p50_ms < baseline.p50_ms and estimate.high < 1 else
                     base if lat.p50_ms > baseline.p50_ms and estimate.low > 1 else "tie (within noise)")
                 rows.append([method, n, str(lat.runs), ms(lat.min_ms), ms(lat.p50_ms), ms(lat.p90_ms), ms(lat.p99_ms),
-                             ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate, str(estimate) if estimate else "", winner])
+                             ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate,
+                             str(estimate) if estimate else "— (machine busy)" if unjudged else "", winner])
         if rows:
             blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} rounds, the stacks in "
                                  "turn (ratio: candidate/baseline, the median of the per-round ratios, with its "

@@ -35,7 +35,7 @@ from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.records import Reader, Stage, StagesOf
 from upgrade_gate.settings import Settings
-from upgrade_gate.stats import LatencySummary, RatioEstimate
+from upgrade_gate.stats import LatencySummary, RatioEstimate, fewest_rounds
 from upgrade_gate.tasks import HEADLINE, TaskAgreement
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
@@ -277,23 +277,38 @@ class BaselineFinding:
     max_rel_l2: float | None = None
     task: dict[str, float] = field(default_factory=dict)  # the task's headline value, by name
     failure: str = ""  # the baseline's stage that did not succeed, when it is one
+    # A quantized variant's own artifact against the fp32 reference, by the quantized-numerics gate's
+    # thresholds: its worst SNR and cosine, and theirs (rel_l2 is the float models' measure).
+    snr_db: float | None = None
+    min_snr_db: float | None = None
+    cosine: float | None = None
+    # Not "min_cosine": that is the embedding task's headline, which to_dict writes beside these.
+    gate_min_cosine: float | None = None
 
     def __str__(self) -> str:
         if self.failure:
             return f"**{self.model}**: {self.failure}"
-        shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
-                 f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
+        if self.snr_db is not None:
+            shown = (f"**{self.model}**: SNR = {text.num(self.snr_db, '{:.1f}')} dB ({self.output}), cosine "
+                     f"{text.num(self.cosine, '{:.5f}')}, against the fp32 reference: under the quantized gate's "
+                     f"{text.num(self.min_snr_db, '{:g}')} dB and {text.num(self.gate_min_cosine, '{:g}')}")
+        else:
+            shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
+                     f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
         return shown + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in self.task.items())
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "output": self.output, "rel_l2": self.rel_l2, "max_rel_l2": self.max_rel_l2,
-                "failure": self.failure, **self.task}
+                "snr_db": self.snr_db, "min_snr_db": self.min_snr_db, "cosine": self.cosine,
+                "gate_min_cosine": self.gate_min_cosine, "failure": self.failure, **self.task}
 
     @classmethod
     def from_reader(cls, r: Reader) -> BaselineFinding:
         headlines = {key for key, _ in HEADLINE.values()}
         return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.opt_number("rel_l2"),
                    max_rel_l2=r.opt_number("max_rel_l2"), failure=r.text("failure"),
+                   snr_db=r.opt_number("snr_db"), min_snr_db=r.opt_number("min_snr_db"),
+                   cosine=r.opt_number("cosine"), gate_min_cosine=r.opt_number("gate_min_cosine"),
                    task={key: r.number(key) for key in r.data if key in headlines})
 
 
@@ -602,6 +617,15 @@ class Contention:
         return None if others is None or self.cores is None else max(0.0, self.cores - others)
 
     @property
+    def busy(self) -> bool:
+        """Too few quiet rounds for an interval (policy._latency_gate): the latency here is not judged."""
+        return self.quiet < fewest_rounds()
+
+    @property
+    def peak_run_queue(self) -> int | None:
+        return max((load.run_queue for load in self._loads()), default=None)
+
+    @property
     def oversubscribed(self) -> bool:
         """More threads than the cores others left free: the worst case for a multi-threaded run."""
         free = self.free_cores
@@ -610,7 +634,7 @@ class Contention:
     def summary(self) -> str:
         """One line: how many rounds counted, which did not, how busy the others kept the machine."""
         others, wait = self.typical_others, self.typical_wait
-        queue = max((load.run_queue for load in self._loads()), default=None)
+        queue = self.peak_run_queue
         disturbed = [str(r.round) for r in self.rounds if r.disturbed]
         shown = f"{self.quiet} of {len(self.rounds)} rounds quiet"
         if disturbed:
@@ -959,6 +983,12 @@ class ModelResults:
 
     def ratios_of(self, stack: str, threads: int) -> list[RatioEstimate]:
         return [r.estimate for r in self.ratios if (r.stack, r.threads) == (stack, threads)]
+
+    def busy_at(self, threads: int) -> Contention | None:
+        """The rounds at this thread count when the machine was too busy for an interval, else None.
+        A ratio made of so few rounds is no judgement: reports show none there."""
+        machine = self.contention.get(threads)
+        return machine if machine is not None and machine.busy else None
 
     @property
     def fixture_hashes(self) -> dict[str, dict[str, str] | None]:

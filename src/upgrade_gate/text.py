@@ -7,6 +7,7 @@ also gives the exact bytes. Nothing here decides anything.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 # A message longer than this is cut in tables and one-line summaries (the record keeps it whole).
@@ -23,6 +24,21 @@ def short(value: Any, limit: int = LINE_CHARS) -> str:
     """``value`` as text on one line, cut to ``limit`` characters."""
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain(value: Any) -> str:
+    """A record's value as words, never Python's repr of a dict or list: a mapping as "key value, …" (a nested
+    one in parentheses), a list's items joined by " / ", None as "—", a float to 6 significant digits."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} ({plain(item)})" if isinstance(item, Mapping) and item else f"{key} {plain(item)}"
+                         for key, item in value.items()) or "—"
+    if isinstance(value, (list, tuple)):
+        return " / ".join(plain(item) for item in value) or "—"
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def num(value: float | None, fmt: str = "{:.2e}") -> str:
