@@ -528,25 +528,25 @@ def test_a_baseline_int8_off_from_the_fp32_reference_is_a_baseline_finding(proje
     out = plan.settings.out_dir
     for stack in ("legacy", "candidate"):
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
-    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(legacy_snr_db, flip=flip)],
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[_scaled(legacy_snr_db, flip=flip)],
                       quantize="FX")
-    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
 
     verdict = evaluate(plan, gather(plan))
 
     # Not the candidate's: its int8 is judged against the fp32 reference, and passes.
-    quantized = next(g for g in verdict.gates if (g.model, g.gate) == ("vit-smoke@int8", "quantized-numerics"))
+    quantized = next(g for g in verdict.gates if (g.model, g.gate) == ("vit-smoke@int8-dynamic", "quantized-numerics"))
     assert quantized.status is GateStatus.PASSED and quantized.measured.value == pytest.approx(36.2)
     assert verdict.verdict is Verdict.GO
     if not found:
         assert verdict.baseline_findings == ()
         return
     finding, = verdict.baseline_findings
-    assert (finding.model, finding.output) == ("vit-smoke@int8", "forward.output_0")
+    assert (finding.model, finding.output) == ("vit-smoke@int8-dynamic", "forward.output_0")
     assert finding.snr_db == pytest.approx(legacy_snr_db)
     assert (finding.min_snr_db, finding.gate_min_cosine) == (20, 0.99)  # the quantized gates' defaults (docs/report.md)
     assert finding.cosine == pytest.approx(-1.0 if flip else 1.0)
-    assert str(finding) == (f"**vit-smoke@int8**: SNR = {legacy_snr_db:.1f} dB (forward.output_0), cosine "
+    assert str(finding) == (f"**vit-smoke@int8-dynamic**: SNR = {legacy_snr_db:.1f} dB (forward.output_0), cosine "
                             f"{-1.0 if flip else 1.0:.5f}, against the fp32 reference: under the quantized gate's "
                             "20 dB and 0.99")
     # verdict.json keeps it, and reads it back.
@@ -560,11 +560,11 @@ def test_a_variant_the_baseline_has_no_recipe_for_is_no_finding_and_one_it_fails
     out = plan.settings.out_dir
     for stack in ("legacy", "candidate"):
         write_stack_model(out, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
-    write_stack_model(out, "candidate", "vit-smoke@int8", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
-    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="no recipe")
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[_scaled(36.2)], quantize="PT2E")
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=None, quantize="no recipe")
     assert evaluate(plan, gather(plan)).baseline_findings == ()
 
-    write_stack_model(out, "legacy", "vit-smoke@int8", eager=[REFERENCE], artifact=None, quantize="FX",
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=None, quantize="FX",
                       failed_stage="export")
     finding, = evaluate(plan, gather(plan)).baseline_findings
-    assert (finding.model, finding.failure) == ("vit-smoke@int8", "export failed: RuntimeError: export broke")
+    assert (finding.model, finding.failure) == ("vit-smoke@int8-dynamic", "export failed: RuntimeError: export broke")
