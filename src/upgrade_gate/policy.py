@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 
 from upgrade_gate import __version__, layout
 from upgrade_gate.compare import reference_side
+from upgrade_gate.invocation import command
 from upgrade_gate.plan import Plan
 from upgrade_gate.project import ABSENT, ProjectResults
 from upgrade_gate.results import (
@@ -93,8 +94,9 @@ NAMED_TESTS = 3
 # What each task's gate is called in its line, and the unit of its headline value.
 TASK_METRIC = {"classification": ("top-1 agreement", Unit.AGREEMENT), "embedding": ("min cosine", Unit.COSINE),
                "generation": ("token agreement", Unit.AGREEMENT)}
-# What to do about incomplete evidence: the result cache keeps what finished.
-RESUME = "run `nox -s compare` again with the same options: it reuses what finished and redoes the rest"
+# What to do about incomplete evidence: the result cache keeps what finished (the command as the user types it).
+def resume() -> str:
+    return f"run `{command('compare')}` again with the same options: it reuses what finished and redoes the rest"
 
 
 def decide(results: list[GateResult]) -> Verdict:
@@ -125,7 +127,7 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models),
-        incomplete=(*dict.fromkeys(incomplete), RESUME) if incomplete else ())
+        incomplete=(*dict.fromkeys(incomplete), resume()) if incomplete else ())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,6 +27,7 @@ from typing import Any
 from upgrade_gate import layout, packages, supervisor
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.errors import RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
@@ -641,9 +642,9 @@ def gather_project(plan: Plan) -> ProjectResults | None:
     try:
         scan = read_scan(scan_file)
     except FileNotFoundError:
-        scan_problem = "the API scan did not run for this report (nox -s scan)"
+        scan_problem = f"the API scan did not run for this report ({command('scan')})"
     except (OSError, ValueError, RecordError) as error:
-        scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run nox -s scan again"
+        scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run {command('scan')} again"
     warned = {spec.name: _stack_warnings(out, spec.name, runs[spec.name][0], project) for spec in plan.stacks}
     stacks = {name: ProjectStack(run=_read_run(out, name), problem=problem, counts=counts(tests),
                                  junit=(layout.project_dir(out, name) / JUNIT_FILE).relative_to(out).as_posix(),
@@ -691,7 +692,7 @@ def _stack_tests(out: Path, stack: str) -> tuple[str | None, dict[str, CaseOutco
     try:
         run = TestRun.from_reader(Reader(json.loads((folder / "run.json").read_text()), f"project/{stack}/run.json"))
     except FileNotFoundError:
-        return f'the project\'s tests did not run in {stack} for this report (nox -s "project({stack})")', {}
+        return f"the project's tests did not run in {stack} for this report ({command(f'project({stack})')})", {}
     except (OSError, ValueError, RecordError) as error:
         return f"project/{stack}/run.json is unreadable ({error})", {}
     if run.status == "install-failed":
