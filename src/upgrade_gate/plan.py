@@ -139,6 +139,11 @@ class Plan:
     def candidates(self) -> tuple[StackSpec, ...]:
         return self.stacks[1:]
 
+    @property
+    def assets(self) -> list[str]:
+        """The asset folders this run's models read (models/suite.toml ``assets``): all it builds."""
+        return sorted({name for model in self.models for name in model.assets})
+
     def stack(self, name: str) -> StackSpec:
         for spec in self.stacks:
             if spec.name == name:
