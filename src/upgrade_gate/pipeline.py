@@ -216,6 +216,8 @@ def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, An
         for name in ("pyproject.toml", "setup.py", "setup.cfg"):
             if (folder / name).is_file():
                 local[str((folder / name).resolve())] = cache.sha256_file(folder / name)
+    if "--group" in installs and (cwd / "pyproject.toml").is_file():  # uv reads [dependency-groups] from it
+        local[str((cwd / "pyproject.toml").resolve())] = cache.sha256_file(cwd / "pyproject.toml")
     return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
             "from": str(cwd), "local": local}
 
