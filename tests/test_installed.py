@@ -111,8 +111,8 @@ def upgrade_gate(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> su
 
 
 def test_help_is_upgrade_gates_own_and_a_bare_command_starts_nothing(tmp_path):
-    for flag in ("--help", "-h"):
-        shown = upgrade_gate(flag, cwd=tmp_path)  # no pyproject.toml needed to ask
+    for flag in ("--help", "-h", "compare -h"):
+        shown = upgrade_gate(*flag.split(), cwd=tmp_path)  # no pyproject.toml needed to ask
         assert shown.returncode == 0 and shown.stdout == cli.USAGE and shown.stderr == ""
     assert cli.USAGE.startswith("usage: upgrade-gate COMMAND [NOX_OPTION ...] [-- OPTION ...]\n")
     for command in ("compare", "compat", "report", "diff", "releases", "-l"):

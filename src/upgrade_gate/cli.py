@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv in (["--version"], ["-V"]):
         print(f"{CLI} {__version__}")
         return
-    if argv[:1] in (["--help"], ["-h"]):
+    before_options = argv[:argv.index("--")] if "--" in argv else argv
+    if {"--help", "-h"} & set(before_options):  # `upgrade-gate compare -h` too: nox's help is not this command's
         print(USAGE, end="")
         return
     if not argv:  # a bare command asks for nothing: it must not start a run, and 0 would read as GO
