@@ -54,6 +54,9 @@ def explored(folder):
 
 def test_each_release_is_built_compared_and_judged_or_says_why_not(explored):
     out, result, path = explored
+    # The smoke models read no photos and no converted weights: no assets are built for them (issue 26).
+    assert "Running session assets" not in result.stderr, result.stderr[-3000:]
+    assert "Running session upgrade-path" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     records = {r["name"]: r for r in path["releases"]}
     assert list(records) == ["executorch-0.3.0", *JUDGED, "executorch-1.9.0"]
