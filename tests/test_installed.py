@@ -99,3 +99,79 @@ def test_one_line_adds_the_sessions_to_a_teams_noxfile_and_keeps_its_defaults(tm
     assert "* lint" in lines  # still the team's default
     for session in ("compare", "compat", "run(legacy)", "run(candidate)", "report", "diff"):
         assert any(line.startswith(f"- {session} -> ") for line in lines), (session, listed.stdout)
+
+
+# -- issue 26: the command speaks upgrade-gate, not nox ------------------------------------------------
+
+def upgrade_gate(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**outside_this_checkout(), "PYTHONPATH": str(REPO / "src"), **(env or {})}
+    env.pop("UPGRADE_GATE_COMMAND", None)
+    return subprocess.run([sys.executable, "-m", "upgrade_gate", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_help_is_upgrade_gates_own_and_a_bare_command_starts_nothing(tmp_path):
+    for flag in ("--help", "-h", "compare -h"):
+        shown = upgrade_gate(*flag.split(), cwd=tmp_path)  # no pyproject.toml needed to ask
+        assert shown.returncode == 0 and shown.stdout == cli.USAGE and shown.stderr == ""
+    assert cli.USAGE.startswith("usage: upgrade-gate COMMAND [NOX_OPTION ...] [-- OPTION ...]\n")
+    for command in ("compare", "compat", "report", "diff", "releases", "-l"):
+        assert f"\n  {command} " in cli.USAGE, command
+    (tmp_path / "pyproject.toml").write_text("[tool.upgrade-gate]\n")
+    bare = upgrade_gate(cwd=tmp_path)
+    assert bare.returncode == 2 and bare.stderr == cli.USAGE and bare.stdout == ""
+    assert not (tmp_path / ".nox").exists() and not (tmp_path / "report").exists()
+
+
+def test_a_session_that_does_not_exist_is_a_usage_error_listing_them(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.upgrade-gate]\n")
+    result = upgrade_gate("nosuchsession", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "upgrade-gate: error: no command 'nosuchsession'; the commands: compare, compat, assets, run(legacy), "
+        "run(candidate), project(legacy), project(candidate), scan, compat-report, measure, report, releases, "
+        "upgrade-path, diff, benchmark (`upgrade-gate --help` says what each does)")
+    assert cli.unknown_sessions(["run(legacy)", "compare"], [("run", ["run(legacy)"]), ("compare", [])]) is None
+
+
+def test_listing_the_sessions_needs_no_configuration(tmp_path):
+    listed = upgrade_gate("-l", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    for session in ("compare", "run(legacy)", "run(candidate)", "report", "diff", "releases"):
+        assert any(line.lstrip("*- ").startswith(f"{session} -> ") for line in lines), (session, listed.stdout)
+
+
+def test_a_broken_stack_spec_is_named_by_the_session_that_needs_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.upgrade-gate]\n")
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "candidate.toml").write_text('python = "3.11"\nrequirements = ["torch==2.8.0"]\n')
+    message = (f"upgrade-gate: error: {tmp_path / 'envs' / 'candidate.toml'}: adapter: missing; every stack spec "
+               "needs python, requirements and adapter")
+    installed = upgrade_gate("run(candidate)", cwd=tmp_path)
+    assert installed.returncode == 2 and installed.stderr.splitlines()[-1] == message, installed.stderr
+    env = {**outside_this_checkout(), "PYTHONPATH": str(REPO / "src"), "UPGRADE_GATE_CONFIG": str(tmp_path / "pyproject.toml")}
+    env.pop("UPGRADE_GATE_COMMAND", None)
+    with_nox = subprocess.run([sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "-s",
+                               "run(candidate)"], env=env, capture_output=True, text=True, timeout=300)
+    assert with_nox.returncode == 2 and with_nox.stderr.splitlines()[-1] == message, with_nox.stderr
+    assert not (tmp_path / ".nox").exists()  # no venv made for a session that cannot run
+
+
+def test_advice_and_relative_folders_are_the_users(project):
+    from test_diff import run
+
+    run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    run(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    missing = upgrade_gate("report", "--", "--out", "nowhere", cwd=project)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines()[-1] == (
+        f"upgrade-gate: error: {project / 'nowhere'}: no such report folder; run `upgrade-gate compare -- --out "
+        f"{project / 'nowhere'}` first, or give the folder a run wrote with --out DIR")
+    changed = upgrade_gate("diff", "--", "old", "new", cwd=project)
+    assert changed.returncode == 0, changed.stderr
+    assert f"# upgrade-gate diff: {project / 'old'} → {project / 'new'}" in changed.stdout
+    # A verdict ends with the verdict, not with nox's "Session report aborted".
+    judged = upgrade_gate("report", "--", "--out", "old", cwd=project)
+    assert judged.returncode == 1, judged.stderr
+    assert "aborted" not in judged.stdout + judged.stderr and "Verdict" in judged.stdout + judged.stderr

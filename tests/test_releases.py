@@ -334,3 +334,58 @@ def test_every_gate_the_policy_gives_a_model_can_be_bisected():
     named |= {f"{prefix}{kind}" for prefix in re.findall(r'f"((?:quantized-)?task-)\{model\.task_kind\}"', source)
               for kind in ("classification", "embedding", "generation")}
     assert named and named <= set(MODEL_GATES), named - set(MODEL_GATES)
+
+
+# -- issue 26: a team with a project table, and the exit status of a bisection ------------------------
+
+NOT_RUN = ("the project's tests and API scan are not run per release: copy a release's spec "
+           "(releases/<release>/<release>.toml) into your stack specs' folder as candidate.toml and run "
+           "`nox -s compat` to judge them")
+
+
+def test_a_team_with_a_project_table_gets_a_recommendation_and_is_told_what_was_not_run(tmp_path, monkeypatch):
+    from upgrade_gate.upgrade_path import not_run_per_release, recommend
+
+    monkeypatch.delenv("UPGRADE_GATE_COMMAND", raising=False)
+    assert not_run_per_release() == NOT_RUN
+    best, text, undecided = recommend(records_of("GO", "NO-GO"), [], ["vit-smoke"], NOT_RUN)
+    assert best == "executorch-0.7.0" and not undecided
+    assert text == ("**executorch-0.7.0** (torch 2.8.0): the newest release in range with no hard failure on "
+                    f"vit-smoke — GO; newer: executorch-1.0.0 NO-GO. Judged on the models alone: {NOT_RUN}")
+    # Installed, the advice names the command the team types.
+    monkeypatch.setenv("UPGRADE_GATE_COMMAND", "upgrade-gate")
+    assert not_run_per_release().endswith("run `upgrade-gate compat` to judge them")
+
+
+def test_releases_do_not_judge_the_project_they_do_not_run(tmp_path):
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n[tool.upgrade-gate.project]\n'
+                      'install = ["-e", "."]\ntest = "python -m pytest"\n')
+    request = request_for(config, "--from", "0.7.0", "--to", "1.0.0", "--models", "vit-smoke")
+    # No project gates in a release's verdict: they could only say "incomplete" and hold every release there.
+    assert request.plan.settings.project is None
+    assert request.not_run == NOT_RUN
+    without = tmp_path / "plain" / "pyproject.toml"
+    without.parent.mkdir()
+    without.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
+    assert request_for(without).not_run == ""
+
+
+def test_a_bisection_exits_as_its_recommendation_does():
+    from upgrade_gate.releases import Bisection
+    from upgrade_gate.upgrade_path import UpgradePath, recommend
+
+    located = Bisection(gate="numerics", model="nanovlm", states={}, built=(), answer="fails at both ends")
+    for outcomes, status in ((("NO-GO", "NO-GO"), 1), (("GO", "NO-GO"), 0), (("NO-GO", "INCOMPLETE"), 3)):
+        records = records_of(*outcomes)
+        best, text, undecided = recommend(records, [], ["nanovlm"])
+        path = UpgradePath(baseline="legacy", models=("nanovlm",), records=tuple(records), rows=(), findings=(),
+                           recommendation=best, recommendation_text=text, undecided=undecided, bisection=located)
+        assert path.exit_code() == status, (outcomes, text)
+
+
+def test_merge_folders_and_out_are_from_the_folder_the_command_ran_in(smoke_config, tmp_path):
+    here = tmp_path / "ci"
+    here.mkdir()
+    request = load_request(["--out", "all", "part-1", "part-2"], invoked_from=here, config_path=smoke_config)
+    assert request.merge == (here / "part-1", here / "part-2") and request.out == here / "all"

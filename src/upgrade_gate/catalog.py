@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from upgrade_gate.assets import SOURCES as ASSET_SOURCES
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.tomlfile import Table, read_toml
@@ -43,6 +44,8 @@ class ModelEntry:
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     # fp32, or the quantized variant this entry runs: then its name is "<model>@<variant>".
     variant: str = FP32
+    # The asset folders (models/sources/<name>.py builds each) a built-in model reads; a project's model none.
+    assets: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -81,7 +84,7 @@ def load_catalog(path: Path = CATALOG) -> dict[str, ModelEntry]:
         if not isinstance(raw, dict):
             raise ConfigError("expected a table with factory and description", path=path, key=name)
         entry = Table(raw, path=path, key=name)
-        entry.reject_unknown({*ENTRY_KEYS, "suites"})
+        entry.reject_unknown({*ENTRY_KEYS, "suites", "assets"})
         factory = entry.get("factory", str, "")
         if ":" not in factory:
             raise entry.error("factory", f"expected 'module:function', got {factory!r}")
@@ -89,9 +92,14 @@ def load_catalog(path: Path = CATALOG) -> dict[str, ModelEntry]:
         for suite in suites:
             if suite not in SUITES:
                 raise entry.error("suites", f"unknown suite {suite!r}; expected some of {', '.join(SUITES)}")
+        needs = entry.get_str_list("assets", [])
+        for asset in needs:
+            if asset not in ASSET_SOURCES:
+                raise entry.error("assets", f"unknown asset {asset!r}; expected some of {', '.join(ASSET_SOURCES)}")
         catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name),
                                    suites=tuple(suites), exclusive=entry.get("exclusive", bool, False),
-                                   defined_in=path, variants=load_variants(entry, "variants", DEFAULT_VARIANTS))
+                                   defined_in=path, variants=load_variants(entry, "variants", DEFAULT_VARIANTS),
+                                   assets=tuple(needs))
     return catalog
 
 

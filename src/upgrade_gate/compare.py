@@ -15,6 +15,7 @@ import numpy as np
 from upgrade_gate import tasks
 from upgrade_gate.cache import sha256_file
 from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.invocation import command
 from upgrade_gate.metrics import compare_outputs
 from upgrade_gate.plan import Plan
 from upgrade_gate.records import (
@@ -228,7 +229,7 @@ def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
 def _damage(out: Path, damage: DamagedFile) -> str:
     """What is damaged, and how to make it again: the cache holds the finished phase, or the phase runs again."""
     where = damage.path.relative_to(out) if damage.path.is_relative_to(out) else damage.path
-    return (f"{where} is damaged ({damage.why}); run `nox -s compare -- --out {out}` again (the result cache "
+    return (f"{where} is damaged ({damage.why}); run `{command('compare', f'--out {out}')}` again (the result cache "
             "copies the phase back, or the phase runs again)")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from upgrade_gate.document import markdown_table
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.invocation import command
 from upgrade_gate.results import GateResult, ModelResults, Results
 from upgrade_gate.text import size
 
@@ -137,11 +138,12 @@ def _reference_error(model: ModelResults) -> dict[str, float]:
             if c.purpose == REFERENCE_PURPOSE and c.worst_rel_l2 is not None}
 
 
-def main(args: list[str]) -> str:
-    """`nox -s diff -- OLD NEW`: the diff as Markdown; ConfigError for bad arguments."""
+def main(args: list[str], invoked_from: Path | None = None) -> str:
+    """`nox -s diff -- OLD NEW`: the diff as Markdown; ConfigError for bad arguments. Relative paths
+    are from ``invoked_from``, the folder the command ran in (nox runs sessions in the noxfile's)."""
     if len(args) != 2:
-        raise ConfigError("nox -s diff -- OLD NEW: give two report folders (or their results.json), older first")
-    old_path, new_path = (Path(a) for a in args)
+        raise ConfigError(f"{command('diff', 'OLD NEW')}: give two report folders (or their results.json), older first")
+    old_path, new_path = ((invoked_from or Path.cwd()) / a for a in args)
     old, new = Results.load(old_path), Results.load(new_path)
     return "\n".join(diff(old, new, _folder(old_path), _folder(new_path)))
 

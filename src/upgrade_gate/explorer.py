@@ -24,6 +24,7 @@ from typing import Any
 from upgrade_gate import layout, measure, pipeline, runner
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.plan import Plan, load_plan, parse_posargs, parse_shard
 from upgrade_gate.plan import parser as plan_parser
 from upgrade_gate.policy import MODEL_GATES
@@ -48,14 +49,16 @@ from upgrade_gate.report import write_reports
 from upgrade_gate.results import Verdict
 from upgrade_gate.settings import Settings
 from upgrade_gate.specs import StackSpec, load_spec
-from upgrade_gate.upgrade_path import write_upgrade_path
+from upgrade_gate.upgrade_path import not_run_per_release, write_upgrade_path
 
 
 def release_settings(settings: Settings) -> Settings:
     """What the explorer changes in the configuration's settings: latency at one thread, the ratio
     that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
-    question is the XNNPACK path across releases (`compare` tries the others for its candidate)."""
-    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0)
+    question is the XNNPACK path across releases (`compare` tries the others for its candidate); and
+    no project: its tests and scan do not run per release, so their gates would only ever say
+    *incomplete* and hold every release's verdict at INCOMPLETE (the report says they were not run)."""
+    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, project=None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +70,8 @@ class Request:
     keep_stacks: bool = False
     prune: bool = False
     merge: tuple[Path, ...] = ()
+    not_run: str = ""  # what the configuration asks for that no release is judged on
+
 
     @property
     def out(self) -> Path:
@@ -81,7 +86,7 @@ SHARED = ("--out", "--suite", "--models", "--fresh")
 
 
 def parser() -> argparse.ArgumentParser:
-    built = plan_parser("nox -s releases --", only=SHARED)
+    built = plan_parser(f"{command('releases')} --", only=SHARED)
     built.add_argument("--from", dest="first", metavar="VERSION",
                        help="the oldest release to build (default: the table's)")
     built.add_argument("--to", dest="last", metavar="VERSION",
@@ -108,6 +113,7 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
     table = load_table((invoked_from / args.table).resolve() if args.table else TABLE_FILE)
     shared = [item for name in SHARED for item in _option(args, name)]
     plan = load_plan(shared, invoked_from=invoked_from, config_path=config_path)
+    not_run = not_run_per_release() if plan.settings.project is not None else ""
     plan = dataclasses.replace(plan, settings=release_settings(plan.settings))
     chosen = table.between(args.first, args.last)
     bisect = None
@@ -135,7 +141,7 @@ def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | 
     if args.prune and args.keep_stacks:
         raise ConfigError("--prune removes what --keep-stacks keeps; give one", key="--prune")
     return Request(plan=plan, table=table, releases=tuple(chosen), bisect=bisect, keep_stacks=args.keep_stacks,
-                   prune=args.prune, merge=merge)
+                   prune=args.prune, merge=merge, not_run=not_run)
 
 
 def _option(args: argparse.Namespace, name: str) -> list[str]:
@@ -153,8 +159,8 @@ def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
         pipeline.fail_usage(error)
     for folder in request.merge:
         if not (folder / "releases").is_dir():
-            pipeline.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of `nox -s releases -- "
-                                "--shard K/N` jobs")
+            pipeline.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
+                                f"`{command('releases', '--shard K/N')}` jobs")
     pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
     return request
 
@@ -326,7 +332,7 @@ def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int
             shutil.rmtree(venv_dir(request.out, request.plan.baseline.name), ignore_errors=True)
             _remove_if_empty(request.out / ".venvs")
     return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, bisection,
-                              log)
+                              log, request.not_run)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -349,4 +355,5 @@ def merge(request: Request, log: Callable[[str], Any] = print) -> int:
                 shutil.rmtree(target)
             shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".venvs", ".*.partial*"))
             log(f"releases: merged {folder.name} from {part}")
-    return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, None, log)
+    return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, None, log,
+                              request.not_run)

@@ -34,6 +34,7 @@ from upgrade_gate import __version__, cache, layout, packages, project, runner, 
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.compare import gather, stack_info
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.plan import Plan, load_plan
 from upgrade_gate.policy import evaluate
 from upgrade_gate.report import write_compat_report, write_reports
@@ -75,11 +76,11 @@ def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: boo
         fail_usage(error)
     out = plan.settings.out_dir
     if plan.merge and not reporting:
-        fail_usage(f"{plan.merge[0]}: folders to merge are for `nox -s report -- DIR...`; other sessions take "
+        fail_usage(f"{plan.merge[0]}: folders to merge are for `{command('report', 'DIR...')}`; other sessions take "
                    "options only (--out, --suite, --models, --shard, --fresh, --remeasure)")
     if reporting and not plan.merge:
         if not out.is_dir():
-            fail_usage(f"{out}: no such report folder; run `nox -s compare -- --out {out}` first, or give the "
+            fail_usage(f"{out}: no such report folder; run `{command('compare', f'--out {out}')}` first, or give the "
                        "folder a run wrote with --out DIR")
         plan = _folder_selection(plan, list(posargs), Path(invoked_from))
     take_folders_or_exit(out, plan.settings.cache_dir)
@@ -106,7 +107,7 @@ def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Pla
     except FileNotFoundError:
         return plan  # a folder from before shard.json, or one no stack has run in: judged as configured
     except (OSError, ValueError, RecordError) as error:
-        fail_incomplete(f"{path} is damaged ({error}); run `nox -s compare -- --out {plan.settings.out_dir}` "
+        fail_incomplete(f"{path} is damaged ({error}); run `{command('compare', f'--out {plan.settings.out_dir}')}` "
                         "again: it resumes")
     held = tuple(manifest.models)
     if tuple(m.name for m in plan.models) == held:
@@ -215,6 +216,8 @@ def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, An
         for name in ("pyproject.toml", "setup.py", "setup.cfg"):
             if (folder / name).is_file():
                 local[str((folder / name).resolve())] = cache.sha256_file(folder / name)
+    if "--group" in installs and (cwd / "pyproject.toml").is_file():  # uv reads [dependency-groups] from it
+        local[str((cwd / "pyproject.toml").resolve())] = cache.sha256_file(cwd / "pyproject.toml")
     return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
             "from": str(cwd), "local": local}
 
@@ -379,12 +382,13 @@ def report(plan: Plan) -> int:
         except ConfigError as error:
             fail_usage(error)
     if not any(layout.stack_dir(plan.settings.out_dir, s.name).is_dir() for s in plan.stacks):
-        fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `nox -s compare` first")
+        fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `{command('compare')}` first")
     try:
         models = gather(plan)
     except RecordError as error:  # a record that does not read: the folder is damaged, the run is not judged
-        fail_incomplete(f"{plan.settings.out_dir}: {error}; run `nox -s compare -- --out {plan.settings.out_dir}` "
-                        "again: it rewrites the records (the result cache copies back what finished)")
+        again = command("compare", f"--out {plan.settings.out_dir}")
+        fail_incomplete(f"{plan.settings.out_dir}: {error}; run `{again}` again: it rewrites "
+                        "the records (the result cache copies back what finished)")
     results = judge(plan, models)
     paths = write_reports(results, plan.settings.out_dir)
     return _announce("Verdict", results.verdict, paths)

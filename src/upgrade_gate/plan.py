@@ -11,6 +11,7 @@ from pathlib import Path
 from upgrade_gate import catalog
 from upgrade_gate.catalog import FP32, VARIANT_SEPARATOR, ModelEntry
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.invocation import command
 from upgrade_gate.layout import BUILT_IN_ENVS, TOOL_ROOT
 from upgrade_gate.settings import ALL_STACKS, OPTION, TABLE, Settings, default_config_path, load_settings
 from upgrade_gate.specs import StackSpec, load_stacks
@@ -78,9 +79,9 @@ ARGUMENTS = (
 )
 
 
-def parser(prog: str = "nox -s compare --", only: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+def parser(prog: str | None = None, only: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
     """The options after ``--``, from ``ARGUMENTS`` (``only`` those named: another session's share)."""
-    built = argparse.ArgumentParser(prog=prog, exit_on_error=False)
+    built = argparse.ArgumentParser(prog=prog or f"{command('compare')} --", exit_on_error=False)
     for argument in ARGUMENTS:
         if only is not None and argument.name not in only:
             continue
@@ -137,6 +138,11 @@ class Plan:
     @property
     def candidates(self) -> tuple[StackSpec, ...]:
         return self.stacks[1:]
+
+    @property
+    def assets(self) -> list[str]:
+        """The asset folders this run's models read (models/suite.toml ``assets``): all it builds."""
+        return sorted({name for model in self.models for name in model.assets})
 
     def stack(self, name: str) -> StackSpec:
         for spec in self.stacks:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 
 from upgrade_gate import __version__, layout
 from upgrade_gate.compare import reference_side
+from upgrade_gate.invocation import command
 from upgrade_gate.plan import Plan
 from upgrade_gate.project import ABSENT, ProjectResults
 from upgrade_gate.results import (
@@ -96,8 +97,9 @@ NAMED_TESTS = 3
 # What each task's gate is called in its line, and the unit of its headline value.
 TASK_METRIC = {"classification": ("top-1 agreement", Unit.AGREEMENT), "embedding": ("min cosine", Unit.COSINE),
                "generation": ("token agreement", Unit.AGREEMENT)}
-# What to do about incomplete evidence: the result cache keeps what finished.
-RESUME = "run `nox -s compare` again with the same options: it reuses what finished and redoes the rest"
+# What to do about incomplete evidence: the result cache keeps what finished (the command as the user types it).
+def resume_advice() -> str:
+    return f"run `{command('compare')}` again with the same options: it reuses what finished and redoes the rest"
 
 
 def decide(results: list[GateResult]) -> Verdict:
@@ -125,7 +127,7 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
     incomplete = [*([busy] if busy else []), *(f"{g.model}: {g.note}" for g in results
                                                if g.status is GateStatus.INCOMPLETE and g not in busy_gates)]
     # Running again resumes what the machine or the run cut short; a NaN reference stays.
-    resume = [RESUME] if any(NOT_FINITE_REFERENCE not in note for note in incomplete) else []
+    resume = [resume_advice()] if any(NOT_FINITE_REFERENCE not in note for note in incomplete) else []
     return VerdictRecord(
         tool_version=__version__,
         generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -351,7 +353,7 @@ def _comparison_missing(found: _Gates, comparison: Comparison | None) -> Missing
         # error (exit 2): exit 2 is the one message about a file, key or option that stops a
         # command before it runs, and this is found only once both stacks have run — the
         # other models' evidence stands, and the report must be written to show which model
-        # and which output. The note says to fix the model or its inputs; RESUME is not
+        # and which output. The note says to fix the model or its inputs; resume_advice() is not
         # offered for it (running again gives the same NaN).
         return Missing(status=GateStatus.INCOMPLETE, note=comparison.reference_not_finite)
     outputs = comparison.comparable_outputs

@@ -31,6 +31,7 @@ from typing import Any
 from upgrade_gate import layout, packages, supervisor
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.plan import Plan
 from upgrade_gate.progress import Progress
@@ -714,9 +715,9 @@ def gather_project(plan: Plan) -> ProjectResults | None:
     try:
         scan = read_scan(scan_file)
     except FileNotFoundError:
-        scan_problem = "the API scan did not run for this report (nox -s scan)"
+        scan_problem = f"the API scan did not run for this report ({command('scan')})"
     except (OSError, ValueError, RecordError) as error:
-        scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run nox -s scan again"
+        scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run {command('scan')} again"
     warned = {spec.name: _stack_warnings(out, folders[spec.name], runs[spec.name][0], project)
               for spec in plan.stacks}
     stacks = {name: ProjectStack(run=_read_run(out, folders[name]), problem=problem, counts=counts(tests),
@@ -766,7 +767,7 @@ def _stack_tests(out: Path, folder: Path, stack: str) -> tuple[str | None, dict[
     try:
         run = TestRun.from_reader(Reader(json.loads(path.read_text()), path.relative_to(out).as_posix()))
     except FileNotFoundError:
-        return f'the project\'s tests did not run in {stack} for this report (nox -s "project({stack})")', {}
+        return f"the project's tests did not run in {stack} for this report ({command(f'project({stack})')})", {}
     except (OSError, ValueError, RecordError) as error:
         return f"{path.relative_to(out).as_posix()} is unreadable ({error})", {}
     if run.status == "install-failed":

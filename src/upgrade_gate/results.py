@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from upgrade_gate import packages, text
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, ConfigError, RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.metrics import OutputMetrics
 from upgrade_gate.project import ProjectResults
 from upgrade_gate.records import Reader, Stage, StagesOf
@@ -53,7 +54,7 @@ def check_version(reader: Reader, path: Path | str) -> None:
         version = None
     if version is None or version.major != SCHEMA_VERSION.major:
         raise RecordError(f"{path}: results schema {found!r}; this upgrade-gate reads {SCHEMA_VERSION.major}.x — "
-                          "write the report again with this version (`nox -s report -- --out DIR`)")
+                          f"write the report again with this version (`{command('report', '--out DIR')}`)")
 
 
 # How a comparison whose reference has NaN or Inf says so (``Comparison.reference_not_finite``).
@@ -1182,7 +1183,8 @@ class Results:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(f"{file}: no such report; pass report folders written by `nox -s compare`") from None
+            raise ConfigError(f"{file}: no such report; pass report folders written by "
+                              f"`{command('compare')}`") from None
         except (OSError, ValueError) as error:
             raise ConfigError(f"{file}: not a readable results.json ({error})") from None
         reader = Reader(data, file.name)

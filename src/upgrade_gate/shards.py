@@ -26,6 +26,7 @@ from typing import Any
 from upgrade_gate import __version__, cache, layout
 from upgrade_gate.atomic import write_json_atomic
 from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.invocation import command
 from upgrade_gate.plan import Plan, Shard, parse_shard
 from upgrade_gate.records import Reader
 
@@ -110,7 +111,7 @@ def _manifest(folder: Path) -> ShardManifest:
         return read_manifest(path)
     except FileNotFoundError:
         raise ConfigError(f"{folder}: not a shard folder (no {MANIFEST}); make one with "
-                          "`nox -s \"run(<stack>)\" measure -- --shard K/N --out DIR`") from None
+                          f"`{command('run(<stack>)')} measure -- --shard K/N --out DIR`") from None
     except (OSError, ValueError) as error:
         raise ConfigError(f"{path}: unreadable ({error}); run that shard again") from None
     except RecordError as error:

@@ -15,6 +15,7 @@ from upgrade_gate import junit
 from upgrade_gate.atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.document import Block, Bullets, Heading, Item, Paragraph, Table, to_html, to_markdown
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO
+from upgrade_gate.invocation import command
 from upgrade_gate.releases import (
     RECORD_VERSION,
     Bisection,
@@ -112,10 +113,10 @@ class UpgradePath:
     generated_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
 
     def exit_code(self) -> int:
-        """0: a release to move to (or the bisection's answer); 1: releases were judged and none is fit;
-        3: undecided — no release could be judged, or one newer than the answer was INCOMPLETE."""
-        if self.bisection is not None:
-            return EXIT_GO if self.bisection.located else EXIT_INCOMPLETE
+        """0: a release to move to; 1: releases were judged and none is fit; 3: undecided — no release
+        could be judged, or one newer than the answer was INCOMPLETE. With --bisect too: the status
+        follows the recommendation (a CI job reads 0 as "a release is recommended"), and the
+        bisection's answer is in the report."""
         if self.undecided or not any(r.judged for r in self.records):
             return EXIT_INCOMPLETE
         return EXIT_GO if self.recommendation else EXIT_NO_GO
@@ -128,8 +129,15 @@ class UpgradePath:
                 "bisection": self.bisection.to_dict() if self.bisection else None}
 
 
+def not_run_per_release() -> str:
+    """What a team with [tool.upgrade-gate.project] gets no verdict on per release, and how to get it."""
+    return ("the project's tests and API scan are not run per release: copy a release's spec "
+            "(releases/<release>/<release>.toml) into your stack specs' folder as candidate.toml and run "
+            f"`{command('compat')}` to judge them")
+
+
 def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, baseline: str,
-                 bisection: Bisection | None) -> UpgradePath:
+                 bisection: Bisection | None, not_run: str = "") -> UpgradePath:
     """The releases in range that finished, read back from their folders in ``out``."""
     records, results = [], {}
     for release in releases:
@@ -153,17 +161,18 @@ def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, ba
             rows.append({"release": record.release.name, "model": model, "cells": cells})
     findings = findings_from({r.release.name: (of.verdict.gates if (of := results.get(r.release.name)) else ())
                               for r in records if r.judged})
-    best, text, undecided = recommend(records, findings, models)
+    best, text, undecided = recommend(records, findings, models, not_run)
     return UpgradePath(baseline=baseline, models=models, records=tuple(records), rows=tuple(rows),
                        findings=findings, recommendation=best, recommendation_text=text, undecided=undecided,
                        bisection=bisection)
 
 
-def recommend(records: Sequence[ReleaseRecord], findings: Sequence[Finding],
-              models: Sequence[str]) -> tuple[str | None, str, tuple[str, ...]]:
+def recommend(records: Sequence[ReleaseRecord], findings: Sequence[Finding], models: Sequence[str],
+              not_run: str = "") -> tuple[str | None, str, tuple[str, ...]]:
     """The newest judged release with no hard failure (GO or GO-WITH-CONDITIONS), the sentence that
     says so — or what blocks each release — and the INCOMPLETE releases newer than the answer, which
-    could have changed it."""
+    could have changed it. A release is judged on what ran in it; ``not_run`` says what did not (the
+    project's tests and scan), so that nobody reads the answer as covering it."""
     judged = [r for r in records if r.judged]
     fit = [r for r in judged if r.verdict in (Verdict.GO, Verdict.GO_WITH_CONDITIONS)]
     best = fit[-1] if fit else None
@@ -185,8 +194,11 @@ def recommend(records: Sequence[ReleaseRecord], findings: Sequence[Finding],
             f"{r.release.name}: {', '.join(blocking.get(r.release.name, [])) or r.verdict or r.status}"
             for r in records) if records else "no release in range finished")
     if undecided:
+        # What is INCOMPLETE in a release (a busy machine, a killed measurement) can change on a re-run.
         text += (f". Not decided: {', '.join(undecided)} (INCOMPLETE — its report says what was missing); run the same "
                  "command again to decide it")
+    if not_run:
+        text += f". Judged on the models alone: {not_run}"
     return (best.release.name if best else None), text, undecided
 
 
@@ -256,9 +268,9 @@ def _detail(blocks: list[Block]) -> list[Block]:
 
 
 def write_upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, baseline: str,
-                       bisection: Bisection | None, log: Callable[[str], Any] = print) -> int:
+                       bisection: Bisection | None, log: Callable[[str], Any] = print, not_run: str = "") -> int:
     """The report in its three files, a line per release and the recommendation on the console; the exit status."""
-    path = upgrade_path(out, releases, table, baseline, bisection)
+    path = upgrade_path(out, releases, table, baseline, bisection, not_run)
     blocks = upgrade_path_blocks(path, table)
     files = [out / f"{REPORT_NAME}.md", out / f"{REPORT_NAME}.html", out / f"{REPORT_NAME}.json"]
     write_text_atomic(files[0], to_markdown(blocks))
