@@ -14,6 +14,7 @@
     nox -s scan                                   TorchFix and compat/migration_rules.toml over the team's source
     nox -s benchmark -- overhead|noise|sensitivity|coverage [--load quiet|one-core|all-cores|all]
                                                   benchmarks of the measurement (docs/benchmarks.md)
+    nox -s benchmark -- stages [--report DIR]     where a finished run's time went, and its floor
 
 Installed (`pip install upgrade-gate`), the same sessions run as `upgrade-gate compare`, … in a
 team's repository (upgrade_gate.cli), or from the team's own noxfile after `import upgrade_gate.sessions`.
@@ -270,7 +271,7 @@ def diff(session: nox.Session) -> None:
 @nox.session(python=False, default=False)
 @pipeline.guarded
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks of the measurement: overhead, noise floor, sensitivity, interval coverage (docs/benchmarks.md)."""
+    """Benchmarks of the measurement: overhead, noise floor, sensitivity, interval coverage; a run's stages (docs/benchmarks.md)."""
     from upgrade_gate import benchmark as benchmarks
 
     if not benchmarks.BENCHMARKS.is_dir():
