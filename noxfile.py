@@ -271,7 +271,7 @@ def diff(session: nox.Session) -> None:
 @nox.session(python=False, default=False)
 @pipeline.guarded
 def benchmark(session: nox.Session) -> None:
-    """Benchmarks of the measurement (overhead, noise floor, sensitivity, coverage) and a run's stages (docs/benchmarks.md)."""
+    """Benchmarks of the measurement and of a finished run's stages (docs/benchmarks.md)."""
     from upgrade_gate import benchmark as benchmarks
 
     if not benchmarks.BENCHMARKS.is_dir():
