@@ -155,6 +155,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                     ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
     kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
 
+    # What part of an output a later call reads is the model's, the same in every stack: read it once.
+    extents = next((r.read_extents for r in records.values() if r.read_extents), {})
     comparisons = []
     for purpose, actual, reference in comparison_pairs(plan):
         try:
@@ -169,7 +171,6 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
                                           missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
             continue
-        extents = records[reference.stack].read_extents or records[actual.stack].read_extents
         try:
             task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
             damaged = None
