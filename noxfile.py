@@ -39,13 +39,14 @@ import nox.virtualenv
 # file is upgrade_gate/_tool/noxfile.py: no src/ beside it, and the package is the installed one.)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from upgrade_gate import assets as asset_build
-from upgrade_gate import layout, pipeline, runner
-from upgrade_gate import measure as measurement
-from upgrade_gate import project as team_project
+from upgrade_gate import layout
+from upgrade_gate.config.plan import Plan, stacks_of
+from upgrade_gate.config.settings import default_config_path, load_settings
 from upgrade_gate.errors import EXIT_GO, ConfigError
-from upgrade_gate.plan import Plan, stacks_of
-from upgrade_gate.settings import default_config_path, load_settings
+from upgrade_gate.measure import rounds as measurement
+from upgrade_gate.project import session as team_project
+from upgrade_gate.run import assets as asset_build
+from upgrade_gate.run import pipeline, runner
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]
@@ -228,11 +229,11 @@ def report(session: nox.Session) -> None:
 @pipeline.guarded
 def releases(session: nox.Session) -> None:
     """Which release to move to: every ExecuTorch release in range against the baseline (docs/releases.md)."""
-    from upgrade_gate import explorer
+    from upgrade_gate.releases import explore
 
-    request = explorer.request_or_exit(session.posargs, session.invoked_from)
+    request = explore.request_or_exit(session.posargs, session.invoked_from)
     if request.merge:
-        _exit_with(explorer.merge(request, log=session.log))
+        _exit_with(explore.merge(request, log=session.log))
         return
     _notify_assets(session, request.plan)
     session.notify("upgrade-path", session.posargs)
@@ -242,10 +243,10 @@ def releases(session: nox.Session) -> None:
 @pipeline.guarded
 def upgrade_path(session: nox.Session) -> None:
     """`nox -s releases` after the assets: build, compare and judge each release, then the upgrade-path report."""
-    from upgrade_gate import explorer
+    from upgrade_gate.releases import explore
 
-    request = explorer.request_or_exit(session.posargs, session.invoked_from)
-    _exit_with(explorer.explore(request, UV, log=session.log))
+    request = explore.request_or_exit(session.posargs, session.invoked_from)
+    _exit_with(explore.explore(request, UV, log=session.log))
 
 
 def _exit_with(status: int) -> None:
@@ -260,7 +261,7 @@ def _exit_with(status: int) -> None:
 @pipeline.guarded
 def diff(session: nox.Session) -> None:
     """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
-    from upgrade_gate import diff as report_diff
+    from upgrade_gate.judge import diff as report_diff
 
     try:
         print(report_diff.main(list(session.posargs), Path(session.invoked_from)))
@@ -272,7 +273,7 @@ def diff(session: nox.Session) -> None:
 @pipeline.guarded
 def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement and of a finished run's stages (docs/benchmarks.md)."""
-    from upgrade_gate import benchmark as benchmarks
+    from upgrade_gate.measure import benchmark as benchmarks
 
     if not benchmarks.BENCHMARKS.is_dir():
         pipeline.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "

@@ -3,7 +3,7 @@ inputs for every stack, artifacts by path, and the model's factory.
 
 Standard library and what the stack installs only: the parent package cannot be
 imported here (another interpreter, another torch). Where the parent has the
-same few lines (upgrade_gate.atomic, upgrade_gate.cache.sha256_file) they stand
+same few lines (upgrade_gate._atomic, upgrade_gate.run.cache.sha256_file) they stand
 twice on purpose, one copy per side of the process boundary.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The records' version; the parent's upgrade_gate.records checks it.
+# The records' version; the parent's upgrade_gate.judge.records checks it.
 SCHEMA_VERSION = "1.0"
 TRACEBACK_TAIL_LINES = 12
 MESSAGE_CHARS = 4000

@@ -1,4 +1,4 @@
-"""The measurement server behind upgrade_gate.measure: one process per stack, model
+"""The measurement server behind upgrade_gate.measure.rounds: one process per stack, model
 and thread count, timing rounds when the parent asks.
 
 It starts the runtime, notes its resident memory, loads the artifacts and runs
@@ -23,7 +23,7 @@ from typing import Any
 from .common import artifact_path, fixture_inputs, jsonable, peak_rss_bytes
 from .contract import Adapter, require
 
-# upgrade_gate.measure names the same variable: the parent cannot be imported here.
+# upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
 # A round of a call that takes microseconds would otherwise be millions of calls long.
 MAX_RUNS_PER_ROUND = 100_000

@@ -10,8 +10,8 @@ from pathlib import Path
 from lxml import etree
 from playwright.sync_api import sync_playwright
 
-from upgrade_gate.records import Reader
-from upgrade_gate.results import VerdictRecord
+from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema.results import VerdictRecord
 
 CHROMIUM = "/usr/bin/chromium"
 JUNIT_SCHEMA = Path(__file__).parent / "data" / "junit.xsd"

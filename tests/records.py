@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from upgrade_gate import layout
-from upgrade_gate.contention import Load
-from upgrade_gate.records import SCHEMA_VERSION
+from upgrade_gate.judge.records import SCHEMA_VERSION
+from upgrade_gate.measure.contention import Load
 
 HASHES = {"weights_sha256": "a" * 64, "inputs_sha256": "b" * 64}
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate import assets
-from upgrade_gate.catalog import load_catalog
+from upgrade_gate.config.catalog import load_catalog
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.plan import load_plan
+from upgrade_gate.run import assets
 
 REPO = Path(__file__).resolve().parents[1]
 

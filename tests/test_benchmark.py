@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from records import write_stack_model
 
-from upgrade_gate import benchmark, pipeline
-from upgrade_gate.plan import load_plan
-from upgrade_gate.results import GateStatus
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.measure import benchmark
+from upgrade_gate.run import pipeline
+from upgrade_gate.schema.results import GateStatus
 
 
 def run(index: int, **statuses: str) -> dict:

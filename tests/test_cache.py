@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate import cache
-from upgrade_gate.catalog import ModelEntry
+from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.run import cache
 
 
 def built_in(factory: str) -> ModelEntry:

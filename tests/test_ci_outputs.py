@@ -11,8 +11,8 @@ import pytest
 from readers import colours, render, validate_junit
 from records import write_stack_model
 
-from upgrade_gate import pipeline
-from upgrade_gate.plan import load_plan
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.run import pipeline
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate import cache
+from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.specs import ADAPTER_HELPERS, NOT_ADAPTERS, load_spec
+from upgrade_gate.run import cache
 
 COMPAT = TOOL_ROOT / "compat"
 ADAPTERS = sorted(p.stem for p in COMPAT.glob("*.py") if p.stem not in NOT_ADAPTERS)
@@ -250,7 +250,7 @@ def test_a_module_missing_part_of_the_contract_is_named(contract):
     assert not isinstance(partial, contract.Adapter) and contract.capabilities(partial) == []
     with pytest.raises(contract.ContractError) as raised:
         contract.require(partial, "/envs/own.py")
-    # The same words as the parent's exit-2 message after the probe (upgrade_gate.pipeline).
+    # The same words as the parent's exit-2 message after the probe (upgrade_gate.run.pipeline).
     assert str(raised.value) == ("adapter '/envs/own.py' lacks lower, save, set_threads; an adapter provides SUFFIX, "
                                  "set_threads, lower, save, load and run (compat/contract.py)")
     assert isinstance(raised.value, TypeError)

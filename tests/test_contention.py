@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from records import add_round_loads, write_stack_model
 
-from upgrade_gate import contention, layout, measure, runner
-from upgrade_gate.compare import gather
-from upgrade_gate.contention import Load
-from upgrade_gate.plan import load_plan
-from upgrade_gate.records import Reader
-from upgrade_gate.results import Contention
+from upgrade_gate import layout
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.judge.gather import gather
+from upgrade_gate.judge.records import Reader
+from upgrade_gate.measure import contention, rounds
+from upgrade_gate.measure.contention import Load
+from upgrade_gate.run import runner
+from upgrade_gate.schema.results import Contention
 
 
 @pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [
@@ -159,8 +161,8 @@ def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
         runner._key_record_path(model_dir, "runtime").write_text(f'{{"key": "{spec.name}-key", "stored": true}}')
         runnable.append((spec, Path("/bin")))
     model = plan.models[0]
-    here = measure._measurement_key(plan, model, 1, runnable)
-    assert here is not None and here == measure._measurement_key(plan, model, 1, runnable)
-    assert measure.machine()["cores"] >= 1 and measure.machine()["cpu"]
-    monkeypatch.setattr(measure, "machine", lambda: {"cpu": "Another CPU", "cores": 64})
-    assert measure._measurement_key(plan, model, 1, runnable) != here
+    here = rounds._measurement_key(plan, model, 1, runnable)
+    assert here is not None and here == rounds._measurement_key(plan, model, 1, runnable)
+    assert rounds.machine()["cores"] >= 1 and rounds.machine()["cpu"]
+    monkeypatch.setattr(rounds, "machine", lambda: {"cpu": "Another CPU", "cores": 64})
+    assert rounds._measurement_key(plan, model, 1, runnable) != here

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from records import write_stack_model
 
-from upgrade_gate import diff, pipeline
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.plan import load_plan
+from upgrade_gate.judge import diff
+from upgrade_gate.run import pipeline
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from upgrade_gate.metrics import OutputMetrics, compare_arrays, compare_outputs
-from upgrade_gate.records import Reader
+from upgrade_gate.judge.numerics import OutputMetrics, compare_arrays, compare_outputs
+from upgrade_gate.judge.records import Reader
 
 inf, nan = math.inf, math.nan
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate.packages import differing, installed_versions, requirement_names
+from upgrade_gate.run.packages import differing, installed_versions, requirement_names
 
 
 def venv_with(root: Path, *dist_infos: str) -> Path:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from records import write_stack_model
 
-from upgrade_gate import cache, pipeline, shards
-from upgrade_gate.atomic import write_json_atomic
-from upgrade_gate.plan import load_plan
+from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.run import cache, pipeline, shards
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -23,7 +23,7 @@ SRC = REPO / "src"
 
 def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate import pipeline; "
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate.run import pipeline; "
          f"from pathlib import Path; pipeline.lock_out_dir(Path({str(tmp_path)!r})); print('held', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -262,7 +262,7 @@ def test_a_reused_venv_holds_its_recipe_and_nothing_left_over(tmp_path):
 
 
 def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
-    from upgrade_gate.specs import load_spec
+    from upgrade_gate.config.specs import load_spec
 
     spec = load_spec(REPO / "envs" / "legacy.toml", adapters_dir=REPO / "compat", is_baseline=True)
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = ['timm']\n")

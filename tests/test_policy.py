@@ -8,12 +8,12 @@ import pytest
 from records import add_round_loads, write_stack_model
 
 from upgrade_gate import layout
-from upgrade_gate.atomic import to_json
-from upgrade_gate.compare import gather
-from upgrade_gate.plan import load_plan
-from upgrade_gate.policy import decide, evaluate
-from upgrade_gate.records import Reader
-from upgrade_gate.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
+from upgrade_gate._atomic import to_json
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.judge.gather import gather
+from upgrade_gate.judge.policy import decide, evaluate
+from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 

@@ -7,7 +7,7 @@ import re
 
 from rich.console import Console
 
-from upgrade_gate.progress import Progress
+from upgrade_gate.run.progress import Progress
 
 
 def test_without_a_terminal_every_event_is_one_line():
@@ -52,7 +52,7 @@ def test_in_a_terminal_a_live_view_shows_what_runs():
 
 
 def test_a_task_whose_stage_changes_often_gets_a_line_at_most_so_often(monkeypatch):
-    from upgrade_gate import progress as module
+    from upgrade_gate.run import progress as module
 
     now = [100.0]
     monkeypatch.setattr(module.time, "monotonic", lambda: now[0])

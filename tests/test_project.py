@@ -12,15 +12,15 @@ import pytest
 from records import junit_of, warning, write_project_run
 
 from upgrade_gate import layout
-from upgrade_gate.document import to_markdown
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.config.settings import runs_pytest
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.plan import load_plan
-from upgrade_gate.policy import project_gates
-from upgrade_gate.project import CaseOutcome, ProjectResults, case_id, diff_outcomes, gather_project, read_junit
-from upgrade_gate.records import Reader
-from upgrade_gate.report import project_blocks
-from upgrade_gate.results import GateStatus, Quantity, Severity, Unit
-from upgrade_gate.settings import runs_pytest
+from upgrade_gate.judge.policy import project_gates
+from upgrade_gate.judge.records import Reader
+from upgrade_gate.project.session import CaseOutcome, ProjectResults, case_id, diff_outcomes, gather_project, read_junit
+from upgrade_gate.report.render import to_markdown
+from upgrade_gate.report.sections import project_blocks
+from upgrade_gate.schema.results import GateStatus, Quantity, Severity, Unit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,7 +290,7 @@ def test_nothing_passes_unmeasured_and_what_did_not_run_is_incomplete(tmp_path):
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():
     import tomllib
 
-    from upgrade_gate.project import SCAN_REQUIREMENTS
+    from upgrade_gate.project.session import SCAN_REQUIREMENTS
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert set(SCAN_REQUIREMENTS) <= set(extras)
@@ -372,7 +372,7 @@ def test_the_pytest_plugin_counts_warnings_and_writes_progress_without_changing_
     import subprocess
     import sys
 
-    from upgrade_gate.project import TestProgress, per_test, project_env, read_warnings, watched_command
+    from upgrade_gate.project.session import TestProgress, per_test, project_env, read_warnings, watched_command
 
     team, folder = tmp_path / "team", tmp_path / "out"
     team.mkdir()
@@ -414,7 +414,7 @@ def test_the_pytest_plugin_counts_warnings_and_writes_progress_without_changing_
 
 
 def test_progress_text_from_the_plugins_file(tmp_path):
-    from upgrade_gate.project import TestProgress
+    from upgrade_gate.project.session import TestProgress
 
     path = tmp_path / "progress.json"
     watch = TestProgress(path)
@@ -436,7 +436,7 @@ def test_progress_text_from_the_plugins_file(tmp_path):
 def test_the_plugin_and_the_parent_name_the_same_variables():
     import importlib.util
 
-    from upgrade_gate import project
+    from upgrade_gate.project import session as project
 
     spec = importlib.util.spec_from_file_location("upgrade_gate_pytest", project.PLUGIN_DIR / f"{project.PLUGIN}.py")
     assert spec is not None and spec.loader is not None
@@ -448,7 +448,7 @@ def test_the_plugin_and_the_parent_name_the_same_variables():
 
 
 def test_new_warnings_are_kinds_the_baseline_never_raised():
-    from upgrade_gate.project import RaisedWarning, new_warnings
+    from upgrade_gate.project.session import RaisedWarning, new_warnings
 
     def raised(test, category, message, count=1):
         return RaisedWarning(test=test, category=category, message=message, location="m.py:1", count=count)
@@ -465,8 +465,8 @@ def test_new_warnings_are_kinds_the_baseline_never_raised():
 def test_a_test_run_shows_its_progress_and_records_warnings_and_packages(tmp_path, monkeypatch):
     import sys
 
-    from upgrade_gate import project
-    from upgrade_gate.project import run_tests
+    from upgrade_gate.project import session as project
+    from upgrade_gate.project.session import run_tests
 
     plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
     (tmp_path / "team" / "test_team.py").write_text(

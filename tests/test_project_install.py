@@ -9,9 +9,9 @@ from pathlib import Path
 import nox.virtualenv
 import pytest
 
-from upgrade_gate import pipeline
-from upgrade_gate.plan import load_plan
-from upgrade_gate.specs import load_spec
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.config.specs import load_spec
+from upgrade_gate.run import pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 UV = nox.virtualenv.find_uv()[1]

@@ -1,4 +1,4 @@
-"""The release table, the range and options of `nox -s releases`, and the bisection (upgrade_gate.releases)."""
+"""The release table, the range and options of `nox -s releases`, and the bisection (upgrade_gate.releases.table)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from upgrade_gate import releases
+from upgrade_gate.config.specs import load_spec
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.explorer import load_request
-from upgrade_gate.releases import FAILS, HOLDS_NOT, Bisect, load_table
-from upgrade_gate.specs import load_spec
+from upgrade_gate.releases.explore import load_request
+from upgrade_gate.releases.table import FAILS, HOLDS_NOT, Bisect, bisect, load_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,7 +147,7 @@ def bisect_over(outcomes: list[str], earlier: dict[int, str] | None = None):
     def seen_before(release):
         return (earlier or {}).get(chosen.index(release))
 
-    found = releases.bisect(chosen, Bisect(gate="numerics", model="m"), judge, seen_before)
+    found = bisect(chosen, Bisect(gate="numerics", model="m"), judge, seen_before)
     assert list(found.built) == built  # each release built once, in the order the answer lists
     return chosen, found
 
@@ -211,7 +210,7 @@ def test_nothing_judgeable_is_said_so():
     ("error: Failed to install: torch-2.9.0 Caused by: No space left on device (os error 28)", False),
 ])
 def test_only_the_index_refusing_a_row_is_the_releases_fault(error, the_release):
-    from upgrade_gate.explorer import refused_by_the_index
+    from upgrade_gate.releases.explore import refused_by_the_index
 
     assert refused_by_the_index(error) is the_release
 
@@ -238,7 +237,7 @@ def test_the_sample_workflows_commands_are_requests_the_explorer_takes(smoke_con
 
 
 def gates_of(release: str, statuses: dict[tuple[str, str], str]):
-    from upgrade_gate.results import GateResult, GateStatus, Severity
+    from upgrade_gate.schema.results import GateResult, GateStatus, Severity
 
     return [GateResult(gate=gate, stack=release, model=model, severity=Severity.SOFT if gate == "latency" else
                        Severity.HARD, status=GateStatus(status), metric="x") for (gate, model), status in
@@ -246,7 +245,7 @@ def gates_of(release: str, statuses: dict[tuple[str, str], str]):
 
 
 def test_a_finding_is_followed_to_where_it_appears_and_where_it_is_gone():
-    from upgrade_gate.upgrade_path import findings_from
+    from upgrade_gate.releases.upgrade_path import findings_from
 
     order = ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1", "executorch-1.1.0", "executorch-1.2.0"]
     numerics = ["passed", "failed", "failed", "passed", "passed"]
@@ -277,8 +276,8 @@ def test_prune_and_keep_stacks_exclude_each_other(smoke_config):
 
 
 def records_of(*outcomes: str):
-    from upgrade_gate.releases import JUDGED, ReleaseRecord
-    from upgrade_gate.results import Verdict
+    from upgrade_gate.releases.table import JUDGED, ReleaseRecord
+    from upgrade_gate.schema.results import Verdict
 
     table = load_table()
     rows = table.between("0.7.0", None)
@@ -288,7 +287,7 @@ def records_of(*outcomes: str):
 
 
 def test_the_newest_fit_release_is_recommended_with_what_the_newer_ones_said():
-    from upgrade_gate.upgrade_path import recommend
+    from upgrade_gate.releases.upgrade_path import recommend
 
     records = records_of("GO", "GO-WITH-CONDITIONS", "NO-GO", "not installed")
     best, text, undecided = recommend(records, [], ["vit-smoke"])
@@ -297,7 +296,7 @@ def test_the_newest_fit_release_is_recommended_with_what_the_newer_ones_said():
 
 
 def test_an_incomplete_release_newer_than_the_answer_leaves_it_undecided():
-    from upgrade_gate.upgrade_path import UpgradePath, recommend
+    from upgrade_gate.releases.upgrade_path import UpgradePath, recommend
 
     records = records_of("GO", "INCOMPLETE", "NO-GO")
     best, text, undecided = recommend(records, [], ["vit-smoke"])
@@ -313,7 +312,7 @@ def test_an_incomplete_release_newer_than_the_answer_leaves_it_undecided():
 
 
 def test_none_in_range_names_what_blocks_each_release():
-    from upgrade_gate.upgrade_path import findings_from, recommend
+    from upgrade_gate.releases.upgrade_path import findings_from, recommend
 
     records = records_of("NO-GO", "NO-GO", "not covered")
     findings = findings_from({r.release.name: gates_of(r.release.name, {("numerics", "nanovlm"): "failed"})
@@ -327,9 +326,10 @@ def test_none_in_range_names_what_blocks_each_release():
 def test_every_gate_the_policy_gives_a_model_can_be_bisected():
     import re
 
-    from upgrade_gate.policy import MODEL_GATES
+    from upgrade_gate.judge import policy
+    from upgrade_gate.judge.policy import MODEL_GATES
 
-    source = (REPO / "src" / "upgrade_gate" / "policy.py").read_text()
+    source = Path(policy.__file__).read_text()
     named = set(re.findall(r'found\.(?:add|missing)\("([a-z-]+)"', source))
     named |= {f"{prefix}{kind}" for prefix in re.findall(r'f"((?:quantized-)?task-)\{model\.task_kind\}"', source)
               for kind in ("classification", "embedding", "generation")}
@@ -344,7 +344,7 @@ NOT_RUN = ("the project's tests and API scan are not run per release: copy a rel
 
 
 def test_a_team_with_a_project_table_gets_a_recommendation_and_is_told_what_was_not_run(tmp_path, monkeypatch):
-    from upgrade_gate.upgrade_path import not_run_per_release, recommend
+    from upgrade_gate.releases.upgrade_path import not_run_per_release, recommend
 
     monkeypatch.delenv("UPGRADE_GATE_COMMAND", raising=False)
     assert not_run_per_release() == NOT_RUN
@@ -372,8 +372,8 @@ def test_releases_do_not_judge_the_project_they_do_not_run(tmp_path):
 
 
 def test_a_bisection_exits_as_its_recommendation_does():
-    from upgrade_gate.releases import Bisection
-    from upgrade_gate.upgrade_path import UpgradePath, recommend
+    from upgrade_gate.releases.table import Bisection
+    from upgrade_gate.releases.upgrade_path import UpgradePath, recommend
 
     located = Bisection(gate="numerics", model="nanovlm", states={}, built=(), answer="fails at both ends")
     for outcomes, status in ((("NO-GO", "NO-GO"), 1), (("GO", "NO-GO"), 0), (("NO-GO", "INCOMPLETE"), 3)):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from records import add_round_loads, write_stack_model
 
-from upgrade_gate import pipeline
-from upgrade_gate.plan import load_plan
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.run import pipeline
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
@@ -262,7 +262,7 @@ def test_outputs_compared_in_part_say_so_once(project):
 def test_a_busy_machine_is_said_once_and_its_few_rounds_make_no_ratio(project):
     """Issue 26: four near-identical "machine busy" paragraphs filled the first screen, and the matrix
     showed one quiet round's ratio as "1.324, 0.0% interval [1.324, 1.324]"."""
-    from upgrade_gate import plots
+    from upgrade_gate.report import plots
 
     plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32,minilm-smoke@fp32"], invoked_from=project,
                      config_path=project / "pyproject.toml")

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from records import junit_of, warning, write_project_run, write_stack_model, write_stack_packages
 
-from upgrade_gate import layout, pipeline
+from upgrade_gate import layout
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.plan import load_plan
-from upgrade_gate.records import Reader
-from upgrade_gate.results import (
+from upgrade_gate.judge.records import Reader
+from upgrade_gate.run import pipeline
+from upgrade_gate.schema.results import (
     GateResult,
     GateStatus,
     Quantity,
@@ -128,7 +129,7 @@ DEAD_WARNING = ("reference output forward.output_1 is degenerate (≈ 0: max |va
 
 
 def _json(value):
-    from upgrade_gate.atomic import to_json
+    from upgrade_gate._atomic import to_json
 
     return to_json(value)
 

@@ -9,7 +9,7 @@ import numpy as np
 from records import write_stack_model
 from test_settings import plan_for
 
-from upgrade_gate import runner
+from upgrade_gate.run import runner
 
 REFERENCE = np.ones((1, 4), dtype=np.float32)
 

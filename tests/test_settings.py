@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.config.settings import GateSettings
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.plan import load_plan
-from upgrade_gate.settings import GateSettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -376,7 +376,7 @@ def test_memory_limit_forms(project, value, expected):
     set_config(project, f"[tool.upgrade-gate]\nmemory-limit = {value}\n")
     limit = plan_for(project).settings.memory_limit_bytes
     if expected is None:
-        from upgrade_gate.settings import total_memory_bytes
+        from upgrade_gate.config.settings import total_memory_bytes
 
         assert abs(limit - total_memory_bytes() // 2) <= 1
     else:
@@ -390,7 +390,7 @@ def test_a_bad_memory_limit_names_the_key(project, value):
 
 
 def test_the_default_memory_limit_is_most_of_the_machine(project):
-    from upgrade_gate.settings import total_memory_bytes
+    from upgrade_gate.config.settings import total_memory_bytes
 
     assert plan_for(project).settings.memory_limit_bytes == int(total_memory_bytes() * 0.85)
 
@@ -441,7 +441,7 @@ test = "python -m pytest tests"
 
 @pytest.mark.parametrize("text", ["", RICH])
 def test_the_effective_table_reads_back_as_it_was(project, text):
-    from upgrade_gate.settings import Settings, load_settings
+    from upgrade_gate.config.settings import Settings, load_settings
 
     settings = load_settings(set_config(project, text))
     table = json.loads(json.dumps(settings.to_dict()))  # as results.json holds it
@@ -450,7 +450,7 @@ def test_the_effective_table_reads_back_as_it_was(project, text):
 
 
 def test_pyprojects_commented_defaults_are_the_declarations():
-    from upgrade_gate.settings import defaults_text
+    from upgrade_gate.config.settings import defaults_text
 
     assert defaults_text() in (REPO / "pyproject.toml").read_text()
 
@@ -459,7 +459,7 @@ def test_the_defaults_shown_are_the_defaults_loaded(tmp_path):
     """The commented table, loaded as a configuration, gives what no configuration gives."""
     import tomllib
 
-    from upgrade_gate.settings import defaults_text, load_settings
+    from upgrade_gate.config.settings import defaults_text, load_settings
 
     (tmp_path / "envs").mkdir()
     shown = tmp_path / "shown.toml"
@@ -471,7 +471,7 @@ def test_the_defaults_shown_are_the_defaults_loaded(tmp_path):
 
 
 def test_every_command_line_option_has_help_and_overrides_by_the_settings_parser(project):
-    from upgrade_gate.plan import ARGUMENTS, parser
+    from upgrade_gate.config.plan import ARGUMENTS, parser
 
     usage = parser().format_help()
     assert all(argument.help_text() for argument in ARGUMENTS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from upgrade_gate.stats import (
+from upgrade_gate.measure.stats import (
     RatioEstimate,
     fewest_rounds,
     median_interval,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate import runner, supervisor
+from upgrade_gate.run import runner, supervisor
 
 # A stand-in for the worker: records a running stage the way compat/worker.py does, then behaves.
 WORKER = textwrap.dedent('''

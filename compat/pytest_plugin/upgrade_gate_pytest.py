@@ -1,4 +1,4 @@
-"""upgrade-gate's pytest plugin, loaded into the team's test run in each stack (upgrade_gate/project.py
+"""upgrade-gate's pytest plugin, loaded into the team's test run in each stack (upgrade_gate/project/session.py
 puts this folder on PYTHONPATH and adds ``-p upgrade_gate_pytest`` to a pytest command).
 
 It writes two files the JUnit XML has no room for:

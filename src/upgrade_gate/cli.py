@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__
+from upgrade_gate.config.settings import CONFIG_ENV_VAR
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.invocation import CLI, COMMAND_ENV_VAR
 from upgrade_gate.layout import NOXFILE
-from upgrade_gate.settings import CONFIG_ENV_VAR
 
 USAGE = f"""\
 usage: {CLI} COMMAND [NOX_OPTION ...] [-- OPTION ...]

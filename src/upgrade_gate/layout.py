@@ -4,7 +4,7 @@ every run on a machine, and every file of a run in its report folder.
     <TOOL_ROOT>/compat, models, envs, noxfile.py     the worker side, the built-in suite and stacks, the sessions
                                                      (a checkout's top level, or the installed package's _tool/)
     <cache>/ ($UPGRADE_GATE_CACHE, else ~/.cache/upgrade-gate)
-      results/<stack>/<model>/<phase>/<key>/         finished phases (upgrade_gate.cache)
+      results/<stack>/<model>/<phase>/<key>/         finished phases (upgrade_gate.run.cache)
       assets/<digest>/                               converted weights, prompts and photos
       results/fixtures/<model>-<code>/{weights,inputs}.npz   the same for every stack and run
 
@@ -81,7 +81,7 @@ def scan_file(out: Path) -> Path:
 
 
 def project_evidence_dir(out: Path) -> Path:
-    """Where a report's copies of the project's evidence live (upgrade_gate.project.keep_evidence)."""
+    """Where a report's copies of the project's evidence live (upgrade_gate.project.session.keep_evidence)."""
     return out / "project" / "evidence"
 
 

@@ -3,7 +3,7 @@
 Is the 8da4w variant's low token agreement the recipe's, or a defect of upgrade-gate's? This
 applies each recipe to the same eager model (models/llama.py, the real weights) and compares
 its greedy answers and logits with the fp32 model's, with the metric the report uses
-(upgrade_gate.tasks.generation). No export is involved: what an exporter adds is the report's
+(upgrade_gate.judge.agreement.generation). No export is involved: what an exporter adds is the report's
 own "export fidelity" comparison.
 
 Recipes:
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
 from models import llama  # noqa: E402
-from upgrade_gate import tasks  # noqa: E402
+from upgrade_gate.judge import agreement  # noqa: E402
 
 
 def load_adapter() -> Any:
@@ -142,9 +142,9 @@ def main() -> None:
                     return list(converted[method](*tensors))
 
             answer = case.task.drive(call)
-            agreement = tasks.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
+            found = agreement.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
                                          reference["step_logits"].numpy())
-            results["recipes"][name] = {"dynamic_quantize_points": dq, **agreement.values, "text": answer["text"],
+            results["recipes"][name] = {"dynamic_quantize_points": dq, **found.values, "text": answer["text"],
                                         "seconds": round(time.perf_counter() - start, 1)}
             print(json.dumps({name: results["recipes"][name]}), file=sys.stderr, flush=True)
         print(json.dumps(results, indent=1))
@@ -165,9 +165,9 @@ def main() -> None:
         start = time.perf_counter()
         case, count = with_quantized_llama(recipe)
         answer = generate(case)
-        agreement = tasks.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
+        found = agreement.generation(answer["tokens"], reference["tokens"], answer["step_logits"].numpy(),
                                      reference["step_logits"].numpy())
-        results["recipes"][name] = {"quantized_linears": count, **agreement.values, "text": answer["text"],
+        results["recipes"][name] = {"quantized_linears": count, **found.values, "text": answer["text"],
                                     "seconds": round(time.perf_counter() - start, 1)}
         print(json.dumps({name: results["recipes"][name]}), file=sys.stderr, flush=True)
     print(json.dumps(results, indent=1))

@@ -1,0 +1,261 @@
+"""From the stacks' records to results: comparisons, latency summaries and ratios, sizes.
+
+Pure functions over what the workers and the measure session wrote; no torch,
+no thresholds. What they build are the records of the results schema
+(upgrade_gate.schema.results).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from upgrade_gate.config.catalog import ModelEntry
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.invocation import command
+from upgrade_gate.judge import agreement
+from upgrade_gate.judge.agreement import TaskAgreement
+from upgrade_gate.judge.numerics import compare_outputs
+from upgrade_gate.judge.records import (
+    DamagedFile,
+    Reader,
+    StackModelRecord,
+    load_measurement,
+    load_stack_info,
+    load_stack_model,
+)
+from upgrade_gate.measure.stats import ratio_by_rounds, summarize
+from upgrade_gate.run.cache import sha256_file
+from upgrade_gate.schema.results import (
+    CacheUse,
+    Comparison,
+    Contention,
+    ExtraRequirement,
+    Installed,
+    LatencyRatio,
+    Measured,
+    ModelResults,
+    RoundLoad,
+    Side,
+    StackInfo,
+    StackResults,
+)
+
+# Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
+Rounds = dict[str, dict[int, list[float]]]
+
+
+def measured_from_record(data: dict[str, Any], quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
+    """One stack's entry of a measurement file: its summary, and its samples by round. The
+    summary is of the ``quiet`` rounds when any of them is here (the rounds a busy machine
+    disturbed slowed the calls, not the stack), else of every round."""
+    status = str(data.get("status", "not measured"))
+    error = data.get("error") or {}
+    problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
+    rounds: Rounds = {}
+    for index, entry in enumerate(data.get("rounds", []), start=1):
+        for method, samples in entry.get("samples_ms", {}).items():
+            rounds.setdefault(method, {})[int(entry.get("round", index))] = [float(v) for v in samples]
+    if status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
+        problem = f"{problem} after {max(len(r) for r in rounds.values())} round(s)"
+    latency = {m: summary for m, r in rounds.items()
+               if (summary := summarize([v for n in sorted(_counted(r, quiet)) for v in r[n]]))}
+    cold = data.get("cold") or {}
+    exit_memory = data.get("exit_memory") or {}
+    shapes = data.get("input_shapes") or {}
+    return Measured(
+        status=status if status != "ok" or latency else "not measured",
+        problem=problem if status != "ok" or latency else "no timed rounds",
+        latency=latency,
+        rounds={method: len(r) for method, r in rounds.items()},
+        load_ms=cold.get("load_ms"),
+        first_run_ms=sum(cold["first_ms"].values()) if cold.get("first_ms") else None,
+        runtime_memory_bytes=data.get("runtime_memory_bytes"),
+        peak_rss_bytes=exit_memory.get("peak_rss_bytes"),
+        idle_rss_bytes=(data.get("idle_memory") or {}).get("rss_bytes"),
+        image_input=any(len(s) == 4 and s[1] in (1, 3) for ins in shapes.values() for s in ins[:1]),
+        host=data.get("host"),
+    ), rounds
+
+
+# No measurement file: the measure session did not run for this report (the tool's, not a stack's)
+NOT_MEASURED = Measured(status="not run", problem="no measurement: `nox -s measure` did not run for this report")
+
+
+def stack_info(out: Path, spec: StackSpec) -> StackInfo:
+    """A stack as the report shows it: its spec, and what the probe found installed (None: not built here)."""
+    recorded = Reader(load_stack_info(out, spec.name) or {}, f"stacks/{spec.name}/stack.json")
+    probe = recorded.child("installed")
+    versions = recorded.child("packages") or Reader({}, recorded.where)
+    return StackInfo(name=spec.name, role=spec.role, file=spec.path.name, description=spec.description,
+                     requirements=tuple(str(r) for r in spec.requirements), exporter=spec.exporter,
+                     runtime=spec.runtime, installed=Installed.from_reader(probe) if probe else None,
+                     packages={name: versions.text(name) for name in versions.data},
+                     extra_requirements=tuple(ExtraRequirement.from_reader(e)
+                                              for e in recorded.opt_children("extra_requirements") or ()))
+
+
+def reference_side(plan: Plan) -> Side:
+    """What every artifact is judged against: the baseline's eager outputs,
+    the numbers the team has validated today."""
+    return Side(stack=plan.baseline.name, kind="eager")
+
+
+def comparison_pairs(plan: Plan) -> list[tuple[str, Side, Side]]:
+    """Which outputs are compared with which, and why."""
+    base = plan.baseline.name
+    pairs = [("baseline export fidelity", Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))]
+    for spec in plan.candidates:
+        cand = spec.name
+        pairs += [
+            ("torch upgrade drift (eager)", Side(stack=cand, kind="eager"), Side(stack=base, kind="eager")),
+            ("candidate export fidelity", Side(stack=cand, kind="artifact"), Side(stack=cand, kind="eager")),
+            ("artifact vs artifact", Side(stack=cand, kind="artifact"), Side(stack=base, kind="artifact")),
+            ("candidate artifact vs reference", Side(stack=cand, kind="artifact"), reference_side(plan)),
+        ]
+    return pairs
+
+
+def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
+    out = plan.settings.out_dir
+    measurements = {t: load_measurement(out, model.name, t) or {} for t in plan.settings.threads}
+    records: dict[str, StackModelRecord] = {}
+    stacks: dict[str, StackResults] = {}
+    samples: dict[str, dict[int, Rounds]] = {}
+    contention = {threads: _contention(threads, data) for threads, data in measurements.items() if data}
+    for spec in plan.stacks:
+        record = records[spec.name] = load_stack_model(out, spec.name, model.name)
+        measured: dict[int, Measured] = {}
+        for threads, data in measurements.items():
+            entry = (data.get("stacks") or {}).get(spec.name)
+            measured[threads], samples.setdefault(spec.name, {})[threads] = (
+                measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
+        stacks[spec.name] = StackResults(
+            record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured,
+            export_peak_rss_bytes=record.peak_rss_bytes("export"),
+            runtime_phase_peak_rss_bytes=record.peak_rss_bytes("runtime"),
+            cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
+                   for phase, c in record.cache.items()},
+            damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)))
+    ratios = []
+    base = plan.baseline.name
+    for spec in plan.candidates:
+        for threads, by_method in samples[spec.name].items():
+            if not (stacks[spec.name].measured[threads].status == stacks[base].measured[threads].status == "ok"):
+                continue  # a measurement that did not finish gives no ratio: never a part presented as whole
+            quiet = contention[threads].quiet_rounds() if threads in contention else None
+            for method, rounds in by_method.items():
+                theirs = samples[base][threads].get(method, {})
+                common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
+                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common])
+                if estimate is not None:
+                    ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
+    kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
+
+    # What part of an output a later call reads is the model's, the same in every stack: read it once.
+    extents = next((r.read_extents for r in records.values() if r.read_extents), {})
+    comparisons = []
+    for purpose, actual, reference in comparison_pairs(plan):
+        try:
+            actual_out = records[actual.stack].outputs(actual.kind)
+            reference_out = records[reference.stack].outputs(reference.kind)
+        except DamagedFile as damage:
+            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
+                                          missing=_damage(out, damage), damaged=_damage(out, damage)))
+            continue
+        if actual_out is None or reference_out is None:
+            absent = tuple(side for side, data in ((actual, actual_out), (reference, reference_out)) if data is None)
+            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
+                                          missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
+            continue
+        try:
+            task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
+            damaged = None
+        except DamagedFile as damage:
+            task, task_missing = None, _damage(out, damage)
+            damaged = task_missing
+        comparisons.append(
+            Comparison(
+                purpose=purpose,
+                actual=actual,
+                reference=reference,
+                outputs=tuple(compare_outputs(actual_out, reference_out, extents)),
+                task=task,
+                task_missing=task_missing,
+                damaged=damaged,
+            )
+        )
+    return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
+                        variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
+                        ratios=tuple(ratios), contention=contention)
+
+
+def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:
+    """The rounds a summary is made of: the quiet ones if there are any."""
+    return (quiet & set(rounds)) or set(rounds) if quiet is not None else set(rounds)
+
+
+def _contention(threads: int, data: dict[str, Any]) -> Contention:
+    """The rounds a measurement tried, with the machine's load; a file from before it measured
+    the load counts every round as quiet."""
+    machine = data.get("machine") or {}
+    tried = data.get("rounds")
+    if tried is None:
+        numbers = sorted({int(entry.get("round", i)) for stack in (data.get("stacks") or {}).values()
+                          for i, entry in enumerate(stack.get("rounds", []), start=1)})
+        tried = [{"round": n, "order": data.get("order", []), "disturbed": False, "load": {}} for n in numbers]
+    return Contention(threads=threads, cores=machine.get("cores"), cpu=str(machine.get("cpu", "unknown")),
+                      rounds=tuple(RoundLoad.from_reader(Reader(r, f"measurement.rounds[{i}]"))
+                                   for i, r in enumerate(tried)))
+
+
+def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
+    """The artifacts whose file is not the one the save stage recorded (size and SHA-256)."""
+    save = record.stage("save")
+    found = []
+    for method in (save.details.get("methods") or {}).values() if save and save.ok else ():
+        path = record.directory / str(method.get("file"))
+        if not path.is_file():
+            found.append(DamagedFile(path, "missing"))
+        elif path.stat().st_size != method.get("bytes"):
+            found.append(DamagedFile(path, f"{path.stat().st_size} bytes, the export wrote {method.get('bytes')}"))
+        elif method.get("sha256") and sha256_file(path) != method["sha256"]:
+            found.append(DamagedFile(path, "its SHA-256 is not the one the export recorded"))
+    return found
+
+
+def _damage(out: Path, damage: DamagedFile) -> str:
+    """What is damaged, and how to make it again: the cache holds the finished phase, or the phase runs again."""
+    where = damage.path.relative_to(out) if damage.path.is_relative_to(out) else damage.path
+    return (f"{where} is damaged ({damage.why}); run `{command('compare', f'--out {out}')}` again (the result cache "
+            "copies the phase back, or the phase runs again)")
+
+
+def _task_agreement(
+    kind: str, records: dict[str, StackModelRecord], actual: Side, reference: Side,
+    actual_out: dict[str, np.ndarray], reference_out: dict[str, np.ndarray],
+) -> tuple[TaskAgreement | None, str | None]:
+    """The task metric for one comparison; the first output carries logits or embeddings."""
+    if kind in ("classification", "embedding"):
+        first = sorted(reference_out)[0]
+        a, r = actual_out.get(first), reference_out.get(first)
+        if a is None or r is None or a.shape != r.shape or not (np.isfinite(a).all() and np.isfinite(r).all()):
+            return None, f"{first}: missing, shape mismatch or NaN/Inf"
+        return (agreement.classification(a, r) if kind == "classification" else agreement.embedding(a, r)), None
+    if kind == "generation":
+        a_task = records[actual.stack].task_result(actual.kind)
+        r_task = records[reference.stack].task_result(reference.kind)
+        if a_task is None or r_task is None:
+            absent = [str(side) for side, t in ((actual, a_task), (reference, r_task)) if t is None]
+            return None, f"no generation from {' and '.join(absent)}"
+        if a_task.step_logits.shape != r_task.step_logits.shape:
+            return None, f"step logits shape {a_task.step_logits.shape} vs {r_task.step_logits.shape}"
+        return agreement.generation(a_task.tokens, r_task.tokens, a_task.step_logits, r_task.step_logits), None
+    return None, None
+
+
+def gather(plan: Plan) -> list[ModelResults]:
+    return [gather_model(plan, model) for model in plan.models]

@@ -1,0 +1,402 @@
+"""Reading what the workers wrote: typed records with a context path on error.
+
+A wrong type reads ``Unexpected type str (expected float) in
+'stacks/candidate/models/vit-ti16/runtime.json: stages[3].duration_s'``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from packaging.version import Version
+
+from upgrade_gate import layout
+from upgrade_gate.errors import RecordError
+from upgrade_gate.run.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_STATUSES
+
+# The workers' records (compat/worker.py writes the same version: it cannot import this package).
+SCHEMA_VERSION = Version("1.0")
+
+
+class Reader:
+    """Typed access to one JSON object, remembering where it came from.
+
+    The one way records are read, the workers' and the report's alike: every
+    wrong type or missing key names its path.
+    """
+
+    def __init__(self, data: Any, where: str) -> None:
+        self.data = data
+        self.where = where
+
+    def _get(self, key: str, kind: type | tuple[type, ...], *, required: bool) -> Any:
+        if not isinstance(self.data, dict):
+            raise RecordError(f"Unexpected type {type(self.data).__name__} (expected object) in {self.where!r}")
+        if key not in self.data:
+            if required:
+                raise RecordError(f"Missing key {key!r} in {self.where!r}")
+            return None
+        value = self.data[key]
+        if value is None and not required:
+            return None
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise RecordError(f"Unexpected type {type(value).__name__} (expected {expected}) in '{self.where}.{key}'")
+        return value
+
+    def text(self, key: str) -> str:
+        return self._get(key, str, required=True)
+
+    def opt_text(self, key: str) -> str | None:
+        return self._get(key, str, required=False)
+
+    def number(self, key: str) -> float:
+        value = self._number(key, required=True)
+        assert value is not None
+        return value
+
+    def opt_number(self, key: str) -> float | None:
+        return self._number(key, required=False)
+
+    def _number(self, key: str, *, required: bool) -> float | None:
+        # JSON has no infinity: non-finite floats are written "inf", "-inf", "nan" (atomic.to_json).
+        if isinstance(self.data, dict) and self.data.get(key) in NON_FINITE:
+            return float(self.data[key])
+        value = self._get(key, (int, float), required=required)
+        return None if value is None else float(value)
+
+    def integer(self, key: str) -> int:
+        return int(self._get(key, int, required=True))
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self._get(key, int, required=False)
+        return None if value is None else int(value)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self._get(key, bool, required=False)
+        return default if value is None else value
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        values = self._get(key, list, required=False) or []
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise RecordError(f"Unexpected type {type(value).__name__} (expected str) in "
+                                  f"'{self.where}.{key}[{index}]'")
+        return tuple(values)
+
+    def integers(self, key: str) -> tuple[int, ...]:
+        values = self._get(key, list, required=True)
+        for index, value in enumerate(values):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RecordError(f"Unexpected type {type(value).__name__} (expected int) in "
+                                  f"'{self.where}.{key}[{index}]'")
+        return tuple(values)
+
+    def numbers(self, key: str) -> tuple[float, ...]:
+        return tuple(Reader({"value": v}, f"{self.where}.{key}[{i}]").number("value")
+                     for i, v in enumerate(self._get(key, list, required=True)))
+
+    def opt_dict(self, key: str) -> dict[str, Any]:
+        return self._get(key, dict, required=False) or {}
+
+    def child(self, key: str) -> Reader | None:
+        value = self._get(key, dict, required=False)
+        return None if value is None else Reader(value, f"{self.where}.{key}")
+
+    def required_child(self, key: str) -> Reader:
+        return Reader(self._get(key, dict, required=True), f"{self.where}.{key}")
+
+    def children(self, key: str) -> list[Reader]:
+        return [Reader(item, f"{self.where}.{key}[{i}]") for i, item in enumerate(self._get(key, list, required=True))]
+
+    def opt_children(self, key: str) -> list[Reader] | None:
+        """The list's items, or None when the key is absent or null."""
+        if self._get(key, list, required=False) is None:
+            return None
+        return self.children(key)
+
+    def entries(self, key: str) -> dict[str, Reader]:
+        """An object of objects, each by its key."""
+        table = self.child(key)
+        if table is None:
+            return {}
+        return {name: table.required_child(name) for name in table.data}
+
+    def opt_entries(self, key: str) -> dict[str, Reader | None]:
+        """An object whose values are objects or null."""
+        table = self.child(key)
+        if table is None:
+            return {}
+        return {name: table.child(name) for name in table.data}
+
+
+NON_FINITE = ("inf", "-inf", "nan")
+
+
+def check_schema(reader: Reader) -> None:
+    """Reject another major schema version; a newer minor is read as far as known."""
+    found = Version(reader.text("schema_version"))
+    if found.major != SCHEMA_VERSION.major:
+        raise RecordError(f"schema_version {found} in {reader.where!r}; this tool reads {SCHEMA_VERSION.major}.x")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageError:
+    type: str
+    message: str
+    traceback_tail: tuple[str, ...]
+    errno: int | None = None  # an OSError's
+
+
+# A stage that failed on these is the machine's failure, not the model's: the disk is full.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    stage: str
+    status: str
+    duration_s: float
+    reason: str | None = None
+    error: StageError | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def unfinished(self) -> bool:
+        """Stopped by the run or the machine, not by the model: its outcome is unknown."""
+        return self.status in UNFINISHED_STATUSES or (self.error is not None and self.error.errno in MACHINE_ERRNOS)
+
+    def explain(self) -> str:
+        """One line: why this stage did not succeed."""
+        if self.error:
+            first_line = self.error.message.splitlines()[0] if self.error.message else ""
+            # A worker killed by the runner carries its status as the error type: say it once.
+            kind = "" if self.error.type == self.status else f"{self.error.type}: "
+            return f"{self.stage} {self.status}: {kind}{first_line}"
+        if self.reason:
+            return f"{self.stage} {self.status}: {self.reason}"
+        return f"{self.stage} {self.status}"
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> Stage:
+        status = r.text("status")
+        if status not in STAGE_STATUSES:
+            raise RecordError(f"Unknown status {status!r} in '{r.where}.status'")
+        err = r.child("error")
+        return cls(
+            stage=r.text("stage"),
+            status=status,
+            duration_s=r.number("duration_s"),
+            reason=r.opt_text("reason"),
+            error=None if err is None else StageError(
+                type=err.text("type"),
+                message=err.text("message"),
+                traceback_tail=tuple(str(line) for line in err.data.get("traceback_tail") or ()),
+                errno=err.opt_integer("errno"),
+            ),
+            details=r.opt_dict("details"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "status": self.status,
+            "duration_s": self.duration_s,
+            "reason": self.reason,
+            "error": None if self.error is None else {
+                "type": self.error.type, "message": self.error.message,
+                "traceback_tail": list(self.error.traceback_tail), "errno": self.error.errno},
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskResult:
+    prompts: list[str]
+    tokens: list[list[int]]
+    text: list[str]
+    step_logits: np.ndarray  # [prompts, steps, vocab]
+
+
+class StagesOf:
+    """What a stack's stages for a model say, for the record read from disk and the results
+    made of it alike."""
+
+    __slots__ = ()
+    stages: tuple[Stage, ...]
+
+    def stage(self, name: str) -> Stage | None:
+        return next((s for s in self.stages if s.stage == name), None)
+
+    def first_problem(self) -> Stage | None:
+        """The first stage on the way from model to running artifact that did not succeed."""
+        return next((s for s in self.stages if not s.ok and s.stage not in DIAGNOSTIC_STAGES), None)
+
+    @property
+    def all_ok(self) -> bool:
+        return bool(self.stages) and self.first_problem() is None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackModelRecord(StagesOf):
+    """Everything one stack produced for one model (both phases)."""
+
+    stack: str
+    model: str
+    directory: Path
+    stages: tuple[Stage, ...]
+    facts: dict[str, dict[str, Any]]  # phase → facts (peak RSS, threads, …)
+    # phase → its cache record: key, and where its files were reused from (None: this run made them)
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def reused_phases(self) -> list[str]:
+        return [phase for phase, record in self.cache.items() if record.get("reused_from")]
+
+    def outputs(self, which: str) -> dict[str, np.ndarray] | None:
+        """``eager`` or ``artifact`` outputs, if that stage wrote them; DamagedFile if they do not read."""
+        stage = self.stage("eager" if which == "eager" else "run")
+        path = self.directory / f"{which}.npz"
+        if stage is None or not stage.ok:
+            return None
+        return read_arrays(path)
+
+    @property
+    def artifact(self) -> dict[str, Any] | None:
+        stage = self.stage("save")
+        return stage.details if stage and stage.ok else None
+
+    @property
+    def task_kind(self) -> str:
+        build = self.stage("build")
+        return str(build.details.get("task", "generic")) if build and build.ok else "generic"
+
+    @property
+    def read_extents(self) -> dict[str, tuple[int, int]]:
+        """Output name → (axis, count): the part of the output a later call reads, where the
+        model says it is not all of it (models/case.py ``Method.read_extents``)."""
+        build = self.stage("build")
+        if build is None or not build.ok:
+            return {}
+        found = Reader(build.details, f"{self.directory}/export.json: build").opt_dict("read_extents")
+        extents = {}
+        for name, value in found.items():
+            if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int and v >= 0 for v in value)):
+                raise RecordError(f"Expected [axis, count] in '{self.directory}/export.json: build.read_extents.{name}'"
+                                  f", got {value!r}")
+            extents[name] = (value[0], value[1])
+        return extents
+
+    def task_result(self, which: str) -> TaskResult | None:
+        """The end-to-end loop's tokens, text and logits: ``eager`` or ``artifact``."""
+        stage = self.stage("eager-task" if which == "eager" else "task")
+        path = self.directory / f"{which}-task.npz"
+        if stage is None or not stage.ok:
+            return None
+        logits = read_arrays(path).get("step_logits")
+        if logits is None:
+            raise DamagedFile(path, "no step_logits in it")
+        return TaskResult(
+            prompts=[str(t) for t in stage.details.get("prompts", [])],
+            tokens=[[int(t) for t in seq] for seq in stage.details.get("tokens", [])],
+            text=[str(t) for t in stage.details.get("text", [])],
+            step_logits=logits,
+        )
+
+    def peak_rss_bytes(self, phase: str) -> int | None:
+        """The phase's peak resident memory: the worker's own figure, or what the
+        supervisor saw of it and its children (all there is after a kill)."""
+        facts = self.facts.get(phase, {})
+        values = [facts.get("peak_rss_bytes"), facts.get("supervisor", {}).get("peak_rss_bytes")]
+        found = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+        return max(found) if found else None
+
+
+class DamagedFile(RecordError):
+    """A file of the report folder that its record says was written, and that does not read."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        self.path = path
+        self.why = why
+        super().__init__(f"{path} is damaged ({why})")
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """An .npz file's arrays, read whole; DamagedFile if it is missing, truncated or corrupt."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except FileNotFoundError:
+        raise DamagedFile(path, "missing") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise DamagedFile(path, f"{type(error).__name__}: {error}") from None
+
+
+def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
+    """Both phase files of one stack and model; a missing phase is a missing stage."""
+    directory = layout.model_dir(out, stack, model)
+    stages: list[Stage] = []
+    facts: dict[str, dict[str, Any]] = {}
+    for phase in layout.PHASES:
+        path = directory / f"{phase}.json"
+        where = str(path.relative_to(out))
+        if not path.is_file():
+            stages.append(Stage(stage=phase, status="not-run", duration_s=0.0,
+                                reason=f"the {phase} phase did not run for this report"))
+            continue
+        try:
+            reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
+        except ValueError as error:
+            raise RecordError(f"{where}: not valid JSON ({error})") from None
+        check_schema(reader)
+        stages.extend(Stage.from_reader(r) for r in reader.children("stages"))
+        facts[phase] = reader.opt_dict("facts")
+    cache = {}
+    for phase in layout.PHASES:
+        try:
+            cache[phase] = json.loads((directory / f"{phase}.cache.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # written by the runner after the phase; an older or interrupted run has none
+    return StackModelRecord(stack=stack, model=model, directory=directory, stages=tuple(stages), facts=facts,
+                            cache=cache)
+
+
+def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
+    path = layout.stack_dir(out, stack) / "stack.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | None:
+    """The measure session's file for one model and thread count (upgrade_gate.measure.rounds), or None."""
+    path = layout.measurement_file(out, model, threads)
+    if not path.is_file():
+        return None
+    where = str(path.relative_to(out))
+    try:
+        reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
+    except ValueError as error:
+        raise RecordError(f"{where}: not valid JSON ({error})") from None
+    check_schema(reader)
+    for stack in reader.entries("stacks").values():
+        stack.text("status")
+        for entry in stack.children("rounds") if "rounds" in stack.data else []:
+            samples = entry.child("samples_ms")
+            for method, values in (samples.data if samples else {}).items():
+                if not isinstance(values, list) or not all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                    raise RecordError(f"Unexpected samples (expected a list of numbers) in "
+                                      f"'{entry.where}.samples_ms.{method}'")
+    return reader.data

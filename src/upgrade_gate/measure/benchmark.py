@@ -1,0 +1,436 @@
+"""Benchmarks of the measurement itself (docs/benchmarks.md): ``nox -s benchmark -- NAME``.
+
+* ``overhead`` — per-call latency through the harness (``time_runs`` in the
+  measurement server, under the supervisor) against a bare loop of the same
+  runtime call in the same process, in alternating block pairs; and the
+  harness's fixed cost per call, measured on a call that does nothing. Target:
+  ≤ 1.02 on every call, and no pair interval wholly above it.
+* ``coverage`` — the latency ratio's interval, by simulation: how often it
+  holds a known true ratio, against the coverage it states, per number of
+  rounds (no stacks: upgrade_gate.measure.stats alone). Target: never below the stated level.
+* ``stages`` — where a finished run's time went (``--report DIR``, no stacks
+  run): per stack, each model's export and runtime phase (the sum of their
+  stages), the candidate exports' floor on the machine's export workers, and
+  the measure session's model calls (timed samples, warm-up and first calls).
+* ``noise`` — a stack against an identical copy of itself, five times, each
+  time measured afresh. Target: no latency gate fails, whatever the load.
+* ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
+  spins for a fifth of each call's time after the call), five times. Target:
+  the latency gate fails in at least 4 of 5 runs of every model on a quiet
+  machine and with one core taken; with every core taken, reported as it is.
+
+``--load`` runs ``noise`` and ``sensitivity`` beside a background load the
+benchmark starts itself — busy-looping processes, one per core taken
+(``one-core``, ``all-cores``; ``all`` runs quiet and both in turn). A run first
+makes sure the exports exist (a compare without the load, not counted); the
+counted runs re-measure with the load on.
+
+Each runs real stacks; the stack specs and configuration of ``noise`` and
+``sensitivity`` are in tests/benchmarks/. Results go to ``--out`` (default
+``benchmarks/<name>``) as JSON and Markdown; the figures in docs/ come from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import write_json_atomic, write_text_atomic
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.layout import NOXFILE, TOOL_ROOT
+from upgrade_gate.measure import rounds
+from upgrade_gate.measure.stats import median_interval, median_interval_rank, ratio_by_rounds
+from upgrade_gate.run.stages import RUNTIME_STAGES
+from upgrade_gate.schema.results import GateStatus, Results
+
+BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages")
+# Real models with a middling and a slow call, the same in every benchmark.
+MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
+# The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
+OVERHEAD_MODELS = "vit-smoke,mobilenet-v3-small,vit-ti16"
+# Pairs of blocks (harness, bare loop) of ≈ 0.25 s each: a pair's ratio is noisy on a shared
+# machine, the median of 40 much less so.
+OVERHEAD_PAIRS = 40
+OVERHEAD_BLOCK_S = 0.25
+OVERHEAD_TARGET = 1.02
+
+
+# Background loads: how many cores a busy-looping process each keeps taken.
+LOADS = {"quiet": 0, "one-core": 1, "all-cores": os.cpu_count() or 1}
+# The sensitivity target: runs (of ``--repeat``) in which a model's latency gate must fail, quiet or one core taken.
+SENSITIVITY_FAILS = 4
+SENSITIVITY_TARGET_LOADS = ("quiet", "one-core")
+
+
+def main(argv: list[str], log: Any = print) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s benchmark --")
+    parser.add_argument("name", choices=NAMES)
+    parser.add_argument("--repeat", type=int, default=5, help="compare runs for noise and sensitivity (default 5)")
+    parser.add_argument("--load", choices=[*LOADS, "all"], default="quiet",
+                        help="background load during noise and sensitivity: quiet (default), one-core, all-cores, "
+                             "or all three in turn")
+    parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
+    parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
+    parser.add_argument("--report", type=Path, default=Path("report"), help="stages: the report folder to read")
+    args = parser.parse_args(argv)
+    out = (args.out or Path("benchmarks") / args.name).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if args.name == "overhead":
+        return overhead(out, args.models or OVERHEAD_MODELS, log)
+    if args.name == "coverage":
+        return coverage(out, log)
+    if args.name == "stages":
+        return stages(args.report.resolve(), out, log)
+    loads = list(LOADS) if args.load == "all" else [args.load]
+    missed = [load for load in loads
+              if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
+    return 1 if missed else 0
+
+
+def compare(config: Path | None, out: Path, models: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **({"UPGRADE_GATE_CONFIG": str(config)} if config else {})}
+    command = [sys.executable, "-m", "nox", "--noxfile", str(NOXFILE), "--no-color",
+               "-s", "compare", "--", "--out", str(out), "--models", models, *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def background_load(cores: int) -> Iterator[None]:
+    """``cores`` processes that keep a core busy each, as another job on the machine would."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def repeated_compare(name: str, out: Path, models: str, repeat: int, load: str, log: Any) -> int:
+    """``repeat`` compares of two stacks that measure afresh, beside ``load``; 0 when the target is met."""
+    config = BENCHMARKS / name / "pyproject.toml"
+    folder = out / load
+    prepared = compare(config, folder / "exports", models)  # the exports, made or reused: not counted
+    if not (folder / "exports" / "verdict.json").is_file():
+        log(prepared.stderr[-3000:])
+        raise SystemExit(f"benchmark {name}: the exports' run wrote no verdict (exit {prepared.returncode})")
+    runs: list[dict[str, Any]] = []
+    with background_load(LOADS[load]):
+        for index in range(1, repeat + 1):
+            report = folder / f"run-{index}"
+            start = time.monotonic()
+            result = compare(config, report, models, "--remeasure")
+            if not (report / "verdict.json").is_file():
+                log(result.stderr[-3000:])
+                raise SystemExit(f"benchmark {name}: run {index} wrote no verdict (exit {result.returncode})")
+            runs.append(_run_summary(index, time.monotonic() - start, report))
+            log(f"benchmark {name} ({load}): run {index}: "
+                + ", ".join(f"{model} {g['status']}" for model, g in runs[-1]["latency_gates"].items()))
+    summary = summarize(name, load, models.split(","), runs)
+    write_json_atomic(out / f"{name}-{load}.json", summary)
+    write_text_atomic(out / f"{name}-{load}.md", _compare_markdown(summary))
+    log((out / f"{name}-{load}.md").read_text())
+    return 1 if summary["met"] is False else 0
+
+
+def summarize(name: str, load: str, models: list[str], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' latency gates counted, and whether the benchmark's target was met (None: it has none)."""
+    statuses = [g["status"] for run in runs for g in run["latency_gates"].values()]
+    failed_runs = {model: sum(_gate_status(run, model) == GateStatus.FAILED for run in runs) for model in models}
+    if name == "noise":
+        met: bool | None = GateStatus.FAILED not in statuses
+    else:  # with every core taken there is no target: what it gives is reported
+        met = min(failed_runs.values()) >= SENSITIVITY_FAILS if load in SENSITIVITY_TARGET_LOADS else None
+    return {
+        "benchmark": name,
+        "load": load,
+        "background_processes": LOADS[load],
+        "models": models,
+        "runs": runs,
+        "latency_gates": len(statuses),
+        **{status.value: statuses.count(status) for status in GateStatus},
+        "failed_runs_per_model": failed_runs,
+        "run_to_run": _run_to_run(runs),
+        "met": met,
+    }
+
+
+def _run_summary(index: int, seconds: float, report: Path) -> dict[str, Any]:
+    """One run: its latency gates, its ratios, and how busy the machine was per model and thread count."""
+    verdict = json.loads((report / "verdict.json").read_text())
+    results = Results.load(report)
+    return {
+        "run": index,
+        "seconds": round(seconds, 1),
+        "latency_gates": {g["model"]: {"status": g["status"], "measured": g["measured"], "note": g["note"]}
+                          for g in verdict["gates"] if g["gate"] == "latency"},
+        "ratios": [{"model": m.name, "threads": r.threads, "method": r.method, **r.estimate.to_dict()}
+                   for m in results.models for r in m.ratios],
+        "machine": [{"model": m.name, "threads": c.threads, "rounds": len(c.rounds), "quiet": c.quiet,
+                     "others_cores": c.typical_others, "oversubscribed": c.oversubscribed}
+                    for m in results.models for c in m.contention.values()],
+    }
+
+
+def _run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How far one row's median ratio moved between runs: the spread upgrade_gate.judge.diff calls noise."""
+    medians: dict[tuple[str, int, str], list[float]] = {}
+    for run in runs:
+        for r in run["ratios"]:
+            medians.setdefault((r["model"], r["threads"], r["method"]), []).append(r["median"])
+    spreads = [max(values) / min(values) - 1 for values in medians.values() if len(values) > 1]
+    return {"rows": len(spreads), "largest": max(spreads, default=None),
+            "median": statistics.median(spreads) if spreads else None}
+
+
+def _compare_markdown(summary: dict[str, Any]) -> str:
+    target = {None: "no target", True: "target met", False: "target MISSED"}[summary["met"]]
+    spread = summary["run_to_run"]
+    lines = [f"# {summary['benchmark']}, {summary['load']} ({summary['background_processes']} busy background "
+             f"processes): {summary['failed']} failed, {summary['incomplete']} incomplete, "
+             f"{summary['inconclusive']} inconclusive, {summary['passed']} passed of {summary['latency_gates']} "
+             f"latency gates; {target}", "",
+             "Latency gates failed per model: " + ", ".join(f"{m} {n}/{len(summary['runs'])}"
+                                                            for m, n in summary["failed_runs_per_model"].items()),
+             ""]
+    if spread["rows"]:
+        lines += [f"Run to run, one row's median ratio moved by up to {spread['largest']:.1%} (median over the "
+                  f"{spread['rows']} rows: {spread['median']:.1%}).", ""]
+    lines += ["| run | time | model | threads | method | ratio | interval | coverage | rounds quiet | others (cores) "
+              "| gate |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in summary["runs"]:
+        machine = {(m["model"], m["threads"]): m for m in run["machine"]}
+        for r in run["ratios"]:
+            gate = _gate_status(run, r["model"])
+            m = machine.get((r["model"], r["threads"]), {})
+            others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
+            lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {r['model']} | {r['threads']} | {r['method']} | "
+                         f"{r['median']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | {r['level']:.1%} | "
+                         f"{m.get('quiet', '—')}/{m.get('rounds', '—')} | {others} | {gate} |")
+        for (model, threads), m in machine.items():  # a thread count with no ratio: the machine was too busy
+            if not any(r["model"] == model and r["threads"] == threads for r in run["ratios"]):
+                others = "—" if m.get("others_cores") is None else f"{m['others_cores']:.2f}"
+                lines.append(f"| {run['run']} | {run['seconds']:.0f} s | {model} | {threads} | — | — | — | — | "
+                             f"{m['quiet']}/{m['rounds']} | {others} | {_gate_status(run, model)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _gate_status(run: dict[str, Any], model: str) -> str:
+    """A model's latency gate in one run; none where only one stack ran it (a variant the slow copy lacks)."""
+    return run["latency_gates"].get(model, {}).get("status", "no gate (one stack)")
+
+
+# Simulated experiments per number of rounds, and the numbers of rounds shown.
+COVERAGE_TRIALS = 20_000
+COVERAGE_RAW_TRIALS = 5_000
+COVERAGE_ROUNDS = (5, 6, 7, 8, 9, 10, 12, 15)
+
+
+def coverage(out: Path, log: Any) -> int:
+    """How often the interval holds a known true ratio (1.1), per number of rounds: per-round ratios
+    with log-normal and heavy-tailed (Student t, 2 degrees of freedom) noise, and whole experiments
+    from raw samples (each round a machine factor both stacks share, 20 samples a side, through
+    ratio_by_rounds). Met when no simulated coverage lies below the stated one by more than three
+    standard errors."""
+    rng = np.random.default_rng(17)
+    true_ratio, rows, met = 1.1, [], True
+    for n in COVERAGE_ROUNDS:
+        k, level = median_interval_rank(n)
+        observed = {}
+        for noise in ("lognormal", "student-t2"):
+            spread = rng.standard_t(2, size=(COVERAGE_TRIALS, n)) if noise == "student-t2" else \
+                rng.standard_normal((COVERAGE_TRIALS, n))
+            intervals = [median_interval(r) for r in (true_ratio * np.exp(0.1 * spread)).tolist()]
+            observed[noise] = sum(low <= true_ratio <= high for _, low, high, _ in intervals) / COVERAGE_TRIALS
+        covered = 0
+        for _ in range(COVERAGE_RAW_TRIALS):
+            machine = np.exp(0.15 * rng.standard_normal(n))
+            base = [(10 * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+            cand = [(10 * true_ratio * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+            estimate = ratio_by_rounds(cand, base)
+            covered += estimate is not None and estimate.low <= true_ratio <= estimate.high
+        observed["raw samples"] = covered / COVERAGE_RAW_TRIALS
+        for name, value in observed.items():
+            trials = COVERAGE_RAW_TRIALS if name == "raw samples" else COVERAGE_TRIALS
+            met = met and value >= level - 3 * math.sqrt(level * (1 - level) / trials)
+        rows.append({"rounds": n, "k": k, "stated": level, **observed})
+    write_json_atomic(out / "coverage.json", {"benchmark": "coverage", "true_ratio": true_ratio, "met": met,
+                                              "trials": COVERAGE_TRIALS, "raw_trials": COVERAGE_RAW_TRIALS,
+                                              "rows": rows})
+    lines = [f"# coverage: the interval holds the true ratio as often as it says: {'met' if met else 'MISSED'}",
+             "", "| rounds | interval | stated coverage | log-normal | heavy-tailed (t₂) | from raw samples |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['rounds']} | x({r['k']})…x({r['rounds'] - r['k'] + 1}) | {r['stated']:.1%} | "
+              f"{r['lognormal']:.1%} | {r['student-t2']:.1%} | {r['raw samples']:.1%} |" for r in rows]
+    write_text_atomic(out / "coverage.md", "\n".join(lines) + "\n")
+    log((out / "coverage.md").read_text())
+    return 0 if met else 1
+
+
+# Runs in a stack's interpreter: compat/measure_server.py's time_runs against a bare loop, on a call that does
+# nothing. compat/ is loaded as the worker loads it, as a package of its own.
+HARNESS_COST = """
+import importlib, importlib.util, json, statistics, sys, time
+spec = importlib.util.spec_from_file_location("upgrade_gate_compat", sys.argv[1] + "/__init__.py",
+                                              submodule_search_locations=[sys.argv[1]])
+sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sys.modules[spec.name])
+worker = importlib.import_module("upgrade_gate_compat.measure_server")
+
+def nothing(program, inputs):
+    return None
+
+calls, extra = 200_000, []
+for _ in range(15):
+    start = time.perf_counter_ns()
+    worker.time_runs(nothing, None, None, calls)
+    harness = time.perf_counter_ns() - start
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        nothing(None, None)
+    extra.append((harness - (time.perf_counter_ns() - start)) / calls)
+print(json.dumps(statistics.median(extra)))
+"""
+
+
+def harness_cost_ns(bin_dir: Path) -> float:
+    """What time_runs adds to each call, in nanoseconds, in this stack's interpreter."""
+    result = subprocess.run([str(bin_dir / "python"), "-P", "-c", HARNESS_COST, str(TOOL_ROOT / "compat")],
+                            capture_output=True, text=True, check=True)
+    return max(0.0, float(json.loads(result.stdout)))
+
+
+def overhead(out: Path, models: str, log: Any) -> int:
+    """The harness against a bare loop, in every stack of the default configuration."""
+    report = out / "report"
+    result = compare(None, report, models)
+    if not (report / "results.json").is_file():
+        log(result.stderr[-3000:])
+        raise SystemExit(f"benchmark overhead: the compare wrote no results (exit {result.returncode})")
+    plan = load_plan(["--out", str(report), "--models", models], invoked_from=Path.cwd())
+    rows = []
+    for model in plan.models:
+        runnable, _ = rounds.runnable_stacks(plan, model)
+        for spec, bin_dir in runnable:
+            for threads in plan.settings.threads:
+                folder = layout.measurement_dir(out, model.name)
+                folder.mkdir(parents=True, exist_ok=True)
+                server, record = rounds.start_server(plan, model, spec, bin_dir, threads,
+                                                      folder / f"threads-{threads}.json")
+                if server is None:
+                    raise SystemExit(f"benchmark overhead: {model.name} in {spec.name}: {record.get('error')}")
+                try:
+                    event = server.request({"command": "overhead", "pairs": OVERHEAD_PAIRS,
+                                            "block_s": OVERHEAD_BLOCK_S}, "overhead")
+                finally:
+                    server.close()
+                for method, blocks in event["blocks"].items():
+                    # A pair is a round: the harness's block over the bare loop's, measured back to back.
+                    estimate = ratio_by_rounds([[b["harness_ms"]] for b in blocks], [[b["bare_ms"]] for b in blocks])
+                    assert estimate is not None
+                    rows.append({"model": model.name, "stack": spec.name, "threads": threads, "method": method,
+                                 "calls_per_block": blocks[0]["calls"],
+                                 "bare_ms": statistics.median(b["bare_ms"] for b in blocks),
+                                 "harness_ms": statistics.median(b["harness_ms"] for b in blocks),
+                                 "extra_us": statistics.median((b["harness_ms"] - b["bare_ms"]) * 1000 for b in blocks),
+                                 **estimate.to_dict()})
+    # On a shared machine the block pairs' noise is larger than the harness's cost, which
+    # is fixed per call (two clock reads, a list store): it is measured apart, on a call
+    # that does nothing, in each stack's interpreter, and added to every row's bare call.
+    runnable, _ = rounds.runnable_stacks(plan, plan.models[0])
+    cost_ns = {spec.name: harness_cost_ns(bin_dir) for spec, bin_dir in runnable}
+    for row in rows:
+        row["harness_cost_ns"] = cost_ns[row["stack"]]
+        row["implied_ratio"] = 1 + cost_ns[row["stack"]] / 1e6 / row["bare_ms"]
+    # Met when the cost is within the target on every call, and no pair's interval lies
+    # wholly above it (the latency gate's rule).
+    met = all(r["implied_ratio"] <= OVERHEAD_TARGET and r["low"] <= OVERHEAD_TARGET for r in rows)
+    worst = max(rows, key=lambda r: r["implied_ratio"])
+    write_json_atomic(out / "overhead.json", {"benchmark": "overhead", "pairs": OVERHEAD_PAIRS,
+                                              "block_s": OVERHEAD_BLOCK_S, "target": OVERHEAD_TARGET,
+                                              "harness_cost_ns": cost_ns, "met": met, "rows": rows})
+    lines = [f"# overhead: the harness costs {', '.join(f'{n} {c:.0f} ns' for n, c in cost_ns.items())} per call: "
+             f"{worst['implied_ratio']:.5f} on the shortest call ({worst['model']}, {worst['stack']}, "
+             f"{worst['bare_ms']:.3f} ms); target ≤ {OVERHEAD_TARGET} {'met' if met else 'MISSED'}", "",
+             "| model | stack | threads | method | calls per block | bare loop | through the harness | "
+             f"ratio (median of {OVERHEAD_PAIRS} pairs) | interval (coverage) | bare + harness cost |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['stack']} | {r['threads']} | {r['method']} | {r['calls_per_block']} | "
+              f"{r['bare_ms']:.4f} ms | {r['harness_ms']:.4f} ms | {r['median']:.4f} | "
+              f"[{r['low']:.4f}, {r['high']:.4f}] ({r['level']:.1%}) | {r['implied_ratio']:.5f} |" for r in rows]
+    write_text_atomic(out / "overhead.md", "\n".join(lines) + "\n")
+    log((out / "overhead.md").read_text())
+    return 0 if met else 1
+
+
+def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
+    """A finished run's work, from its report folder: per stack and model the export and runtime
+    phases (their stages' durations summed: a phase taken from the result cache counts 0), and
+    the measure session's model calls. ``floor_s`` is what the candidate's exports cost at best
+    on ``export_jobs`` workers: their phase time spread over the workers with none idle."""
+    results = Results.load(report)
+    stacks: dict[str, dict[str, dict[str, float]]] = {}
+    for model in results.models:
+        for name, stack in model.stacks.items():
+            reused = set(stack.reused_phases())
+            phases = {"export": 0.0, "runtime": 0.0}
+            for stage in stack.stages:
+                phase = "runtime" if stage.stage in RUNTIME_STAGES else "export"
+                if phase not in reused:
+                    phases[phase] += stage.duration_s
+            stacks.setdefault(name, {})[model.name] = phases
+    timed_ms = warm_ms = 0.0
+    measurements = 0
+    for path in sorted((report / "measurements").glob("*/threads-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        warmup = int((data.get("settings") or {}).get("warmup") or 0)
+        for stack in (data.get("stacks") or {}).values():
+            if stack.get("status") != "ok":
+                continue
+            measurements += 1
+            for round_ in stack.get("rounds") or ():
+                timed_ms += sum(sum(samples) for samples in (round_.get("samples_ms") or {}).values())
+            # Warm-up calls and the first call of a fresh process, at the warm mean of each method.
+            warm_ms += sum((warmup + 1) * float(ms) for ms in (stack.get("warm_mean_ms") or {}).values())
+    totals = {name: {phase: sum(m[phase] for m in models.values()) for phase in ("export", "runtime")}
+              for name, models in stacks.items()}
+    candidates = [name for name in stacks if name != results.baseline.name]
+    export_s = sum(totals[name]["export"] for name in candidates)
+    return {"report": str(report), "export_jobs": export_jobs, "stacks": stacks, "totals": totals,
+            "candidate_export_floor_s": export_s / max(1, export_jobs),
+            "measure": {"measurements": measurements, "timed_calls_s": timed_ms / 1000, "warm_up_s": warm_ms / 1000}}
+
+
+def stages(report: Path, out: Path, log: Any) -> int:
+    parts = run_parts(report, Results.load(report).settings.export_jobs)
+    lines = [f"# Where the run's time went: {report}", "",
+             "| stack | model | export phase s | runtime phase s |", "|---|---|---|---|"]
+    for name, models in parts["stacks"].items():
+        for model, phases in sorted(models.items(), key=lambda item: -item[1]["export"]):
+            lines.append(f"| {name} | {model} | {phases['export']:.0f} | {phases['runtime']:.0f} |")
+        lines.append(f"| {name} | **all** | **{parts['totals'][name]['export']:.0f}** | "
+                     f"**{parts['totals'][name]['runtime']:.0f}** |")
+    measured = parts["measure"]
+    lines += ["", f"Candidate exports' floor on {parts['export_jobs']} workers: "
+                  f"{parts['candidate_export_floor_s'] / 60:.1f} min.",
+              f"Measure session's model calls: {measured['measurements']} stack measurements, "
+              f"{measured['timed_calls_s']:.0f} s of timed calls + {measured['warm_up_s']:.0f} s of warm-up "
+              "and first calls."]
+    write_json_atomic(out / "stages.json", parts)
+    write_text_atomic(out / "stages.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 0

@@ -1,0 +1,285 @@
+"""Latency, cold start and memory, measured so that noise cannot flip the verdict.
+
+Runs after every stack has exported and checked its artifacts, when the tool
+has nothing else to do: nothing is timed while anything of ours runs beside it.
+For each model and each thread count:
+
+1. One fresh server process per stack (compat/worker.py ``measure``), started
+   one after the other: each starts its runtime, notes its resident memory,
+   loads the artifacts and runs every method once — the cold start — then
+   warms up.
+2. Rounds, the stacks in turn and the order reversed every other round (A B,
+   B A, …): in each round every stack times each method ``iterations / rounds``
+   times or for ``time-budget / rounds`` seconds, whichever is more. A round's
+   medians saw the same machine, so their ratio is the round's
+   candidate/baseline ratio (upgrade_gate.measure.stats). Around each stack's part the
+   rest of the machine's load is measured (upgrade_gate.measure.contention); a round
+   it disturbed is repeated, and does not count.
+3. Each server exits with its peak resident memory: what loading and running
+   the model took is that peak minus the memory it had with only the runtime
+   started.
+
+A measurement is cached like a phase, keyed by the runtime keys of every
+stack it measured, the measurement settings and the machine (CPU model and
+core count): a cache shared between machines does not hand one's timings to
+another.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate.config.catalog import ModelEntry
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge.records import SCHEMA_VERSION, load_stack_info, load_stack_model
+from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
+from upgrade_gate.measure import contention
+from upgrade_gate.run import cache, runner, supervisor
+from upgrade_gate.run.progress import Progress
+
+CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
+# The code that decides how a measurement is made: part of its cache key.
+MEASURE_CODE = [Path(str(module.__file__)).resolve() for module in (sys.modules[__name__], supervisor, contention)]
+
+
+def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    units = [(model, threads) for model in plan.models for threads in plan.settings.threads]
+    with Progress("measure", len(units), log=log) as progress:
+        for model, threads in units:
+            task = f"measure: {model.name}: {threads} thread(s)"
+            progress.start(task)
+            measure_model(plan, model, threads, progress.log, on_round=functools.partial(progress.stage, task))
+            progress.finish(task, "finished")
+
+
+def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[str], Any] = print,
+                  on_round: Callable[[str], Any] | None = None) -> Path:
+    """One model at one thread count in every stack that can run it; returns the measurement file."""
+    settings = plan.settings
+    out_file = layout.measurement_file(settings.out_dir, model.name, threads)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    label = f"measure: {model.name} at {threads} thread(s)"
+    for stale in out_file.parent.glob(f"threads-{threads}.*"):  # an earlier run's, which this one replaces
+        stale.unlink()
+    runnable, skipped = runnable_stacks(plan, model)
+    key = _measurement_key(plan, model, threads, runnable)
+    store = cache.ResultCache(settings.cache_dir)
+    names = "+".join(spec.name for spec, _ in runnable) or "none"
+    phase = f"measure-t{threads}"
+    if key is not None and not (plan.fresh or plan.remeasure):
+        hit, problem = store.lookup(names, model.name, phase, key)
+        if problem:
+            log(f"{label}: {problem}")
+        if hit is not None:
+            for file in hit.files:
+                cache.copy_file(hit.path / file, out_file.parent / file)
+            log(f"{label}: reused from the cache (entry {key[:12]})")
+            return out_file
+
+    log(f"{label}: {settings.rounds} rounds of {', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
+    stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
+                                         for name, why in skipped.items()}
+    servers: dict[str, supervisor.Server] = {}
+    try:
+        # One after the other: a cold start timed beside another one would time both.
+        for spec, bin_dir in runnable:
+            server, stacks[spec.name] = start_server(plan, model, spec, bin_dir, threads, out_file)
+            if server is not None:
+                servers[spec.name] = server
+        rounds = run_rounds(servers, stacks, settings.rounds, threads, on_round)
+        for name, server in servers.items():
+            goodbye = server.close()
+            record = stacks[name]
+            record["supervisor_peak_rss_bytes"] = server.peak_rss_bytes
+            if goodbye is not None:
+                record["exit_memory"] = goodbye["memory"]
+                record["runtime_memory_bytes"] = max(
+                    0, int(goodbye["memory"]["peak_rss_bytes"]) - int(record["idle_memory"]["rss_bytes"]))
+        servers.clear()
+    finally:
+        for server in servers.values():
+            server.stop()
+    data = {
+        "schema_version": str(SCHEMA_VERSION),
+        "model": model.name,
+        "threads": threads,
+        "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
+                     "time_budget_s": settings.time_budget_s},
+        "order": [spec.name for spec, _ in runnable],
+        "key": key,
+        # Timings of another machine are not this one's: the cache key has the machine too.
+        "machine": machine(),
+        # Every round tried: the stacks' order, what the rest of the machine did, whether it counts.
+        "rounds": rounds,
+        "stacks": stacks,
+    }
+    write_json_atomic(out_file, data)
+    # A stack without a runnable artifact (a variant it has no recipe for) is not
+    # part of the key: which stacks ran is (``names``).
+    # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
+    whole = sum(not r["disturbed"] for r in rounds) >= settings.rounds
+    if key is not None and whole and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
+        logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
+        store.store(names, model.name, phase, key, [out_file, *logs], {})
+    summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
+    log(f"{label}: {summary}")
+    return out_file
+
+
+def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
+               on_round: Callable[[str], Any] | None) -> list[dict[str, Any]]:
+    """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
+    first or second does to a stack (a warm cache, a clock still ramping, the other's
+    leftovers) falls on both alike. A round the rest of the machine disturbed
+    (upgrade_gate.measure.contention) is repeated, up to as many again; its samples are kept
+    in the record but its ratio is not used. When a stack's server ends, the rounds
+    stop. Each stack's samples of a round are its ``rounds`` entry; the round's
+    order and load are the measurement's."""
+    names = list(servers)
+    tried: list[dict[str, Any]] = []
+    quiet = 0
+    while quiet < wanted and len(tried) < REPEAT_BUDGET * wanted and servers:
+        number = len(tried) + 1
+        if on_round is not None:
+            on_round(f"round {number}/{wanted}" if number <= wanted else f"round {number} (repeating a busy one)")
+        order = [n for n in (names if number % 2 else names[::-1]) if n in servers]
+        loads: dict[str, contention.Load | None] = {}
+        for name in order:
+            ours, timed = [server.process.pid for server in servers.values()], servers[name].process.pid
+            before = contention.snapshot(ours, timed)
+            try:
+                event = servers[name].request({"command": "round", "round": number}, "round")
+            except supervisor.ServerFailed as failure:
+                stacks[name].update(_failed(failure))
+                servers.pop(name).stop()
+                continue
+            loads[name] = contention.load_between(before, contention.snapshot(ours, timed), threads, CORES)
+            stacks[name]["rounds"].append({"round": number, "samples_ms": event["samples_ms"]})
+        disturbed = any(load is not None and load.disturbed for load in loads.values())
+        quiet += not disturbed and len(loads) == len(names)
+        tried.append({"round": number, "order": order, "disturbed": disturbed,
+                      "load": {name: load.to_dict() if load else None for name, load in loads.items()}})
+        if len(servers) < len(names):
+            break  # a stack's server ended: no more ratios to be had; what finished is kept
+    return tried
+
+
+def machine() -> dict[str, Any]:
+    """The CPU that timed it, by model name and core count."""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), platform.processor())
+    except OSError:
+        cpu = platform.processor()
+    return {"cpu": cpu or "unknown", "cores": CORES}
+
+
+# The cores a measurement shares with the rest of the machine.
+CORES = os.cpu_count() or 1
+# Rounds tried at most, as a multiple of the rounds wanted: a busy machine gets a second chance, not an endless one.
+REPEAT_BUDGET = 2
+
+
+def start_server(
+    plan: Plan, model: ModelEntry, spec: StackSpec, bin_dir: Path, threads: int, out_file: Path
+) -> tuple[supervisor.Server | None, dict[str, Any]]:
+    """Start one stack's server and wait for its cold start and warm-up; the stack's record so far."""
+    settings = plan.settings
+    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
+    built = load_stack_model(settings.out_dir, spec.name, model.name).stage("build")
+    job = {
+        "stack": spec.name,
+        "model": model.name,
+        "adapter": spec.adapter,
+        "model_dir": str(model_dir),
+        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
+        "methods": list(built.details.get("methods") or ["forward"]) if built else ["forward"],
+        "threads": threads,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+        "rounds": settings.rounds,
+        "time_budget_s": settings.time_budget_s,
+        "shortest_part_s": contention.SHORTEST_PART_S,
+    }
+    stem = out_file.with_suffix("")
+    job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
+    write_json_atomic(job_file, job)
+    server = supervisor.Server(
+        runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=TOOL_ROOT,
+        log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
+        memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV, deadline_key=settings.timeout_key,
+    )
+    try:
+        ready = server.request(None, "ready")
+    except supervisor.ServerFailed as failure:
+        server.stop()
+        return None, {**_failed(failure), "rounds": []}
+    job_file.unlink(missing_ok=True)
+    return server, {
+        "status": "ok",
+        # Times from two machines do not compare: a merge of sharded runs checks this.
+        "host": socket.gethostname(),
+        "cold": ready["cold"],
+        "idle_memory": ready["idle"],
+        "after_first_run_memory": ready["after_first_run"],
+        "warm_mean_ms": ready["warm_mean_ms"],
+        "runs_per_round": ready["runs_per_round"],
+        "input_shapes": ready["input_shapes"],
+        "rounds": [],
+    }
+
+
+def _failed(failure: supervisor.ServerFailed) -> dict[str, Any]:
+    return {"status": failure.status, "error": {"stage": failure.stage, "message": failure.message,
+                                                "traceback_tail": failure.traceback_tail}}
+
+
+def runnable_stacks(plan: Plan, model: ModelEntry) -> tuple[list[tuple[StackSpec, Path]], dict[str, str]]:
+    """Stacks whose artifacts loaded and ran in the runtime phase, with their venv's bin/; why the others are not."""
+    out = plan.settings.out_dir
+    runnable, skipped = [], {}
+    for spec in plan.stacks:
+        info = load_stack_info(out, spec.name) or {}
+        executable = (info.get("installed") or {}).get("executable")
+        run = load_stack_model(out, spec.name, model.name).stage("run")
+        if not executable or not Path(executable).is_file():
+            skipped[spec.name] = "the stack was not built in this report folder"
+        elif run is None or not run.ok:
+            skipped[spec.name] = "its artifact did not load and run (runtime phase)"
+        else:
+            runnable.append((spec, Path(executable).parent))
+    return runnable, skipped
+
+
+def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list[tuple[StackSpec, Path]]) -> str | None:
+    """The runtime keys of the stacks measured and how they are measured; None if one is not known."""
+    runtime_keys = {}
+    for spec, _ in runnable:
+        record = runner.read_key_record(layout.model_dir(plan.settings.out_dir, spec.name, model.name), "runtime")
+        if not record or not record.get("stored") or not record.get("key"):
+            return None
+        runtime_keys[spec.name] = record["key"]
+    if not runtime_keys:
+        return None
+    settings = plan.settings
+    return cache.digest_of({
+        "machine": machine(),
+        "runtime": runtime_keys,
+        "order": [spec.name for spec, _ in runnable],
+        "threads": threads,
+        "rounds": settings.rounds,
+        "warmup": settings.warmup,
+        "iterations": settings.iterations,
+        "time_budget_s": settings.time_budget_s,
+        "code": cache.files_digest(MEASURE_CODE, PACKAGE_DIR),
+    })

@@ -1,0 +1,361 @@
+"""`nox -s releases`: which release to move to (docs/releases.md).
+
+For each release in range (upgrade_gate.releases.table has the table) the explorer makes a candidate
+stack from its row, in a venv of its own, and runs an ordinary comparison against the baseline in
+the release's report folder — the same worker, fixtures, reference (the baseline's eager outputs)
+and gates as `nox -s compare`, latency at one thread — then removes the venv. With
+``--bisect GATE:MODEL`` it builds only the releases a bisection asks for. upgrade_gate.releases.upgrade_path
+reads the folders back into one report. A run that stops resumes from the result cache: each
+release's phases and measurements are cached like any stack's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import write_json_atomic, write_text_atomic
+from upgrade_gate.config.plan import Plan, load_plan, parse_posargs, parse_shard
+from upgrade_gate.config.plan import parser as plan_parser
+from upgrade_gate.config.settings import Settings
+from upgrade_gate.config.specs import StackSpec, load_spec
+from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.invocation import command
+from upgrade_gate.judge.policy import MODEL_GATES
+from upgrade_gate.measure import rounds
+from upgrade_gate.releases.table import (
+    ADAPTER_FAILS,
+    JUDGED,
+    NOT_COVERED,
+    NOT_INSTALLED,
+    RECORD,
+    TABLE_FILE,
+    Bisect,
+    Release,
+    ReleaseRecord,
+    ReleaseTable,
+    bisect,
+    gate_state,
+    load_table,
+    read_record,
+    release_folder,
+)
+from upgrade_gate.releases.upgrade_path import not_run_per_release, write_upgrade_path
+from upgrade_gate.report.sections import write_reports
+from upgrade_gate.run import pipeline, runner
+from upgrade_gate.schema.results import Verdict
+
+
+def release_settings(settings: Settings) -> Settings:
+    """What the explorer changes in the configuration's settings: latency at one thread, the ratio
+    that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
+    question is the XNNPACK path across releases (`compare` tries the others for its candidate); and
+    no project: its tests and scan do not run per release, so their gates would only ever say
+    *incomplete* and hold every release's verdict at INCOMPLETE (the report says they were not run)."""
+    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, project=None)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Request:
+    plan: Plan  # settings, baseline and models; its stacks are the configuration's, not the releases
+    table: ReleaseTable
+    releases: tuple[Release, ...]  # in range (this shard's part of it)
+    bisect: Bisect | None = None
+    keep_stacks: bool = False
+    prune: bool = False
+    merge: tuple[Path, ...] = ()
+    not_run: str = ""  # what the configuration asks for that no release is judged on
+
+
+    @property
+    def out(self) -> Path:
+        return self.plan.settings.out_dir
+
+    def folder(self, release: Release) -> Path:
+        return release_folder(self.out, release)
+
+
+# Shared with `nox -s compare` (declared once in upgrade_gate.config.plan), then the explorer's own.
+SHARED = ("--out", "--suite", "--models", "--fresh")
+
+
+def parser() -> argparse.ArgumentParser:
+    built = plan_parser(f"{command('releases')} --", only=SHARED)
+    built.add_argument("--from", dest="first", metavar="VERSION",
+                       help="the oldest release to build (default: the table's)")
+    built.add_argument("--to", dest="last", metavar="VERSION",
+                       help="the newest release to build (default: the table's)")
+    built.add_argument("--bisect", metavar="GATE:MODEL",
+                       help="build only the releases a bisection needs to find where GATE starts or stops failing "
+                            "for MODEL (e.g. numerics:nanovlm)")
+    built.add_argument("--shard", metavar="K/N",
+                       help="build only the K-th of N parts of the releases (a CI matrix job)")
+    built.add_argument("--keep-stacks", action="store_true",
+                       help="keep each release's venv after its comparison (a re-run then builds nothing)")
+    built.add_argument("--prune", action="store_true",
+                       help="download each release's wheels into a cache of its own and remove it with the venv: "
+                            "the disk holds one release stack at a time (a re-run downloads again)")
+    built.add_argument("--table", metavar="FILE", help=f"the release table (default: {TABLE_FILE.name} of the tool)")
+    built.add_argument("merge", nargs="*", type=Path, metavar="PART_DIR",
+                       help="report folders of matrix jobs to merge into --out (builds nothing)")
+    return built
+
+
+def load_request(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None) -> Request:
+    """Everything `nox -s releases` needs, validated; ConfigError naming the option or file."""
+    args = parse_posargs(posargs, parser())
+    table = load_table((invoked_from / args.table).resolve() if args.table else TABLE_FILE)
+    shared = [item for name in SHARED for item in _option(args, name)]
+    plan = load_plan(shared, invoked_from=invoked_from, config_path=config_path)
+    not_run = not_run_per_release() if plan.settings.project is not None else ""
+    plan = dataclasses.replace(plan, settings=release_settings(plan.settings))
+    chosen = table.between(args.first, args.last)
+    bisect = None
+    if args.bisect is not None:
+        gate, _, model = args.bisect.partition(":")
+        if not gate or not model:
+            raise ConfigError(f"{args.bisect!r} is not GATE:MODEL (e.g. numerics:nanovlm)", key="--bisect")
+        if model not in {m.name for m in plan.models}:
+            running = ", ".join(m.name for m in plan.models)
+            raise ConfigError(f"{model!r} is not among the models of this run ({running}); name it with --models too, "
+                              "or pick one of those", key="--bisect")
+        if gate not in MODEL_GATES:
+            raise ConfigError(f"{args.bisect!r}: no gate {gate!r}; a model's gates: {', '.join(MODEL_GATES)}",
+                              key="--bisect")
+        bisect = Bisect(gate=gate, model=model)
+        if len(chosen) < 2:
+            raise ConfigError("a bisection needs at least two releases in range", key="--bisect")
+    shard = parse_shard(args.shard) if args.shard else None
+    if shard is not None and bisect is not None:
+        raise ConfigError("a bisection decides which release to build next: it does not split over a matrix",
+                          key="--shard")
+    if shard is not None:
+        chosen = [release for index, release in enumerate(chosen) if shard.takes(index)]
+    merge = tuple((invoked_from / d).resolve() for d in args.merge)
+    if args.prune and args.keep_stacks:
+        raise ConfigError("--prune removes what --keep-stacks keeps; give one", key="--prune")
+    return Request(plan=plan, table=table, releases=tuple(chosen), bisect=bisect, keep_stacks=args.keep_stacks,
+                   prune=args.prune, merge=merge, not_run=not_run)
+
+
+def _option(args: argparse.Namespace, name: str) -> list[str]:
+    value = getattr(args, name.lstrip("-"))
+    if value is None or value is False:
+        return []
+    return [name] if value is True else [name, value]
+
+
+def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
+    """The validated request, with the report folder this process's alone (exit 2 otherwise)."""
+    try:
+        request = load_request(list(posargs), invoked_from=Path(invoked_from))
+    except ConfigError as error:
+        pipeline.fail_usage(error)
+    for folder in request.merge:
+        if not (folder / "releases").is_dir():
+            pipeline.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
+                                f"`{command('releases', '--shard K/N')}` jobs")
+    pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
+    return request
+
+
+def release_spec(request: Request, release: Release, adapter: str) -> StackSpec:
+    """The release's stack spec, written into its folder (the evidence names it) and read as any spec."""
+    folder = request.folder(release)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{release.name}.toml"
+    requirements = ",\n".join(f'    "{r}"' for r in request.table.requirements_of(release))
+    write_text_atomic(path, (
+        f"# Made by `nox -s releases` from {request.table.path.name}: executorch {release.executorch} and the torch it "
+        f"pairs with ({release.source}).\n"
+        f'description = "PyTorch {release.torch} + ExecuTorch {release.executorch} · torch.export → XNNPACK"\n'
+        f'python = "{request.table.python}"\n'
+        f"requirements = [\n{requirements},\n]\n"
+        f'adapter = "{adapter}"\n'
+        'exporter = "torch.export.export → to_edge_transform_and_lower(XnnpackPartitioner) → to_executorch"\n'
+        'runtime = "executorch.extension.pybindings.portable_lib._load_for_executorch"\n'))
+    return load_spec(path, adapters_dir=layout.TOOL_ROOT / "compat", is_baseline=False)
+
+
+def venv_dir(out: Path, stack: str) -> Path:
+    """The release stacks' venvs live in the report folder, under its lock, until their release is done."""
+    return out / ".venvs" / stack
+
+
+def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None) -> str | None:
+    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
+    of its own); uv's error, or None."""
+    bin_dir = folder / "bin"
+    if not (bin_dir / "python").is_file():
+        made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
+                              capture_output=True, text=True, check=False)
+        if made.returncode != 0:
+            return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
+    recipe = pipeline.venv_recipe(spec, [], spec.path.parent)
+    pipeline.empty_venv_unless_made_from(uv, bin_dir, recipe)
+    own_cache = ["--cache-dir", str(wheels)] if wheels else []
+    error = pipeline.install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
+    if error is None:
+        pipeline.recipe_installed(bin_dir, recipe)
+    return error
+
+
+# What uv says when the index has no distribution that fits: a fact about the release (or the
+# table's pairing), unlike a download or a disk that failed.
+RESOLUTION_REFUSALS = ("No solution found", "not found in the package registry", "has no wheels with a matching",
+                       "only has wheels with the following", "requirements are unsatisfiable")
+
+
+def refused_by_the_index(error: str) -> bool:
+    return any(marker in error for marker in RESOLUTION_REFUSALS)
+
+
+def release_plan(request: Request, release: Release, spec: StackSpec, models: tuple[str, ...]) -> Plan:
+    """An ordinary comparison of the baseline and one release, in the release's own report folder."""
+    plan = request.plan
+    chosen = tuple(m for m in plan.models if m.name in models)
+    settings = dataclasses.replace(plan.settings, out_dir=request.folder(release))
+    return dataclasses.replace(plan, settings=settings, stacks=(plan.baseline, spec), models=chosen,
+                               selection=tuple(m.name for m in chosen), shard=None, merge=(), profile=False)
+
+
+def explore_release(request: Request, release: Release, uv: str, baseline_bin: Path,
+                    log: Callable[[str], Any], models: tuple[str, ...] | None = None) -> ReleaseRecord:
+    """Build one release's stack, compare it with the baseline, judge it, remove its venv."""
+    started = time.monotonic()
+    folder = request.folder(release)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECORD).unlink(missing_ok=True)  # a record is written only for a release that finished
+    names = tuple(m.name for m in request.plan.models) if models is None else models
+
+    def finish(status: str, reason: str = "", adapter: str | None = None,
+               verdict: Verdict | None = None) -> ReleaseRecord:
+        record = ReleaseRecord(release=release, status=status, reason=reason, adapter=adapter, verdict=verdict,
+                               models=names, seconds=time.monotonic() - started)
+        write_json_atomic(folder / RECORD, record.to_dict())
+        log(f"releases: {release.name}: {status}" + (f" — {verdict}" if verdict else f" — {reason}" if reason else "")
+            + f" ({record.seconds:.0f} s)")
+        return record
+
+    rule = request.table.adapter_for(release)
+    if rule is None or rule.adapter is None:
+        missing = rule.missing if rule else f"no rule of {request.table.path.name} [[adapters]] matches it"
+        return finish(NOT_COVERED, f"no adapter covers executorch {release.executorch}'s export API: {missing}")
+    spec = release_spec(request, release, rule.adapter)
+    venv = venv_dir(request.out, release.name)
+    # --prune: the release's wheels in a cache of their own, removed with its venv.
+    wheels = venv.with_name(f"{release.name}.wheels") if request.prune else None
+    log(f"releases: {release.name}: building the stack (torch {release.torch}, torchvision {release.torchvision}"
+        + (f", torchao {release.torchao}" if release.torchao else "") + ")")
+    error = build_venv(uv, spec, venv, wheels)
+    if error:
+        _remove(venv, wheels)
+        if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
+            pipeline.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
+                                     "again: it resumes")
+        return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))} for Python "
+                                     f"{spec.python}: {error}", rule.adapter)
+    try:
+        plan = release_plan(request, release, spec, names)
+        bin_dir = venv / "bin"
+        runner.probe_stack(plan, plan.baseline, baseline_bin)
+        probe = runner.probe_stack(plan, spec, bin_dir) or {}
+        adapter = probe.get("adapter") or {}
+        if adapter.get("error") or adapter.get("missing") or not probe:
+            why = (adapter.get("error") or (f"lacks {', '.join(adapter['missing'])}" if adapter.get("missing") else
+                                           f"the probe did not finish (stacks/{spec.name}/probe.log)"))
+            return finish(ADAPTER_FAILS, f"compat/{rule.adapter}.py does not load with executorch "
+                                         f"{release.executorch}: {why}", rule.adapter)
+        runner.run_stack(plan, plan.baseline, baseline_bin, log=log)
+        runner.run_stack(plan, spec, bin_dir, log=log)
+        rounds.measure_all(plan, log=log)
+        try:
+            results = pipeline.judge(plan)
+        except RecordError as error:  # a damaged folder: the tool's problem, not the release's
+            pipeline.fail_incomplete(f"{plan.settings.out_dir}: {error}; run the same command again: it rewrites "
+                                     "the records (the result cache copies back what finished)")
+        write_reports(results, plan.settings.out_dir, step_summary=False)
+        return finish(JUDGED, adapter=rule.adapter, verdict=results.verdict.candidates.get(spec.name))
+    finally:
+        if not request.keep_stacks:
+            _remove(venv, wheels)
+
+
+def _remove(*folders: Path | None) -> None:
+    for folder in folders:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path:
+    """The baseline's venv (uv links it from its cache); exit 2 when its spec does not install."""
+    spec = request.plan.baseline
+    log(f"releases: the baseline {spec.name}: building its venv")
+    error = build_venv(uv, spec, venv_dir(request.out, spec.name))
+    if error:
+        pipeline.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the "
+                            "spec")
+    return venv_dir(request.out, spec.name) / "bin"
+
+
+def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int:
+    """Every release in range (or a bisection's), then the upgrade-path report; the exit status."""
+    if request.plan.fresh:
+        runner.forget_fixtures(request.plan)
+    baseline_bin = build_baseline(request, uv, log)
+    bisection = None
+    try:
+        target = request.bisect
+        if target is not None:
+            def judge(release: Release) -> str:
+                log(f"releases: bisect: {release.name}")
+                record = explore_release(request, release, uv, baseline_bin, log, models=(target.model,))
+                return gate_state(record, request.folder(release), target)
+
+            def seen_before(release: Release) -> str | None:
+                record = read_record(request.folder(release), request.table)
+                return None if record is None else gate_state(record, request.folder(release), target)
+
+            bisection = bisect(list(request.releases), target, judge, seen_before)
+        else:
+            for index, release in enumerate(request.releases, start=1):
+                log(f"releases: {index}/{len(request.releases)}: {release.name}")
+                explore_release(request, release, uv, baseline_bin, log)
+    finally:
+        if not request.keep_stacks:
+            shutil.rmtree(venv_dir(request.out, request.plan.baseline.name), ignore_errors=True)
+            _remove_if_empty(request.out / ".venvs")
+    return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, bisection,
+                              log, request.not_run)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def merge(request: Request, log: Callable[[str], Any] = print) -> int:
+    """Copy the matrix jobs' release folders into --out, then write the upgrade-path report."""
+    for part in request.merge:
+        for folder in sorted((part / "releases").iterdir()):
+            if not folder.is_dir() or read_record(folder, request.table) is None:
+                continue  # a release that did not finish in that job: not evidence
+            target = request.out / "releases" / folder.name
+            if target.resolve() == folder.resolve():
+                continue
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".venvs", ".*.partial*"))
+            log(f"releases: merged {folder.name} from {part}")
+    return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, None, log,
+                              request.not_run)

@@ -1,0 +1,361 @@
+"""The release table and what became of each release (`nox -s releases`, docs/releases.md).
+
+``envs/releases/executorch.toml`` pairs every ExecuTorch release with the torch, torchvision and
+torchao it was built for, and names the compat/ adapter that exports with it (the first
+``[[adapters]]`` rule whose version specifier matches). upgrade_gate.releases.explore builds a candidate
+stack from a row and compares it with the baseline in the release's own report folder,
+``<out>/releases/<release>/``, where ``release.json`` says what became of it:
+
+- *judged*: its comparison ran; its verdict is the release's;
+- *not covered*: the table has no adapter for its export API (nothing is built);
+- *not installed*: uv could not install its row (uv's reason is quoted);
+- *adapter does not load*: the adapter's imports fail in the installed stack (the missing API).
+
+Only a judged release can be recommended. A release that is not judged is a fact about the
+tool's coverage or the index, never a finding against the release. The bisection
+(``--bisect GATE:MODEL``) is here too: which releases to build, given what each one showed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from upgrade_gate import layout
+from upgrade_gate.config.tomlfile import Table as TomlTable
+from upgrade_gate.config.tomlfile import read_toml
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.schema.results import GateResult, GateStatus, Results, Verdict
+
+TABLE_FILE = layout.BUILT_IN_ENVS / "releases" / "executorch.toml"
+RECORD = "release.json"
+RECORD_VERSION = 1
+
+
+# -- the release table ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Release:
+    """One row: an ExecuTorch release and the stack it pairs with."""
+
+    executorch: Version
+    released: str
+    torch: str
+    torchvision: str
+    torchao: str | None
+    numpy: str | None  # a specifier, where the torch wheels need one
+    pythons: tuple[str, ...]
+    source: str
+
+    @property
+    def name(self) -> str:
+        """The stack's name: its report folder, its venv, its cache entries."""
+        return f"executorch-{self.executorch}"
+
+    def pins(self) -> list[str]:
+        pins = [f"torch=={self.torch}", f"executorch=={self.executorch}", f"torchvision=={self.torchvision}"]
+        if self.torchao:
+            pins.append(f"torchao=={self.torchao}")
+        if self.numpy:
+            pins.append(f"numpy{self.numpy}")
+        return pins
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"executorch": str(self.executorch), "released": self.released, "torch": self.torch,
+                "torchvision": self.torchvision, "torchao": self.torchao, "numpy": self.numpy,
+                "pythons": list(self.pythons), "source": self.source}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdapterRule:
+    """The adapter for the releases a specifier matches; none names the API no adapter covers."""
+
+    specifier: SpecifierSet
+    adapter: str | None
+    missing: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseTable:
+    path: Path
+    python: str
+    requirements: tuple[str, ...]
+    adapters: tuple[AdapterRule, ...]
+    releases: tuple[Release, ...]  # oldest first
+
+    def adapter_for(self, release: Release) -> AdapterRule | None:
+        return next((rule for rule in self.adapters if release.executorch in rule.specifier), None)
+
+    def requirements_of(self, release: Release) -> list[str]:
+        pins = release.pins()
+        pinned = {pin.split("=")[0].split("<")[0] for pin in pins}
+        return pins + [r for r in self.requirements if r.split("<")[0].split(">")[0].split("=")[0] not in pinned]
+
+    def find(self, text: str, *, key: str) -> Release:
+        try:
+            version = Version(text.removeprefix("executorch-"))
+        except InvalidVersion:
+            raise ConfigError(f"{text!r} is not a release version (e.g. 0.7.0)", key=key) from None
+        for release in self.releases:
+            if release.executorch == version:
+                return release
+        raise ConfigError(f"no executorch {version} in {self.path}; releases: {self.versions()}", key=key)
+
+    def versions(self) -> str:
+        return ", ".join(str(r.executorch) for r in self.releases)
+
+    def between(self, first: str | None, last: str | None) -> list[Release]:
+        """The releases from ``first`` to ``last`` (either end left out: the table's)."""
+        start = self.find(first, key="--from").executorch if first else self.releases[0].executorch
+        end = self.find(last, key="--to").executorch if last else self.releases[-1].executorch
+        if start > end:
+            raise ConfigError(f"--from {start} is newer than --to {end}", key="--from")
+        return [r for r in self.releases if start <= r.executorch <= end]
+
+
+RELEASE_KEYS = {"executorch", "released", "torch", "torchvision", "torchao", "numpy", "pythons", "source"}
+
+
+def load_table(path: Path = TABLE_FILE) -> ReleaseTable:
+    """Read and check the release table; ConfigError naming the file and key."""
+    top = TomlTable(read_toml(path), path=path, key="")
+    top.reject_unknown({"python", "requirements", "adapters", "releases"})
+    python = top.get("python", str, "")
+    if not python:
+        raise top.error("python", "missing; the Python every release stack is built for, e.g. \"3.11\"")
+    requirements = tuple(top.get_str_list("requirements", []))
+    adapters = []
+    for index, data in enumerate(top.get("adapters", list, [])):
+        rule = TomlTable(data, path=path, key=f"adapters[{index}]")
+        rule.reject_unknown({"executorch", "adapter", "missing"})
+        adapter = rule.get("adapter", str, "") or None
+        missing = rule.get("missing", str, "")
+        if bool(adapter) == bool(missing):
+            raise rule.error("adapter", "give either adapter (a compat/ module) or missing (the API no adapter covers)")
+        if adapter and not (layout.TOOL_ROOT / "compat" / f"{adapter}.py").is_file():
+            raise rule.error("adapter", f"no adapter {adapter!r} in {layout.TOOL_ROOT / 'compat'}")
+        adapters.append(AdapterRule(specifier=_specifier(rule, "executorch"), adapter=adapter, missing=missing))
+    releases = []
+    for index, data in enumerate(top.get("releases", list, [])):
+        row = TomlTable(data, path=path, key=f"releases[{index}]")
+        row.reject_unknown(RELEASE_KEYS)
+        for required in ("executorch", "torch", "torchvision", "pythons", "source"):
+            if required not in row.data:
+                raise row.error(required, f"missing; every release names {', '.join(sorted(RELEASE_KEYS))}")
+        versions = {name: _version(row, name) for name in ("executorch", "torch", "torchvision")}
+        torchao = row.get("torchao", str, "") or None
+        if torchao:
+            _version(row, "torchao")
+        numpy = row.get("numpy", str, "") or None
+        if numpy:
+            _specifier(row, "numpy")
+        releases.append(Release(executorch=versions["executorch"], released=row.get("released", str, ""),
+                                torch=str(versions["torch"]), torchvision=str(versions["torchvision"]),
+                                torchao=torchao, numpy=numpy, pythons=tuple(row.get_str_list("pythons", [])),
+                                source=row.get("source", str, "")))
+    if not releases:
+        raise top.error("releases", "empty; the table needs at least one release")
+    ordered = sorted(releases, key=lambda r: r.executorch)
+    seen = [r.executorch for r in ordered]
+    twice = next((v for v in seen if seen.count(v) > 1), None)
+    if twice is not None:
+        raise top.error("releases", f"executorch {twice} is listed twice; keep one row")
+    return ReleaseTable(path=path, python=python, requirements=requirements, adapters=tuple(adapters),
+                        releases=tuple(ordered))
+
+
+def _version(row: TomlTable, key: str) -> Version:
+    text = row.get(key, str, "")
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise row.error(key, f"not a version: {text!r}") from None
+
+
+def _specifier(row: TomlTable, key: str) -> SpecifierSet:
+    text = row.get(key, str, "")
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise row.error(key, f"not a version specifier: {text!r} (e.g. \">=0.6\")") from None
+
+
+def release_folder(out: Path, release: Release) -> Path:
+    """A release's own report folder: an ordinary comparison of the baseline and the release."""
+    return out / "releases" / release.name
+
+
+# -- what became of a release ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseRecord:
+    """What became of one release: ``<out>/releases/<release>/release.json``."""
+
+    release: Release
+    status: str  # judged, not covered, not installed, adapter does not load
+    reason: str = ""
+    adapter: str | None = None
+    verdict: Verdict | None = None  # judged releases
+    models: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def judged(self) -> bool:
+        return self.status == JUDGED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record_version": RECORD_VERSION, "release": self.release.to_dict(), "name": self.release.name,
+                "status": self.status, "reason": self.reason, "adapter": self.adapter,
+                "verdict": self.verdict.value if self.verdict else None, "models": list(self.models),
+                "seconds": round(self.seconds, 1)}
+
+
+JUDGED, NOT_COVERED, NOT_INSTALLED, ADAPTER_FAILS = "judged", "not covered", "not installed", "adapter does not load"
+
+
+def read_record(folder: Path, table: ReleaseTable) -> ReleaseRecord | None:
+    """A release folder's record; None when there is none or it does not read (the release runs again)."""
+    try:
+        data = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        release = table.find(str(data["release"]["executorch"]), key=RECORD)
+        verdict = Verdict(data["verdict"]) if data.get("verdict") else None
+        return ReleaseRecord(release=release, status=str(data["status"]), reason=str(data.get("reason", "")),
+                             adapter=data.get("adapter"), verdict=verdict, models=tuple(data.get("models", ())),
+                             seconds=float(data.get("seconds", 0.0)))
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        return None
+
+
+def release_results(folder: Path) -> Results | None:
+    """A judged release's results.json; None when it does not read."""
+    try:
+        return Results.load(folder)
+    except ConfigError:
+        return None
+
+
+def gate_of(results: Results | None, gate: str, model: str, stack: str) -> GateResult | None:
+    if results is None:
+        return None
+    return next((g for g in results.verdict.gates if g.gate == gate and g.model == model and g.stack == stack), None)
+
+
+# -- the bisection ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bisect:
+    """``--bisect GATE:MODEL``: where the gate's failure for the model starts or stops."""
+
+    gate: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.gate}:{self.model}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bisection:
+    gate: str
+    model: str
+    states: dict[str, str]  # release name → failed / not failed / unknown (why), for every release built
+    built: tuple[str, ...]  # in the order the bisection built them
+    answer: str
+    monotone: bool = True
+    located: bool = True  # False: fewer than two releases in range could be judged
+
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.gate, "model": self.model, "states": self.states, "built": list(self.built),
+                "answer": self.answer, "monotone": self.monotone, "located": self.located}
+
+
+FAILS, HOLDS_NOT = "fails", "does not fail"
+
+
+def gate_state(record: ReleaseRecord, folder: Path, target: Bisect) -> str:
+    """Whether the gate fails for the model in a release: FAILS, HOLDS_NOT, or why it is not known."""
+    if not record.judged:
+        return f"unknown ({record.status})"
+    found = gate_of(release_results(folder), target.gate, target.model, record.release.name)
+    if found is None:
+        return f"unknown (no {target.gate} gate for {target.model})"
+    if found.status is GateStatus.FAILED:
+        return FAILS
+    if found.status in (GateStatus.PASSED, GateStatus.INCONCLUSIVE):
+        return HOLDS_NOT
+    return f"unknown ({found.status.label})"
+
+
+def bisect(releases: list[Release], target: Bisect, judge: Callable[[Release], str],
+           seen_before: Callable[[Release], str | None] = lambda release: None) -> Bisection:
+    """Where ``target.gate`` starts or stops failing for ``target.model``: the two ends of the
+    range, then halves, building about log2(n) releases. ``judge`` builds a release and says
+    FAILS, HOLDS_NOT or why it cannot tell; a release it cannot tell about is passed over for its
+    nearest neighbour inside the interval. ``seen_before`` is what earlier runs in the report
+    folder showed for the releases the bisection did not build: a bisection assumes one change
+    between the ends, and that evidence is how it finds out when there was more than one."""
+    states: dict[str, str] = {}
+    built: list[str] = []
+
+    def state(index: int) -> str:
+        release = releases[index]
+        if release.name not in states:
+            built.append(release.name)
+            states[release.name] = judge(release)
+        return states[release.name]
+
+    def known(index: int) -> bool:
+        return state(index) in (FAILS, HOLDS_NOT)
+
+    def result(answer: str, expected: Callable[[int], str | None]) -> Bisection:
+        contradictions = []
+        for index, release in enumerate(releases):
+            seen = None if release.name in states else seen_before(release)
+            if seen in (FAILS, HOLDS_NOT) and expected(index) not in (None, seen):
+                contradictions.append(f"{release.name} {seen}")
+        if contradictions:
+            answer += (f". The evidence is not monotone: {', '.join(contradictions)} (earlier runs in this report "
+                       "folder), so the failure comes and goes between releases; read the full table")
+        return Bisection(gate=target.gate, model=target.model, states=states, built=tuple(built), answer=answer,
+                         monotone=not contradictions)
+
+    what = f"{target.gate} for {target.model}"
+    low = next((i for i in range(len(releases)) if known(i)), None)
+    high = None if low is None else next((i for i in reversed(range(low + 1, len(releases))) if known(i)), None)
+    if low is None or high is None:
+        answer = (f"{what} could not be judged at two releases in range: "
+                  + "; ".join(f"{name}: {s}" for name, s in states.items()))
+        return dataclasses.replace(result(answer, lambda index: None), located=False)
+    first, last = state(low), state(high)
+    if first == last:
+        answer = (f"{what}: {first} at both ends ({releases[low].name}, {releases[high].name}); no change to locate "
+                  f"in this range: {len(built)} of {len(releases)} releases built")
+        ends = (low, high)
+        return result(answer, lambda index: first if ends[0] <= index <= ends[1] else None)
+    while high - low > 1:
+        middle = (low + high) // 2
+        # The judgeable release nearest the middle, inside (low, high).
+        probe = next((i for offset in range(high - low) for i in (middle + offset, middle - offset)
+                      if low < i < high and known(i)), None)
+        if probe is None:
+            break
+        if state(probe) == first:
+            low = probe
+        else:
+            high = probe
+    gap = [r.name for r in releases[low + 1:high]]
+    verb = "starts failing" if last == FAILS else "stops failing"
+    answer = (f"{what} {verb} between {releases[low].name} ({first}) and {releases[high].name} ({last})"
+              + (f"; the releases between could not be judged ({', '.join(gap)})" if gap else "")
+              + f": {len(built)} of {len(releases)} releases built")
+    return result(answer, lambda index: first if index <= low else last if index >= high else None)

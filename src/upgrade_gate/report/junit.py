@@ -1,0 +1,114 @@
+"""The verdict for CI systems: JUnit XML with one test case per gate per model,
+and the Markdown summary GitHub Actions shows on a run's page.
+
+Both are written from the verdict record alone, so a merged sharded run gives
+the same files as a single one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from upgrade_gate._atomic import write_text_atomic
+from upgrade_gate.report.render import markdown_table
+from upgrade_gate.schema.results import GateResult, GateStatus, VerdictRecord
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+# Outcomes that are neither a pass nor a failure of the candidate.
+SKIPPED = (GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE, GateStatus.BLOCKED)
+
+
+def junit_xml(verdict: VerdictRecord) -> str:
+    """One <testsuite> per candidate stack, one <testcase> per gate and model.
+
+    A failed gate is a <failure> whose message carries the measured value and the
+    threshold; an incomplete one (the tool or the machine could not gather its
+    evidence) is an <error>, as a test runner's own error is; an inconclusive, not
+    comparable or blocked one is <skipped> with the reason, so no CI counts it as passed.
+    """
+    suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict.verdict}")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for stack, stack_verdict in verdict.candidates.items():
+        own = verdict.of(stack)
+        failures = sum(1 for g in own if g.status is GateStatus.FAILED)
+        errors = sum(1 for g in own if g.status is GateStatus.INCOMPLETE)
+        skipped = sum(1 for g in own if g.status in SKIPPED)
+        suite = ET.SubElement(suites, "testsuite", {
+            "name": f"{stack} vs {verdict.baseline}", "tests": str(len(own)), "failures": str(failures),
+            "errors": str(errors), "skipped": str(skipped), "time": "0", "timestamp": verdict.generated_at,
+            "hostname": socket.gethostname(),
+        })
+        properties = ET.SubElement(suite, "properties")
+        for name, value in (("verdict", str(stack_verdict)), ("overall-verdict", str(verdict.verdict)),
+                            ("tool-version", verdict.tool_version)):
+            ET.SubElement(properties, "property", name=name, value=value)
+        for gate in own:
+            _case(suite, stack, gate)
+        totals["tests"] += len(own)
+        totals["failures"] += failures
+        totals["errors"] += errors
+        totals["skipped"] += skipped
+    suites.set("tests", str(totals["tests"]))
+    suites.set("failures", str(totals["failures"]))
+    suites.set("errors", str(totals["errors"]))
+    suites.set("time", "0")
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _case(suite: ET.Element, stack: str, gate: GateResult) -> None:
+    case = ET.SubElement(suite, "testcase", name=gate.gate, classname=f"{stack}.{gate.model}", time="0")
+    text = (f"measured: {gate.measured_text}\nthreshold: {gate.threshold_text}\n"
+            f"severity: {gate.severity}\nevidence: {gate.evidence}")
+    if gate.status is GateStatus.FAILED:
+        failure = ET.SubElement(case, "failure", type=f"{gate.severity} gate",
+                                message=f"{gate.measured_text} (threshold {gate.threshold_text})")
+        failure.text = text
+    elif gate.status is GateStatus.INCOMPLETE:
+        ET.SubElement(case, "error", type="incomplete evidence", message=gate.measured_text).text = text
+    elif gate.status in SKIPPED:
+        ET.SubElement(case, "skipped", message=f"{gate.status}: {gate.measured_text}").text = text
+    else:
+        ET.SubElement(case, "system-out").text = text
+
+
+def write_junit(path: Path, verdict: VerdictRecord) -> Path:
+    write_text_atomic(path, junit_xml(verdict))
+    return path
+
+
+def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
+    """The verdict, the gates that did not pass, and where the full report is."""
+    lines = [f"## upgrade-gate: {verdict.verdict}", ""]
+    lines += [f"- **{stack}** vs {verdict.baseline}: {value}" for stack, value in verdict.candidates.items()]
+    lines.append("")
+    if verdict.incomplete:
+        lines += ["The evidence was not all gathered (not the candidate's failings):", ""]
+        lines += [f"- {reason}" for reason in verdict.incomplete] + [""]
+    problems = verdict.not_passed
+    if problems:
+        lines += markdown_table(["status", "severity", "stack", "model", "gate", "measured", "threshold"], [
+            [g.status.label, str(g.severity), g.stack, g.model, g.gate, g.measured_text, g.threshold_text]
+            for g in problems])
+    else:
+        lines.append(f"All {len(verdict.gates)} gates passed.")
+    lines += ["", f"Full report: `{report_dir / 'report.html'}` (and report.md, results.json, junit.xml).", ""]
+    return "\n".join(lines)
+
+
+def append_step_summary(verdict: VerdictRecord, report_dir: Path) -> Path | None:
+    """Append the summary to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
+    return append_to_step_summary(step_summary(verdict, report_dir))
+
+
+def append_to_step_summary(text: str) -> Path | None:
+    """Append Markdown to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
+    target = os.environ.get(STEP_SUMMARY_ENV)
+    if not target:
+        return None
+    with open(target, "a", encoding="utf-8") as summary:
+        summary.write(text)
+    return Path(target)

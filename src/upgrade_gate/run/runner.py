@@ -1,0 +1,475 @@
+"""Runs the models in one stack's venv: one fresh worker process per model phase.
+
+Each phase has a key (upgrade_gate.run.cache): when the cache holds a verified
+entry for it, its files are linked into the report folder and the worker does
+not start. Otherwise the worker runs under the supervisor (a deadline per stage,
+a memory limit). A worker that raises is recorded by the worker itself; one
+that dies or is killed cannot record anything, so the runner amends the phase
+file it left: the stage that was running gets the cause. Either way the run
+goes on with the next model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate.config.catalog import ModelEntry
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge.records import SCHEMA_VERSION, RecordError, load_stack_model
+from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.run import cache, packages, shards, supervisor
+from upgrade_gate.run.assets import assets_dir
+from upgrade_gate.run.progress import Progress
+
+LOG_TAIL_LINES = 20
+# Calls of each method under the runtime phase's per-operator profiler (after one untimed call).
+PROFILE_RUNS = 5
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackRun:
+    """One stack's part of a run: where its venv is and what determines its results."""
+
+    plan: Plan
+    spec: StackSpec
+    bin_dir: Path
+    progress: Progress
+    # Spec, installed distributions, worker and adapter code: the part of every key this stack shares.
+    digest: str
+    store: cache.ResultCache
+
+    @classmethod
+    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress) -> StackRun:
+        digest = cache.digest_of({
+            "python": spec.python,
+            "requirements": [str(r) for r in spec.requirements],
+            "adapter": spec.adapter,
+            "installed": cache.installed_distributions(bin_dir.parent),
+            "worker": cache.worker_code_digest(spec.adapter),
+        })
+        return cls(plan=plan, spec=spec, bin_dir=bin_dir, progress=progress, digest=digest,
+                   store=cache.ResultCache(plan.settings.cache_dir))
+
+
+def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | None:
+    """What is installed in the stack and what its adapter offers (compat/probe.py), kept in stack.json;
+    None when the probe did not finish (its log says why)."""
+    stack_dir = layout.stack_dir(plan.settings.out_dir, spec.name)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    probe_file = stack_dir / "probe.json"
+    probe_file.unlink(missing_ok=True)
+    _start_worker(
+        bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions, "adapter": spec.adapter},
+        job_file=stack_dir / "probe-job.json", log_file=stack_dir / "probe.log", plan=plan, first_stage="start",
+    )
+    probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
+    extras = packages.requirement_names(plan.extra_requirements(spec.name), plan.settings.config_path.parent)
+    write_json_atomic(stack_dir / "stack.json", {
+        "spec": spec.to_dict(), "installed": probe,
+        # Beside the spec's own requirements: what the project's extras and every dependency put there.
+        "extra_requirements": [{"requirement": requirement, "distribution": name} for requirement, name in extras],
+        "packages": packages.installed_versions(bin_dir.parent),
+    })
+    return probe
+
+
+def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
+    """Export and run every model of the plan in the stack (probed first: probe_stack)."""
+    with Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress:
+        stack = StackRun.start(plan, spec, bin_dir, progress)
+        # Exports are single-threaded Python (graph capture, partitioning,
+        # serialization): `export-jobs` of them share the machine. The runtime
+        # phases check the artifacts one at a time; latency is measured later, by
+        # the measure session, when no stack has anything else to do.
+        _export_all(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
+        for model in plan.models:
+            run_phase(stack, model, "runtime")
+    shards.describe(plan, spec.name)
+
+
+def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
+    """The plan's models, costliest export first, so that the ``export-jobs`` workers finish
+    together: a long export started last runs alone while the other cores idle.
+
+    The cost is parameters × methods, from the build records another stack left in the report
+    folder (the baseline runs first, so the candidate, whose exports are the long ones, has
+    them); models no other stack has built follow in suite order.
+    """
+    def cost(model: ModelEntry) -> int | None:
+        for other in plan.stacks:
+            if other.name == stack:
+                continue
+            try:
+                build = load_stack_model(plan.settings.out_dir, other.name, model.name).stage("build")
+            except RecordError:
+                continue  # a damaged record orders nothing; the report names it
+            if build is not None and build.ok and isinstance(build.details.get("parameters"), int):
+                return int(build.details["parameters"]) * max(1, len(build.details.get("methods") or ()))
+        return None
+
+    costs = {model.name: cost(model) for model in plan.models}
+    known = sorted((m for m in plan.models if costs[m.name] is not None), key=lambda m: -(costs[m.name] or 0))
+    return known + [m for m in plan.models if costs[m.name] is None]
+
+
+def _export_all(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None]) -> None:
+    """Every model's export phase in ``order``, up to ``export-jobs`` at once.
+
+    A model marked ``exclusive`` (one whose export needs most of the memory)
+    waits for the others to finish and runs alone.
+    """
+    jobs = plan.settings.export_jobs
+    pending = list(order)
+    running: dict[Future[None], ModelEntry] = {}
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export")
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                alone = pending[0].exclusive or any(m.exclusive for m in running.values())
+                if alone and running:
+                    break
+                model = pending.pop(0)
+                running[pool.submit(export, model)] = model
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                future.result()
+    except BaseException:  # Ctrl-C or a bug: no export may outlive the run
+        supervisor.stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
+    """One model's export or runtime in one stack: from the cache if it holds it, else by a worker."""
+    settings, name = stack.plan.settings, f"{stack.spec.name}: {model.name}: {phase}"
+    model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    code = cache.model_code_digest(model)
+    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.base, code)
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
+    if key is not None and not stack.plan.fresh:
+        hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
+        if problem:
+            stack.progress.log(f"{name}: {problem}")
+        if hit is not None:
+            _clear_phase(model_dir, phase)
+            for file in hit.files:
+                cache.copy_file(hit.path / file, model_dir / file)
+            _write_key_record(model_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
+            stack.progress.finish(name, f"reused from the cache (entry {key[:12]}, "
+                                        f"{_ago(hit.manifest.get('stored_at'))})")
+            return
+
+    start = time.monotonic()
+    stack.progress.start(name)
+    _clear_phase(model_dir, phase)
+    job = {
+        **model_job(model),
+        "stack": stack.spec.name,
+        "model": model.name,
+        "variant": model.variant,
+        "adapter": stack.spec.adapter,
+        "model_dir": str(model_dir),
+        "fixtures_dir": str(fixtures_dir),
+        # Exports and the checks of the runtime phase run at the first thread count.
+        "threads": settings.threads[0],
+        "localize_budget_s": settings.localize_budget_s,
+        "backends_budget_s": settings.backends_budget_s,
+        "profile_runs": PROFILE_RUNS if stack.plan.profile else 0,
+    }
+    phase_file = model_dir / f"{phase}.json"
+    try:
+        outcome = _start_worker(
+            stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
+            plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
+        )
+    except KeyboardInterrupt:  # the worker was stopped with us: say so on its stage, then stop the run
+        _mark_interrupted(phase_file, job, phase)
+        raise
+    cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
+    files = _phase_files(model_dir, phase)
+    # The fixtures exist now if they did not before: the key that names this result includes them.
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
+    manifest = {f.name: {"bytes": f.stat().st_size} for f in files}
+    if cacheable and key is not None:
+        manifest = stack.store.store(stack.spec.name, model.name, phase, key, files,
+                                     {"seconds": round(outcome.elapsed_s, 3)}).files
+    _write_key_record(model_dir, phase, key, manifest, stored=cacheable and key is not None)
+    problem = _first_problem(phase_file)
+    stack.progress.finish(name, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
+
+
+def _phase_key(
+    stack: StackRun, model: ModelEntry, code: str, phase: str, model_dir: Path, fixtures_dir: Path
+) -> str | None:
+    """What determines this phase's result; None when it cannot be known (the export was not stored)."""
+    parts: dict[str, Any] = {
+        "phase": phase,
+        "stack": stack.digest,
+        "model": model.name,
+        "variant": model.variant,
+        "code": code,
+        "project_root": str(model.project_root) if model.project_root else None,
+        "assets": assets_dir().name,
+        "fixtures": cache.fixtures_digest(fixtures_dir),
+    }
+    if phase == "runtime":
+        export = read_key_record(model_dir, "export")
+        if export is None or not export.get("stored"):
+            return None
+        parts.update(export_key=export["key"], export_files=export["files"])
+    parts["threads"] = stack.plan.settings.threads[0]
+    parts["budgets"] = [stack.plan.settings.localize_budget_s, stack.plan.settings.backends_budget_s]
+    if not stack.plan.profile:  # only then: the keys of every profiled result stay as they were
+        parts["profile"] = False
+    return cache.digest_of(parts)
+
+
+def _key_record_path(model_dir: Path, phase: str) -> Path:
+    return model_dir / f"{phase}.cache.json"
+
+
+def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[str, Any], *, stored: bool,
+                      reused_from: Path | None = None) -> None:
+    """Which key a phase's files in the report folder belong to, and whether they came from the cache."""
+    write_json_atomic(_key_record_path(model_dir, phase), {
+        "key": key, "stored": stored, "reused_from": str(reused_from) if reused_from else None, "files": files,
+    })
+
+
+def read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_key_record_path(model_dir, phase).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _phase_files(model_dir: Path, phase: str) -> list[Path]:
+    """The files a phase left: the export owns everything it finds; the runtime what the export did not write."""
+    own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {
+        f"{p}-job.json" for p in layout.PHASES}
+    export_files = set((read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
+    return sorted(p for p in model_dir.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.name not in own_records | export_files)
+
+
+def _clear_phase(model_dir: Path, phase: str) -> None:
+    """A new export invalidates everything after it; a new runtime only its own files."""
+    if phase == "export":
+        doomed = [p for p in model_dir.iterdir() if p.is_file()]
+    else:
+        doomed = [*_phase_files(model_dir, phase), _key_record_path(model_dir, phase)]
+    for path in doomed:
+        path.unlink(missing_ok=True)
+
+
+def forget_fixtures(plan: Plan) -> None:
+    """``--fresh``: the shared inputs and weights are made again too (a project's weights file may have changed)."""
+    for model in plan.models:
+        shutil.rmtree(layout.fixtures_dir(plan.settings.cache_dir, model.base, cache.model_code_digest(model)),
+                      ignore_errors=True)
+
+
+def model_job(model: ModelEntry) -> dict[str, Any]:
+    """What the worker needs to build a model: its factory and where to import it from."""
+    return {
+        "factory": model.factory,
+        "project_root": str(model.project_root) if model.project_root else None,
+        "assets_dir": str(assets_dir()),
+    }
+
+
+def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dict[str, Any]]:
+    """Import and call each project model's factory in the stack; what went wrong, by model."""
+    models = [m for m in plan.models if m.project_root]
+    if not models:
+        return {}
+    stack_dir = layout.stack_dir(plan.settings.out_dir, spec.name)
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    result_file = stack_dir / "factories.json"
+    result_file.unlink(missing_ok=True)
+    outcome = _start_worker(
+        bin_dir, "check", {"out": str(result_file), "models": {m.name: model_job(m) for m in models}},
+        job_file=stack_dir / "factories-job.json", log_file=stack_dir / "factories.log", plan=plan,
+        first_stage="build",
+    )
+    if not result_file.is_file():
+        tail = "\n".join(_tail(stack_dir / "factories.log"))
+        why = outcome.cause or f"exit status {outcome.returncode}"
+        return {m.name: {"ok": False, "error": f"the check died ({why}): {tail}"} for m in models}
+    return json.loads(result_file.read_text(encoding="utf-8"))
+
+
+def _first_problem(phase_file: Path) -> str | None:
+    """The first stage that failed, for the progress line; the report says more."""
+    try:
+        stages = json.loads(phase_file.read_text()).get("stages") or []
+    except (OSError, ValueError):
+        return "no stage records"
+    failed = next((s for s in stages if s.get("status") not in ("ok", "skipped")), None)
+    return f"{failed['stage']} {failed['status']}" if failed else None
+
+
+def _start_worker(
+    bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
+    phase_file: Path | None = None, first_stage: str = "start", on_stage: Callable[[str], Any] | None = None,
+) -> supervisor.Outcome:
+    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
+    write_json_atomic(job_file, job)
+    settings = plan.settings
+    return supervisor.run_supervised(
+        worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=TOOL_ROOT, log_file=log_file,
+        phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
+        first_stage=first_stage, on_stage=on_stage,
+    )
+
+
+def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
+    return [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "worker.py"), command, str(job_file)]
+
+
+def venv_env(bin_dir: Path) -> dict[str, str]:
+    """This process's environment for a program of the venv that holds ``bin_dir``:
+    that venv's bin/ first on PATH, nothing of the caller's on its Python path."""
+    env = dict(os.environ)
+    # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
+    # private names, so nothing of ours shadows a user's package of the same name.
+    env.pop("PYTHONPATH", None)
+    # executorch's serializer runs `flatc` from the venv's bin/.
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def worker_env(bin_dir: Path) -> dict[str, str]:
+    """The environment of a worker in the stack whose venv holds ``bin_dir``."""
+    env = venv_env(bin_dir)
+    env["PYTHONWARNINGS"] = "ignore"
+    # Importing torch._inductor (executorch's export does) starts a pool of
+    # compile subprocesses when triton is installed, as in the CUDA wheels;
+    # nothing here compiles with inductor, and on 2 cores they steal time.
+    env["TORCH_WARM_POOL"] = "0"
+    # The host wheels' OpenMP busy-waits between parallel regions. On this
+    # 2-core machine that made torch 2.2's Lite Interpreter 4-10× slower at 2
+    # threads than at 1 (ViT-Ti/16: 500 ms against 70 ms with passive waiting).
+    # A phone's build runs on pthreadpool, which sleeps; so do XNNPACK's
+    # threads. Set the same in every stack; a user's own setting wins.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Every phase is a fresh interpreter: without cached bytecode each one
+    # compiles torch's and executorch's sources again (≈ 7 s per process here,
+    # where PYTHONDONTWRITEBYTECODE is set). The cache lives in the stack's venv,
+    # so nothing is written into a user's project.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
+    return env
+
+
+def _record_outcome(
+    phase_file: Path, job: dict[str, Any], phase: str, outcome: supervisor.Outcome, log_file: Path, plan: Plan
+) -> bool:
+    """Add what the supervisor saw to the phase file; for a worker that did not
+    finish, record why on the stage that was running. True when the result may be cached."""
+    try:
+        data = json.loads(phase_file.read_text())
+    except (OSError, ValueError):
+        data = None
+    if data is None:
+        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
+                "stages": [], "facts": {}}
+    data.setdefault("facts", {})["supervisor"] = {
+        "elapsed_s": round(outcome.elapsed_s, 3),
+        "peak_rss_bytes": outcome.peak_rss_bytes,
+        "memory_limit_bytes": outcome.memory_limit_bytes,
+    }
+    finished = bool(data.get("complete")) and outcome.finished
+    if not finished:
+        running = next((s for s in data["stages"] if s["status"] == "running"), None)
+        if running is None:
+            running = {"stage": outcome.stage, "status": "running", "duration_s": 0.0}
+            data["stages"].append(running)
+        status, message = _cause(outcome, plan)
+        running.update(
+            status=status,
+            duration_s=round(outcome.stage_elapsed_s, 3),
+            error={"type": status, "message": message, "traceback_tail": _tail(log_file)},
+        )
+        data["complete"] = True
+    write_json_atomic(phase_file, data)
+    return finished and all(s["status"] in cache.CACHEABLE_STATUSES for s in data["stages"])
+
+
+def _mark_interrupted(phase_file: Path, job: dict[str, Any], phase: str) -> None:
+    """The stage that was running when the run was stopped: interrupted, not failed."""
+    try:
+        data = json.loads(phase_file.read_text())
+    except (OSError, ValueError):
+        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
+                "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
+    for stage in data["stages"]:
+        if stage["status"] == "running":
+            stage.update(status="interrupted", error={"type": "interrupted", "message": _stopped(stage["stage"]),
+                                                      "traceback_tail": []})
+    data["complete"] = True
+    write_json_atomic(phase_file, data)
+
+
+def _stopped(stage: str) -> str:
+    return f"the run was stopped (Ctrl-C or SIGTERM) while stage {stage} ran; running the same command again resumes"
+
+
+def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
+    """The status and one-line message for a worker that did not finish its phase."""
+    if outcome.cause == "timeout":
+        key = plan.settings.timeout_key(outcome.stage)
+        return "timeout", (f"stage {outcome.stage} ran {outcome.stage_elapsed_s:.0f} s, past its deadline of "
+                           f"{outcome.deadline_s:.0f} s (timeouts.{key}); worker killed")
+    if outcome.cause == "out-of-memory":
+        return "out-of-memory", (f"stage {outcome.stage}: the worker reached {_gib(outcome.peak_rss_bytes)} resident, "
+                                 f"past the memory limit of {_gib(outcome.memory_limit_bytes)} (memory-limit); killed")
+    if outcome.cause == "interrupted":
+        return "interrupted", _stopped(outcome.stage)
+    code = outcome.returncode
+    if code is not None and -code in supervisor.OUTSIDE_SIGNALS:
+        status, message = supervisor.killed_from_outside(-code, outcome.oom_kills, outcome.peak_rss_bytes)
+        return status, f"stage {outcome.stage}: {message}" if status == "out-of-memory" else message
+    if code is not None and code < 0:
+        return "crashed", f"worker killed by signal {signal.Signals(-code).name}"
+    return "crashed", f"worker exited with code {code}"
+
+
+def _ago(stored_at: Any) -> str:
+    if not isinstance(stored_at, (int, float)):
+        return "stored earlier"
+    return "stored " + time.strftime("%Y-%m-%d %H:%M", time.localtime(stored_at))
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    # A line can be megabytes (a model that prints without newlines): the record keeps its end.
+    return [line if len(line) <= TAIL_LINE_CHARS else "…" + line[-TAIL_LINE_CHARS:] for line in lines[-LOG_TAIL_LINES:]]
+
+
+# The longest line of a log's tail kept in a stage's record.
+TAIL_LINE_CHARS = 2000
+
