@@ -43,10 +43,10 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan, stacks_of
 from upgrade_gate.config.settings import default_config_path, load_settings
 from upgrade_gate.errors import EXIT_GO, ConfigError
-from upgrade_gate.measure import rounds as measurement
-from upgrade_gate.project import session as team_project
-from upgrade_gate.run import assets as asset_build
-from upgrade_gate.run import pipeline, runner
+from upgrade_gate.measure.rounds import measure_all
+from upgrade_gate.project.gather import read_scan
+from upgrade_gate.project.session import SCAN_PYTHON, SCAN_REQUIREMENTS, record_install_failure, run_scan, run_tests
+from upgrade_gate.run import asset_build, pipeline, runner
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]
@@ -173,16 +173,16 @@ def project(session: nox.Session, stack: str) -> None:
                        f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
-        team_project.record_install_failure(plan, stack, error, bin_dir)
+        record_install_failure(plan, stack, error, bin_dir)
         session.warn(f"project: does not install into {stack}: {error}")
         return
     pipeline.recipe_installed(bin_dir, recipe)
-    run = team_project.run_tests(plan, settings, stack, bin_dir, log=session.log)
+    run = run_tests(plan, settings, stack, bin_dir, log=session.log)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
 
 
-@nox.session(python=team_project.SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
+@nox.session(python=SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
 @pipeline.guarded
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
@@ -190,12 +190,12 @@ def scan(session: nox.Session) -> None:
     settings = plan.settings.project
     if settings is None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
-    session.install(*team_project.SCAN_REQUIREMENTS, silent=True)
+    session.install(*SCAN_REQUIREMENTS, silent=True)
     target = layout.scan_file(plan.settings.out_dir)
-    error = team_project.run_scan(settings, Path(session.bin), target)
+    error = run_scan(settings, Path(session.bin), target)
     if error:
         pipeline.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
-    found = team_project.read_scan(target)
+    found = read_scan(target)
     session.log(f"scan: {len(found.findings)} findings in {found.files_scanned} files → "
                 f"{target.relative_to(plan.settings.out_dir)}")
 
@@ -214,7 +214,7 @@ def compat_report(session: nox.Session) -> None:
 def measure(session: nox.Session) -> None:
     """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
-    measurement.measure_all(plan, log=session.log)
+    measure_all(plan, log=session.log)
 
 
 @nox.session(python=False)
@@ -261,7 +261,7 @@ def _exit_with(status: int) -> None:
 @pipeline.guarded
 def diff(session: nox.Session) -> None:
     """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
-    from upgrade_gate.judge import diff as report_diff
+    from upgrade_gate.judge import report_diff
 
     try:
         print(report_diff.main(list(session.posargs), Path(session.invoked_from)))
@@ -273,7 +273,7 @@ def diff(session: nox.Session) -> None:
 @pipeline.guarded
 def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement and of a finished run's stages (docs/benchmarks.md)."""
-    from upgrade_gate.measure import benchmark as benchmarks
+    from upgrade_gate.measure import benchmarks
 
     if not benchmarks.BENCHMARKS.is_dir():
         pipeline.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "

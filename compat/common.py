@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # The records' version; the parent's upgrade_gate.judge.records checks it.
-SCHEMA_VERSION = "1.0"
+RECORDS_VERSION = "1.0"
 TRACEBACK_TAIL_LINES = 12
 MESSAGE_CHARS = 4000
 # models/ is loaded under this name (worker.py, as compat/ is under its own), so that a

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
-    SCHEMA_VERSION,
+    RECORDS_VERSION,
     artifact_path,
     build_case,
     error_record,
@@ -63,7 +63,7 @@ class PhaseLog:
     def __init__(self, path: Path, job: dict[str, Any], phase: str) -> None:
         self.path = path
         self.data: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": RECORDS_VERSION,
             "phase": phase,
             "stack": job["stack"],
             "model": job["model"],

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import SCHEMA_VERSION, build_case, error_record
+from .common import RECORDS_VERSION, build_case, error_record
 from .contract import capabilities, missing
 
 
@@ -27,7 +27,7 @@ def probe(distributions: list[str], adapter: Any) -> dict[str, Any]:
     import torch
 
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": RECORDS_VERSION,
         "python": platform.python_version(),
         "executable": sys.executable,
         "platform": platform.platform(),

@@ -11,7 +11,7 @@ from lxml import etree
 from playwright.sync_api import sync_playwright
 
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.schema.results import VerdictRecord
+from upgrade_gate.schema.verdict import VerdictRecord
 
 CHROMIUM = "/usr/bin/chromium"
 JUNIT_SCHEMA = Path(__file__).parent / "data" / "junit.xsd"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from upgrade_gate import layout
-from upgrade_gate.judge.records import SCHEMA_VERSION
+from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.measure.contention import Load
 
 HASHES = {"weights_sha256": "a" * 64, "inputs_sha256": "b" * 64}
@@ -84,7 +84,7 @@ def write_stack_model(
         runtime.append(stage("profile", {"runs": 5, "methods": {"forward": profile}}))
     for phase, stages, rss in (("export", export, 500 * 2**20), ("runtime", runtime, runtime_peak_rss)):
         (directory / f"{phase}.json").write_text(json.dumps({
-            "schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": stack, "model": model,
+            "schema_version": str(RECORDS_VERSION), "phase": phase, "stack": stack, "model": model,
             "stages": stages, "facts": {"peak_rss_bytes": rss}, "complete": True,
         }))
     for name, tensors in (("eager", eager), ("artifact", artifact)):
@@ -117,7 +117,7 @@ def add_measurement(out: Path, model: str, threads: int, stack: str, entry: dict
     path = layout.measurement_file(out, model, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text()) if path.is_file() else {
-        "schema_version": str(SCHEMA_VERSION), "model": model, "threads": threads, "stacks": {}}
+        "schema_version": str(RECORDS_VERSION), "model": model, "threads": threads, "stacks": {}}
     data["stacks"][stack] = entry
     path.write_text(json.dumps(data))
 

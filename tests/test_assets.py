@@ -12,7 +12,7 @@ import pytest
 from upgrade_gate.config.catalog import load_catalog
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.run import assets
+from upgrade_gate.run import asset_build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_a_run_needs_only_its_models_assets(tmp_path, table, posargs, needed):
 def test_every_built_in_model_that_reads_an_asset_declares_it():
     # The factories' modules read assets through models.assets; the catalog says which model reads which.
     catalog = load_catalog()
-    assert assets.SOURCES == ("minilm", "photos", "smollm2")
+    assert asset_build.SOURCES == ("minilm", "photos", "smollm2")
     declared = {name for name, entry in catalog.items() if entry.assets}
     assert declared == {"vit-ti16", "vit-s14", "vit-b14", "mobilenet-v3-small", "resnet18", "smollm2-135m",
                         "minilm-l6", "nanovlm", "nanovlm-full"}
@@ -49,10 +49,10 @@ def test_every_built_in_model_that_reads_an_asset_declares_it():
 
 
 def test_the_assets_session_takes_the_names_compare_gives_it():
-    assert assets.requested([]) == ["minilm", "photos", "smollm2"]  # `nox -s assets`: every source
-    assert assets.requested(["--only", "photos,smollm2"]) == ["photos", "smollm2"]
+    assert asset_build.requested([]) == ["minilm", "photos", "smollm2"]  # `nox -s assets`: every source
+    assert asset_build.requested(["--only", "photos,smollm2"]) == ["photos", "smollm2"]
     with pytest.raises(ConfigError) as caught:
-        assets.requested(["--only", "photos,weights"])
+        asset_build.requested(["--only", "photos,weights"])
     assert str(caught.value) == "--only: expected asset names among minilm, photos, smollm2, got 'weights'"
 
 
@@ -64,7 +64,7 @@ def test_build_only_runs_the_named_builders(tmp_path):
     (sources / "photos.py").write_text("def build(folder):\n    (folder / 'photo.npy').write_text('x')\n")
     (sources / "smollm2.py").write_text("def build(folder):\n    raise SystemExit('smollm2 was not asked for')\n")
     out = tmp_path / "assets"
-    built = subprocess.run([sys.executable, "-c", assets.BUILD_ONLY, str(sources), str(out), "photos"],
+    built = subprocess.run([sys.executable, "-c", asset_build.BUILD_ONLY, str(sources), str(out), "photos"],
                            capture_output=True, text=True, timeout=60)
     assert built.returncode == 0, built.stderr
     assert sorted(p.name for p in out.iterdir()) == ["photos"] and (out / "photos" / "photo.npy").is_file()

@@ -19,7 +19,7 @@ from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure import contention, rounds
 from upgrade_gate.measure.contention import Load
 from upgrade_gate.run import runner
-from upgrade_gate.schema.results import Contention
+from upgrade_gate.schema.measured import Contention
 
 
 @pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [

@@ -10,7 +10,7 @@ from records import write_stack_model
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.judge import diff
+from upgrade_gate.judge import report_diff
 from upgrade_gate.run import pipeline
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
@@ -30,7 +30,7 @@ def run(project: Path, out: str, *, error: float, candidate_ms: float, size: int
 def test_a_fixed_regression_shows_in_verdict_gates_and_metrics(project):
     old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     new = run(project, "new", error=0.0, candidate_ms=3.0, size=1005, memory=104 * 2**20)
-    text = diff.main([str(old), str(new / "results.json")])
+    text = report_diff.main([str(old), str(new / "results.json")])
     assert f"# upgrade-gate diff: {old} → {new}" in text
     assert "**Verdict: NO-GO → GO-WITH-CONDITIONS** (changed;" in text
     assert "- candidate: NO-GO → GO-WITH-CONDITIONS" in text
@@ -46,21 +46,21 @@ def test_a_fixed_regression_shows_in_verdict_gates_and_metrics(project):
 
 def test_the_same_report_twice_has_no_changes(project):
     old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
-    text = diff.main([str(old), str(old)])
+    text = report_diff.main([str(old), str(old)])
     assert "**Verdict: NO-GO → NO-GO** (unchanged;" in text
     assert "## Gates that changed (0)\n\nNone." in text and "## Metrics beyond noise (0)\n\nNone." in text
 
 
 def test_bad_arguments_name_the_file(project, tmp_path):
     with pytest.raises(ConfigError, match="give two report folders"):
-        diff.main([str(tmp_path)])
+        report_diff.main([str(tmp_path)])
     with pytest.raises(ConfigError, match=f"{tmp_path / 'nowhere'}: no such report"):
-        diff.main([str(tmp_path / "nowhere"), str(tmp_path / "nowhere")])
+        report_diff.main([str(tmp_path / "nowhere"), str(tmp_path / "nowhere")])
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "results.json").write_text("{")
     with pytest.raises(ConfigError, match=f"{broken / 'results.json'}: not a readable results.json"):
-        diff.main([str(broken), str(broken)])
+        report_diff.main([str(broken), str(broken)])
 
 
 def test_a_move_within_what_reruns_scatter_by_is_not_beyond_noise(project):
@@ -68,7 +68,7 @@ def test_a_move_within_what_reruns_scatter_by_is_not_beyond_noise(project):
     (seen here: 0.628 → 0.603) — within the run-to-run scatter, so no change."""
     old = run(project, "old", error=0.0, candidate_ms=1.256, size=1000, memory=100 * 2**20)
     new = run(project, "new", error=0.0, candidate_ms=1.206, size=1000, memory=100 * 2**20)
-    text = diff.main([str(old), str(new)])
+    text = report_diff.main([str(old), str(new)])
     assert "## Metrics beyond noise (0)" in text
     assert "## Latency moves within run-to-run noise (2)" in text  # at 1 and 2 threads
     assert ("| vit-smoke | latency ratio candidate forward at 1 thread(s) | 0.628, 98.4% interval [0.628, 0.628] | "
@@ -80,9 +80,9 @@ def test_relative_folders_are_from_where_the_command_ran(project):
     old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     new = run(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     # nox runs the session in the noxfile's folder: the names are the user's, from the folder they ran it in.
-    text = diff.main(["old", "new"], invoked_from=project)
+    text = report_diff.main(["old", "new"], invoked_from=project)
     assert f"# upgrade-gate diff: {old} → {new}" in text
     with pytest.raises(ConfigError) as caught:
-        diff.main(["nowhere", "new"], invoked_from=project)
+        report_diff.main(["nowhere", "new"], invoked_from=project)
     assert str(caught.value) == (f"{project / 'nowhere'}: no such report; pass report folders written by "
                                  "`nox -s compare`")

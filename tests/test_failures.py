@@ -18,7 +18,7 @@ import pytest
 from readers import verdict_of
 from test_integration import REPO, nox, user_project
 
-from upgrade_gate.schema.results import GateStatus
+from upgrade_gate.schema.verdict import GateStatus
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 from readers import colours, render, validate_junit, verdict_of
 
-from upgrade_gate.schema.results import GateStatus, Severity, Verdict
+from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration

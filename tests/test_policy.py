@@ -13,7 +13,7 @@ from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.schema.results import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 

@@ -17,10 +17,13 @@ from upgrade_gate.config.settings import runs_pytest
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.judge.policy import project_gates
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.project.session import CaseOutcome, ProjectResults, case_id, diff_outcomes, gather_project, read_junit
+from upgrade_gate.project.diff import diff_outcomes
+from upgrade_gate.project.gather import gather_project
+from upgrade_gate.project.junit import CaseOutcome, case_id, read_junit
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.report.sections import project_blocks
-from upgrade_gate.schema.results import GateStatus, Quantity, Severity, Unit
+from upgrade_gate.schema.project import ProjectResults
+from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -372,7 +375,9 @@ def test_the_pytest_plugin_counts_warnings_and_writes_progress_without_changing_
     import subprocess
     import sys
 
-    from upgrade_gate.project.session import TestProgress, per_test, project_env, read_warnings, watched_command
+    from upgrade_gate.project.diff import per_test
+    from upgrade_gate.project.gather import read_warnings
+    from upgrade_gate.project.session import TestProgress, project_env, watched_command
 
     team, folder = tmp_path / "team", tmp_path / "out"
     team.mkdir()
@@ -448,7 +453,8 @@ def test_the_plugin_and_the_parent_name_the_same_variables():
 
 
 def test_new_warnings_are_kinds_the_baseline_never_raised():
-    from upgrade_gate.project.session import RaisedWarning, new_warnings
+    from upgrade_gate.project.diff import new_warnings
+    from upgrade_gate.schema.project import RaisedWarning
 
     def raised(test, category, message, count=1):
         return RaisedWarning(test=test, category=category, message=message, location="m.py:1", count=count)

@@ -13,7 +13,7 @@ from readers import validate_junit, verdict_of
 from test_integration import REPO, load, nox, user_project
 from test_scan import PLANTED, where_planted
 
-from upgrade_gate.schema.results import GateStatus, Severity
+from upgrade_gate.schema.verdict import GateStatus, Severity
 
 pytestmark = pytest.mark.integration
 

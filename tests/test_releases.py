@@ -237,7 +237,7 @@ def test_the_sample_workflows_commands_are_requests_the_explorer_takes(smoke_con
 
 
 def gates_of(release: str, statuses: dict[tuple[str, str], str]):
-    from upgrade_gate.schema.results import GateResult, GateStatus, Severity
+    from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity
 
     return [GateResult(gate=gate, stack=release, model=model, severity=Severity.SOFT if gate == "latency" else
                        Severity.HARD, status=GateStatus(status), metric="x") for (gate, model), status in
@@ -277,7 +277,7 @@ def test_prune_and_keep_stacks_exclude_each_other(smoke_config):
 
 def records_of(*outcomes: str):
     from upgrade_gate.releases.table import JUDGED, ReleaseRecord
-    from upgrade_gate.schema.results import Verdict
+    from upgrade_gate.schema.verdict import Verdict
 
     table = load_table()
     rows = table.between("0.7.0", None)

@@ -20,17 +20,9 @@ from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.judge.records import Reader
 from upgrade_gate.run import pipeline
-from upgrade_gate.schema.results import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Results,
-    Severity,
-    Side,
-    Unit,
-    Verdict,
-    VerdictRecord,
-)
+from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.results import Results
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 DEAD = np.zeros((1, 4), np.float32)  # an output that is 0 whatever the input: a degenerate reference

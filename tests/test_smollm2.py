@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from upgrade_gate.run.assets import PYTHON, REQUIREMENTS
+from upgrade_gate.run.asset_build import PYTHON, REQUIREMENTS
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration

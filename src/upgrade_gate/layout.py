@@ -72,6 +72,11 @@ def measurement_file(out: Path, model: str, threads: int) -> Path:
     return measurement_dir(out, model) / f"threads-{threads}.json"
 
 
+# A stack's files in project/<stack>/ (project_dir), beside run.json.
+RUN_FILE = "run.json"
+JUNIT_FILE, LOG_FILE, WARNINGS_FILE, PROGRESS_FILE = "junit.xml", "test.log", "warnings.json", "progress.json"
+
+
 def project_dir(out: Path, stack: str) -> Path:
     return out / "project" / stack
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run.assets import SOURCES as ASSET_SOURCES
+from upgrade_gate.run.asset_build import SOURCES as ASSET_SOURCES
 
 CATALOG = TOOL_ROOT / "models" / "suite.toml"
 SUITES = ("smoke", "default", "full")

@@ -29,20 +29,10 @@ from upgrade_gate.judge.records import (
 )
 from upgrade_gate.measure.stats import ratio_by_rounds, summarize
 from upgrade_gate.run.cache import sha256_file
-from upgrade_gate.schema.results import (
-    CacheUse,
-    Comparison,
-    Contention,
-    ExtraRequirement,
-    Installed,
-    LatencyRatio,
-    Measured,
-    ModelResults,
-    RoundLoad,
-    Side,
-    StackInfo,
-    StackResults,
-)
+from upgrade_gate.schema.comparison import Comparison, Side
+from upgrade_gate.schema.measured import Contention, LatencyRatio, Measured, RoundLoad
+from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
+from upgrade_gate.schema.stack import CacheUse, StackResults
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
 Rounds = dict[str, dict[int, list[float]]]

@@ -62,20 +62,17 @@ from upgrade_gate.invocation import command
 from upgrade_gate.judge.agreement import HEADLINE, TaskAgreement
 from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.measure.stats import CONFIDENCE, RatioEstimate, fewest_rounds
-from upgrade_gate.project.session import ABSENT, ProjectResults
-from upgrade_gate.schema.results import (
-    NOT_FINITE_REFERENCE,
+from upgrade_gate.schema.comparison import NOT_FINITE_REFERENCE, Comparison, Side
+from upgrade_gate.schema.measured import Contention, Measured
+from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
+from upgrade_gate.schema.results import ModelResults
+from upgrade_gate.schema.stack import StackResults
+from upgrade_gate.schema.verdict import (
     BaselineFinding,
-    Comparison,
-    Contention,
     GateResult,
     GateStatus,
-    Measured,
-    ModelResults,
     Quantity,
     Severity,
-    Side,
-    StackResults,
     Unit,
     Verdict,
     VerdictRecord,
@@ -667,7 +664,7 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
         ran = project.stacks[stack]
         notes = [f"{ran.counts.get('passed', 0)}/{ran.total} passed on {stack}"]
         if breaking:
-            named = ", ".join(f"{c.test_id} ({first_line(c.message) if c.candidate != ABSENT else 'did not run'})"
+            named = ", ".join(f"{c.test_id} ({first_line(c.message) if c.candidate != NOT_IN_RUN else 'did not run'})"
                               for c in breaking[:NAMED_TESTS])
             notes.insert(0, named + (f" and {len(breaking) - NAMED_TESTS} more" if len(breaking) > NAMED_TESTS else ""))
         elif diff.accepted:

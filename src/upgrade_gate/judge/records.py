@@ -22,7 +22,7 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.run.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_STATUSES
 
 # The workers' records (compat/worker.py writes the same version: it cannot import this package).
-SCHEMA_VERSION = Version("1.0")
+RECORDS_VERSION = Version("1.0")
 
 
 class Reader:
@@ -144,8 +144,8 @@ NON_FINITE = ("inf", "-inf", "nan")
 def check_schema(reader: Reader) -> None:
     """Reject another major schema version; a newer minor is read as far as known."""
     found = Version(reader.text("schema_version"))
-    if found.major != SCHEMA_VERSION.major:
-        raise RecordError(f"schema_version {found} in {reader.where!r}; this tool reads {SCHEMA_VERSION.major}.x")
+    if found.major != RECORDS_VERSION.major:
+        raise RecordError(f"schema_version {found} in {reader.where!r}; this tool reads {RECORDS_VERSION.major}.x")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -41,7 +41,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.judge.records import SCHEMA_VERSION, load_stack_info, load_stack_model
+from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import contention
 from upgrade_gate.run import cache, runner, supervisor
@@ -110,7 +110,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         for server in servers.values():
             server.stop()
     data = {
-        "schema_version": str(SCHEMA_VERSION),
+        "schema_version": str(RECORDS_VERSION),
         "model": model.name,
         "threads": threads,
         "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,

@@ -51,7 +51,7 @@ from upgrade_gate.releases.table import (
 from upgrade_gate.releases.upgrade_path import not_run_per_release, write_upgrade_path
 from upgrade_gate.report.sections import write_reports
 from upgrade_gate.run import pipeline, runner
-from upgrade_gate.schema.results import Verdict
+from upgrade_gate.schema.verdict import Verdict
 
 
 def release_settings(settings: Settings) -> Settings:

@@ -32,7 +32,8 @@ from upgrade_gate import layout
 from upgrade_gate.config.tomlfile import Table as TomlTable
 from upgrade_gate.config.tomlfile import read_toml
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.schema.results import GateResult, GateStatus, Results, Verdict
+from upgrade_gate.schema.results import Results
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Verdict
 
 TABLE_FILE = layout.BUILT_IN_ENVS / "releases" / "executorch.toml"
 RECORD = "release.json"

@@ -27,7 +27,8 @@ from upgrade_gate.releases.table import (
 )
 from upgrade_gate.report import junit
 from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph, Table, to_html, to_markdown
-from upgrade_gate.schema.results import GateResult, GateStatus, Results, Severity, Verdict
+from upgrade_gate.schema.results import Results
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict
 
 REPORT_NAME = "upgrade-path"
 MATRIX_HEADING = "Release × model"

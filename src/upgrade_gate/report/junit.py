@@ -14,7 +14,7 @@ from pathlib import Path
 
 from upgrade_gate._atomic import write_text_atomic
 from upgrade_gate.report.render import markdown_table
-from upgrade_gate.schema.results import GateResult, GateStatus, VerdictRecord
+from upgrade_gate.schema.verdict import GateResult, GateStatus, VerdictRecord
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 # Outcomes that are neither a pass nor a failure of the candidate.

@@ -17,7 +17,6 @@ from upgrade_gate import __version__
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.measure.stats import CONFIDENCE
-from upgrade_gate.project.session import Finding, ProjectResults
 from upgrade_gate.report import junit
 from upgrade_gate.report.render import (
     Block,
@@ -34,18 +33,12 @@ from upgrade_gate.report.render import (
     to_markdown,
 )
 from upgrade_gate.report.render import mark as status_mark
-from upgrade_gate.run.packages import ABSENT, Differences
+from upgrade_gate.run.packages import NOT_INSTALLED, Differences
 from upgrade_gate.run.stages import RUNTIME_STAGES
-from upgrade_gate.schema.results import (
-    ExtraRequirement,
-    GateResult,
-    GateStatus,
-    ModelResults,
-    Results,
-    Side,
-    StackInfo,
-    VerdictRecord,
-)
+from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.project import Finding, ProjectResults
+from upgrade_gate.schema.results import ExtraRequirement, ModelResults, Results, StackInfo
+from upgrade_gate.schema.verdict import GateResult, GateStatus, VerdictRecord
 from upgrade_gate.text import first_line, ms, num, plain, seconds, short, size
 
 VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
@@ -814,7 +807,7 @@ def package_blocks(differences: Differences, stacks: list[str], title: str) -> l
     if not differences:
         return []
     return [Paragraph(f"{title}: {len(differences)}"),
-            Table(["Package", *stacks], [[name, *(versions.get(stack) or ABSENT for stack in stacks)]
+            Table(["Package", *stacks], [[name, *(versions.get(stack) or NOT_INSTALLED for stack in stacks)]
                                          for name, versions in differences.items()],
                   folded=f"{len(differences)} packages" if len(differences) > FOLD_PACKAGES else None)]
 

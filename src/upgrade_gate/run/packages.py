@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-ABSENT = "—"  # how a report writes a package one stack does not have
+NOT_INSTALLED = "—"  # how a report writes a package one stack does not have
 # name → {stack: version, None where that stack's venv lacks it}
 Differences = dict[str, dict[str, str | None]]
 

@@ -39,11 +39,12 @@ from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, Record
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.gather import gather, stack_info
 from upgrade_gate.judge.policy import evaluate
-from upgrade_gate.project.session import gather_project
+from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.sections import write_compat_report, write_reports
 from upgrade_gate.run import cache, packages, runner, shards, supervisor
 from upgrade_gate.run.shards import MANIFEST, read_manifest
-from upgrade_gate.schema.results import ModelResults, Results, VerdictRecord
+from upgrade_gate.schema.results import ModelResults, Results
+from upgrade_gate.schema.verdict import VerdictRecord
 from upgrade_gate.text import size
 
 

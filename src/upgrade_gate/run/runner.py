@@ -27,10 +27,10 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.judge.records import SCHEMA_VERSION, RecordError, load_stack_model
+from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache, packages, shards, supervisor
-from upgrade_gate.run.assets import assets_dir
+from upgrade_gate.run.asset_build import assets_dir
 from upgrade_gate.run.progress import Progress
 
 LOG_TAIL_LINES = 20
@@ -388,7 +388,7 @@ def _record_outcome(
     except (OSError, ValueError):
         data = None
     if data is None:
-        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
+        data = {"schema_version": str(RECORDS_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
                 "stages": [], "facts": {}}
     data.setdefault("facts", {})["supervisor"] = {
         "elapsed_s": round(outcome.elapsed_s, 3),
@@ -417,7 +417,7 @@ def _mark_interrupted(phase_file: Path, job: dict[str, Any], phase: str) -> None
     try:
         data = json.loads(phase_file.read_text())
     except (OSError, ValueError):
-        data = {"schema_version": str(SCHEMA_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
+        data = {"schema_version": str(RECORDS_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
                 "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
     for stage in data["stages"]:
         if stage["status"] == "running":

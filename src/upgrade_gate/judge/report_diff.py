@@ -26,7 +26,8 @@ from pathlib import Path
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.invocation import command
 from upgrade_gate.report.render import markdown_table
-from upgrade_gate.schema.results import GateResult, ModelResults, Results
+from upgrade_gate.schema.results import ModelResults, Results
+from upgrade_gate.schema.verdict import GateResult
 from upgrade_gate.text import size
 
 # How far the median latency ratio of an unchanged stack moves between runs on the reference

@@ -54,7 +54,8 @@ from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure.stats import median_interval, median_interval_rank, ratio_by_rounds
 from upgrade_gate.run.stages import RUNTIME_STAGES
-from upgrade_gate.schema.results import GateStatus, Results
+from upgrade_gate.schema.results import Results
+from upgrade_gate.schema.verdict import GateStatus
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
 NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages")
@@ -187,7 +188,7 @@ def _run_summary(index: int, seconds: float, report: Path) -> dict[str, Any]:
 
 
 def _run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far one row's median ratio moved between runs: the spread upgrade_gate.judge.diff calls noise."""
+    """How far one row's median ratio moved between runs: the spread upgrade_gate.judge.report_diff calls noise."""
     medians: dict[tuple[str, int, str], list[float]] = {}
     for run in runs:
         for r in run["ratios"]:

@@ -1,0 +1,282 @@
+"""One stack's results for one model: its stages, typed views of their details, and its measurements.
+
+The worker writes a stage's details free-form; this module is the one place that reads their keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from upgrade_gate.errors import RecordError
+from upgrade_gate.judge.records import Reader, Stage, StagesOf
+from upgrade_gate.measure.stats import LatencySummary
+from upgrade_gate.schema.measured import Measured
+
+# -- views of the stages' details ----------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Delegation:
+    """How much of one method's graph a delegate took (ExecuTorch's get_delegation_info)."""
+
+    delegate: str
+    partitions: int
+    delegated_nodes: int
+    portable_nodes: int
+    portable_ops: dict[str, int]  # operator → nodes left to the portable kernels
+
+    @property
+    def share(self) -> float:
+        total = self.delegated_nodes + self.portable_nodes
+        return self.delegated_nodes / total if total else 0.0
+
+    def portable_summary(self, limit: int = 8) -> str:
+        ops = sorted(self.portable_ops.items(), key=lambda item: (-item[1], item[0]))
+        shown = ", ".join(f"{op} ×{count}" for op, count in ops[:limit])
+        return shown + (f", … ({len(ops) - limit} more)" if len(ops) > limit else "")
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Delegation | None:
+        if "delegated_nodes" not in details:
+            return None
+        return cls(delegate=str(details.get("delegate", "delegate")), partitions=int(details["delegate_partitions"]),
+                   delegated_nodes=int(details["delegated_nodes"]), portable_nodes=int(details["portable_nodes"]),
+                   portable_ops={str(k): int(v) for k, v in (details.get("portable_ops") or {}).items()})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OperatorTime:
+    name: str
+    calls: int
+    total_ms: float
+    share: float  # of the profiled run's time
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BackendTry:
+    """One method lowered, export only, for another backend of the stack."""
+
+    status: str  # ok, failed, unavailable, not tried
+    why: str = ""  # the error or the reason, when not ok
+    delegated_nodes: int = 0
+    portable_nodes: int = 0
+    partitions: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> BackendTry:
+        return cls(status=str(details.get("status", "?")), why=str(details.get("error") or details.get("reason") or ""),
+                   delegated_nodes=int(details.get("delegated_nodes", 0)),
+                   portable_nodes=int(details.get("portable_nodes", 0)),
+                   partitions=int(details.get("delegate_partitions", 0)), bytes=int(details.get("bytes", 0)),
+                   seconds=float(details.get("seconds", 0.0)))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Culprit:
+    """A submodule that fails to export on its own (compat/localize.py)."""
+
+    module: str
+    class_name: str
+    error_type: str
+    message: str
+    source: str | None = None  # the user's source line the exporter names (through FX-generated code)
+    operator: str | None = None
+    same_failure_in: tuple[str, ...] = ()
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Culprit:
+        return cls(module=str(details.get("module", "?")), class_name=str(details.get("class", "?")),
+                   error_type=str(details.get("type", "?")), message=str(details.get("message") or ""),
+                   source=details.get("source"), operator=details.get("operator"),
+                   same_failure_in=tuple(details.get("same_failure_in") or ()))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Localization:
+    """Where a failed export breaks: the smallest submodules that fail alone."""
+
+    method: str
+    culprits: tuple[Culprit, ...]
+    attempts: int
+    seconds: float
+    complete: bool  # False: stopped at the budget
+    budget_s: float
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Localization:
+        return cls(method=str(details.get("method", "forward")),
+                   culprits=tuple(Culprit.from_details(c) for c in details.get("culprits", [])),
+                   attempts=int(details.get("attempts", 0)), seconds=float(details.get("seconds", 0.0)),
+                   complete=bool(details.get("complete", True)), budget_s=float(details.get("budget_s", 0.0)))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GeneratedText:
+    """An end-to-end generation loop's answers, prompt by prompt."""
+
+    prompts: tuple[str, ...]
+    text: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheUse:
+    """A phase's key in the result cache, and the entry its files came from (None: made by this run)."""
+
+    key: str | None
+    reused_from: str | None = None
+
+
+# -- one stack, one model ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StackResults(StagesOf):
+    """Everything one stack produced for one model: its stages and measurements."""
+
+    record_dir: str  # relative to the report folder
+    stages: tuple[Stage, ...]
+    measured: dict[int, Measured]  # per thread count, in the configured order
+    export_peak_rss_bytes: int | None = None
+    runtime_phase_peak_rss_bytes: int | None = None
+    cache: dict[str, CacheUse] = field(default_factory=dict)  # per phase
+    # Files of the report folder that are not what the stages recorded (truncated, corrupt, missing).
+    damaged: tuple[str, ...] = ()
+
+    def reused_phases(self) -> list[str]:
+        return [phase for phase, use in self.cache.items() if use.reused_from]
+
+    def _details(self, stage: str) -> dict[str, Any]:
+        found = self.stage(stage)
+        return found.details if found is not None and found.ok else {}
+
+    @property
+    def fixtures(self) -> dict[str, str] | None:
+        """The weights and inputs hashes this stack loaded (the build stage's)."""
+        return self._details("build").get("fixtures")
+
+    @property
+    def task_kind(self) -> str | None:
+        return self._details("build").get("task")
+
+    @property
+    def artifact(self) -> dict[str, Any] | None:
+        """The save stage's record of the files written: bytes, and each method's file."""
+        return self._details("save") or None
+
+    @property
+    def artifact_bytes(self) -> int | None:
+        return int(self.artifact["bytes"]) if self.artifact else None
+
+    @property
+    def skipped_variant(self) -> bool:
+        """This stack has no recipe for the quantized variant: nothing was made."""
+        quantize = self.stage("quantize")
+        return quantize is not None and quantize.status == "skipped"
+
+    @property
+    def recipe(self) -> str | None:
+        """The quantization each method really got ("float" for the fp32 model); the
+        legacy recipe falls back to dynamic quantization where FX cannot trace."""
+        quantize = self.stage("quantize")
+        if quantize is None:
+            return "float"
+        used = [m.get("recipe", "") for m in (quantize.details.get("methods") or {}).values()]
+        return " / ".join(dict.fromkeys(used)) or quantize.details.get("recipe")
+
+    @property
+    def delegation(self) -> dict[str, Delegation]:
+        """Per method, where the stack delegates (none for the Lite Interpreter)."""
+        found = {name: Delegation.from_details(d) for name, d in self._details("export").get("methods", {}).items()
+                 if isinstance(d, dict)}
+        return {name: d for name, d in found.items() if d is not None}
+
+    @property
+    def export_details(self) -> dict[str, Any]:
+        return self._details("export")
+
+    @property
+    def planned_memory_bytes(self) -> dict[str, int] | None:
+        """Each method's memory-planned buffers (ExecuTorch), from the export; None where the runtime has no plan."""
+        planned = {name: sum(d["planned_memory_bytes"].values())
+                   for name, d in self._details("export").get("methods", {}).items()
+                   if isinstance(d, dict) and isinstance(d.get("planned_memory_bytes"), dict)}
+        return planned or None
+
+    @property
+    def program(self) -> tuple[str, int, tuple[str, ...]] | None:
+        """The multi-method artifact: file, bytes, methods."""
+        details = self._details("program")
+        if not details:
+            return None
+        return str(details.get("file")), int(details.get("bytes", 0)), tuple(details.get("methods", ()))
+
+    @property
+    def profile(self) -> dict[str, list[OperatorTime]]:
+        """Per method, operators by time in the stack's own runtime (the runtime phase's profile stage)."""
+        return {name: [OperatorTime(name=str(op["name"]), calls=int(op["calls"]), total_ms=float(op["total_ms"]),
+                                    share=float(op["share"])) for op in found.get("operators", [])]
+                for name, found in self._details("profile").get("methods", {}).items() if isinstance(found, dict)}
+
+    @property
+    def other_backends(self) -> dict[str, dict[str, BackendTry]]:
+        """Export-only tries of the stack's other backends: backend → method → outcome."""
+        return {backend: {method: BackendTry.from_details(d) for method, d in methods.items()}
+                for backend, methods in self._details("backends").get("backends", {}).items()
+                if isinstance(methods, dict)}
+
+    @property
+    def localized(self) -> Localization | None:
+        """Where a failed export breaks (compat/localize.py)."""
+        details = self._details("localize")
+        return Localization.from_details(details) if details else None
+
+    def generated(self, which: str) -> GeneratedText | None:
+        """What the generation loop answered: ``eager`` (export phase) or ``artifact`` (runtime phase)."""
+        details = self._details("eager-task" if which == "eager" else "task")
+        if not details:
+            return None
+        return GeneratedText(prompts=tuple(str(p) for p in details.get("prompts", [])),
+                             text=tuple(str(t) for t in details.get("text", [])))
+
+    @property
+    def latency(self) -> dict[str, LatencySummary] | None:
+        """Per method at the first thread count (the budgets' and the matrix's)."""
+        first = next(iter(self.measured.values()), None)
+        return first.latency if first and first.latency else None
+
+    @property
+    def runtime_memory_bytes(self) -> int | None:
+        """The most loading and running took, over the thread counts."""
+        values = [m.runtime_memory_bytes for m in self.measured.values() if m.runtime_memory_bytes is not None]
+        return max(values) if values else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "record_dir": self.record_dir,
+            "stages": [s.to_dict() for s in self.stages],
+            # Raw samples stay in measurements/<model>/threads-<n>.json; summaries here.
+            "measured": {str(threads): m.to_dict() for threads, m in self.measured.items()},
+            "export_peak_rss_bytes": self.export_peak_rss_bytes,
+            "runtime_phase_peak_rss_bytes": self.runtime_phase_peak_rss_bytes,
+            "cache": {phase: {"key": use.key, "reused_from": use.reused_from} for phase, use in self.cache.items()},
+            "damaged": list(self.damaged),
+            # Derived, for readers of the file; not read back.
+            "artifact": self.artifact,
+            "planned_memory_bytes": self.planned_memory_bytes,
+            "runtime_memory_bytes": self.runtime_memory_bytes,
+        }
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> StackResults:
+        measured = r.entries("measured")
+        if not all(threads.isdigit() for threads in measured):
+            raise RecordError(f"a thread count that is not a number in '{r.where}.measured'")
+        by_threads = {int(threads): Measured.from_reader(m) for threads, m in measured.items()}
+        return cls(record_dir=r.text("record_dir"), stages=tuple(Stage.from_reader(s) for s in r.children("stages")),
+                   measured=by_threads, export_peak_rss_bytes=r.opt_integer("export_peak_rss_bytes"),
+                   runtime_phase_peak_rss_bytes=r.opt_integer("runtime_phase_peak_rss_bytes"),
+                   cache={phase: CacheUse(key=c.opt_text("key"), reused_from=c.opt_text("reused_from"))
+                          for phase, c in r.entries("cache").items()},
+                   damaged=r.texts("damaged"))

@@ -1,0 +1,343 @@
+"""verdict.json: each gate's outcome with its numbers and units, the baseline's findings, the verdict.
+
+The results schema's version is here: verdict.json and results.json share it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from upgrade_gate import text
+from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, RecordError
+from upgrade_gate.invocation import command
+from upgrade_gate.judge.agreement import HEADLINE
+from upgrade_gate.judge.records import Reader
+
+# 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
+# 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
+# extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
+RESULTS_VERSION = Version("2.1")
+
+
+def check_version(reader: Reader, path: Path | str) -> None:
+    """Read the same major version only: another's records mean other things."""
+    found = reader.data.get("schema_version") if isinstance(reader.data, dict) else None
+    try:
+        version = Version(str(found))
+    except InvalidVersion:
+        version = None
+    if version is None or version.major != RESULTS_VERSION.major:
+        raise RecordError(f"{path}: results schema {found!r}; this upgrade-gate reads {RESULTS_VERSION.major}.x — "
+                          f"write the report again with this version (`{command('report', '--out DIR')}`)")
+
+
+
+# -- outcomes ----------------------------------------------------------------------
+
+
+class Verdict(str, Enum):
+    """Per candidate and overall (the worst candidate's); policy.py has the table.
+
+    INCOMPLETE is the tool's, not the candidate's: the evidence could not be
+    gathered (an interrupted run, a damaged report folder, a measurement that
+    never ran). It ranks below NO-GO — a hard failure the evidence does show
+    decides whatever else is missing — and above every verdict it could hide.
+    """
+
+    GO = "GO"
+    GO_WITH_CONDITIONS = "GO-WITH-CONDITIONS"
+    INCOMPLETE = "INCOMPLETE"
+    NO_GO = "NO-GO"
+
+    @property
+    def rank(self) -> int:
+        return list(Verdict).index(self)
+
+    @property
+    def exit_code(self) -> int:
+        return {Verdict.NO_GO: EXIT_NO_GO, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(self, EXIT_GO)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class GateStatus(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    # The evidence does not decide (a latency interval straddles the threshold): not a failure.
+    INCONCLUSIVE = "inconclusive"
+    # The baseline could not give what the gate compares with (its export or measurement
+    # failed): neither the candidate's failure nor its pass.
+    NOT_COMPARABLE = "not comparable"
+    # Another of the model's gates failed and took this one's evidence with it: that
+    # gate is the root cause, counted once; this one is listed, not counted.
+    BLOCKED = "blocked"
+    # The evidence was not gathered for a reason that is not the candidate's: the run
+    # was interrupted, a file of the report folder is damaged, a session did not run.
+    INCOMPLETE = "incomplete"
+
+    @property
+    def label(self) -> str:
+        """As console lines and tables show it: a failure stands out."""
+        return "FAILED" if self is GateStatus.FAILED else self.value
+
+    @property
+    def decided(self) -> bool:
+        """Passed or failed on evidence that was there to judge."""
+        return self in (GateStatus.PASSED, GateStatus.FAILED)
+
+    def __bool__(self) -> bool:
+        """True unless the gate failed (nox's Status does the same)."""
+        return self is not GateStatus.FAILED
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Severity(str, Enum):
+    HARD = "hard"  # a failure is NO-GO
+    SOFT = "soft"  # a failure is a condition
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Unit(str, Enum):
+    """What a gate's number counts; each is written one way (``format``)."""
+
+    REL_L2 = "rel_l2"  # ‖actual − reference‖ / ‖reference‖
+    RATIO = "ratio"  # candidate / baseline
+    BYTES = "bytes"
+    MIB = "MiB"
+    MS = "ms"
+    DB = "dB"
+    SHARE = "share"  # a fraction of a whole, shown in percent
+    AGREEMENT = "agreement"  # a fraction of items that agree
+    COSINE = "cosine"
+    COUNT = "count"
+
+    def show(self, value: float) -> str:
+        if self is Unit.REL_L2:
+            return f"{value:.2e}"
+        if self is Unit.BYTES:
+            return text.exact_size(value)
+        if self is Unit.MIB:
+            return f"{value:.1f} MiB"
+        if self is Unit.MS:
+            return f"{value:.3f} ms"
+        if self is Unit.DB:
+            return "∞ dB" if math.isinf(value) and value > 0 else f"{value:.1f} dB"
+        if self is Unit.SHARE:
+            return f"{value:.1%}"
+        if self is Unit.COSINE:
+            return f"{value:.6f}"
+        if self is Unit.COUNT:
+            return str(int(value))
+        return f"{value:.3f}"  # ratio, agreement
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Quantity:
+    """A number with its unit, and its interval where it has one."""
+
+    value: float
+    unit: Unit
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None  # the interval's coverage: what it says, it says with this probability
+
+    def __str__(self) -> str:
+        shown = self.unit.show(self.value)
+        if self.low is not None and self.high is not None:
+            interval = f"[{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
+            shown += f", {self.level:.1%} interval {interval}" if self.level is not None else f" {interval}"
+        return shown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "unit": self.unit.value, "low": self.low, "high": self.high, "level": self.level}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> Quantity:
+        return cls(value=r.number("value"), unit=_enum(Unit, r, "unit"), low=r.opt_number("low"),
+                   high=r.opt_number("high"), level=r.opt_number("level"))
+
+
+def _enum(kind: Any, r: Reader, key: str) -> Any:
+    value = r.text(key)
+    try:
+        return kind(value)
+    except ValueError:
+        raise RecordError(f"Unknown {key} {value!r} in '{r.where}.{key}'; expected one of "
+                          f"{', '.join(member.value for member in kind)}") from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GateResult:
+    """One gate for one candidate and model: its outcome, the number it measured
+    and the limit it holds that number to (same unit), and what the numbers do
+    not say — where it was measured, or why there is no number."""
+
+    gate: str
+    stack: str
+    model: str
+    severity: Severity
+    status: GateStatus
+    metric: str  # what is measured: "rel_l2", "ratio", "size" …
+    measured: Quantity | None = None  # None: not measured, or a yes/no gate
+    op: str = ""  # "≤" or "≥": how ``measured`` must stand to ``threshold``
+    threshold: Quantity | None = None
+    condition: str = ""  # the rest of the rule, in words
+    note: str = ""  # where the number comes from, or why there is none
+    evidence: str = ""  # the record or comparison it comes from
+    blocked_by: str = ""  # the gate whose failure took this one's evidence (status blocked)
+    # What the outcome does not say, whatever it is: e.g. a reference output too flat to compare with.
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def measured_text(self) -> str:
+        """The number and where it comes from; a warning goes with the number it qualifies."""
+        shown = self.note if self.measured is None else (
+            f"{self.metric} = {self.measured}" + (f" ({self.note})" if self.note else ""))
+        return shown + "".join(f" ⚠ {warning}" for warning in self.warnings)
+
+    @property
+    def threshold_text(self) -> str:
+        if self.threshold is None:
+            return self.condition
+        rule = f"{self.metric} {self.op} {self.threshold}"
+        if not self.condition:
+            return rule
+        # "… and cosine ≥ 0.99", "… or at most 16 MiB more" continue the rule; anything else qualifies it.
+        joiner = " " if self.condition.startswith(("and ", "or ")) else ", "
+        return rule + joiner + self.condition
+
+    def __str__(self) -> str:
+        """The greppable console line."""
+        return (f"{self.status.label:6} | {self.severity} | {self.gate} | {self.stack} | {self.model} | "
+                f"{self.measured_text} (threshold {self.threshold_text})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gate": self.gate, "stack": self.stack, "model": self.model, "severity": self.severity.value,
+            "status": self.status.value, "metric": self.metric,
+            "measured": self.measured.to_dict() if self.measured else None, "op": self.op,
+            "threshold": self.threshold.to_dict() if self.threshold else None,
+            "condition": self.condition, "note": self.note, "evidence": self.evidence, "blocked_by": self.blocked_by,
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> GateResult:
+        measured, threshold = r.child("measured"), r.child("threshold")
+        return cls(gate=r.text("gate"), stack=r.text("stack"), model=r.text("model"),
+                   severity=_enum(Severity, r, "severity"), status=_enum(GateStatus, r, "status"),
+                   metric=r.text("metric"), measured=Quantity.from_reader(measured) if measured else None,
+                   op=r.text("op"), threshold=Quantity.from_reader(threshold) if threshold else None,
+                   condition=r.text("condition"), note=r.text("note"), evidence=r.text("evidence"),
+                   blocked_by=r.text("blocked_by"), warnings=r.texts("warnings"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BaselineFinding:
+    """What is already wrong with what ships today, whatever the verdict: a model whose
+    baseline artifact departs from the baseline's own eager outputs by more than the
+    numerics gate lets a candidate, or one the baseline stack cannot export, run or measure."""
+
+    model: str
+    output: str = ""
+    rel_l2: float | None = None
+    max_rel_l2: float | None = None
+    task: dict[str, float] = field(default_factory=dict)  # the task's headline value, by name
+    failure: str = ""  # the baseline's stage that did not succeed, when it is one
+    # A quantized variant's own artifact against the fp32 reference, by the quantized-numerics gate's
+    # thresholds: its worst SNR and cosine, and theirs (rel_l2 is the float models' measure).
+    snr_db: float | None = None
+    min_snr_db: float | None = None
+    cosine: float | None = None
+    # Not "min_cosine": that is the embedding task's headline, which to_dict writes beside these.
+    gate_min_cosine: float | None = None
+
+    def __str__(self) -> str:
+        if self.failure:
+            return f"**{self.model}**: {self.failure}"
+        if self.snr_db is not None:
+            shown = (f"**{self.model}**: SNR = {text.num(self.snr_db, '{:.1f}')} dB ({self.output}), cosine "
+                     f"{text.num(self.cosine, '{:.5f}')}, against the fp32 reference: under the quantized gate's "
+                     f"{text.num(self.min_snr_db, '{:g}')} dB and {text.num(self.gate_min_cosine, '{:g}')}")
+        else:
+            shown = (f"**{self.model}**: rel_l2 = {text.num(self.rel_l2)} ({self.output}), over the "
+                     f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
+        return shown + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in self.task.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "output": self.output, "rel_l2": self.rel_l2, "max_rel_l2": self.max_rel_l2,
+                "snr_db": self.snr_db, "min_snr_db": self.min_snr_db, "cosine": self.cosine,
+                "gate_min_cosine": self.gate_min_cosine, "failure": self.failure, **self.task}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> BaselineFinding:
+        headlines = {key for key, _ in HEADLINE.values()}
+        return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.opt_number("rel_l2"),
+                   max_rel_l2=r.opt_number("max_rel_l2"), failure=r.text("failure"),
+                   snr_db=r.opt_number("snr_db"), min_snr_db=r.opt_number("min_snr_db"),
+                   cosine=r.opt_number("cosine"), gate_min_cosine=r.opt_number("gate_min_cosine"),
+                   task={key: r.number(key) for key in r.data if key in headlines})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerdictRecord:
+    """verdict.json: the verdict per candidate and overall, and every gate."""
+
+    tool_version: str
+    generated_at: str
+    verdict: Verdict
+    baseline: str
+    candidates: dict[str, Verdict]
+    gates: tuple[GateResult, ...]
+    baseline_findings: tuple[BaselineFinding, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # Why the evidence is incomplete, each reason once, and what to do about it.
+    incomplete: tuple[str, ...] = ()
+
+    def of(self, stack: str) -> tuple[GateResult, ...]:
+        return tuple(g for g in self.gates if g.stack == stack)
+
+    @property
+    def gate_warnings(self) -> tuple[str, ...]:
+        """Every gate's warnings, each naming its model, stack and gate."""
+        return tuple(f"{g.model} ({g.stack}, {g.gate}): {warning}" for g in self.gates for warning in g.warnings)
+
+    @property
+    def not_passed(self) -> tuple[GateResult, ...]:
+        """Failed first, hard before soft; then the incomplete, inconclusive, not comparable and blocked ones."""
+        order = [GateStatus.FAILED, GateStatus.INCOMPLETE, GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE,
+                 GateStatus.BLOCKED]
+        found = [g for g in self.gates if g.status is not GateStatus.PASSED]
+        return tuple(sorted(found, key=lambda g: (order.index(g.status), g.severity is not Severity.HARD)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": str(RESULTS_VERSION), "tool_version": self.tool_version,
+            "generated_at": self.generated_at, "verdict": self.verdict.value, "baseline": self.baseline,
+            "candidates": {name: verdict.value for name, verdict in self.candidates.items()},
+            "gates": [g.to_dict() for g in self.gates],
+            # Not gates: the baseline is what ships today; these say where it is already off.
+            "baseline_findings": [f.to_dict() for f in self.baseline_findings],
+            "warnings": list(self.warnings),
+            "incomplete": list(self.incomplete),
+        }
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> VerdictRecord:
+        candidates = r.required_child("candidates")
+        return cls(tool_version=r.text("tool_version"), generated_at=r.text("generated_at"),
+                   verdict=_enum(Verdict, r, "verdict"), baseline=r.text("baseline"),
+                   candidates={name: _enum(Verdict, candidates, name) for name in candidates.data},
+                   gates=tuple(GateResult.from_reader(g) for g in r.children("gates")),
+                   baseline_findings=tuple(BaselineFinding.from_reader(f) for f in r.children("baseline_findings")),
+                   warnings=r.texts("warnings"), incomplete=r.texts("incomplete"))
