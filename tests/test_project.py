@@ -15,7 +15,7 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.settings import runs_pytest
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.judge.policy import project_gates
+from upgrade_gate.judge.project_gates import project_gates
 from upgrade_gate.judge.records import Reader
 from upgrade_gate.project.diff import diff_outcomes
 from upgrade_gate.project.gather import gather_project

@@ -326,10 +326,10 @@ def test_none_in_range_names_what_blocks_each_release():
 def test_every_gate_the_policy_gives_a_model_can_be_bisected():
     import re
 
-    from upgrade_gate.judge import policy
+    from upgrade_gate.judge import latency_gates, model_gates
     from upgrade_gate.judge.policy import MODEL_GATES
 
-    source = Path(policy.__file__).read_text()
+    source = "".join(Path(module.__file__).read_text() for module in (model_gates, latency_gates))
     named = set(re.findall(r'found\.(?:add|missing)\("([a-z-]+)"', source))
     named |= {f"{prefix}{kind}" for prefix in re.findall(r'f"((?:quantized-)?task-)\{model\.task_kind\}"', source)
               for kind in ("classification", "embedding", "generation")}

@@ -142,7 +142,7 @@ class Contention:
 
     @property
     def busy(self) -> bool:
-        """Too few quiet rounds for an interval (policy._latency_gate): the latency here is not judged."""
+        """Too few quiet rounds for an interval (policy.latency_gate): the latency here is not judged."""
         return self.quiet < fewest_rounds()
 
     @property

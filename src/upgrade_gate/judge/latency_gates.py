@@ -1,0 +1,184 @@
+"""The latency, memory and budget gates: a ratio's interval against the threshold, rounds the machine
+disturbed left out, and a busy machine said once."""
+
+from __future__ import annotations
+
+from upgrade_gate.judge.gates import Gates, Missing, Rule
+from upgrade_gate.measure.stats import CONFIDENCE, RatioEstimate, fewest_rounds
+from upgrade_gate.schema.measured import Contention
+from upgrade_gate.schema.results import ModelResults
+from upgrade_gate.schema.verdict import (
+    GateResult,
+    GateStatus,
+    Quantity,
+    Unit,
+)
+from upgrade_gate.text import size
+
+
+def latency_gate(found: Gates, severity: str) -> None:
+    """Over every thread count and method: the deciding row's ratio and its interval.
+
+    A method at most ``min-delta-ms`` slower even at the top of its interval
+    passes whatever its ratio. Of the rest, the gate fails if one interval lies wholly beyond the threshold,
+    is inconclusive if one straddles it, and passes when all are within. A thread count
+    with fewer quiet rounds than an interval needs (the machine was busy) is incomplete:
+    neither a failure nor a pass. A definite failure at another thread count still fails.
+    """
+    plan, model, stack, base = found.plan, found.model, found.stack, found.plan.baseline.name
+    gates = plan.settings.gates
+    max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
+    rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
+                condition=f"the median's whole interval (at least {CONFIDENCE:.0%} coverage), per thread count and "
+                          f"method; methods at most {min_delta:g} ms slower at its top pass",
+                evidence=f"measurements/{model.name}/threads-*.json ({plan.settings.rounds} quiet rounds, "
+                         "the order alternating)")
+    judged: list[tuple[str, str, RatioEstimate | None]] = []  # (outcome, where, estimate)
+    for threads in plan.settings.threads:
+        mine, theirs = found.candidate.measured[threads], found.baseline.measured[threads]
+        if mine.host and theirs.host and mine.host != theirs.host:
+            # Shards of a CI matrix, one stack each: two machines' clocks, not a ratio.
+            found.add("latency", severity, True, rule, inconclusive=True,
+                      note=f"not comparable: {stack} was timed on {mine.host}, {base} on {theirs.host}; run both "
+                           "stacks of a shard in one job to gate on latency")
+            return
+        for name, measured in ((stack, mine), (base, theirs)):
+            if measured.status != "ok" or not measured.latency:
+                found.missing("latency", severity, rule, found.measured_missing(name, measured))
+                return
+        if set(mine.latency) != set(theirs.latency):
+            found.add("latency", severity, False, rule,
+                      note=f"the stacks measured different methods at {threads} thread(s): "
+                           f"{sorted(mine.latency)} / {sorted(theirs.latency)}")
+            return
+        machine = model.contention.get(threads)
+        busy = model.busy_at(threads)
+        if busy is not None:
+            judged.append(("incomplete", _busy_note(threads, busy), None))
+            continue
+        for method in mine.latency:
+            estimate = model.ratio(stack, threads, method)
+            if estimate is None:
+                judged.append(("incomplete", f"{threads} thread(s), {method}: no rounds in common", None))
+                continue
+            # The most the candidate can be slower by, at the interval's top: within
+            # min-delta-ms it passes whatever the ratio (timer and call overhead).
+            slower_ms = theirs.latency[method].p50_ms * (estimate.high - 1)
+            where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
+                     f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
+            if machine is not None and machine.oversubscribed:
+                where += f" ({machine.threads} threads on {machine.free_cores:.2f} free cores)"
+            outcome = "passed" if slower_ms <= min_delta else estimate.judge(max_ratio)
+            judged.append((outcome, where, estimate))
+    if not judged:
+        found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note="no thread count measured"))
+        return
+    order = {"failed": 0, "incomplete": 1, "inconclusive": 2, "passed": 3}
+    # The deciding row: the worst outcome, and within it the highest interval.
+    outcome, where, estimate = min(judged, key=lambda j: (order[j[0]], -(j[2].high if j[2] else 0)))
+    if estimate is None:
+        found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note=where))
+        return
+    if outcome == "inconclusive":
+        where += (f"; only {len(estimate.per_round)} rounds: the interval covers {estimate.level:.1%}, short of "
+                  f"{estimate.confidence:.0%}" if not estimate.holds else f"; the interval straddles {max_ratio:.2f}")
+    if estimate.dropped:
+        where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
+    found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
+              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
+                                level=estimate.level), note=where)
+
+
+def _busy_note(threads: int, machine: Contention) -> str:
+    """A latency gate incomplete for a busy machine: short, as every busy model's gate says it; the figures
+    are said once, under the verdict (machine_busy_line), and in the model's latency section."""
+    return (f"{threads} thread(s): machine busy: {machine.quiet} of {len(machine.rounds)} rounds quiet; an interval "
+            f"needs {fewest_rounds()} quiet rounds")
+
+
+def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tuple[str | None, list[GateResult]]:
+    """One line for every latency gate a busy machine left incomplete — the models and thread counts, and how
+    busy — and those gates (issue 26: a paragraph per model filled the report's first screen)."""
+    by_name = {model.name: model for model in models}
+    affected: list[GateResult] = []
+    for gate in gates:
+        model = by_name.get(gate.model)
+        if gate.gate != "latency" or gate.status is not GateStatus.INCOMPLETE or model is None:
+            continue
+        if any(gate.note == _busy_note(threads, machine) for threads, machine in model.contention.items()):
+            affected.append(gate)
+    if not affected:
+        return None, []
+    where, machines = [], []
+    for name in dict.fromkeys(gate.model for gate in affected):
+        busy = [(threads, machine) for threads, machine in sorted(by_name[name].contention.items()) if machine.busy]
+        machines += [machine for _, machine in busy]
+        where.append(f"{name} at " + ", ".join(f"{threads} thread(s) ({machine.quiet} of {len(machine.rounds)} quiet)"
+                                               for threads, machine in busy))
+    figures = []
+    others = [m.typical_others for m in machines if m.typical_others is not None]
+    if others:
+        cores = max((m.cores for m in machines if m.cores), default=None)
+        figures.append(f"other processes kept up to {max(others):.2f}" + (f" of {cores}" if cores else "")
+                       + " cores busy")
+    waits = [m.typical_wait for m in machines if m.typical_wait is not None]
+    if waits:
+        figures.append(f"the timed threads waited up to {max(waits):.1%} of their time for a CPU")
+    queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
+    if queues:
+        figures.append(f"the run queue reached {max(queues)}")
+    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs {fewest_rounds()}) for "
+            + "; ".join(where) + (f" — {', '.join(figures)}" if figures else "")
+            + ". Measure again when the machine is quieter: `--remeasure` times again without exporting")
+    return line, affected
+
+
+def memory_missing(found: Gates) -> Missing | None:
+    """Why one stack has no runtime memory figure: the first thread count's measurement says."""
+    for name, stack in ((found.stack, found.candidate), (found.plan.baseline.name, found.baseline)):
+        if stack.runtime_memory_bytes is None:
+            return found.measured_missing(name, next(iter(stack.measured.values())))
+    return None
+
+
+def memory_gate(found: Gates, severity: str) -> None:
+    """Runtime memory, candidate over baseline; passes when it needs at most ``min-delta-mb`` more."""
+    gates = found.plan.settings.gates
+    max_ratio, min_delta = gates["memory"].threshold, gates["memory"]["min-delta-mb"]
+    rule = Rule(metric="memory ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
+                condition=f"or at most {min_delta:g} MiB more",
+                evidence=f"measurements/{found.model.name}/threads-*.json (peak RSS of load → run minus the started "
+                         "runtime)")
+    why = memory_missing(found)
+    if why is not None:
+        found.missing("memory", severity, rule, why)
+        return
+    mine, theirs = found.candidate.runtime_memory_bytes, found.baseline.runtime_memory_bytes
+    assert mine is not None and theirs is not None
+    ratio = mine / theirs if theirs else float("inf")
+    found.add("memory", severity, ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta, rule,
+              measured=Quantity(value=ratio, unit=Unit.RATIO), note=f"{size(mine)} / {size(theirs)}")
+
+
+def budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:
+    """The candidate alone against the team's budgets for the model."""
+    name, threads = found.model.name, found.plan.settings.threads[0]
+    first = found.candidate.measured[threads]
+    if latency_ms is not None:
+        rule = Rule(metric="p50", op="≤", threshold=Quantity(value=latency_ms, unit=Unit.MS),
+                    condition=f"every method summed, at {threads} thread(s)",
+                    evidence=f"measurements/{name}/threads-{threads}.json")
+        p50 = first.p50_sum_ms
+        if p50 is None:
+            found.missing("budget-latency", severity, rule, found.measured_missing(found.stack, first))
+        else:
+            found.add("budget-latency", severity, p50 <= latency_ms, rule, measured=Quantity(value=p50, unit=Unit.MS))
+    if memory_mib is not None:
+        rule = Rule(metric="runtime memory", op="≤", threshold=Quantity(value=memory_mib, unit=Unit.MIB),
+                    evidence=f"measurements/{name}/threads-*.json (peak RSS of load → run minus the started runtime)")
+        used = found.candidate.runtime_memory_bytes
+        if used is None:
+            found.missing("budget-memory", severity, rule, found.measured_missing(found.stack, first))
+        else:
+            found.add("budget-memory", severity, used / 2**20 <= memory_mib, rule,
+                      measured=Quantity(value=used / 2**20, unit=Unit.MIB))

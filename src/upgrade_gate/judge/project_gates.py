@@ -1,0 +1,76 @@
+"""The team's project's gates for one candidate: project-tests (the per-test diff) and api-scan."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge.gates import Rule
+from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
+from upgrade_gate.schema.verdict import (
+    GateResult,
+    GateStatus,
+    Quantity,
+    Severity,
+    Unit,
+)
+from upgrade_gate.text import first_line
+
+PROJECT = "project"  # the model column of the project's gates
+# Newly failing tests named in the gate's one line; the report lists them all.
+NAMED_TESTS = 3
+
+
+
+def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[GateResult]:
+    """The team's tests in the candidate against the baseline, and the API scan of its source."""
+    settings, stack, base = plan.settings.project, spec.name, plan.baseline.name
+    assert settings is not None  # there are project results only with a project table
+    found: list[GateResult] = []
+
+    def add(gate: str, severity: str, status: GateStatus, rule: Rule, *, count: int | None = None,
+            note: str = "") -> None:
+        if severity != "off":
+            found.append(GateResult(gate=gate, stack=stack, model=PROJECT, severity=Severity(severity), status=status,
+                                    metric=rule.metric, op=rule.op, threshold=rule.threshold, condition=rule.condition,
+                                    evidence=rule.evidence, note=note,
+                                    measured=None if count is None else Quantity(value=count, unit=Unit.COUNT)))
+
+    accepted = f"; {len(settings.allow)} on the allow-list" if settings.allow else ""
+    diff = project.diffs.get(stack)
+    tests = Rule(metric="newly failing tests", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
+                 condition=f"no test that passes on {base} fails, errors or goes missing on {stack}{accepted}",
+                 evidence=f"{project.stacks[stack].junit} vs {project.stacks[base].junit}")
+    if diff is None:
+        mine, theirs = project.stacks[stack], project.stacks[base]
+        if theirs.problem:  # did not run for this report: the tool's; ran and did not finish: nothing to compare
+            status = GateStatus.INCOMPLETE if theirs.run is None else GateStatus.NOT_COMPARABLE
+            add("project-tests", settings.severity, status, tests, note=theirs.problem)
+        else:  # the candidate's run: not run for this report, or did not install or finish there
+            status = GateStatus.INCOMPLETE if mine.run is None else GateStatus.FAILED
+            add("project-tests", settings.severity, status, tests, note=mine.problem or "no outcomes")
+    else:
+        breaking = diff.breaking
+        ran = project.stacks[stack]
+        notes = [f"{ran.counts.get('passed', 0)}/{ran.total} passed on {stack}"]
+        if breaking:
+            named = ", ".join(f"{c.test_id} ({first_line(c.message) if c.candidate != NOT_IN_RUN else 'did not run'})"
+                              for c in breaking[:NAMED_TESTS])
+            notes.insert(0, named + (f" and {len(breaking) - NAMED_TESTS} more" if len(breaking) > NAMED_TESTS else ""))
+        elif diff.accepted:
+            notes.insert(0, f"{len(diff.accepted)} accepted")
+        add("project-tests", settings.severity, GateStatus.FAILED if breaking else GateStatus.PASSED, tests,
+            count=len(breaking), note="; ".join(notes))
+    scan = Rule(metric="calls to change", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
+                condition="none that the candidate changes, deprecates or removes (TorchFix and upgrade-gate's rules)",
+                evidence=project.scan_file)
+    if project.scan is None:  # the scan did not run or its file does not read: the tool's
+        add("api-scan", settings.scan_severity, GateStatus.INCOMPLETE, scan, note=project.scan_problem or "not scanned")
+    else:
+        by_code = Counter(finding.code for finding in project.scan.findings)
+        where = f"in {project.scan.files_scanned} files"
+        counted = ", ".join(f"{code} ×{n}" for code, n in sorted(by_code.items()))
+        add("api-scan", settings.scan_severity, GateStatus.FAILED if project.scan.findings else GateStatus.PASSED,
+            scan, count=len(project.scan.findings), note=f"{where}: {counted}" if counted else where)
+    return found
