@@ -20,8 +20,8 @@ from upgrade_gate.judge.records import Reader
 from upgrade_gate.project.diff import diff_outcomes
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.project.junit import CaseOutcome, case_id, read_junit
+from upgrade_gate.report.project_section import project_blocks
 from upgrade_gate.report.render import to_markdown
-from upgrade_gate.report.sections import project_blocks
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
 

@@ -49,7 +49,7 @@ from upgrade_gate.releases.table import (
     release_folder,
 )
 from upgrade_gate.releases.upgrade_path import not_run_per_release, write_upgrade_path
-from upgrade_gate.report.sections import write_reports
+from upgrade_gate.report.write import write_reports
 from upgrade_gate.run import pipeline, runner
 from upgrade_gate.schema.verdict import Verdict
 

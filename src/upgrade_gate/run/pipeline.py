@@ -40,7 +40,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.judge.gather import gather, stack_info
 from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.project.gather import gather_project
-from upgrade_gate.report.sections import write_compat_report, write_reports
+from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import cache, packages, runner, shards, supervisor
 from upgrade_gate.run.shards import MANIFEST, read_manifest
 from upgrade_gate.schema.results import ModelResults, Results

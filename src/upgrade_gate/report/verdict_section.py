@@ -1,0 +1,247 @@
+"""The report's top: each candidate's verdict, the gates that did not pass, and the matrix of models by stack."""
+
+from __future__ import annotations
+
+from upgrade_gate.measure.stats import CONFIDENCE
+from upgrade_gate.report.render import (
+    Block,
+    Heading,
+    Paragraph,
+    Table,
+    anchor_id,
+    bullets,
+)
+from upgrade_gate.report.render import mark as status_mark
+from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.project import ProjectResults
+from upgrade_gate.schema.results import ModelResults, Results, StackInfo
+from upgrade_gate.schema.verdict import GateResult, GateStatus, VerdictRecord
+from upgrade_gate.text import num, short, size
+
+VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
+# How each outcome is listed under a candidate's verdict, after its failures.
+LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inconclusive"),
+          (GateStatus.NOT_COMPARABLE, "not comparable"), (GateStatus.BLOCKED, "blocked"))
+
+
+
+def model_anchor(model: str) -> str:
+    return "model-" + anchor_id(model)
+
+
+
+def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list[Block]:
+    """The verdict, each candidate's with the gates that did not pass, and those gates' table."""
+    blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
+                                   style=f"verdict {VERDICT_STYLE.get(verdict.verdict.value, '')}")]
+    lines = []
+    for name, value in verdict.candidates.items():
+        own = verdict.of(name)
+        failed = [g for g in own if g.status is GateStatus.FAILED]
+        summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or (
+            "every gate passed" if all(g.status is GateStatus.PASSED for g in own) else "no gate failed")
+        for status, label in LISTED:
+            listed = [g for g in own if g.status is status]
+            if listed:
+                summary += f"; {label}: " + ", ".join(
+                    f"{g.gate} ({g.model}{f', by {g.blocked_by}' if g.blocked_by else ''})" for g in listed)
+        lines.append(f"**{name}** vs baseline **{verdict.baseline}**: **{value}** — {summary}")
+    blocks.append(bullets(*lines))
+    if verdict.incomplete:
+        blocks += [Heading(3, "Incomplete: the evidence was not all gathered", anchor="incomplete"),
+                   Paragraph("Not the candidate's failings: the run was stopped, a session did not run, a file is "
+                             "damaged or the machine ran out of room. What is missing, and what to do:"),
+                   bullets(*verdict.incomplete)]
+    blocks.append(Heading(3, "Gates that did not pass", anchor="failing-gates"))
+    problems = verdict.not_passed
+    if not problems:
+        return blocks + [Paragraph(f"None: all {len(verdict.gates)} gates passed.")]
+    blocks.append(gate_table(problems, link_models=link_models))
+    shown = {g.status for g in problems}
+    for status, meaning in OUTCOME_MEANINGS:
+        if status in shown:
+            blocks.append(Paragraph(meaning))
+    return blocks
+
+
+OUTCOME_MEANINGS = (
+    (GateStatus.INCONCLUSIVE, "An *inconclusive* gate's interval straddles its threshold: the noise is larger than the "
+                              "difference; more `rounds` or a quieter machine can decide it."),
+    (GateStatus.NOT_COMPARABLE, "A *not comparable* gate has nothing to compare with: the baseline failed to give "
+                                "it (see its baseline findings). Neither passed nor failed."),
+    (GateStatus.BLOCKED, "A *blocked* gate needed evidence its model's root gate failed to give; the root gate is the "
+                         "one failure counted."),
+)
+
+
+def gate_table(gates: tuple[GateResult, ...] | list[GateResult], *, link_models: bool = False,
+               folded: str | None = None, with_model: bool = True) -> Table:
+    """One row per gate; ``with_model=False`` in a model's own section."""
+    rows = [[g.status.label, str(g.severity), g.stack,
+             *([f"[{g.model}](#{model_anchor(g.model)})" if link_models else g.model] if with_model else []),
+             g.gate, g.measured_text, g.threshold_text, g.evidence] for g in gates]
+    header = ["status", "severity", "stack", *(["model"] if with_model else []), "gate", "measured", "threshold",
+              "evidence"]
+    return Table(header, rows, folded=folded, status_column=0)
+
+
+def matrix_rows(results: Results) -> list[list[str]]:
+    names = list(results.stacks)
+    gates = results.verdict.gates
+    candidates = results.verdict.candidates
+
+    def mark(stack: str, gate: str) -> str:
+        relevant = [g for g in gates if g.stack == stack and g.gate == gate]
+        if not relevant:
+            return ""
+        failed = [g for g in relevant if g.status is GateStatus.FAILED]
+        if failed:
+            return " " + status_mark("FAILED" if any(g.severity.value == "hard" for g in failed) else "condition")
+        return " " + status_mark("incomplete" if any(g.status is GateStatus.INCOMPLETE for g in relevant) else "passed")
+
+    fp32 = [m for m in results.models if not m.quantized]
+    quantized = [m for m in results.models if m.quantized]
+    base = results.baseline.name
+    rows = [["Installed", *[_installed(results.stacks[n]) for n in names]]]
+    rows.append(["Export → load → run (fp32)", *[
+        f"{sum(m.stacks[n].all_ok for m in fp32)}/{len(fp32)} models" + mark(n, "export") for n in names]])
+    numerics = []
+    for n in names:
+        if n == base:
+            own = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=n, kind="eager"))
+            numerics.append(f"artifact vs own eager: {own}")
+        else:
+            worst = _worst(fp32, Side(stack=n, kind="artifact"), Side(stack=base, kind="eager"))
+            numerics.append(f"artifact vs reference: {worst}" + mark(n, "numerics"))
+    rows.append(["Numerics (worst rel L2)", *numerics])
+    if quantized:
+        rows.append(["Quantized variants: quantized and ran; worst SNR vs the fp32 reference", *[
+            _quantized_summary(results, quantized, n) + mark(n, "quantized-export") + mark(n, "quantized-numerics")
+            for n in names]])
+    rows.append(["Delegated operator nodes (least, per method)",
+                 *[_least_delegated(results.models, n) + mark(n, "delegation") for n in names]])
+    rows.append(["Other backends, export only (models lowered)", *[_backends_summary(fp32, n) for n in names]])
+    for threads in results.settings.threads:
+        rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, "
+                     f"interval of at least {CONFIDENCE:.0%} coverage)", *[
+            ", ".join(f"{m.name} {_p50s(m, n, threads)}{_ratio_note(m, n, threads)}" for m in results.models)
+            + mark(n, "latency") for n in names]])
+    task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
+    if task_gates:
+        rows.append(["Task agreement (vs reference)", *[
+            "" if n == base else "; ".join(f"{g.model}: {g.measured_text}" for g in gates
+                                           if g.stack == n and g.gate in task_gates)
+            + "".join(mark(n, t) for t in task_gates) for n in names]])
+    rows.append(["Artifact size (largest)", *[
+        size(max((m.stacks[n].artifact_bytes or 0 for m in results.models), default=0)) + mark(n, "artifact-size")
+        for n in names]])
+    rows.append(["Cold start at first use: load + first run (per model)", *[
+        ", ".join(f"{m.name} {_cold(m, n)}" for m in results.models) for n in names]])
+    rows.append(["Runtime memory: loaded and running (largest)", *[
+        size(max((m.stacks[n].runtime_memory_bytes or 0 for m in results.models), default=0))
+        + mark(n, "memory") + mark(n, "budget-memory") for n in names]])
+    rows.append(["Planned memory of the artifact's methods (largest)", *[
+        size(max((sum((m.stacks[n].planned_memory_bytes or {}).values()) for m in results.models), default=0))
+        for n in names]])
+    rows.append(["Export peak RSS (largest)", *[
+        size(max((m.stacks[n].export_peak_rss_bytes or 0 for m in results.models), default=0)) for n in names]])
+    if results.project:
+        rows.append(["Project compatibility: the team's tests; calls to migrate", *[
+            _project_cell(results.project, n, n == base) + mark(n, "project-tests") + mark(n, "api-scan")
+            for n in names]])
+    rows.append(["Verdict", *["baseline" if n == base else f"**{candidates[n]}**" for n in names]])
+    return rows
+
+
+def _installed(info: StackInfo) -> str:
+    if info.installed is None:
+        return "not built"
+    keep = [f"{k} {v}" for k, v in info.installed.distributions.items() if k in ("torch", "executorch") and v]
+    return ", ".join(keep) or f"torch {info.installed.torch_version}"
+
+
+def _worst(models: list[ModelResults], actual: Side, reference: Side) -> str:
+    values = []
+    for model in models:
+        comparison = model.comparison(actual, reference)
+        value = comparison.worst_rel_l2 if comparison else None
+        if value is None:
+            return f"n/a ({model.name})"
+        values.append(value)
+    return num(max(values)) if values else "n/a"
+
+
+def _quantized_summary(results: Results, quantized: list[ModelResults], stack: str) -> str:
+    reference = Side(stack=results.baseline.name, kind="eager")
+    ran = [m for m in quantized if m.stacks[stack].all_ok]
+    offered = [m for m in quantized if not m.stacks[stack].skipped_variant]
+    worst: tuple[float, str] | None = None
+    for m in ran:
+        artifact = Side(stack=stack, kind="artifact")
+        comparison = m.comparison(artifact, reference) or m.comparison(artifact, Side(stack=stack, kind="eager"))
+        for o in (comparison.outputs or ()) if comparison else ():
+            if o.snr_db is not None and (worst is None or o.snr_db < worst[0]):
+                worst = (o.snr_db, m.name)
+    shown = f"{len(ran)}/{len(offered)}"
+    return shown + (f"; worst {num(worst[0], '{:.1f}')} dB ({worst[1]})" if worst else "")
+
+
+def _least_delegated(models: tuple[ModelResults, ...], stack: str) -> str:
+    shares = [(d.share, m.name) for m in models for d in m.stacks[stack].delegation.values()]
+    if not shares:
+        return "— (no delegate)"
+    share, model = min(shares)
+    return f"{share:.1%} ({model})"
+
+
+def _backends_summary(models: list[ModelResults], stack: str) -> str:
+    """Per backend, how many fp32 models lowered in every method; unavailable ones named once."""
+    lowered: dict[str, list[int]] = {}
+    unavailable: set[str] = set()
+    for model in models:
+        for backend, methods in model.stacks[stack].other_backends.items():
+            statuses = {m.status for m in methods.values()}
+            if statuses == {"unavailable"}:
+                unavailable.add(backend)
+                continue
+            counts = lowered.setdefault(backend, [0, 0])
+            counts[0] += statuses == {"ok"}
+            counts[1] += 1
+    parts = [f"{backend} {ok}/{tried}" for backend, (ok, tried) in lowered.items()]
+    if unavailable:
+        parts.append(f"unavailable here: {', '.join(sorted(unavailable))}")
+    return "; ".join(parts) or "—"
+
+
+def _p50s(model: ModelResults, stack: str, threads: int) -> str:
+    latency = model.stacks[stack].measured[threads].latency
+    return " / ".join(f"{lat.p50_ms:.3f}" for lat in latency.values()) + " ms" if latency else "—"
+
+
+def _ratio_note(model: ModelResults, stack: str, threads: int) -> str:
+    if model.busy_at(threads) is not None:
+        return " (no ratio: machine busy)" if model.ratios_of(stack, threads) else ""  # a round or two: no judgement
+    estimates = model.ratios_of(stack, threads)
+    return f" ({' / '.join(str(e) for e in estimates)})" if estimates else ""
+
+
+def _cold(model: ModelResults, stack: str) -> str:
+    measured = next(iter(model.stacks[stack].measured.values()), None)
+    if measured is None or measured.load_ms is None or measured.first_run_ms is None:
+        return "—"
+    return f"{measured.load_ms:.0f} + {measured.first_run_ms:.0f} ms"
+
+
+def _project_cell(project: ProjectResults, stack: str, is_baseline: bool) -> str:
+    tests = project.stacks.get(stack)
+    if tests is None or tests.problem:
+        return f"not tested: {short(tests.problem if tests else 'no run')}"
+    ran = f"{tests.counts.get('passed', 0)}/{tests.total} tests passed"
+    if is_baseline:
+        return ran
+    diff = project.diffs.get(stack)
+    newly = diff.newly_failing if diff else ()
+    accepted = sum(1 for c in newly if c.allowed)
+    calls = f"{len(project.scan.findings)} calls to migrate" if project.scan else "not scanned"
+    return (f"{ran}; {len(newly) - accepted} newly failing" + (f" (+{accepted} accepted)" if accepted else "")
+            + f", {len(diff.newly_passing) if diff else 0} newly passing; {calls}")
