@@ -13,7 +13,7 @@ from records import junit_of, warning, write_project_run
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.config.settings import runs_pytest
+from upgrade_gate.config.project_settings import runs_pytest
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.judge.project_gates import project_gates
 from upgrade_gate.judge.records import Reader

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from upgrade_gate.config.gate_settings import GateSettings
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.config.settings import GateSettings
 from upgrade_gate.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -376,7 +376,7 @@ def test_memory_limit_forms(project, value, expected):
     set_config(project, f"[tool.upgrade-gate]\nmemory-limit = {value}\n")
     limit = plan_for(project).settings.memory_limit_bytes
     if expected is None:
-        from upgrade_gate.config.settings import total_memory_bytes
+        from upgrade_gate.config._kinds import total_memory_bytes
 
         assert abs(limit - total_memory_bytes() // 2) <= 1
     else:
@@ -390,7 +390,7 @@ def test_a_bad_memory_limit_names_the_key(project, value):
 
 
 def test_the_default_memory_limit_is_most_of_the_machine(project):
-    from upgrade_gate.config.settings import total_memory_bytes
+    from upgrade_gate.config._kinds import total_memory_bytes
 
     assert plan_for(project).settings.memory_limit_bytes == int(total_memory_bytes() * 0.85)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_text_atomic
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.config.settings import ProjectSettings, runs_pytest
+from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import Reader, check_schema

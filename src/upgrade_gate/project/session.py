@@ -24,7 +24,7 @@ from typing import Any
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.config.settings import ProjectSettings, runs_pytest
+from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, TOOL_ROOT, WARNINGS_FILE
 from upgrade_gate.run import packages, supervisor

@@ -33,7 +33,7 @@ import nox.command
 from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan, load_plan
-from upgrade_gate.config.settings import ProjectSettings
+from upgrade_gate.config.project_settings import ProjectSettings
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RecordError
 from upgrade_gate.invocation import command

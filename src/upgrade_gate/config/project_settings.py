@@ -1,0 +1,100 @@
+"""``[tool.upgrade-gate.project]``: the team's own project — how it installs, how its tests run, what the scan reads."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate.config._kinds import finite, severity
+from upgrade_gate.config.tomlfile import Table
+
+PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow"}
+# Where a non-pytest test command takes its JUnit XML output path.
+JUNIT_PLACEHOLDER = "{junit}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProjectSettings:
+    """``[tool.upgrade-gate.project]``: the team's own code, tested in every stack and scanned."""
+
+    root: Path
+    # `uv pip install` arguments, run in ``root``, beside the stack's own requirements.
+    install: tuple[str, ...]
+    # The test command, run in ``root`` with the stack's venv first on PATH; JUnit XML
+    # goes where {junit} stands (pytest commands get --junitxml added).
+    test: tuple[str, ...]
+    # Files and folders the API scan reads, relative to ``root``.
+    scan: tuple[str, ...]
+    timeout_s: float
+    severity: str  # the project-tests gate
+    scan_severity: str  # the api-scan gate
+    # test id → why its failure on the candidate is known and accepted
+    allow: tuple[tuple[str, str], ...] = ()
+    defined_in: Path | None = None
+
+    def test_command(self, junit: Path) -> list[str]:
+        """The test command with its JUnit XML output at ``junit``."""
+        if any(JUNIT_PLACEHOLDER in arg for arg in self.test):
+            return [arg.replace(JUNIT_PLACEHOLDER, str(junit)) for arg in self.test]
+        # xunit1 records each test's file, from which the pytest node id is rebuilt.
+        return [*self.test, f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "install": list(self.install), "test": list(self.test),
+                "scan": list(self.scan), "timeout": self.timeout_s, "severity": self.severity,
+                "scan-severity": self.scan_severity, "allow": dict(self.allow)}
+
+
+def runs_pytest(command: list[str] | tuple[str, ...]) -> bool:
+    """``pytest …``, ``py.test …`` or ``python -m pytest …``."""
+    if not command:
+        return False
+    if Path(command[0]).name in ("pytest", "py.test"):
+        return True
+    return len(command) >= 3 and Path(command[0]).name.startswith("python") and list(command[1:3]) == ["-m", "pytest"]
+
+
+
+def command_setting(table: Table, name: str, default: list[str]) -> list[str]:
+    """A command as an array of arguments, or one string split like a shell would."""
+    raw = table.data.get(name, default)
+    if isinstance(raw, str):
+        try:
+            return shlex.split(raw)
+        except ValueError as error:
+            raise table.error(name, f"cannot split {raw!r} into arguments: {error}") from None
+    return table.get_str_list(name, default)
+
+
+def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings:
+    table.reject_unknown(PROJECT_KEYS)
+    root = (base / table.get("root", str, ".")).resolve()
+    if check_files and not root.is_dir():
+        raise table.error("root", f"{root} is not a folder; give the project's folder relative to {base}")
+    install = command_setting(table, "install", ["."])
+    if not install:
+        raise table.error("install", 'nothing to install; e.g. ["-e", ".[test]"]')
+    test = command_setting(table, "test", ["python", "-m", "pytest"])
+    if not test:
+        raise table.error("test", 'no command; e.g. "python -m pytest tests"')
+    if not runs_pytest(test) and not any(JUNIT_PLACEHOLDER in arg for arg in test):
+        raise table.error("test", f"cannot tell where {test[0]!r} writes JUnit XML; put {JUNIT_PLACEHOLDER} where the "
+                                  "command takes that file's path (pytest commands get --junitxml added)")
+    scan = table.get_str_list("scan", ["."])
+    for path in scan if check_files else ():
+        if not (root / path).exists():
+            raise table.error("scan", f"{path!r} does not exist under {root}")
+    allow = table.get_table("allow")
+    for test_id in allow.data:
+        if not allow.get(test_id, str, "").strip():
+            raise allow.error(test_id, "give the reason the break is accepted, as a string")
+    timeout = finite(table, "timeout", 1800.0)
+    if timeout <= 0:
+        raise table.error("timeout", f"must be greater than 0, got {timeout!r}")
+    return ProjectSettings(
+        root=root, install=tuple(install), test=tuple(test), scan=tuple(scan), timeout_s=timeout,
+        severity=severity(table, "severity", "hard"), scan_severity=severity(table, "scan-severity", "soft"),
+        allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
+    )
