@@ -43,10 +43,9 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan, stacks_of
 from upgrade_gate.config.settings import default_config_path, load_settings
 from upgrade_gate.errors import EXIT_GO, ConfigError
-from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import read_scan
 from upgrade_gate.project.session import SCAN_PYTHON, SCAN_REQUIREMENTS, record_install_failure, run_scan, run_tests
-from upgrade_gate.run import asset_build, pipeline, runner
+from upgrade_gate.run import asset_build, guard, pipeline, runner, venvs
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]
@@ -58,7 +57,7 @@ if __name__ != layout.NOXFILE_IN_TEAM_NOXFILE:  # in a team's noxfile (upgrade_g
     nox.options.error_on_missing_interpreters = True
 
 # A cancelled CI job or `kill` stops a session as Ctrl-C does: workers stopped, stages recorded.
-pipeline.stop_on_sigterm()
+guard.stop_on_sigterm()
 
 # Sessions are declared when nox reads this file, so the stack list is read now.
 # A broken spec must not stop nox from starting: it is reported, with exit
@@ -73,7 +72,7 @@ except ConfigError:
 
 
 @nox.session(python=False)
-@pipeline.guarded
+@guard.guarded
 def compare(session: nox.Session) -> None:
     """Build every stack, run the models through each, and write the verdict."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
@@ -89,7 +88,7 @@ def compare(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
-@pipeline.guarded
+@guard.guarded
 def compat(session: nox.Session) -> None:
     """Run the team's own tests in every stack, diff them per test, and scan its source for calls to migrate."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -111,13 +110,13 @@ def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
 
 
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
-@pipeline.guarded
+@guard.guarded
 def assets(session: nox.Session) -> None:
     """Convert the real weights (GGUF, safetensors), prompts and photos once, for every stack (`-- --only a,b`)."""
     try:
         names = asset_build.requested(list(session.posargs))
     except ConfigError as error:
-        pipeline.fail_usage(error)
+        guard.fail_usage(error)
     target = asset_build.assets_dir()
     todo = asset_build.missing(names)
     if not todo:
@@ -130,7 +129,7 @@ def assets(session: nox.Session) -> None:
 
 @nox.session(venv_backend="uv", reuse_venv=True)
 @nox.parametrize("python,stack", [nox.param(python, name, id=name) for name, python in STACKS])
-@pipeline.guarded
+@guard.guarded
 def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
@@ -139,23 +138,23 @@ def run(session: nox.Session, stack: str) -> None:
     extra = plan.extra_requirements(stack)
     # Relative paths (`-e .`) mean the user's project.
     team_folder = plan.settings.config_path.parent
-    recipe = pipeline.venv_recipe(spec, extra, team_folder)
-    pipeline.empty_venv_unless_made_from(UV, bin_dir, recipe)
+    recipe = venvs.venv_recipe(spec, extra, team_folder)
+    venvs.empty_venv_unless_made_from(UV, bin_dir, recipe)
     # uv checks an already satisfied venv in well under a second.
-    pipeline.install_stack_or_exit(UV, spec, bin_dir)
-    error = pipeline.install(UV, bin_dir, extra, cwd=team_folder) if extra else None
+    venvs.install_stack_or_exit(UV, spec, bin_dir)
+    error = venvs.install(UV, bin_dir, extra, cwd=team_folder) if extra else None
     if error:
-        pipeline.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not "
+        guard.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not "
                             f"install {' '.join(extra)} into stack {stack!r}: {error}")
-    pipeline.recipe_installed(bin_dir, recipe)
-    pipeline.probe_stack_or_exit(plan, spec, bin_dir)
+    venvs.recipe_installed(bin_dir, recipe)
+    pipeline.probe_or_exit(plan, spec, bin_dir)
     pipeline.check_project_models_or_exit(plan, spec, bin_dir)
-    runner.run_stack(plan, spec, bin_dir, log=session.log)
+    pipeline.run_models(plan, spec, bin_dir, log=session.log)
 
 
 @nox.session(venv_backend="uv", reuse_venv=True, default=False)
 @nox.parametrize("python,stack", [nox.param(python, name, id=name) for name, python in STACKS])
-@pipeline.guarded
+@guard.guarded
 def project(session: nox.Session, stack: str) -> None:
     """Install the team's project into one stack (a venv of its own) and run its tests there."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -164,26 +163,26 @@ def project(session: nox.Session, stack: str) -> None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
-    recipe = pipeline.venv_recipe(spec, list(settings.install), settings.root)
-    pipeline.empty_venv_unless_made_from(UV, bin_dir, recipe)
-    error = pipeline.install_project(UV, settings, spec, bin_dir)
+    recipe = venvs.venv_recipe(spec, list(settings.install), settings.root)
+    venvs.empty_venv_unless_made_from(UV, bin_dir, recipe)
+    error = venvs.install_project(UV, settings, spec, bin_dir)
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
-        pipeline.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
+        guard.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
                        f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
         record_install_failure(plan, stack, error, bin_dir)
         session.warn(f"project: does not install into {stack}: {error}")
         return
-    pipeline.recipe_installed(bin_dir, recipe)
+    venvs.recipe_installed(bin_dir, recipe)
     run = run_tests(plan, settings, stack, bin_dir, log=session.log)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
 
 
 @nox.session(python=SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
-@pipeline.guarded
+@guard.guarded
 def scan(session: nox.Session) -> None:
     """Scan the team's source for calls the candidate changes or removes (TorchFix and compat/migration_rules.toml)."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -194,14 +193,14 @@ def scan(session: nox.Session) -> None:
     target = layout.scan_file(plan.settings.out_dir)
     error = run_scan(settings, Path(session.bin), target)
     if error:
-        pipeline.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
+        guard.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
     found = read_scan(target)
     session.log(f"scan: {len(found.findings)} findings in {found.files_scanned} files → "
                 f"{target.relative_to(plan.settings.out_dir)}")
 
 
 @nox.session(python=False, name="compat-report", default=False)
-@pipeline.guarded
+@guard.guarded
 def compat_report(session: nox.Session) -> None:
     """The project's test diff and scan findings, judged: compat.md and compat.json."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, models_required=False)
@@ -210,15 +209,15 @@ def compat_report(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
-@pipeline.guarded
+@guard.guarded
 def measure(session: nox.Session) -> None:
     """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
-    measure_all(plan, log=session.log)
+    pipeline.measure(plan, log=session.log)
 
 
 @nox.session(python=False)
-@pipeline.guarded
+@guard.guarded
 def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, reporting=True)
@@ -226,7 +225,7 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(python=False, default=False)
-@pipeline.guarded
+@guard.guarded
 def releases(session: nox.Session) -> None:
     """Which release to move to: every ExecuTorch release in range against the baseline (docs/releases.md)."""
     from upgrade_gate.releases import explore
@@ -240,7 +239,7 @@ def releases(session: nox.Session) -> None:
 
 
 @nox.session(python=False, name="upgrade-path", default=False)
-@pipeline.guarded
+@guard.guarded
 def upgrade_path(session: nox.Session) -> None:
     """`nox -s releases` after the assets: build, compare and judge each release, then the upgrade-path report."""
     from upgrade_gate.releases import explore
@@ -258,7 +257,7 @@ def _exit_with(status: int) -> None:
 
 
 @nox.session(python=False, default=False)
-@pipeline.guarded
+@guard.guarded
 def diff(session: nox.Session) -> None:
     """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
     from upgrade_gate.judge import report_diff
@@ -266,17 +265,17 @@ def diff(session: nox.Session) -> None:
     try:
         print(report_diff.main(list(session.posargs), Path(session.invoked_from)))
     except ConfigError as error:
-        pipeline.fail_usage(error)
+        guard.fail_usage(error)
 
 
 @nox.session(python=False, default=False)
-@pipeline.guarded
+@guard.guarded
 def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement and of a finished run's stages (docs/benchmarks.md)."""
     from upgrade_gate.measure import benchmarks
 
     if not benchmarks.BENCHMARKS.is_dir():
-        pipeline.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "
+        guard.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "
                             f"tests/benchmarks/, which an installed package does not carry ({benchmarks.BENCHMARKS})")
     if benchmarks.main(session.posargs, log=session.log):
         session.error("the benchmark missed its target")

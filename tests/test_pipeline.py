@@ -15,7 +15,7 @@ from records import write_stack_model
 
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import cache, pipeline, shards
+from upgrade_gate.run import cache, folder_lock, guard, pipeline, shards, venvs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -23,15 +23,15 @@ SRC = REPO / "src"
 
 def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate.run import pipeline; "
-         f"from pathlib import Path; pipeline.lock_out_dir(Path({str(tmp_path)!r})); print('held', flush=True); "
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate.run import folder_lock; "
+         f"from pathlib import Path; folder_lock.lock_out_dir(Path({str(tmp_path)!r})); print('held', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(pipeline.FolderBusy) as busy:
-            pipeline.lock_out_dir(tmp_path)
+        with pytest.raises(folder_lock.FolderBusy) as busy:
+            folder_lock.lock_out_dir(tmp_path)
         message = str(busy.value)
         assert message.startswith(f"{tmp_path}: another upgrade-gate run is writing this report folder "
                                   f"(pid {holder.pid} since ")
@@ -43,12 +43,12 @@ def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
     deadline = time.monotonic() + 5
     while True:
         try:
-            pipeline.lock_out_dir(tmp_path)
+            folder_lock.lock_out_dir(tmp_path)
             break
-        except pipeline.FolderBusy:
+        except folder_lock.FolderBusy:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    pipeline.lock_out_dir(tmp_path)  # again from the same process: already ours
+    folder_lock.lock_out_dir(tmp_path)  # again from the same process: already ours
 
 
 # -- every end of a session is an exit status and one message ---------------------------
@@ -142,14 +142,14 @@ def test_a_damaged_artifact_is_incomplete_not_the_candidates_failure(project):
 
 
 def guarded_call(error: BaseException):
-    @pipeline.guarded
+    @guard.guarded
     def session() -> None:
         raise error
     return session
 
 
 def test_a_fault_of_the_tool_is_one_message_and_a_log_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(pipeline, "_HELD", {tmp_path: -1})
+    monkeypatch.setattr(folder_lock, "HELD", {tmp_path: -1})
     code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
     assert code == 3 and "Traceback" not in err
     log = tmp_path / "upgrade-gate-error.log"
@@ -188,8 +188,8 @@ def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes
         while True:
             stream.write(b"\0" * 4096)
     assert raised.value.errno == errno.ENOSPC and raised.value.filename is None
-    monkeypatch.setitem(pipeline._HELD, out, -1)
-    message = pipeline.disk_full(raised.value)
+    monkeypatch.setitem(folder_lock.HELD, out, -1)
+    message = guard.disk_full(raised.value)
     assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message
 
 
@@ -209,7 +209,7 @@ def test_a_full_report_folder_is_named_when_the_cache_has_room(tmp_path, small_d
     with pytest.raises(OSError) as raised:
         cache.copy_file(hit.path / "forward.pte", target)
     assert raised.value.errno == errno.ENOSPC
-    message = pipeline.disk_full(raised.value)
+    message = guard.disk_full(raised.value)
     assert message.startswith(f"no space left on the disk that holds {target} (mounted at {small_disk}: "), message
     assert not [p for p in target.parent.iterdir()]  # and no half copy
 
@@ -220,7 +220,7 @@ def test_a_full_cache_is_named_when_the_report_folder_has_room(tmp_path, small_d
     with pytest.raises(OSError) as raised:
         store.store("candidate", "m", "export", "k" * 64, [report_file], {})
     assert raised.value.errno == errno.ENOSPC
-    message = pipeline.disk_full(raised.value)
+    message = guard.disk_full(raised.value)
     entry = small_disk / "cache" / "candidate" / "m" / "export"
     assert message.startswith(f"no space left on the disk that holds {entry}/.{'k' * 64}."), message
     assert f"(mounted at {small_disk}: " in message
@@ -232,7 +232,7 @@ def test_a_record_that_does_not_fit_names_its_own_path(tmp_path, small_disk):
     with pytest.raises(OSError) as raised:
         write_json_atomic(record, {"outputs": ["x" * 1000] * 3000})
     assert raised.value.errno == errno.ENOSPC
-    assert pipeline.disk_full(raised.value).startswith(f"no space left on the disk that holds {record} (mounted at "
+    assert guard.disk_full(raised.value).startswith(f"no space left on the disk that holds {record} (mounted at "
                                                        f"{small_disk}: ")
     assert list(record.parent.iterdir()) == []
 
@@ -249,9 +249,9 @@ def test_a_reused_venv_holds_its_recipe_and_nothing_left_over(tmp_path):
 
     def make(installs: list[str]) -> list[str]:
         recipe = {"installs": installs}
-        pipeline.empty_venv_unless_made_from(uv, bin_dir, recipe)
-        assert pipeline.install(uv, bin_dir, installs, cwd=tmp_path) is None
-        pipeline.recipe_installed(bin_dir, recipe)
+        venvs.empty_venv_unless_made_from(uv, bin_dir, recipe)
+        assert venvs.install(uv, bin_dir, installs, cwd=tmp_path) is None
+        venvs.recipe_installed(bin_dir, recipe)
         return sorted(d.partition("==")[0] for d in cache.installed_distributions(venv))
 
     assert make(["six", "idna"]) == ["idna", "six"]
@@ -266,9 +266,9 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
 
     spec = load_spec(REPO / "envs" / "legacy.toml", adapters_dir=REPO / "compat", is_baseline=True)
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = ['timm']\n")
-    before = pipeline.venv_recipe(spec, ["-e", ".[test]"], tmp_path)
+    before = venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path)
     assert before["local"] == {str(tmp_path / "pyproject.toml"): cache.sha256_file(tmp_path / "pyproject.toml")}
     assert before["requirements"] == [str(r) for r in spec.requirements] and before["installs"] == ["-e", ".[test]"]
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = []\n")
-    assert pipeline.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again
-    assert pipeline.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}
+    assert venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again
+    assert venvs.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}

@@ -11,7 +11,7 @@ import pytest
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.specs import load_spec
-from upgrade_gate.run import pipeline
+from upgrade_gate.run import venvs
 
 REPO = Path(__file__).resolve().parents[1]
 UV = nox.virtualenv.find_uv()[1]
@@ -32,12 +32,12 @@ def test_a_dependency_group_is_part_of_the_project_venvs_recipe(tmp_path):
                          models_required=False).settings.project
     assert settings is not None and settings.install == ("-e", ".", "--group", "test")
     spec = load_spec(REPO / "envs" / "legacy.toml", adapters_dir=REPO / "compat", is_baseline=True)
-    before = pipeline.venv_recipe(spec, ["--group", "test"], tmp_path)
+    before = venvs.venv_recipe(spec, ["--group", "test"], tmp_path)
     assert list(before["local"]) == [str(tmp_path / "pyproject.toml")]
     # A changed group empties and remakes the venv, as a changed extra does.
     (tmp_path / "pyproject.toml").write_text((tmp_path / "pyproject.toml").read_text().replace(
         '["iniconfig"]', '["iniconfig", "pluggy"]'))
-    assert pipeline.venv_recipe(spec, ["--group", "test"], tmp_path) != before
+    assert venvs.venv_recipe(spec, ["--group", "test"], tmp_path) != before
 
 
 @pytest.mark.integration
@@ -48,7 +48,7 @@ def test_uv_installs_the_group_the_project_table_names(tmp_path):
     assert settings is not None
     venv = tmp_path / "venv"
     subprocess.run([UV, "venv", "-q", "-p", "3.11", str(venv)], check=True, timeout=120)
-    assert pipeline.install(UV, venv / "bin", list(settings.install), cwd=settings.root) is None
+    assert venvs.install(UV, venv / "bin", list(settings.install), cwd=settings.root) is None
     listed = subprocess.run([UV, "pip", "list", "--python", str(venv / "bin" / "python")], capture_output=True,
                             text=True, check=True, timeout=120).stdout
     assert "iniconfig" in listed and "team" in listed

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,10 +26,9 @@ from upgrade_gate.config.plan import Plan, load_plan, parse_posargs, parse_shard
 from upgrade_gate.config.plan import parser as plan_parser
 from upgrade_gate.config.settings import Settings
 from upgrade_gate.config.specs import StackSpec, load_spec
-from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.errors import ConfigError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.policy import MODEL_GATES
-from upgrade_gate.measure import rounds
 from upgrade_gate.releases.table import (
     ADAPTER_FAILS,
     JUDGED,
@@ -49,8 +47,7 @@ from upgrade_gate.releases.table import (
     release_folder,
 )
 from upgrade_gate.releases.upgrade_path import not_run_per_release, write_upgrade_path
-from upgrade_gate.report.write import write_reports
-from upgrade_gate.run import pipeline, runner
+from upgrade_gate.run import guard, pipeline, runner, venvs
 from upgrade_gate.schema.verdict import Verdict
 
 
@@ -158,10 +155,10 @@ def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
     try:
         request = load_request(list(posargs), invoked_from=Path(invoked_from))
     except ConfigError as error:
-        pipeline.fail_usage(error)
+        guard.fail_usage(error)
     for folder in request.merge:
         if not (folder / "releases").is_dir():
-            pipeline.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
+            guard.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
                                 f"`{command('releases', '--shard K/N')}` jobs")
     pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
     return request
@@ -188,24 +185,6 @@ def release_spec(request: Request, release: Release, adapter: str) -> StackSpec:
 def venv_dir(out: Path, stack: str) -> Path:
     """The release stacks' venvs live in the report folder, under its lock, until their release is done."""
     return out / ".venvs" / stack
-
-
-def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None) -> str | None:
-    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
-    of its own); uv's error, or None."""
-    bin_dir = folder / "bin"
-    if not (bin_dir / "python").is_file():
-        made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
-                              capture_output=True, text=True, check=False)
-        if made.returncode != 0:
-            return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
-    recipe = pipeline.venv_recipe(spec, [], spec.path.parent)
-    pipeline.empty_venv_unless_made_from(uv, bin_dir, recipe)
-    own_cache = ["--cache-dir", str(wheels)] if wheels else []
-    error = pipeline.install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
-    if error is None:
-        pipeline.recipe_installed(bin_dir, recipe)
-    return error
 
 
 # What uv says when the index has no distribution that fits: a fact about the release (or the
@@ -255,35 +234,25 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
     wheels = venv.with_name(f"{release.name}.wheels") if request.prune else None
     log(f"releases: {release.name}: building the stack (torch {release.torch}, torchvision {release.torchvision}"
         + (f", torchao {release.torchao}" if release.torchao else "") + ")")
-    error = build_venv(uv, spec, venv, wheels)
+    error = venvs.build_venv(uv, spec, venv, wheels)
     if error:
         _remove(venv, wheels)
         if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
-            pipeline.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
+            guard.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
                                      "again: it resumes")
         return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))} for Python "
                                      f"{spec.python}: {error}", rule.adapter)
     try:
         plan = release_plan(request, release, spec, names)
-        bin_dir = venv / "bin"
-        runner.probe_stack(plan, plan.baseline, baseline_bin)
-        probe = runner.probe_stack(plan, spec, bin_dir) or {}
-        adapter = probe.get("adapter") or {}
-        if adapter.get("error") or adapter.get("missing") or not probe:
-            why = (adapter.get("error") or (f"lacks {', '.join(adapter['missing'])}" if adapter.get("missing") else
-                                           f"the probe did not finish (stacks/{spec.name}/probe.log)"))
+        outcome = pipeline.compare(plan, {plan.baseline.name: baseline_bin, spec.name: venv / "bin"}, log=log)
+        if isinstance(outcome, pipeline.AdapterProblem):
+            if outcome.spec.is_baseline and outcome.unfinished:  # the machine's, not the release's
+                guard.fail_incomplete(f"the baseline {outcome.spec.name!r}: {outcome}; run the same command again")
+            if outcome.spec.is_baseline:
+                guard.fail_usage(f"{outcome.spec.path}: adapter: {outcome.spec.adapter!r} {outcome}")
             return finish(ADAPTER_FAILS, f"compat/{rule.adapter}.py does not load with executorch "
-                                         f"{release.executorch}: {why}", rule.adapter)
-        runner.run_stack(plan, plan.baseline, baseline_bin, log=log)
-        runner.run_stack(plan, spec, bin_dir, log=log)
-        rounds.measure_all(plan, log=log)
-        try:
-            results = pipeline.judge(plan)
-        except RecordError as error:  # a damaged folder: the tool's problem, not the release's
-            pipeline.fail_incomplete(f"{plan.settings.out_dir}: {error}; run the same command again: it rewrites "
-                                     "the records (the result cache copies back what finished)")
-        write_reports(results, plan.settings.out_dir, step_summary=False)
-        return finish(JUDGED, adapter=rule.adapter, verdict=results.verdict.candidates.get(spec.name))
+                                         f"{release.executorch}: {outcome}", rule.adapter)
+        return finish(JUDGED, adapter=rule.adapter, verdict=outcome.verdict.candidates.get(spec.name))
     finally:
         if not request.keep_stacks:
             _remove(venv, wheels)
@@ -299,9 +268,9 @@ def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path
     """The baseline's venv (uv links it from its cache); exit 2 when its spec does not install."""
     spec = request.plan.baseline
     log(f"releases: the baseline {spec.name}: building its venv")
-    error = build_venv(uv, spec, venv_dir(request.out, spec.name))
+    error = venvs.build_venv(uv, spec, venv_dir(request.out, spec.name))
     if error:
-        pipeline.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the "
+        guard.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the "
                             "spec")
     return venv_dir(request.out, spec.name) / "bin"
 

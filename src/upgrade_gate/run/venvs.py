@@ -1,0 +1,109 @@
+"""A stack's venv made exactly its recipe: the spec's Python and requirements (and a team's extra
+requirements or project), installed with uv; a reused venv emptied first when its recipe changed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate.config.project_settings import ProjectSettings
+from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.run import cache, packages
+from upgrade_gate.run.guard import fail_usage
+
+
+def install_stack_or_exit(uv: str, spec: StackSpec, bin_dir: Path) -> None:
+    """Install a stack spec's requirements into a venv; exit 2 quoting uv when it cannot."""
+    error = install(uv, bin_dir, [str(r) for r in spec.requirements], cwd=spec.path.parent)
+    if error:
+        fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the spec")
+
+
+def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir: Path) -> str | None:
+    """Install the stack, then the project into it with the stack's requirements as
+    constraints: the project may add packages, never move the stack's own."""
+    install_stack_or_exit(uv, spec, bin_dir)
+    constraints = bin_dir.parent / "stack-constraints.txt"
+    constraints.write_text("".join(f"{r}\n" for r in spec.requirements))
+    return install(uv, bin_dir, ["--constraint", str(constraints), *settings.install], cwd=settings.root)
+
+
+# What a reused venv was last made from, beside its bin/.
+VENV_RECIPE = "upgrade-gate-recipe.json"
+
+
+def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) -> None:
+    """Make a reused venv hold its recipe and nothing else (``recipe_installed`` records it).
+
+    ``uv pip install`` only adds: a requirement dropped from a spec or the configuration would
+    stay installed, and the stack would no longer be what its spec says. When the recipe is not
+    the one the venv was last made from, every distribution in it is removed first (uv links
+    from its cache: reinstalling costs seconds)."""
+    marker = bin_dir.parent / VENV_RECIPE
+    try:
+        made_from = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        made_from = None
+    if made_from == recipe:
+        return
+    marker.unlink(missing_ok=True)
+    installed = list(packages.installed_versions(bin_dir.parent))
+    if installed:
+        subprocess.run([uv, "pip", "uninstall", "--python", str(bin_dir / "python"), *installed],
+                       capture_output=True, check=False)
+
+
+def recipe_installed(bin_dir: Path, recipe: dict[str, Any]) -> None:
+    write_json_atomic(bin_dir.parent / VENV_RECIPE, recipe)
+
+
+def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, Any]:
+    """A stack's venv: the spec's Python and requirements, then ``installs`` (uv pip install
+    arguments, from ``cwd``), and the metadata of the local projects among them (``-e .``), whose
+    own dependencies change with it."""
+    local = {}
+    for argument in installs:
+        folder = cwd / argument.split("[", 1)[0]
+        if argument.startswith("-") or not folder.is_dir():
+            continue
+        for name in ("pyproject.toml", "setup.py", "setup.cfg"):
+            if (folder / name).is_file():
+                local[str((folder / name).resolve())] = cache.sha256_file(folder / name)
+    if "--group" in installs and (cwd / "pyproject.toml").is_file():  # uv reads [dependency-groups] from it
+        local[str((cwd / "pyproject.toml").resolve())] = cache.sha256_file(cwd / "pyproject.toml")
+    return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
+            "from": str(cwd), "local": local}
+
+
+
+def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> str | None:
+    """``uv pip install`` into a stack's venv; None, or uv's error on one line to quote."""
+    result = subprocess.run([uv, "pip", "install", "--python", str(bin_dir / "python"), *requirements],
+                            cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode == 0:
+        return None
+    # uv draws its error as a tree (× … ╰─▶ …): keep the words, not which venv it was (the caller names it).
+    lines = [line.strip(" \t×╰─▶│") for line in result.stderr.splitlines()
+             if not line.startswith("Using Python ")]
+    return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
+
+
+def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None) -> str | None:
+    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
+    of its own); uv's error, or None."""
+    bin_dir = folder / "bin"
+    if not (bin_dir / "python").is_file():
+        made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
+                              capture_output=True, text=True, check=False)
+        if made.returncode != 0:
+            return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
+    recipe = venv_recipe(spec, [], spec.path.parent)
+    empty_venv_unless_made_from(uv, bin_dir, recipe)
+    own_cache = ["--cache-dir", str(wheels)] if wheels else []
+    error = install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
+    if error is None:
+        recipe_installed(bin_dir, recipe)
+    return error
