@@ -9,7 +9,7 @@ boundary, because the two sides run different torch versions. The commands:
 
 * ``probe``   — what is installed, and whether the adapter keeps the contract (probe.py)
 * ``check``   — do a project's model factories give models the tool can run (probe.py)
-* ``export``, ``runtime`` — one phase of one model (phases.py)
+* ``export``, ``runtime`` — one phase of one model (export_phase.py, runtime_phase.py; phases.py records it)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
 
 Nothing of this repository is on sys.path (``-P``): a user's own package called
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     phases = ours("phases")
     log = phases.PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
-    phase = phases.run_export_phase if args.command == "export" else phases.run_runtime_phase
+    phase = (ours("export_phase").run_export_phase if args.command == "export"
+             else ours("runtime_phase").run_runtime_phase)
     phase(job, adapter, log)
     return 0
 

@@ -1,0 +1,219 @@
+"""The export phase in a stack's worker: build the model, run it eagerly, quantize, export, save —
+one method per stage (PhaseLog in phases.py records each)."""
+
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    artifact_path,
+    flatten_outputs,
+    load_case,
+    named_outputs,
+)
+from .contract import (
+    Adapter,
+    MultiMethod,
+    OtherBackends,
+    Quantizes,
+    claims,
+    require,
+    require_whole,
+)
+from .phases import (
+    FP32,
+    PROGRAM,
+    PhaseLog,
+    StageSkipped,
+    failed,
+    method_outputs,
+    partial_file,
+    run_task,
+    save_arrays,
+    written_artifact,
+)
+
+
+class ExportPhase:
+    """The export phase, one method per stage: build → eager [→ eager-task] [→ quantize] → export
+    [→ localize] → save [→ program] [→ backends]. A stage reads what an earlier one returned from the
+    phase log (``self.log.results``); ``run_stages`` decides which stages run."""
+
+    def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+        self.job, self.adapter, self.log = job, adapter, log
+        self.model_dir, self.adapter_name = Path(job["model_dir"]), job["adapter"]
+        self.variant = job.get("variant", FP32)
+        self.exporting = ""  # the method being exported, for localize
+
+    def run_stages(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.job["threads"])
+        built = self.log.stage("build", (), self.build)
+        self.log.stage("eager", ("build",), self.eager)
+        if built is not None and built[0].task.drive is not None:
+            self.log.stage("eager-task", ("build",), self.eager_task)
+        if self.variant != FP32:
+            self.log.stage("quantize", ("build",), self.quantize)
+        exported = self.log.stage("export", ("build",) if self.variant == FP32 else ("quantize",), self.export)
+        # A float model that does not export: find the submodules that fail alone.
+        # (A quantized variant's failure is its recipe's; its float model is localized.)
+        if exported is None and self.variant == FP32 and built is not None and failed(self.log, "export"):
+            self.log.stage("localize", ("build",), self.localize)
+        self.log.stage("save", ("export",), self.save)
+        # A capability the adapter has in part runs its stage, which names what it lacks.
+        if built is not None and self.multi_method(built[0]) and claims(self.adapter, MultiMethod):
+            self.log.stage("program", ("save",), self.program)
+        if self.variant == FP32 and claims(self.adapter, OtherBackends):
+            self.log.stage("backends", ("build",), self.backends)
+        self.log.finish(torch_threads=torch.get_num_threads())
+
+    def build(self):
+        case, inputs, hashes = load_case(self.job)
+        return (case, inputs), {
+            "fixtures": hashes,
+            "parameters": sum(p.numel() for p in case.module.parameters()),
+            "methods": list(inputs),
+            "task": case.task.kind,
+            # The part of an output a later call reads, where it is not all of it (models/case.py Method).
+            "read_extents": {f"{name}.output_{index}": list(extent) for name, method in case.entry_points().items()
+                             for index, extent in method.read_extents.items()},
+        }
+
+    def eager(self):
+        import torch
+
+        case, inputs = self.log.results["build"]
+        methods = case.entry_points()
+        with torch.no_grad():
+            outputs = {name: named_outputs(methods[name].module(*inputs[name])) for name in methods}
+        return outputs, save_arrays(self.model_dir / "eager.npz", method_outputs(outputs))
+
+    def eager_task(self):
+        import torch
+
+        case, _ = self.log.results["build"]
+        methods = case.entry_points()
+
+        def call(name: str, *args: Any) -> list[Any]:
+            with torch.no_grad():
+                return flatten_outputs(methods[name].module(*args))
+
+        return run_task(case, call, self.model_dir / "eager-task.npz")
+
+    def quantize(self):
+        # Every method calibrated on its own inputs: the same in every stack.
+        case, inputs = self.log.results["build"]
+        require_whole(self.adapter, Quantizes, self.adapter_name)
+        recipes = self.adapter.QUANTIZATIONS if isinstance(self.adapter, Quantizes) else {}
+        if self.variant not in recipes:
+            raise StageSkipped(f"this stack has no {self.variant} recipe (it offers: {', '.join(recipes) or 'none'})")
+        assert isinstance(self.adapter, Quantizes)
+        quantized, details = {}, {}
+        for name, method in case.entry_points().items():
+            start = time.perf_counter()
+            quantized[name], details[name] = self.adapter.quantize(method.module, inputs[name], self.variant)
+            details[name]["seconds"] = round(time.perf_counter() - start, 3)
+        # A variant whose recipe found nothing to quantize would be judged as the float model.
+        counts = [d.get("quantized_modules", d.get("quantize_nodes")) for d in details.values()]
+        if counts and all(c == 0 for c in counts):
+            raise ValueError(f"{recipes[self.variant]}: quantized nothing in any method (no module or operator it "
+                             "takes); the artifact would be the float model")
+        return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details}
+
+    def export(self):
+        import torch
+
+        require(self.adapter, self.adapter_name)
+        case, inputs = self.log.results["build"]
+        modules = (self.log.results["quantize"] if self.variant != FP32
+                   else {n: m.module for n, m in case.entry_points().items()})
+        # Lowered programs are kept only for the multi-method artifact: each can
+        # hold a copy of the weights (a 1B model's would not fit twice).
+        keep = self.multi_method(case) and isinstance(self.adapter, MultiMethod)
+        lowered, details = {}, {}
+        for name, module in modules.items():
+            self.exporting = name
+            path = artifact_path(self.model_dir, name, self.adapter)
+            start = time.perf_counter()
+            with torch.no_grad():
+                program, details[name] = self.adapter.lower(module, inputs[name])
+            with partial_file(path) as partial:
+                details[name].update(self.adapter.save(program, partial, keep=keep) or {})
+            if keep:
+                lowered[name] = program
+            # TorchScript modules hold reference cycles: free this method's
+            # copies of the weights before the next method makes its own.
+            del program
+            gc.collect()
+            details[name]["seconds"] = round(time.perf_counter() - start, 3)
+        return lowered, {"methods": details}
+
+    def localize(self):
+        # Which submodules fail to export on their own, with their real inputs.
+        if not self.job["localize_budget_s"]:
+            raise StageSkipped("turned off (localize-budget = 0)")
+        if not isinstance(self.adapter, Adapter):
+            raise StageSkipped("the adapter does not keep the contract (the export stage names what it lacks)")
+        case, inputs = self.log.results["build"]
+        from . import localize as localizer
+        error = next(r["error"] for r in self.log.data["stages"] if r["stage"] == "export")
+        # The export stopped at its first failing method: that one is searched.
+        name = self.exporting
+        method = case.entry_points()[name]
+        found = localizer.localize(method.module, inputs[name], self.adapter.lower, error=error,
+                                   budget_s=self.job["localize_budget_s"])
+        return True, {"method": name, **found}
+
+    @staticmethod
+    def multi_method(case: Any) -> bool:
+        return case.multi_method_artifact and len(case.entry_points()) > 1
+
+    def save(self):
+        case, _ = self.log.results["build"]
+        files = {name: written_artifact(artifact_path(self.model_dir, name, self.adapter))
+                 for name in case.entry_points()}
+        return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
+
+    def program(self):
+        require_whole(self.adapter, MultiMethod, self.adapter_name)
+        path = artifact_path(self.model_dir, PROGRAM, self.adapter)
+        start = time.perf_counter()
+        with partial_file(path) as partial:
+            assert isinstance(self.adapter, MultiMethod)  # whole, and claimed (the stage runs)
+            planned = self.adapter.save_program(self.log.results["export"], partial) or {}
+        return True, {**written_artifact(path), "methods": list(self.log.results["export"]),
+                      "seconds": round(time.perf_counter() - start, 3), **planned}
+
+    def backends(self):
+        # Export only: does the float model lower to the stack's other backends?
+        if not self.job["backends_budget_s"]:
+            raise StageSkipped("turned off (backends-budget = 0)")
+        require_whole(self.adapter, OtherBackends, self.adapter_name)
+        assert isinstance(self.adapter, OtherBackends)  # whole, and claimed (the stage runs)
+        case, inputs = self.log.results["build"]
+        start = time.monotonic()
+        found: dict[str, dict[str, Any]] = {}
+        for backend in self.adapter.OTHER_BACKENDS:
+            found[backend] = {}
+            # A backend the stack lacks is named so whatever the budget: it costs nothing to ask.
+            missing = self.adapter.backend_unavailable(backend)
+            for name, method in case.entry_points().items():
+                if missing:
+                    found[backend][name] = {"status": "unavailable", "reason": missing}
+                elif time.monotonic() - start > self.job["backends_budget_s"]:
+                    budget = f"past the {self.job['backends_budget_s']:g} s budget (backends-budget)"
+                    found[backend][name] = {"status": "not tried", "reason": budget}
+                else:
+                    found[backend][name] = self.adapter.export_only(backend, method.module, inputs[name])
+                    gc.collect()
+        return True, {"backends": found, "seconds": round(time.monotonic() - start, 3)}
+
+
+def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    ExportPhase(job, adapter, log).run_stages()
+
+
