@@ -1,21 +1,29 @@
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.runs import make_project
 
 REPO = Path(__file__).resolve().parents[1]
 collect_ignore = ["sample_project"]  # a user project with its own tests, run inside the stacks
+# The tiers other than unit, each marked where it is declared (pyproject.toml says what each costs).
+COSTLY_TIERS = ("integration", "browser", "lint")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test not in a costlier tier is a unit test: `-m unit` is the fast tier, with no venv, browser or
+    type checker, and a new test lands there unless it says otherwise."""
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in COSTLY_TIERS):
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A user project: a pyproject.toml and its own copy of the built-in stack specs, for tests to edit."""
-    shutil.copytree(REPO / "envs", tmp_path / "envs")
-    (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
-    return tmp_path
+    return make_project(tmp_path)
 
 
 @pytest.fixture
@@ -30,3 +38,14 @@ def small_disk(tmp_path):
                     "runs as root")
     yield disk
     subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture(autouse=True)
+def figures_in_the_browser_tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test's report goes without the page's figures, as a report with nothing to plot does:
+    matplotlib takes about 2 s per report, most of the unit tier's time. The browser tier draws every
+    figure and checks each on the page, and tests/test_report.py draws each plot on its own."""
+    if request.node.get_closest_marker("unit") and not request.node.get_closest_marker("figures"):
+        from upgrade_gate.report import figures
+
+        monkeypatch.setattr(figures, "drawing", lambda name, *args: lambda: None)

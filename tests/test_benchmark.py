@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from records import write_stack_model
+from helpers.stack_records import write_stack_model
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.measure import benchmarks

@@ -6,29 +6,30 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from readers import colours, render, validate_junit
-from records import write_stack_model
+from helpers.readers import colours, render, validate_junit
+from helpers.runs import make_project
+from helpers.stack_records import REFERENCE, write_stack_model
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.run import pipeline
 
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
-
-@pytest.fixture
-def failed_run(project: Path, monkeypatch):
-    """A finished report whose candidate is 1% off: NO-GO on the numerics gate."""
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A finished report whose candidate is 1% off: NO-GO on the numerics gate (written once; tests read it)."""
+    project = make_project(tmp_path_factory.mktemp("team"))
     summary = project / "step-summary.md"
     summary.write_text("earlier step\n")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
-                     config_path=project / "pyproject.toml")
-    out = plan.settings.out_dir
-    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
-    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01], latency_ms=1.0)
-    assert pipeline.report(plan) == 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                         config_path=project / "pyproject.toml")
+        out = plan.settings.out_dir
+        write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
+        write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
+                          latency_ms=1.0)
+        assert pipeline.report(plan) == 1
     return out, summary
 
 
@@ -55,6 +56,7 @@ def test_step_summary_is_appended_when_github_actions_sets_it(failed_run):
     assert str(out / "report.html") in text
 
 
+@pytest.mark.browser
 def test_html_report_is_one_self_contained_file(failed_run, tmp_path):
     out, _ = failed_run
     page = (out / "report.html").read_text()

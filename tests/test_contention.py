@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from records import add_round_loads, write_stack_model
+from helpers.stack_records import add_round_loads, write_stack_model
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan

@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
-from records import write_stack_model
+from helpers.stack_records import report_on
 
-from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.judge import report_diff
-from upgrade_gate.run import pipeline
-
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
-
-
-def run(project: Path, out: str, *, error: float, candidate_ms: float, size: int, memory: int) -> Path:
-    plan = load_plan(["--out", out, "--models", "vit-smoke@fp32"], invoked_from=project,
-                     config_path=project / "pyproject.toml")
-    folder = plan.settings.out_dir
-    write_stack_model(folder, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
-    write_stack_model(folder, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * (1 + error)],
-                      latency_ms=candidate_ms, artifact_bytes=size, runtime_memory=memory)
-    pipeline.report(plan)
-    return folder
 
 
 def test_a_fixed_regression_shows_in_verdict_gates_and_metrics(project):
-    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
-    new = run(project, "new", error=0.0, candidate_ms=3.0, size=1005, memory=104 * 2**20)
+    old = report_on(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    new = report_on(project, "new", error=0.0, candidate_ms=3.0, size=1005, memory=104 * 2**20)
     text = report_diff.main([str(old), str(new / "results.json")])
     assert f"# upgrade-gate diff: {old} → {new}" in text
     assert "**Verdict: NO-GO → GO-WITH-CONDITIONS** (changed;" in text
@@ -45,7 +27,7 @@ def test_a_fixed_regression_shows_in_verdict_gates_and_metrics(project):
 
 
 def test_the_same_report_twice_has_no_changes(project):
-    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    old = report_on(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     text = report_diff.main([str(old), str(old)])
     assert "**Verdict: NO-GO → NO-GO** (unchanged;" in text
     assert "## Gates that changed (0)\n\nNone." in text and "## Metrics beyond noise (0)\n\nNone." in text
@@ -66,8 +48,8 @@ def test_bad_arguments_name_the_file(project, tmp_path):
 def test_a_move_within_what_reruns_scatter_by_is_not_beyond_noise(project):
     """Two re-measures of an unchanged model: narrow intervals that do not overlap, a 4% move
     (seen here: 0.628 → 0.603) — within the run-to-run scatter, so no change."""
-    old = run(project, "old", error=0.0, candidate_ms=1.256, size=1000, memory=100 * 2**20)
-    new = run(project, "new", error=0.0, candidate_ms=1.206, size=1000, memory=100 * 2**20)
+    old = report_on(project, "old", error=0.0, candidate_ms=1.256, size=1000, memory=100 * 2**20)
+    new = report_on(project, "new", error=0.0, candidate_ms=1.206, size=1000, memory=100 * 2**20)
     text = report_diff.main([str(old), str(new)])
     assert "## Metrics beyond noise (0)" in text
     assert "## Latency moves within run-to-run noise (2)" in text  # at 1 and 2 threads
@@ -77,8 +59,8 @@ def test_a_move_within_what_reruns_scatter_by_is_not_beyond_noise(project):
 
 
 def test_relative_folders_are_from_where_the_command_ran(project):
-    old = run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
-    new = run(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    old = report_on(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    new = report_on(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     # nox runs the session in the noxfile's folder: the names are the user's, from the folder they ran it in.
     text = report_diff.main(["old", "new"], invoked_from=project)
     assert f"# upgrade-gate diff: {old} → {new}" in text

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from readers import verdict_of
-from test_integration import REPO, nox, user_project
+from helpers.readers import verdict_of
+from helpers.runs import REPO, nox, user_project
 
 from upgrade_gate.schema.verdict import GateStatus
 

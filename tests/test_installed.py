@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nox.virtualenv
 import pytest
-from test_project_compat import copy_sample_project
+from helpers.sample_project import copy_sample_project
 
 from upgrade_gate import cli
 
@@ -159,10 +159,10 @@ def test_a_broken_stack_spec_is_named_by_the_session_that_needs_it(tmp_path):
 
 
 def test_advice_and_relative_folders_are_the_users(project):
-    from test_diff import run
+    from helpers.stack_records import report_on
 
-    run(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
-    run(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    report_on(project, "old", error=0.01, candidate_ms=1.0, size=1000, memory=100 * 2**20)
+    report_on(project, "new", error=0.0, candidate_ms=1.0, size=1000, memory=100 * 2**20)
     missing = upgrade_gate("report", "--", "--out", "nowhere", cwd=project)
     assert missing.returncode == 2
     assert missing.stderr.splitlines()[-1] == (

@@ -3,7 +3,6 @@ exporters write .ptl and .pte files, the real runtimes load and run them."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -12,24 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.readers import colours, render, validate_junit, verdict_of
+from helpers.runs import REPO, load, nox, user_project
 from packaging.version import Version
-from readers import colours, render, validate_junit, verdict_of
 
 from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
 
 
-def nox(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-    )
 
 
-def load(out: Path, name: str) -> dict:
-    return json.loads((out / name).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +266,7 @@ def test_smoke_delegation_and_operator_profiles(smoke_run):
     assert "Top operators by time (per-operator profile in the runtime phase" in report
 
 
+@pytest.mark.browser
 def test_smoke_report_html_and_junit(smoke_run, tmp_path):
     # The real report, as a browser shows it and as CI reads it.
     out, _ = smoke_run
@@ -449,48 +442,10 @@ def test_an_unexportable_model_is_a_record_and_a_no_go(tmp_path):
     assert failed["error"]["traceback_tail"] and "data-dependent" in failed["error"]["message"]
 
 
-def user_project(tmp_path: Path, config: str) -> dict[str, str]:
-    (tmp_path / "envs").mkdir()
-    for spec in ("legacy.toml", "candidate.toml"):
-        (tmp_path / "envs" / spec).write_text((REPO / "envs" / spec).read_text())
-    # A lone surrogate stands for a byte that is not UTF-8 (written as that byte).
-    (tmp_path / "pyproject.toml").write_bytes(config.encode("utf-8", "surrogateescape"))
-    return {"UPGRADE_GATE_CONFIG": str(tmp_path / "pyproject.toml")}
 
 
-@pytest.mark.parametrize(
-    ("config", "message"),
-    [
-        ("[tool.upgrade-gate]\nmodels = [\n", "pyproject.toml: invalid TOML at line 2, column 0: unexpected end of file"),
-        ("[tool.upgrade-gate.gates]\nlatency-ratio = 1.1\n", "pyproject.toml: tool.upgrade-gate.gates.latency-ratio: unknown key"),
-        ('[tool.upgrade-gate]\nbaseline = "torch22"\n', "pyproject.toml: tool.upgrade-gate.baseline: no stack spec named 'torch22'; specs: candidate, legacy"),
-        # Read when nox imports the noxfile: a traceback and exit 1 before they were caught there.
-        ("[tool.upgrade-gate]\nrounds = 7\nrounds = 9\n",
-         "pyproject.toml: invalid TOML at line 3, column 11: key 'rounds' is set twice; keep one"),
-        ("[tool.upgrade-gate]\ntime-budget = nan\n",
-         "pyproject.toml: tool.upgrade-gate.time-budget: must be a finite number, got nan"),
-        ("[tool]\nupgrade-gate = 5\n", "pyproject.toml: tool.upgrade-gate: expected a table of settings, got 5"),
-        ("[tool.upgrade-gate]\n# caf\udce9\n", "pyproject.toml: not UTF-8 text (byte 0xe9 at line 2)"),
-    ],
-)
-def test_bad_configuration_exits_2_and_writes_nothing(tmp_path, config, message):
-    env = user_project(tmp_path, config)
-    out = tmp_path / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), env=env, timeout=300)
-    assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
-    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    assert not out.exists()
 
 
-def test_malformed_stack_spec_exits_2(tmp_path):
-    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
-    (tmp_path / "envs" / "candidate.toml").write_text('python = "3.11"\nrequirements = ["torch==2.8.0"\n')
-    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), env=env, timeout=300)
-    assert result.returncode == 2
-    assert f"upgrade-gate: error: {tmp_path / 'envs' / 'candidate.toml'}: invalid TOML at line 2" in result.stderr
-    assert not (tmp_path / "report").exists()
 
 
 def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
@@ -507,31 +462,7 @@ def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     assert errors[0].endswith("; fix the versions in the spec")
 
 
-def test_an_empty_report_folder_name_exits_2(tmp_path):
-    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
-    result = nox("-s", "compare", "--", "--out", "", env=env, timeout=300)
-    assert result.returncode == 2 and "upgrade-gate: error: --out: empty; give a folder" in result.stderr
-    assert "Traceback" not in result.stderr
 
 
-def test_an_unknown_model_name_exits_2_naming_it(tmp_path):
-    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
-    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), "--models", "vit-smoke,vit-tiny",
-                 env=env, timeout=300)
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
-    assert len(errors) == 1 and errors[0].startswith(
-        "upgrade-gate: error: --models: unknown model 'vit-tiny'; known models: broken-submodule, data-dependent-branch, hang,")
-    assert "Traceback" not in result.stderr and not (tmp_path / "report").exists()
 
 
-def test_an_unwritable_report_folder_exits_2_before_any_work(tmp_path):
-    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
-    (tmp_path / "taken").write_text("a file where the folder should go\n")
-    out = tmp_path / "taken" / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), env=env, timeout=300)
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
-    assert errors == [f"upgrade-gate: error: {out}: report folder is not writable (Not a directory); "
-                      "choose another with --out DIR"], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr

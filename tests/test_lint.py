@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", *command], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+pytestmark = pytest.mark.lint
 
 
 def test_ruff_finds_nothing():

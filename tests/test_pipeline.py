@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import write_stack_model
+from helpers.stack_records import REFERENCE, write_stack_model
 
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import cache, folder_lock, guard, pipeline, shards, venvs
+from upgrade_gate.run import cache, folder_lock, guard, pipeline, runner, shards, venvs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -53,7 +53,6 @@ def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
 
 # -- every end of a session is an exit status and one message ---------------------------
 
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
 
 def report_folder(project: Path, *models: str) -> Path:
@@ -272,3 +271,24 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = []\n")
     assert venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again
     assert venvs.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}
+
+
+@pytest.mark.parametrize("error", [
+    "AttributeError: module 'models.nets' has no attribute 'missing'",
+    "ModuleNotFoundError: No module named 'models.network'",
+    "RuntimeError: weights file checkpoints/tiny.pt not found",
+])
+def test_a_bad_project_factory_is_one_usage_error_naming_the_entry(tmp_path, capsys, monkeypatch, error):
+    """The parent's side of a factory the worker could not use (the worker's side: tests/test_project_models.py)."""
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\nmine = "models.nets:tiny"\n')
+    plan = load_plan(["--out", "out"], invoked_from=tmp_path, config_path=config)
+    spec = plan.stack("legacy")
+    monkeypatch.setattr(runner, "check_factories", lambda plan, spec, bin_dir: {"mine": {"ok": False, "error": error}})
+    with pytest.raises(SystemExit) as ended:
+        pipeline.check_project_models_or_exit(plan, spec, Path("/nowhere/bin"))
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == (
+        f"upgrade-gate: error: {config}: tool.upgrade-gate.models.mine: factory 'models.nets:tiny' failed in stack "
+        f"'legacy': {error}; the factory must be importable from {tmp_path} and return (torch.nn.Module, tuple of "
+        "tensors)\n")

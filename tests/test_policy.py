@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import add_round_loads, write_stack_model
+from helpers.stack_records import add_round_loads, write_stack_model
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import to_json

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from records import junit_of, warning, write_project_run
+from helpers.stack_records import junit_of, warning, write_project_run
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan

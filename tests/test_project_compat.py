@@ -9,15 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from readers import validate_junit, verdict_of
-from test_integration import REPO, load, nox, user_project
-from test_scan import PLANTED, where_planted
+from helpers.readers import validate_junit, verdict_of
+from helpers.runs import load, nox
+from helpers.sample_project import PLANTED, copy_sample_project, where_planted
 
 from upgrade_gate.schema.verdict import GateStatus, Severity
 
 pytestmark = pytest.mark.integration
 
-SAMPLE = REPO / "tests" / "sample_project"
 BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
 BFLOAT16 = "tests/test_model.py::test_bfloat16_scores_stay_close_to_float"
 AUTOCAST_DEPRECATED = ("`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', "
@@ -32,10 +31,6 @@ def team(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, {"UPGRADE_GATE_CONFIG": str(root / "pyproject.toml")}
 
 
-def copy_sample_project(folder: Path) -> Path:
-    root = folder / "edge-app"
-    shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "report"))
-    return root
 
 
 def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_go(team):
@@ -132,13 +127,6 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 |" in markdown
 
 
-def test_compat_without_a_project_table_exits_2_naming_it(tmp_path):
-    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
-    result = nox("-s", "compat", "--", "--out", str(tmp_path / "report"), env=env, timeout=300)
-    assert result.returncode == 2, result.stderr[-2000:]
-    error, = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
-    assert "pyproject.toml: tool.upgrade-gate.project: missing; say what to install and how to test" in error
-    assert not (tmp_path / "report" / "compat.md").exists()
 
 
 def test_a_project_the_candidate_cannot_install_is_a_finding_not_a_crash(team, tmp_path):

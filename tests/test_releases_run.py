@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from readers import verdict_of
+from helpers.readers import verdict_of
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import add_round_loads, write_stack_model
+from helpers.stack_records import REFERENCE, add_round_loads, write_stack_model
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.run import pipeline
-
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 
 
 @pytest.fixture

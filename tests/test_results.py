@@ -13,7 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from records import junit_of, warning, write_project_run, write_stack_model, write_stack_packages
+from helpers.runs import make_project
+from helpers.stack_records import (
+    REFERENCE,
+    junit_of,
+    warning,
+    write_project_run,
+    write_stack_model,
+    write_stack_packages,
+)
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
@@ -24,7 +32,6 @@ from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 DEAD = np.zeros((1, 4), np.float32)  # an output that is 0 whatever the input: a degenerate reference
 LOCALIZED = {"method": "forward", "attempts": 4, "seconds": 2.5, "complete": True, "budget_s": 300,
              "culprits": [{"module": "blocks.1.gate", "class": "ValueGate", "type": "torch._dynamo.exc.UserError",
@@ -58,11 +65,12 @@ SCAN = {"schema_version": "1.0", "scanner": {"torchfix": "0.7.0", "rules": 11}, 
                "replacement": f"torch.load(path_{n}, map_location='cpu', weights_only=True)"} for n in range(7))]}
 
 
-@pytest.fixture
-def report(project: Path) -> Path:
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report whose candidate fails to export one model (localized), and is 1% off on another,
     whose second output is degenerate (a warning); its stacks' packages differ beside torch, and the
-    team's tests break and warn on the candidate."""
+    team's tests break and warn on the candidate. Written once for the module: tests only read it."""
+    project = make_project(tmp_path_factory.mktemp("team"))
     config = project / "pyproject.toml"
     config.write_text(config.read_text() + '[tool.upgrade-gate.extra-requirements]\n"*" = ["timm>=1.0", "-e ."]\n'
                       '[tool.upgrade-gate.project]\nroot = "."\n')
@@ -126,21 +134,21 @@ def _json(value):
     return to_json(value)
 
 
-def test_another_major_version_is_refused_naming_the_file(report):
+def test_another_major_version_is_refused_naming_the_file(report, tmp_path):
     data = json.loads((report / "results.json").read_text())
     data["schema_version"] = "1.0"
-    (report / "results.json").write_text(json.dumps(data))
+    (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"results\.json: .*results schema '1\.0'; this upgrade-gate reads 2\.x"):
-        Results.load(report)
+        Results.load(tmp_path)
 
 
-def test_a_wrong_type_is_named_by_its_path(report):
+def test_a_wrong_type_is_named_by_its_path(report, tmp_path):
     data = json.loads((report / "results.json").read_text())
     data["models"][0]["stacks"]["legacy"]["measured"]["1"]["rounds"]["forward"] = "seven"
-    (report / "results.json").write_text(json.dumps(data))
+    (tmp_path / "results.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=re.escape(
             "Unexpected type str (expected int) in 'results.json.models[0].stacks.legacy.measured.1.rounds.forward'")):
-        Results.load(report)
+        Results.load(tmp_path)
 
 
 @pytest.mark.parametrize("side", [Side(stack="legacy", kind="eager"), Side(stack="candidate", kind="artifact"),
@@ -264,8 +272,9 @@ def test_the_page_shows_where_an_export_breaks(report):
     assert "<a href='#model-vit-smoke'>vit-smoke</a>" in page and "<h3 id='model-vit-smoke'>vit-smoke</h3>" in page
 
 
+@pytest.mark.browser
 def test_the_page_draws_its_marks_and_keeps_the_scan_table_within_its_width(report, tmp_path):
-    from readers import render
+    from helpers.readers import render
 
     shown = render(report / "report.html", tmp_path / "report.png")
     assert shown.console_errors == [] and shown.requests == []

@@ -6,8 +6,8 @@ import threading
 import time
 
 import numpy as np
-from records import write_stack_model
-from test_settings import plan_for
+from helpers.runs import plan_for
+from helpers.stack_records import write_stack_model
 
 from upgrade_gate.run import runner
 

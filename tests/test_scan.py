@@ -13,10 +13,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers.sample_project import PLANTED, SAMPLE_PROJECT, where_planted
 
 REPO = Path(__file__).resolve().parents[1]
 SCAN_PY = REPO / "compat" / "scan.py"
-SAMPLE_PROJECT = REPO / "tests" / "sample_project"
 
 
 def _load_scan() -> ModuleType:
@@ -307,25 +307,8 @@ def test_scan_names_a_bad_path(tmp_path: Path, path: str, message: str) -> None:
     assert str(raised.value) == message.format(root=tmp_path.resolve())
 
 
-# Every planted call of the sample project: (file, the call as written, code).
-PLANTED = [
-    ("edge_app/export.py", "torch.jit.trace(model, example)", "UG101"),
-    ("edge_app/export.py", "optimize_for_mobile(traced)", "UG102"),
-    ("edge_app/export.py", "optimized._save_for_lite_interpreter(str(path))", "UG103"),
-    ("edge_app/runtime.py", "_load_for_lite_interpreter(str(path))", "UG104"),
-    ("edge_app/quantize.py", "prepare_fx(copy.deepcopy(model)", "UG105"),
-    ("edge_app/quantize.py", "get_default_qconfig_mapping(ENGINE)", "UG105"),
-    ("edge_app/quantize.py", "convert_fx(prepared)", "UG105"),
-    ("edge_app/checkpoint.py", "torch.load(path)", "TOR102"),
-    ("edge_app/model.py", "torch.cpu.amp.autocast()", "UG108"),
-]
 
 
-def where_planted(file: str, call: str) -> tuple[int, int]:
-    lines = (SAMPLE_PROJECT / file).read_text().splitlines()
-    found = [(number, line.index(call) + 1) for number, line in enumerate(lines, start=1) if call in line]
-    assert len(found) == 1, f"{call!r} should be on exactly one line of {file}"
-    return found[0]
 
 
 def test_scan_of_the_sample_project_finds_every_planted_call_and_nothing_else() -> None:
@@ -386,7 +369,7 @@ def test_the_scan_does_not_depend_on_hash_order(tmp_path: Path) -> None:
     (tmp_path / "patch_embed.py").write_text(EITHER_VMAP)
     shutil.copytree(SAMPLE_PROJECT / "edge_app", tmp_path / "edge_app")
     records = {}
-    for seed in range(4):  # 0 and 3 found TOR101 here before the fix, 1 and 2 did not
+    for seed in range(2):  # 0 found TOR101 here before the fix, 1 did not
         out = tmp_path / f"scan-{seed}.json"
         done = subprocess.run([sys.executable, str(SCAN_PY), "--root", str(tmp_path), "--out", str(out),
                                "patch_embed.py", "edge_app"], capture_output=True, text=True, check=False,

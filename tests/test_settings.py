@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.runs import plan_for
 
 from upgrade_gate.config.gate_settings import GateSettings
 from upgrade_gate.config.plan import load_plan
@@ -13,8 +14,6 @@ from upgrade_gate.errors import ConfigError
 REPO = Path(__file__).resolve().parents[1]
 
 
-def plan_for(project: Path, *posargs: str):
-    return load_plan(list(posargs), invoked_from=project, config_path=project / "pyproject.toml")
 
 
 def error_for(project: Path, *posargs: str) -> str:

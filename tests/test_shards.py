@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from records import add_round_loads, write_stack_model
+from helpers.stack_records import REFERENCE, add_round_loads, write_stack_model
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
@@ -16,7 +15,6 @@ from upgrade_gate.run import pipeline, shards
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
 
-REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 MODELS = "vit-smoke@fp32,mobilenet-v3-small@fp32,minilm-smoke@fp32"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from upgrade_gate.judge.agreement import HEADLINE
-from upgrade_gate.report.figures import drawing
+from upgrade_gate.report import figures
 from upgrade_gate.report.render import (
     Block,
     Bullets,
@@ -47,7 +47,7 @@ def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block
         if gate.gate in NUMERIC_GATES and gate.status is GateStatus.FAILED:
             blocks.append(Figure(anchor_id(f"error-{gate.stack}-{model.name}-{gate.gate}"),
                                  f"Error of {gate.stack}'s worst output ({gate.gate} failed: {gate.measured_text})",
-                                 drawing("error_histogram", results, out, model, gate)))
+                                 figures.drawing("error_histogram", results, out, model, gate)))
     family = results.family(model)
     if not model.quantized and len(family) > 1:
         blocks += variants_blocks(results, family)

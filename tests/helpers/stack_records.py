@@ -9,9 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from upgrade_gate import layout
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.measure.contention import Load
+from upgrade_gate.run import pipeline
 
+# An eager output: 16 distinct values, so a relative error means something.
+REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 HASHES = {"weights_sha256": "a" * 64, "inputs_sha256": "b" * 64}
 
 
@@ -107,7 +111,12 @@ def write_stack_model(
 
 
 def _artifact(directory: Path, size: int) -> str:
-    """An artifact file of ``size`` bytes, as the save stage records it; its SHA-256."""
+    """An artifact file of ``size`` bytes, as the save stage records it; its SHA-256. A large one is a
+    sparse file with no digest recorded (the report then checks its size only): 1.5 GB in no time."""
+    if size > 2**20:
+        with open(directory / "forward.pte", "wb") as stream:
+            stream.truncate(size)
+        return ""
     content = bytes(range(256)) * (size // 256) + bytes(size % 256)
     (directory / "forward.pte").write_bytes(content)
     return hashlib.sha256(content).hexdigest()
@@ -183,3 +192,14 @@ def write_stack_packages(out: Path, stack: str, packages: dict[str, str], extras
     data["packages"] = packages
     data["extra_requirements"] = [{"requirement": r, "distribution": d} for r, d in extras]
     path.write_text(json.dumps(data))
+
+
+def report_on(project: Path, out: str, *, error: float, candidate_ms: float, size: int, memory: int) -> Path:
+    plan = load_plan(["--out", out, "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    folder = plan.settings.out_dir
+    write_stack_model(folder, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
+    write_stack_model(folder, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * (1 + error)],
+                      latency_ms=candidate_ms, artifact_bytes=size, runtime_memory=memory)
+    pipeline.report(plan)
+    return folder

@@ -1,0 +1,45 @@
+"""Real runs of the tool: nox with this checkout's noxfile, in a team's folder the test makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from upgrade_gate.config.plan import load_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def nox(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def load(out: Path, name: str) -> dict:
+    return json.loads((out / name).read_text())
+
+
+def user_project(tmp_path: Path, config: str) -> dict[str, str]:
+    (tmp_path / "envs").mkdir()
+    for spec in ("legacy.toml", "candidate.toml"):
+        (tmp_path / "envs" / spec).write_text((REPO / "envs" / spec).read_text())
+    # A lone surrogate stands for a byte that is not UTF-8 (written as that byte).
+    (tmp_path / "pyproject.toml").write_bytes(config.encode("utf-8", "surrogateescape"))
+    return {"UPGRADE_GATE_CONFIG": str(tmp_path / "pyproject.toml")}
+
+
+def plan_for(project: Path, *posargs: str):
+    return load_plan(list(posargs), invoked_from=project, config_path=project / "pyproject.toml")
+
+
+def make_project(folder: Path) -> Path:
+    """A user project in ``folder``: a pyproject.toml and its own copy of the built-in stack specs, to edit."""
+    shutil.copytree(REPO / "envs", folder / "envs")
+    (folder / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
+    return folder
