@@ -46,6 +46,6 @@ def figures_in_the_browser_tier(request: pytest.FixtureRequest, monkeypatch: pyt
     matplotlib takes about 2 s per report, most of the unit tier's time. The browser tier draws every
     figure and checks each on the page, and tests/test_report.py draws each plot on its own."""
     if request.node.get_closest_marker("unit") and not request.node.get_closest_marker("figures"):
-        from upgrade_gate.report import figures
+        from upgrade_gate.report import _figures
 
-        monkeypatch.setattr(figures, "drawing", lambda name, *args: lambda: None)
+        monkeypatch.setattr(_figures, "drawing", lambda name, *args: lambda: None)

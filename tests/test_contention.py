@@ -16,8 +16,9 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.measure import contention, rounds
-from upgrade_gate.measure.contention import Load
+from upgrade_gate.measure import _contention as contention
+from upgrade_gate.measure import rounds
+from upgrade_gate.measure._contention import Load
 from upgrade_gate.run import runner
 from upgrade_gate.schema.measured import Contention
 

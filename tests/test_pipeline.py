@@ -15,7 +15,7 @@ from helpers.stack_records import REFERENCE, write_stack_model
 
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import cache, folder_lock, guard, pipeline, runner, shards, venvs
+from upgrade_gate.run import _folder_lock, cache, guard, pipeline, runner, shards, venvs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -23,15 +23,15 @@ SRC = REPO / "src"
 
 def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate.run import folder_lock; "
-         f"from pathlib import Path; folder_lock.lock_out_dir(Path({str(tmp_path)!r})); print('held', flush=True); "
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SRC)!r}); from upgrade_gate.run import _folder_lock; "
+         f"from pathlib import Path; _folder_lock.lock_out_dir(Path({str(tmp_path)!r})); print('held', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(folder_lock.FolderBusy) as busy:
-            folder_lock.lock_out_dir(tmp_path)
+        with pytest.raises(_folder_lock.FolderBusy) as busy:
+            _folder_lock.lock_out_dir(tmp_path)
         message = str(busy.value)
         assert message.startswith(f"{tmp_path}: another upgrade-gate run is writing this report folder "
                                   f"(pid {holder.pid} since ")
@@ -43,12 +43,12 @@ def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
     deadline = time.monotonic() + 5
     while True:
         try:
-            folder_lock.lock_out_dir(tmp_path)
+            _folder_lock.lock_out_dir(tmp_path)
             break
-        except folder_lock.FolderBusy:
+        except _folder_lock.FolderBusy:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    folder_lock.lock_out_dir(tmp_path)  # again from the same process: already ours
+    _folder_lock.lock_out_dir(tmp_path)  # again from the same process: already ours
 
 
 # -- every end of a session is an exit status and one message ---------------------------
@@ -148,7 +148,7 @@ def guarded_call(error: BaseException):
 
 
 def test_a_fault_of_the_tool_is_one_message_and_a_log_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(folder_lock, "HELD", {tmp_path: -1})
+    monkeypatch.setattr(_folder_lock, "HELD", {tmp_path: -1})
     code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
     assert code == 3 and "Traceback" not in err
     log = tmp_path / "upgrade-gate-error.log"
@@ -187,7 +187,7 @@ def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes
         while True:
             stream.write(b"\0" * 4096)
     assert raised.value.errno == errno.ENOSPC and raised.value.filename is None
-    monkeypatch.setitem(folder_lock.HELD, out, -1)
+    monkeypatch.setitem(_folder_lock.HELD, out, -1)
     message = guard.disk_full(raised.value)
     assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message
 

@@ -15,12 +15,12 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.project_settings import runs_pytest
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.judge.project_gates import project_gates
+from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.project.diff import diff_outcomes
+from upgrade_gate.project._diff import diff_outcomes
+from upgrade_gate.project._junit import CaseOutcome, case_id, read_junit
 from upgrade_gate.project.gather import gather_project
-from upgrade_gate.project.junit import CaseOutcome, case_id, read_junit
-from upgrade_gate.report.project_section import project_blocks
+from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
@@ -375,7 +375,7 @@ def test_the_pytest_plugin_counts_warnings_and_writes_progress_without_changing_
     import subprocess
     import sys
 
-    from upgrade_gate.project.diff import per_test
+    from upgrade_gate.project._diff import per_test
     from upgrade_gate.project.gather import read_warnings
     from upgrade_gate.project.session import TestProgress, project_env, watched_command
 
@@ -453,7 +453,7 @@ def test_the_plugin_and_the_parent_name_the_same_variables():
 
 
 def test_new_warnings_are_kinds_the_baseline_never_raised():
-    from upgrade_gate.project.diff import new_warnings
+    from upgrade_gate.project._diff import new_warnings
     from upgrade_gate.schema.project import RaisedWarning
 
     def raised(test, category, message, count=1):

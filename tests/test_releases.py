@@ -1,4 +1,4 @@
-"""The release table, the range and options of `nox -s releases`, and the bisection (upgrade_gate.releases.table)."""
+"""The release table, the range and options of `nox -s releases`, and the bisection (upgrade_gate.releases._table)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from packaging.version import Version
 
 from upgrade_gate.config.specs import load_spec
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.releases._table import FAILS, HOLDS_NOT, Bisect, bisect, load_table
 from upgrade_gate.releases.explore import load_request
-from upgrade_gate.releases.table import FAILS, HOLDS_NOT, Bisect, bisect, load_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -245,7 +245,7 @@ def gates_of(release: str, statuses: dict[tuple[str, str], str]):
 
 
 def test_a_finding_is_followed_to_where_it_appears_and_where_it_is_gone():
-    from upgrade_gate.releases.upgrade_path import findings_from
+    from upgrade_gate.releases._upgrade_path import findings_from
 
     order = ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1", "executorch-1.1.0", "executorch-1.2.0"]
     numerics = ["passed", "failed", "failed", "passed", "passed"]
@@ -276,7 +276,7 @@ def test_prune_and_keep_stacks_exclude_each_other(smoke_config):
 
 
 def records_of(*outcomes: str):
-    from upgrade_gate.releases.table import JUDGED, ReleaseRecord
+    from upgrade_gate.releases._table import JUDGED, ReleaseRecord
     from upgrade_gate.schema.verdict import Verdict
 
     table = load_table()
@@ -287,7 +287,7 @@ def records_of(*outcomes: str):
 
 
 def test_the_newest_fit_release_is_recommended_with_what_the_newer_ones_said():
-    from upgrade_gate.releases.upgrade_path import recommend
+    from upgrade_gate.releases._upgrade_path import recommend
 
     records = records_of("GO", "GO-WITH-CONDITIONS", "NO-GO", "not installed")
     best, text, undecided = recommend(records, [], ["vit-smoke"])
@@ -296,7 +296,7 @@ def test_the_newest_fit_release_is_recommended_with_what_the_newer_ones_said():
 
 
 def test_an_incomplete_release_newer_than_the_answer_leaves_it_undecided():
-    from upgrade_gate.releases.upgrade_path import UpgradePath, recommend
+    from upgrade_gate.releases._upgrade_path import UpgradePath, recommend
 
     records = records_of("GO", "INCOMPLETE", "NO-GO")
     best, text, undecided = recommend(records, [], ["vit-smoke"])
@@ -312,7 +312,7 @@ def test_an_incomplete_release_newer_than_the_answer_leaves_it_undecided():
 
 
 def test_none_in_range_names_what_blocks_each_release():
-    from upgrade_gate.releases.upgrade_path import findings_from, recommend
+    from upgrade_gate.releases._upgrade_path import findings_from, recommend
 
     records = records_of("NO-GO", "NO-GO", "not covered")
     findings = findings_from({r.release.name: gates_of(r.release.name, {("numerics", "nanovlm"): "failed"})
@@ -326,10 +326,10 @@ def test_none_in_range_names_what_blocks_each_release():
 def test_every_gate_the_policy_gives_a_model_can_be_bisected():
     import re
 
-    from upgrade_gate.judge import latency_gates, model_gates
+    from upgrade_gate.judge import _latency_gates, _model_gates
     from upgrade_gate.judge.policy import MODEL_GATES
 
-    source = "".join(Path(module.__file__).read_text() for module in (model_gates, latency_gates))
+    source = "".join(Path(module.__file__).read_text() for module in (_model_gates, _latency_gates))
     named = set(re.findall(r'found\.(?:add|missing)\("([a-z-]+)"', source))
     named |= {f"{prefix}{kind}" for prefix in re.findall(r'f"((?:quantized-)?task-)\{model\.task_kind\}"', source)
               for kind in ("classification", "embedding", "generation")}
@@ -344,7 +344,7 @@ NOT_RUN = ("the project's tests and API scan are not run per release: copy a rel
 
 
 def test_a_team_with_a_project_table_gets_a_recommendation_and_is_told_what_was_not_run(tmp_path, monkeypatch):
-    from upgrade_gate.releases.upgrade_path import not_run_per_release, recommend
+    from upgrade_gate.releases._upgrade_path import not_run_per_release, recommend
 
     monkeypatch.delenv("UPGRADE_GATE_COMMAND", raising=False)
     assert not_run_per_release() == NOT_RUN
@@ -372,8 +372,8 @@ def test_releases_do_not_judge_the_project_they_do_not_run(tmp_path):
 
 
 def test_a_bisection_exits_as_its_recommendation_does():
-    from upgrade_gate.releases.table import Bisection
-    from upgrade_gate.releases.upgrade_path import UpgradePath, recommend
+    from upgrade_gate.releases._table import Bisection
+    from upgrade_gate.releases._upgrade_path import UpgradePath, recommend
 
     located = Bisection(gate="numerics", model="nanovlm", states={}, built=(), answer="fails at both ends")
     for outcomes, status in ((("NO-GO", "NO-GO"), 1), (("GO", "NO-GO"), 0), (("NO-GO", "INCOMPLETE"), 3)):

@@ -260,7 +260,7 @@ def test_outputs_compared_in_part_say_so_once(project):
 def test_a_busy_machine_is_said_once_and_its_few_rounds_make_no_ratio(project):
     """Issue 26: four near-identical "machine busy" paragraphs filled the first screen, and the matrix
     showed one quiet round's ratio as "1.324, 0.0% interval [1.324, 1.324]"."""
-    from upgrade_gate.report import plots
+    from upgrade_gate.report import _plots as plots
 
     plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32,minilm-smoke@fp32"], invoked_from=project,
                      config_path=project / "pyproject.toml")

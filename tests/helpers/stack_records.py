@@ -11,7 +11,7 @@ import numpy as np
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.records import RECORDS_VERSION
-from upgrade_gate.measure.contention import Load
+from upgrade_gate.measure._contention import Load
 from upgrade_gate.run import pipeline
 
 # An eager output: 16 distinct values, so a relative error means something.

@@ -56,11 +56,11 @@ import datetime
 from upgrade_gate import __version__
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.invocation import command
+from upgrade_gate.judge._findings import baseline_findings, export_memory_warnings
+from upgrade_gate.judge._latency_gates import machine_busy_line
+from upgrade_gate.judge._model_gates import model_gates
+from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.judge.agreement import HEADLINE
-from upgrade_gate.judge.findings import baseline_findings, export_memory_warnings
-from upgrade_gate.judge.latency_gates import machine_busy_line
-from upgrade_gate.judge.model_gates import model_gates
-from upgrade_gate.judge.project_gates import project_gates
 from upgrade_gate.schema.comparison import NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults

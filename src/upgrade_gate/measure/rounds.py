@@ -13,7 +13,7 @@ For each model and each thread count:
    times or for ``time-budget / rounds`` seconds, whichever is more. A round's
    medians saw the same machine, so their ratio is the round's
    candidate/baseline ratio (upgrade_gate.measure.stats). Around each stack's part the
-   rest of the machine's load is measured (upgrade_gate.measure.contention); a round
+   rest of the machine's load is measured (upgrade_gate.measure._contention); a round
    it disturbed is repeated, and does not count.
 3. Each server exits with its peak resident memory: what loading and running
    the model took is that peak minus the memory it had with only the runtime
@@ -43,13 +43,13 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
-from upgrade_gate.measure import contention
+from upgrade_gate.measure import _contention
 from upgrade_gate.run import cache, runner, supervisor
 from upgrade_gate.run.progress import Progress
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
-MEASURE_CODE = [Path(str(module.__file__)).resolve() for module in (sys.modules[__name__], supervisor, contention)]
+MEASURE_CODE = [Path(str(module.__file__)).resolve() for module in (sys.modules[__name__], supervisor, _contention)]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -141,7 +141,7 @@ def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str
     """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
     first or second does to a stack (a warm cache, a clock still ramping, the other's
     leftovers) falls on both alike. A round the rest of the machine disturbed
-    (upgrade_gate.measure.contention) is repeated, up to as many again; its samples are kept
+    (upgrade_gate.measure._contention) is repeated, up to as many again; its samples are kept
     in the record but its ratio is not used. When a stack's server ends, the rounds
     stop. Each stack's samples of a round are its ``rounds`` entry; the round's
     order and load are the measurement's."""
@@ -153,17 +153,17 @@ def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str
         if on_round is not None:
             on_round(f"round {number}/{wanted}" if number <= wanted else f"round {number} (repeating a busy one)")
         order = [n for n in (names if number % 2 else names[::-1]) if n in servers]
-        loads: dict[str, contention.Load | None] = {}
+        loads: dict[str, _contention.Load | None] = {}
         for name in order:
             ours, timed = [server.process.pid for server in servers.values()], servers[name].process.pid
-            before = contention.snapshot(ours, timed)
+            before = _contention.snapshot(ours, timed)
             try:
                 event = servers[name].request({"command": "round", "round": number}, "round")
             except supervisor.ServerFailed as failure:
                 stacks[name].update(_failed(failure))
                 servers.pop(name).stop()
                 continue
-            loads[name] = contention.load_between(before, contention.snapshot(ours, timed), threads, CORES)
+            loads[name] = _contention.load_between(before, _contention.snapshot(ours, timed), threads, CORES)
             stacks[name]["rounds"].append({"round": number, "samples_ms": event["samples_ms"]})
         disturbed = any(load is not None and load.disturbed for load in loads.values())
         quiet += not disturbed and len(loads) == len(names)
@@ -209,7 +209,7 @@ def start_server(
         "iterations": settings.iterations,
         "rounds": settings.rounds,
         "time_budget_s": settings.time_budget_s,
-        "shortest_part_s": contention.SHORTEST_PART_S,
+        "shortest_part_s": _contention.SHORTEST_PART_S,
     }
     stem = out_file.with_suffix("")
     job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")

@@ -18,8 +18,8 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import Reader, check_schema
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, WARNINGS_FILE
-from upgrade_gate.project.diff import diff_outcomes, new_warnings, per_test
-from upgrade_gate.project.junit import CaseOutcome, counts, read_junit
+from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
+from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
 from upgrade_gate.schema.project import ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
 
 

@@ -1,10 +1,10 @@
 """`nox -s releases`: which release to move to (docs/releases.md).
 
-For each release in range (upgrade_gate.releases.table has the table) the explorer makes a candidate
+For each release in range (upgrade_gate.releases._table has the table) the explorer makes a candidate
 stack from its row, in a venv of its own, and runs an ordinary comparison against the baseline in
 the release's report folder — the same worker, fixtures, reference (the baseline's eager outputs)
 and gates as `nox -s compare`, latency at one thread — then removes the venv. With
-``--bisect GATE:MODEL`` it builds only the releases a bisection asks for. upgrade_gate.releases.upgrade_path
+``--bisect GATE:MODEL`` it builds only the releases a bisection asks for. upgrade_gate.releases._upgrade_path
 reads the folders back into one report. A run that stops resumes from the result cache: each
 release's phases and measurements are cached like any stack's.
 """
@@ -29,7 +29,7 @@ from upgrade_gate.config.specs import StackSpec, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.policy import MODEL_GATES
-from upgrade_gate.releases.table import (
+from upgrade_gate.releases._table import (
     ADAPTER_FAILS,
     JUDGED,
     NOT_COVERED,
@@ -46,7 +46,7 @@ from upgrade_gate.releases.table import (
     read_record,
     release_folder,
 )
-from upgrade_gate.releases.upgrade_path import not_run_per_release, write_upgrade_path
+from upgrade_gate.releases._upgrade_path import not_run_per_release, write_upgrade_path
 from upgrade_gate.run import guard, pipeline, runner, venvs
 from upgrade_gate.schema.verdict import Verdict
 

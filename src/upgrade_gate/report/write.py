@@ -15,9 +15,11 @@ from upgrade_gate import __version__
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report import junit
-from upgrade_gate.report.figures import plot_figures
-from upgrade_gate.report.model_section import model_blocks
-from upgrade_gate.report.project_section import project_blocks
+from upgrade_gate.report._figures import plot_figures
+from upgrade_gate.report._model_section import model_blocks
+from upgrade_gate.report._project_section import project_blocks
+from upgrade_gate.report._stack_section import package_blocks, stack_blocks
+from upgrade_gate.report._verdict_section import gate_table, matrix_rows, model_anchor, verdict_blocks
 from upgrade_gate.report.render import (
     Block,
     Heading,
@@ -27,8 +29,6 @@ from upgrade_gate.report.render import (
     to_html,
     to_markdown,
 )
-from upgrade_gate.report.stack_section import package_blocks, stack_blocks
-from upgrade_gate.report.verdict_section import gate_table, matrix_rows, model_anchor, verdict_blocks
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import VerdictRecord

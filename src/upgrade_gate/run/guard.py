@@ -23,7 +23,7 @@ import nox.command
 
 from upgrade_gate import layout
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE
-from upgrade_gate.run import folder_lock, supervisor
+from upgrade_gate.run import _folder_lock, supervisor
 from upgrade_gate.text import size
 
 
@@ -84,7 +84,7 @@ def stop_writers() -> None:
     holds: the hidden ``.<name>.partial…`` files (compat/phases.py's partial_file,
     upgrade_gate.run.cache.copy_file) that only a finished write renames to its name."""
     supervisor.stop_all()
-    for folder in folder_lock.HELD:
+    for folder in _folder_lock.HELD:
         for leftover in folder.rglob(".*.partial*"):
             leftover.unlink(missing_ok=True)
 
@@ -98,7 +98,7 @@ def stop_on_sigterm() -> None:
 
 def _fault() -> str:
     """The traceback of the exception being handled, into a log file; the message that names it."""
-    folder = next(iter(folder_lock.HELD), None)
+    folder = next(iter(_folder_lock.HELD), None)
     log = folder / "upgrade-gate-error.log" if folder else Path(tempfile.gettempdir()) / "upgrade-gate-error.log"
     try:
         with open(log, "a", encoding="utf-8") as stream:
@@ -118,7 +118,7 @@ def disk_full(error: OSError) -> str:
     else:
         # A write that ran out (write, sendfile) names no file: of the places this run
         # writes to, the one on the fullest disk.
-        writes_to = [*folder_lock.HELD, layout.cache_root(), Path.cwd()]
+        writes_to = [*_folder_lock.HELD, layout.cache_root(), Path.cwd()]
         path = min(writes_to, key=lambda p: shutil.disk_usage(_existing(p)).free)
     existing = _existing(path)
     mount = next((p for p in (existing, *existing.parents) if os.path.ismount(p)), Path("/"))

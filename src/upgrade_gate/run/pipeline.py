@@ -29,7 +29,7 @@ from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import runner, shards
-from upgrade_gate.run.folder_lock import FolderBusy, lock_out_dir
+from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
 from upgrade_gate.schema.results import ModelResults, Results

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from upgrade_gate.project.junit import NOT_PASSING, CaseOutcome
+from upgrade_gate.project._junit import NOT_PASSING, CaseOutcome
 from upgrade_gate.schema.project import NOT_IN_RUN, CaseChange, NewWarning, OutcomeDiff, RaisedWarning
 
 

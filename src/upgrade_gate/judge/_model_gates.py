@@ -6,10 +6,10 @@ from __future__ import annotations
 from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge._gates import Gates, Missing, Rule
+from upgrade_gate.judge._latency_gates import budget_gates, latency_gate, memory_gate
 from upgrade_gate.judge.agreement import HEADLINE, TaskAgreement
-from upgrade_gate.judge.gates import Gates, Missing, Rule
 from upgrade_gate.judge.gather import reference_side
-from upgrade_gate.judge.latency_gates import budget_gates, latency_gate, memory_gate
 from upgrade_gate.schema.comparison import Comparison, Side
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (

@@ -3,7 +3,7 @@ disturbed left out, and a busy machine said once."""
 
 from __future__ import annotations
 
-from upgrade_gate.judge.gates import Gates, Missing, Rule
+from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.measure.stats import CONFIDENCE, RatioEstimate, fewest_rounds
 from upgrade_gate.schema.measured import Contention
 from upgrade_gate.schema.results import ModelResults

@@ -6,7 +6,7 @@ from collections import Counter
 
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.judge.gates import Rule
+from upgrade_gate.judge._gates import Rule
 from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
 from upgrade_gate.schema.verdict import (
     GateResult,

@@ -30,8 +30,8 @@ def plot_figures(results: Results) -> list[Block]:
 def drawing(name: str, *args: object) -> Callable[[], str | None]:
     """A figure's maker; matplotlib is imported when the page is drawn, not before."""
     def draw() -> str | None:
-        from upgrade_gate.report import plots
+        from upgrade_gate.report import _plots
 
-        figure: str | None = getattr(plots, name)(*args)
+        figure: str | None = getattr(_plots, name)(*args)
         return figure
     return draw

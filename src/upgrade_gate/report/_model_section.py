@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from upgrade_gate.judge.agreement import HEADLINE
-from upgrade_gate.report import figures
+from upgrade_gate.report import _figures
+from upgrade_gate.report._verdict_section import gate_table, model_anchor
 from upgrade_gate.report.render import (
     Block,
     Bullets,
@@ -20,7 +21,6 @@ from upgrade_gate.report.render import (
     anchor_id,
     bullets,
 )
-from upgrade_gate.report.verdict_section import gate_table, model_anchor
 from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
@@ -47,7 +47,7 @@ def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block
         if gate.gate in NUMERIC_GATES and gate.status is GateStatus.FAILED:
             blocks.append(Figure(anchor_id(f"error-{gate.stack}-{model.name}-{gate.gate}"),
                                  f"Error of {gate.stack}'s worst output ({gate.gate} failed: {gate.measured_text})",
-                                 figures.drawing("error_histogram", results, out, model, gate)))
+                                 _figures.drawing("error_histogram", results, out, model, gate)))
     family = results.family(model)
     if not model.quantized and len(family) > 1:
         blocks += variants_blocks(results, family)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from upgrade_gate.report._stack_section import package_blocks
+from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import (
     Block,
     Code,
@@ -12,8 +14,6 @@ from upgrade_gate.report.render import (
     Table,
     bullets,
 )
-from upgrade_gate.report.stack_section import package_blocks
-from upgrade_gate.report.verdict_section import model_anchor
 from upgrade_gate.schema.project import Finding, ProjectResults
 from upgrade_gate.text import first_line, seconds, short
 

@@ -14,7 +14,7 @@ from typing import Any
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO
 from upgrade_gate.invocation import command
-from upgrade_gate.releases.table import (
+from upgrade_gate.releases._table import (
     RECORD_VERSION,
     Bisection,
     Release,
