@@ -20,6 +20,7 @@ import numpy as np
 
 from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.records import NON_FINITE, Reader
+from upgrade_gate.schema import codec
 
 # The value each task's gate checks, and the config key of its threshold.
 HEADLINE = {
@@ -30,9 +31,10 @@ HEADLINE = {
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TaskAgreement:
-    kind: str
-    values: dict[str, Any] = field(default_factory=dict)
+class TaskAgreement(codec.Record):
+    kind: str = field(metadata=codec.custom(read=lambda r, key: _kind(r)))
+    # The task's own values, written beside its kind: numbers, flags, a list of divergence steps.
+    values: dict[str, Any] = field(default_factory=dict, metadata=codec.spread(read=lambda r, _: _values(r)))
 
     @property
     def headline(self) -> float | None:
@@ -40,17 +42,16 @@ class TaskAgreement:
         value = self.values.get(key)
         return float(value) if value is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **self.values}
 
-    @classmethod
-    def from_reader(cls, r: Reader) -> TaskAgreement:
-        kind = r.text("kind")
-        if kind not in HEADLINE:
-            raise RecordError(f"Unknown task {kind!r} in '{r.where}.kind'")
-        # The values are the task's own: numbers, flags, a list of divergence steps.
-        values = {key: float(value) if value in NON_FINITE else value for key, value in r.data.items() if key != "kind"}
-        return cls(kind=kind, values=values)
+def _kind(r: Reader) -> str:
+    kind = r.text("kind")
+    if kind not in HEADLINE:
+        raise RecordError(f"Unknown task {kind!r} in '{r.where}.kind'")
+    return kind
+
+
+def _values(r: Reader) -> dict[str, Any]:
+    return {key: float(value) if value in NON_FINITE else value for key, value in r.data.items() if key != "kind"}
 
 
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:

@@ -8,12 +8,12 @@ NaN, and a check on it fails; it never passes silently.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from upgrade_gate.judge.records import Reader, RecordError
+from upgrade_gate.schema import codec
 
 # Below this, a reference element counts as zero for the relative error
 # (max_rel divides by |reference|).
@@ -26,7 +26,7 @@ DEGENERATE_OUTPUT = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OutputMetrics:
+class OutputMetrics(codec.Record):
     """Distance of ``actual`` from ``reference`` for one output tensor."""
 
     name: str
@@ -77,28 +77,6 @@ class OutputMetrics:
         if math.prod(self.reference_shape) > 1 and spread <= DEGENERATE_OUTPUT * top:
             return f"constant: values spread {spread:.1e} ≤ {DEGENERATE_OUTPUT:.0e} × max |value| {top:.3g}"
         return None
-
-    def to_dict(self) -> dict[str, object]:
-        data = asdict(self)
-        data["shape"], data["reference_shape"] = list(self.shape), list(self.reference_shape)
-        data["read_extent"] = None if self.read_extent is None else list(self.read_extent)
-        return data
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> OutputMetrics:
-        extent = r.integers("read_extent") if r.data.get("read_extent") is not None else None
-        if extent is not None and len(extent) != 3:
-            raise RecordError(f"Expected [axis, count, length] in '{r.where}.read_extent', got {list(extent)}")
-        return cls(name=r.text("name"), shape=r.integers("shape"), reference_shape=r.integers("reference_shape"),
-                   shape_match=r.flag("shape_match"), finite=r.flag("finite"),
-                   read_extent=None if extent is None else (extent[0], extent[1], extent[2]),
-                   reference_finite=r.flag("reference_finite", True),
-                   **{key: r.opt_number(key) for key in METRIC_KEYS})
-
-
-# The numbers of one output (its metrics, and the reference's range), each None when it cannot be computed.
-METRIC_KEYS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "snr_db", "cosine", "min_atol", "reference_max_abs",
-               "reference_spread")
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:

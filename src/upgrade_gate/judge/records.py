@@ -29,7 +29,8 @@ class Reader:
     """Typed access to one JSON object, remembering where it came from.
 
     The one way records are read, the workers' and the report's alike: every
-    wrong type or missing key names its path.
+    wrong type or missing key names its path. The results schema's records are
+    read through it by their fields (schema/codec.py), with the same messages.
     """
 
     def __init__(self, data: Any, where: str) -> None:
@@ -84,26 +85,6 @@ class Reader:
         value = self._get(key, bool, required=False)
         return default if value is None else value
 
-    def texts(self, key: str) -> tuple[str, ...]:
-        values = self._get(key, list, required=False) or []
-        for index, value in enumerate(values):
-            if not isinstance(value, str):
-                raise RecordError(f"Unexpected type {type(value).__name__} (expected str) in "
-                                  f"'{self.where}.{key}[{index}]'")
-        return tuple(values)
-
-    def integers(self, key: str) -> tuple[int, ...]:
-        values = self._get(key, list, required=True)
-        for index, value in enumerate(values):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise RecordError(f"Unexpected type {type(value).__name__} (expected int) in "
-                                  f"'{self.where}.{key}[{index}]'")
-        return tuple(values)
-
-    def numbers(self, key: str) -> tuple[float, ...]:
-        return tuple(Reader({"value": v}, f"{self.where}.{key}[{i}]").number("value")
-                     for i, v in enumerate(self._get(key, list, required=True)))
-
     def opt_dict(self, key: str) -> dict[str, Any]:
         return self._get(key, dict, required=False) or {}
 
@@ -129,13 +110,6 @@ class Reader:
         if table is None:
             return {}
         return {name: table.required_child(name) for name in table.data}
-
-    def opt_entries(self, key: str) -> dict[str, Reader | None]:
-        """An object whose values are objects or null."""
-        table = self.child(key)
-        if table is None:
-            return {}
-        return {name: table.child(name) for name in table.data}
 
 
 NON_FINITE = ("inf", "-inf", "nan")

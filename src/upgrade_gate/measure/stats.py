@@ -18,11 +18,11 @@ bootstrap of 7 rounds, used before, always returned x(2) and x(6): 87.5%.)
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema import codec
 
 TRIM_FRACTION = 0.1  # drop the fastest and slowest 10% for the trimmed mean
 CONFIDENCE = 0.95
@@ -51,7 +51,9 @@ def fewest_rounds(confidence: float = CONFIDENCE) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LatencySummary:
+class LatencySummary(codec.Record):
+    DERIVED = (codec.derived("per_second"),)  # for readers of the file
+
     runs: int
     min_ms: float
     p50_ms: float
@@ -65,13 +67,6 @@ class LatencySummary:
     def per_second(self) -> float:
         """Calls per second at the median: frames per second for a vision model."""
         return 1000.0 / self.p50_ms if self.p50_ms > 0 else math.inf
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {**asdict(self), "per_second": self.per_second}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> LatencySummary:
-        return cls(runs=r.integer("runs"), **{f.name: r.number(f.name) for f in fields(cls) if f.name != "runs"})
 
 
 def summarize(samples_ms: list[float]) -> LatencySummary | None:
@@ -96,7 +91,7 @@ def summarize(samples_ms: list[float]) -> LatencySummary | None:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RatioEstimate:
+class RatioEstimate(codec.Record):
     """Candidate/baseline latency: the median of the per-round ratios of medians, with
     the order-statistic interval of that median and the coverage it achieves."""
 
@@ -124,15 +119,6 @@ class RatioEstimate:
         if self.low > threshold:
             return "failed"
         return "inconclusive"
-
-    def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "per_round": list(self.per_round)}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> RatioEstimate:
-        return cls(median=r.number("median"), low=r.number("low"), high=r.number("high"),
-                   per_round=r.numbers("per_round"), confidence=r.number("confidence"), level=r.number("level"),
-                   dropped=r.integer("dropped"))
 
     def __str__(self) -> str:
         return f"{self.median:.3f}, {self.level:.1%} interval [{self.low:.3f}, {self.high:.3f}]"

@@ -21,9 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -32,6 +31,7 @@ from upgrade_gate import layout
 from upgrade_gate.config.tomlfile import Table as TomlTable
 from upgrade_gate.config.tomlfile import read_toml
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.schema import codec
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Verdict
 
@@ -44,10 +44,11 @@ RECORD_VERSION = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Release:
+class Release(codec.Record):
     """One row: an ExecuTorch release and the stack it pairs with."""
 
-    executorch: Version
+    executorch: Version = field(metadata=codec.custom(write=lambda r: str(r.executorch),
+                                                      read=lambda r, key: Version(r.text(key))))
     released: str
     torch: str
     torchvision: str
@@ -68,11 +69,6 @@ class Release:
         if self.numpy:
             pins.append(f"numpy{self.numpy}")
         return pins
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"executorch": str(self.executorch), "released": self.released, "torch": self.torch,
-                "torchvision": self.torchvision, "torchao": self.torchao, "numpy": self.numpy,
-                "pythons": list(self.pythons), "source": self.source}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,8 +194,8 @@ def release_folder(out: Path, release: Release) -> Path:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ReleaseRecord:
-    """What became of one release: ``<out>/releases/<release>/release.json``."""
+class ReleaseRecord(codec.Record):
+    """What became of one release: ``<out>/releases/<release>/release.json`` (read back by ``read_record``)."""
 
     release: Release
     status: str  # judged, not covered, not installed, adapter does not load
@@ -207,17 +203,14 @@ class ReleaseRecord:
     adapter: str | None = None
     verdict: Verdict | None = None  # judged releases
     models: tuple[str, ...] = ()
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=codec.custom(write=lambda r: round(r.seconds, 1)))
+
+    DERIVED = (codec.derived("record_version", lambda _: RECORD_VERSION, after=codec.START),
+               codec.derived("name", lambda r: r.release.name, after="release"))
 
     @property
     def judged(self) -> bool:
         return self.status == JUDGED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"record_version": RECORD_VERSION, "release": self.release.to_dict(), "name": self.release.name,
-                "status": self.status, "reason": self.reason, "adapter": self.adapter,
-                "verdict": self.verdict.value if self.verdict else None, "models": list(self.models),
-                "seconds": round(self.seconds, 1)}
 
 
 JUDGED, NOT_COVERED, NOT_INSTALLED, ADAPTER_FAILS = "judged", "not covered", "not installed", "adapter does not load"
@@ -265,7 +258,7 @@ class Bisect:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Bisection:
+class Bisection(codec.Record):
     gate: str
     model: str
     states: dict[str, str]  # release name → failed / not failed / unknown (why), for every release built
@@ -273,11 +266,6 @@ class Bisection:
     answer: str
     monotone: bool = True
     located: bool = True  # False: fewer than two releases in range could be judged
-
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gate": self.gate, "model": self.model, "states": self.states, "built": list(self.built),
-                "answer": self.answer, "monotone": self.monotone, "located": self.located}
 
 
 FAILS, HOLDS_NOT = "fails", "does not fail"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,38 +30,30 @@ from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import Reader
 from upgrade_gate.run import cache
+from upgrade_gate.schema import codec
 
 MANIFEST = "shard.json"
 WHOLE = Shard(1, 1)  # an unsharded run is its own single shard
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ShardManifest:
+class ShardManifest(codec.Record):
     """shard.json: what a report folder holds, so that shards of one run can be merged."""
 
     tool_version: str
-    shard: Shard
+    shard: Shard = field(metadata=codec.custom(write=lambda m: str(m.shard), read=lambda r, key: _shard(r, key)))
     selection: tuple[str, ...]  # every unit of the run, before --shard took its part
     models: tuple[str, ...]  # this shard's
     stacks: tuple[str, ...]  # the stacks that ran here
     specs: dict[str, str]  # every stack spec's digest
-    host: str
+    host: str = field(metadata=codec.absent(""))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool_version": self.tool_version, "shard": str(self.shard), "selection": list(self.selection),
-                "models": list(self.models), "stacks": list(self.stacks), "specs": dict(self.specs),
-                "host": self.host}
 
-    @classmethod
-    def from_reader(cls, r: Reader) -> ShardManifest:
-        specs = r.child("specs") or Reader({}, r.where)
-        try:
-            shard = parse_shard(r.text("shard"))
-        except ConfigError as error:
-            raise RecordError(f"{error} in '{r.where}.shard'") from None
-        return cls(tool_version=r.text("tool_version"), shard=shard, selection=r.texts("selection"),
-                   models=r.texts("models"), stacks=r.texts("stacks"),
-                   specs={name: specs.text(name) for name in specs.data}, host=r.opt_text("host") or "")
+def _shard(r: Reader, key: str) -> Shard:
+    try:
+        return parse_shard(r.text(key))
+    except ConfigError as error:
+        raise RecordError(f"{error} in '{r.where}.{key}'") from None
 
 
 def spec_digests(plan: Plan) -> dict[str, str]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.agreement import TaskAgreement
 from upgrade_gate.judge.numerics import OutputMetrics
-from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema import codec
 
 # How a comparison whose reference has NaN or Inf says so (``Comparison.reference_not_finite``).
 NOT_FINITE_REFERENCE = "the reference output is not finite"
@@ -20,8 +18,8 @@ NOT_FINITE_REFERENCE = "the reference output is not finite"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Side:
-    """One tensor set: a stack's eager reference or its artifact's outputs."""
+class Side(codec.Text):
+    """One tensor set: a stack's eager reference or its artifact's outputs; written as its text."""
 
     stack: str
     kind: str  # "eager" | "artifact"
@@ -44,16 +42,21 @@ _SIDE = re.compile(r"(eager|artifact)\((.+)\)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Comparison:
+class Comparison(codec.Record):
     purpose: str
     actual: Side
     reference: Side
-    outputs: tuple[OutputMetrics, ...] | None  # None: one side has no outputs
     missing: str | None = None  # why it could not be computed
+    outputs: tuple[OutputMetrics, ...] | None  # None: one side has no outputs
     task: TaskAgreement | None = None
     task_missing: str | None = None
     absent: tuple[Side, ...] = ()  # the sides that have no outputs (their stage did not succeed)
     damaged: str | None = None  # a file of the report folder that does not read: the tool's problem, not a side's
+
+    # Derived, for readers of the file; not read back.
+    DERIVED = (codec.derived("worst_rel_l2", after="missing"),
+               codec.derived("worst_output", lambda c: c.worst_output.name if c.worst_output else None,
+                             after="worst_rel_l2"))
 
     @property
     def label(self) -> str:
@@ -96,39 +99,3 @@ class Comparison:
             if not output.finite:
                 return f"{output.name}: NaN or Inf in the outputs"
         return "no outputs"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "purpose": self.purpose,
-            "actual": str(self.actual),
-            "reference": str(self.reference),
-            "missing": self.missing,
-            # Derived, for readers of the file; not read back.
-            "worst_rel_l2": self.worst_rel_l2,
-            "worst_output": self.worst_output.name if self.worst_output else None,
-            "outputs": [o.to_dict() for o in self.outputs] if self.outputs is not None else None,
-            "task": self.task.to_dict() if self.task else None,
-            "task_missing": self.task_missing,
-            "absent": [str(side) for side in self.absent],
-            "damaged": self.damaged,
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Comparison:
-        outputs, task = r.opt_children("outputs"), r.child("task")
-        return cls(purpose=r.text("purpose"), actual=_side(r, "actual"), reference=_side(r, "reference"),
-                   outputs=None if outputs is None else tuple(OutputMetrics.from_reader(o) for o in outputs),
-                   missing=r.opt_text("missing"), task=TaskAgreement.from_reader(task) if task else None,
-                   task_missing=r.opt_text("task_missing"), damaged=r.opt_text("damaged"),
-                   absent=tuple(_parse_side(text, f"{r.where}.absent") for text in r.texts("absent")))
-
-
-def _side(r: Reader, key: str) -> Side:
-    return _parse_side(r.text(key), f"{r.where}.{key}")
-
-
-def _parse_side(shown: str, where: str) -> Side:
-    try:
-        return Side.parse(shown)
-    except ValueError as error:
-        raise RecordError(f"{error} in '{where}'") from None

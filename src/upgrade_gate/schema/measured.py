@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, fewest_rounds
+from upgrade_gate.schema import codec
 
 # -- measurements --------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Measured:
+class Measured(codec.Record):
     """One stack at one thread count, from the measure session."""
 
     status: str  # "ok", "not measured", or how its measurement server ended
     problem: str | None = None
     latency: dict[str, LatencySummary] = field(default_factory=dict)  # per method, every round pooled
     rounds: dict[str, int] = field(default_factory=dict)  # per method, the rounds timed
-    load_ms: float | None = None  # cold start: loading every method's artifact in a fresh process
-    first_run_ms: float | None = None  # cold start: the first call of every method, summed
-    runtime_memory_bytes: int | None = None  # peak RSS minus the process with only the runtime started
-    peak_rss_bytes: int | None = None
-    idle_rss_bytes: int | None = None
+    # Cold start: loading every method's artifact in a fresh process; the first call of every method, summed.
+    load_ms: float | None = field(default=None, metadata=codec.group("cold_start"))
+    first_run_ms: float | None = field(default=None, metadata=codec.group("cold_start"))
+    # Peak RSS minus the process with only the runtime started; the peak, and the idle process's.
+    runtime_memory_bytes: int | None = field(default=None, metadata=codec.group("memory") | codec.key("runtime_bytes"))
+    peak_rss_bytes: int | None = field(default=None, metadata=codec.group("memory"))
+    idle_rss_bytes: int | None = field(default=None, metadata=codec.group("memory"))
     image_input: bool = False  # a method takes images (N, C, H, W): its rate is frames per second
     host: str | None = None  # the machine that timed it
 
@@ -32,35 +33,9 @@ class Measured:
         """One call of every method, at the median: a model's latency."""
         return sum(lat.p50_ms for lat in self.latency.values()) if self.latency else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "problem": self.problem,
-            "latency": {method: lat.to_dict() for method, lat in self.latency.items()},
-            "rounds": dict(self.rounds),
-            "cold_start": {"load_ms": self.load_ms, "first_run_ms": self.first_run_ms},
-            "memory": {"runtime_bytes": self.runtime_memory_bytes, "peak_rss_bytes": self.peak_rss_bytes,
-                       "idle_rss_bytes": self.idle_rss_bytes},
-            "image_input": self.image_input,
-            "host": self.host,
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Measured:
-        cold, memory = r.child("cold_start") or Reader({}, r.where), r.child("memory") or Reader({}, r.where)
-        rounds = r.child("rounds") or Reader({}, r.where)
-        return cls(status=r.text("status"), problem=r.opt_text("problem"),
-                   latency={method: LatencySummary.from_reader(s) for method, s in r.entries("latency").items()},
-                   rounds={method: rounds.integer(method) for method in rounds.data},
-                   load_ms=cold.opt_number("load_ms"), first_run_ms=cold.opt_number("first_run_ms"),
-                   runtime_memory_bytes=memory.opt_integer("runtime_bytes"),
-                   peak_rss_bytes=memory.opt_integer("peak_rss_bytes"),
-                   idle_rss_bytes=memory.opt_integer("idle_rss_bytes"), image_input=r.flag("image_input"),
-                   host=r.opt_text("host"))
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackLoad:
+class StackLoad(codec.Record):
     """What the rest of the machine did while one stack's part of a round was timed (measure.contention)."""
 
     seconds: float
@@ -69,39 +44,20 @@ class StackLoad:
     steal_share: float
     run_queue: int
 
-    @classmethod
-    def from_reader(cls, r: Reader) -> StackLoad:
-        return cls(seconds=r.number("seconds"), waited_share=r.number("waited_share"),
-                   others_cores=r.number("others_cores"), steal_share=r.number("steal_share"),
-                   run_queue=r.integer("run_queue"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "waited_share": self.waited_share, "others_cores": self.others_cores,
-                "steal_share": self.steal_share, "run_queue": self.run_queue}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RoundLoad:
+class RoundLoad(codec.Record):
     """One round tried: the stacks' order, their loads, and whether the rest of the machine disturbed it."""
 
     round: int
     order: tuple[str, ...]
-    loads: dict[str, StackLoad | None]  # None: not measured here (no /proc)
     disturbed: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"round": self.round, "order": list(self.order), "disturbed": self.disturbed,
-                "load": {name: load.to_dict() if load else None for name, load in self.loads.items()}}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> RoundLoad:
-        return cls(round=r.integer("round"), order=r.texts("order"), disturbed=r.flag("disturbed"),
-                   loads={name: StackLoad.from_reader(load) if load else None
-                          for name, load in r.opt_entries("load").items()})
+    loads: dict[str, StackLoad | None] = field(metadata=codec.key("load"))  # None: not measured here (no /proc)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Contention:
+class Contention(codec.Record):
     """The rounds of one model at one thread count: how busy the machine was, which ones count."""
 
     threads: int
@@ -170,29 +126,12 @@ class Contention:
             shown += f"; more threads than free cores: {self.threads} threads, {self.free_cores:.2f} cores free"
         return shown
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "cores": self.cores, "cpu": self.cpu,
-                "rounds": [r.to_dict() for r in self.rounds]}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Contention:
-        return cls(threads=r.integer("threads"), cores=r.opt_integer("cores"), cpu=r.text("cpu"),
-                   rounds=tuple(RoundLoad.from_reader(x) for x in r.children("rounds")))
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LatencyRatio:
+class LatencyRatio(codec.Record):
     """A candidate's latency against the baseline's for one method at one thread count, by rounds."""
 
     stack: str
     threads: int
     method: str
-    estimate: RatioEstimate
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"stack": self.stack, "threads": self.threads, "method": self.method, **self.estimate.to_dict()}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> LatencyRatio:
-        return cls(stack=r.text("stack"), threads=r.integer("threads"), method=r.text("method"),
-                   estimate=RatioEstimate.from_reader(r))
+    estimate: RatioEstimate = field(metadata=codec.spread())  # its keys beside the others

@@ -1,20 +1,21 @@
 """The results schema: every record of a report's results.json and verdict.json.
 
-Each record is a frozen dataclass with its ``to_dict`` and ``from_reader``
-beside it (Polygraphy's comparator/struct.py pattern); the values inside them
-that other modules compute keep their own pair there (metrics.OutputMetrics,
-stats.LatencySummary and RatioEstimate, tasks.TaskAgreement,
-project.ProjectResults). compare.py builds these records from the workers'
-files, policy.py adds the gates and the verdict, and every renderer — report.md
-and report.html (report.py), junit.xml and the step summary (junit.py), ``nox
--s diff`` (diff.py) — reads them, never the JSON. A report written by another
-run is read back with ``Results.load``, which refuses another major version.
+Each record is a frozen dataclass that mixes in ``codec.Record``: its fields
+drive both ``to_dict`` and ``from_reader`` (schema/codec.py), and field metadata
+says where a key, a nested group or a value written for the file's readers
+departs from them. The values inside the records that other modules compute are
+records the same way, beside the code that computes them (numerics.OutputMetrics,
+stats.LatencySummary and RatioEstimate, agreement.TaskAgreement). compare.py
+builds these records from the workers' files, policy.py adds the gates and the
+verdict, and every renderer — report.md and report.html (report.py), junit.xml
+and the step summary (junit.py), ``nox -s diff`` (diff.py) — reads them, never
+the JSON. A report written by another run is read back with ``Results.load``,
+which refuses another major version.
 
-Views of a stage's details (delegation, profile, other backends, where an
-export breaks) are typed here too: the worker writes them as free-form details,
-this module is the one place that reads their keys.
-
-One module on purpose, though longer than most: the schema is read in one place.
+This module holds the whole report, its models and stacks; the schema's other
+modules hold a stack's results for one model and the typed views of its stages'
+details (stack.py), the measurements (measured.py), the comparisons
+(comparison.py), the project's part (project.py) and the verdict (verdict.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from upgrade_gate.config.settings import Settings
 from upgrade_gate.errors import ConfigError, RecordError
@@ -30,6 +30,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure.stats import RatioEstimate
 from upgrade_gate.run import packages
+from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
 from upgrade_gate.schema.measured import Contention, LatencyRatio
 from upgrade_gate.schema.project import ProjectResults
@@ -43,19 +44,24 @@ _VARIANT = "@"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ModelResults:
+class ModelResults(codec.Record):
     """One model (or quantized variant) in every stack, compared."""
 
-    name: str
+    name: str = field(metadata=codec.key("model"))
     factory: str
     description: str
     source: str  # built-in or project
     variant: str  # fp32, or the quantized variant
-    task_kind: str
+    task_kind: str = field(metadata=codec.key("task"))
     stacks: dict[str, StackResults]  # baseline first
     comparisons: tuple[Comparison, ...]
-    ratios: tuple[LatencyRatio, ...] = ()
-    contention: dict[int, Contention] = field(default_factory=dict)  # per thread count
+    ratios: tuple[LatencyRatio, ...] = field(default=(), metadata=codec.key("latency_ratios"))
+    # Per thread count; written as a list, each knows its thread count.
+    contention: dict[int, Contention] = field(default_factory=dict, metadata=codec.custom(
+        write=lambda m: [c.to_dict() for c in m.contention.values()],
+        read=lambda r, key: {c.threads: c for c in map(Contention.from_reader, r.opt_children(key) or ())}))
+
+    DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 
     @property
     def base(self) -> str:
@@ -87,36 +93,12 @@ class ModelResults:
         """Weights and inputs hashes each stack loaded: equal means same numbers in."""
         return {name: stack.fixtures for name, stack in self.stacks.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.name,
-            "factory": self.factory,
-            "description": self.description,
-            "source": self.source,
-            "variant": self.variant,
-            "task": self.task_kind,
-            "fixtures": self.fixture_hashes,  # derived, for readers of the file
-            "stacks": {name: stack.to_dict() for name, stack in self.stacks.items()},
-            "comparisons": [c.to_dict() for c in self.comparisons],
-            "latency_ratios": [r.to_dict() for r in self.ratios],
-            "contention": [c.to_dict() for c in self.contention.values()],
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> ModelResults:
-        return cls(name=r.text("model"), factory=r.text("factory"), description=r.text("description"),
-                   source=r.text("source"), variant=r.text("variant"), task_kind=r.text("task"),
-                   stacks={name: StackResults.from_reader(s) for name, s in r.entries("stacks").items()},
-                   comparisons=tuple(Comparison.from_reader(c) for c in r.children("comparisons")),
-                   ratios=tuple(LatencyRatio.from_reader(x) for x in r.children("latency_ratios")),
-                   contention={c.threads: c for c in map(Contention.from_reader, r.children("contention"))})
-
 
 # -- the stacks ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Installed:
+class Installed(codec.Record):
     """What the probe found in a stack's venv."""
 
     python: str
@@ -127,49 +109,36 @@ class Installed:
     torch_version: str
     distributions: dict[str, str | None]  # the spec's requirements by name: version, None if absent
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"python": self.python, "executable": self.executable, "platform": self.platform, "cpu": self.cpu,
-                "cpu_count": self.cpu_count, "torch_version": self.torch_version,
-                "distributions": dict(self.distributions)}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Installed:
-        versions = r.child("distributions") or Reader({}, r.where)
-        return cls(python=r.text("python"), executable=r.text("executable"), platform=r.text("platform"),
-                   cpu=r.text("cpu"), cpu_count=r.opt_integer("cpu_count"), torch_version=r.text("torch_version"),
-                   distributions={name: versions.opt_text(name) for name in versions.data})
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ExtraRequirement:
+class ExtraRequirement(codec.Record):
     """A requirement of [tool.upgrade-gate.extra-requirements] installed into a stack."""
 
     requirement: str  # as configured: "timm>=1.0", "-e ."
     distribution: str | None  # the distribution it installs; None when upgrade-gate cannot tell (packages.py)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"requirement": self.requirement, "distribution": self.distribution}
 
-    @classmethod
-    def from_reader(cls, r: Reader) -> ExtraRequirement:
-        return cls(requirement=r.text("requirement"), distribution=r.opt_text("distribution"))
+_SPEC = codec.group("spec")  # the stack's spec, as its file says
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackInfo:
+class StackInfo(codec.Record):
     """A stack: its spec as the report shows it, and what was installed."""
 
-    name: str
-    role: str  # baseline or candidate
-    file: str
-    description: str
-    requirements: tuple[str, ...]
-    exporter: str
-    runtime: str
+    name: str = field(metadata=_SPEC)
+    role: str = field(metadata=_SPEC)  # baseline or candidate
+    file: str = field(metadata=_SPEC)
+    description: str = field(metadata=_SPEC)
+    requirements: tuple[str, ...] = field(metadata=_SPEC)
+    exporter: str = field(metadata=_SPEC)
+    runtime: str = field(metadata=_SPEC)
     installed: Installed | None  # None: the stack was not built for this report
-    # Every distribution in the venv, name → version ({} when not recorded), and the project's extras.
+    # The project's extras; each written with its installed version (derived from packages, for readers
+    # of the file).
+    extra_requirements: tuple[ExtraRequirement, ...] = field(default=(), metadata=codec.custom(
+        write=lambda s: [{**e.to_dict(), "version": s.version_of(e)} for e in s.extra_requirements]))
+    # Every distribution in the venv, name → version ({} when not recorded).
     packages: dict[str, str] = field(default_factory=dict)
-    extra_requirements: tuple[ExtraRequirement, ...] = ()
 
     @property
     def is_baseline(self) -> bool:
@@ -179,44 +148,28 @@ class StackInfo:
         """The installed version of what an extra requirement installs, None if unknown or absent."""
         return self.packages.get(extra.distribution) if extra.distribution else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"spec": {"name": self.name, "role": self.role, "file": self.file, "description": self.description,
-                         "requirements": list(self.requirements), "exporter": self.exporter,
-                         "runtime": self.runtime},
-                "installed": self.installed.to_dict() if self.installed else None,
-                # Each with its installed version (derived from packages, for readers of the file).
-                "extra_requirements": [{**e.to_dict(), "version": self.version_of(e)}
-                                       for e in self.extra_requirements],
-                "packages": dict(self.packages)}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> StackInfo:
-        spec, installed = r.required_child("spec"), r.child("installed")
-        versions = r.child("packages") or Reader({}, r.where)
-        return cls(name=spec.text("name"), role=spec.text("role"), file=spec.text("file"),
-                   description=spec.text("description"), requirements=spec.texts("requirements"),
-                   exporter=spec.text("exporter"), runtime=spec.text("runtime"),
-                   installed=Installed.from_reader(installed) if installed else None,
-                   packages={name: versions.text(name) for name in versions.data},
-                   extra_requirements=tuple(ExtraRequirement.from_reader(e)
-                                            for e in r.opt_children("extra_requirements") or ()))
-
 
 # -- the whole report ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Results:
+class Results(codec.Record):
     """results.json: the configuration, the stacks, every model's results, the project's, and the verdict."""
 
     tool_version: str
     generated_at: str
-    config_path: str
-    settings: Settings
+    config_path: str = field(metadata=codec.key("config"))
+    # Written as its effective table, read back through the same declarations (config/settings.py).
+    settings: Settings = field(metadata=codec.custom(
+        write=lambda r: r.settings.to_dict(),
+        read=lambda r, key: Settings.from_dict(r.opt_dict(key), path=Path(r.text("config")))))
     stacks: dict[str, StackInfo]  # baseline first
     models: tuple[ModelResults, ...]
-    verdict: VerdictRecord
     project: ProjectResults | None = None
+    verdict: VerdictRecord
+
+    DERIVED = (codec.derived("schema_version", lambda _: str(RESULTS_VERSION), after=codec.START),
+               codec.derived("package_differences", after="stacks"))  # for readers of the file
 
     @property
     def baseline(self) -> StackInfo:
@@ -241,31 +194,6 @@ class Results:
         """The packages whose versions differ between the stacks' venvs (those whose packages were recorded)."""
         recorded = {name: info.packages for name, info in self.stacks.items() if info.packages}
         return packages.differing(recorded) if len(recorded) > 1 else {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": str(RESULTS_VERSION),
-            "tool_version": self.tool_version,
-            "generated_at": self.generated_at,
-            "config": self.config_path,
-            "settings": self.settings.to_dict(),
-            "stacks": {name: info.to_dict() for name, info in self.stacks.items()},
-            "package_differences": self.package_differences,  # derived, for readers of the file
-            "models": [m.to_dict() for m in self.models],
-            "project": self.project.to_dict() if self.project else None,
-            "verdict": self.verdict.to_dict(),
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Results:
-        project = r.child("project")
-        return cls(tool_version=r.text("tool_version"), generated_at=r.text("generated_at"),
-                   config_path=r.text("config"), settings=Settings.from_dict(r.opt_dict("settings"),
-                                                                             path=Path(r.text("config"))),
-                   stacks={name: StackInfo.from_reader(s) for name, s in r.entries("stacks").items()},
-                   models=tuple(ModelResults.from_reader(m) for m in r.children("models")),
-                   verdict=VerdictRecord.from_reader(r.required_child("verdict")),
-                   project=ProjectResults.from_reader(project) if project else None)
 
     @classmethod
     def load(cls, path: Path) -> Results:

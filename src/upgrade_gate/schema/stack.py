@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from upgrade_gate.errors import RecordError
-from upgrade_gate.judge.records import Reader, Stage, StagesOf
+from upgrade_gate.judge.records import Stage, StagesOf
 from upgrade_gate.measure.stats import LatencySummary
+from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import Measured
 
 # -- views of the stages' details ----------------------------------------------------
@@ -121,7 +121,7 @@ class GeneratedText:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CacheUse:
+class CacheUse(codec.Record):
     """A phase's key in the result cache, and the entry its files came from (None: made by this run)."""
 
     key: str | None
@@ -132,17 +132,22 @@ class CacheUse:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StackResults(StagesOf):
+class StackResults(StagesOf, codec.Record):
     """Everything one stack produced for one model: its stages and measurements."""
 
     record_dir: str  # relative to the report folder
     stages: tuple[Stage, ...]
-    measured: dict[int, Measured]  # per thread count, in the configured order
+    # Per thread count, in the configured order. Raw samples stay in measurements/<model>/threads-<n>.json;
+    # summaries here.
+    measured: dict[int, Measured]
     export_peak_rss_bytes: int | None = None
     runtime_phase_peak_rss_bytes: int | None = None
     cache: dict[str, CacheUse] = field(default_factory=dict)  # per phase
     # Files of the report folder that are not what the stages recorded (truncated, corrupt, missing).
     damaged: tuple[str, ...] = ()
+
+    # Derived, for readers of the file; not read back.
+    DERIVED = (codec.derived("artifact"), codec.derived("planned_memory_bytes"), codec.derived("runtime_memory_bytes"))
 
     def reused_phases(self) -> list[str]:
         return [phase for phase, use in self.cache.items() if use.reused_from]
@@ -251,32 +256,3 @@ class StackResults(StagesOf):
         """The most loading and running took, over the thread counts."""
         values = [m.runtime_memory_bytes for m in self.measured.values() if m.runtime_memory_bytes is not None]
         return max(values) if values else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "record_dir": self.record_dir,
-            "stages": [s.to_dict() for s in self.stages],
-            # Raw samples stay in measurements/<model>/threads-<n>.json; summaries here.
-            "measured": {str(threads): m.to_dict() for threads, m in self.measured.items()},
-            "export_peak_rss_bytes": self.export_peak_rss_bytes,
-            "runtime_phase_peak_rss_bytes": self.runtime_phase_peak_rss_bytes,
-            "cache": {phase: {"key": use.key, "reused_from": use.reused_from} for phase, use in self.cache.items()},
-            "damaged": list(self.damaged),
-            # Derived, for readers of the file; not read back.
-            "artifact": self.artifact,
-            "planned_memory_bytes": self.planned_memory_bytes,
-            "runtime_memory_bytes": self.runtime_memory_bytes,
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> StackResults:
-        measured = r.entries("measured")
-        if not all(threads.isdigit() for threads in measured):
-            raise RecordError(f"a thread count that is not a number in '{r.where}.measured'")
-        by_threads = {int(threads): Measured.from_reader(m) for threads, m in measured.items()}
-        return cls(record_dir=r.text("record_dir"), stages=tuple(Stage.from_reader(s) for s in r.children("stages")),
-                   measured=by_threads, export_peak_rss_bytes=r.opt_integer("export_peak_rss_bytes"),
-                   runtime_phase_peak_rss_bytes=r.opt_integer("runtime_phase_peak_rss_bytes"),
-                   cache={phase: CacheUse(key=c.opt_text("key"), reused_from=c.opt_text("reused_from"))
-                          for phase, c in r.entries("cache").items()},
-                   damaged=r.texts("damaged"))

@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -17,6 +16,7 @@ from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, RecordErro
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema import codec
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
@@ -142,7 +142,7 @@ class Unit(str, Enum):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Quantity:
+class Quantity(codec.Record):
     """A number with its unit, and its interval where it has one."""
 
     value: float
@@ -158,26 +158,10 @@ class Quantity:
             shown += f", {self.level:.1%} interval {interval}" if self.level is not None else f" {interval}"
         return shown
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit.value, "low": self.low, "high": self.high, "level": self.level}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Quantity:
-        return cls(value=r.number("value"), unit=_enum(Unit, r, "unit"), low=r.opt_number("low"),
-                   high=r.opt_number("high"), level=r.opt_number("level"))
-
-
-def _enum(kind: Any, r: Reader, key: str) -> Any:
-    value = r.text(key)
-    try:
-        return kind(value)
-    except ValueError:
-        raise RecordError(f"Unknown {key} {value!r} in '{r.where}.{key}'; expected one of "
-                          f"{', '.join(member.value for member in kind)}") from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class GateResult:
+class GateResult(codec.Record):
     """One gate for one candidate and model: its outcome, the number it measured
     and the limit it holds that number to (same unit), and what the numbers do
     not say — where it was measured, or why there is no number."""
@@ -221,29 +205,12 @@ class GateResult:
         return (f"{self.status.label:6} | {self.severity} | {self.gate} | {self.stack} | {self.model} | "
                 f"{self.measured_text} (threshold {self.threshold_text})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gate": self.gate, "stack": self.stack, "model": self.model, "severity": self.severity.value,
-            "status": self.status.value, "metric": self.metric,
-            "measured": self.measured.to_dict() if self.measured else None, "op": self.op,
-            "threshold": self.threshold.to_dict() if self.threshold else None,
-            "condition": self.condition, "note": self.note, "evidence": self.evidence, "blocked_by": self.blocked_by,
-            "warnings": list(self.warnings),
-        }
 
-    @classmethod
-    def from_reader(cls, r: Reader) -> GateResult:
-        measured, threshold = r.child("measured"), r.child("threshold")
-        return cls(gate=r.text("gate"), stack=r.text("stack"), model=r.text("model"),
-                   severity=_enum(Severity, r, "severity"), status=_enum(GateStatus, r, "status"),
-                   metric=r.text("metric"), measured=Quantity.from_reader(measured) if measured else None,
-                   op=r.text("op"), threshold=Quantity.from_reader(threshold) if threshold else None,
-                   condition=r.text("condition"), note=r.text("note"), evidence=r.text("evidence"),
-                   blocked_by=r.text("blocked_by"), warnings=r.texts("warnings"))
+_HEADLINES = {key for key, _ in HEADLINE.values()}  # the task keys a baseline finding carries
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class BaselineFinding:
+class BaselineFinding(codec.Record):
     """What is already wrong with what ships today, whatever the verdict: a model whose
     baseline artifact departs from the baseline's own eager outputs by more than the
     numerics gate lets a candidate, or one the baseline stack cannot export, run or measure."""
@@ -252,15 +219,17 @@ class BaselineFinding:
     output: str = ""
     rel_l2: float | None = None
     max_rel_l2: float | None = None
-    task: dict[str, float] = field(default_factory=dict)  # the task's headline value, by name
-    failure: str = ""  # the baseline's stage that did not succeed, when it is one
     # A quantized variant's own artifact against the fp32 reference, by the quantized-numerics gate's
     # thresholds: its worst SNR and cosine, and theirs (rel_l2 is the float models' measure).
     snr_db: float | None = None
     min_snr_db: float | None = None
     cosine: float | None = None
-    # Not "min_cosine": that is the embedding task's headline, which to_dict writes beside these.
+    # Not "min_cosine": that is the embedding task's headline, which is written beside these.
     gate_min_cosine: float | None = None
+    failure: str = ""  # the baseline's stage that did not succeed, when it is one
+    # The task's headline value, by name: written beside the others, read back by the headlines' names.
+    task: dict[str, float] = field(default_factory=dict, metadata=codec.spread(
+        read=lambda r, _: {key: r.number(key) for key in r.data if key in _HEADLINES}))
 
     def __str__(self) -> str:
         if self.failure:
@@ -274,24 +243,12 @@ class BaselineFinding:
                      f"{text.num(self.max_rel_l2, '{:.1e}')} gate")
         return shown + "".join(f"; {key.replace('_', ' ')} {value:.3f}" for key, value in self.task.items())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "output": self.output, "rel_l2": self.rel_l2, "max_rel_l2": self.max_rel_l2,
-                "snr_db": self.snr_db, "min_snr_db": self.min_snr_db, "cosine": self.cosine,
-                "gate_min_cosine": self.gate_min_cosine, "failure": self.failure, **self.task}
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> BaselineFinding:
-        headlines = {key for key, _ in HEADLINE.values()}
-        return cls(model=r.text("model"), output=r.text("output"), rel_l2=r.opt_number("rel_l2"),
-                   max_rel_l2=r.opt_number("max_rel_l2"), failure=r.text("failure"),
-                   snr_db=r.opt_number("snr_db"), min_snr_db=r.opt_number("min_snr_db"),
-                   cosine=r.opt_number("cosine"), gate_min_cosine=r.opt_number("gate_min_cosine"),
-                   task={key: r.number(key) for key in r.data if key in headlines})
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class VerdictRecord:
+class VerdictRecord(codec.Record):
     """verdict.json: the verdict per candidate and overall, and every gate."""
+
+    DERIVED = (codec.derived("schema_version", lambda _: str(RESULTS_VERSION), after=codec.START),)
 
     tool_version: str
     generated_at: str
@@ -299,6 +256,7 @@ class VerdictRecord:
     baseline: str
     candidates: dict[str, Verdict]
     gates: tuple[GateResult, ...]
+    # Not gates: the baseline is what ships today; these say where it is already off.
     baseline_findings: tuple[BaselineFinding, ...] = ()
     warnings: tuple[str, ...] = ()
     # Why the evidence is incomplete, each reason once, and what to do about it.
@@ -319,25 +277,3 @@ class VerdictRecord:
                  GateStatus.BLOCKED]
         found = [g for g in self.gates if g.status is not GateStatus.PASSED]
         return tuple(sorted(found, key=lambda g: (order.index(g.status), g.severity is not Severity.HARD)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": str(RESULTS_VERSION), "tool_version": self.tool_version,
-            "generated_at": self.generated_at, "verdict": self.verdict.value, "baseline": self.baseline,
-            "candidates": {name: verdict.value for name, verdict in self.candidates.items()},
-            "gates": [g.to_dict() for g in self.gates],
-            # Not gates: the baseline is what ships today; these say where it is already off.
-            "baseline_findings": [f.to_dict() for f in self.baseline_findings],
-            "warnings": list(self.warnings),
-            "incomplete": list(self.incomplete),
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> VerdictRecord:
-        candidates = r.required_child("candidates")
-        return cls(tool_version=r.text("tool_version"), generated_at=r.text("generated_at"),
-                   verdict=_enum(Verdict, r, "verdict"), baseline=r.text("baseline"),
-                   candidates={name: _enum(Verdict, candidates, name) for name in candidates.data},
-                   gates=tuple(GateResult.from_reader(g) for g in r.children("gates")),
-                   baseline_findings=tuple(BaselineFinding.from_reader(f) for f in r.children("baseline_findings")),
-                   warnings=r.texts("warnings"), incomplete=r.texts("incomplete"))

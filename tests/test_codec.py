@@ -1,0 +1,383 @@
+"""The results schema's codec (schema/codec.py): every record round-trips through its JSON,
+its keys keep their order, an error names its JSON path, and an older file reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from upgrade_gate._atomic import to_json
+from upgrade_gate.config.plan import Shard
+from upgrade_gate.config.settings import Settings
+from upgrade_gate.errors import RecordError
+from upgrade_gate.judge import agreement, numerics
+from upgrade_gate.judge.agreement import TaskAgreement
+from upgrade_gate.judge.numerics import OutputMetrics
+from upgrade_gate.judge.records import Reader, Stage, StageError
+from upgrade_gate.measure import stats
+from upgrade_gate.measure.stats import LatencySummary, RatioEstimate
+from upgrade_gate.releases import table
+from upgrade_gate.releases.table import Bisection, Release, ReleaseRecord
+from upgrade_gate.run import shards
+from upgrade_gate.run.shards import ShardManifest
+from upgrade_gate.schema import codec, comparison, measured, project, results, stack, verdict
+from upgrade_gate.schema.comparison import Comparison, Side
+from upgrade_gate.schema.measured import Contention, LatencyRatio, Measured, RoundLoad, StackLoad
+from upgrade_gate.schema.project import (
+    CaseChange,
+    Finding,
+    NewWarning,
+    OutcomeDiff,
+    ProjectResults,
+    ProjectStack,
+    RaisedWarning,
+    ScanResults,
+    TestRun,
+)
+from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, Results, StackInfo
+from upgrade_gate.schema.stack import CacheUse, StackResults
+from upgrade_gate.schema.verdict import (
+    BaselineFinding,
+    GateResult,
+    GateStatus,
+    Quantity,
+    Severity,
+    Unit,
+    Verdict,
+    VerdictRecord,
+)
+
+# -- populated instances of every record ---------------------------------------------
+
+QUANTITY = Quantity(value=1.099, unit=Unit.RATIO, low=1.062, high=1.177, level=0.961)
+GATE = GateResult(gate="latency", stack="candidate", model="vit", severity=Severity.SOFT,
+                  status=GateStatus.INCONCLUSIVE, metric="ratio", measured=QUANTITY, op="≤",
+                  threshold=Quantity(value=1.1, unit=Unit.RATIO), condition="at 1 thread", note="forward",
+                  evidence="measurements/vit/threads-1.json", blocked_by="export", warnings=("busy machine",))
+FINDING = BaselineFinding(model="minilm", output="forward.output_0", rel_l2=2e-3, max_rel_l2=1e-4, snr_db=31.5,
+                          min_snr_db=20.0, cosine=0.99, gate_min_cosine=0.999, failure="",
+                          task={"min_cosine": 0.97})
+VERDICT = VerdictRecord(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00", verdict=Verdict.NO_GO,
+                        baseline="legacy", candidates={"candidate": Verdict.NO_GO, "other": Verdict.GO},
+                        gates=(GATE,), baseline_findings=(FINDING,), warnings=("w",), incomplete=("i",))
+OUTPUT = OutputMetrics(name="forward.output_0", shape=(1, 16), reference_shape=(1, 16), shape_match=True, finite=True,
+                       reference_finite=True, max_abs=0.01, mean_abs=0.005, max_rel=0.02, rel_l2=0.01,
+                       snr_db=math.inf, cosine=1.0, min_atol=0.01, reference_max_abs=1.0, reference_spread=2.0,
+                       read_extent=(1, 4, 16))
+TASK = TaskAgreement(kind="generation", values={"prompts": 2, "token_agreement": 0.5, "first_divergence": [3, None],
+                                                "logits_snr_db": math.inf, "top5_overlap": None})
+COMPARISON = Comparison(purpose="candidate artifact vs reference", actual=Side(stack="candidate", kind="artifact"),
+                        reference=Side(stack="legacy", kind="eager"), missing=None, outputs=(OUTPUT,), task=TASK,
+                        task_missing="no task", absent=(Side(stack="my(odd)stack", kind="eager"),), damaged="x.npz")
+LATENCY = LatencySummary(runs=50, min_ms=1.0, p50_ms=2.0, p90_ms=3.0, p99_ms=4.0, trimmed_mean_ms=2.1, iqr_ms=0.5,
+                         max_ms=9.0)
+ESTIMATE = RatioEstimate(median=1.1, low=1.0, high=1.2, per_round=(1.0, 1.1, 1.2), confidence=0.95, level=0.961,
+                         dropped=1)
+MEASURED = Measured(status="ok", problem="slow", latency={"forward": LATENCY}, rounds={"forward": 9}, load_ms=12.5,
+                    first_run_ms=3.25, runtime_memory_bytes=1 << 20, peak_rss_bytes=1 << 22, idle_rss_bytes=1 << 21,
+                    image_input=True, host="ci-7")
+LOAD = StackLoad(seconds=2.0, waited_share=0.01, others_cores=0.5, steal_share=0.0, run_queue=3)
+ROUND = RoundLoad(round=1, order=("legacy", "candidate"), disturbed=True, loads={"legacy": LOAD, "candidate": None})
+CONTENTION = Contention(threads=2, cores=4, cpu="Xeon", rounds=(ROUND,))
+RATIO = LatencyRatio(stack="candidate", threads=2, method="forward", estimate=ESTIMATE)
+STAGES = (Stage(stage="build", status="ok", duration_s=1.5, details={"fixtures": {"weights": "ab"}, "task": "generic"}),
+          Stage(stage="save", status="ok", duration_s=0.5, details={"bytes": 1000}),
+          Stage(stage="export", status="failed", duration_s=2.0, reason="r",
+                error=StageError(type="ValueError", message="m", traceback_tail=("a", "b"), errno=28)))
+STACK_RESULTS = StackResults(record_dir="stacks/candidate/models/vit", stages=STAGES, measured={2: MEASURED, 1: MEASURED},
+                             export_peak_rss_bytes=10, runtime_phase_peak_rss_bytes=20,
+                             cache={"export": CacheUse(key="k", reused_from="old"), "runtime": CacheUse(key=None)},
+                             damaged=("x.npz",))
+MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="ViT", source="built-in",
+                     variant="int8", task_kind="classification", stacks={"candidate": STACK_RESULTS},
+                     comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION})
+INSTALLED = Installed(python="3.12.1", executable="/venv/bin/python", platform="linux", cpu="x86_64", cpu_count=None,
+                      torch_version="2.8.0", distributions={"torch": "2.8.0", "timm": None})
+EXTRA = ExtraRequirement(requirement="timm>=1.0", distribution="timm")
+STACK_INFO = StackInfo(name="candidate", role="candidate", file="candidate.toml", description="d",
+                       requirements=("torch==2.8.0",), exporter="executorch", runtime="xnnpack", installed=INSTALLED,
+                       extra_requirements=(EXTRA, ExtraRequirement(requirement="-e .", distribution=None)),
+                       packages={"timm": "1.0.9"})
+CHANGE = CaseChange(test_id="tests/test_a.py::test_a", baseline="passed", candidate="failed", message="boom",
+                    allowed="known")
+DIFF = OutcomeDiff(newly_failing=(CHANGE,), still_failing=(dataclasses.replace(CHANGE, allowed=None),),
+                   unused_allow=("tests/test_typo.py",))
+RUN = TestRun(status="ran", command=("python", "-m", "pytest"), exit_code=1, duration_s=3.5, problem=None,
+              install_error="e", installed={"torch": "2.8.0"})
+NEW_WARNING = NewWarning(category="FutureWarning", message="m", location="a.py:1", count=2, tests=("t1", "t2"))
+SCAN = ScanResults(torchfix="0.7.0", rules=11, files_scanned=40,
+                   findings=(Finding(file="m.py", line=1, column=2, code="UG101", call="torch.jit.script(m)",
+                                     summary="s", why="w", replacement="r"),),
+                   errors=(("bad.py", "SyntaxError"),))
+PROJECT = ProjectResults(root="/team", install=("uv", "pip", "install", "."), test=("pytest",), allow={"t": "why"},
+                         stacks={"legacy": ProjectStack(run=RUN, counts={"passed": 2}, junit="project/legacy/junit.xml",
+                                                        warnings={"t1": 1}),
+                                 "candidate": ProjectStack(run=None, counts={}, junit="j", problem="p",
+                                                           warnings=None, warnings_problem="wp")},
+                         diffs={"candidate": DIFF}, new_warnings={"candidate": (NEW_WARNING,)}, scan=SCAN,
+                         scan_problem="sp", scan_file="project/scan-1.json")
+RESULTS = Results(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00", config_path="/team/pyproject.toml",
+                  settings=Settings.from_dict({}, path=Path("/team/pyproject.toml")),
+                  stacks={"candidate": STACK_INFO}, models=(MODEL,), project=PROJECT, verdict=VERDICT)
+RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8.0", torchvision="0.23.0", torchao=None,
+                  numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
+EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
+         CONTENTION, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
+         SCAN.findings[0], SCAN, PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
+         ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
+                       specs={"x": "digest"}, host="ci"),
+         RELEASE, ReleaseRecord(release=RELEASE, status="judged", reason="r", adapter="a", verdict=Verdict.GO,
+                                models=("vit",), seconds=12.5),
+         Bisection(gate="numerics", model="vit", states={"executorch-0.7.0": "fails"}, built=("executorch-0.7.0",),
+                   answer="a", monotone=False, located=False)]
+
+
+def through_json(record: Any) -> Any:
+    """The record written as a file is, and read back."""
+    data = json.loads(json.dumps(to_json(record.to_dict())))
+    return type(record).from_reader(Reader(data, "file.json"))
+
+
+@pytest.mark.parametrize("record", EVERY, ids=lambda r: type(r).__name__)
+def test_every_record_reads_back_as_written(record):
+    assert through_json(record) == record
+
+
+def test_every_record_of_the_schema_is_round_tripped_here():
+    modules = (verdict, comparison, measured, stack, results, project, numerics, agreement, stats, table, shards)
+    records = {cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
+               if issubclass(cls, codec.Record) and cls is not codec.Record and cls.__module__ == module.__name__}
+    assert records - {type(r) for r in EVERY} == set()
+
+
+# -- the JSON written: its keys, in their order --------------------------------------
+
+
+def test_keys_and_their_order_are_the_files():
+    assert list(MODEL.to_dict()) == ["model", "factory", "description", "source", "variant", "task", "fixtures",
+                                     "stacks", "comparisons", "latency_ratios", "contention"]
+    assert MODEL.to_dict()["contention"] == [CONTENTION.to_dict()]
+    assert MODEL.to_dict()["fixtures"] == {"candidate": {"weights": "ab"}}
+    assert list(COMPARISON.to_dict()) == ["purpose", "actual", "reference", "missing", "worst_rel_l2", "worst_output",
+                                          "outputs", "task", "task_missing", "absent", "damaged"]
+    assert COMPARISON.to_dict()["absent"] == ["eager(my(odd)stack)"]
+    assert MEASURED.to_dict() == {
+        "status": "ok", "problem": "slow", "latency": {"forward": {**dataclasses.asdict(LATENCY), "per_second": 500.0}},
+        "rounds": {"forward": 9}, "cold_start": {"load_ms": 12.5, "first_run_ms": 3.25},
+        "memory": {"runtime_bytes": 1 << 20, "peak_rss_bytes": 1 << 22, "idle_rss_bytes": 1 << 21},
+        "image_input": True, "host": "ci-7"}
+    assert list(MEASURED.to_dict()) == ["status", "problem", "latency", "rounds", "cold_start", "memory",
+                                        "image_input", "host"]
+    assert list(STACK_RESULTS.to_dict()) == ["record_dir", "stages", "measured", "export_peak_rss_bytes",
+                                             "runtime_phase_peak_rss_bytes", "cache", "damaged", "artifact",
+                                             "planned_memory_bytes", "runtime_memory_bytes"]
+    assert list(STACK_RESULTS.to_dict()["measured"]) == ["2", "1"]
+    assert list(STACK_INFO.to_dict()) == ["spec", "installed", "extra_requirements", "packages"]
+    assert STACK_INFO.to_dict()["extra_requirements"] == [
+        {"requirement": "timm>=1.0", "distribution": "timm", "version": "1.0.9"},
+        {"requirement": "-e .", "distribution": None, "version": None}]
+    assert list(RESULTS.to_dict()) == ["schema_version", "tool_version", "generated_at", "config", "settings",
+                                       "stacks", "package_differences", "models", "project", "verdict"]
+    assert list(VERDICT.to_dict())[0] == "schema_version"
+    assert list(PROJECT.to_dict()) == ["root", "install", "test", "allow", "stacks", "diffs", "new_warnings",
+                                       "package_changes", "scan", "scan_problem", "scan_file"]
+    assert list(PROJECT.stacks["legacy"].to_dict()) == ["run", "problem", "counts", "junit", "warnings",
+                                                        "warnings_problem"]
+    assert SCAN.to_dict() == {"scanner": {"torchfix": "0.7.0", "rules": 11}, "files_scanned": 40,
+                              "findings": [SCAN.findings[0].to_dict()], "errors": [{"file": "bad.py",
+                                                                                    "error": "SyntaxError"}]}
+    assert list(CHANGE.to_dict())[0] == "test"
+    assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load"]
+
+
+def test_spread_values_are_written_beside_the_others():
+    assert RATIO.to_dict() == {"stack": "candidate", "threads": 2, "method": "forward", "median": 1.1, "low": 1.0,
+                               "high": 1.2, "per_round": [1.0, 1.1, 1.2], "confidence": 0.95, "level": 0.961,
+                               "dropped": 1}
+    assert list(FINDING.to_dict())[-2:] == ["failure", "min_cosine"]
+    assert TASK.to_dict() == {"kind": "generation", **TASK.values, "first_divergence": [3, None]}
+
+
+def test_release_records_keep_their_file():
+    record = EVERY[-2]
+    assert list(record.to_dict()) == ["record_version", "release", "name", "status", "reason", "adapter", "verdict",
+                                      "models", "seconds"]
+    assert record.to_dict()["name"] == "executorch-0.7.0" and record.to_dict()["release"]["executorch"] == "0.7.0"
+    assert dataclasses.replace(record, seconds=12.345).to_dict()["seconds"] == 12.3
+
+
+# -- errors name their path ----------------------------------------------------------
+
+
+def results_json() -> dict[str, Any]:
+    return json.loads(json.dumps(to_json(RESULTS.to_dict())))
+
+
+def error_of(data: dict[str, Any]) -> str:
+    with pytest.raises(RecordError) as raised:
+        Results.from_reader(Reader(data, "results.json"))
+    return str(raised.value)
+
+
+def test_a_missing_required_key_is_named_with_its_path():
+    data = results_json()
+    del data["models"][0]["model"]
+    assert error_of(data) == "Missing key 'model' in 'results.json.models[0]'"
+    data = results_json()
+    del data["stacks"]["candidate"]["spec"]
+    assert error_of(data) == "Missing key 'spec' in 'results.json.stacks.candidate'"
+    data = results_json()
+    del data["stacks"]["candidate"]["spec"]["runtime"]
+    assert error_of(data) == "Missing key 'runtime' in 'results.json.stacks.candidate.spec'"
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("models", 0, "stacks", "candidate", "measured", "2", "rounds", "forward"), "seven",
+     "Unexpected type str (expected int) in 'results.json.models[0].stacks.candidate.measured.2.rounds.forward'"),
+    (("models", 0, "comparisons", 0, "outputs", 0, "shape", 1), 1.5,
+     "Unexpected type float (expected int) in 'results.json.models[0].comparisons[0].outputs[0].shape[1]'"),
+    (("models", 0, "comparisons", 0, "outputs", 0, "rel_l2"), "small",
+     "Unexpected type str (expected int or float) in 'results.json.models[0].comparisons[0].outputs[0].rel_l2'"),
+    (("models", 0, "comparisons", 0, "outputs", 0, "finite"), 1,
+     "Unexpected type int (expected bool) in 'results.json.models[0].comparisons[0].outputs[0].finite'"),
+    (("models", 0, "comparisons", 0, "outputs", 0, "read_extent"), [1, 4],
+     "Expected 3 items in 'results.json.models[0].comparisons[0].outputs[0].read_extent', got [1, 4]"),
+    (("models", 0, "contention", 0, "rounds", 0, "load", "legacy", "run_queue"), True,
+     "Unexpected type bool (expected int) in 'results.json.models[0].contention[0].rounds[0].load.legacy.run_queue'"),
+    (("models", 0, "stacks", "candidate", "measured"), {"one": {}},
+     "Unexpected key 'one' (expected a whole number) in 'results.json.models[0].stacks.candidate.measured'"),
+    (("models", 0, "comparisons", 0, "absent", 0), "weights(legacy)",
+     "not a side: 'weights(legacy)' (expected eager(<stack>) or artifact(<stack>)) in "
+     "'results.json.models[0].comparisons[0].absent[0]'"),
+    (("models",), {}, "Unexpected type dict (expected list) in 'results.json.models'"),
+    (("verdict", "gates", 0), "gate", "Unexpected type str (expected dict) in 'results.json.verdict.gates[0]'"),
+    (("stacks", "candidate", "installed", "distributions", "timm"), 1,
+     "Unexpected type int (expected str) in 'results.json.stacks.candidate.installed.distributions.timm'"),
+])
+def test_a_wrong_type_is_named_with_its_path(path, value, message):
+    data = results_json()
+    place = data
+    for step in path[:-1]:
+        place = place[step]
+    place[path[-1]] = value
+    assert error_of(data) == message
+
+
+def test_an_unknown_enum_value_is_named_with_the_allowed_ones():
+    data = results_json()
+    data["verdict"]["gates"][0]["severity"] = "fatal"
+    assert error_of(data) == "Unknown severity 'fatal' in 'results.json.verdict.gates[0].severity'; expected one of " \
+                             "hard, soft"
+    data = results_json()
+    data["verdict"]["candidates"]["other"] = "MAYBE"
+    assert error_of(data) == ("Unknown other 'MAYBE' in 'results.json.verdict.candidates.other'; expected one of GO, "
+                              "GO-WITH-CONDITIONS, INCOMPLETE, NO-GO")
+
+
+def test_a_null_where_a_value_is_required_is_a_wrong_type():
+    data = results_json()
+    data["models"][0]["factory"] = None
+    assert error_of(data) == "Unexpected type NoneType (expected str) in 'results.json.models[0].factory'"
+
+
+# -- older files ---------------------------------------------------------------------
+
+
+def test_an_older_file_without_a_defaulted_field_still_reads():
+    data = results_json()
+    for key in ("reference_finite", "reference_max_abs", "reference_spread", "read_extent"):
+        del data["models"][0]["comparisons"][0]["outputs"][0][key]
+    for key in ("scan_file", "new_warnings"):
+        del data["project"][key]
+    del data["verdict"]["gates"][0]["warnings"]
+    del data["stacks"]["candidate"]["packages"], data["stacks"]["candidate"]["extra_requirements"]
+    del data["models"][0]["stacks"]["candidate"]["measured"]["2"]["memory"]
+    del data["project"]["scan"]["scanner"]
+    found = Results.from_reader(Reader(data, "results.json"))
+    output = found.models[0].comparisons[0].outputs[0]
+    assert output.reference_finite and output.reference_max_abs is None and output.read_extent is None
+    assert found.project.scan_file == "project/scan.json" and found.project.new_warnings == {}
+    assert found.verdict.gates[0].warnings == ()
+    assert found.stacks["candidate"].packages == {} and found.stacks["candidate"].extra_requirements == ()
+    assert found.models[0].stacks["candidate"].measured[2].runtime_memory_bytes is None
+    assert (found.project.scan.torchfix, found.project.scan.rules) == ("?", 0)
+    # Null reads as the default where the field cannot be None.
+    data["project"]["stacks"]["legacy"]["run"]["duration_s"] = None
+    assert Results.from_reader(Reader(data, "results.json")).project.stacks["legacy"].run.duration_s == 0.0
+
+
+def test_a_warning_outside_any_test_is_named_by_when_it_was_raised():
+    data = {"test": "", "when": "collect", "category": "UserWarning", "message": "m", "location": "a.py:1", "count": 1}
+    assert RaisedWarning.from_reader(Reader(data, "warnings.json")).test == "(collection)"
+
+
+# -- the codec on its own ------------------------------------------------------------
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Inner(codec.Record):
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sample(codec.Record):
+    """Every kind of field the codec knows, one of each."""
+
+    text: str = field(metadata=codec.key("name"))
+    colour: Colour | None
+    ratio: float = field(default=0.0, metadata=codec.group("numbers"))
+    count: int = field(default=0, metadata=codec.group("numbers"))
+    inner: Inner | None = None
+    inners: tuple[Inner, ...] = ()
+    by_threads: dict[int, Inner] = field(default_factory=dict)
+    maybe: dict[str, Inner | None] = field(default_factory=dict)
+    anything: dict[str, Any] = field(default_factory=dict)
+    pair: tuple[str, int] | None = None
+
+    DERIVED = (codec.derived("double", lambda s: 2 * s.count, after="numbers"), codec.derived("last", lambda s: 1))
+
+
+def test_the_codec_writes_and_reads_each_kind_of_field():
+    sample = Sample(text="a", colour=Colour.BLUE, ratio=-math.inf, count=3, inner=Inner(n=1), inners=(Inner(n=2),),
+                    by_threads={4: Inner(n=4)}, maybe={"x": None, "y": Inner(n=5)}, anything={"k": [1, {"j": None}]},
+                    pair=("p", 7))
+    written = sample.to_dict()
+    assert written == {"name": "a", "colour": "blue", "numbers": {"ratio": -math.inf, "count": 3}, "double": 6,
+                       "inner": {"n": 1}, "inners": [{"n": 2}], "by_threads": {"4": {"n": 4}},
+                       "maybe": {"x": None, "y": {"n": 5}}, "anything": {"k": [1, {"j": None}]}, "pair": ["p", 7],
+                       "last": 1}
+    assert list(written) == ["name", "colour", "numbers", "double", "inner", "inners", "by_threads", "maybe",
+                             "anything", "pair", "last"]
+    assert through_json(sample) == sample
+    # Only the required fields: a value that may be None is still required, and may be null.
+    assert Sample.from_reader(Reader({"name": "b", "colour": None}, "s")) == Sample(text="b", colour=None)
+    with pytest.raises(RecordError, match=re.escape("Missing key 'colour' in 's'")):
+        Sample.from_reader(Reader({"name": "b"}, "s"))
+    with pytest.raises(RecordError, match=re.escape("Unexpected type list (expected object) in 's'")):
+        Sample.from_reader(Reader([], "s"))
+
+
+def test_a_derived_value_must_follow_a_key_the_record_writes():
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Lost(codec.Record):
+        n: int
+        DERIVED = (codec.derived("m", lambda _: 0, after="nowhere"),)
+
+    with pytest.raises(TypeError, match=r"Lost.DERIVED: \['m'\] follow no key it writes"):
+        Lost(n=1).to_dict()
