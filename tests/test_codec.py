@@ -26,8 +26,8 @@ from upgrade_gate.judge.numerics import OutputMetrics
 from upgrade_gate.judge.records import Reader, Stage, StageError
 from upgrade_gate.measure import stats
 from upgrade_gate.measure.stats import LatencySummary, RatioEstimate
-from upgrade_gate.releases import table
-from upgrade_gate.releases.table import Bisection, Release, ReleaseRecord
+from upgrade_gate.releases import _table
+from upgrade_gate.releases._table import Bisection, Release, ReleaseRecord
 from upgrade_gate.run import shards
 from upgrade_gate.run.shards import ShardManifest
 from upgrade_gate.schema import codec, comparison, measured, project, results, stack, verdict
@@ -155,7 +155,7 @@ def test_every_record_reads_back_as_written(record):
 
 
 def test_every_record_of_the_schema_is_round_tripped_here():
-    modules = (verdict, comparison, measured, stack, results, project, numerics, agreement, stats, table, shards)
+    modules = (verdict, comparison, measured, stack, results, project, numerics, agreement, stats, _table, shards)
     records = {cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
                if issubclass(cls, codec.Record) and cls is not codec.Record and cls.__module__ == module.__name__}
     assert records - {type(r) for r in EVERY} == set()
