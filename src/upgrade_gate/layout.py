@@ -27,6 +27,8 @@ every run on a machine, and every file of a run in its report folder.
       project/evidence/scan-<digest>.json               a later run (`compat` after `compare`) never changes an
                                                        earlier report's evidence; likewise the scan
       compat.md  compat.json                           `nox -s compat`'s own report
+      upgrade-path.md  .html  .json                    `nox -s releases`' report
+      releases/<release>/release.json                  what became of one release, beside its own report folder
 """
 
 from __future__ import annotations
@@ -56,12 +58,35 @@ def cache_root() -> Path:
     return Path(base) / "upgrade-gate"
 
 
+# The report folder's files named here, beside the functions that place them.
+MANIFEST = "shard.json"
+STACK_FILE, PROBE_FILE = "stack.json", "probe.json"
+RELEASE_FILE = "release.json"
+UPGRADE_PATH = "upgrade-path"  # upgrade-path.md, .html and .json
+
+
 def stack_dir(out: Path, stack: str) -> Path:
     return out / "stacks" / stack
 
 
 def model_dir(out: Path, stack: str, model: str) -> Path:
     return stack_dir(out, stack) / "models" / model
+
+
+def stack_file(out: Path, stack: str) -> Path:
+    return stack_dir(out, stack) / STACK_FILE
+
+
+def probe_file(out: Path, stack: str) -> Path:
+    return stack_dir(out, stack) / PROBE_FILE
+
+
+def releases_dir(out: Path) -> Path:
+    return out / "releases"
+
+
+def release_dir(out: Path, release: str) -> Path:
+    return releases_dir(out) / release
 
 
 def measurement_dir(out: Path, model: str) -> Path:

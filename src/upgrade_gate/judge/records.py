@@ -347,7 +347,7 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
 
 
 def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
-    path = layout.stack_dir(out, stack) / "stack.json"
+    path = layout.stack_file(out, stack)
     if not path.is_file():
         return None
     return json.loads(path.read_text(encoding="utf-8"))

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from upgrade_gate import layout
@@ -17,7 +18,7 @@ from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import Reader, check_schema
-from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, WARNINGS_FILE
+from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, RUN_FILE, WARNINGS_FILE
 from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
 from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
 from upgrade_gate.schema.project import ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
@@ -47,7 +48,7 @@ def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
 
 # A stack's files that a report's project section is made from, copied together (run.json first: a
 # folder without it has nothing a report can cite).
-EVIDENCE_FILES = ("run.json", JUNIT_FILE, WARNINGS_FILE, LOG_FILE)
+EVIDENCE_FILES = (RUN_FILE, JUNIT_FILE, WARNINGS_FILE, LOG_FILE)
 
 
 def _digest(files: list[Path]) -> str:
@@ -88,7 +89,7 @@ def keep_stack_evidence(out: Path, stack: str) -> Path:
     """
     folder = layout.project_dir(out, stack)
     present = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
-    if not present or present[0].name != "run.json":
+    if not present or present[0].name != RUN_FILE:
         return folder
     target = layout.stack_evidence_dir(out, stack, _digest(present))
     _keep(present, target)
@@ -116,9 +117,9 @@ def gather_project(plan: Plan) -> ProjectResults | None:
     folders = {spec.name: keep_stack_evidence(out, spec.name) for spec in plan.stacks}
     runs = {spec.name: _stack_tests(out, folders[spec.name], spec.name) for spec in plan.stacks}
     allow = dict(project.allow)
-    base_problem, base_tests = runs[plan.baseline.name]
-    diffs = {spec.name: diff_outcomes(base_tests, runs[spec.name][1], allow) for spec in plan.candidates
-             if base_problem is None and runs[spec.name][0] is None}
+    base = runs[plan.baseline.name]
+    diffs = {spec.name: diff_outcomes(base.tests, runs[spec.name].tests, allow) for spec in plan.candidates
+             if base.problem is None and runs[spec.name].problem is None}
     scan_file = keep_scan_evidence(out)
     scan, scan_problem = None, None
     try:
@@ -127,13 +128,13 @@ def gather_project(plan: Plan) -> ProjectResults | None:
         scan_problem = f"the API scan did not run for this report ({command('scan')})"
     except (OSError, ValueError, RecordError) as error:
         scan_problem = f"{scan_file.relative_to(out)} is unreadable ({error}); run {command('scan')} again"
-    warned = {spec.name: _stack_warnings(out, folders[spec.name], runs[spec.name][0], project)
+    warned = {spec.name: _stack_warnings(out, folders[spec.name], runs[spec.name].problem, project)
               for spec in plan.stacks}
-    stacks = {name: ProjectStack(run=_read_run(out, folders[name]), problem=problem, counts=counts(tests),
+    stacks = {name: ProjectStack(run=found.run, problem=found.problem, counts=counts(found.tests),
                                  junit=(folders[name] / JUNIT_FILE).relative_to(out).as_posix(),
                                  warnings=per_test(warned[name][1]) if warned[name][0] is None else None,
                                  warnings_problem=warned[name][0])
-              for name, (problem, tests) in runs.items()}
+              for name, found in runs.items()}
     base_warned = warned[plan.baseline.name]
     fresh = {spec.name: new_warnings(base_warned[1], warned[spec.name][1]) for spec in plan.candidates
              if base_warned[0] is None and warned[spec.name][0] is None}
@@ -162,28 +163,29 @@ def _stack_warnings(out: Path, folder: Path, tests_problem: str | None,
     return None, warnings
 
 
-def _read_run(out: Path, folder: Path) -> TestRun | None:
-    path = folder / "run.json"
-    try:
-        return TestRun.from_reader(Reader(json.loads(path.read_text()), path.relative_to(out).as_posix()))
-    except (OSError, ValueError, RecordError):
-        return None
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _StackTests:
+    """One stack's test run as its folder holds it: run.json read once, and the outcomes or why there are none."""
+
+    run: TestRun | None = None
+    problem: str | None = None
+    tests: dict[str, CaseOutcome] = field(default_factory=dict)
 
 
-def _stack_tests(out: Path, folder: Path, stack: str) -> tuple[str | None, dict[str, CaseOutcome]]:
-    """Why a stack has no test outcomes (None when it has them), and its outcomes, from the files in folder."""
-    path = folder / "run.json"
+def _stack_tests(out: Path, folder: Path, stack: str) -> _StackTests:
+    path = folder / RUN_FILE
     try:
         run = TestRun.from_reader(Reader(json.loads(path.read_text()), path.relative_to(out).as_posix()))
     except FileNotFoundError:
-        return f"the project's tests did not run in {stack} for this report ({command(f'project({stack})')})", {}
+        return _StackTests(problem=f"the project's tests did not run in {stack} for this report "
+                                   f"({command(f'project({stack})')})")
     except (OSError, ValueError, RecordError) as error:
-        return f"{path.relative_to(out).as_posix()} is unreadable ({error})", {}
+        return _StackTests(problem=f"{path.relative_to(out).as_posix()} is unreadable ({error})")
     if run.status == "install-failed":
-        return f"the project does not install into {stack}: {run.install_error}", {}
+        return _StackTests(run=run, problem=f"the project does not install into {stack}: {run.install_error}")
     if run.status != "ran":
-        return f"the tests did not finish in {stack}: {run.problem}", {}
+        return _StackTests(run=run, problem=f"the tests did not finish in {stack}: {run.problem}")
     try:
-        return None, read_junit(folder / JUNIT_FILE)
+        return _StackTests(run=run, tests=read_junit(folder / JUNIT_FILE))
     except (OSError, ValueError) as error:
-        return f"no test outcomes from {stack}: {error}", {}
+        return _StackTests(run=run, problem=f"no test outcomes from {stack}: {error}")

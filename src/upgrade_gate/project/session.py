@@ -26,7 +26,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.judge.records import RECORDS_VERSION
-from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, TOOL_ROOT, WARNINGS_FILE
+from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, RUN_FILE, TOOL_ROOT, WARNINGS_FILE
 from upgrade_gate.run import packages, supervisor
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.run.runner import venv_env
@@ -133,7 +133,7 @@ def _write_run(plan: Plan, stack: str, bin_dir: Path, record: dict[str, Any]) ->
             **record,
             # What the tests ran with: a test that changed may owe it to a package the spec pins beside torch.
             "installed": packages.installed_versions(bin_dir.parent)}
-    write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / "run.json", full)
+    write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / RUN_FILE, full)
     return full
 
 

@@ -36,7 +36,7 @@ from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Verdict
 
 TABLE_FILE = layout.BUILT_IN_ENVS / "releases" / "executorch.toml"
-RECORD = "release.json"
+RECORD = layout.RELEASE_FILE
 RECORD_VERSION = 1
 
 
@@ -187,7 +187,7 @@ def _specifier(row: TomlTable, key: str) -> SpecifierSet:
 
 def release_folder(out: Path, release: Release) -> Path:
     """A release's own report folder: an ordinary comparison of the baseline and the release."""
-    return out / "releases" / release.name
+    return layout.release_dir(out, release.name)
 
 
 # -- what became of a release ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO
 from upgrade_gate.invocation import command
@@ -30,7 +31,7 @@ from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph,
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict
 
-REPORT_NAME = "upgrade-path"
+REPORT_NAME = layout.UPGRADE_PATH
 MATRIX_HEADING = "Release × model"
 
 

@@ -157,7 +157,7 @@ def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
     except ConfigError as error:
         guard.fail_usage(error)
     for folder in request.merge:
-        if not (folder / "releases").is_dir():
+        if not layout.releases_dir(folder).is_dir():
             guard.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
                                 f"`{command('releases', '--shard K/N')}` jobs")
     pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
@@ -316,10 +316,10 @@ def _remove_if_empty(folder: Path) -> None:
 def merge(request: Request, log: Callable[[str], Any] = print) -> int:
     """Copy the matrix jobs' release folders into --out, then write the upgrade-path report."""
     for part in request.merge:
-        for folder in sorted((part / "releases").iterdir()):
+        for folder in sorted(layout.releases_dir(part).iterdir()):
             if not folder.is_dir() or read_record(folder, request.table) is None:
                 continue  # a release that did not finish in that job: not evidence
-            target = request.out / "releases" / folder.name
+            target = layout.release_dir(request.out, folder.name)
             if target.resolve() == folder.resolve():
                 continue
             if target.exists():

@@ -68,7 +68,7 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
     None when the probe did not finish (its log says why)."""
     stack_dir = layout.stack_dir(plan.settings.out_dir, spec.name)
     stack_dir.mkdir(parents=True, exist_ok=True)
-    probe_file = stack_dir / "probe.json"
+    probe_file = stack_dir / layout.PROBE_FILE
     probe_file.unlink(missing_ok=True)
     _start_worker(
         bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions, "adapter": spec.adapter},
@@ -76,7 +76,7 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
     )
     probe = json.loads(probe_file.read_text()) if probe_file.is_file() else None
     extras = packages.requirement_names(plan.extra_requirements(spec.name), plan.settings.config_path.parent)
-    write_json_atomic(stack_dir / "stack.json", {
+    write_json_atomic(stack_dir / layout.STACK_FILE, {
         "spec": spec.to_dict(), "installed": probe,
         # Beside the spec's own requirements: what the project's extras and every dependency put there.
         "extra_requirements": [{"requirement": requirement, "distribution": name} for requirement, name in extras],

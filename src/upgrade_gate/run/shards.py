@@ -32,7 +32,7 @@ from upgrade_gate.judge.records import Reader
 from upgrade_gate.run import cache
 from upgrade_gate.schema import codec
 
-MANIFEST = "shard.json"
+MANIFEST = layout.MANIFEST
 WHOLE = Shard(1, 1)  # an unsharded run is its own single shard
 
 
@@ -89,8 +89,8 @@ def merge(plan: Plan, log: Callable[[str], Any] = print) -> None:
             source = layout.stack_dir(folder, stack)
             target = layout.stack_dir(out, stack)
             target.mkdir(parents=True, exist_ok=True)
-            if (source / "stack.json").is_file() and not (target / "stack.json").exists():
-                cache.copy_file(source / "stack.json", target / "stack.json")
+            if (source / layout.STACK_FILE).is_file() and not (target / layout.STACK_FILE).exists():
+                cache.copy_file(source / layout.STACK_FILE, target / layout.STACK_FILE)
             for model in manifest.models:
                 _link_tree(source / "models" / model, target / "models" / model)
         log(f"merged {folder}: shard {manifest.shard}, {', '.join(manifest.stacks)}, "
