@@ -145,7 +145,7 @@ def run(session: nox.Session, stack: str) -> None:
     error = venvs.install(UV, bin_dir, extra, cwd=team_folder) if extra else None
     if error:
         guard.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not "
-                            f"install {' '.join(extra)} into stack {stack!r}: {error}")
+                         f"install {' '.join(extra)} into stack {stack!r}: {error}")
     venvs.recipe_installed(bin_dir, recipe)
     pipeline.probe_or_exit(plan, spec, bin_dir)
     pipeline.check_project_models_or_exit(plan, spec, bin_dir)
@@ -169,7 +169,7 @@ def project(session: nox.Session, stack: str) -> None:
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
         guard.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
-                       f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
+                         f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
         record_install_failure(plan, stack, error, bin_dir)
@@ -276,6 +276,6 @@ def benchmark(session: nox.Session) -> None:
 
     if not benchmarks.BENCHMARKS.is_dir():
         guard.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "
-                            f"tests/benchmarks/, which an installed package does not carry ({benchmarks.BENCHMARKS})")
+                         f"tests/benchmarks/, which an installed package does not carry ({benchmarks.BENCHMARKS})")
     if benchmarks.main(session.posargs, log=session.log):
         session.error("the benchmark missed its target")

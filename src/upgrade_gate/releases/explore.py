@@ -159,7 +159,7 @@ def request_or_exit(posargs: list[str], invoked_from: str | Path) -> Request:
     for folder in request.merge:
         if not layout.releases_dir(folder).is_dir():
             guard.fail_usage(f"{folder}: no releases/ folder; pass the --out folders of "
-                                f"`{command('releases', '--shard K/N')}` jobs")
+                             f"`{command('releases', '--shard K/N')}` jobs")
     pipeline.take_folders_or_exit(request.out, request.plan.settings.cache_dir)
     return request
 
@@ -239,7 +239,7 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
         _remove(venv, wheels)
         if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
             guard.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
-                                     "again: it resumes")
+                                  "again: it resumes")
         return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))} for Python "
                                      f"{spec.python}: {error}", rule.adapter)
     try:
@@ -271,7 +271,7 @@ def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path
     error = venvs.build_venv(uv, spec, venv_dir(request.out, spec.name))
     if error:
         guard.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the "
-                            "spec")
+                         "spec")
     return venv_dir(request.out, spec.name) / "bin"
 
 
