@@ -76,7 +76,7 @@ GENERATE = """
 import json, sys
 import torch
 torch.set_num_threads(1)
-from models import assets, llama
+from models import assets, decoding, llama
 case = llama.smollm2_135m()
 methods = case.entry_points()
 prompt = assets.read_json("smollm2", "prompts.json")[0]
@@ -86,11 +86,11 @@ def call(name, *tensors):
     with torch.no_grad():
         return list(methods[name].module(*tensors))
 
-tokens, step_logits = llama.greedy_generate(
+tokens, step_logits = decoding.greedy_generate(
     call, prompt["ids"], prefill_len=case.module.config.prefill_len, max_new_tokens=12, eos_id=config["eos_id"]
 )
 vocab = assets.read_json("smollm2", "vocab.json")
-text = llama.decode_text(vocab, [t for t in tokens if t != config["eos_id"]])
+text = decoding.decode_text(vocab, [t for t in tokens if t != config["eos_id"]])
 # The example inputs every stack exports, calibrates and is compared on.
 (prefill_ids, prefill_length), prefill_extents = methods["prefill"].inputs, methods["prefill"].read_extents
 (token, position, k_cache, v_cache), decode_extents = methods["decode"].inputs, methods["decode"].read_extents
