@@ -143,7 +143,7 @@ class RuntimePhase:
         if missing:
             raise StageSkipped(missing)
         args = self.log.results["inputs"]
-        return True, {"runs": self.job["profile_runs"], "self.methods": {
+        return True, {"runs": self.job["profile_runs"], "methods": {
             name: self.adapter.profile(artifact_path(self.model_dir, name, self.adapter), args[name],
                                        self.job["profile_runs"])
             for name in self.methods}}
