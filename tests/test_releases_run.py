@@ -31,10 +31,11 @@ def nox(*args: str, config: Path, timeout: float = 2400) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("releases")
-    # fp32 only, the fewest rounds an interval allows (6: its coverage, 96.9%, is stated with it) and an
-    # eighth of the timing budget: three stacks' worth of exports and measurements within the test budget.
+    # fp32 only, one thread count (the upgrade-path report's latency column is the first), the fewest rounds
+    # an interval allows (6: its coverage, 96.9%, is stated with it) and an eighth of the timing budget:
+    # three stacks' worth of exports and measurements within the test budget.
     (folder / "pyproject.toml").write_text(f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "smoke"\n'
-                                           "variants = []\nrounds = 6\ntime-budget = 0.25\n")
+                                           "variants = []\nthreads = [1]\nrounds = 6\ntime-budget = 0.25\n")
     shipped = tomllib.loads((REPO / "envs" / "releases" / "executorch.toml").read_text())
     rows = [row for row in shipped["releases"] if row["executorch"] in ("0.3.0", "0.7.0", "1.0.0", "1.0.1")]
     rows.append({"executorch": "1.9.0", "torch": "2.15.0", "torchvision": "0.30.0", "pythons": ["3.11"],
