@@ -19,8 +19,8 @@ def built_in(factory: str) -> ModelEntry:
 
 def test_a_built_in_models_sources_are_its_module_and_what_it_imports():
     names = {p.relative_to(TOOL_ROOT).as_posix() for p in cache.source_files(built_in("nanovlm:nanovlm"))}
-    assert names == {"models/__init__.py", "models/nanovlm.py", "models/llama.py", "models/case.py",
-                     "models/assets.py"}
+    assert names == {"models/__init__.py", "models/nanovlm.py", "models/nanovlm_vision.py", "models/llama.py",
+                     "models/decoding.py", "models/case.py", "models/assets.py"}
     vit = {p.name for p in cache.source_files(built_in("vit:vit_ti16"))}
     assert "llama.py" not in vit and {"vit.py", "case.py"} <= vit
 
