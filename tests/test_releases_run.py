@@ -16,9 +16,10 @@ from helpers.readers import verdict_of
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration
-# Three real releases on two torch builds (0.7.0 pairs with the built-in candidate's 2.8.0; 1.0.0 and
-# 1.0.1 with 2.9.0), one the adapters do not cover and one the index does not have.
-JUDGED = ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1"]
+# Two real releases on two torch builds (0.7.0 pairs with the built-in candidate's 2.8.0, 1.0.1 with
+# 2.9.0), one the adapters do not cover and one the index does not have. The bisection's table has
+# 1.0.0 between them too, which it need not build.
+JUDGED = ["executorch-0.7.0", "executorch-1.0.1"]
 MODELS = "vit-smoke,nanovlm-smoke"
 
 
@@ -40,7 +41,9 @@ def folder(tmp_path_factory) -> Path:
     rows = [row for row in shipped["releases"] if row["executorch"] in ("0.3.0", "0.7.0", "1.0.0", "1.0.1")]
     rows.append({"executorch": "1.9.0", "torch": "2.15.0", "torchvision": "0.30.0", "pythons": ["3.11"],
                  "source": "a release the package index does not have"})
-    (folder / "table.toml").write_text(tomlkit.dumps({**shipped, "releases": rows}))
+    (folder / "bisect-table.toml").write_text(tomlkit.dumps({**shipped, "releases": rows}))
+    explored = [row for row in rows if row["executorch"] != "1.0.0"]
+    (folder / "table.toml").write_text(tomlkit.dumps({**shipped, "releases": explored}))
     return folder
 
 
@@ -117,8 +120,8 @@ def test_the_tanh_gelu_finding_is_followed_across_releases(explored):
 
 def test_a_bisection_builds_only_the_ends_when_they_agree(explored, folder):
     out = explored[0]
-    result = nox("-s", "releases", "--", "--table", str(folder / "table.toml"), "--models", MODELS, "--out", str(out),
-                 "--bisect", "numerics:nanovlm-smoke", config=folder / "pyproject.toml")
+    result = nox("-s", "releases", "--", "--table", str(folder / "bisect-table.toml"), "--models", MODELS, "--out",
+                 str(out), "--bisect", "numerics:nanovlm-smoke", config=folder / "pyproject.toml")
     bisection = json.loads((out / "upgrade-path.json").read_text())["bisection"]
     # The ends that cannot be judged are passed over for the nearest that can: 0.7.0 and 1.0.1.
     assert bisection["built"] == ["executorch-0.3.0", "executorch-0.7.0", "executorch-1.9.0", "executorch-1.0.1"]

@@ -161,7 +161,8 @@ def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, candidates, envs, export-jobs, "
-        "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, project, rounds, suite, threads, "
+        "extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, profile, project, rounds, suite, "
+        "threads, "
         "time-budget, timeouts, variants, warmup"
     )
 
@@ -224,6 +225,14 @@ def test_diagnostic_budgets_turn_off_at_zero(project):
     assert (settings.backends_budget_s, settings.localize_budget_s) == (0, 0)
     path = set_config(project, "[tool.upgrade-gate]\nbackends-budget = -1\n")
     assert error_for(project) == f"{path}: tool.upgrade-gate.backends-budget: must be 0 (off) or more, got -1.0"
+
+
+def test_the_profile_is_on_unless_turned_off(project):
+    assert load_plan([], invoked_from=project, config_path=project / "pyproject.toml").settings.profile is True
+    set_config(project, "[tool.upgrade-gate]\nprofile = false\n")
+    assert load_plan([], invoked_from=project, config_path=project / "pyproject.toml").settings.profile is False
+    path = set_config(project, "[tool.upgrade-gate]\nprofile = 0\n")
+    assert error_for(project) == f"{path}: tool.upgrade-gate.profile: expected true or false, got 0"
 
 
 def test_unknown_baseline_stack_file(project):

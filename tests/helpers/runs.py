@@ -14,6 +14,12 @@ from upgrade_gate.config.plan import load_plan
 REPO = Path(__file__).resolve().parents[2]
 
 
+# For a run whose test is about something else than timing or diagnosis: one thread count, the fewest
+# rounds an interval allows, a short budget, and neither of the stages that explain a result without
+# gating it (the other backends' export-only tries, the per-operator profile: seconds each per model).
+QUICK = "threads = [1]\nrounds = 6\ntime-budget = 0.2\nbackends-budget = 0\nprofile = false\n"
+
+
 def nox(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "--no-color", *args],

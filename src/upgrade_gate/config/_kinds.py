@@ -58,6 +58,13 @@ def _names(table: Table, key: str, raw: Any, base: Path) -> tuple[str, ...]:
 NAMES = Kind(read=_names, write=list)
 
 
+def _flag(table: Table, key: str, raw: Any, base: Path) -> bool:
+    return table.get(key, bool, raw)
+
+
+FLAG = Kind(read=_flag)
+
+
 def integer_kind(minimum: int) -> Kind:
     def read(table: Table, key: str, raw: Any, base: Path) -> int:
         return table.positive(key, int, raw, minimum=minimum)

@@ -123,8 +123,6 @@ class Plan:
     fresh: bool = False
     # Ignore cached measurements only: `--remeasure`.
     remeasure: bool = False
-    # The runtime phase's per-operator profile (the release explorer, which shows none, leaves it out).
-    profile: bool = True
 
     def extra_requirements(self, stack: str) -> list[str]:
         """The project's extra requirements for one stack: those for every stack, then its own."""

@@ -54,10 +54,11 @@ from upgrade_gate.schema.verdict import Verdict
 def release_settings(settings: Settings) -> Settings:
     """What the explorer changes in the configuration's settings: latency at one thread, the ratio
     that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
-    question is the XNNPACK path across releases (`compare` tries the others for its candidate); and
-    no project: its tests and scan do not run per release, so their gates would only ever say
-    *incomplete* and hold every release's verdict at INCOMPLETE (the report says they were not run)."""
-    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, project=None)
+    question is the XNNPACK path across releases (`compare` tries the others for its candidate); no
+    per-operator profile, which the upgrade-path report does not show; and no project: its tests and
+    scan do not run per release, so their gates would only ever say *incomplete* and hold every
+    release's verdict at INCOMPLETE (the report says they were not run)."""
+    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, profile=False, project=None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -203,7 +204,7 @@ def release_plan(request: Request, release: Release, spec: StackSpec, models: tu
     chosen = tuple(m for m in plan.models if m.name in models)
     settings = dataclasses.replace(plan.settings, out_dir=request.folder(release))
     return dataclasses.replace(plan, settings=settings, stacks=(plan.baseline, spec), models=chosen,
-                               selection=tuple(m.name for m in chosen), shard=None, merge=(), profile=False)
+                               selection=tuple(m.name for m in chosen), shard=None, merge=())
 
 
 def explore_release(request: Request, release: Release, uv: str, baseline_bin: Path,

@@ -189,7 +189,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
         "threads": settings.threads[0],
         "localize_budget_s": settings.localize_budget_s,
         "backends_budget_s": settings.backends_budget_s,
-        "profile_runs": PROFILE_RUNS if stack.plan.profile else 0,
+        "profile_runs": PROFILE_RUNS if settings.profile else 0,
     }
     phase_file = model_dir / f"{phase}.json"
     try:
@@ -234,7 +234,7 @@ def _phase_key(
         parts.update(export_key=export["key"], export_files=export["files"])
     parts["threads"] = stack.plan.settings.threads[0]
     parts["budgets"] = [stack.plan.settings.localize_budget_s, stack.plan.settings.backends_budget_s]
-    if not stack.plan.profile:  # only then: the keys of every profiled result stay as they were
+    if not stack.plan.settings.profile:  # only then: the keys of every profiled result stay as they were
         parts["profile"] = False
     return cache.digest_of(parts)
 
