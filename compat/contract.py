@@ -147,12 +147,41 @@ class OtherBackends(Protocol):
         delegation counts…}``, ``{"status": "failed", "error"}`` or ``{"status": "unavailable", "reason"}``."""
 
 
+@runtime_checkable
+class Diagnoses(Protocol):
+    """Where an artifact departs from eager: the lowering again with parts kept out (compat/culprit.py,
+    compat/diagnose_phase.py), a reproducer, and the lines of an export script that avoid the culprit."""
+
+    def lowering_parts(self, module: Any, inputs: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
+        """The exported program and the parts of it the lowering takes: ``[{"key", "kind", "backend",
+        "module", "source"}, …]`` in graph order; ``key`` names one source call (culprit.source_key)."""
+
+    def lower_keeping_out(self, exported: Any, keep_out: frozenset[str]) -> Any:
+        """The exported program lowered as ``lower`` does, the parts keyed in ``keep_out`` left out."""
+
+    def lower_with_partitioner(self, exported: Any, partitioner: Any) -> Any:
+        """The exported program lowered with a remedy's partitioner (the ``partitioner`` its code makes)."""
+
+    def run_lowered(self, lowered: Any, inputs: tuple[Any, ...]) -> list[Any]:
+        """A lowered program serialized and run in the stack's runtime: its output tensors."""
+
+    def remedy_code(self, kinds: list[tuple[str, Any]]) -> str:
+        """Python that defines ``partitioner``, keeping each (kind, first node) out of the lowering."""
+
+    def reproducer_source(self, *, kind: str, call: str, arguments: int, threshold: float, remedy: str,
+                          found_in: str) -> str:
+        """A standalone script, torch and the stack's own packages only, that lowers the operator ``call``
+        on ``inputs.pt`` beside it and exits 1 while it differs from eager (0 with ``--with-remedy``
+        when the remedy fixes it)."""
+
+
 # What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
-                                 "backends": OtherBackends}
+                                 "backends": OtherBackends, "diagnose": Diagnoses}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
-                               Profiles: "the profiler", OtherBackends: "other backends"}
+                               Profiles: "the profiler", OtherBackends: "other backends",
+                               Diagnoses: "the culprit search"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -220,3 +249,4 @@ if TYPE_CHECKING:
     _candidate_profiles: Profiles = executorch_xnnpack
     _candidate_profiler_check: ProfilerCheck = executorch_xnnpack
     _candidate_backends: OtherBackends = executorch_xnnpack
+    _candidate_diagnoses: Diagnoses = executorch_xnnpack

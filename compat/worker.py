@@ -10,6 +10,8 @@ boundary, because the two sides run different torch versions. The commands:
 * ``probe``   — what is installed, and whether the adapter keeps the contract (probe.py)
 * ``check``   — do a project's model factories give models the tool can run (probe.py)
 * ``export``, ``runtime`` — one phase of one model (export_phase.py, runtime_phase.py; phases.py records it)
+* ``diagnose`` — where an artifact departed from eager: the operators behind it, a reproducer, a remedy
+  (diagnose_phase.py)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
 
 Nothing of this repository is on sys.path (``-P``): a user's own package called
@@ -80,7 +82,7 @@ def ours(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
-    parser.add_argument("command", choices=("probe", "check", "export", "runtime", "measure"))
+    parser.add_argument("command", choices=("probe", "check", "export", "runtime", "diagnose", "measure"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     die_with_parent()
@@ -119,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     phases = ours("phases")
     log = phases.PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
-    phase = (ours("export_phase").run_export_phase if args.command == "export"
-             else ours("runtime_phase").run_runtime_phase)
+    phase = {"export": lambda: ours("export_phase").run_export_phase,
+             "runtime": lambda: ours("runtime_phase").run_runtime_phase,
+             "diagnose": lambda: ours("diagnose_phase").run_diagnose_phase}[args.command]()
     phase(job, adapter, log)
     return 0
 

@@ -192,3 +192,28 @@ class MemoryHog(nn.Module):
 
 def memory_hog() -> ModelCase:
     return ModelCase(MemoryHog().eval(), (torch.zeros(1),))
+
+
+class PlantedOperator(nn.Module):
+    """A small MLP whose one defect in ExecuTorch 0.7 is an operator the XNNPACK delegate computes
+    wrongly: the tanh-approximated GELU runs as the exact one. ``approximate="none"`` is the same
+    model without it."""
+
+    def __init__(self, approximate: str) -> None:
+        super().__init__()
+        self.approximate = approximate
+        self.norm = nn.LayerNorm(32)
+        self.up, self.down = nn.Linear(32, 128), nn.Linear(128, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(self.norm(x)), approximate=self.approximate))
+
+
+def planted_operator(approximate: str = "tanh") -> ModelCase:
+    torch.manual_seed(5)
+    # Inputs wide enough to reach where the two GELUs differ most (|x| ≈ 2-4).
+    return ModelCase(PlantedOperator(approximate).eval(), (3 * torch.randn(8, 32),))
+
+
+def planted_operator_removed() -> ModelCase:
+    return planted_operator("none")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, load_spec
+from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache
@@ -92,7 +92,7 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
                 if set(contract.members(protocol)) <= names}
 
     assert offered("torchscript_mobile") == {"quantize", "profile"}
-    assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends"}
+    assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends", "diagnose"}
 
 
 # -- the code that keys every result ----------------------------------------------------
@@ -211,8 +211,10 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
         assert reached <= set(cache.adapter_files(adapter)), adapter
     helpers = set().union(*(imports.closure([COMPAT / f"{a}.py"]) for a in ADAPTERS))
     assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} <= helpers  # none is stale
+    # What it builds on beside the worker's own modules (which key every result anyway).
+    worker = {COMPAT / f"{name}.py" for name in WORKER_MODULES}
     assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} == set(cache.adapter_files("executorch_xnnpack")) - {
-        COMPAT / "executorch_xnnpack.py"}
+        COMPAT / "executorch_xnnpack.py"} - worker
     own = tmp_path / "own.py"
     own.write_text("from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, save, set_threads\n")
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
@@ -293,7 +295,9 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
     assert contract.declared(contract.Adapter) == ["SUFFIX", "set_threads", "lower", "save", "load", "run"]
     assert {name: contract.declared(p) for name, p in contract.CAPABILITIES.items()} == {
         "quantize": ["QUANTIZATIONS", "quantize"], "program": ["save_program", "run_method"], "profile": ["profile"],
-        "backends": ["OTHER_BACKENDS", "backend_unavailable", "export_only"]}
+        "backends": ["OTHER_BACKENDS", "backend_unavailable", "export_only"],
+        "diagnose": ["lowering_parts", "lower_keeping_out", "lower_with_partitioner", "run_lowered", "remedy_code",
+                     "reproducer_source"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

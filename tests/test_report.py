@@ -18,6 +18,22 @@ def plan(project: Path):
     return load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project, config_path=project / "pyproject.toml")
 
 
+def test_the_verdict_line_names_hard_failures_and_counts_soft_ones(plan):
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    # Off by 1% (hard) and three times slower (soft).
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.01], latency_ms=3.0)
+    assert pipeline.report(plan) == 1
+    report = (out / "report.md").read_text()
+    assert ("- **candidate** vs baseline **legacy**: **NO-GO** — hard: numerics (vit-smoke); 1 soft gate failed "
+            "(listed below)") in report
+    assert "<a href='#failing-gates'>listed below</a>" in (out / "report.html").read_text()
+    # Only soft ones: the count alone.
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=3.0)
+    assert pipeline.report(plan) == 0
+    assert "**GO-WITH-CONDITIONS** — 1 soft gate failed (listed below)" in (out / "report.md").read_text()
+
+
 def test_report_files_verdict_first(plan, capsys):
     out = plan.settings.out_dir
     write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=2.0)
@@ -30,7 +46,7 @@ def test_report_files_verdict_first(plan, capsys):
     lines = report.splitlines()
     assert lines[0] == "# upgrade-gate: legacy → candidate"
     assert lines[2] == "## Verdict: **NO-GO**"
-    assert "- **candidate** vs baseline **legacy**: **NO-GO** — numerics (vit-smoke, hard)" in report
+    assert "- **candidate** vs baseline **legacy**: **NO-GO** — hard: numerics (vit-smoke)" in report
     # The gates that did not pass, right under the verdict.
     failing = report[report.index("### Gates that did not pass"):report.index("## Decision matrix")]
     assert ("| FAILED | hard | candidate | vit-smoke | numerics | rel_l2 = 1.00e-02 | rel_l2 ≤ 1.00e-04 | "

@@ -25,7 +25,7 @@ SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "ru
 # upgrade_gate.run.cache.WORKER_FILES); what an adapter builds on (keyed with the adapters that import it:
 # upgrade_gate.run.cache.adapter_files); and the project scan (a venv of its own).
 WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_phase", "runtime_phase",
-                  "measure_server", "probe", "localize", "export_errors")
+                  "measure_server", "probe", "localize", "export_errors", "diagnose_phase", "culprit")
 ADAPTER_HELPERS = ("executorch_profile", "executorch_backends")
 NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
 

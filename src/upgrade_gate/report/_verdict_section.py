@@ -15,7 +15,7 @@ from upgrade_gate.report.render import mark as status_mark
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults, Results, StackInfo
-from upgrade_gate.schema.verdict import GateResult, GateStatus, VerdictRecord
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, VerdictRecord
 from upgrade_gate.text import num, short, size
 
 VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
@@ -30,6 +30,18 @@ def model_anchor(model: str) -> str:
 
 
 
+def failures_line(gates: tuple[GateResult, ...]) -> str:
+    """What decides first: each failed hard gate by name; the soft ones, which only set conditions, as a
+    count pointing at the table (a run with many of them buried the one hard failure among them)."""
+    failed = [g for g in gates if g.status is GateStatus.FAILED]
+    hard = [f"{g.gate} ({g.model})" for g in failed if g.severity is Severity.HARD]
+    soft = sum(1 for g in failed if g.severity is not Severity.HARD)
+    parts = [f"hard: {', '.join(hard)}"] if hard else []
+    if soft:
+        parts.append(f"{soft} soft gate{'s' if soft > 1 else ''} failed ([listed below](#failing-gates))")
+    return "; ".join(parts)
+
+
 def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list[Block]:
     """The verdict, each candidate's with the gates that did not pass, and those gates' table."""
     blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
@@ -37,8 +49,7 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
     lines = []
     for name, value in verdict.candidates.items():
         own = verdict.of(name)
-        failed = [g for g in own if g.status is GateStatus.FAILED]
-        summary = ", ".join(f"{g.gate} ({g.model}, {g.severity})" for g in failed) or (
+        summary = failures_line(own) or (
             "every gate passed" if all(g.status is GateStatus.PASSED for g in own) else "no gate failed")
         for status, label in LISTED:
             listed = [g for g in own if g.status is status]

@@ -1,0 +1,209 @@
+"""The operators behind a numerics failure, a reproducer for them, and the lowering that avoids them.
+
+An artifact's outputs departed from the same stack's eager outputs. The model is lowered again with
+parts of it kept out of the lowering — ExecuTorch: source calls kept out of the XNNPACK delegate (the
+portable kernels run them); the adapter says what a part is (``lowering_parts``) and how to keep
+parts out (``lower_keeping_out``) — and each lowering's artifact is run on the same real inputs and
+compared with eager, the LiteRT culprit finder's approach:
+
+1. Each kind of operator (``aten.gelu.default(approximate='tanh')``) is first checked alone: the op
+   on the real tensors that reached its first call, lowered and run as a one-operator program. Kinds
+   are then tried in the order of that error, largest first: every call of the kind kept out of the
+   lowering. The first kind whose exclusion brings the artifact within the threshold is the culprit.
+2. Its calls are narrowed: a single call that alone brings the artifact within the threshold is the
+   culprit by itself; otherwise all calls of the kind are (each call's share of the error is said).
+3. No single kind is enough: kinds are added in the order of what each took off the error until the
+   artifact passes — the smallest set found, said as such; if every part kept out still fails, no
+   bisection can pin it, and the report says so.
+
+Every lowering counts against the budget; a search the budget stops says where it stopped and
+claims nothing. Runs in the stack's venv (torch only here; the adapter brings the rest).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class OutOfBudget(Exception):
+    """The search's time budget ran out before its answer."""
+
+
+@dataclass
+class Search:
+    """One culprit search: the error of a lowering with some parts kept out, and what it cost."""
+
+    error_of: Callable[[frozenset[str]], float]  # keys kept out → worst relative L2 error against eager
+    threshold: float
+    budget_s: float
+    started: float = field(default_factory=time.monotonic)
+    tried: list[dict[str, Any]] = field(default_factory=list)
+
+    def error(self, keep_out: Iterable[str], why: str) -> float:
+        if time.monotonic() - self.started > self.budget_s:
+            raise OutOfBudget(f"stopped at budget ({self.budget_s:g} s) before trying {why}")
+        keys = frozenset(keep_out)
+        start = time.monotonic()
+        value = self.error_of(keys)
+        self.tried.append({"kept_out": why, "parts": len(keys), "rel_l2": value,
+                           "seconds": round(time.monotonic() - start, 2)})
+        return value
+
+
+def kinds_of(parts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The lowered parts by kind (an operator with the arguments that matter), in graph order."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for part in parts:
+        found.setdefault(part["kind"], []).append(part)
+    return found
+
+
+def find(parts: list[dict[str, Any]], search: Search, alone: dict[str, float]) -> dict[str, Any]:
+    """The smallest set of parts whose exclusion brings the artifact within the threshold.
+
+    ``alone``: each kind's error as a one-operator program (ranks the kinds; a kind absent was not
+    checked alone). Returns the record the report reads: ``status`` one of ``found``, ``combination``,
+    ``not pinned``, ``stopped at budget``, ``does not reproduce``."""
+    kinds = kinds_of(parts)
+    record: dict[str, Any] = {"tried": search.tried, "threshold": search.threshold}
+    try:
+        whole = search.error((), "nothing (the artifact as lowered)")
+        record["rel_l2"] = whole
+        if whole <= search.threshold:
+            return {**record, "status": "does not reproduce",
+                    "reason": f"lowered again, the artifact is within the threshold (rel. L2 {whole:.3g})"}
+        order = sorted(kinds, key=lambda kind: (-alone.get(kind, 0.0), list(kinds).index(kind)))
+        relief: dict[str, float] = {}
+        for kind in order:
+            error = search.error({p["key"] for p in kinds[kind]}, f"every {kind}")
+            relief[kind] = error
+            if error <= search.threshold:
+                calls = narrow(kinds[kind], search, whole)
+                return {**record, "status": "found", "culprits": [culprit(kind, calls, whole, error, alone)]}
+        chosen: list[str] = []
+        for kind in sorted(relief, key=lambda k: relief[k]):
+            chosen.append(kind)
+            keys = {p["key"] for k in chosen for p in kinds[k]}
+            error = search.error(keys, " and ".join(f"every {k}" for k in chosen))
+            if error <= search.threshold:
+                return {**record, "status": "combination",
+                        "culprits": [culprit(k, kinds[k], whole, relief[k], alone) for k in chosen],
+                        "rel_l2_without": error}
+        return {**record, "status": "not pinned",
+                "reason": "every lowered operator kept out of the lowering, the artifact still fails: the "
+                          "difference is not in what the lowering does to single operators"}
+    except OutOfBudget as stop:
+        return {**record, "status": "stopped at budget", "reason": str(stop)}
+
+
+def narrow(calls: list[dict[str, Any]], search: Search, whole: float) -> list[dict[str, Any]]:
+    """The one call of a kind that is enough kept out on its own, if there is one; else all of them,
+    each with the share of the error that keeping it out alone takes off."""
+    if len(calls) == 1:
+        return calls
+    shares = []
+    for call in calls:
+        error = search.error({call["key"]}, f"{call['key']} alone")
+        if error <= search.threshold:
+            return [{**call, "share": 1.0}]
+        shares.append({**call, "share": max(0.0, (whole - error) / whole)})
+    return shares
+
+
+def culprit(kind: str, calls: list[dict[str, Any]], whole: float, without: float,
+            alone: dict[str, float]) -> dict[str, Any]:
+    first = calls[0]
+    return {
+        "operator": kind,
+        "backend": first["backend"],
+        "calls": [{key: call[key] for key in ("key", "module", "source", "share") if key in call} for call in calls],
+        # How much of the output's error keeping the kind out takes off.
+        "share": max(0.0, (whole - without) / whole),
+        "rel_l2_without": without,
+        "rel_l2_alone": alone.get(kind),
+    }
+
+
+def capture_node_inputs(exported: Any, inputs: tuple[Any, ...], keys: set[str]) -> dict[str, tuple[Any, ...]]:
+    """The real arguments of the first call of each source call in ``keys``: the exported program's
+    graph run node by node on the model's own inputs (torch.fx.Interpreter)."""
+    import torch
+
+    module = exported.module()
+    found: dict[str, tuple[Any, ...]] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node: Any) -> Any:
+            key = source_key(node)
+            if node.op == "call_function" and key in keys and key not in found:
+                args, kwargs = self.fetch_args_kwargs_from_env(node)
+                found[key] = (node.target, _detached(args), _detached(kwargs))
+            return super().run_node(node)
+
+    with torch.no_grad():
+        Recorder(module).run(*inputs)
+    return found
+
+
+def source_key(node: Any) -> str:
+    """The source call a graph node came from (``gelu_1``): the same in the exported and the edge graph,
+    and shared by the nodes a decomposition makes of one call."""
+    torch_fn = node.meta.get("torch_fn")
+    return str(torch_fn[0]) if torch_fn else str(node.name)
+
+
+def _detached(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def rel_l2(actual: Any, expected: Any) -> float:
+    import torch
+
+    actual, expected = actual.double(), expected.double()
+    scale = float(torch.linalg.vector_norm(expected))
+    diff = float(torch.linalg.vector_norm(actual - expected))
+    return diff / scale if scale else (0.0 if diff == 0 else float("inf"))
+
+
+def op_call_code(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``torch.ops.aten.gelu.default(x0, approximate='tanh')`` and the tensors it takes, in order."""
+    import torch
+
+    tensors: list[Any] = []
+
+    def literal(value: Any) -> str:
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            return f"x{len(tensors) - 1}"
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(literal(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+        if isinstance(value, torch.dtype):
+            return str(value)
+        return repr(value)
+
+    name = str(target)  # "aten.gelu.default"
+    pieces = [literal(a) for a in args] + [f"{k}={literal(v)}" for k, v in kwargs.items()]
+    return f"torch.ops.{name}({', '.join(pieces)})", tensors
+
+
+def one_op_module(call: str, arguments: int) -> Any:
+    """A module whose forward is ``call`` on its ``arguments`` tensors (``x0``, ``x1``, …): the code a
+    reproducer shows is the code that ran."""
+    import torch
+
+    names = ", ".join(f"x{i}" for i in range(arguments))
+    scope: dict[str, Any] = {"torch": torch}
+    exec(f"def forward(self, {names}):\n    return {call}\n", scope)  # noqa: S102 - code op_call_code wrote
+    return type("OneOperator", (torch.nn.Module,), {"forward": scope["forward"]})()

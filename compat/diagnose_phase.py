@@ -1,0 +1,184 @@
+"""The diagnose phase in a stack's worker, run where an artifact's outputs departed from the same
+stack's eager outputs: the operators behind it (culprit.py), a reproducer to file upstream, and the
+lowering that keeps them out, checked on the same real inputs — one method per stage:
+build → eager → parts → alone → search → reproducer → remedy, for each method that failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import culprit
+from .common import load_case
+from .contract import Adapter, Diagnoses, require_whole
+from .phases import PhaseLog, StageSkipped
+
+REPRO_DIR = "repro"
+
+
+class DiagnosePhase:
+    """The diagnose phase: build → eager → parts → alone → search → reproducer → remedy."""
+
+    def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+        # Diagnoses' members, once run_stages has checked the adapter has them.
+        self.adapter: Any = adapter
+        self.job, self.log = job, log
+        self.model_dir = Path(job["model_dir"])
+        self.threshold = float(job["threshold"])
+        self.methods: list[str] = list(job["methods"])
+
+    def run_stages(self) -> None:
+        import torch
+
+        require_whole(self.adapter, Diagnoses, self.job["adapter"])
+        if not isinstance(self.adapter, Diagnoses):
+            self.log.stage("build", (), self.not_offered)
+            self.log.finish()
+            return
+
+        torch.set_num_threads(self.job["threads"])
+        self.log.stage("build", (), self.build)
+        self.log.stage("eager", ("build",), self.eager)
+        self.log.stage("parts", ("eager",), self.parts)
+        self.log.stage("alone", ("parts",), self.alone)
+        self.log.stage("search", ("alone",), self.search)
+        self.log.stage("reproducer", ("search",), self.reproducer)
+        self.log.stage("remedy", ("search",), self.remedy)
+        self.log.finish()
+
+    def not_offered(self):
+        raise StageSkipped("this stack's adapter has no culprit search (compat/contract.py Diagnoses)")
+
+    def build(self):
+        case, inputs, _ = load_case(self.job)
+        methods = case.entry_points()
+        return (methods, inputs), {"methods": self.methods}
+
+    def eager(self):
+        import torch
+
+        methods, inputs = self.log.results["build"]
+        with torch.no_grad():
+            return {name: flat(methods[name].module(*inputs[name])) for name in self.methods}, None
+
+    def error_of(self, lowered: Any, method: str) -> float:
+        """The worst relative L2 error of a lowering's outputs against eager, as the gate measures it."""
+        _, inputs = self.log.results["build"]
+        outputs = self.adapter.run_lowered(lowered, inputs[method])
+        return max(culprit.rel_l2(a, e) for a, e in zip(outputs, self.log.results["eager"][method]))
+
+    def parts(self):
+        methods, inputs = self.log.results["build"]
+        found = {name: self.adapter.lowering_parts(methods[name].module, inputs[name])
+                 for name in self.methods}
+        return found, {"parts": {name: len(parts) for name, (_, parts) in found.items()}}
+
+    def alone(self):
+        """Each kind as a one-operator program on the real tensors of its first call."""
+        _, inputs = self.log.results["build"]
+        found: dict[str, dict[str, Any]] = {}
+        for method, (exported, parts) in self.log.results["parts"].items():
+            first: dict[str, str] = {}
+            for part in parts:
+                first.setdefault(part["kind"], part["key"])
+            calls = culprit.capture_node_inputs(exported, inputs[method], set(first.values()))
+            for kind, key in first.items():
+                if key in calls:
+                    found.setdefault(method, {})[kind] = self.one_op(*calls[key])
+        errors = {m: {k: v["rel_l2"] for k, v in kinds.items()} for m, kinds in found.items()}
+        return found, {"rel_l2": errors}
+
+    def one_op(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        code, tensors = culprit.op_call_code(target, args, kwargs)
+        module = culprit.one_op_module(code, len(tensors))
+        with torch.no_grad():
+            eager = module(*tensors)
+        exported = torch.export.export(module, tuple(tensors))
+        lowered = self.adapter.lower_keeping_out(exported, frozenset())
+        actual = self.adapter.run_lowered(lowered, tuple(tensors))[0]
+        return {"code": code, "tensors": tensors, "rel_l2": culprit.rel_l2(actual, eager)}
+
+    def search(self):
+        found = {}
+        for method, (exported, parts) in self.log.results["parts"].items():
+            def error_of(keep_out: frozenset[str], exported: Any = exported, method: str = method) -> float:
+                return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
+
+            alone = {kind: v["rel_l2"] for kind, v in self.log.results["alone"].get(method, {}).items()}
+            budget = culprit.Search(error_of=error_of, threshold=self.threshold,
+                                    budget_s=self.job["budget_s"] / len(self.methods))
+            found[method] = culprit.find(parts, budget, alone)
+        return found, {"methods": found}
+
+    def reproducer(self):
+        """For each method's first culprit: the operator alone on its real inputs, when that fails alone."""
+        import torch
+
+        written = {}
+        for method, finding in self.log.results["search"].items():
+            culprits = finding.get("culprits") or []
+            if not culprits:
+                continue
+            kind = culprits[0]["operator"]
+            alone = self.log.results["alone"].get(method, {}).get(kind)
+            if alone is None or alone["rel_l2"] <= self.threshold:
+                written[method] = {"status": "not alone", "reason": (
+                    f"{kind} alone on its real inputs is within the threshold (rel. L2 "
+                    f"{alone['rel_l2']:.3g})" if alone else f"{kind} was not run alone")}
+                continue
+            folder = self.model_dir / REPRO_DIR / method
+            folder.mkdir(parents=True, exist_ok=True)
+            torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
+            remedy = self.remedy_code(method)
+            source = self.adapter.reproducer_source(
+                kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=self.threshold,
+                remedy=remedy, found_in=f"{self.job['model']}'s {method}:\n{where(culprits[0])}.")
+            (folder / "repro.py").write_text(source, encoding="utf-8")
+            written[method] = {"status": "written", "folder": str(folder.relative_to(self.model_dir)),
+                               "operator": kind, "rel_l2": alone["rel_l2"],
+                               "inputs_bytes": (folder / "inputs.pt").stat().st_size}
+        if not written:
+            raise StageSkipped("no culprit found")
+        return written, {"methods": written}
+
+    def remedy_code(self, method: str) -> str:
+        finding = self.log.results["search"][method]
+        exported, parts = self.log.results["parts"][method]
+        nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
+        kinds = [(c["operator"], nodes[c["calls"][0]["key"]]) for c in finding.get("culprits") or []]
+        return self.adapter.remedy_code(kinds)
+
+    def remedy(self):
+        """The lines to change, run as they are written: the whole method lowered with them."""
+        checked = {}
+        for method, finding in self.log.results["search"].items():
+            if not finding.get("culprits"):
+                continue
+            code = self.remedy_code(method)
+            scope: dict[str, Any] = {}
+            exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
+            exported, _ = self.log.results["parts"][method]
+            lowered = self.adapter.lower_with_partitioner(exported, scope["partitioner"])
+            error = self.error_of(lowered, method)
+            checked[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold}
+        if not checked:
+            raise StageSkipped("no culprit found")
+        return checked, {"methods": checked}
+
+
+def flat(value: Any) -> list[Any]:
+    from .common import flatten_outputs
+
+    return [t.detach() for t in flatten_outputs(value)]
+
+
+def where(found: dict[str, Any]) -> str:
+    call = found["calls"][0]
+    return f"{call.get('module') or 'the model itself'}, at {call.get('source') or 'a line torch did not record'}"
+
+
+def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    DiagnosePhase(job, adapter, log).run_stages()
+

@@ -1,0 +1,91 @@
+"""compat/culprit.py's search, on simulated lowerings: which parts it keeps out, in what order, and
+what it claims when the budget or the bisection runs out (the real lowering: tests/test_diagnose.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from upgrade_gate.layout import TOOL_ROOT
+
+spec = importlib.util.spec_from_file_location("culprit_under_test", TOOL_ROOT / "compat" / "culprit.py")
+culprit = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = culprit
+spec.loader.exec_module(culprit)
+
+THRESHOLD = 1e-4
+
+
+def parts(*kinds: tuple[str, int]) -> list[dict]:
+    """``count`` calls of each kind, keyed ``<kind>_<n>``, in graph order."""
+    return [{"key": f"{kind}_{n}", "kind": kind, "backend": "delegate", "module": f"block{n}", "source": f"m.py:{n}"}
+            for kind, count in kinds for n in range(count)]
+
+
+def lowering(errors: dict[str, float], floor: float = 1e-7):
+    """A lowering whose error is the sum of what each call not kept out adds; the keys it was asked for."""
+    asked: list[frozenset[str]] = []
+
+    def error_of(keep_out: frozenset[str]) -> float:
+        asked.append(keep_out)
+        return floor + sum(value for key, value in errors.items() if key not in keep_out)
+    return error_of, asked
+
+
+def search(error_of, budget_s: float = 60) -> culprit.Search:
+    return culprit.Search(error_of=error_of, threshold=THRESHOLD, budget_s=budget_s)
+
+
+def test_the_kind_that_fails_alone_is_tried_first_and_all_its_calls_are_the_culprit():
+    found = parts(("linear", 2), ("gelu", 3))
+    error_of, asked = lowering({"gelu_0": 8e-5, "gelu_1": 8e-5, "gelu_2": 8e-5, "linear_0": 1e-6})
+    record = culprit.find(found, search(error_of), alone={"gelu": 2e-4, "linear": 1e-7})
+    assert record["status"] == "found"
+    # The whole artifact, then every gelu (ranked first by its error alone), then each gelu call alone.
+    assert asked[:2] == [frozenset(), frozenset({"gelu_0", "gelu_1", "gelu_2"})]
+    assert asked[2:] == [frozenset({f"gelu_{n}"}) for n in range(3)]
+    (found_kind,) = record["culprits"]
+    assert found_kind["operator"] == "gelu" and [c["key"] for c in found_kind["calls"]] == ["gelu_0", "gelu_1", "gelu_2"]
+    # Each call's share: what keeping it out alone takes off the whole error.
+    whole = 1e-7 + 3 * 8e-5 + 1e-6
+    assert found_kind["calls"][0]["share"] == pytest.approx(8e-5 / whole)
+    assert found_kind["share"] == pytest.approx((whole - (1e-7 + 1e-6)) / whole)
+    assert record["rel_l2"] == pytest.approx(whole)
+
+
+def test_one_call_that_is_enough_on_its_own_is_the_culprit_alone():
+    error_of, _ = lowering({"gelu_1": 5e-4, "gelu_0": 1e-6})
+    record = culprit.find(parts(("gelu", 2)), search(error_of), alone={})
+    (found_kind,) = record["culprits"]
+    assert [c["key"] for c in found_kind["calls"]] == ["gelu_1"] and found_kind["calls"][0]["share"] == 1.0
+
+
+def test_kinds_that_are_enough_only_together_are_said_as_a_combination():
+    error_of, _ = lowering({"gelu_0": 1.2e-4, "softmax_0": 1e-4, "linear_0": 5e-6})
+    record = culprit.find(parts(("linear", 1), ("gelu", 1), ("softmax", 1)), search(error_of), alone={})
+    assert record["status"] == "combination"
+    assert [c["operator"] for c in record["culprits"]] == ["gelu", "softmax"]  # the larger relief first
+    assert record["rel_l2_without"] <= THRESHOLD
+
+
+def test_a_difference_no_single_part_explains_is_not_pinned():
+    error_of = lambda keep_out: 5e-4  # noqa: E731 - the same whatever is kept out
+    record = culprit.find(parts(("linear", 2), ("gelu", 1)), search(error_of), alone={})
+    assert record["status"] == "not pinned" and "culprits" not in record
+    assert "every lowered operator kept out" in record["reason"]
+
+
+def test_a_search_out_of_budget_claims_nothing():
+    error_of, _ = lowering({"gelu_0": 5e-4})
+    record = culprit.find(parts(("gelu", 1)), search(error_of, budget_s=0), alone={})
+    assert record["status"] == "stopped at budget" and "culprits" not in record
+    assert record["reason"].startswith("stopped at budget (0 s) before trying nothing")
+
+
+def test_an_artifact_that_passes_when_lowered_again_is_said_so():
+    error_of, asked = lowering({})
+    record = culprit.find(parts(("gelu", 1)), search(error_of), alone={})
+    assert record["status"] == "does not reproduce" and len(asked) == 1
+
