@@ -213,7 +213,8 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert f"legacy: vit-smoke: export: cache entry {entry} is corrupt (forward.ptl does not match its SHA-256)" in log
     assert "legacy: vit-smoke: export done in" in log
     assert "legacy: mobilenet-v3-small: export reused from the cache" in log
-    assert {s["status"] for s in stages(out, "legacy", "vit-smoke", "runtime").values()} == {"ok"}
+    assert {s["status"] for name, s in stages(out, "legacy", "vit-smoke", "runtime").items()
+            if name not in TURNED_OFF} == {"ok"}
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -242,6 +243,8 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     wait_for(lambda: not live_workers(out), 15, "the workers to stop with the run")
     stopped = next(s for s in stages(out, "candidate", "vit-smoke", "export").values() if s["status"] != "ok")
     assert stopped["status"] == "interrupted", stopped  # not "crashed": nothing the model did
+    if stop is signal.SIGINT:
+        return  # what follows is the same after either signal (run/guard.py turns SIGTERM into Ctrl-C): once
 
     # A report on what is there is no verdict: INCOMPLETE, saying what to do.
     report = nox("-s", "report", "--", "--out", str(out), env=env, timeout=300)

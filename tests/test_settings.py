@@ -35,8 +35,7 @@ def test_defaults(project):
     # Each model, then its quantized variants.
     assert [m.name for m in plan.models] == [
         "mobilenet-v3-small", "mobilenet-v3-small@int8", "vit-smoke", "vit-smoke@int8-dynamic",
-        "llama-smoke", "llama-smoke@int8-dynamic", "llama-smoke@8da4w", "minilm-smoke", "minilm-smoke@int8-dynamic",
-        "nanovlm-smoke", "nanovlm-smoke@int8-dynamic"]
+        "llama-smoke", "llama-smoke@8da4w", "minilm-smoke", "nanovlm-smoke"]
     int8 = plan.models[1]
     assert (int8.base, int8.variant, int8.quantized, plan.models[0].quantized) == (
         "mobilenet-v3-small", "int8", True, False)
