@@ -226,7 +226,8 @@ def test_smoke_int8_in_both_stacks(smoke_run):
         for stack in ("legacy", "candidate"):
             record = int8["stacks"][stack]
             stages = {s["stage"]: s for s in record["stages"]}
-            assert {s["status"] for s in stages.values()} == {"ok"}, (name, stack, record["stages"])
+            assert {s["status"] for s in stages.values() if s["stage"] not in EXPLAINING} == {"ok"}, \
+                (name, stack, record["stages"])
             assert kind in stages["quantize"]["details"]["methods"]["forward"]["recipe"]
             # Quantized weights: a quarter of the float artifact, give or take the graph.
             assert record["artifact"]["bytes"] < 0.5 * fp32["stacks"][stack]["artifact"]["bytes"]
@@ -237,7 +238,7 @@ def test_smoke_int8_in_both_stacks(smoke_run):
     llm = models["llama-smoke@8da4w"]
     quantize = next(s for s in llm["stacks"]["legacy"]["stages"] if s["stage"] == "quantize")
     assert (quantize["status"], quantize["reason"]) == ("skipped", "this stack has no 8da4w recipe (it offers: int8, int8-dynamic)")
-    assert {s["status"] for s in llm["stacks"]["candidate"]["stages"]} == {"ok"}
+    assert {s["status"] for s in llm["stacks"]["candidate"]["stages"] if s["stage"] not in EXPLAINING} == {"ok"}
     gates = {(g.model, g.gate): g for g in verdict_of(out).gates}
     assert gates[("vit-smoke@int8-dynamic", "quantized-numerics")].measured_text.startswith("SNR = ")
     assert ("llama-smoke@8da4w", "latency") not in gates  # no baseline to time it against
