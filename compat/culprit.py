@@ -159,7 +159,8 @@ def _detached(value: Any) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        # Contiguous: a program's inputs must be (a transposed weight reaches its matmul as a view).
+        return value.detach().contiguous().clone()
     if isinstance(value, (list, tuple)):
         return type(value)(_detached(v) for v in value)
     if isinstance(value, dict):

@@ -77,16 +77,21 @@ class DiagnosePhase:
         """Each kind as a one-operator program on the real tensors of its first call."""
         _, inputs = self.log.results["build"]
         found: dict[str, dict[str, Any]] = {}
+        failures: dict[str, dict[str, str]] = {}
         for method, (exported, parts) in self.log.results["parts"].items():
             first: dict[str, str] = {}
             for part in parts:
                 first.setdefault(part["kind"], part["key"])
             calls = culprit.capture_node_inputs(exported, inputs[method], set(first.values()))
             for kind, key in first.items():
-                if key in calls:
+                if key not in calls:
+                    continue
+                try:
                     found.setdefault(method, {})[kind] = self.one_op(*calls[key])
+                except Exception as error:  # noqa: BLE001 - a kind that will not run alone is only unranked
+                    failures.setdefault(method, {})[kind] = f"{type(error).__name__}: {str(error)[:300]}"
         errors = {m: {k: v["rel_l2"] for k, v in kinds.items()} for m, kinds in found.items()}
-        return found, {"rel_l2": errors}
+        return found, {"rel_l2": errors, "not_run_alone": failures}
 
     def one_op(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         import torch
