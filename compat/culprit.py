@@ -75,7 +75,7 @@ def find(parts: list[dict[str, Any]], search: Search, alone: dict[str, float]) -
         if whole <= search.threshold:
             return {**record, "status": "does not reproduce",
                     "reason": f"lowered again, the artifact is within the threshold (rel. L2 {whole:.3g})"}
-        order = sorted(kinds, key=lambda kind: (-alone.get(kind, 0.0), list(kinds).index(kind)))
+        order = sorted(kinds, key=lambda kind: -alone.get(kind, 0.0))  # stable: graph order among equals
         relief: dict[str, float] = {}
         for kind in order:
             error = search.error({p["key"] for p in kinds[kind]}, f"every {kind}")

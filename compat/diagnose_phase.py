@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import culprit
-from .common import load_case
+from .common import flatten_outputs, load_case
 from .contract import Adapter, Diagnoses, require_whole
 from .phases import PhaseLog, StageSkipped
 
@@ -26,6 +26,7 @@ class DiagnosePhase:
         self.model_dir = Path(job["model_dir"])
         self.threshold = float(job["threshold"])
         self.methods: list[str] = list(job["methods"])
+        self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
 
     def run_stages(self) -> None:
         import torch
@@ -112,9 +113,9 @@ class DiagnosePhase:
                 return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
 
             alone = {kind: v["rel_l2"] for kind, v in self.log.results["alone"].get(method, {}).items()}
-            budget = culprit.Search(error_of=error_of, threshold=self.threshold,
+            search = culprit.Search(error_of=error_of, threshold=self.threshold,
                                     budget_s=self.job["budget_s"] / len(self.methods))
-            found[method] = culprit.find(parts, budget, alone)
+            found[method] = culprit.find(parts, search, alone)
         return found, {"methods": found}
 
     def reproducer(self):
@@ -149,11 +150,13 @@ class DiagnosePhase:
         return written, {"methods": written}
 
     def remedy_code(self, method: str) -> str:
-        finding = self.log.results["search"][method]
-        exported, parts = self.log.results["parts"][method]
-        nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
-        kinds = [(c["operator"], nodes[c["calls"][0]["key"]]) for c in finding.get("culprits") or []]
-        return self.adapter.remedy_code(kinds)
+        if method not in self.remedies:
+            finding = self.log.results["search"][method]
+            exported, _ = self.log.results["parts"][method]
+            nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
+            kinds = [(c["operator"], nodes[c["calls"][0]["key"]]) for c in finding.get("culprits") or []]
+            self.remedies[method] = self.adapter.remedy_code(kinds)
+        return self.remedies[method]
 
     def remedy(self):
         """The lines to change, run as they are written: the whole method lowered with them."""
@@ -174,8 +177,6 @@ class DiagnosePhase:
 
 
 def flat(value: Any) -> list[Any]:
-    from .common import flatten_outputs
-
     return [t.detach() for t in flatten_outputs(value)]
 
 

@@ -20,11 +20,13 @@ import torch
 try:
     from executorch.extension.pybindings._portable_lib import (
         _load_for_executorch,
+        _load_for_executorch_from_buffer,
         _unsafe_reset_threadpool,
     )
 except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
     from executorch.extension.pybindings._C import (
         _load_for_executorch,
+        _load_for_executorch_from_buffer,
         _unsafe_reset_threadpool,
     )
 
@@ -263,7 +265,7 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) ->
     from .export_errors import source_line
 
     exported = torch.export.export(module, inputs)
-    lowered, _ = _lower_with(exported, _partitioner(()))
+    lowered = lower_keeping_out(exported, frozenset())
     portable = {culprit.source_key(node) for node in lowered.exported_program().graph.nodes
                 if node.op == "call_function" and "delegate" not in node.name and node.target.__name__ != "getitem"}
     parts, seen = [], set()
@@ -292,12 +294,14 @@ def operator_kind(node: Any) -> str:
 def lower_keeping_out(exported: Any, keep_out: frozenset[str]) -> Any:
     """The exported program lowered as ``lower`` does, the source calls in ``keep_out`` left to the
     portable kernels."""
-    return _lower_with(exported, _partitioner(keep_out))[0]
+    return lower_with_partitioner(exported, _partitioner(keep_out))
 
 
 def lower_with_partitioner(exported: Any, partitioner: Any) -> Any:
-    """The exported program lowered with a remedy's own partitioner."""
-    return _lower_with(exported, partitioner)[0]
+    """The exported program lowered with a remedy's own partitioner (a copy: the search lowers it again)."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(copy.deepcopy(exported), partitioner=[partitioner])
 
 
 def _partitioner(keep_out: Iterable[str]) -> Any:
@@ -314,16 +318,8 @@ def _partitioner(keep_out: Iterable[str]) -> Any:
     return partitioner
 
 
-def _lower_with(exported: Any, partitioner: Any) -> tuple[Any, Any]:
-    from executorch.exir import to_edge_transform_and_lower
-
-    return to_edge_transform_and_lower(copy.deepcopy(exported), partitioner=[partitioner]), partitioner
-
-
 def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
     """A lowered program serialized and run in this process's runtime, as the artifact would be."""
-    from executorch.extension.pybindings._portable_lib import _load_for_executorch_from_buffer
-
     program = lowered.to_executorch()
     return list(_load_for_executorch_from_buffer(program.buffer).forward(tuple(inputs)))
 
@@ -424,7 +420,8 @@ def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float,
     from importlib.metadata import version
 
     # The remedy's lines, as a team would paste them, inside a function (one blank line between blocks).
-    lines = [line for index, line in enumerate(remedy.splitlines()) if line or remedy.splitlines()[index - 1]]
+    given = remedy.splitlines()
+    lines = [line for index, line in enumerate(given) if line or given[index - 1]]
     indented = "".join(f"    {line}\n" if line else "\n" for line in lines)
     return REPRODUCER.format(kind=kind, executorch=version("executorch"), found_in=found_in, threshold=threshold,
                              names=", ".join(f"x{i}" for i in range(arguments)), call=call, remedy=indented)

@@ -135,7 +135,7 @@ class RuntimePhase:
     def profile(self):
         # Where the time goes, operator by operator, in the stack's own runtime.
         if not self.job["profile_runs"]:
-            raise StageSkipped("turned off (profile = false; the release explorer compares releases and profiles none)")
+            raise StageSkipped("turned off (profile = false)")
         if not isinstance(self.adapter, Profiles):
             raise StageSkipped("this stack's self.adapter has no per-operator profiler")
         # profiler_missing is optional: without it the machine lacks nothing.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import QUICK, REPO, nox, user_project
+from helpers.runs import EXPLAINING, QUICK, REPO, TURNED_OFF, nox, user_project
 
 from upgrade_gate.schema.verdict import GateStatus
 
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.integration
 # A private result cache per test: what is reused is what this test ran. These tests are about
 # surviving, not about speed: the quick settings.
 CONFIG = f'[tool.upgrade-gate]\ncache = "cache"\n{QUICK}'
-TURNED_OFF = ("backends", "profile")  # by the quick settings
 
 
 def use_adapter(tmp_path: Path, stack: str, file_name: str, source: str) -> Path:
@@ -77,8 +76,9 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
 
         for phase in ("export", "runtime"):
             found = stages(out, stack, "vit-smoke", phase)
-            assert {s["status"] for name, s in found.items() if name not in TURNED_OFF} == {"ok"}
-            assert {found[name]["reason"].split(" (")[0] for name in TURNED_OFF if name in found} <= {"turned off"}
+            assert {s["status"] for name, s in found.items() if name not in EXPLAINING} == {"ok"}
+            assert {name: found[name]["reason"] for name in EXPLAINING if name in found} == {
+                name: reason for name, reason in TURNED_OFF.items() if name in found}
 
     export_gates = {g.model: g for g in verdict_of(out).gates if g.gate == "export"}
     assert export_gates["vit-smoke"].status is GateStatus.PASSED
@@ -185,7 +185,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert {m["model"] for m in results["models"]} == set(NAMES)
     for model in results["models"]:
         for stack in ("legacy", "candidate"):
-            assert {s["status"] for s in model["stacks"][stack]["stages"] if s["stage"] not in TURNED_OFF} == {"ok"}, \
+            assert {s["status"] for s in model["stacks"][stack]["stages"] if s["stage"] not in EXPLAINING} == {"ok"}, \
                 (model["model"], stack)
 
     # Unchanged: everything is reused, and the report is the same.
@@ -214,7 +214,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert "legacy: vit-smoke: export done in" in log
     assert "legacy: mobilenet-v3-small: export reused from the cache" in log
     assert {s["status"] for name, s in stages(out, "legacy", "vit-smoke", "runtime").items()
-            if name not in TURNED_OFF} == {"ok"}
+            if name not in EXPLAINING} == {"ok"}
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

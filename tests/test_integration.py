@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.readers import colours, render, validate_junit, verdict_of
-from helpers.runs import QUICK, REPO, load, nox, user_project
+from helpers.runs import EXPLAINING, EXPLAINING_OFF, QUICK, QUICK_TIMING, REPO, load, nox, user_project
 from packaging.version import Version
 
 from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
@@ -22,11 +22,6 @@ pytestmark = pytest.mark.integration
 
 
 
-
-
-# The stages that explain a result without judging it, off: seconds per model each.
-EXPLAINING_OFF = "backends-budget = 0\nprofile = false\n"
-EXPLAINING = ("backends", "profile")
 
 
 @pytest.fixture(scope="module")
@@ -322,8 +317,7 @@ def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tm
     # report job. The phases come from the cache the single run filled; each job times its own stack.
     out, single = smoke_run
     config = tmp_path / "pyproject.toml"
-    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\nthreads = [1]\nrounds = 6\n'
-                      f'time-budget = 0.2\n{EXPLAINING_OFF}')
+    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\n{QUICK}')
     env = {"UPGRADE_GATE_CONFIG": str(config)}
     shard_job, project_job, report_job = workflow_commands()
     # This configuration has no [tool.upgrade-gate.project]: the project job's sessions skip.
@@ -446,9 +440,8 @@ def explained_run(tmp_path_factory):
     export-only tries of the candidate's other backends."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
-    config = QUICK.replace("backends-budget = 0\n", "").replace("profile = false\n", "")
     result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke",
-                 "--fresh", env=user_project(folder, f"[tool.upgrade-gate]\n{config}"))
+                 "--fresh", env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
     return out, result
 
 

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.runs import QUICK, nox, user_project
+from helpers.runs import EXPLAINING, QUICK, nox, user_project
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def team_project(tmp_path: Path, models: str) -> dict[str, str]:
 
 def ran(model: dict, stack: str) -> set[str]:
     """The statuses of a model's stages in a stack, but for those the quick settings turn off."""
-    return {s["status"] for s in model["stacks"][stack]["stages"] if s["stage"] not in ("backends", "profile")}
+    return {s["status"] for s in model["stacks"][stack]["stages"] if s["stage"] not in EXPLAINING}
 
 
 def test_a_project_model_runs_through_both_stacks(tmp_path):

@@ -14,10 +14,15 @@ from upgrade_gate.config.plan import load_plan
 REPO = Path(__file__).resolve().parents[2]
 
 
-# For a run whose test is about something else than timing or diagnosis: one thread count, the fewest
-# rounds an interval allows, a short budget, and neither of the stages that explain a result without
-# gating it (the other backends' export-only tries, the per-operator profile: seconds each per model).
-QUICK = "threads = [1]\nrounds = 6\ntime-budget = 0.2\nbackends-budget = 0\nprofile = false\n"
+# The stages that explain a result without gating it (the other backends' export-only tries, the
+# per-operator profile: seconds each per model), the settings that turn them off, and their records then.
+EXPLAINING = ("backends", "profile")
+EXPLAINING_OFF = "backends-budget = 0\nprofile = false\n"
+TURNED_OFF = {"backends": "turned off (backends-budget = 0)", "profile": "turned off (profile = false)"}
+# The shortest measurement: one thread count, the fewest rounds an interval allows, a short budget.
+QUICK_TIMING = "threads = [1]\nrounds = 6\ntime-budget = 0.2\n"
+# For a run whose test is about something else than timing or diagnosis.
+QUICK = QUICK_TIMING + EXPLAINING_OFF
 
 
 def nox(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
