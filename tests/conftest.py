@@ -4,7 +4,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.runs import make_project
+from helpers.runs import QUICK_TIMING, make_project, nox, user_project
 
 REPO = Path(__file__).resolve().parents[1]
 collect_ignore = ["sample_project"]  # a user project with its own tests, run inside the stacks
@@ -49,3 +49,15 @@ def figures_in_the_browser_tier(request: pytest.FixtureRequest, monkeypatch: pyt
         from upgrade_gate.report import _figures
 
         monkeypatch.setattr(_figures, "drawing", lambda name, *args: lambda: None)
+
+
+@pytest.fixture(scope="session")
+def explained_run(tmp_path_factory):
+    """The stages that explain a result, in one real compare: an unexportable model (its export failure
+    localized), vit-smoke (profiles, and export-only tries of the candidate's other backends), and
+    planted-operator, whose artifact departs from its eager model (the culprit search: tests/test_diagnose.py)."""
+    folder = tmp_path_factory.mktemp("explained")
+    out = folder / "report"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke,planted-operator",
+                 "--fresh", env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
+    return out, result

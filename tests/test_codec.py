@@ -45,7 +45,7 @@ from upgrade_gate.schema.project import (
     TestRun,
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, Results, StackInfo
-from upgrade_gate.schema.stack import CacheUse, StackResults
+from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
 from upgrade_gate.schema.verdict import (
     BaselineFinding,
     GateResult,
@@ -94,10 +94,14 @@ STAGES = (Stage(stage="build", status="ok", duration_s=1.5, details={"fixtures":
           Stage(stage="save", status="ok", duration_s=0.5, details={"bytes": 1000}),
           Stage(stage="export", status="failed", duration_s=2.0, reason="r",
                 error=StageError(type="ValueError", message="m", traceback_tail=("a", "b"), errno=28)))
+DIAGNOSIS = Diagnosis(record_dir="stacks/candidate/models/vit/diagnose", cache=CacheUse(key="d"), stages=(
+    Stage(stage="build", status="ok", duration_s=1.0, details={"methods": ["forward"]}),
+    Stage(stage="search", status="ok", duration_s=9.0, details={"methods": {"forward": {
+        "status": "found", "rel_l2": 2e-4, "culprits": [{"operator": "aten.gelu.default(approximate='tanh')"}]}}})))
 STACK_RESULTS = StackResults(record_dir="stacks/candidate/models/vit", stages=STAGES, measured={2: MEASURED, 1: MEASURED},
                              export_peak_rss_bytes=10, runtime_phase_peak_rss_bytes=20,
                              cache={"export": CacheUse(key="k", reused_from="old"), "runtime": CacheUse(key=None)},
-                             damaged=("x.npz",))
+                             damaged=("x.npz",), diagnosis=DIAGNOSIS)
 MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="ViT", source="built-in",
                      variant="int8", task_kind="classification", stacks={"candidate": STACK_RESULTS},
                      comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION})
@@ -133,7 +137,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, DIAGNOSIS, PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),
@@ -180,7 +184,7 @@ def test_keys_and_their_order_are_the_files():
     assert list(MEASURED.to_dict()) == ["status", "problem", "latency", "rounds", "cold_start", "memory",
                                         "image_input", "host"]
     assert list(STACK_RESULTS.to_dict()) == ["record_dir", "stages", "measured", "export_peak_rss_bytes",
-                                             "runtime_phase_peak_rss_bytes", "cache", "damaged", "artifact",
+                                             "runtime_phase_peak_rss_bytes", "cache", "damaged", "diagnosis", "artifact",
                                              "planned_memory_bytes", "runtime_memory_bytes"]
     assert list(STACK_RESULTS.to_dict()["measured"]) == ["2", "1"]
     assert list(STACK_INFO.to_dict()) == ["spec", "installed", "extra_requirements", "packages"]

@@ -1,66 +1,77 @@
-"""The diagnose phase in the real candidate stack (ExecuTorch 0.7 + XNNPACK), on a planted defect: a
-small MLP whose one wrong operator is the tanh GELU the delegate computes as the exact one. The search
-(compat/culprit.py, unit-tested in tests/test_culprit.py) names it, its remedy is checked by lowering
-the model with the remedy's own code, and its reproducer runs standalone in the venv: exit 1 as lowered,
-0 with the remedy."""
+"""The diagnose phase as `nox -s compare` runs it, in the real candidate stack (ExecuTorch 0.7 + XNNPACK),
+on a planted defect: a small MLP whose one wrong operator is the tanh GELU the delegate computes as the
+exact one (models/smoke.py). The run finds that its artifact departs from its own eager model, starts the
+phase, and the report leads from the NO-GO to the way out: the operator with its line and backend, a
+reproducer that runs standalone (exit 1 as lowered, 0 with the remedy), and the remedy's code, checked
+by lowering the model with it. The search itself is unit-tested in tests/test_culprit.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers.runs import QUICK, REPO, nox, user_project
+from helpers.readers import verdict_of
+from helpers.runs import REPO, load
 
-from upgrade_gate.run import runner
+from upgrade_gate.schema.verdict import GateStatus
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(scope="module")
-def diagnosed(tmp_path_factory) -> tuple[Path, dict]:
-    folder = tmp_path_factory.mktemp("diagnose")
-    env = user_project(folder, f"[tool.upgrade-gate]\n{QUICK}")
-    out = folder / "report"
-    # The candidate's venv as `compare` builds it, and the model's export and runtime phases in it.
-    built = nox("-s", "run(candidate)", "--", "--out", str(out), "--models", "planted-operator", env=env)
-    assert built.returncode == 0, built.stderr[-3000:]
-    model_dir = out / "stacks" / "candidate" / "models" / "planted-operator"
-    job = {**json.loads((model_dir / "export-job.json").read_text()), "model_dir": str(model_dir / "diagnose"),
-           "threshold": 1e-4, "methods": ["forward"], "budget_s": 300}
-    (model_dir / "diagnose").mkdir()
-    job_file = model_dir / "diagnose" / "diagnose-job.json"
-    job_file.write_text(json.dumps(job))
-    bin_dir = REPO / ".nox" / "run-candidate" / "bin"
-    worker = subprocess.run(runner.worker_argv(bin_dir, "diagnose", job_file), env=runner.worker_env(bin_dir),
-                            capture_output=True, text=True, timeout=900)
-    assert worker.returncode == 0, worker.stderr[-3000:]
-    record = json.loads((model_dir / "diagnose" / "diagnose.json").read_text())
-    return model_dir / "diagnose", {s["stage"]: s for s in record["stages"]}
+MODEL = "planted-operator"
+CALL = "return self.down(torch.nn.functional.gelu(self.up(self.norm(x)), approximate=self.approximate))"
 
 
-def test_the_planted_operator_is_named_with_its_line_and_backend(diagnosed):
-    _, stages = diagnosed
+def planted(out: Path) -> dict:
+    return next(m for m in load(out, "results.json")["models"] if m["model"] == MODEL)
+
+
+def stages_of(out: Path) -> dict[str, dict]:
+    diagnosis = planted(out)["stacks"]["candidate"]["diagnosis"]
+    return {s["stage"]: s for s in diagnosis["stages"]}
+
+
+def source_line() -> int:
+    return next(n for n, text in enumerate((REPO / "models" / "smoke.py").read_text().splitlines(), 1) if CALL in text)
+
+
+def test_a_departing_artifact_is_diagnosed_and_the_others_are_not(explained_run):
+    out, result = explained_run
+    gate = next(g for g in verdict_of(out).gates if (g.model, g.gate) == (MODEL, "numerics"))
+    assert gate.status is GateStatus.FAILED, result.stderr[-3000:]
+    assert re.search(rf"\] candidate: {MODEL}: diagnose done in ", result.stderr), result.stderr[-3000:]
+    # Only where the artifact departs from its own eager model: not the legacy stack's, not vit-smoke's.
+    assert planted(out)["stacks"]["legacy"]["diagnosis"] is None
+    vit = next(m for m in load(out, "results.json")["models"] if m["model"] == "vit-smoke")
+    assert vit["stacks"]["candidate"]["diagnosis"] is None
+    # The phase is stored like the others, its reproducer's folder with it.
+    folder = out / "stacks" / "candidate" / "models" / MODEL / "diagnose"
+    key = json.loads((folder / "diagnose.cache.json").read_text())
+    assert key["stored"] and {"diagnose.json", "repro/forward/repro.py", "repro/forward/inputs.pt"} <= set(key["files"])
+
+
+def test_the_planted_operator_is_named_with_its_line_and_backend(explained_run):
+    out, _ = explained_run
+    stages = stages_of(out)
     assert {name: s["status"] for name, s in stages.items()} == {
         "build": "ok", "eager": "ok", "parts": "ok", "alone": "ok", "search": "ok", "reproducer": "ok", "remedy": "ok"}
     finding = stages["search"]["details"]["methods"]["forward"]
     assert finding["status"] == "found" and finding["rel_l2"] > 1e-4
     (found,) = finding["culprits"]
     assert found["operator"] == "aten.gelu.default(approximate='tanh')" and found["backend"] == "XNNPACK delegate"
-    code = "return self.down(torch.nn.functional.gelu(self.up(self.norm(x)), approximate=self.approximate))"
-    line = next(n for n, text in enumerate((REPO / "models" / "smoke.py").read_text().splitlines(), 1) if code in text)
-    assert [call["source"] for call in found["calls"]] == [f"smoke.py:{line} in forward: {code}"]
+    assert [call["source"] for call in found["calls"]] == [f"smoke.py:{source_line()} in forward: {CALL}"]
     # Keeping it out of the delegate takes off nearly all of the error; the linear layers alone are exact enough.
     assert found["share"] > 0.99 and found["rel_l2_without"] < 1e-6
     alone = stages["alone"]["details"]["rel_l2"]["forward"]
     assert alone["aten.gelu.default(approximate='tanh')"] > 1e-4 > alone["aten.linear.default"]
 
 
-def test_the_remedy_is_code_that_passes_when_run_as_written(diagnosed):
-    _, stages = diagnosed
-    remedy = stages["remedy"]["details"]["methods"]["forward"]
+def test_the_remedy_is_code_that_passes_when_run_as_written(explained_run):
+    out, _ = explained_run
+    remedy = stages_of(out)["remedy"]["details"]["methods"]["forward"]
     assert remedy["passes"] and remedy["rel_l2"] < 1e-6
     # The delegate's GELU config narrowed to the calls that are wrong: the exact GELU stays delegated.
     assert "class GeluConfigKeepingOut(GeluConfig):" in remedy["code"]
@@ -70,18 +81,34 @@ def test_the_remedy_is_code_that_passes_when_run_as_written(diagnosed):
         "for c in ALL_PARTITIONER_CONFIGS])")
 
 
-def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(diagnosed):
-    folder, stages = diagnosed
-    written = stages["reproducer"]["details"]["methods"]["forward"]
-    repro = folder / written["folder"] / "repro.py"
+def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
+    out, _ = explained_run
+    report = (out / "report.md").read_text()
+    # After the verdict and its failing gates, before the detail: what decides, then what to do about it.
+    assert report.index("## Verdict") < report.index("## Way out") < report.index("## Decision matrix")
+    section = report[report.index("## Way out"):report.index("## Decision matrix")]
+    assert f"### `{MODEL}` · `forward` in candidate" in section
+    assert re.search(r"^- \*\*`aten\.gelu\.default\(approximate='tanh'\)`\*\*, run by the XNNPACK delegate: keeping "
+                     r"it out takes 99\.\d% of the error off \(rel\. L2 1\.\d+e-04 → \d\.\d+e-0[7-9]\)", section,
+                     re.MULTILINE), section
+    assert f"  - the model itself, at smoke.py:{source_line()} in forward: {CALL}" in section
+    python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
+    assert (f"Run from the report folder, `{python} stacks/candidate/models/{MODEL}/diagnose/repro/forward/repro.py` exits 1 as lowered, "
+            "0 with `--with-remedy`") in section
+    assert "class GeluConfigKeepingOut(GeluConfig):" in section and "[passed] passes" in section
+
+
+def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_run, tmp_path):
+    out, _ = explained_run
+    written = stages_of(out)["reproducer"]["details"]["methods"]["forward"]
+    repro = out / "stacks" / "candidate" / "models" / MODEL / "diagnose" / written["folder"] / "repro.py"
     # It stands alone: torch and executorch only, upgrade-gate nowhere on its path.
-    source = repro.read_text()
-    assert "upgrade_gate" not in source and (repro.parent / "inputs.pt").is_file()
-    python = REPO / ".nox" / "run-candidate" / "bin" / "python"
+    assert "upgrade_gate" not in repro.read_text() and (repro.parent / "inputs.pt").is_file()
+    python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(python), str(repro), *args], capture_output=True, text=True, timeout=600,
-                              cwd=repro.parent, env={"PATH": "/usr/bin:/bin", "HOME": str(folder)})
+        return subprocess.run([python, str(repro), *args], capture_output=True, text=True, timeout=600,
+                              cwd=repro.parent, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
 
     with ThreadPoolExecutor(2) as pool:
         lowered, remedied = pool.map(lambda args: run(*args), [(), ("--with-remedy",)])

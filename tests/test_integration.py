@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.readers import colours, render, validate_junit, verdict_of
-from helpers.runs import EXPLAINING, EXPLAINING_OFF, QUICK, QUICK_TIMING, REPO, load, nox, user_project
+from helpers.runs import EXPLAINING, EXPLAINING_OFF, QUICK, REPO, load, nox, user_project
 from packaging.version import Version
 
 from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
@@ -432,17 +432,6 @@ def test_a_failing_submodule_called_with_mask_none_is_localized_to_the_users_lin
     report = (out / "report.md").read_text()
     assert re.search(rf"^- `blocks\.1\.mixer` \(GraphModule\).*: torch\.fx\.\S+\.GuardOnDataDependentSymNode: .* — at "
                      rf"smoke\.py:{line} in forward: {re.escape(code)}$", report, re.MULTILINE), report
-
-
-@pytest.fixture(scope="module")
-def explained_run(tmp_path_factory):
-    """An unexportable model beside vit-smoke, with the stages that explain a result: profiles, and the
-    export-only tries of the candidate's other backends."""
-    folder = tmp_path_factory.mktemp("explained")
-    out = folder / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke",
-                 "--fresh", env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
-    return out, result
 
 
 def test_an_unexportable_model_is_a_record_and_a_no_go(explained_run):

@@ -9,7 +9,7 @@ import numpy as np
 from helpers.runs import plan_for
 from helpers.stack_records import write_stack_model
 
-from upgrade_gate.run import runner
+from upgrade_gate.run import cache, diagnosis, runner
 
 REFERENCE = np.ones((1, 4), dtype=np.float32)
 
@@ -57,3 +57,45 @@ def test_the_costliest_exports_start_first_by_the_other_stacks_build_records(pro
         "vit-smoke@int8-dynamic"]
     # A stack's own records are not its cost: the legacy stack has no other stack's.
     assert [m.name for m in runner.export_order(plan, "legacy")] == suite_order
+
+
+def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eager_model(project):
+    plan = plan_for(project, "--models", "vit-smoke,mobilenet-v3-small")
+    models = {m.name: m for m in plan.models}
+    out, threshold = plan.settings.out_dir, plan.settings.gates.for_model("vit-smoke", "max-rel-l2")
+    # An error of 2 × the threshold against its own eager outputs (relative L2 of a uniform offset).
+    departed = REFERENCE + 2 * threshold * np.linalg.norm(REFERENCE) / np.sqrt(REFERENCE.size)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[departed])
+    write_stack_model(out, "candidate", "mobilenet-v3-small", eager=[REFERENCE], artifact=[REFERENCE * (1 + 1e-6)])
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[departed * 1.5],
+                      quantize="dynamic")
+    found = diagnosis.departed_methods(plan, "candidate", models["vit-smoke"])
+    assert list(found) == ["forward"] and 1.9 * threshold < found["forward"] < 2.1 * threshold
+    assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke"]) == {
+        "threshold": threshold, "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s}
+    # Within the threshold; a quantized variant (it departs by design, its own gates judge it); no records.
+    assert diagnosis.diagnose_job(plan, "candidate", models["mobilenet-v3-small"]) is None
+    assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) is None
+    assert diagnosis.diagnose_job(plan, "legacy", models["vit-smoke"]) is None
+    # Turned off.
+    (project / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\ndiagnose-budget = 0\n')
+    off = plan_for(project, "--models", "vit-smoke")
+    assert diagnosis.diagnose_job(off, "candidate", off.models[0]) is None
+
+
+def test_the_diagnose_phase_keeps_its_reproducers_folders_in_the_cache(tmp_path):
+    folder = tmp_path / "model" / "diagnose"
+    (folder / "repro" / "forward").mkdir(parents=True)
+    (folder / "diagnose.json").write_text("{}")
+    (folder / "diagnose-job.json").write_text("{}")  # the runner's own: not the phase's result
+    (folder / "repro" / "forward" / "repro.py").write_text("print('repro')\n")
+    (folder / "repro" / "forward" / "inputs.pt").write_bytes(b"\x00" * 100)
+    files = runner._phase_files(folder, "diagnose")
+    assert [f.relative_to(folder).as_posix() for f in files] == [
+        "diagnose.json", "repro/forward/inputs.pt", "repro/forward/repro.py"]
+    store = cache.ResultCache(tmp_path / "cache")
+    store.store("candidate", "vit", "diagnose", "k1", files, {}, base=folder)
+    hit, problem = store.lookup("candidate", "vit", "diagnose", "k1")
+    assert problem is None and hit is not None
+    assert (hit.path / "repro" / "forward" / "repro.py").read_text() == "print('repro')\n"
+    assert set(hit.files) == {"diagnose.json", "repro/forward/inputs.pt", "repro/forward/repro.py"}

@@ -17,6 +17,9 @@ every run on a machine, and every file of a run in its report folder.
           export.log   runtime.log                     the worker's stderr
           export.cache.json  runtime.cache.json        the phase's cache key, and whether it was reused
           eager.npz  artifact.npz  <method>.ptl|<method>.pte
+          diagnose/                                    only where the artifact departs from its own eager model:
+              diagnose.json  diagnose.log  diagnose.cache.json   the culprit search's stages, as a phase's
+              repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
@@ -47,6 +50,8 @@ BUILT_IN_ENVS = TOOL_ROOT / "envs"
 NOXFILE_IN_TEAM_NOXFILE = "upgrade_gate_sessions"
 CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 PHASES = ("export", "runtime")
+# The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
+DIAGNOSE = "diagnose"
 
 
 def cache_root() -> Path:
@@ -71,6 +76,12 @@ def stack_dir(out: Path, stack: str) -> Path:
 
 def model_dir(out: Path, stack: str, model: str) -> Path:
     return stack_dir(out, stack) / "models" / model
+
+
+def diagnose_dir(out: Path, stack: str, model: str) -> Path:
+    """The diagnose phase's folder, inside the model's: its files (a reproducer's folders among them)
+    are its own, apart from the export's and the runtime's."""
+    return model_dir(out, stack, model) / DIAGNOSE
 
 
 def stack_file(out: Path, stack: str) -> Path:

@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # The stages that explain a result without gating it (the other backends' export-only tries, the
-# per-operator profile: seconds each per model), the settings that turn them off, and their records then.
+# per-operator profile: seconds each per model), the settings that turn them off (with the culprit
+# search's phase, a minute or more where an artifact departs), and their records then.
 EXPLAINING = ("backends", "profile")
-EXPLAINING_OFF = "backends-budget = 0\nprofile = false\n"
+EXPLAINING_OFF = "backends-budget = 0\nprofile = false\ndiagnose-budget = 0\n"
 TURNED_OFF = {"backends": "turned off (backends-budget = 0)", "profile": "turned off (profile = false)"}
 # The shortest measurement: one thread count, the fewest rounds an interval allows, a short budget.
 QUICK_TIMING = "threads = [1]\nrounds = 6\ntime-budget = 0.2\n"

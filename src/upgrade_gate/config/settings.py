@@ -118,6 +118,9 @@ OPTIONS = (
            help="seconds to find the submodules behind a failed export (compat/localize.py); 0: off"),
     Option(key="backends-budget", attribute="backends_budget_s", default=300, kind=number_kind(zero_is_off=True),
            help="seconds per model for export-only tries of the candidate's other backends; 0: off"),
+    Option(key="diagnose-budget", attribute="diagnose_budget_s", default=300, kind=number_kind(zero_is_off=True),
+           help="seconds per model to find the operators behind an artifact that departs from its own "
+                "eager model (compat/culprit.py); 0: off"),
     # perf sampling costs about 5 s per ExecuTorch method; a CI job that reads only the verdict can skip it.
     Option(key="profile", attribute="profile", default=True, kind=FLAG,
            help="a per-operator profile of each artifact after its checks (explains latency; gates nothing)"),
@@ -162,6 +165,7 @@ class Settings:
     variants: tuple[str, ...]
     localize_budget_s: float
     backends_budget_s: float
+    diagnose_budget_s: float
     profile: bool
     # stage name (or "start", "default") → seconds
     timeouts_s: tuple[tuple[str, float], ...]

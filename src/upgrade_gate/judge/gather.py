@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from upgrade_gate import layout
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
@@ -23,6 +24,7 @@ from upgrade_gate.judge.records import (
     DamagedFile,
     Reader,
     StackModelRecord,
+    load_diagnosis,
     load_measurement,
     load_stack_info,
     load_stack_model,
@@ -32,7 +34,7 @@ from upgrade_gate.run.cache import sha256_file
 from upgrade_gate.schema.comparison import Comparison, Side
 from upgrade_gate.schema.measured import Contention, LatencyRatio, Measured, RoundLoad
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
-from upgrade_gate.schema.stack import CacheUse, StackResults
+from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
 Rounds = dict[str, dict[int, list[float]]]
@@ -129,7 +131,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             runtime_phase_peak_rss_bytes=record.peak_rss_bytes("runtime"),
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
                    for phase, c in record.cache.items()},
-            damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)))
+            damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)),
+            diagnosis=_diagnosis(out, spec.name, model.name))
     ratios = []
     base = plan.baseline.name
     for spec in plan.candidates:
@@ -181,6 +184,15 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention)
+
+
+def _diagnosis(out: Path, stack: str, model: str) -> Diagnosis | None:
+    found = load_diagnosis(out, stack, model)
+    if found is None:
+        return None
+    stages, cache = found
+    return Diagnosis(record_dir=layout.diagnose_dir(out, stack, model).relative_to(out).as_posix(), stages=stages,
+                     cache=CacheUse(key=cache.get("key"), reused_from=cache.get("reused_from")) if cache else None)
 
 
 def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:

@@ -346,6 +346,26 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
                             cache=cache)
 
 
+def load_diagnosis(out: Path, stack: str, model: str) -> tuple[tuple[Stage, ...], dict[str, Any]] | None:
+    """The diagnose phase's stages and cache record for one stack and model; None where it did not run
+    (nothing departed from its eager model, or the phase is off)."""
+    directory = layout.diagnose_dir(out, stack, model)
+    path = directory / f"{layout.DIAGNOSE}.json"
+    if not path.is_file():
+        return None
+    where = str(path.relative_to(out))
+    try:
+        reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
+    except ValueError as error:
+        raise RecordError(f"{where}: not valid JSON ({error})") from None
+    check_schema(reader)
+    try:
+        cache = json.loads((directory / f"{layout.DIAGNOSE}.cache.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    return tuple(Stage.from_reader(r) for r in reader.children("stages")), cache
+
+
 def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
     path = layout.stack_file(out, stack)
     if not path.is_file():

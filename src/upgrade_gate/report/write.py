@@ -20,6 +20,7 @@ from upgrade_gate.report._model_section import model_blocks
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report._stack_section import package_blocks, stack_blocks
 from upgrade_gate.report._verdict_section import gate_table, matrix_rows, model_anchor, verdict_blocks
+from upgrade_gate.report._way_out_section import way_out_blocks
 from upgrade_gate.report.render import (
     Block,
     Heading,
@@ -79,6 +80,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
                              f"{verdict.baseline} ships today, whatever the verdict):"),
                    bullets(*(f"{finding} — [details](#{model_anchor(finding.model)})"
                              for finding in verdict.baseline_findings))]
+    blocks += way_out_blocks(results)
     settings = results.settings
     blocks.append(Paragraph(
         f"Generated {verdict.generated_at} by upgrade-gate {results.tool_version} · models: "

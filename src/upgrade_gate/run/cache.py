@@ -239,8 +239,10 @@ class ResultCache:
         os.utime(path / MANIFEST)  # most recently used: kept longest
         return Hit(path=path, manifest=manifest), None
 
-    def store(self, stack: str, model: str, phase: str, key: str, files: list[Path], meta: dict[str, Any]) -> Hit:
-        """Keep ``files`` under ``key``; a concurrent writer of the same key is harmless."""
+    def store(self, stack: str, model: str, phase: str, key: str, files: list[Path], meta: dict[str, Any],
+              base: Path | None = None) -> Hit:
+        """Keep ``files`` under ``key``, each by its name, or by its path under ``base`` (a phase whose
+        folder has folders: the diagnose phase's reproducers); a concurrent writer of the same key is harmless."""
         final = self.entry_dir(stack, model, phase, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = final.parent / f".{key}.{os.getpid()}.tmp"
@@ -249,9 +251,10 @@ class ResultCache:
         manifest_files = {}
         try:
             for source in files:
-                copy_file(source, staging / source.name)
-                manifest_files[source.name] = {"bytes": source.stat().st_size,
-                                               "sha256": sha256_file(staging / source.name)}
+                name = source.relative_to(base).as_posix() if base else source.name
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                copy_file(source, staging / name)
+                manifest_files[name] = {"bytes": source.stat().st_size, "sha256": sha256_file(staging / name)}
             manifest = {"key": key, "stack": stack, "model": model, "phase": phase, "stored_at": time.time(),
                         "files": manifest_files, **meta}
             with naming_full_disk(staging / MANIFEST):

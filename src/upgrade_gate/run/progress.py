@@ -43,6 +43,11 @@ class Progress:
             self.running[task] = ("start", time.monotonic())
         self._event(f"{task} …")
 
+    def add(self, tasks: int = 1) -> None:
+        """Tasks found on the way (a diagnose phase, decided by what the runtime phase found)."""
+        with self._lock:
+            self.total += tasks
+
     def stage(self, task: str, stage: str, *, lines_every_s: float = 0.0) -> None:
         """``task`` is at ``stage`` now. A task whose stage changes often (one test after another)
         passes ``lines_every_s``: a plain line at most that often, the live view shows each."""

@@ -29,7 +29,7 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import cache, packages, shards, supervisor
+from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor
 from upgrade_gate.run.asset_build import assets_dir
 from upgrade_gate.run.progress import Progress
 
@@ -96,6 +96,13 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         _export_all(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
         for model in plan.models:
             run_phase(stack, model, "runtime")
+        # Where an artifact departs from its own eager model: the operators behind it (after every
+        # runtime phase, so the checks that decide come first).
+        for model in plan.models:
+            job = diagnosis.diagnose_job(plan, spec.name, model)
+            if job is not None:
+                progress.add()
+                run_phase(stack, model, layout.DIAGNOSE, extra=job)
     shards.describe(plan, spec.name)
 
 
@@ -153,23 +160,27 @@ def _export_all(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntr
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
-    """One model's export or runtime in one stack: from the cache if it holds it, else by a worker."""
+def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str, Any] | None = None) -> None:
+    """One model's phase in one stack: from the cache if it holds it, else by a worker. ``extra``: what
+    the phase's job holds beyond every phase's (the diagnose phase's methods and threshold), part of its key."""
     settings, name = stack.plan.settings, f"{stack.spec.name}: {model.name}: {phase}"
     model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
-    model_dir.mkdir(parents=True, exist_ok=True)
+    phase_dir = _phase_dir(model_dir, phase)
+    phase_dir.mkdir(parents=True, exist_ok=True)
     code = cache.model_code_digest(model)
     fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.base, code)
-    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir, extra or {})
     if key is not None and not stack.plan.fresh:
         hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
         if problem:
             stack.progress.log(f"{name}: {problem}")
         if hit is not None:
             _clear_phase(model_dir, phase)
+            phase_dir.mkdir(parents=True, exist_ok=True)
             for file in hit.files:
-                cache.copy_file(hit.path / file, model_dir / file)
-            _write_key_record(model_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
+                (phase_dir / file).parent.mkdir(parents=True, exist_ok=True)
+                cache.copy_file(hit.path / file, phase_dir / file)
+            _write_key_record(phase_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
             stack.progress.finish(name, f"reused from the cache (entry {key[:12]}, "
                                         f"{_ago(hit.manifest.get('stored_at'))})")
             return
@@ -177,46 +188,54 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str) -> None:
     start = time.monotonic()
     stack.progress.start(name)
     _clear_phase(model_dir, phase)
+    phase_dir.mkdir(parents=True, exist_ok=True)
     job = {
         **model_job(model),
         "stack": stack.spec.name,
         "model": model.name,
         "variant": model.variant,
         "adapter": stack.spec.adapter,
-        "model_dir": str(model_dir),
+        "model_dir": str(phase_dir),
         "fixtures_dir": str(fixtures_dir),
         # Exports and the checks of the runtime phase run at the first thread count.
         "threads": settings.threads[0],
         "localize_budget_s": settings.localize_budget_s,
         "backends_budget_s": settings.backends_budget_s,
         "profile_runs": PROFILE_RUNS if settings.profile else 0,
+        **(extra or {}),
     }
-    phase_file = model_dir / f"{phase}.json"
+    phase_file = phase_dir / f"{phase}.json"
     try:
         outcome = _start_worker(
-            stack.bin_dir, phase, job, job_file=model_dir / f"{phase}-job.json", log_file=model_dir / f"{phase}.log",
+            stack.bin_dir, phase, job, job_file=phase_dir / f"{phase}-job.json", log_file=phase_dir / f"{phase}.log",
             plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
         )
     except KeyboardInterrupt:  # the worker was stopped with us: say so on its stage, then stop the run
         _mark_interrupted(phase_file, job, phase)
         raise
-    cacheable = _record_outcome(phase_file, job, phase, outcome, model_dir / f"{phase}.log", stack.plan)
-    files = _phase_files(model_dir, phase)
+    cacheable = _record_outcome(phase_file, job, phase, outcome, phase_dir / f"{phase}.log", stack.plan)
+    files = _phase_files(phase_dir, phase)
     # The fixtures exist now if they did not before: the key that names this result includes them.
-    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir)
-    manifest = {f.name: {"bytes": f.stat().st_size} for f in files}
+    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir, extra or {})
+    manifest = {f.relative_to(phase_dir).as_posix(): {"bytes": f.stat().st_size} for f in files}
     if cacheable and key is not None:
         manifest = stack.store.store(stack.spec.name, model.name, phase, key, files,
-                                     {"seconds": round(outcome.elapsed_s, 3)}).files
-    _write_key_record(model_dir, phase, key, manifest, stored=cacheable and key is not None)
+                                     {"seconds": round(outcome.elapsed_s, 3)}, base=phase_dir).files
+    _write_key_record(phase_dir, phase, key, manifest, stored=cacheable and key is not None)
     problem = _first_problem(phase_file)
     stack.progress.finish(name, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
 
 
+def _phase_dir(model_dir: Path, phase: str) -> Path:
+    """Where a phase's files go: the model's folder, or the diagnose phase's own inside it."""
+    return model_dir / layout.DIAGNOSE if phase == layout.DIAGNOSE else model_dir
+
+
 def _phase_key(
-    stack: StackRun, model: ModelEntry, code: str, phase: str, model_dir: Path, fixtures_dir: Path
+    stack: StackRun, model: ModelEntry, code: str, phase: str, model_dir: Path, fixtures_dir: Path,
+    extra: dict[str, Any],
 ) -> str | None:
-    """What determines this phase's result; None when it cannot be known (the export was not stored)."""
+    """What determines this phase's result; None when it cannot be known (the phase before it was not stored)."""
     parts: dict[str, Any] = {
         "phase": phase,
         "stack": stack.digest,
@@ -227,15 +246,18 @@ def _phase_key(
         "assets": assets_dir().name,
         "fixtures": cache.fixtures_digest(fixtures_dir),
     }
-    if phase == "runtime":
-        export = read_key_record(model_dir, "export")
-        if export is None or not export.get("stored"):
+    # Each later phase reads the files of the one before it (whose key includes the one before that).
+    before = {"runtime": "export", layout.DIAGNOSE: "runtime"}.get(phase)
+    if before is not None:
+        record = read_key_record(model_dir, before)
+        if record is None or not record.get("stored"):
             return None
-        parts.update(export_key=export["key"], export_files=export["files"])
+        parts.update({f"{before}_key": record["key"], f"{before}_files": record["files"]})
     parts["threads"] = stack.plan.settings.threads[0]
     parts["budgets"] = [stack.plan.settings.localize_budget_s, stack.plan.settings.backends_budget_s]
     if not stack.plan.settings.profile:  # only then: the keys of every profiled result stay as they were
         parts["profile"] = False
+    parts.update(extra)
     return cache.digest_of(parts)
 
 
@@ -258,17 +280,22 @@ def read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
         return None
 
 
-def _phase_files(model_dir: Path, phase: str) -> list[Path]:
-    """The files a phase left: the export owns everything it finds; the runtime what the export did not write."""
-    own_records = {_key_record_path(model_dir, p).name for p in layout.PHASES} | {
-        f"{p}-job.json" for p in layout.PHASES}
-    export_files = set((read_key_record(model_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
-    return sorted(p for p in model_dir.iterdir()
-                  if p.is_file() and not p.name.startswith(".") and p.name not in own_records | export_files)
+def _phase_files(phase_dir: Path, phase: str) -> list[Path]:
+    """The files a phase left: the export owns everything it finds in the model's folder; the runtime what
+    the export did not write; the diagnose phase everything in its own folder, a reproducer's folders too."""
+    own_records = {_key_record_path(phase_dir, p).name for p in (*layout.PHASES, layout.DIAGNOSE)} | {
+        f"{p}-job.json" for p in (*layout.PHASES, layout.DIAGNOSE)}
+    export_files = set((read_key_record(phase_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
+    found = phase_dir.rglob("*") if phase == layout.DIAGNOSE else phase_dir.iterdir()
+    return sorted(p for p in found if p.is_file() and not p.name.startswith(".")
+                  and p.relative_to(phase_dir).as_posix() not in own_records | export_files)
 
 
 def _clear_phase(model_dir: Path, phase: str) -> None:
-    """A new export invalidates everything after it; a new runtime only its own files."""
+    """A new export invalidates everything after it; a new runtime its own files and the diagnosis."""
+    shutil.rmtree(model_dir / layout.DIAGNOSE, ignore_errors=True)
+    if phase == layout.DIAGNOSE:
+        return
     if phase == "export":
         doomed = [p for p in model_dir.iterdir() if p.is_file()]
     else:

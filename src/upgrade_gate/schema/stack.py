@@ -128,6 +128,100 @@ class CacheUse(codec.Record):
     reused_from: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CulpritCall:
+    """One call of a culprit operator: where the model makes it."""
+
+    module: str | None
+    source: str | None
+    share: float | None = None  # of the error, keeping this call out alone (when it is not the only one)
+
+    def where(self) -> str:
+        return f"{f'`{self.module}`' if self.module else 'the model itself'}, " \
+               f"{f'at {self.source}' if self.source else 'at a line torch did not record'}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CulpritOperator:
+    """An operator whose lowering makes the artifact depart from eager (compat/culprit.py)."""
+
+    operator: str  # "aten.gelu.default(approximate='tanh')"
+    backend: str  # what runs it in the artifact: "XNNPACK delegate"
+    calls: tuple[CulpritCall, ...]
+    share: float  # of the error that keeping it out takes off
+    rel_l2_without: float
+    rel_l2_alone: float | None  # the operator alone on its real inputs
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> CulpritOperator:
+        alone = details.get("rel_l2_alone")
+        return cls(operator=str(details.get("operator", "?")), backend=str(details.get("backend", "?")),
+                   calls=tuple(CulpritCall(module=c.get("module"), source=c.get("source"), share=c.get("share"))
+                               for c in details.get("calls", [])),
+                   share=float(details.get("share", 0.0)), rel_l2_without=float(details.get("rel_l2_without", 0.0)),
+                   rel_l2_alone=None if alone is None else float(alone))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MethodDiagnosis:
+    """What the culprit search found for one method, its reproducer, and the remedy checked."""
+
+    method: str
+    status: str  # found, combination, not pinned, stopped at budget, does not reproduce, not searched
+    reason: str = ""
+    rel_l2: float | None = None  # the artifact lowered again, as found
+    culprits: tuple[CulpritOperator, ...] = ()
+    lowerings: int = 0  # lowerings the search tried
+    reproducer: str | None = None  # its folder, relative to the diagnose folder
+    reproducer_note: str = ""  # why there is none
+    remedy_code: str | None = None
+    remedy_rel_l2: float | None = None
+    remedy_passes: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Diagnosis(StagesOf, codec.Record):
+    """The diagnose phase of one stack and model (compat/diagnose_phase.py), for the methods whose
+    artifact departed from the stack's own eager model."""
+
+    record_dir: str  # relative to the report folder
+    stages: tuple[Stage, ...]
+    cache: CacheUse | None = None
+
+    def _details(self, stage: str) -> dict[str, Any]:
+        found = self.stage(stage)
+        return found.details if found is not None and found.ok else {}
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        build = self.stage("build")
+        return tuple(build.details.get("methods", ())) if build is not None else ()
+
+    @property
+    def findings(self) -> list[MethodDiagnosis]:
+        """Per method searched; a search that did not run is ``not searched``, with the stage that stopped it."""
+        searched = self._details("search").get("methods", {})
+        written = self._details("reproducer").get("methods", {})
+        checked = self._details("remedy").get("methods", {})
+        stopped = self.first_problem()
+        found = []
+        for method in self.methods:
+            result = searched.get(method)
+            if result is None:
+                found.append(MethodDiagnosis(method=method, status="not searched",
+                                             reason=stopped.explain() if stopped else ""))
+                continue
+            repro, remedy = written.get(method) or {}, checked.get(method) or {}
+            found.append(MethodDiagnosis(
+                method=method, status=str(result.get("status", "?")), reason=str(result.get("reason", "")),
+                rel_l2=result.get("rel_l2"),
+                culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
+                lowerings=len(result.get("tried", [])),
+                reproducer=repro.get("folder"), reproducer_note=str(repro.get("reason", "")),
+                remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes")))
+        return found
+
+
 # -- one stack, one model ------------------------------------------------------------
 
 
@@ -145,6 +239,8 @@ class StackResults(StagesOf, codec.Record):
     cache: dict[str, CacheUse] = field(default_factory=dict)  # per phase
     # Files of the report folder that are not what the stages recorded (truncated, corrupt, missing).
     damaged: tuple[str, ...] = ()
+    # Where the artifact departed from its own eager model: the operators behind it (None: not run).
+    diagnosis: Diagnosis | None = None
 
     # Derived, for readers of the file; not read back.
     DERIVED = (codec.derived("artifact"), codec.derived("planned_memory_bytes"), codec.derived("runtime_memory_bytes"))

@@ -1,0 +1,97 @@
+"""The report's "Way out": for each artifact that departs from its own eager model, the operators behind
+it, a reproducer to hand upstream, and the change that avoids it, checked on the same inputs
+(the diagnose phase: compat/diagnose_phase.py, its records read by upgrade_gate.schema.stack.Diagnosis)."""
+
+from __future__ import annotations
+
+from upgrade_gate.report._verdict_section import model_anchor
+from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, mark
+from upgrade_gate.schema.results import ModelResults, Results
+from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
+from upgrade_gate.schema.verdict import Unit
+
+INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
+         "lowers the model again with parts of it kept out of the delegate, each lowering run on the same inputs, "
+         "until the operators behind the difference are found (`diagnose-budget` seconds per model). Each finding "
+         "comes with a reproducer that needs torch and executorch only, and the change that avoids it, checked by "
+         "lowering the whole method with it.")
+NOT_FOUND = {
+    "not pinned": "not pinned to operators",
+    "stopped at budget": "stopped at the budget: nothing claimed",
+    "does not reproduce": "does not reproduce when lowered again",
+    "not searched": "not searched",
+}
+
+
+def way_out_blocks(results: Results) -> list[Block]:
+    """The section, where any stack's artifact was diagnosed or would have been had the search been on."""
+    diagnosed = [(model, stack, found) for model in results.models for stack, own in model.stacks.items()
+                 if (found := own.diagnosis) is not None]
+    departed = [model for model in results.models if _departs(results, model)]
+    if not diagnosed and not departed:
+        return []
+    blocks: list[Block] = [Heading(2, "Way out", anchor="way-out"), Paragraph(INTRO)]
+    if not results.settings.diagnose_budget_s and departed:
+        blocks.append(Paragraph("The search is turned off (`diagnose-budget = 0`); these artifacts depart from their "
+                                f"own eager models: {', '.join(f'`{m.name}`' for m in departed)}."))
+    for model, stack, found in diagnosed:
+        python = results.stacks[stack].installed
+        stopped = found.first_problem() or next((s for s in found.stages if s.status == "skipped"), None)
+        if not found.methods and stopped is not None:  # the search did not start: say why, once
+            blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
+        for method in found.findings:
+            blocks += _method_blocks(model, stack, found, method, python.executable if python else None)
+    return blocks
+
+
+def _departs(results: Results, model: ModelResults) -> bool:
+    """A candidate's float artifact further from its own eager model than the numerics threshold."""
+    if model.quantized:
+        return False
+    threshold = results.settings.gates.for_model(model.name, "max-rel-l2")
+    return any(o.rel_l2 is not None and o.rel_l2 > threshold for c in model.comparisons
+               if c.purpose == "candidate export fidelity" for o in c.outputs or ())
+
+
+def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: MethodDiagnosis,
+                   python: str | None) -> list[Block]:
+    title = f"`{model.name}` · `{method.method}` in {stack}"
+    blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
+    if not method.culprits:
+        why = NOT_FOUND.get(method.status, method.status)
+        return blocks + [Paragraph(f"{mark('incomplete')} {why}: {method.reason or 'no reason recorded'} "
+                                   f"({method.lowerings} lowerings tried; [details](#{model_anchor(model.name)}))")]
+    before = _rel_l2(method.rel_l2)
+    combined = " together" if len(method.culprits) > 1 else ""
+    items = []
+    for culprit in method.culprits:
+        alone = (f"; alone on the real tensors of its first call, rel. L2 {_rel_l2(culprit.rel_l2_alone)}"
+                 if culprit.rel_l2_alone is not None else "")
+        calls = [call.where() + (f" (keeping this call out alone takes {call.share:.1%} off)"
+                                 if call.share is not None and len(culprit.calls) > 1 else "")
+                 for call in culprit.calls]
+        items.append(Item(f"**`{culprit.operator}`**, run by the {culprit.backend}: keeping it out takes "
+                          f"{culprit.share:.1%} of the error off (rel. L2 {before} → {_rel_l2(culprit.rel_l2_without)})"
+                          f"{alone}", calls))
+    blocks += [Paragraph(f"The operator{'s' if combined else ''} behind it{combined}, found in "
+                         f"{method.lowerings} lowerings:"), Bullets(items)]
+    if method.reproducer:
+        folder = f"{found.record_dir}/{method.reproducer}"
+        run = f"{python or 'python'} {folder}/repro.py"
+        blocks.append(Paragraph(
+            f"Reproducer, to hand upstream: `{folder}/` (repro.py and inputs.pt, the operator alone on the real "
+            f"tensors; torch and executorch only). Run from the report folder, `{run}` exits 1 as lowered, 0 with "
+            "`--with-remedy`."))
+    elif method.reproducer_note:
+        blocks.append(Paragraph(f"No one-operator reproducer: {method.reproducer_note}."))
+    if method.remedy_code is not None:
+        verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+        measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
+        blocks += [Paragraph(f"The change that avoids it, checked: the whole method lowered with these lines gives "
+                             f"{measured} against eager — {verdict}."), Code(method.remedy_code.splitlines())]
+    return blocks
+
+
+def _rel_l2(value: float | None) -> str:
+    """As the numerics gate writes it."""
+    return Unit.REL_L2.show(value) if value is not None else "?"
