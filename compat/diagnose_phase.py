@@ -5,15 +5,21 @@ build → eager → parts → alone → search → reproducer → remedy, for ea
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 from . import culprit
-from .common import flatten_outputs, load_case
+from .common import flatten_outputs, load_case, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
-from .phases import PhaseLog, StageSkipped
+from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
 
 REPRO_DIR = "repro"
+REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
+REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
+# Calls per side and round of the remedied-against-shipped timing (the budget decides between them).
+MIN_CALLS, MAX_CALLS = 3, 200
 
 
 class DiagnosePhase:
@@ -29,15 +35,13 @@ class DiagnosePhase:
         self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
 
     def run_stages(self) -> None:
-        import torch
-
+        self.adapter.set_threads(self.job["threads"])  # torch's and the runtime's, before any load: the remedy is timed
         require_whole(self.adapter, Diagnoses, self.job["adapter"])
         if not isinstance(self.adapter, Diagnoses):
             self.log.stage("build", (), self.not_offered)
             self.log.finish()
             return
 
-        torch.set_num_threads(self.job["threads"])
         self.log.stage("build", (), self.build)
         self.log.stage("eager", ("build",), self.eager)
         self.log.stage("parts", ("eager",), self.parts)
@@ -159,8 +163,14 @@ class DiagnosePhase:
         return self.remedies[method]
 
     def remedy(self):
-        """The lines to change, run as they are written: the whole method lowered with them."""
-        checked = {}
+        """The lines to change, run as they are written: the whole method lowered with them, saved, loaded
+        from its file and run as the artifact is; its outputs kept for the parent to judge against the
+        reference as the gate does, and its calls timed against the shipped artifact's."""
+        _, inputs = self.log.results["build"]
+        eager = self.log.results["eager"]
+        reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
+        names = load_npz_tensors(reference) if reference.is_file() else {}
+        checked, outputs = {}, {}
         for method, finding in self.log.results["search"].items():
             if not finding.get("culprits"):
                 continue
@@ -169,11 +179,46 @@ class DiagnosePhase:
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
             exported, _ = self.log.results["parts"][method]
             lowered = self.adapter.lower_with_partitioner(exported, scope["partitioner"])
-            error = self.error_of(lowered, method)
-            checked[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold}
+            path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.adapter.save(lowered, path)
+            program = self.adapter.load(path)
+            ran = self.adapter.run(program, inputs[method])
+            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), eager[method]))
+            outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            checked[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold,
+                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
+                               "latency": self.timed_against_shipped(method, program)}
         if not checked:
             raise StageSkipped("no culprit found")
-        return checked, {"methods": checked}
+        save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
+        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS}
+
+    def timed_against_shipped(self, method: str, remedied: Any) -> dict[str, Any]:
+        """Calls of the remedied and the shipped artifact in turn, round by round (the order alternating),
+        in this one process: a ratio whose rounds share the machine's state, as the measure session's do."""
+        name = (self.job.get("artifacts") or {}).get(method)  # beside this phase's folder, in the model's
+        if not name or not (self.model_dir.parent / name).is_file():
+            return {"status": "not timed", "reason": "the shipped artifact is not in the report folder"}
+        _, inputs = self.log.results["build"]
+        programs = {"shipped": self.adapter.load(self.model_dir.parent / name), "remedied": remedied}
+        for program in programs.values():
+            self.adapter.run(program, inputs[method])  # the first call pays for the allocations
+        rounds, per_side_s = int(self.job["rounds"]), float(self.job["time_budget_s"]) / int(self.job["rounds"])
+        samples = []
+        for number in range(rounds):
+            order = list(programs) if number % 2 == 0 else list(reversed(programs))
+            entry: dict[str, list[float]] = {}
+            for side in order:
+                times: list[float] = []
+                started = time.perf_counter()
+                while len(times) < MIN_CALLS or (time.perf_counter() - started < per_side_s and len(times) < MAX_CALLS):
+                    call = time.perf_counter()
+                    self.adapter.run(programs[side], inputs[method])
+                    times.append((time.perf_counter() - call) * 1000)
+                entry[side] = times
+            samples.append(entry)
+        return {"status": "ok", "threads": self.job["threads"], "rounds": samples, "load_average": os.getloadavg()}
 
 
 def flat(value: Any) -> list[Any]:

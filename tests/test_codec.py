@@ -51,6 +51,7 @@ from upgrade_gate.schema.verdict import (
     GateResult,
     GateStatus,
     Quantity,
+    Remedy,
     Severity,
     Unit,
     Verdict,
@@ -69,7 +70,13 @@ FINDING = BaselineFinding(model="minilm", output="forward.output_0", rel_l2=2e-3
                           task={"min_cosine": 0.97})
 VERDICT = VerdictRecord(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00", verdict=Verdict.NO_GO,
                         baseline="legacy", candidates={"candidate": Verdict.NO_GO, "other": Verdict.GO},
-                        gates=(GATE,), baseline_findings=(FINDING,), warnings=("w",), incomplete=("i",))
+                        gates=(GATE,), baseline_findings=(FINDING,), warnings=("w",), incomplete=("i",),
+                        remedies=(Remedy(stack="candidate", model="vit", gate="numerics", methods=("forward",),
+                                         operators=("aten.gelu.default(approximate='tanh')",), passes=True,
+                                         rel_l2=3e-7, threshold=1e-4, latency_ratio=RatioEstimate(
+                                             median=1.01, low=0.99, high=1.03, per_round=(0.99, 1.01, 1.03)),
+                                         threads=1, bytes=1000, shipped_bytes=990, code="partitioner = 1",
+                                         reproducers=("stacks/candidate/models/vit/diagnose/repro/forward",)),))
 OUTPUT = OutputMetrics(name="forward.output_0", shape=(1, 16), reference_shape=(1, 16), shape_match=True, finite=True,
                        reference_finite=True, max_abs=0.01, mean_abs=0.005, max_rel=0.02, rel_l2=0.01,
                        snr_db=math.inf, cosine=1.0, min_atol=0.01, reference_max_abs=1.0, reference_spread=2.0,
@@ -137,7 +144,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, DIAGNOSIS, PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),

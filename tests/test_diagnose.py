@@ -73,6 +73,9 @@ def test_the_remedy_is_code_that_passes_when_run_as_written(explained_run):
     out, _ = explained_run
     remedy = stages_of(out)["remedy"]["details"]["methods"]["forward"]
     assert remedy["passes"] and remedy["rel_l2"] < 1e-6
+    # Saved and run from its file, as the artifact is.
+    folder = out / "stacks" / "candidate" / "models" / MODEL
+    assert remedy["file"] == "remedy/forward.pte" and remedy["bytes"] == (folder / "diagnose" / remedy["file"]).stat().st_size
     # The delegate's GELU config narrowed to the calls that are wrong: the exact GELU stays delegated.
     assert "class GeluConfigKeepingOut(GeluConfig):" in remedy["code"]
     assert "if node.kwargs.get('approximate') == 'tanh':" in remedy["code"]
@@ -116,3 +119,36 @@ def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_ru
     assert "aten.gelu.default(approximate='tanh') lowered to XNNPACK: relative L2 error " in lowered.stdout
     assert remedied.returncode == 0, remedied.stdout + remedied.stderr[-2000:]
     assert "lowered with the remedy: relative L2 error " in remedied.stdout
+
+
+def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stands(explained_run):
+    out, result = explained_run
+    verdict = verdict_of(out)
+    assert result.returncode == 1 and verdict.candidates["candidate"].value == "NO-GO"
+    (remedy,) = verdict.remedies
+    assert (remedy.stack, remedy.model, remedy.gate, remedy.methods) == ("candidate", MODEL, "numerics", ("forward",))
+    assert remedy.operators == ("aten.gelu.default(approximate='tanh')",)
+    # Against the reference (the legacy stack's eager outputs), by the gate's own threshold.
+    gate = next(g for g in verdict.gates if (g.model, g.gate) == (MODEL, "numerics"))
+    assert remedy.passes and remedy.threshold == gate.threshold.value and remedy.rel_l2 < 1e-5 < gate.measured.value
+    # Its cost against the shipped artifact: a ratio with its interval (the rounds of the settings), and sizes.
+    ratio = remedy.latency_ratio
+    assert ratio is not None and len(ratio.per_round) == 6 and ratio.low <= ratio.median <= ratio.high
+    assert remedy.threads == 1 and remedy.shipped_bytes == (out / "stacks/candidate/models" / MODEL / "forward.pte").stat().st_size
+    assert remedy.bytes and remedy.bytes > 0
+    # The export failure beside it has no remedy: the verdict with remedies is not claimed.
+    report = (out / "report.md").read_text()
+    assert "as configured;" not in report
+    assert re.search(rf"Judged as the stack is, `{MODEL}` with the remedy \(forward remedied\): \[passed\] the numerics "
+                     r"gate passes \(rel\. L2 \d\.\d\de-0[6-9] ≤ 1\.00e-04, against the reference\); its cost against the "
+                     r"shipped artifact: latency ×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(\d+% interval, 1 thread\(s\)\), size ", report)
+
+
+def test_the_same_model_without_the_operator_has_no_way_out(explained_run):
+    out, _ = explained_run
+    removed = next(m for m in load(out, "results.json")["models"] if m["model"] == f"{MODEL}-removed")
+    assert all(stack["diagnosis"] is None for stack in removed["stacks"].values())
+    assert not (out / "stacks" / "candidate" / "models" / f"{MODEL}-removed" / "diagnose").exists()
+    gates = {g.gate: g.status for g in verdict_of(out).gates if g.model == f"{MODEL}-removed"}
+    assert gates["numerics"] is GateStatus.PASSED
+    assert f"`{MODEL}-removed`" not in (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]

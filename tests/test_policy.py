@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,20 @@ from upgrade_gate import layout
 from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.gather import gather
-from upgrade_gate.judge.policy import decide, evaluate
+from upgrade_gate.judge.policy import decide, evaluate, with_remedies
 from upgrade_gate.judge.records import Reader
-from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
+from upgrade_gate.report._verdict_section import verdict_blocks
+from upgrade_gate.report.render import Bullets
+from upgrade_gate.schema.verdict import (
+    GateResult,
+    GateStatus,
+    Quantity,
+    Remedy,
+    Severity,
+    Unit,
+    Verdict,
+    VerdictRecord,
+)
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 
@@ -568,3 +580,30 @@ def test_a_variant_the_baseline_has_no_recipe_for_is_no_finding_and_one_it_fails
                       failed_stage="export")
     finding, = evaluate(plan, gather(plan)).baseline_findings
     assert (finding.model, finding.failure) == ("vit-smoke@int8-dynamic", "export failed: RuntimeError: export broke")
+
+
+def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be():
+    def failed(model: str, name: str, severity: str) -> GateResult:
+        return GateResult(gate=name, stack="candidate", model=model, severity=Severity(severity),
+                          status=GateStatus.FAILED, metric="m")
+
+    def remedy(model: str, passes: bool) -> Remedy:
+        return Remedy(stack="candidate", model=model, gate="numerics", methods=("forward",), operators=("op",),
+                      passes=passes, rel_l2=1e-7 if passes else 1e-3, threshold=1e-4)
+
+    numerics, latency = failed("vit", "numerics", "hard"), failed("bert", "latency", "soft")
+    record = VerdictRecord(tool_version="0", generated_at="t", verdict=Verdict.NO_GO, baseline="legacy",
+                           candidates={"candidate": Verdict.NO_GO}, gates=(numerics, latency),
+                           remedies=(remedy("vit", True),))
+    # The soft failure still counts: GO-WITH-CONDITIONS, not GO.
+    assert with_remedies(record, "candidate") == (Verdict.GO_WITH_CONDITIONS, 1)
+    assert with_remedies(replace(record, gates=(numerics,)), "candidate") == (Verdict.GO, 1)
+    # A remedy that does not pass, or a hard failure no remedy answers: nothing is claimed.
+    assert with_remedies(replace(record, remedies=(remedy("vit", False),)), "candidate") is None
+    assert with_remedies(replace(record, gates=(numerics, failed("llama", "export", "hard"))), "candidate") is None
+    # Nothing failed hard: there is nothing to remedy.
+    assert with_remedies(replace(record, gates=(latency,)), "candidate") is None
+    line = verdict_blocks(record)[1]
+    assert isinstance(line, Bullets) and line.items[0].text.startswith(
+        "**candidate** vs baseline **legacy**: **NO-GO** as configured; **GO-WITH-CONDITIONS** with 1 remedy "
+        "([Way out](#way-out)) — hard: numerics (vit)")

@@ -72,7 +72,9 @@ def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eag
     found = diagnosis.departed_methods(plan, "candidate", models["vit-smoke"])
     assert list(found) == ["forward"] and 1.9 * threshold < found["forward"] < 2.1 * threshold
     assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke"]) == {
-        "threshold": threshold, "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s}
+        "threshold": threshold, "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s,
+        "artifacts": {"forward": "forward.pte"}, "rounds": plan.settings.rounds,
+        "time_budget_s": plan.settings.time_budget_s}
     # Within the threshold; a quantized variant (it departs by design, its own gates judge it); no records.
     assert diagnosis.diagnose_job(plan, "candidate", models["mobilenet-v3-small"]) is None
     assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) is None

@@ -7,6 +7,8 @@ no thresholds. What they build are the records of the results schema
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from upgrade_gate.judge.records import (
     load_measurement,
     load_stack_info,
     load_stack_model,
+    read_arrays,
 )
 from upgrade_gate.measure.stats import ratio_by_rounds, summarize
 from upgrade_gate.run.cache import sha256_file
@@ -132,7 +135,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
                    for phase, c in record.cache.items()},
             damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)),
-            diagnosis=_diagnosis(out, spec.name, model.name))
+            diagnosis=_diagnosis(plan, spec.name, model.name))
     ratios = []
     base = plan.baseline.name
     for spec in plan.candidates:
@@ -181,18 +184,47 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                 damaged=damaged,
             )
         )
+    reference = reference_side(plan)
+    for name, own in stacks.items():
+        if own.diagnosis is not None:
+            stacks[name] = replace(own, diagnosis=_remedy_judged(own.diagnosis, out, records[reference.stack],
+                                                                 reference, extents))
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention)
 
 
-def _diagnosis(out: Path, stack: str, model: str) -> Diagnosis | None:
+def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
+    out = plan.settings.out_dir
     found = load_diagnosis(out, stack, model)
     if found is None:
         return None
     stages, cache = found
     return Diagnosis(record_dir=layout.diagnose_dir(out, stack, model).relative_to(out).as_posix(), stages=stages,
                      cache=CacheUse(key=cache.get("key"), reused_from=cache.get("reused_from")) if cache else None)
+
+
+def _remedy_judged(diagnosis: Diagnosis, out: Path, reference_record: StackModelRecord, reference: Side,
+                   extents: dict[str, tuple[int, int]]) -> Diagnosis:
+    """The remedied artifact's outputs against the reference, as the numerics gate compares the shipped one's:
+    each method's worst relative L2 (the worker compared them with its own eager model only)."""
+    remedied = diagnosis.remedy_outputs_file
+    if remedied is None or not (out / remedied).is_file():
+        return diagnosis
+    try:
+        actual, expected = read_arrays(out / remedied), reference_record.outputs(reference.kind)
+    except DamagedFile:
+        return diagnosis  # the report shows the worker's own comparison, and the gate names the damage
+    if expected is None:
+        return diagnosis
+    methods = {name.partition(".")[0] for name in actual}
+    own = {name: array for name, array in expected.items() if name.partition(".")[0] in methods}
+    worst: dict[str, float] = {}
+    for output in compare_outputs(actual, own, extents):
+        method = output.name.partition(".")[0]
+        value = output.rel_l2 if output.comparable and output.rel_l2 is not None else math.inf
+        worst[method] = max(worst.get(method, 0.0), value)
+    return replace(diagnosis, remedy_against=str(reference), remedy_rel_l2=worst)
 
 
 def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:

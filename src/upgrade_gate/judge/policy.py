@@ -60,6 +60,7 @@ from upgrade_gate.judge._findings import baseline_findings, export_memory_warnin
 from upgrade_gate.judge._latency_gates import machine_busy_line
 from upgrade_gate.judge._model_gates import model_gates
 from upgrade_gate.judge._project_gates import project_gates
+from upgrade_gate.judge._remedies import remedies
 from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.schema.comparison import NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
@@ -95,6 +96,17 @@ def decide(results: list[GateResult]) -> Verdict:
     return Verdict.GO
 
 
+def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | None:
+    """A NO-GO candidate's verdict were its passing remedies applied, and how many: only when they answer
+    every failed hard gate (whatever else failed still counts, by the same table); None otherwise."""
+    own = verdict.of(stack)
+    hard = [g for g in own if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
+    passing = {(r.model, r.gate) for r in verdict.remedies if r.stack == stack and r.passes}
+    if not hard or any((g.model, g.gate) not in passing for g in hard):
+        return None
+    return decide([g for g in own if (g.model, g.gate) not in passing]), len(passing)
+
+
 def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | None = None) -> VerdictRecord:
     """Every gate for every candidate and model (and the project); the verdict per candidate and overall."""
     results: list[GateResult] = []
@@ -115,7 +127,7 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models),
-        incomplete=(*dict.fromkeys(incomplete), *resume))
+        incomplete=(*dict.fromkeys(incomplete), *resume), remedies=remedies(plan, models, results))
 
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from upgrade_gate.judge.policy import with_remedies
 from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report.render import (
     Block,
@@ -56,7 +57,14 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
             if listed:
                 summary += f"; {label}: " + ", ".join(
                     f"{g.gate} ({g.model}{f', by {g.blocked_by}' if g.blocked_by else ''})" for g in listed)
-        lines.append(f"**{name}** vs baseline **{verdict.baseline}**: **{value}** — {summary}")
+        remedied = with_remedies(verdict, name)
+        if remedied is not None:  # what decides first: the verdict as configured, then what the remedies make of it
+            after, count = remedied
+            value_text = (f"**{value}** as configured; **{after}** with {count} "
+                          f"{'remedy' if count == 1 else 'remedies'} ([Way out](#way-out))")
+        else:
+            value_text = f"**{value}**"
+        lines.append(f"**{name}** vs baseline **{verdict.baseline}**: {value_text} — {summary}")
     blocks.append(bullets(*lines))
     if verdict.incomplete:
         blocks += [Heading(3, "Incomplete: the evidence was not all gathered", anchor="incomplete"),

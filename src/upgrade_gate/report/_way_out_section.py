@@ -8,7 +8,7 @@ from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, mark
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
-from upgrade_gate.schema.verdict import Unit
+from upgrade_gate.schema.verdict import Remedy, Unit
 
 INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
          "lowers the model again with parts of it kept out of the delegate, each lowering run on the same inputs, "
@@ -41,7 +41,21 @@ def way_out_blocks(results: Results) -> list[Block]:
             blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
         for method in found.findings:
             blocks += _method_blocks(model, stack, found, method, python.executable if python else None)
+        remedy = next((r for r in results.verdict.remedies if (r.model, r.stack) == (model.name, stack)), None)
+        if remedy is not None:
+            blocks.append(_judged(remedy))
     return blocks
+
+
+def _judged(remedy: Remedy) -> Paragraph:
+    """The remedy judged as the stack is: the gate's comparison and threshold, its cost against what ships."""
+    outcome = (f"{mark('passed')} the {remedy.gate} gate passes" if remedy.passes
+               else f"{mark('FAILED')} the {remedy.gate} gate still fails ({remedy.note})")
+    worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
+        f"threshold {_rel_l2(remedy.threshold)}"
+    return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
+                     f"remedied): {outcome} ({worst}, against the reference); its cost against the shipped "
+                     f"artifact: {remedy.cost} — calls of both in turns, in one process on this machine.")
 
 
 def _departs(results: Results, model: ModelResults) -> bool:

@@ -45,5 +45,10 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
     methods = departed_methods(plan, stack, model)
     if not methods:
         return None
+    saved = load_stack_model(settings.out_dir, stack, model.name).artifact or {}
     return {"threshold": settings.gates.for_model(model.name, "max-rel-l2"), "methods": sorted(methods),
-            "budget_s": settings.diagnose_budget_s}
+            "budget_s": settings.diagnose_budget_s,
+            # The shipped artifact's files, by name (the key holds no report folder's path): the remedy is
+            # timed against them, in turns, over the measure session's rounds and budget.
+            "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items() if m in methods},
+            "rounds": settings.rounds, "time_budget_s": settings.time_budget_s}

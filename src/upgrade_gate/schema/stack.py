@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from upgrade_gate.judge.records import Stage, StagesOf
-from upgrade_gate.measure.stats import LatencySummary
+from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, ratio_by_rounds
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import Measured
 
@@ -175,8 +175,16 @@ class MethodDiagnosis:
     reproducer: str | None = None  # its folder, relative to the diagnose folder
     reproducer_note: str = ""  # why there is none
     remedy_code: str | None = None
-    remedy_rel_l2: float | None = None
+    remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
+    remedy_file: str | None = None  # the remedied artifact, relative to the report folder
+    remedy_bytes: int | None = None
+    # Against the reference, as the numerics gate judges the shipped artifact (None: not compared).
+    remedy_rel_l2_reference: float | None = None
+    # Remedied over shipped latency, from calls in turns in one process; or why there is none.
+    latency: RatioEstimate | None = None
+    latency_note: str = ""
+    latency_threads: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -187,6 +195,15 @@ class Diagnosis(StagesOf, codec.Record):
     record_dir: str  # relative to the report folder
     stages: tuple[Stage, ...]
     cache: CacheUse | None = None
+    # The remedied artifact's outputs against the reference (judge/gather.py), each method's worst rel. L2.
+    remedy_against: str | None = None
+    remedy_rel_l2: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def remedy_outputs_file(self) -> str | None:
+        """The remedied artifacts' outputs (relative to the report folder), named as the artifact's are."""
+        name = self._details("remedy").get("outputs")
+        return f"{self.record_dir}/{name}" if name else None
 
     def _details(self, stage: str) -> dict[str, Any]:
         found = self.stage(stage)
@@ -212,13 +229,20 @@ class Diagnosis(StagesOf, codec.Record):
                                              reason=stopped.explain() if stopped else ""))
                 continue
             repro, remedy = written.get(method) or {}, checked.get(method) or {}
+            timing = remedy.get("latency") or {}
+            rounds = timing.get("rounds") or []
+            latency = ratio_by_rounds([r.get("remedied", []) for r in rounds], [r.get("shipped", []) for r in rounds])
             found.append(MethodDiagnosis(
                 method=method, status=str(result.get("status", "?")), reason=str(result.get("reason", "")),
                 rel_l2=result.get("rel_l2"),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
                 lowerings=len(result.get("tried", [])),
                 reproducer=repro.get("folder"), reproducer_note=str(repro.get("reason", "")),
-                remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes")))
+                remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
+                remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
+                remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),
+                latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
+                latency_threads=timing.get("threads")))
         return found
 
 

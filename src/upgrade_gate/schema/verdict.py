@@ -16,6 +16,7 @@ from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, RecordErro
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.judge.records import Reader
+from upgrade_gate.measure.stats import RatioEstimate
 from upgrade_gate.schema import codec
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
@@ -245,6 +246,41 @@ class BaselineFinding(codec.Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Remedy(codec.Record):
+    """The change that avoids one failed hard gate of a candidate, found by its diagnose phase and judged as the
+    stack is: the remedied artifact against the reference with the gate's threshold, its latency against the
+    shipped artifact's (calls in turns, in one process), its size. The verdict as configured stands."""
+
+    stack: str
+    model: str
+    gate: str  # the failed gate it answers
+    methods: tuple[str, ...]
+    operators: tuple[str, ...]  # what it keeps out of the lowering
+    passes: bool  # every method within the gate's threshold against the reference
+    rel_l2: float | None  # the worst method's, against the reference
+    threshold: float
+    latency_ratio: RatioEstimate | None = None  # remedied / shipped, the slowest method's
+    threads: int | None = None
+    bytes: int | None = None  # the remedied artifacts'
+    shipped_bytes: int | None = None
+    code: str = ""  # the lines of an export script
+    reproducers: tuple[str, ...] = ()  # folders, relative to the report folder
+    note: str = ""  # why it does not pass, when it does not
+
+    @property
+    def cost(self) -> str:
+        """Latency and size against the shipped artifact, in words."""
+        parts = []
+        if self.latency_ratio is not None:
+            r = self.latency_ratio
+            parts.append(f"latency ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} interval"
+                         f"{f', {self.threads} thread(s)' if self.threads else ''})")
+        if self.bytes is not None and self.shipped_bytes:
+            parts.append(f"size {text.exact_size(self.bytes)} (×{self.bytes / self.shipped_bytes:.3f})")
+        return ", ".join(parts) or "cost not measured"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class VerdictRecord(codec.Record):
     """verdict.json: the verdict per candidate and overall, and every gate."""
 
@@ -261,6 +297,8 @@ class VerdictRecord(codec.Record):
     warnings: tuple[str, ...] = ()
     # Why the evidence is incomplete, each reason once, and what to do about it.
     incomplete: tuple[str, ...] = ()
+    # The changes that avoid failed hard gates (the diagnose phase), each judged; the verdict above stands.
+    remedies: tuple[Remedy, ...] = ()
 
     def of(self, stack: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.gates if g.stack == stack)

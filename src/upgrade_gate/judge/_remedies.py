@@ -1,0 +1,66 @@
+"""The remedies a candidate's diagnose phase found, judged as the stack is: one per failed hard numerics
+gate whose model has one. The remedied methods' outputs against the reference (judge/gather.py), the
+other methods' as they shipped, by the gate's own threshold; the latency against the shipped artifact's;
+the size. The verdict as configured stands; the report says what the remedies would make of it."""
+
+from __future__ import annotations
+
+import math
+
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge.gather import reference_side
+from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.results import ModelResults
+from upgrade_gate.schema.stack import StackResults
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
+
+
+def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
+    failed = {(g.stack, g.model) for g in gates
+              if g.gate == "numerics" and g.status is GateStatus.FAILED and g.severity is Severity.HARD}
+    found = []
+    for model in models:
+        for stack, own in model.stacks.items():
+            if (stack, model.name) in failed and own.diagnosis is not None:
+                remedy = _judged(plan, model, stack, own)
+                if remedy is not None:
+                    found.append(remedy)
+    return tuple(found)
+
+
+def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> Remedy | None:
+    assert own.diagnosis is not None
+    findings = own.diagnosis.findings
+    remedied = [m for m in findings if m.remedy_code is not None]
+    if not remedied:
+        return None
+    threshold = plan.settings.gates.for_model(model.name, "max-rel-l2")
+    # Every method as the team would ship it remedied: the remedied ones' outputs, the others' as they were.
+    worst: dict[str, float] = {m.method: m.remedy_rel_l2_reference if m.remedy_rel_l2_reference is not None
+                               else math.nan for m in remedied}
+    shipped = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
+    for output in (shipped.outputs or ()) if shipped else ():
+        method = output.name.partition(".")[0]
+        if method not in worst and output.rel_l2 is not None:
+            worst[f"{method} (as shipped)"] = max(worst.get(f"{method} (as shipped)", 0.0), output.rel_l2)
+    over = {method: value for method, value in worst.items() if not value <= threshold}
+    unanswered = [m for m in findings if m.remedy_code is None]
+    against = own.diagnosis.remedy_against or "the reference"
+    notes = [f"{method}: rel. L2 {value:.2e} against {against}" if not math.isnan(value)
+             else f"{method}: not compared with the reference" for method, value in over.items()]
+    notes += [f"{m.method}: {m.status}" for m in unanswered]
+    shipped_bytes = [int(((own.artifact or {}).get("methods") or {}).get(m.method, {}).get("bytes", 0))
+                     for m in remedied]
+    timed = [m for m in remedied if m.latency is not None]
+    slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
+    return Remedy(
+        stack=stack, model=model.name, gate="numerics", methods=tuple(m.method for m in remedied),
+        operators=tuple(dict.fromkeys(c.operator for m in remedied for c in m.culprits)),
+        passes=not over and not unanswered,
+        rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,
+        latency_ratio=slowest.latency if slowest else None, threads=slowest.latency_threads if slowest else None,
+        bytes=sum(m.remedy_bytes or 0 for m in remedied) if all(m.remedy_bytes for m in remedied) else None,
+        shipped_bytes=sum(shipped_bytes) if all(shipped_bytes) else None,
+        code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied if m.remedy_code)),
+        reproducers=tuple(f"{own.diagnosis.record_dir}/{m.reproducer}" for m in findings if m.reproducer),
+        note="; ".join(notes))
