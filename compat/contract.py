@@ -150,29 +150,43 @@ class OtherBackends(Protocol):
 @runtime_checkable
 class Diagnoses(Protocol):
     """Where an artifact departs from eager: the lowering again with parts kept out (compat/culprit.py,
-    compat/diagnose_phase.py), a reproducer, and the lines of an export script that avoid the culprit."""
+    compat/diagnose_phase.py), a reproducer, and the lines of an export script that avoid the culprit.
+    A part is what the lowering can leave out: a source call the delegate takes (ExecuTorch), a pass of
+    ``optimize_for_mobile`` (the Lite Interpreter)."""
+
+    @property
+    def REMEDY_NAME(self) -> str:
+        """The name the remedy's code binds to what the lowering takes (``partitioner``,
+        ``optimization_blocklist``)."""
 
     def lowering_parts(self, module: Any, inputs: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
-        """The exported program and the parts of it the lowering takes: ``[{"key", "kind", "backend",
-        "module", "source"}, …]`` in graph order; ``key`` names one source call (culprit.source_key)."""
+        """What the lowering starts from (the exported program, the traced module) and the parts of it the
+        lowering takes: ``[{"key", "kind", "backend", "module", "source"}, …]`` in graph order; ``key``
+        names one source call (culprit.source_key) or pass; ``"runs_alone": False`` for a part that is
+        no operator (a pass), which is neither run alone nor given an operator's reproducer."""
 
-    def lower_keeping_out(self, exported: Any, keep_out: frozenset[str]) -> Any:
-        """The exported program lowered as ``lower`` does, the parts keyed in ``keep_out`` left out."""
+    def lower_keeping_out(self, lowerable: Any, keep_out: frozenset[str]) -> Any:
+        """Lowered as ``lower`` does, the parts keyed in ``keep_out`` left out."""
 
-    def lower_with_partitioner(self, exported: Any, partitioner: Any) -> Any:
-        """The exported program lowered with a remedy's partitioner (the ``partitioner`` its code makes)."""
+    def lower_with_remedy(self, lowerable: Any, remedy: Any) -> Any:
+        """Lowered with what the remedy's code binds to ``REMEDY_NAME``."""
 
     def run_lowered(self, lowered: Any, inputs: tuple[Any, ...]) -> list[Any]:
-        """A lowered program serialized and run in the stack's runtime: its output tensors."""
+        """A lowered program serialized and run in the stack's runtime: its outputs, as ``run`` gives them."""
 
-    def remedy_code(self, kinds: list[tuple[str, Any]]) -> str:
-        """Python that defines ``partitioner``, keeping each (kind, first node) out of the lowering."""
+    def remedy_code(self, lowerable: Any, culprits: list[tuple[str, str]]) -> str:
+        """Python that binds ``REMEDY_NAME``, keeping each culprit (kind, key of its first part) out."""
 
     def reproducer_source(self, *, kind: str, call: str, arguments: int, threshold: float, remedy: str,
                           found_in: str) -> str:
         """A standalone script, torch and the stack's own packages only, that lowers the operator ``call``
         on ``inputs.pt`` beside it and exits 1 while it differs from eager (0 with ``--with-remedy``
         when the remedy fixes it)."""
+
+    def method_reproducer(self, lowerable: Any, inputs: tuple[Any, ...], folder: Path, *, kind: str,
+                          threshold: float, remedy: str, found_in: str) -> None:
+        """Where the culprit does not fail alone: the whole method (a file the stack's packages load without
+        the model's code), its inputs and ``repro.py`` written in ``folder``, with the same exits."""
 
 
 # What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
@@ -243,6 +257,7 @@ if TYPE_CHECKING:
     _legacy_quantizes: Quantizes = torchscript_mobile
     _legacy_profiles: Profiles = torchscript_mobile
     _legacy_profiler_check: ProfilerCheck = torchscript_mobile
+    _legacy_diagnoses: Diagnoses = torchscript_mobile
     _candidate: Adapter = executorch_xnnpack
     _candidate_quantizes: Quantizes = executorch_xnnpack
     _candidate_program: MultiMethod = executorch_xnnpack

@@ -69,7 +69,7 @@ class DiagnosePhase:
     def error_of(self, lowered: Any, method: str) -> float:
         """The worst relative L2 error of a lowering's outputs against eager, as the gate measures it."""
         _, inputs = self.log.results["build"]
-        outputs = self.adapter.run_lowered(lowered, inputs[method])
+        outputs = flat(self.adapter.run_lowered(lowered, inputs[method]))
         return max(culprit.rel_l2(a, e) for a, e in zip(outputs, self.log.results["eager"][method]))
 
     def parts(self):
@@ -86,7 +86,10 @@ class DiagnosePhase:
         for method, (exported, parts) in self.log.results["parts"].items():
             first: dict[str, str] = {}
             for part in parts:
-                first.setdefault(part["kind"], part["key"])
+                if part.get("runs_alone", True):  # a pass of the lowering is no operator to run alone
+                    first.setdefault(part["kind"], part["key"])
+            if not first:
+                continue
             calls = culprit.capture_node_inputs(exported, inputs[method], set(first.values()))
             for kind, key in first.items():
                 if key not in calls:
@@ -107,7 +110,7 @@ class DiagnosePhase:
             eager = module(*tensors)
         exported = torch.export.export(module, tuple(tensors))
         lowered = self.adapter.lower_keeping_out(exported, frozenset())
-        actual = self.adapter.run_lowered(lowered, tuple(tensors))[0]
+        actual = flat(self.adapter.run_lowered(lowered, tuple(tensors)))[0]
         return {"code": code, "tensors": tensors, "rel_l2": culprit.rel_l2(actual, eager)}
 
     def search(self):
@@ -123,32 +126,40 @@ class DiagnosePhase:
         return found, {"methods": found}
 
     def reproducer(self):
-        """For each method's first culprit: the operator alone on its real inputs, when that fails alone."""
+        """For each method's first culprit: the operator alone on its real inputs, when that fails alone;
+        else the whole method as the lowering starts from it (the smallest program known to fail)."""
         import torch
 
+        _, inputs = self.log.results["build"]
         written = {}
         for method, finding in self.log.results["search"].items():
             culprits = finding.get("culprits") or []
             if not culprits:
                 continue
             kind = culprits[0]["operator"]
-            alone = self.log.results["alone"].get(method, {}).get(kind)
-            if alone is None or alone["rel_l2"] <= self.threshold:
-                written[method] = {"status": "not alone", "reason": (
-                    f"{kind} alone on its real inputs is within the threshold (rel. L2 "
-                    f"{alone['rel_l2']:.3g})" if alone else f"{kind} was not run alone")}
-                continue
             folder = self.model_dir / REPRO_DIR / method
             folder.mkdir(parents=True, exist_ok=True)
-            torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
             remedy = self.remedy_code(method)
-            source = self.adapter.reproducer_source(
-                kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=self.threshold,
-                remedy=remedy, found_in=f"{self.job['model']}'s {method}:\n{where(culprits[0])}.")
-            (folder / "repro.py").write_text(source, encoding="utf-8")
+            found_in = f"{self.job['model']}'s {method}:\n{where(culprits[0])}."
+            alone = self.log.results["alone"].get(method, {}).get(kind)
+            if alone is not None and alone["rel_l2"] > self.threshold:
+                torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
+                source = self.adapter.reproducer_source(
+                    kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=self.threshold,
+                    remedy=remedy, found_in=found_in)
+                (folder / "repro.py").write_text(source, encoding="utf-8")
+                scope, note = "operator", ""
+            else:
+                exported, _ = self.log.results["parts"][method]
+                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind, threshold=self.threshold,
+                                               remedy=remedy, found_in=found_in)
+                scope = "method"
+                note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
+                        if alone else f"{kind} is not run alone")
             written[method] = {"status": "written", "folder": str(folder.relative_to(self.model_dir)),
-                               "operator": kind, "rel_l2": alone["rel_l2"],
-                               "inputs_bytes": (folder / "inputs.pt").stat().st_size}
+                               "operator": kind, "scope": scope, "reason": note,
+                               "rel_l2": alone["rel_l2"] if alone else None,
+                               "bytes": sum(f.stat().st_size for f in folder.iterdir())}
         if not written:
             raise StageSkipped("no culprit found")
         return written, {"methods": written}
@@ -157,9 +168,8 @@ class DiagnosePhase:
         if method not in self.remedies:
             finding = self.log.results["search"][method]
             exported, _ = self.log.results["parts"][method]
-            nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
-            kinds = [(c["operator"], nodes[c["calls"][0]["key"]]) for c in finding.get("culprits") or []]
-            self.remedies[method] = self.adapter.remedy_code(kinds)
+            found = [(c["operator"], c["calls"][0]["key"]) for c in finding.get("culprits") or []]
+            self.remedies[method] = self.adapter.remedy_code(exported, found)
         return self.remedies[method]
 
     def remedy(self):
@@ -178,7 +188,7 @@ class DiagnosePhase:
             scope: dict[str, Any] = {}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
             exported, _ = self.log.results["parts"][method]
-            lowered = self.adapter.lower_with_partitioner(exported, scope["partitioner"])
+            lowered = self.adapter.lower_with_remedy(exported, scope[self.adapter.REMEDY_NAME])
             path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
             path.parent.mkdir(parents=True, exist_ok=True)
             self.adapter.save(lowered, path)
@@ -227,6 +237,8 @@ def flat(value: Any) -> list[Any]:
 
 def where(found: dict[str, Any]) -> str:
     call = found["calls"][0]
+    if not call.get("module") and not call.get("source"):
+        return f"the whole method ({found['backend']} {found['operator']})"
     return f"{call.get('module') or 'the model itself'}, at {call.get('source') or 'a line torch did not record'}"
 
 

@@ -121,3 +121,17 @@ def profiler_missing() -> str | None:
 
 def set_threads(count: int) -> None:
     torch.set_num_threads(count)
+
+
+# What optimize_for_mobile's passes do to a method that departs (culprit.py; the Diagnoses capability):
+# torchscript_diagnose.py.
+from .torchscript_diagnose import (  # noqa: E402, F401 - the adapter's members, after what they build on
+    REMEDY_NAME,
+    lower_keeping_out,
+    lower_with_remedy,
+    lowering_parts,
+    method_reproducer,
+    remedy_code,
+    reproducer_source,
+    run_lowered,
+)

@@ -91,7 +91,7 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
         return {capability for capability, protocol in contract.CAPABILITIES.items()
                 if set(contract.members(protocol)) <= names}
 
-    assert offered("torchscript_mobile") == {"quantize", "profile"}
+    assert offered("torchscript_mobile") == {"quantize", "profile", "diagnose"}
     assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends", "diagnose"}
 
 
@@ -213,8 +213,8 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
     assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} <= helpers  # none is stale
     # What it builds on beside the worker's own modules (which key every result anyway).
     worker = {COMPAT / f"{name}.py" for name in WORKER_MODULES}
-    assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} == set(cache.adapter_files("executorch_xnnpack")) - {
-        COMPAT / "executorch_xnnpack.py"} - worker
+    built_on = set().union(*(cache.adapter_files(a) for a in ADAPTERS))
+    assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} == built_on - {COMPAT / f"{a}.py" for a in ADAPTERS} - worker
     own = tmp_path / "own.py"
     own.write_text("from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, save, set_threads\n")
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
@@ -296,8 +296,8 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
     assert {name: contract.declared(p) for name, p in contract.CAPABILITIES.items()} == {
         "quantize": ["QUANTIZATIONS", "quantize"], "program": ["save_program", "run_method"], "profile": ["profile"],
         "backends": ["OTHER_BACKENDS", "backend_unavailable", "export_only"],
-        "diagnose": ["lowering_parts", "lower_keeping_out", "lower_with_partitioner", "run_lowered", "remedy_code",
-                     "reproducer_source"]}
+        "diagnose": ["REMEDY_NAME", "lowering_parts", "lower_keeping_out", "lower_with_remedy", "run_lowered",
+                     "remedy_code", "reproducer_source", "method_reproducer"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

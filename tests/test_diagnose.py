@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import REPO, load
+from helpers.runs import QUICK, REPO, load, nox, user_project
 
 from upgrade_gate.schema.verdict import GateStatus
 
@@ -91,7 +91,7 @@ def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
     assert report.index("## Verdict") < report.index("## Way out") < report.index("## Decision matrix")
     section = report[report.index("## Way out"):report.index("## Decision matrix")]
     assert f"### `{MODEL}` · `forward` in candidate" in section
-    assert re.search(r"^- \*\*`aten\.gelu\.default\(approximate='tanh'\)`\*\*, run by the XNNPACK delegate: keeping "
+    assert re.search(r"^- \*\*`aten\.gelu\.default\(approximate='tanh'\)`\*\* \(XNNPACK delegate\): keeping "
                      r"it out takes 99\.\d% of the error off \(rel\. L2 1\.\d+e-04 → \d\.\d+e-0[7-9]\)", section,
                      re.MULTILINE), section
     assert f"  - the model itself, at smoke.py:{source_line()} in forward: {CALL}" in section
@@ -139,9 +139,12 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     # The export failure beside it has no remedy: the verdict with remedies is not claimed.
     report = (out / "report.md").read_text()
     assert "as configured;" not in report
-    assert re.search(rf"Judged as the stack is, `{MODEL}` with the remedy \(forward remedied\): \[passed\] the numerics "
-                     r"gate passes \(rel\. L2 \d\.\d\de-0[6-9] ≤ 1\.00e-04, against the reference\); its cost against the "
-                     r"shipped artifact: latency ×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(\d+% interval, 1 thread\(s\)\), size ", report)
+    assert re.search(rf"Judged as the stack is, `{MODEL}` with the remedy \(forward remedied, its other methods as "
+                     r"shipped\): \[passed\] the numerics gate passes \(rel\. L2 \d\.\d\de-0[6-9] ≤ 1\.00e-04, against the "
+                     r"reference\)\.", report), report
+    assert re.search(r"— \[passed\] passes; against the shipped artifact: latency ×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] "
+                     r"\(\d+% interval over 6 rounds of calls of both in turns, 1 thread\(s\)\), size [\d.]+ KiB "
+                     r"\(×1\.0\d\d\)\.", report), report
 
 
 def test_the_same_model_without_the_operator_has_no_way_out(explained_run):
@@ -152,3 +155,28 @@ def test_the_same_model_without_the_operator_has_no_way_out(explained_run):
     gates = {g.gate: g.status for g in verdict_of(out).gates if g.model == f"{MODEL}-removed"}
     assert gates["numerics"] is GateStatus.PASSED
     assert f"`{MODEL}-removed`" not in (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
+
+
+def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_path):
+    """The baseline's own finding: optimize_for_mobile's conv-BN fold breaks MobileNetV3-Small's .ptl. Its
+    search is over the passes (torchscript_diagnose.py), its reproducer the traced method."""
+    env = user_project(tmp_path, f'[tool.upgrade-gate]\nsuite = "smoke"\n{QUICK.replace("diagnose-budget = 0", "")}')
+    out = tmp_path / "report"
+    result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "mobilenet-v3-small@fp32", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = out / "stacks" / "legacy" / "models" / "mobilenet-v3-small" / "diagnose"
+    stages = {s["stage"]: s for s in json.loads((folder / "diagnose.json").read_text())["stages"]}
+    assert all(s["status"] == "ok" for s in stages.values()), stages
+    finding = stages["search"]["details"]["methods"]["forward"]
+    (found,) = finding["culprits"]
+    assert (finding["status"], found["operator"], found["backend"]) == ("found", "CONV_BN_FUSION", "optimize_for_mobile pass")
+    assert finding["rel_l2"] > 1 and found["rel_l2_without"] < 1e-5  # the fold is all of the error
+    remedy = stages["remedy"]["details"]["methods"]["forward"]
+    assert remedy["passes"] and "optimization_blocklist = {MobileOptimizerType.CONV_BN_FUSION}" in remedy["code"]
+    written = stages["reproducer"]["details"]["methods"]["forward"]
+    assert written["scope"] == "method" and {p.name for p in (folder / written["folder"]).iterdir()} == {
+        "repro.py", "model.pt", "inputs.pt"}
+    python = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]["executable"]
+    runs = [subprocess.run([python, str(folder / written["folder"] / "repro.py"), *args], capture_output=True, text=True,
+                           timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}) for args in ((), ("--with-remedy",))]
+    assert [r.returncode for r in runs] == [1, 0], [r.stdout + r.stderr[-1000:] for r in runs]

@@ -9,6 +9,7 @@ from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Para
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.verdict import Remedy, Unit
+from upgrade_gate.text import size
 
 INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
          "lowers the model again with parts of it kept out of the delegate, each lowering run on the same inputs, "
@@ -40,7 +41,9 @@ def way_out_blocks(results: Results) -> list[Block]:
         if not found.methods and stopped is not None:  # the search did not start: say why, once
             blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
         for method in found.findings:
-            blocks += _method_blocks(model, stack, found, method, python.executable if python else None)
+            shipped = ((model.stacks[stack].artifact or {}).get("methods") or {}).get(method.method) or {}
+            blocks += _method_blocks(model, stack, found, method, python.executable if python else None,
+                                     shipped.get("bytes"))
         remedy = next((r for r in results.verdict.remedies if (r.model, r.stack) == (model.name, stack)), None)
         if remedy is not None:
             blocks.append(_judged(remedy))
@@ -54,8 +57,7 @@ def _judged(remedy: Remedy) -> Paragraph:
     worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
         f"threshold {_rel_l2(remedy.threshold)}"
     return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
-                     f"remedied): {outcome} ({worst}, against the reference); its cost against the shipped "
-                     f"artifact: {remedy.cost} — calls of both in turns, in one process on this machine.")
+                     f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference).")
 
 
 def _departs(results: Results, model: ModelResults) -> bool:
@@ -68,7 +70,7 @@ def _departs(results: Results, model: ModelResults) -> bool:
 
 
 def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: MethodDiagnosis,
-                   python: str | None) -> list[Block]:
+                   python: str | None, shipped_bytes: int | None) -> list[Block]:
     title = f"`{model.name}` · `{method.method}` in {stack}"
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
     if not method.culprits:
@@ -84,7 +86,7 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         calls = [call.where() + (f" (keeping this call out alone takes {call.share:.1%} off)"
                                  if call.share is not None and len(culprit.calls) > 1 else "")
                  for call in culprit.calls]
-        items.append(Item(f"**`{culprit.operator}`**, run by the {culprit.backend}: keeping it out takes "
+        items.append(Item(f"**`{culprit.operator}`** ({culprit.backend}): keeping it out takes "
                           f"{culprit.share:.1%} of the error off (rel. L2 {before} → {_rel_l2(culprit.rel_l2_without)})"
                           f"{alone}", calls))
     blocks += [Paragraph(f"The operator{'s' if combined else ''} behind it{combined}, found in "
@@ -92,18 +94,34 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     if method.reproducer:
         folder = f"{found.record_dir}/{method.reproducer}"
         run = f"{python or 'python'} {folder}/repro.py"
+        what = ("the operator alone on the real tensors that reached it" if method.reproducer_scope == "operator"
+                else f"the whole method and its real inputs ({method.reproducer_note})")
         blocks.append(Paragraph(
-            f"Reproducer, to hand upstream: `{folder}/` (repro.py and inputs.pt, the operator alone on the real "
-            f"tensors; torch and executorch only). Run from the report folder, `{run}` exits 1 as lowered, 0 with "
-            "`--with-remedy`."))
-    elif method.reproducer_note:
-        blocks.append(Paragraph(f"No one-operator reproducer: {method.reproducer_note}."))
+            f"Reproducer, to hand upstream: `{folder}/` ({what}; the stack's own packages only, no upgrade-gate). "
+            f"Run from the report folder, `{run}` exits 1 as lowered, 0 with `--with-remedy`."))
     if method.remedy_code is not None:
         verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
         measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
         blocks += [Paragraph(f"The change that avoids it, checked: the whole method lowered with these lines gives "
-                             f"{measured} against eager — {verdict}."), Code(method.remedy_code.splitlines())]
+                             f"{measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
+                   Code(method.remedy_code.splitlines())]
     return blocks
+
+
+def _cost(method: MethodDiagnosis, shipped_bytes: int | None) -> str:
+    """The remedied artifact against the shipped one: latency (calls of both in turns, one process) and size."""
+    parts = []
+    if method.latency is not None:
+        r = method.latency
+        threads = f", {method.latency_threads} thread(s)" if method.latency_threads else ""
+        parts.append(f"latency ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} interval over "
+                     f"{len(r.per_round)} rounds of calls of both in turns{threads})")
+    elif method.latency_note:
+        parts.append(f"latency not measured ({method.latency_note})")
+    if method.remedy_bytes is not None:
+        ratio = f" (×{method.remedy_bytes / shipped_bytes:.3f})" if shipped_bytes else ""
+        parts.append(f"size {size(method.remedy_bytes)}{ratio}")
+    return "against the shipped artifact: " + ", ".join(parts) if parts else "its cost was not measured"
 
 
 def _rel_l2(value: float | None) -> str:

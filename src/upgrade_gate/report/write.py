@@ -78,8 +78,9 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     if verdict.baseline_findings:
         blocks += [Paragraph(f"The baseline's own artifacts depart from its eager models (what "
                              f"{verdict.baseline} ships today, whatever the verdict):"),
-                   bullets(*(f"{finding} — [details](#{model_anchor(finding.model)})"
-                             for finding in verdict.baseline_findings))]
+                   bullets(*(f"{finding} — [details](#{model_anchor(finding.model)})" + (
+                       " · [way out](#way-out)" if _diagnosed(results, finding.model, verdict.baseline) else "")
+                       for finding in verdict.baseline_findings))]
     blocks += way_out_blocks(results)
     settings = results.settings
     blocks.append(Paragraph(
@@ -131,3 +132,9 @@ READING_NOTES = bullets(
 
 
 # -- the project -------------------------------------------------------------------
+
+
+def _diagnosed(results: Results, model: str, stack: str) -> bool:
+    """Whether the Way out section has the stack's search for the model."""
+    found = results.model(model)
+    return found is not None and stack in found.stacks and found.stacks[stack].diagnosis is not None

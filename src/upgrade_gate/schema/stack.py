@@ -137,6 +137,8 @@ class CulpritCall:
     share: float | None = None  # of the error, keeping this call out alone (when it is not the only one)
 
     def where(self) -> str:
+        if not self.module and not self.source:
+            return "the whole method"  # a pass of the lowering, not an operator
         return f"{f'`{self.module}`' if self.module else 'the model itself'}, " \
                f"{f'at {self.source}' if self.source else 'at a line torch did not record'}"
 
@@ -173,7 +175,8 @@ class MethodDiagnosis:
     culprits: tuple[CulpritOperator, ...] = ()
     lowerings: int = 0  # lowerings the search tried
     reproducer: str | None = None  # its folder, relative to the diagnose folder
-    reproducer_note: str = ""  # why there is none
+    reproducer_scope: str = ""  # "operator" (alone on its real tensors) or "method" (the whole method)
+    reproducer_note: str = ""  # why it is the whole method
     remedy_code: str | None = None
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
@@ -237,7 +240,8 @@ class Diagnosis(StagesOf, codec.Record):
                 rel_l2=result.get("rel_l2"),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
                 lowerings=len(result.get("tried", [])),
-                reproducer=repro.get("folder"), reproducer_note=str(repro.get("reason", "")),
+                reproducer=repro.get("folder"), reproducer_scope=str(repro.get("scope", "operator")),
+                reproducer_note=str(repro.get("reason", "")),
                 remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
                 remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),

@@ -22,7 +22,8 @@ from upgrade_gate.schema import codec
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
 # extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
-RESULTS_VERSION = Version("2.1")
+# 2.2: each stack's diagnosis (the culprit search) and the verdict's remedies (2.1 files read without them).
+RESULTS_VERSION = Version("2.2")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
@@ -266,18 +267,6 @@ class Remedy(codec.Record):
     code: str = ""  # the lines of an export script
     reproducers: tuple[str, ...] = ()  # folders, relative to the report folder
     note: str = ""  # why it does not pass, when it does not
-
-    @property
-    def cost(self) -> str:
-        """Latency and size against the shipped artifact, in words."""
-        parts = []
-        if self.latency_ratio is not None:
-            r = self.latency_ratio
-            parts.append(f"latency ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] ({r.level:.0%} interval"
-                         f"{f', {self.threads} thread(s)' if self.threads else ''})")
-        if self.bytes is not None and self.shipped_bytes:
-            parts.append(f"size {text.exact_size(self.bytes)} (×{self.bytes / self.shipped_bytes:.3f})")
-        return ", ".join(parts) or "cost not measured"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
