@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -208,3 +209,19 @@ def one_op_module(call: str, arguments: int) -> Any:
     scope: dict[str, Any] = {"torch": torch}
     exec(f"def forward(self, {names}):\n    return {call}\n", scope)  # noqa: S102 - code op_call_code wrote
     return type("OneOperator", (torch.nn.Module,), {"forward": scope["forward"]})()
+
+
+def indented(remedy: str) -> str:
+    """The remedy's lines, as a team would paste them, inside a reproducer's function (one blank line
+    between blocks)."""
+    given = remedy.splitlines()
+    lines = [line for index, line in enumerate(given) if line or (index and given[index - 1])]
+    return "".join(f"    {line}\n" if line else "\n" for line in lines)
+
+
+def write_reproducer(folder: Path, inputs: tuple[Any, ...], template: str, *, remedy: str, **fields: Any) -> None:
+    """A whole-method reproducer's ``inputs.pt`` and ``repro.py`` (the adapter saves the method beside them)."""
+    import torch
+
+    torch.save(tuple(inputs), folder / "inputs.pt")
+    (folder / "repro.py").write_text(template.format(remedy=indented(remedy), **fields), encoding="utf-8")

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from . import culprit
+
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
 REMEDY_NAME = "partitioner"
 
@@ -21,7 +23,6 @@ BACKEND = "XNNPACK delegate"
 def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, list[dict[str, Any]]]:
     """The exported program and what the XNNPACK delegate took of it: one part per source call
     (``gelu_1``), with its kind, module path and the user's line."""
-    from . import culprit
     from .export_errors import source_line
 
     exported = torch.export.export(module, inputs)
@@ -67,8 +68,6 @@ def lower_with_remedy(exported: Any, partitioner: Any) -> Any:
 def _partitioner(keep_out: Iterable[str]) -> Any:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    from . import culprit
-
     kept = frozenset(keep_out)
     partitioner = XnnpackPartitioner()
     for config in partitioner.target_partitioner_configs.values():
@@ -92,8 +91,6 @@ def remedy_code(exported: Any, culprits: list[tuple[str, str]]) -> str:
     none)."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
-
-    from . import culprit
 
     nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
     kinds = [(kind, nodes[key]) for kind, key in culprits if key in nodes]
@@ -187,7 +184,8 @@ def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float,
     from importlib.metadata import version
 
     return REPRODUCER.format(kind=kind, executorch=version("executorch"), found_in=found_in, threshold=threshold,
-                             names=", ".join(f"x{i}" for i in range(arguments)), call=call, remedy=_indented(remedy))
+                             names=", ".join(f"x{i}" for i in range(arguments)), call=call,
+                             remedy=culprit.indented(remedy))
 
 
 METHOD_REPRODUCER = '''"""{kind}: ExecuTorch {executorch}'s XNNPACK lowering of a method differs from eager.
@@ -244,14 +242,5 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
     from importlib.metadata import version
 
     torch.export.save(exported, folder / "program.pt2")
-    torch.save(tuple(inputs), folder / "inputs.pt")
-    (folder / "repro.py").write_text(METHOD_REPRODUCER.format(
-        kind=kind, executorch=version("executorch"), found_in=found_in, threshold=threshold,
-        remedy=_indented(remedy)), encoding="utf-8")
-
-
-def _indented(remedy: str) -> str:
-    """The remedy's lines, as a team would paste them, inside a function (one blank line between blocks)."""
-    given = remedy.splitlines()
-    lines = [line for index, line in enumerate(given) if line or given[index - 1]]
-    return "".join(f"    {line}\n" if line else "\n" for line in lines)
+    culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
+                             found_in=found_in, threshold=threshold, remedy=remedy)

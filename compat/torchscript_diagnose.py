@@ -13,6 +13,8 @@ import torch
 from torch.jit.mobile import _load_for_lite_interpreter
 from torch.utils.mobile_optimizer import MobileOptimizerType, optimize_for_mobile
 
+from . import culprit
+
 # What the remedy's code defines, passed as ``optimize_for_mobile(m, optimization_blocklist=...)``.
 REMEDY_NAME = "optimization_blocklist"
 BACKEND = "optimize_for_mobile pass"
@@ -102,8 +104,5 @@ def method_reproducer(traced: Any, inputs: tuple[torch.Tensor, ...], folder: Pat
                       remedy: str, found_in: str) -> None:
     """The traced method, its inputs and a standalone script (torch only) in ``folder``."""
     torch.jit.save(traced, str(folder / "model.pt"))
-    torch.save(tuple(inputs), folder / "inputs.pt")
-    indented = "".join(f"    {line}\n" if line else "\n" for line in remedy.splitlines())
-    (folder / "repro.py").write_text(METHOD_REPRODUCER.format(
-        kind=kind, torch_version=torch.__version__, found_in=found_in, threshold=threshold, remedy=indented),
-        encoding="utf-8")
+    culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, torch_version=torch.__version__,
+                             found_in=found_in, threshold=threshold, remedy=remedy)

@@ -19,7 +19,6 @@ from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure import _contention as contention
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure._contention import Load
-from upgrade_gate.run import runner
 from upgrade_gate.schema.measured import Contention
 
 
@@ -159,7 +158,7 @@ def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
     for spec in plan.stacks:
         model_dir = layout.model_dir(out, spec.name, "vit-smoke")
         model_dir.mkdir(parents=True)
-        runner._key_record_path(model_dir, "runtime").write_text(f'{{"key": "{spec.name}-key", "stored": true}}')
+        layout.key_record_file(model_dir, "runtime").write_text(f'{{"key": "{spec.name}-key", "stored": true}}')
         runnable.append((spec, Path("/bin")))
     model = plan.models[0]
     here = rounds._measurement_key(plan, model, 1, runnable)

@@ -84,6 +84,11 @@ def diagnose_dir(out: Path, stack: str, model: str) -> Path:
     return model_dir(out, stack, model) / DIAGNOSE
 
 
+def key_record_file(phase_dir: Path, phase: str) -> Path:
+    """``<phase>.cache.json``, beside the phase's files: its cache key, and the entry they came from."""
+    return phase_dir / f"{phase}.cache.json"
+
+
 def stack_file(out: Path, stack: str) -> Path:
     return stack_dir(out, stack) / STACK_FILE
 

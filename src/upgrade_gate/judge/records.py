@@ -324,24 +324,14 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
     facts: dict[str, dict[str, Any]] = {}
     for phase in layout.PHASES:
         path = directory / f"{phase}.json"
-        where = str(path.relative_to(out))
         if not path.is_file():
             stages.append(Stage(stage=phase, status="not-run", duration_s=0.0,
                                 reason=f"the {phase} phase did not run for this report"))
             continue
-        try:
-            reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
-        except ValueError as error:
-            raise RecordError(f"{where}: not valid JSON ({error})") from None
-        check_schema(reader)
+        reader = _read_record(path, out)
         stages.extend(Stage.from_reader(r) for r in reader.children("stages"))
         facts[phase] = reader.opt_dict("facts")
-    cache = {}
-    for phase in layout.PHASES:
-        try:
-            cache[phase] = json.loads((directory / f"{phase}.cache.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # written by the runner after the phase; an older or interrupted run has none
+    cache = {phase: found for phase in layout.PHASES if (found := read_key_record(directory, phase)) is not None}
     return StackModelRecord(stack=stack, model=model, directory=directory, stages=tuple(stages), facts=facts,
                             cache=cache)
 
@@ -353,17 +343,28 @@ def load_diagnosis(out: Path, stack: str, model: str) -> tuple[tuple[Stage, ...]
     path = directory / f"{layout.DIAGNOSE}.json"
     if not path.is_file():
         return None
+    stages = tuple(Stage.from_reader(r) for r in _read_record(path, out).children("stages"))
+    return stages, read_key_record(directory, layout.DIAGNOSE) or {}
+
+
+def _read_record(path: Path, out: Path) -> Reader:
+    """A worker's or the measure session's JSON record, its schema checked, its errors naming it."""
     where = str(path.relative_to(out))
     try:
         reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
     except ValueError as error:
         raise RecordError(f"{where}: not valid JSON ({error})") from None
     check_schema(reader)
+    return reader
+
+
+def read_key_record(phase_dir: Path, phase: str) -> dict[str, Any] | None:
+    """The runner's key record of a phase (layout.key_record_file): written after the phase; an older or
+    interrupted run has none."""
     try:
-        cache = json.loads((directory / f"{layout.DIAGNOSE}.cache.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    return tuple(Stage.from_reader(r) for r in reader.children("stages")), cache
+        return dict(json.loads(layout.key_record_file(phase_dir, phase).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
@@ -378,12 +379,7 @@ def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | No
     path = layout.measurement_file(out, model, threads)
     if not path.is_file():
         return None
-    where = str(path.relative_to(out))
-    try:
-        reader = Reader(json.loads(path.read_text(encoding="utf-8")), where)
-    except ValueError as error:
-        raise RecordError(f"{where}: not valid JSON ({error})") from None
-    check_schema(reader)
+    reader = _read_record(path, out)
     for stack in reader.entries("stacks").values():
         stack.text("status")
         for entry in stack.children("rounds") if "rounds" in stack.data else []:

@@ -41,7 +41,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model
+from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention
 from upgrade_gate.run import cache, runner, supervisor
@@ -265,7 +265,7 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
     """The runtime keys of the stacks measured and how they are measured; None if one is not known."""
     runtime_keys = {}
     for spec, _ in runnable:
-        record = runner.read_key_record(layout.model_dir(plan.settings.out_dir, spec.name, model.name), "runtime")
+        record = read_key_record(layout.model_dir(plan.settings.out_dir, spec.name, model.name), "runtime")
         if not record or not record.get("stored") or not record.get("key"):
             return None
         runtime_keys[spec.name] = record["key"]

@@ -27,7 +27,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model
+from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model, read_key_record
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor
 from upgrade_gate.run.asset_build import assets_dir
@@ -261,29 +261,18 @@ def _phase_key(
     return cache.digest_of(parts)
 
 
-def _key_record_path(model_dir: Path, phase: str) -> Path:
-    return model_dir / f"{phase}.cache.json"
-
-
 def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[str, Any], *, stored: bool,
                       reused_from: Path | None = None) -> None:
     """Which key a phase's files in the report folder belong to, and whether they came from the cache."""
-    write_json_atomic(_key_record_path(model_dir, phase), {
+    write_json_atomic(layout.key_record_file(model_dir, phase), {
         "key": key, "stored": stored, "reused_from": str(reused_from) if reused_from else None, "files": files,
     })
-
-
-def read_key_record(model_dir: Path, phase: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(_key_record_path(model_dir, phase).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _phase_files(phase_dir: Path, phase: str) -> list[Path]:
     """The files a phase left: the export owns everything it finds in the model's folder; the runtime what
     the export did not write; the diagnose phase everything in its own folder, a reproducer's folders too."""
-    own_records = {_key_record_path(phase_dir, p).name for p in (*layout.PHASES, layout.DIAGNOSE)} | {
+    own_records = {layout.key_record_file(phase_dir, p).name for p in (*layout.PHASES, layout.DIAGNOSE)} | {
         f"{p}-job.json" for p in (*layout.PHASES, layout.DIAGNOSE)}
     export_files = set((read_key_record(phase_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
     found = phase_dir.rglob("*") if phase == layout.DIAGNOSE else phase_dir.iterdir()
@@ -299,7 +288,7 @@ def _clear_phase(model_dir: Path, phase: str) -> None:
     if phase == "export":
         doomed = [p for p in model_dir.iterdir() if p.is_file()]
     else:
-        doomed = [*_phase_files(model_dir, phase), _key_record_path(model_dir, phase)]
+        doomed = [*_phase_files(model_dir, phase), layout.key_record_file(model_dir, phase)]
     for path in doomed:
         path.unlink(missing_ok=True)
 
