@@ -22,7 +22,7 @@ from upgrade_gate.text import num, short, size
 VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
 # How each outcome is listed under a candidate's verdict, after its failures.
 LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inconclusive"),
-          (GateStatus.NOT_COMPARABLE, "not comparable"), (GateStatus.BLOCKED, "blocked"))
+          (GateStatus.NOT_COMPARABLE, "not comparable"))
 
 
 
@@ -55,8 +55,12 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
         for status, label in LISTED:
             listed = [g for g in own if g.status is status]
             if listed:
-                summary += f"; {label}: " + ", ".join(
-                    f"{g.gate} ({g.model}{f', by {g.blocked_by}' if g.blocked_by else ''})" for g in listed)
+                summary += f"; {label}: " + ", ".join(f"{g.gate} ({g.model})" for g in listed)
+        # A blocked gate is its root failure's consequence, counted once with it: a count, not a list.
+        blocked = sum(1 for g in own if g.status is GateStatus.BLOCKED)
+        if blocked:
+            summary += (f"; {blocked} gate{'s' if blocked > 1 else ''} blocked by a failure above "
+                        "([listed below](#failing-gates))")
         remedied = with_remedies(verdict, name)
         if remedied is not None:  # what decides first: the verdict as configured, then what the remedies make of it
             after, count = remedied
