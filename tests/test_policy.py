@@ -607,3 +607,16 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
     assert isinstance(line, Bullets) and line.items[0].text.startswith(
         "**candidate** vs baseline **legacy**: **NO-GO** as configured; **GO-WITH-CONDITIONS** with 1 remedy "
         "([Way out](#way-out)) — hard: numerics (vit)")
+
+
+def test_blocked_gates_are_counted_after_the_failure_that_blocks_them():
+    export = GateResult(gate="export", stack="candidate", model="m", severity=Severity.HARD, status=GateStatus.FAILED,
+                        metric="stages")
+    blocked = [GateResult(gate=name, stack="candidate", model="m", severity=Severity.HARD, status=GateStatus.BLOCKED,
+                          metric="m", blocked_by="export") for name in ("numerics", "latency")]
+    record = VerdictRecord(tool_version="0", generated_at="t", verdict=Verdict.NO_GO, baseline="legacy",
+                           candidates={"candidate": Verdict.NO_GO}, gates=(export, *blocked))
+    line = verdict_blocks(record)[1]
+    assert isinstance(line, Bullets) and line.items[0].text == (
+        "**candidate** vs baseline **legacy**: **NO-GO** — hard: export (m); 2 gates blocked by a failure above "
+        "([listed below](#failing-gates))")
