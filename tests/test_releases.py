@@ -104,7 +104,8 @@ def request_for(config: Path, *posargs: str):
 def test_a_request_judges_latency_at_one_thread_in_one_folder_per_release(smoke_config):
     request = request_for(smoke_config, "--from", "0.7.0", "--to", "1.0.1", "--models", "vit-smoke")
     assert [r.name for r in request.releases] == ["executorch-0.7.0", "executorch-1.0.0", "executorch-1.0.1"]
-    assert request.plan.settings.threads == (1,) and request.plan.settings.backends_budget_s == 0
+    settings = request.plan.settings
+    assert settings.threads == (1,) and settings.backends_budget_s == 0 and settings.diagnose_budget_s == 0
     assert [m.name for m in request.plan.models] == ["vit-smoke", "vit-smoke@int8-dynamic"]
     assert request.folder(request.releases[0]) == smoke_config.parent / "report" / "releases" / "executorch-0.7.0"
 

@@ -55,10 +55,13 @@ def release_settings(settings: Settings) -> Settings:
     """What the explorer changes in the configuration's settings: latency at one thread, the ratio
     that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
     question is the XNNPACK path across releases (`compare` tries the others for its candidate); no
-    per-operator profile, which the upgrade-path report does not show; and no project: its tests and
+    per-operator profile, which the upgrade-path report does not show; no culprit search per release (a
+    minute or more for each release a finding persists in: compare's reproducer answers whether a
+    release fixes it, in one command, with that release's Python); and no project: its tests and
     scan do not run per release, so their gates would only ever say *incomplete* and hold every
     release's verdict at INCOMPLETE (the report says they were not run)."""
-    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, profile=False, project=None)
+    return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, profile=False, diagnose_budget_s=0.0,
+                               project=None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
