@@ -136,6 +136,8 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     assert ratio is not None and len(ratio.per_round) == 6 and ratio.low <= ratio.median <= ratio.high
     assert remedy.threads == 1 and remedy.shipped_bytes == (out / "stacks/candidate/models" / MODEL / "forward.pte").stat().st_size
     assert remedy.bytes and remedy.bytes > 0
+    # Slower than the latency gate lets a candidate be (the portable GELU): a condition, judged by that gate.
+    assert bool(remedy.conditions) == (ratio.low > 1.05), (remedy.conditions, ratio)
     # The export failure beside it has no remedy: the verdict with remedies is not claimed.
     report = (out / "report.md").read_text()
     assert "as configured;" not in report

@@ -603,6 +603,10 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
     assert with_remedies(replace(record, gates=(numerics, failed("llama", "export", "hard"))), "candidate") is None
     # Nothing failed hard: there is nothing to remedy.
     assert with_remedies(replace(record, gates=(latency,)), "candidate") is None
+    # A remedy slower than the latency gate lets a candidate be: its cost is a condition.
+    slow = replace(remedy("vit", True), conditions=("forward ×2.7 against the shipped artifact",))
+    assert with_remedies(replace(record, gates=(numerics,), remedies=(slow,)), "candidate") == (
+        Verdict.GO_WITH_CONDITIONS, 1)
     line = verdict_blocks(record)[1]
     assert isinstance(line, Bullets) and line.items[0].text.startswith(
         "**candidate** vs baseline **legacy**: **NO-GO** as configured; **GO-WITH-CONDITIONS** with 1 remedy "

@@ -53,14 +53,23 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
                      for m in remedied]
     timed = [m for m in remedied if m.latency is not None]
     slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
+    conditions: list[str] = []
+    latency_gate = plan.settings.gates["latency"]
+    if slowest is not None and slowest.latency is not None and latency_gate.severity != "off" \
+            and slowest.latency.low > latency_gate["max-ratio"]:
+        # Slower than the shipped artifact beyond what the latency gate lets a candidate be: judged by that gate.
+        r = slowest.latency
+        cost = (f"{slowest.method} ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] against the shipped artifact, over "
+                f"the latency gate's max-ratio {latency_gate['max-ratio']:g}")
+        (notes if latency_gate.severity == "hard" else conditions).append(cost)
     return Remedy(
         stack=stack, model=model.name, gate="numerics", methods=tuple(m.method for m in remedied),
         operators=tuple(dict.fromkeys(c.operator for m in remedied for c in m.culprits)),
-        passes=not over and not unanswered,
+        passes=not notes,
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,
         latency_ratio=slowest.latency if slowest else None, threads=slowest.latency_threads if slowest else None,
         bytes=sum(m.remedy_bytes or 0 for m in remedied) if all(m.remedy_bytes for m in remedied) else None,
         shipped_bytes=sum(shipped_bytes) if all(shipped_bytes) else None,
         code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied if m.remedy_code)),
         reproducers=tuple(f"{own.diagnosis.record_dir}/{m.reproducer}" for m in findings if m.reproducer),
-        note="; ".join(notes))
+        note="; ".join(notes), conditions=tuple(conditions))

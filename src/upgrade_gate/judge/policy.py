@@ -101,10 +101,14 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     every failed hard gate (whatever else failed still counts, by the same table); None otherwise."""
     own = verdict.of(stack)
     hard = [g for g in own if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
-    passing = {(r.model, r.gate) for r in verdict.remedies if r.stack == stack and r.passes}
-    if not hard or any((g.model, g.gate) not in passing for g in hard):
+    passing = [r for r in verdict.remedies if r.stack == stack and r.passes]
+    answered = {(r.model, r.gate) for r in passing}
+    if not hard or any((g.model, g.gate) not in answered for g in hard):
         return None
-    return decide([g for g in own if (g.model, g.gate) not in passing]), len(passing)
+    after = decide([g for g in own if (g.model, g.gate) not in answered])
+    if after is Verdict.GO and any(r.conditions for r in passing):  # a remedy's own cost is a condition
+        after = Verdict.GO_WITH_CONDITIONS
+    return after, len(passing)
 
 
 def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | None = None) -> VerdictRecord:

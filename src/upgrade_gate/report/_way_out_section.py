@@ -56,8 +56,10 @@ def _judged(remedy: Remedy) -> Paragraph:
                else f"{mark('FAILED')} the {remedy.gate} gate still fails ({remedy.note})")
     worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
         f"threshold {_rel_l2(remedy.threshold)}"
+    conditions = "".join(f" A condition: {condition}." for condition in remedy.conditions)
     return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
-                     f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference).")
+                     f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference)."
+                     + conditions)
 
 
 def _departs(results: Results, model: ModelResults) -> bool:

@@ -267,6 +267,8 @@ class Remedy(codec.Record):
     code: str = ""  # the lines of an export script
     reproducers: tuple[str, ...] = ()  # folders, relative to the report folder
     note: str = ""  # why it does not pass, when it does not
+    # What a soft gate would say of the remedied artifact (its latency against the shipped one): conditions.
+    conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
