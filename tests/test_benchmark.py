@@ -49,7 +49,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
         phases = {p: json.loads((out / "stacks" / stack / "models" / "vit-smoke" / f"{p}.json").read_text())
                   for p in ("export", "runtime")}
         expected = {p: sum(s["duration_s"] for s in data["stages"]) for p, data in phases.items()}
-        assert parts["stacks"][stack]["vit-smoke"] == pytest.approx(expected)
+        assert parts["stacks"][stack]["vit-smoke"] == pytest.approx({**expected, "diagnose": 0.0})  # nothing departed
     assert parts["candidate_export_floor_s"] == pytest.approx(parts["totals"]["candidate"]["export"] / 2)
     assert parts["measure"]["measurements"] == 4  # two stacks at two thread counts
     assert parts["measure"]["timed_calls_s"] == pytest.approx(4 * 7 * 8 * 2.0 / 1000)

@@ -378,6 +378,10 @@ def overhead(out: Path, models: str, log: Any) -> int:
     return 0 if met else 1
 
 
+# The worker's phases, each a column (the diagnose phase runs only where an artifact departs: 0 elsewhere).
+PHASE_COLUMNS = (*layout.PHASES, layout.DIAGNOSE)
+
+
 def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
     """A finished run's work, from its report folder: per stack and model the export and runtime
     phases (their stages' durations summed: a phase taken from the result cache counts 0), and
@@ -388,11 +392,14 @@ def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
     for model in results.models:
         for name, stack in model.stacks.items():
             reused = set(stack.reused_phases())
-            phases = {"export": 0.0, "runtime": 0.0}
+            phases = {phase: 0.0 for phase in PHASE_COLUMNS}
             for stage in stack.stages:
                 phase = "runtime" if stage.stage in RUNTIME_STAGES else "export"
                 if phase not in reused:
                     phases[phase] += stage.duration_s
+            found = stack.diagnosis
+            if found is not None and not (found.cache and found.cache.reused_from):
+                phases[layout.DIAGNOSE] = sum(stage.duration_s for stage in found.stages)
             stacks.setdefault(name, {})[model.name] = phases
     timed_ms = warm_ms = 0.0
     measurements = 0
@@ -407,7 +414,7 @@ def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
                 timed_ms += sum(sum(samples) for samples in (round_.get("samples_ms") or {}).values())
             # Warm-up calls and the first call of a fresh process, at the warm mean of each method.
             warm_ms += sum((warmup + 1) * float(ms) for ms in (stack.get("warm_mean_ms") or {}).values())
-    totals = {name: {phase: sum(m[phase] for m in models.values()) for phase in ("export", "runtime")}
+    totals = {name: {phase: sum(m[phase] for m in models.values()) for phase in PHASE_COLUMNS}
               for name, models in stacks.items()}
     candidates = [name for name in stacks if name != results.baseline.name]
     export_s = sum(totals[name]["export"] for name in candidates)
@@ -419,12 +426,13 @@ def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
 def stages(report: Path, out: Path, log: Any) -> int:
     parts = run_parts(report, Results.load(report).settings.export_jobs)
     lines = [f"# Where the run's time went: {report}", "",
-             "| stack | model | export phase s | runtime phase s |", "|---|---|---|---|"]
+             "| stack | model | " + " | ".join(f"{phase} phase s" for phase in PHASE_COLUMNS) + " |",
+             "|---|---|" + "---|" * len(PHASE_COLUMNS)]
     for name, models in parts["stacks"].items():
         for model, phases in sorted(models.items(), key=lambda item: -item[1]["export"]):
-            lines.append(f"| {name} | {model} | {phases['export']:.0f} | {phases['runtime']:.0f} |")
-        lines.append(f"| {name} | **all** | **{parts['totals'][name]['export']:.0f}** | "
-                     f"**{parts['totals'][name]['runtime']:.0f}** |")
+            lines.append(f"| {name} | {model} | " + " | ".join(f"{phases[p]:.0f}" for p in PHASE_COLUMNS) + " |")
+        lines.append(f"| {name} | **all** | " + " | ".join(f"**{parts['totals'][name][p]:.0f}**"
+                                                          for p in PHASE_COLUMNS) + " |")
     measured = parts["measure"]
     lines += ["", f"Candidate exports' floor on {parts['export_jobs']} workers: "
                   f"{parts['candidate_export_floor_s'] / 60:.1f} min.",
