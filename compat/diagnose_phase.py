@@ -185,15 +185,24 @@ class DiagnosePhase:
             if not finding.get("culprits"):
                 continue
             code = self.remedy_code(method)
-            scope: dict[str, Any] = {}
-            exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
-            exported, _ = self.log.results["parts"][method]
-            lowered = self.adapter.lower_with_remedy(exported, scope[self.adapter.REMEDY_NAME])
-            path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.adapter.save(lowered, path)
-            program = self.adapter.load(path)
-            ran = self.adapter.run(program, inputs[method])
+            step = "its code"
+            try:  # a remedy that does not lower, save, load or run is a finding of its own: that method's row
+                scope: dict[str, Any] = {}
+                exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
+                exported, _ = self.log.results["parts"][method]
+                step = "lowering"
+                lowered = self.adapter.lower_with_remedy(exported, scope[self.adapter.REMEDY_NAME])
+                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                step = "saving"
+                self.adapter.save(lowered, path)
+                step = "loading and running"
+                program = self.adapter.load(path)
+                ran = self.adapter.run(program, inputs[method])
+            except Exception as failure:  # noqa: BLE001 - recorded with its step; the other methods go on
+                checked[method] = {"code": code, "passes": False,
+                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                continue
             error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), eager[method]))
             outputs[method] = named_like_reference(method, named_outputs(ran), names)
             checked[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold,
@@ -201,8 +210,9 @@ class DiagnosePhase:
                                "latency": self.timed_against_shipped(method, program)}
         if not checked:
             raise StageSkipped("no culprit found")
-        save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS}
+        if outputs:
+            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
+        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
 
     def timed_against_shipped(self, method: str, remedied: Any) -> dict[str, Any]:
         """Calls of the remedied and the shipped artifact in turn, round by round (the order alternating),

@@ -37,11 +37,11 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
     threshold = plan.settings.gates.for_model(model.name, "max-rel-l2")
     # Every method as the team would ship it remedied: the remedied ones' outputs, the others' as they were.
     worst: dict[str, float] = {m.method: m.remedy_rel_l2_reference if m.remedy_rel_l2_reference is not None
-                               else math.nan for m in remedied}
+                               else math.nan for m in remedied if not m.remedy_error}  # a failed one: noted below
     shipped = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
     for output in (shipped.outputs or ()) if shipped else ():
         method = output.name.partition(".")[0]
-        if method not in worst and output.rel_l2 is not None:
+        if method not in {m.method for m in remedied} and output.rel_l2 is not None:
             worst[f"{method} (as shipped)"] = max(worst.get(f"{method} (as shipped)", 0.0), output.rel_l2)
     over = {method: value for method, value in worst.items() if not value <= threshold}
     unanswered = [m for m in findings if m.remedy_code is None]
@@ -49,6 +49,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
     notes = [f"{method}: rel. L2 {value:.2e} against {against}" if not math.isnan(value)
              else f"{method}: not compared with the reference" for method, value in over.items()]
     notes += [f"{m.method}: {m.status}" for m in unanswered]
+    notes += [f"{m.method}: the remedy does not work as written ({m.remedy_error})" for m in remedied if m.remedy_error]
     shipped_bytes = [int(((own.artifact or {}).get("methods") or {}).get(m.method, {}).get("bytes", 0))
                      for m in remedied]
     timed = [m for m in remedied if m.latency is not None]

@@ -101,7 +101,10 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         blocks.append(Paragraph(
             f"Reproducer, to hand upstream: `{folder}/` ({what}; the stack's own packages only, no upgrade-gate). "
             f"Run from the report folder, `{run}` exits 1 as lowered, 0 with `--with-remedy`."))
-    if method.remedy_code is not None:
+    if method.remedy_error:
+        blocks += [Paragraph(f"The change that should avoid it {mark('FAILED')} does not work as written: "
+                             f"{method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
+    elif method.remedy_code is not None:
         verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
         measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
         blocks += [Paragraph(f"The change that avoids it, checked: the whole method lowered with these lines gives "

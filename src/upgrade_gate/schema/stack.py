@@ -180,6 +180,7 @@ class MethodDiagnosis:
     remedy_code: str | None = None
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
+    remedy_error: str = ""  # the remedy's code did not lower, save, load or run: the step and the error
     remedy_file: str | None = None  # the remedied artifact, relative to the report folder
     remedy_bytes: int | None = None
     # Against the reference, as the numerics gate judges the shipped artifact (None: not compared).
@@ -243,6 +244,7 @@ class Diagnosis(StagesOf, codec.Record):
                 reproducer=repro.get("folder"), reproducer_scope=str(repro.get("scope", "operator")),
                 reproducer_note=str(repro.get("reason", "")),
                 remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
+                remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
                 remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),
                 latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
