@@ -54,11 +54,13 @@ def figures_in_the_browser_tier(request: pytest.FixtureRequest, monkeypatch: pyt
 @pytest.fixture(scope="session")
 def explained_run(tmp_path_factory):
     """The stages that explain a result, in one real compare: an unexportable model (its export failure
-    localized), vit-smoke (profiles, and export-only tries of the candidate's other backends), and
+    localized), vit-smoke's float model (profiles, and export-only tries of the candidate's other backends;
+    its int8-dynamic variant is the smoke run's), and
     planted-operator, whose artifact departs from its eager model (the culprit search: tests/test_diagnose.py),
     beside the same model without the wrong operator."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "data-dependent-branch,vit-smoke,planted-operator,planted-operator-removed",
-                 "--fresh", env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
+    models = "data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed"
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", models, "--fresh",
+                 env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
     return out, result
