@@ -9,6 +9,7 @@ import math
 
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge.gather import reference_side
+from upgrade_gate.judge.numerics import method_of
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import StackResults
@@ -40,7 +41,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
                                else math.nan for m in remedied if not m.remedy_error}  # a failed one: noted below
     shipped = model.comparison(Side(stack=stack, kind="artifact"), reference_side(plan))
     for output in (shipped.outputs or ()) if shipped else ():
-        method = output.name.partition(".")[0]
+        method = method_of(output.name)
         if method not in {m.method for m in remedied} and output.rel_l2 is not None:
             worst[f"{method} (as shipped)"] = max(worst.get(f"{method} (as shipped)", 0.0), output.rel_l2)
     over = {method: value for method, value in worst.items() if not value <= threshold}

@@ -21,7 +21,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge.agreement import TaskAgreement
-from upgrade_gate.judge.numerics import compare_outputs
+from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.judge.records import (
     DamagedFile,
     Reader,
@@ -217,13 +217,9 @@ def _remedy_judged(diagnosis: Diagnosis, out: Path, reference_record: StackModel
         return diagnosis  # the report shows the worker's own comparison, and the gate names the damage
     if expected is None:
         return diagnosis
-    methods = {name.partition(".")[0] for name in actual}
-    own = {name: array for name, array in expected.items() if name.partition(".")[0] in methods}
-    worst: dict[str, float] = {}
-    for output in compare_outputs(actual, own, extents):
-        method = output.name.partition(".")[0]
-        value = output.rel_l2 if output.comparable and output.rel_l2 is not None else math.inf
-        worst[method] = max(worst.get(method, 0.0), value)
+    methods = {method_of(name) for name in actual}
+    own = {name: array for name, array in expected.items() if method_of(name) in methods}
+    worst = worst_rel_l2_by_method(compare_outputs(actual, own, extents), incomparable=math.inf)
     return replace(diagnosis, remedy_against=str(reference), remedy_rel_l2=worst)
 
 

@@ -148,6 +148,23 @@ def read_part(array: np.ndarray, extent: tuple[int, int] | None) -> np.ndarray:
     return array[(slice(None),) * axis + (slice(0, count),)]
 
 
+def method_of(output: str) -> str:
+    """The method an output belongs to: ``vision_encoder`` of ``vision_encoder.output_0`` (the workers'
+    one namespace for every method's outputs, compat/phases.py ``method_outputs``)."""
+    return output.partition(".")[0]
+
+
+def worst_rel_l2_by_method(outputs: list[OutputMetrics], incomparable: float | None) -> dict[str, float]:
+    """Each method's worst relative L2 over its outputs; an output that does not compare counts as
+    ``incomparable`` (None: it is left out)."""
+    worst: dict[str, float] = {}
+    for output in outputs:
+        value = output.rel_l2 if output.comparable and output.rel_l2 is not None else incomparable
+        if value is not None:
+            worst[method_of(output.name)] = max(worst.get(method_of(output.name), 0.0), value)
+    return worst
+
+
 def compare_outputs(
     actual: dict[str, np.ndarray],
     reference: dict[str, np.ndarray],

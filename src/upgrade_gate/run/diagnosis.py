@@ -12,7 +12,7 @@ from typing import Any
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.numerics import compare_outputs
+from upgrade_gate.judge.numerics import compare_outputs, worst_rel_l2_by_method
 from upgrade_gate.judge.records import DamagedFile, RecordError, load_stack_model
 
 
@@ -27,12 +27,8 @@ def departed_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, flo
         return {}  # the report names the damage; nothing here to search
     if actual is None or eager is None:
         return {}
-    worst: dict[str, float] = {}
-    for output in compare_outputs(actual, eager, record.read_extents):
-        if output.comparable and output.rel_l2 is not None and output.rel_l2 > threshold:
-            method = output.name.partition(".")[0]  # "vision_encoder.output_0"
-            worst[method] = max(worst.get(method, 0.0), output.rel_l2)
-    return worst
+    worst = worst_rel_l2_by_method(compare_outputs(actual, eager, record.read_extents), incomparable=None)
+    return {method: value for method, value in worst.items() if value > threshold}
 
 
 def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | None:
