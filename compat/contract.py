@@ -189,13 +189,34 @@ class Diagnoses(Protocol):
         the model's code), its inputs and ``repro.py`` written in ``folder``, with the same exits."""
 
 
+@runtime_checkable
+class KeepsFloat(Protocol):
+    """Where a quantized variant departs from the float model beyond its gate: the recipe run again with
+    some layers left in float (compat/precision.py, compat/precision_phase.py), and the lines of an export
+    script that leave them so."""
+
+    def quantizable_layers(self, module: Any, variant: str) -> list[str]:
+        """The modules the variant's recipe quantizes, by their path in ``module``, in model order."""
+
+    def precision_start(self, module: Any, inputs: tuple[Any, ...], variant: str) -> Any:
+        """What each quantization of the search starts from (a captured graph, the module itself)."""
+
+    def quantize_with_remedy(self, start: Any, inputs: tuple[Any, ...], variant: str, remedy: dict[str, Any]) -> Any:
+        """The variant quantized with what the remedy's code defined (its names): a module that runs eagerly
+        and that ``lower`` exports."""
+
+    def keep_float_code(self, variant: str, keep_float: list[str]) -> str:
+        """Python for an export script: the recipe, the layers in ``keep_float`` left in float."""
+
+
 # What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
-                                 "backends": OtherBackends, "diagnose": Diagnoses}
+                                 "backends": OtherBackends, "diagnose": Diagnoses,
+                                 "keep-float": KeepsFloat}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
-                               Diagnoses: "the culprit search"}
+                               Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -265,3 +286,4 @@ if TYPE_CHECKING:
     _candidate_profiler_check: ProfilerCheck = executorch_xnnpack
     _candidate_backends: OtherBackends = executorch_xnnpack
     _candidate_diagnoses: Diagnoses = executorch_xnnpack
+    _candidate_keeps_float: KeepsFloat = executorch_xnnpack

@@ -30,7 +30,7 @@ class DiagnosePhase:
         self.adapter: Any = adapter
         self.job, self.log = job, log
         self.model_dir = Path(job["model_dir"])
-        self.threshold = float(job["threshold"])
+        self.threshold = float(job.get("threshold", "nan"))  # the numerics gate's; a variant's search has its own
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
 
@@ -253,5 +253,10 @@ def where(found: dict[str, Any]) -> str:
 
 
 def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
-    DiagnosePhase(job, adapter, log).run_stages()
+    if job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
+        from .precision_phase import PrecisionPhase
+
+        PrecisionPhase(job, adapter, log).run_stages()
+    else:
+        DiagnosePhase(job, adapter, log).run_stages()
 

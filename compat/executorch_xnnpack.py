@@ -50,22 +50,21 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     """A module that lower() exports like any other: PT2E-converted for int8,
     torchao-quantized (tensor subclasses unwrapped) for 8da4w."""
     if variant == "8da4w":
-        import torchao.quantization as torchao_quantization
-        import torchao.utils
-
-        quantized = copy.deepcopy(module).eval()
-        torchao_quantization.quantize_(quantized, _int8_dynamic_int4_config(torchao_quantization))
+        quantized = torchao_quantized(module, None)
         # quantize_ swaps the weights of nn.Linear modules for quantized tensor subclasses.
         swapped = sum(1 for m in quantized.modules()
                       if isinstance(m, torch.nn.Linear) and type(m.weight) is not torch.nn.Parameter)
-        # torchao's newer tensors export as they are; the older ones are unwrapped into plain ops first.
-        unwrap = getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)
-        return unwrap(quantized), {"recipe": QUANTIZATIONS[variant], "quantized_modules": swapped}
+        return unwrapped(quantized), {"recipe": QUANTIZATIONS[variant], "quantized_modules": swapped}
 
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
+    converted = pt2e_quantized(capture_for_quantization(module, inputs), inputs, pt2e_quantizer(variant))
+    quantize_nodes = sum(1 for node in converted.graph.nodes
+                         if node.op == "call_function" and "quantize_per" in str(node.target))
+    return converted, {"recipe": QUANTIZATIONS[variant], "quantize_nodes": quantize_nodes}
+
+
+def pt2e_quantized(captured: Any, inputs: tuple[torch.Tensor, ...], quantizer: Any) -> Any:
+    """The captured graph prepared with ``quantizer``, calibrated on ``inputs``, converted."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
 
     # The quantizer and the prepare/convert it works with come from one package: torch.ao up
     # to executorch 0.6, torchao's copy of PT2E from 0.7 on.
@@ -74,21 +73,27 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     else:
         from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    captured = _capture_for_quantization(module, inputs).module()
-    if variant == "int8-dynamic":
-        # nn.Linear modules only, as the legacy stack's quantize_dynamic: a functional linear
-        # (an RMSNorm's mean, a tied LM head) stays float in both stacks.
-        quantizer = XNNPACKQuantizer().set_module_type(
-            torch.nn.Linear, get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
-    else:
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(captured, quantizer)
     with torch.no_grad():
         prepared(*inputs)  # calibration: the observers see the same inputs in every stack
-    converted = convert_pt2e(prepared)
-    quantize_nodes = sum(1 for node in converted.graph.nodes
-                         if node.op == "call_function" and "quantize_per" in str(node.target))
-    return converted, {"recipe": QUANTIZATIONS[variant], "quantize_nodes": quantize_nodes}
+    return convert_pt2e(prepared)
+
+
+def torchao_quantized(module: torch.nn.Module, filter_fn: Any) -> torch.nn.Module:
+    """A copy of ``module`` with torchao's 8da4w on every nn.Linear (that ``filter_fn`` accepts, when given)."""
+    import torchao.quantization as torchao_quantization
+
+    quantized = copy.deepcopy(module).eval()
+    torchao_quantization.quantize_(quantized, _int8_dynamic_int4_config(torchao_quantization),
+                                   **({"filter_fn": filter_fn} if filter_fn is not None else {}))
+    return quantized
+
+
+def unwrapped(quantized: torch.nn.Module) -> torch.nn.Module:
+    """torchao's newer tensors export as they are; the older ones are unwrapped into plain ops first."""
+    import torchao.utils
+
+    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)
 
 
 def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
@@ -103,11 +108,11 @@ def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
         weight_dtype=torch.int4, weight_granularity=PerGroup(WEIGHT_GROUP_SIZE))
 
 
-def _capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+def capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
     """The pre-dispatch graph PT2E quantizes: export_for_training up to torch 2.9, which torch
     2.10 removed — torch.export.export captures the same graph since 2.8 (pytorch/pytorch#158203)."""
     capture = getattr(torch.export, "export_for_training", None) or torch.export.export
-    return capture(module, inputs)
+    return capture(module, inputs).module()
 
 
 def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
@@ -262,5 +267,15 @@ from .executorch_diagnose import (  # noqa: E402, F401 - the adapter's members, 
     remedy_code,
     reproducer_source,
     run_lowered,
+)
+
+# Which layers of a quantized variant to keep in float (precision.py; the KeepsFloat capability):
+# executorch_precision.py, whose recipe code quantize() runs too.
+from .executorch_precision import (  # noqa: E402, F401 - the adapter's members, after what they build on
+    keep_float_code,
+    precision_start,
+    pt2e_quantizer,
+    quantizable_layers,
+    quantize_with_remedy,
 )
 

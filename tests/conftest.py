@@ -57,10 +57,11 @@ def explained_run(tmp_path_factory):
     localized), vit-smoke's float model (profiles, and export-only tries of the candidate's other backends;
     its int8-dynamic variant is the smoke run's), and
     planted-operator, whose artifact departs from its eager model (the culprit search: tests/test_diagnose.py),
-    beside the same model without the wrong operator."""
+    beside the same model without the wrong operator, and planted-outlier's int8-dynamic variant, below its
+    quantized gate until one layer stays in float (the layer-precision search)."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
-    models = "data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed"
+    models = "data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed,planted-outlier@int8-dynamic"
     result = nox("-s", "compare", "--", "--out", str(out), "--models", models, "--fresh",
                  env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
     return out, result

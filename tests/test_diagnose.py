@@ -8,6 +8,7 @@ by lowering the model with it. The search itself is unit-tested in tests/test_cu
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -125,7 +126,7 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     out, result = explained_run
     verdict = verdict_of(out)
     assert result.returncode == 1 and verdict.candidates["candidate"].value == "NO-GO"
-    (remedy,) = verdict.remedies
+    (remedy,) = (r for r in verdict.remedies if r.model == MODEL)
     assert (remedy.stack, remedy.model, remedy.gate, remedy.methods) == ("candidate", MODEL, "numerics", ("forward",))
     assert remedy.operators == ("aten.gelu.default(approximate='tanh')",)
     # Against the reference (the legacy stack's eager outputs), by the gate's own threshold.
@@ -182,3 +183,40 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
     runs = [subprocess.run([python, str(folder / written["folder"] / "repro.py"), *args], capture_output=True, text=True,
                            timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}) for args in ((), ("--with-remedy",))]
     assert [r.returncode for r in runs] == [1, 0], [r.stdout + r.stderr[-1000:] for r in runs]
+
+
+OUTLIER = "planted-outlier@int8-dynamic"
+
+
+def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judged(explained_run):
+    """A quantized variant below its gate: the search names the one layer whose int8 input loses every channel
+    but the outlier (models/smoke.py PlantedOutlier), and the lines that leave it in float pass the gate."""
+    out, result = explained_run
+    verdict = verdict_of(out)
+    gate = next(g for g in verdict.gates if (g.model, g.gate) == (OUTLIER, "quantized-numerics"))
+    assert gate.status is GateStatus.FAILED and gate.measured.value < 20, result.stderr[-3000:]
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == OUTLIER)
+    assert model["stacks"]["legacy"]["diagnosis"] is None  # the quantized gates judge candidates only
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
+    assert {name: s["status"] for name, s in stages.items()} == {
+        "build": "ok", "eager": "ok", "search": "ok", "remedy": "ok"}
+    found = stages["search"]["details"]["methods"]["forward"]
+    assert found["status"] == "found" and found["units"] == ["up", "proj", "down"] and found["kept_float"] == ["proj"]
+    snr_before = -20 * math.log10(found["rel_l2"])
+    assert snr_before < 20 <= -20 * math.log10(found["found_rel_l2"])
+    # Judged as the stack is: the remedied artifact against the reference, by the gate's own SNR and cosine.
+    (remedy,) = (r for r in verdict.remedies if r.model == OUTLIER)
+    assert (remedy.stack, remedy.gate, remedy.methods, remedy.operators) == (
+        "candidate", "quantized-numerics", ("forward",), ("proj",))
+    assert remedy.min_snr_db == gate.threshold.value == 20 and remedy.min_cosine == 0.99
+    assert remedy.passes and -20 * math.log10(remedy.rel_l2) >= 20 and remedy.cosine >= 0.99
+    # proj's 64×64 weights stay float: the remedied artifact is larger than the shipped int8 one.
+    shipped = (out / "stacks/candidate/models" / OUTLIER / "forward.pte").stat().st_size
+    assert remedy.shipped_bytes == shipped < remedy.bytes
+    # A soft gate's remedy lifts a condition: the headline stays the hard gates' (the NO-GO as configured).
+    report = (out / "report.md").read_text()
+    way_out = report.split("## Way out")[1].split("## Decision")[0]
+    assert "- **`proj`**: quantized alone, SNR " in way_out and "KEEP_FLOAT = {'proj'}" in way_out
+    assert re.search(rf"Judged as the stack is, `{re.escape(OUTLIER)}` with the remedy \(forward remedied, its other "
+                     r"methods as shipped\): \[passed\] the quantized-numerics gate passes \(SNR \d+\.\d dB ≥ 20 dB, "
+                     r"cosine 0\.99\d+ ≥ 0\.99, against the reference\)", way_out), way_out

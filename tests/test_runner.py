@@ -6,6 +6,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from helpers.runs import plan_for
 from helpers.stack_records import write_stack_model
 
@@ -75,10 +76,25 @@ def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eag
         "threshold": threshold, "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s,
         "artifacts": {"forward": "forward.pte"}, "rounds": plan.settings.rounds,
         "time_budget_s": plan.settings.time_budget_s}
-    # Within the threshold; a quantized variant (it departs by design, its own gates judge it); no records.
+    # Within the threshold; no records.
     assert diagnosis.diagnose_job(plan, "candidate", models["mobilenet-v3-small"]) is None
-    assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) is None
     assert diagnosis.diagnose_job(plan, "legacy", models["vit-smoke"]) is None
+    # A quantized variant is judged by its own gate: 1.5 × the float outputs is an SNR of about 6 dB, below
+    # the quantized gate's 20, so the candidate's searches which layers to keep in float ...
+    snr = -20 * np.log10(np.linalg.norm(departed * 1.5 - REFERENCE) / np.linalg.norm(REFERENCE))
+    assert diagnosis.below_gate_methods(plan, "candidate", models["vit-smoke@int8-dynamic"]) == \
+        {"forward": pytest.approx(snr, abs=0.01)}
+    assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) == {
+        "search": "keep-float", "variant": "int8-dynamic", "min_snr_db": 20, "min_cosine": 0.99,
+        "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s, "artifacts": {"forward": "forward.pte"},
+        "rounds": plan.settings.rounds, "time_budget_s": plan.settings.time_budget_s}
+    # ... which the baseline's never does (the quantized gates judge candidates); nor one within the gate (40 dB).
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[departed * 1.5],
+                      quantize="dynamic")
+    assert diagnosis.diagnose_job(plan, "legacy", models["vit-smoke@int8-dynamic"]) is None
+    write_stack_model(out, "candidate", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[REFERENCE * 1.01],
+                      quantize="dynamic")
+    assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) is None
     # Turned off.
     (project / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\ndiagnose-budget = 0\n')
     off = plan_for(project, "--models", "vit-smoke")

@@ -1,5 +1,6 @@
 """The remedies a candidate's diagnose phase found, judged as the stack is: one per failed hard numerics
-gate whose model has one. The remedied methods' outputs against the reference (judge/gather.py), the
+gate whose model has one, and one per failed quantized-numerics gate whose variant has layers to leave in
+float (judged by that gate's SNR and cosine). The remedied methods' outputs against the reference (judge/gather.py), the
 other methods' as they shipped, by the gate's own threshold; the latency against the shipped artifact's;
 the size. The verdict as configured stands; the report says what the remedies would make of it."""
 
@@ -15,27 +16,36 @@ from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
+# The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
+# already), a quantized variant's (soft by default: its remedy lifts a condition).
+NUMERICS, QUANTIZED = "numerics", "quantized-numerics"
+
 
 def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
-    failed = {(g.stack, g.model) for g in gates
-              if g.gate == "numerics" and g.status is GateStatus.FAILED and g.severity is Severity.HARD}
+    failed = {(g.stack, g.model, g.gate) for g in gates if g.status is GateStatus.FAILED
+              and (g.gate == QUANTIZED or (g.gate == NUMERICS and g.severity is Severity.HARD))}
     found = []
     for model in models:
         for stack, own in model.stacks.items():
-            if (stack, model.name) in failed and own.diagnosis is not None:
-                remedy = _judged(plan, model, stack, own)
+            gate = QUANTIZED if own.diagnosis is not None and own.diagnosis.keeps_float else NUMERICS
+            if (stack, model.name, gate) in failed and own.diagnosis is not None:
+                remedy = _judged(plan, model, stack, own, gate)
                 if remedy is not None:
                     found.append(remedy)
     return tuple(found)
 
 
-def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> Remedy | None:
+def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate: str) -> Remedy | None:
     assert own.diagnosis is not None
     findings = own.diagnosis.findings
     remedied = [m for m in findings if m.remedy_code is not None]
     if not remedied:
         return None
-    threshold = plan.settings.gates.for_model(model.name, "max-rel-l2")
+    gates = plan.settings.gates
+    min_snr = gates.for_model(model.name, "min-snr-db") if gate == QUANTIZED else None
+    min_cosine = gates.for_model(model.name, "min-cosine") if gate == QUANTIZED else None
+    # One measure for both gates: an SNR of s dB is a relative L2 of 10^(−s/20).
+    threshold = 10 ** (-min_snr / 20) if min_snr is not None else gates.for_model(model.name, "max-rel-l2")
     # Every method as the team would ship it remedied: the remedied ones' outputs, the others' as they were.
     worst: dict[str, float] = {m.method: m.remedy_rel_l2_reference if m.remedy_rel_l2_reference is not None
                                else math.nan for m in remedied if not m.remedy_error}  # a failed one: noted below
@@ -44,11 +54,19 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
         method = method_of(output.name)
         if method not in {m.method for m in remedied} and output.rel_l2 is not None:
             worst[f"{method} (as shipped)"] = max(worst.get(f"{method} (as shipped)", 0.0), output.rel_l2)
+    cosines = {m.method: m.remedy_cosine_reference for m in remedied if m.remedy_cosine_reference is not None}
+    for output in (shipped.outputs or ()) if shipped and min_cosine is not None else ():
+        method = method_of(output.name)
+        if method not in {m.method for m in remedied} and output.cosine is not None:
+            cosines[f"{method} (as shipped)"] = min(cosines.get(f"{method} (as shipped)", 1.0), output.cosine)
     over = {method: value for method, value in worst.items() if not value <= threshold}
     unanswered = [m for m in findings if m.remedy_code is None]
     against = own.diagnosis.remedy_against or "the reference"
-    notes = [f"{method}: rel. L2 {value:.2e} against {against}" if not math.isnan(value)
+    notes = [(f"{method}: SNR {-20 * math.log10(value):.1f} dB against {against}" if min_snr is not None and value > 0
+              else f"{method}: rel. L2 {value:.2e} against {against}") if not math.isnan(value)
              else f"{method}: not compared with the reference" for method, value in over.items()]
+    notes += [f"{method}: cosine {value:.5f} against {against}" for method, value in cosines.items()
+              if min_cosine is not None and not value >= min_cosine]
     notes += [f"{m.method}: {m.status}" for m in unanswered]
     notes += [f"{m.method}: the remedy does not work as written ({m.remedy_error})" for m in remedied if m.remedy_error]
     shipped_bytes = [int(((own.artifact or {}).get("methods") or {}).get(m.method, {}).get("bytes", 0))
@@ -65,7 +83,9 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults) -> R
                 f"the latency gate's max-ratio {latency_gate['max-ratio']:g}")
         (notes if latency_gate.severity == "hard" else conditions).append(cost)
     return Remedy(
-        stack=stack, model=model.name, gate="numerics", methods=tuple(m.method for m in remedied),
+        stack=stack, model=model.name, gate=gate, min_snr_db=min_snr, min_cosine=min_cosine,
+        cosine=min(cosines.values(), default=None) if min_cosine is not None else None,
+        methods=tuple(m.method for m in remedied),
         operators=tuple(dict.fromkeys(c.operator for m in remedied for c in m.culprits)),
         passes=not notes,
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,

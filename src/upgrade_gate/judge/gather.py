@@ -207,7 +207,7 @@ def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
 def _remedy_judged(diagnosis: Diagnosis, out: Path, reference_record: StackModelRecord, reference: Side,
                    extents: dict[str, tuple[int, int]]) -> Diagnosis:
     """The remedied artifact's outputs against the reference, as the numerics gate compares the shipped one's:
-    each method's worst relative L2 (the worker compared them with its own eager model only)."""
+    each method's worst relative L2 and cosine (the worker compared them with its own eager model only)."""
     remedied = diagnosis.remedy_outputs_file
     if remedied is None or not (out / remedied).is_file():
         return diagnosis
@@ -219,8 +219,13 @@ def _remedy_judged(diagnosis: Diagnosis, out: Path, reference_record: StackModel
         return diagnosis
     methods = {method_of(name) for name in actual}
     own = {name: array for name, array in expected.items() if method_of(name) in methods}
-    worst = worst_rel_l2_by_method(compare_outputs(actual, own, extents), incomparable=math.inf)
-    return replace(diagnosis, remedy_against=str(reference), remedy_rel_l2=worst)
+    compared = compare_outputs(actual, own, extents)
+    cosine: dict[str, float] = {}
+    for output in compared:  # a kept-float remedy is judged by the quantized gate's cosine too
+        method = method_of(output.name)
+        cosine[method] = min(cosine.get(method, 1.0), output.cosine if output.cosine is not None else -1.0)
+    return replace(diagnosis, remedy_against=str(reference),
+                   remedy_rel_l2=worst_rel_l2_by_method(compared, incomparable=math.inf), remedy_cosine=cosine)
 
 
 def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:

@@ -101,7 +101,9 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     every failed hard gate (whatever else failed still counts, by the same table); None otherwise."""
     own = verdict.of(stack)
     hard = [g for g in own if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
-    passing = [r for r in verdict.remedies if r.stack == stack and r.passes]
+    hard_gates = {(g.model, g.gate) for g in hard}
+    # A remedy of a soft gate (a quantized variant's layers in float) lifts a condition, not the NO-GO.
+    passing = [r for r in verdict.remedies if r.stack == stack and r.passes and (r.model, r.gate) in hard_gates]
     answered = {(r.model, r.gate) for r in passing}
     if not hard or any((g.model, g.gate) not in answered for g in hard):
         return None

@@ -4,6 +4,8 @@ it, a reproducer to hand upstream, and the change that avoids it, checked on the
 
 from __future__ import annotations
 
+import math
+
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, mark
 from upgrade_gate.schema.results import ModelResults, Results
@@ -15,7 +17,9 @@ INTRO = ("Where an artifact departs from its own stack's eager model beyond the 
          "lowers the model again with parts of it kept out of the delegate, each lowering run on the same inputs, "
          "until the operators behind the difference are found (`diagnose-budget` seconds per model). Each finding "
          "comes with a reproducer that needs torch and executorch only, and the change that avoids it, checked by "
-         "lowering the whole method with it.")
+         "lowering the whole method with it. Where a candidate's quantized variant is below its quantized-numerics "
+         "gate, the recipe is run again with layers left in float, ranked by the noise each adds, until the "
+         "variant meets the gate; the lines that leave them so are checked the same way.")
 NOT_FOUND = {
     "not pinned": "not pinned to operators",
     "stopped at budget": "stopped at the budget: nothing claimed",
@@ -54,8 +58,13 @@ def _judged(remedy: Remedy) -> Paragraph:
     """The remedy judged as the stack is: the gate's comparison and threshold, its cost against what ships."""
     outcome = (f"{mark('passed')} the {remedy.gate} gate passes" if remedy.passes
                else f"{mark('FAILED')} the {remedy.gate} gate still fails ({remedy.note})")
-    worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
-        f"threshold {_rel_l2(remedy.threshold)}"
+    if remedy.min_snr_db is not None:
+        cosine = f", cosine {remedy.cosine:.5f} ≥ {remedy.min_cosine:g}" if remedy.cosine is not None else ""
+        worst = (f"SNR {_snr(remedy.rel_l2)} ≥ {remedy.min_snr_db:g} dB{cosine}" if remedy.passes
+                 else f"threshold SNR ≥ {remedy.min_snr_db:g} dB, cosine ≥ {remedy.min_cosine:g}")
+    else:
+        worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
+            f"threshold {_rel_l2(remedy.threshold)}"
     conditions = "".join(f" A condition: {condition}." for condition in remedy.conditions)
     return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
                      f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference)."
@@ -75,10 +84,13 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                    python: str | None, shipped_bytes: int | None) -> list[Block]:
     title = f"`{model.name}` · `{method.method}` in {stack}"
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
+    tries = "quantizations" if found.keeps_float else "lowerings"
     if not method.culprits:
         why = NOT_FOUND.get(method.status, method.status)
         return blocks + [Paragraph(f"{mark('incomplete')} {why}: {method.reason or 'no reason recorded'} "
-                                   f"({method.lowerings} lowerings tried; [details](#{model_anchor(model.name)}))")]
+                                   f"({method.lowerings} {tries} tried; [details](#{model_anchor(model.name)}))")]
+    if found.keeps_float:
+        return blocks + _kept_float_blocks(method, shipped_bytes)
     before = _rel_l2(method.rel_l2)
     combined = " together" if len(method.culprits) > 1 else ""
     items = []
@@ -111,6 +123,39 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                              f"{measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
                    Code(method.remedy_code.splitlines())]
     return blocks
+
+
+def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:
+    """A quantized variant's layers to leave in float, and the lines that do, checked."""
+    units = (f"; the {method.layers} layers it quantizes ranked as {method.units} parent modules, what the budget "
+             "allowed" if method.units < method.layers else "")
+    after = method.culprits[0].rel_l2_without
+    items = [Item(f"**`{unit.operator}`**: quantized alone, SNR {_snr(unit.rel_l2_alone)}; "
+                  f"{unit.share:.1%} of the quantization noise the layers add") for unit in method.culprits]
+    blocks: list[Block] = [
+        Paragraph(f"Left in float, {len(items)} of the {method.layers} layers the recipe quantizes "
+                  f"{'bring' if len(items) > 1 else 'brings'} the variant within its gate, quantized in eager mode: "
+                  f"SNR {_snr(method.rel_l2)} → {_snr(after)} "
+                  f"against the float model (found in {method.lowerings} quantizations{units}):"),
+        Bullets(items)]
+    if method.remedy_error:
+        return blocks + [Paragraph(f"The change that should leave them in float {mark('FAILED')} does not work as "
+                                   f"written: {method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
+    if method.remedy_code is not None:
+        verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+        cosine = f", cosine {method.remedy_cosine:.5f}" if method.remedy_cosine is not None else ""
+        blocks += [Paragraph(f"The change, checked: the method quantized with these lines, lowered, saved, loaded and "
+                             f"run as the artifact is gives SNR {_snr(method.remedy_rel_l2)}{cosine} against the float "
+                             f"model — {verdict}; {_cost(method, shipped_bytes)}."),
+                   Code(method.remedy_code.splitlines())]
+    return blocks
+
+
+def _snr(rel_l2: float | None) -> str:
+    """A relative L2 error as the quantized gate writes it: SNR = −20·log10(rel. L2)."""
+    if rel_l2 is None:
+        return "?"
+    return "∞ dB" if rel_l2 <= 0 else f"{-20 * math.log10(rel_l2):.1f} dB"
 
 
 def _cost(method: MethodDiagnosis, shipped_bytes: int | None) -> str:

@@ -2,17 +2,21 @@
 from the same stack's eager model beyond the numerics threshold.
 
 Against its own eager model, not the reference: what the exporter and its backend changed, the part a
-different lowering can undo (a drift of eager torch between the stacks is not the artifact's). A quantized
-variant departs by design and has gates of its own; it is not searched.
+different lowering can undo (a drift of eager torch between the stacks is not the artifact's).
+
+A quantized variant departs by design; a candidate's is searched (compat/precision_phase.py: which layers
+to leave in float) where it departs from the float model beyond its quantized-numerics gate's SNR or
+cosine — the gate's own measure, against the same stack's float model for the same reason.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.numerics import compare_outputs, worst_rel_l2_by_method
+from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.judge.records import DamagedFile, RecordError, load_stack_model
 
 
@@ -31,18 +35,51 @@ def departed_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, flo
     return {method: value for method, value in worst.items() if value > threshold}
 
 
+def below_gate_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
+    """Each method of a quantized variant whose artifact is below the quantized-numerics gate's SNR or
+    cosine against the float model (the variant's eager outputs are the float model's): its worst SNR."""
+    gates = plan.settings.gates
+    min_snr, min_cosine = gates.for_model(model.name, "min-snr-db"), gates.for_model(model.name, "min-cosine")
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+        actual, eager = record.outputs("artifact"), record.outputs("eager")
+    except (DamagedFile, RecordError):
+        return {}
+    if actual is None or eager is None:
+        return {}
+    below: dict[str, float] = {}
+    for output in compare_outputs(actual, eager, record.read_extents):
+        if output.snr_db is None or output.cosine is None:
+            continue  # does not compare: the gate says so
+        if output.snr_db < min_snr or output.cosine < min_cosine:
+            method = method_of(output.name)
+            below[method] = min(below.get(method, math.inf), output.snr_db)
+    return below
+
+
 def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | None:
     """What the diagnose phase's job adds for this model in this stack, or None when it does not run:
-    nothing departs, the model is a quantized variant, the numerics gate is off, or so is the
-    phase (``diagnose-budget = 0``: the report says so)."""
+    nothing departs, the model is a quantized variant of the baseline (its gates judge candidates only),
+    its gate is off, or so is the phase (``diagnose-budget = 0``: the report says so)."""
     settings = plan.settings
-    if model.quantized or not settings.diagnose_budget_s or settings.gates["numerics"].severity == "off":
+    if not settings.diagnose_budget_s:
         return None
-    methods = departed_methods(plan, stack, model)
+    if model.quantized:
+        if stack == plan.baseline.name or settings.gates["quantized"].severity == "off":
+            return None
+        methods = below_gate_methods(plan, stack, model)
+        searched = {"search": "keep-float", "variant": model.variant,
+                    "min_snr_db": settings.gates.for_model(model.name, "min-snr-db"),
+                    "min_cosine": settings.gates.for_model(model.name, "min-cosine")}
+    else:
+        if settings.gates["numerics"].severity == "off":
+            return None
+        methods = departed_methods(plan, stack, model)
+        searched = {"threshold": settings.gates.for_model(model.name, "max-rel-l2")}
     if not methods:
         return None
     saved = load_stack_model(settings.out_dir, stack, model.name).artifact or {}
-    return {"threshold": settings.gates.for_model(model.name, "max-rel-l2"), "methods": sorted(methods),
+    return {**searched, "methods": sorted(methods),
             "budget_s": settings.diagnose_budget_s,
             # The shipped artifact's files, by name (the key holds no report folder's path): the remedy is
             # timed against them, in turns, over the measure session's rounds and budget.

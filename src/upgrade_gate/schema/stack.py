@@ -173,7 +173,11 @@ class MethodDiagnosis:
     reason: str = ""
     rel_l2: float | None = None  # the artifact lowered again, as found
     culprits: tuple[CulpritOperator, ...] = ()
-    lowerings: int = 0  # lowerings the search tried
+    lowerings: int = 0  # lowerings the search tried (a kept-float search: quantizations)
+    # A kept-float search's: the layers the recipe quantizes, and the units it ranked (parent modules of
+    # several layers where the budget could not try each).
+    layers: int = 0
+    units: int = 0
     reproducer: str | None = None  # its folder, relative to the diagnose folder
     reproducer_scope: str = ""  # "operator" (alone on its real tensors) or "method" (the whole method)
     reproducer_note: str = ""  # why it is the whole method
@@ -185,6 +189,8 @@ class MethodDiagnosis:
     remedy_bytes: int | None = None
     # Against the reference, as the numerics gate judges the shipped artifact (None: not compared).
     remedy_rel_l2_reference: float | None = None
+    remedy_cosine: float | None = None  # a kept-float search's: the worst output's, against the float model
+    remedy_cosine_reference: float | None = None
     # Remedied over shipped latency, from calls in turns in one process; or why there is none.
     latency: RatioEstimate | None = None
     latency_note: str = ""
@@ -202,6 +208,12 @@ class Diagnosis(StagesOf, codec.Record):
     # The remedied artifact's outputs against the reference (judge/gather.py), each method's worst rel. L2.
     remedy_against: str | None = None
     remedy_rel_l2: dict[str, float] = field(default_factory=dict)
+    remedy_cosine: dict[str, float] = field(default_factory=dict)  # each method's worst
+
+    @property
+    def keeps_float(self) -> bool:
+        """A quantized variant's search (compat/precision_phase.py): its culprits are layers left in float."""
+        return self._details("build").get("search") == "keep-float"
 
     @property
     def remedy_outputs_file(self) -> str | None:
@@ -240,13 +252,15 @@ class Diagnosis(StagesOf, codec.Record):
                 method=method, status=str(result.get("status", "?")), reason=str(result.get("reason", "")),
                 rel_l2=result.get("rel_l2"),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
-                lowerings=len(result.get("tried", [])),
+                lowerings=len(result.get("tried", [])), layers=int(result.get("layers", 0)),
+                units=len(result.get("units", [])),
                 reproducer=repro.get("folder"), reproducer_scope=str(repro.get("scope", "operator")),
                 reproducer_note=str(repro.get("reason", "")),
                 remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
                 remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),
+                remedy_cosine=remedy.get("cosine"), remedy_cosine_reference=self.remedy_cosine.get(method),
                 latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
                 latency_threads=timing.get("threads")))
         return found

@@ -23,7 +23,8 @@ from upgrade_gate.schema import codec
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
 # extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
 # 2.2: each stack's diagnosis (the culprit search) and the verdict's remedies (2.1 files read without them).
-RESULTS_VERSION = Version("2.2")
+# 2.3: a quantized variant's remedy (layers left in float) and its cosine (2.2 files read without them).
+RESULTS_VERSION = Version("2.3")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
@@ -267,6 +268,11 @@ class Remedy(codec.Record):
     code: str = ""  # the lines of an export script
     reproducers: tuple[str, ...] = ()  # folders, relative to the report folder
     note: str = ""  # why it does not pass, when it does not
+    # A quantized variant's (gate "quantized-numerics"): the SNR the gate asks for (``threshold`` is its relative
+    # L2, 10^(−SNR/20): the same measure), and the worst cosine with the gate's minimum.
+    min_snr_db: float | None = None
+    cosine: float | None = None
+    min_cosine: float | None = None
     # What a soft gate would say of the remedied artifact (its latency against the shipped one): conditions.
     conditions: tuple[str, ...] = ()
 

@@ -1,0 +1,158 @@
+"""The diagnose phase of a quantized variant, in a stack's worker: run where the variant's artifact departs
+from the float model beyond its quantized-numerics gate. Which layers to leave in float (precision.py),
+and the lines of an export script that do, checked by lowering the method with them — one method per
+stage: build → eager → search → remedy, for each method that failed.
+
+Its records are the diagnose phase's (diagnose_phase.py): a culprit is a unit kept in float; there is no
+reproducer (a quantization's rounding is the recipe's choice, not a bug to file).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import precision
+from .common import load_npz_tensors, named_like_reference, named_outputs
+from .contract import KeepsFloat, require_whole
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
+from .phases import StageSkipped, method_outputs, save_arrays
+
+SEARCH = "keep-float"  # the job's and the build stage's "search"
+# Units the sensitivity ranking may try: at most what half the method's budget buys at the time one
+# quantization took, and never fewer than this (a coarser search would claim little).
+MIN_UNITS = 4
+
+
+class PrecisionPhase(DiagnosePhase):
+    """build → eager → search → remedy: the layers of a quantized variant to keep in float."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.variant: str = self.job["variant"]
+        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
+
+    def run_stages(self) -> None:
+        self.adapter.set_threads(self.job["threads"])  # the remedy is timed
+        require_whole(self.adapter, KeepsFloat, self.job["adapter"])
+        if not isinstance(self.adapter, KeepsFloat):
+            self.log.stage("build", (), self.not_offered)
+            self.log.finish()
+            return
+        self.log.stage("build", (), self.build)
+        self.log.stage("eager", ("build",), self.eager)
+        self.log.stage("search", ("eager",), self.search)
+        self.log.stage("remedy", ("search",), self.remedy)
+        self.log.finish()
+
+    def not_offered(self):
+        raise StageSkipped("this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)")
+
+    def build(self):
+        (methods, inputs), details = super().build()
+        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
+        return (methods, inputs), {**details, "search": SEARCH, "variant": self.variant}
+
+    def departure(self, outputs: Any, method: str) -> precision.Departure:
+        """The worst output's relative L2 and cosine against the float model, on the parts a later call reads."""
+        import torch
+
+        extents = self.extents
+        rel_l2s, cosines = [], []
+        for index, (actual, expected) in enumerate(zip(flat(outputs), self.log.results["eager"][method])):
+            if index in extents[method]:
+                axis, count = extents[method][index]
+                actual, expected = actual.narrow(axis, 0, count), expected.narrow(axis, 0, count)
+            a, e = actual.double().flatten(), expected.double().flatten()
+            error, norm = torch.linalg.vector_norm(a - e).item(), torch.linalg.vector_norm(e).item()
+            rel_l2s.append(error / norm if norm else (0.0 if not error else float("inf")))
+            both = torch.linalg.vector_norm(a).item() * norm
+            cosines.append(torch.dot(a, e).item() / both if both else 1.0)
+        return precision.Departure(rel_l2=max(rel_l2s), cosine=min(cosines))
+
+    def quantized(self, method: str, code: str) -> Any:
+        """The method quantized with the remedy's code, run as written."""
+        _, inputs = self.log.results["build"]
+        scope: dict[str, Any] = {}
+        exec(compile(code, f"<keep-float remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
+        return self.adapter.quantize_with_remedy(self.starts[method], inputs[method], self.variant, scope)
+
+    def search(self):
+        import torch
+
+        methods, inputs = self.log.results["build"]
+        self.starts = {name: self.adapter.precision_start(methods[name].module, inputs[name], self.variant)
+                       for name in self.methods}
+        found = {}
+        for method in self.methods:
+            def departure_of(keep: frozenset[str], method: str = method,
+                             cache: dict[frozenset[str], precision.Departure] = {}) -> precision.Departure:  # noqa: B006
+                if keep not in cache:
+                    module = self.quantized(method, self.adapter.keep_float_code(self.variant, sorted(keep)))
+                    with torch.no_grad():
+                        cache[keep] = self.departure(module(*inputs[method]), method)
+                return cache[keep]
+
+            budget = self.job["budget_s"] / len(self.methods)
+            trials = precision.Trials(departure_of=departure_of, min_snr_db=self.min_snr_db,
+                                      min_cosine=self.min_cosine, budget_s=budget)
+            started = time.monotonic()
+            trials.departure((), "nothing (every layer quantized)")  # what one quantization costs
+            seconds = max(time.monotonic() - started, 1e-3)
+            most = int(budget / 2 / seconds)
+            layers = self.adapter.quantizable_layers(methods[method].module, self.variant)
+            units = precision.units_of(layers, max(most, MIN_UNITS))
+            if len(units) > most or (units != layers and len(units) < MIN_UNITS):
+                # Known from the first quantization: a ranking the budget cannot finish, or too coarse to
+                # say anything (the whole decoder in float) — no time spent on either.
+                found[method] = {
+                    "status": "stopped at budget", "tried": list(trials.tried), "layers": len(layers), "units": units,
+                    "reason": f"one quantization takes {seconds:.1f} s: half of this method's budget ({budget:g} s) "
+                              f"ranks {most} units, and the {len(layers)} layers " + (
+                                  f"group into no fewer than {len(units)}" if len(units) > most else
+                                  f"then group into {len(units)} parent modules ({', '.join(units)}), too coarse to "
+                                  "claim anything") + "; raise diagnose-budget"}
+                continue
+            trials.tried.clear()  # find() asks again (cached): its record starts there
+            found[method] = {**precision.find(units, trials), "layers": len(layers)}
+        return found, {"methods": found}
+
+    def remedy(self):
+        """The layers found left in float, as the export script's lines say: the method quantized and lowered
+        with them, saved, loaded from its file and run as the artifact is; its outputs kept for the parent to
+        judge against the reference as the gate does, its calls timed against the shipped artifact's."""
+        _, inputs = self.log.results["build"]
+        reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
+        names = load_npz_tensors(reference) if reference.is_file() else {}
+        checked, outputs = {}, {}
+        for method, finding in self.log.results["search"].items():
+            if finding.get("status") != "found":
+                continue
+            code = self.adapter.keep_float_code(self.variant, finding["kept_float"])
+            step = "quantizing"
+            try:  # a remedy that does not quantize, lower, save, load or run is that method's row
+                quantized = self.quantized(method, code)
+                step = "lowering"
+                lowered, _ = self.adapter.lower(quantized, inputs[method])
+                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                step = "saving"
+                self.adapter.save(lowered, path)
+                step = "loading and running"
+                program = self.adapter.load(path)
+                ran = self.adapter.run(program, inputs[method])
+            except Exception as failure:  # noqa: BLE001 - recorded with its step; the other methods go on
+                checked[method] = {"code": code, "passes": False,
+                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                continue
+            found = self.departure(ran, method)
+            outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            checked[method] = {"code": code, "rel_l2": found.rel_l2, "cosine": found.cosine,
+                               "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine,
+                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
+                               "latency": self.timed_against_shipped(method, program)}
+        if not checked:
+            raise StageSkipped("no set of layers found")
+        if outputs:
+            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
+        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
