@@ -29,7 +29,7 @@ and programs are ``Any``. Standard library only: this runs inside the stacks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -209,14 +209,30 @@ class KeepsFloat(Protocol):
         """Python for an export script: the recipe, the layers in ``keep_float`` left in float."""
 
 
+@runtime_checkable
+class ReExports(Protocol):
+    """Where a method does not export: the export API's other options tried in order (compat/export_remedy_phase.py),
+    each as the lines of an export script."""
+
+    @property
+    def EXPORT_REMEDIES(self) -> Sequence[tuple[str, str]]:
+        """(name, code) in the order to try, the first what the stack runs; the code binds ``program`` from
+        ``model`` and ``example_inputs``."""
+
+    def export_with(self, module: Any, inputs: tuple[Any, ...], code: str) -> tuple[Any, list[str]]:
+        """The program one of ``EXPORT_REMEDIES`` makes (what ``lower_keeping_out`` lowers), and what it assumed
+        of the example inputs (each decision specialized to their values), said for the report."""
+
+
 # What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
-                                 "keep-float": KeepsFloat}
+                                 "keep-float": KeepsFloat, "re-export": ReExports}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
-                               Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search"}
+                               Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
+                               ReExports: "the export options"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -287,3 +303,4 @@ if TYPE_CHECKING:
     _candidate_backends: OtherBackends = executorch_xnnpack
     _candidate_diagnoses: Diagnoses = executorch_xnnpack
     _candidate_keeps_float: KeepsFloat = executorch_xnnpack
+    _candidate_re_exports: ReExports = executorch_xnnpack

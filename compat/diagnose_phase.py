@@ -257,6 +257,10 @@ def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> 
         from .precision_phase import PrecisionPhase
 
         PrecisionPhase(job, adapter, log).run_stages()
+    elif job.get("search") == "export":  # a failed export: the export API's other options
+        from .export_remedy_phase import ExportRemedyPhase
+
+        ExportRemedyPhase(job, adapter, log).run_stages()
     else:
         DiagnosePhase(job, adapter, log).run_stages()
 

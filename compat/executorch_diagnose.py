@@ -244,3 +244,31 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
     torch.export.save(exported, folder / "program.pt2")
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
                              found_in=found_in, threshold=threshold, remedy=remedy)
+
+
+# A method whose export failed is exported again with the export API's other options, in order, as an export
+# script writes them (torch ≥ 2.8 exports non-strict by default: the first is what the stack ran). strict=True
+# traces with TorchDynamo instead; draft_export goes through data-dependent decisions by specializing each to
+# the example inputs' values, and says which (a program that is only right for inputs that decide the same).
+EXPORT_REMEDIES = (
+    ("as configured", "program = torch.export.export(model, example_inputs)"),
+    ("strict", "program = torch.export.export(model, example_inputs, strict=True)"),
+    ("draft_export", "program = torch.export.draft_export(model, example_inputs)"),
+)
+
+
+def export_with(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], code: str) -> tuple[Any, list[str]]:
+    """The exported program ``code`` makes (``program``), and what it assumed of the example inputs: each
+    data-dependent decision draft_export specialized, with the user's line that made it."""
+    scope: dict[str, Any] = {"torch": torch, "model": module, "example_inputs": inputs}
+    exec(compile(code, "<export remedy>", "exec"), scope)  # noqa: S102 - one of EXPORT_REMEDIES
+    program = scope["program"]
+    assumed = []
+    for failure in getattr(getattr(program, "_report", None), "failures", ()):
+        data = getattr(failure, "data", {}) or {}
+        frames = [f for f in data.get("user_stack", []) if isinstance(f, dict) and f.get("loc")]
+        where = f" at line {frames[-1]['line']}, `{frames[-1]['loc']}`" if frames else ""
+        kind = str(getattr(failure.failure_type, "name", failure.failure_type)).lower().replace("_", " ")
+        taken = f": `{data['expr']}` taken as {data['result']}" if "expr" in data and "result" in data else ""
+        assumed.append(f"{kind}{taken}{where}")
+    return program, assumed

@@ -259,7 +259,9 @@ def set_threads(count: int) -> None:
 
 # The operators behind a numerics failure (culprit.py; the Diagnoses capability): executorch_diagnose.py.
 from .executorch_diagnose import (  # noqa: E402, F401 - the adapter's members, after what they build on
+    EXPORT_REMEDIES,
     REMEDY_NAME,
+    export_with,
     lower_keeping_out,
     lower_with_remedy,
     lowering_parts,

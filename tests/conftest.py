@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 from helpers.runs import QUICK_TIMING, make_project, nox, user_project
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
 collect_ignore = ["sample_project"]  # a user project with its own tests, run inside the stacks
 # The tiers other than unit, each marked where it is declared (pyproject.toml says what each costs).
 COSTLY_TIERS = ("integration", "browser", "lint")
@@ -57,11 +59,15 @@ def explained_run(tmp_path_factory):
     localized), vit-smoke's float model (profiles, and export-only tries of the candidate's other backends;
     its int8-dynamic variant is the smoke run's), and
     planted-operator, whose artifact departs from its eager model (the culprit search: tests/test_diagnose.py),
-    beside the same model without the wrong operator, and planted-outlier's int8-dynamic variant, below its
-    quantized gate until one layer stays in float (the layer-precision search)."""
+    beside the same model without the wrong operator, and the int8-dynamic variant of a team's own model
+    (declared in the project's pyproject), below its quantized gate until one layer stays in float (the
+    layer-precision search)."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
-    models = "data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed,planted-outlier@int8-dynamic"
+    # The team's own model (tests/data/team_outlier.py), declared as a team declares one.
+    shutil.copy(DATA / "team_outlier.py", folder / "team_outlier.py")
+    team = '[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = ["int8-dynamic"]\n'
+    models = "data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed,team-outlier@int8-dynamic"
     result = nox("-s", "compare", "--", "--out", str(out), "--models", models, "--fresh",
-                 env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}"))
+                 env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}{team}"))
     return out, result

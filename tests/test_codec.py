@@ -223,7 +223,7 @@ def test_spread_values_are_written_beside_the_others():
 def test_release_records_keep_their_file():
     record = EVERY[-2]
     assert list(record.to_dict()) == ["record_version", "release", "name", "status", "reason", "adapter", "verdict",
-                                      "models", "seconds"]
+                                      "models", "seconds", "reproducers"]
     assert record.to_dict()["name"] == "executorch-0.7.0" and record.to_dict()["release"]["executorch"] == "0.7.0"
     assert dataclasses.replace(record, seconds=12.345).to_dict()["seconds"] == 12.3
 

@@ -380,8 +380,11 @@ def test_other_backends_export_only(explained_run):
 @pytest.fixture(scope="module")
 def localized_run(tmp_path_factory):
     """Two models whose candidate export fails in one submodule, exported side by side."""
-    out = tmp_path_factory.mktemp("localized") / "report"
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "broken-submodule,traced-submodule")
+    folder = tmp_path_factory.mktemp("localized")
+    out = folder / "report"
+    # The export API's other options for a model that does not export (the diagnose phase): the explained run's.
+    result = nox("-s", "compare", "--", "--out", str(out), "--models", "broken-submodule,traced-submodule",
+                 env=user_project(folder, "[tool.upgrade-gate]\ndiagnose-budget = 0\n"))
     return out, result
 
 

@@ -611,6 +611,18 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
     assert isinstance(line, Bullets) and line.items[0].text.startswith(
         "**candidate** vs baseline **legacy**: **NO-GO** as configured; **GO-WITH-CONDITIONS** with 1 remedy "
         "([Way out](#way-out)) — hard: numerics (vit)")
+    # A remedy of a soft gate (a variant's layers in float) is counted by no headline.
+    quantized = replace(remedy("vit@int8", True), gate="quantized-numerics")
+    assert with_remedies(replace(record, gates=(numerics,), remedies=(remedy("vit", True), quantized)),
+                         "candidate") == (Verdict.GO, 1)
+    # An export a remedy makes: what the failure blocked is not measured with it, so at best a condition.
+    export = failed("llama", "export", "hard")
+    blocked = GateResult(gate="latency", stack="candidate", model="llama", severity=Severity.SOFT,
+                         status=GateStatus.BLOCKED, metric="m", blocked_by="export")
+    exported = replace(remedy("llama", True), gate="export")
+    assert with_remedies(replace(record, gates=(export, blocked), remedies=(exported,)), "candidate") == (
+        Verdict.GO_WITH_CONDITIONS, 1)
+    assert with_remedies(replace(record, gates=(export,), remedies=(exported,)), "candidate") == (Verdict.GO, 1)
 
 
 def test_blocked_gates_are_counted_after_the_failure_that_blocks_them():

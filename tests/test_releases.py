@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -390,3 +391,31 @@ def test_merge_folders_and_out_are_from_the_folder_the_command_ran_in(smoke_conf
     here.mkdir()
     request = load_request(["--out", "all", "part-1", "part-2"], invoked_from=here, config_path=smoke_config)
     assert request.merge == (here / "part-1", here / "part-2") and request.out == here / "all"
+
+
+def test_compares_reproducers_are_shown_beside_the_finding_release_by_release(tmp_path):
+    from upgrade_gate.releases._reproducers import ReproducerRun
+    from upgrade_gate.releases._table import RECORD, read_record
+    from upgrade_gate.releases._upgrade_path import Finding, UpgradePath, upgrade_path_blocks
+    from upgrade_gate.report.render import to_markdown
+
+    script = "stacks/candidate/models/nanovlm/diagnose/repro/vision_encoder/repro.py"
+    said = {1: "relative L2 error 0.000196 against eager (threshold 0.0001)", 0: "relative L2 error 2.4e-08"}
+    records = [dataclasses.replace(record, reproducers=(ReproducerRun(
+        model="nanovlm", method="vision_encoder", script=script, exit_code=code, said=said[code]),))
+        for record, code in zip(records_of("NO-GO", "NO-GO", "GO"), (1, 1, 0))]
+    # Written and read back as release.json is.
+    (tmp_path / RECORD).write_text(json.dumps(records[2].to_dict()))
+    assert read_record(tmp_path, load_table()) == records[2]
+    names = [r.release.name for r in records]
+    finding = Finding(gate="numerics", model="nanovlm", severity="hard",
+                      statuses=dict(zip(names, ("failed", "failed", "passed"))), failing=tuple(names[:2]),
+                      first=names[0], last=names[1], gone_in=names[2], appeared_after=None)
+    path = UpgradePath(baseline="legacy", models=("nanovlm",), records=tuple(records), rows=(), findings=(finding,),
+                       recommendation=names[2], recommendation_text="x")
+    text = to_markdown(upgrade_path_blocks(path, load_table()))
+    short = [name.removeprefix("executorch-") for name in names]
+    assert (f"  - compare's reproducer `{script}`: reproduces in {short[0]}, {short[1]}; fixed in {short[2]}"
+            in text), text
+    assert "## Compare's reproducers, in each release" in text
+    assert f"| `nanovlm` | `{script}` | reproduces (exit 1) | reproduces (exit 1) | fixed (exit 0) |" in text, text

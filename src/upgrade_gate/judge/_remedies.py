@@ -18,16 +18,17 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
 # already), a quantized variant's (soft by default: its remedy lifts a condition).
-NUMERICS, QUANTIZED = "numerics", "quantized-numerics"
+NUMERICS, QUANTIZED, EXPORT = "numerics", "quantized-numerics", "export"
+GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "export": EXPORT}
 
 
 def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
     failed = {(g.stack, g.model, g.gate) for g in gates if g.status is GateStatus.FAILED
-              and (g.gate == QUANTIZED or (g.gate == NUMERICS and g.severity is Severity.HARD))}
+              and (g.gate == QUANTIZED or g.severity is Severity.HARD)}
     found = []
     for model in models:
         for stack, own in model.stacks.items():
-            gate = QUANTIZED if own.diagnosis is not None and own.diagnosis.keeps_float else NUMERICS
+            gate = GATE_OF_SEARCH.get(own.diagnosis.search, NUMERICS) if own.diagnosis is not None else NUMERICS
             if (stack, model.name, gate) in failed and own.diagnosis is not None:
                 remedy = _judged(plan, model, stack, own, gate)
                 if remedy is not None:
@@ -61,6 +62,12 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
             cosines[f"{method} (as shipped)"] = min(cosines.get(f"{method} (as shipped)", 1.0), output.cosine)
     over = {method: value for method, value in worst.items() if not value <= threshold}
     unanswered = [m for m in findings if m.remedy_code is None]
+    if gate == EXPORT:  # the artifact as a team would ship it: every method exported with its option
+        conditions_of_export = [f"{m.method}: {m.export_option} specialized {len(m.assumed)} data-dependent "
+                                f"decision(s) to the example inputs ({'; '.join(m.assumed)}): the program is right "
+                                "only for inputs that decide them the same way" for m in remedied if m.assumed]
+    else:
+        conditions_of_export = []
     against = own.diagnosis.remedy_against or "the reference"
     notes = [(f"{method}: SNR {-20 * math.log10(value):.1f} dB against {against}" if min_snr is not None and value > 0
               else f"{method}: rel. L2 {value:.2e} against {against}") if not math.isnan(value)
@@ -73,7 +80,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
                      for m in remedied]
     timed = [m for m in remedied if m.latency is not None]
     slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
-    conditions: list[str] = []
+    conditions: list[str] = conditions_of_export
     latency_gate = plan.settings.gates["latency"]
     if slowest is not None and slowest.latency is not None and latency_gate.severity != "off" \
             and slowest.latency.low > latency_gate["max-ratio"]:
@@ -86,7 +93,8 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         stack=stack, model=model.name, gate=gate, min_snr_db=min_snr, min_cosine=min_cosine,
         cosine=min(cosines.values(), default=None) if min_cosine is not None else None,
         methods=tuple(m.method for m in remedied),
-        operators=tuple(dict.fromkeys(c.operator for m in remedied for c in m.culprits)),
+        operators=tuple(dict.fromkeys([*(c.operator for m in remedied for c in m.culprits),
+                                       *(m.export_option for m in remedied if m.export_option)])),
         passes=not notes,
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,
         latency_ratio=slowest.latency if slowest else None, threads=slowest.latency_threads if slowest else None,

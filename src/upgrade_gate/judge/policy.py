@@ -108,7 +108,9 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     if not hard or any((g.model, g.gate) not in answered for g in hard):
         return None
     after = decide([g for g in own if (g.model, g.gate) not in answered])
-    if after is Verdict.GO and any(r.conditions for r in passing):  # a remedy's own cost is a condition
+    # What a failed export blocked (latency, size …) is not measured with the remedy that exports it: a condition.
+    unmeasured = any(g.status is GateStatus.BLOCKED and (g.model, g.blocked_by) in answered for g in own)
+    if after is Verdict.GO and (unmeasured or any(r.conditions for r in passing)):  # a remedy's own cost too
         after = Verdict.GO_WITH_CONDITIONS
     return after, len(passing)
 

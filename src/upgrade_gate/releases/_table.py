@@ -31,6 +31,7 @@ from upgrade_gate import layout
 from upgrade_gate.config.tomlfile import Table as TomlTable
 from upgrade_gate.config.tomlfile import read_toml
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.releases._reproducers import ReproducerRun
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Verdict
@@ -204,6 +205,7 @@ class ReleaseRecord(codec.Record):
     verdict: Verdict | None = None  # judged releases
     models: tuple[str, ...] = ()
     seconds: float = field(default=0.0, metadata=codec.custom(write=lambda r: round(r.seconds, 1)))
+    reproducers: tuple[ReproducerRun, ...] = ()  # compare's, run with this release's Python
 
     DERIVED = (codec.derived("record_version", lambda _: RECORD_VERSION, after=codec.START),
                codec.derived("name", lambda r: r.release.name, after="release"))
@@ -224,7 +226,8 @@ def read_record(folder: Path, table: ReleaseTable) -> ReleaseRecord | None:
         verdict = Verdict(data["verdict"]) if data.get("verdict") else None
         return ReleaseRecord(release=release, status=str(data["status"]), reason=str(data.get("reason", "")),
                              adapter=data.get("adapter"), verdict=verdict, models=tuple(data.get("models", ())),
-                             seconds=float(data.get("seconds", 0.0)))
+                             seconds=float(data.get("seconds", 0.0)),
+                             reproducers=tuple(ReproducerRun.from_json(r) for r in data.get("reproducers", ())))
     except (OSError, ValueError, KeyError, TypeError, ConfigError):
         return None
 

@@ -15,6 +15,7 @@ from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO
 from upgrade_gate.invocation import command
+from upgrade_gate.releases._reproducers import ReproducerRun
 from upgrade_gate.releases._table import (
     RECORD_VERSION,
     Bisection,
@@ -247,12 +248,25 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
           f"`releases/{r.release.name}/report.md`" if r.judged else "—", f"{r.seconds:.0f} s"]
          for r in path.records])]
     blocks += [Heading(2, "Findings")]
+    reproduced = _reproduced(path.records)
     if path.findings:
         blocks.append(Bullets([Item(f.summary(), ["per release: " + ", ".join(
-            f"{name.removeprefix('executorch-')} {status}" for name, status in f.statuses.items())])
+            f"{name.removeprefix('executorch-')} {status}" for name, status in f.statuses.items()),
+            *(f"compare's reproducer `{script}`: " + _answers(runs) for (model, script), runs in reproduced.items()
+              if model == f.model)])
             for f in path.findings]))
     else:
         blocks.append(Paragraph("No gate failed in any judged release."))
+    if reproduced:
+        releases = [r.release.name for r in path.records if r.reproducers]
+        blocks += [Heading(2, "Compare's reproducers, in each release"), Paragraph(
+            "Each reproducer `nox -s compare` wrote in this report folder, run as its docstring says with each "
+            "release's Python before its venv was removed: exit 1, it reproduces; exit 0, the release fixes it. "
+            "To ask a release yourself: `<its venv>/bin/python <script>`, from the report folder "
+            "(`--keep-stacks` keeps the explorer's venvs)."), Table(
+            ["model", "reproducer", *releases],
+            [[f"`{model}`", f"`{script}`", *(_answer(runs.get(name)) for name in releases)]
+             for (model, script), runs in reproduced.items()])]
     if path.rows:
         headers = [header for header, _ in COLUMNS]
         blocks += [Heading(2, MATRIX_HEADING), Table(
@@ -261,6 +275,31 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
     blocks.append(Paragraph("Each judged release's own report (every gate with its threshold, the measured value and "
                             "the evidence) is in `releases/<release>/`.", style="meta"))
     return blocks
+
+
+def _reproduced(records: Sequence[ReleaseRecord]) -> dict[tuple[str, str], dict[str, ReproducerRun]]:
+    """Each reproducer's runs, by (model, script), then release."""
+    found: dict[tuple[str, str], dict[str, ReproducerRun]] = {}
+    for record in records:
+        for run in record.reproducers:
+            found.setdefault((run.model, run.script), {})[record.release.name] = run
+    return found
+
+
+def _answer(run: ReproducerRun | None) -> str:
+    if run is None:
+        return "—"
+    if run.answer in ("fixed", "reproduces"):
+        return f"{run.answer} (exit {run.exit_code})"
+    return f"{run.answer}" + (f" (exit {run.exit_code})" if run.exit_code is not None else "") + f": {run.said}"
+
+
+def _answers(runs: dict[str, ReproducerRun]) -> str:
+    """"reproduces in 0.7.0, 1.0.0; fixed in 1.5.1" — release by release, grouped by answer in order."""
+    groups: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        groups.setdefault(run.answer, []).append(name.removeprefix("executorch-"))
+    return "; ".join(f"{answer} in {', '.join(names)}" for answer, names in groups.items())
 
 
 def _detail(blocks: list[Block]) -> list[Block]:

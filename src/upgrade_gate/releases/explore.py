@@ -29,6 +29,7 @@ from upgrade_gate.config.specs import StackSpec, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.policy import MODEL_GATES
+from upgrade_gate.releases._reproducers import ReproducerRun, compare_reproducers, run_reproducer
 from upgrade_gate.releases._table import (
     ADAPTER_FAILS,
     JUDGED,
@@ -219,10 +220,10 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
     (folder / RECORD).unlink(missing_ok=True)  # a record is written only for a release that finished
     names = tuple(m.name for m in request.plan.models) if models is None else models
 
-    def finish(status: str, reason: str = "", adapter: str | None = None,
-               verdict: Verdict | None = None) -> ReleaseRecord:
+    def finish(status: str, reason: str = "", adapter: str | None = None, verdict: Verdict | None = None,
+               reproduced: tuple[ReproducerRun, ...] = ()) -> ReleaseRecord:
         record = ReleaseRecord(release=release, status=status, reason=reason, adapter=adapter, verdict=verdict,
-                               models=names, seconds=time.monotonic() - started)
+                               models=names, seconds=time.monotonic() - started, reproducers=reproduced)
         write_json_atomic(folder / RECORD, record.to_dict())
         log(f"releases: {release.name}: {status}" + (f" — {verdict}" if verdict else f" — {reason}" if reason else "")
             + f" ({record.seconds:.0f} s)")
@@ -256,7 +257,12 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
                 guard.fail_usage(f"{outcome.spec.path}: adapter: {outcome.spec.adapter!r} {outcome}")
             return finish(ADAPTER_FAILS, f"compat/{rule.adapter}.py does not load with executorch "
                                          f"{release.executorch}: {outcome}", rule.adapter)
-        return finish(JUDGED, adapter=rule.adapter, verdict=outcome.verdict.candidates.get(spec.name))
+        reproduced = []
+        for model, method, script in compare_reproducers(request.out, names):
+            log(f"releases: {release.name}: running compare's reproducer {script}")
+            reproduced.append(run_reproducer(venv / "bin" / "python", request.out, model, method, script))
+        return finish(JUDGED, adapter=rule.adapter, verdict=outcome.verdict.candidates.get(spec.name),
+                      reproduced=tuple(reproduced))
     finally:
         if not request.keep_stacks:
             _remove(venv, wheels)

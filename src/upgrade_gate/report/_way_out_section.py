@@ -19,7 +19,8 @@ INTRO = ("Where an artifact departs from its own stack's eager model beyond the 
          "comes with a reproducer that needs torch and executorch only, and the change that avoids it, checked by "
          "lowering the whole method with it. Where a candidate's quantized variant is below its quantized-numerics "
          "gate, the recipe is run again with layers left in float, ranked by the noise each adds, until the "
-         "variant meets the gate; the lines that leave them so are checked the same way.")
+         "variant meets the gate; the lines that leave them so are checked the same way. Where a candidate's model "
+         "does not export, each method is exported again with the export API's other options, in order.")
 NOT_FOUND = {
     "not pinned": "not pinned to operators",
     "stopped at budget": "stopped at the budget: nothing claimed",
@@ -84,6 +85,8 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                    python: str | None, shipped_bytes: int | None) -> list[Block]:
     title = f"`{model.name}` · `{method.method}` in {stack}"
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
+    if found.search == "export":
+        return blocks + _export_blocks(method)
     tries = "quantizations" if found.keeps_float else "lowerings"
     if not method.culprits:
         why = NOT_FOUND.get(method.status, method.status)
@@ -147,6 +150,33 @@ def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> li
         blocks += [Paragraph(f"The change, checked: the method quantized with these lines, lowered, saved, loaded and "
                              f"run as the artifact is gives SNR {_snr(method.remedy_rel_l2)}{cosine} against the float "
                              f"model — {verdict}; {_cost(method, shipped_bytes)}."),
+                   Code(method.remedy_code.splitlines())]
+    return blocks
+
+
+def _export_blocks(method: MethodDiagnosis) -> list[Block]:
+    """A method that does not export as configured: each option of the export API tried, and the one that does."""
+    tried = [Item(f"{mark('FAILED')} {attempt}") for attempt in method.export_tries]
+    if method.export_option is None:
+        return [Paragraph(f"{mark('incomplete')} No option of the export API exports it:"), Bullets(tried)]
+    blocks: list[Block] = [Paragraph(f"It does not export as configured; `{method.export_option}` exports it "
+                                     f"(options tried in order: {len(method.export_tries) + 1}):"),
+                           Bullets([*tried, Item(f"{mark('passed')} {method.export_option}: exports, lowers, runs")])]
+    if method.assumed:
+        blocks.append(Paragraph(f"{mark('FAILED')} It specialized {len(method.assumed)} data-dependent decision(s) to "
+                                "the example inputs, so the program is right only for inputs that decide them the "
+                                "same way (rewrite the branch with `torch.cond`, or assert it with `torch._check`, "
+                                "to export it whole):"))
+        blocks.append(Bullets([Item(a) for a in method.assumed]))
+    if method.remedy_error:
+        return blocks + [Paragraph(f"The program it makes {mark('FAILED')} does not run as an artifact: "
+                                   f"{method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
+    if method.remedy_code is not None:
+        verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+        untimed = method.latency_note or "no artifact shipped"
+        blocks += [Paragraph(f"The change, checked: the method exported with this line, lowered, saved, loaded and run "
+                             f"as an artifact is gives rel. L2 {_rel_l2(method.remedy_rel_l2)} against eager on the "
+                             f"example inputs — {verdict}; not timed ({untimed})."),
                    Code(method.remedy_code.splitlines())]
     return blocks
 

@@ -1,5 +1,6 @@
 """When a stack's diagnose phase runs (compat/diagnose_phase.py): for the methods whose artifact departs
-from the same stack's eager model beyond the numerics threshold.
+from the same stack's eager model beyond the numerics threshold; for a candidate's float model whose export
+failed, every method, exported again with the export API's other options (compat/export_remedy_phase.py).
 
 Against its own eager model, not the reference: what the exporter and its backend changed, the part a
 different lowering can undo (a drift of eager torch between the stacks is not the artifact's).
@@ -57,6 +58,19 @@ def below_gate_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, f
     return below
 
 
+def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str]:
+    """Every method of a model whose export stage failed (the exporter raised: not a crash, not a timeout,
+    which another option would not answer): the remedy must export them all, as the artifact would have."""
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+    except (DamagedFile, RecordError):
+        return []
+    export, build = record.stage("export"), record.stage("build")
+    if export is None or export.status != "failed" or build is None or not build.ok:
+        return []
+    return [str(m) for m in build.details.get("methods") or ()]
+
+
 def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | None:
     """What the diagnose phase's job adds for this model in this stack, or None when it does not run:
     nothing departs, the model is a quantized variant of the baseline (its gates judge candidates only),
@@ -71,6 +85,11 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
         searched = {"search": "keep-float", "variant": model.variant,
                     "min_snr_db": settings.gates.for_model(model.name, "min-snr-db"),
                     "min_cosine": settings.gates.for_model(model.name, "min-cosine")}
+    elif failed := failed_export_methods(plan, stack, model):
+        if stack == plan.baseline.name or settings.gates["export"].severity == "off":
+            return None  # the baseline's export failures are what ships today, not gated
+        methods = {method: math.nan for method in failed}
+        searched = {"search": "export", "threshold": settings.gates.for_model(model.name, "max-rel-l2")}
     else:
         if settings.gates["numerics"].severity == "off":
             return None

@@ -178,6 +178,11 @@ class MethodDiagnosis:
     # several layers where the budget could not try each).
     layers: int = 0
     units: int = 0
+    # A failed export's search: the option that exports the method, what it assumed of the example inputs,
+    # and each option tried before it ("strict: export: Unsupported: …").
+    export_option: str | None = None
+    assumed: tuple[str, ...] = ()
+    export_tries: tuple[str, ...] = ()
     reproducer: str | None = None  # its folder, relative to the diagnose folder
     reproducer_scope: str = ""  # "operator" (alone on its real tensors) or "method" (the whole method)
     reproducer_note: str = ""  # why it is the whole method
@@ -211,9 +216,15 @@ class Diagnosis(StagesOf, codec.Record):
     remedy_cosine: dict[str, float] = field(default_factory=dict)  # each method's worst
 
     @property
+    def search(self) -> str:
+        """What was searched: ``operators`` (compat/diagnose_phase.py), ``keep-float`` (a quantized variant's
+        layers to leave in float: precision_phase.py) or ``export`` (a failed export's other options:
+        export_remedy_phase.py)."""
+        return str(self._details("build").get("search") or "operators")
+
+    @property
     def keeps_float(self) -> bool:
-        """A quantized variant's search (compat/precision_phase.py): its culprits are layers left in float."""
-        return self._details("build").get("search") == "keep-float"
+        return self.search == "keep-float"
 
     @property
     def remedy_outputs_file(self) -> str | None:
@@ -253,7 +264,10 @@ class Diagnosis(StagesOf, codec.Record):
                 rel_l2=result.get("rel_l2"),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
                 lowerings=len(result.get("tried", [])), layers=int(result.get("layers", 0)),
-                units=len(result.get("units", [])),
+                units=len(result.get("units", [])), export_option=result.get("option"),
+                assumed=tuple(str(a) for a in result.get("assumed", ())),
+                export_tries=tuple(f"{t.get('option')}: {t.get('step')}: {t.get('error')}"
+                                   for t in result.get("tried", []) if isinstance(t, dict) and t.get("ok") is False),
                 reproducer=repro.get("folder"), reproducer_scope=str(repro.get("scope", "operator")),
                 reproducer_note=str(repro.get("reason", "")),
                 remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),

@@ -1,0 +1,105 @@
+"""The diagnose phase of a float model whose export failed, in a stack's worker: each method exported again
+with the export API's other options, in order (the adapter's EXPORT_REMEDIES: strict tracing, draft_export),
+lowered, saved, loaded and run as an artifact is — one method per stage: build → eager → search → remedy.
+
+Its records are the diagnose phase's (diagnose_phase.py): the search stage holds every try, the remedy stage
+the lines that export each method and the artifact they make, compared with eager; the parent judges it
+against the reference (judge/_remedies.py). Nothing is timed: no artifact shipped to time it against.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import culprit
+from .common import load_npz_tensors, named_like_reference, named_outputs
+from .contract import ReExports, require_whole
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
+from .phases import StageSkipped, method_outputs, save_arrays
+
+SEARCH = "export"  # the job's and the build stage's "search"
+
+
+class ExportRemedyPhase(DiagnosePhase):
+    """build → eager → search → remedy: an export option each method exports with."""
+
+    def run_stages(self) -> None:
+        self.adapter.set_threads(self.job["threads"])
+        require_whole(self.adapter, ReExports, self.job["adapter"])
+        if not isinstance(self.adapter, ReExports):
+            self.log.stage("build", (), self.not_offered)
+            self.log.finish()
+            return
+        self.log.stage("build", (), self.build)
+        self.log.stage("eager", ("build",), self.eager)
+        self.log.stage("search", ("eager",), self.search)
+        self.log.stage("remedy", ("search",), self.remedy)
+        self.log.finish()
+
+    def not_offered(self):
+        raise StageSkipped("this stack's adapter tries no other export options (compat/contract.py ReExports)")
+
+    def build(self):
+        built, details = super().build()
+        return built, {**details, "search": SEARCH}
+
+    def search(self):
+        """Each method's options in order, until one exports, lowers and runs: every try recorded."""
+        methods, inputs = self.log.results["build"]
+        self.programs: dict[str, Any] = {}
+        found = {}
+        for method in self.methods:
+            tried: list[dict[str, Any]] = []
+            for name, code in self.adapter.EXPORT_REMEDIES:
+                start, step = time.monotonic(), "export"
+                try:
+                    exported, assumed = self.adapter.export_with(methods[method].module, inputs[method], code)
+                    step = "lowering"
+                    lowered = self.adapter.lower_keeping_out(exported, frozenset())
+                except Exception as error:  # noqa: BLE001 - the option's outcome: the next one is tried
+                    tried.append({"option": name, "ok": False, "step": step,
+                                  "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}",
+                                  "seconds": round(time.monotonic() - start, 2)})
+                    continue
+                tried.append({"option": name, "ok": True, "assumed": assumed,
+                              "seconds": round(time.monotonic() - start, 2)})
+                self.programs[method] = lowered
+                found[method] = {"status": "found", "option": name, "code": code, "assumed": assumed, "tried": tried}
+                break
+            else:
+                found[method] = {"status": "not pinned", "tried": tried,
+                                 "reason": "no option of the export API exports it: "
+                                           + "; ".join(f"{t['option']}: {t['error']}" for t in tried)}
+        return found, {"methods": found}
+
+    def remedy(self):
+        """The lowered programs saved, loaded from their files and run as artifacts are, compared with eager."""
+        _, inputs = self.log.results["build"]
+        reference = self.model_dir.parent / "eager.npz"
+        names = load_npz_tensors(reference) if reference.is_file() else {}
+        checked, outputs = {}, {}
+        for method, lowered in self.programs.items():
+            finding = self.log.results["search"][method]
+            step = "saving"
+            try:
+                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.adapter.save(lowered, path)
+                step = "loading and running"
+                ran = self.adapter.run(self.adapter.load(path), inputs[method])
+            except Exception as failure:  # noqa: BLE001 - that method's row
+                checked[method] = {"code": finding["code"], "passes": False,
+                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                continue
+            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
+            outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            checked[method] = {"code": finding["code"], "rel_l2": error, "passes": error <= self.threshold,
+                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
+                               "latency": {"status": "not timed",
+                                           "reason": "no artifact shipped to time it against: the export failed"}}
+        if not checked:
+            raise StageSkipped("no option of the export API exports any method")
+        if outputs:
+            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
+        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}

@@ -1,0 +1,84 @@
+"""Compare's reproducers, run in each release's stack: whether a newer release fixes a finding, asked the
+way a team would ask it — `python repro.py` with that release's Python (exit 1: it reproduces, 0: fixed).
+
+`nox -s compare` writes a reproducer for each finding of its culprit search, in the report folder the
+explorer shares with it (``<out>/stacks/<candidate>/models/<model>/diagnose/repro/<method>/repro.py``,
+torch and executorch only). The explorer runs each whose model it judges in every release it builds,
+before the release's venv is removed, and the upgrade path shows the answers beside the findings.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from upgrade_gate.errors import ConfigError
+from upgrade_gate.schema import codec
+from upgrade_gate.schema.results import Results
+
+# A one-operator lowering takes seconds; a whole method's, minutes: what a reproducer may take at most.
+TIMEOUT_S = 900
+# Its verdict, by exit status: the script's contract (compat/executorch_diagnose.py REPRODUCER).
+ANSWERS = {0: "fixed", 1: "reproduces"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReproducerRun(codec.Record):
+    """One of compare's reproducers run with a release's Python."""
+
+    model: str
+    method: str
+    script: str  # relative to the report folder
+    exit_code: int | None  # None: it did not finish (timed out, or would not start)
+    said: str  # its last line of output: the error it measured, or why it stopped
+
+    @classmethod
+    def from_json(cls, data: dict) -> ReproducerRun:
+        code = data.get("exit_code")
+        return cls(model=str(data["model"]), method=str(data["method"]), script=str(data["script"]),
+                   exit_code=None if code is None else int(code), said=str(data.get("said", "")))
+
+    @property
+    def answer(self) -> str:
+        return ANSWERS.get(self.exit_code, "error") if self.exit_code is not None else "did not finish"
+
+
+def compare_reproducers(out: Path, models: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(model, method, script relative to ``out``) for each reproducer a compare run left in ``out`` for a
+    candidate stack (the baseline's are not an ExecuTorch release's to fix), for the models in ``models``."""
+    if not (out / "results.json").is_file():
+        return []  # no compare run in this folder
+    try:
+        results = Results.load(out)
+    except ConfigError:
+        return []  # not one that reads: compare's own report says so; nothing here to run
+    found = []
+    for model in results.models:
+        if model.name not in models:
+            continue
+        for stack, own in model.stacks.items():
+            if results.stacks[stack].is_baseline or own.diagnosis is None or own.diagnosis.keeps_float:
+                continue
+            for method in own.diagnosis.findings:
+                script = f"{own.diagnosis.record_dir}/{method.reproducer}/repro.py" if method.reproducer else None
+                if script and (out / script).is_file():
+                    found.append((model.name, method.method, script))
+    return found
+
+
+def run_reproducer(python: Path, out: Path, model: str, method: str, script: str) -> ReproducerRun:
+    """``python script``, as its docstring says to run it: the release venv's own bin/ first on PATH."""
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    try:
+        done = subprocess.run([str(python), str(out / script)], capture_output=True, text=True, env=env,
+                              timeout=TIMEOUT_S, cwd=out)
+    except subprocess.TimeoutExpired:
+        return ReproducerRun(model=model, method=method, script=script, exit_code=None,
+                             said=f"did not finish in {TIMEOUT_S} s")
+    except OSError as error:
+        return ReproducerRun(model=model, method=method, script=script, exit_code=None, said=str(error))
+    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return ReproducerRun(model=model, method=method, script=script, exit_code=done.returncode,
+                         said=lines[-1][:500] if lines else "")
