@@ -135,6 +135,8 @@ class DiagnosePhase:
         for method, finding in self.log.results["search"].items():
             culprits = finding.get("culprits") or []
             if not culprits:
+                if finding.get("status") == "not pinned":
+                    written[method] = self.unpinned_reproducer(method)
                 continue
             kind = culprits[0]["operator"]
             folder = self.model_dir / REPRO_DIR / method
@@ -163,6 +165,22 @@ class DiagnosePhase:
         if not written:
             raise StageSkipped("no culprit found")
         return written, {"methods": written}
+
+    def unpinned_reproducer(self, method: str) -> dict[str, Any]:
+        """A failure no part kept out explains: the smallest program found to fail is the whole method, lowered
+        as the artifact was; its ``--with-remedy`` lowers it the same way (there is no remedy to offer)."""
+        _, inputs = self.log.results["build"]
+        exported, _ = self.log.results["parts"][method]
+        folder = self.model_dir / REPRO_DIR / method
+        folder.mkdir(parents=True, exist_ok=True)
+        self.adapter.method_reproducer(
+            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.threshold,
+            remedy=self.adapter.remedy_code(exported, []),
+            found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
+                     "it within the threshold, so this is the whole method (no remedy found)")
+        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), "operator": None,
+                "scope": "method", "reason": "not pinned: no part kept out brings it within the threshold",
+                "rel_l2": None, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
     def remedy_code(self, method: str) -> str:
         if method not in self.remedies:

@@ -51,7 +51,8 @@ def remedy_code(traced: Any, culprits: list[tuple[str, str]]) -> str:
     members = ", ".join(f"MobileOptimizerType.{key}" for _, key in culprits)
     return ("from torch.utils.mobile_optimizer import MobileOptimizerType\n\n"
             f"# optimize_for_mobile(traced, optimization_blocklist=optimization_blocklist)\n"
-            f"optimization_blocklist = {{{members}}}\n")
+            f"optimization_blocklist = {{{members}}}\n" if members else
+            "# optimize_for_mobile(traced): no pass kept out changes the result\noptimization_blocklist = set()\n")
 
 
 def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float, remedy: str, found_in: str) -> str:

@@ -53,3 +53,48 @@ def test_a_search_the_budget_stopped_claims_nothing():
     assert ("[incomplete] stopped at the budget: nothing claimed: stopped at budget (300 s) before trying every "
             "aten.mm.default (3 lowerings tried;") in text
     assert "Reproducer" not in text and "The change" not in text
+
+
+def test_a_failure_no_part_explains_says_so_with_the_whole_method_as_its_reproducer():
+    found = diagnosis({"forward": {"status": "not pinned", "rel_l2": 2e-4, "tried": [{}] * 5,
+                                   "reason": "every part kept out, the method still departs (rel. L2 1.9e-4)"}}, None)
+    found = Diagnosis(record_dir=found.record_dir, stages=(*found.stages, Stage(
+        stage="reproducer", status="ok", duration_s=3.0, details={"methods": {"forward": {
+            "folder": "repro/forward", "operator": None, "scope": "method",
+            "reason": "not pinned: no part kept out brings it within the threshold"}}})))
+    text = markdown(found, "forward")
+    assert ("[incomplete] not pinned to operators: every part kept out, the method still departs (rel. L2 1.9e-4) "
+            "(5 lowerings tried;") in text
+    assert ("Reproducer, to hand upstream: `stacks/candidate/models/m/diagnose/repro/forward/` (the whole method and "
+            "its real inputs, the smallest program found to fail;") in text
+    assert "`/venv/bin/python stacks/candidate/models/m/diagnose/repro/forward/repro.py` exits 1 as lowered" in text
+    assert "The change" not in text
+
+
+def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_their_own_rows():
+    def searched(kind: str, search: dict, remedy: dict) -> Diagnosis:
+        plain = diagnosis(search, remedy)
+        build = Stage(stage="build", status="ok", duration_s=1.0, details={"methods": ["forward"], "search": kind})
+        return Diagnosis(record_dir=plain.record_dir, stages=(build, *plain.stages[1:]))
+
+    kept = searched("keep-float", {"forward": {
+        "status": "found", "rel_l2": 0.2, "layers": 3, "units": ["up", "proj", "down"], "tried": [{}] * 6,
+        "culprits": [{"operator": "proj", "share": 0.999, "rel_l2_alone": 0.2, "rel_l2_without": 0.0075, "calls": []}]}},
+        {"forward": {"code": "KEEP_FLOAT = {'proj'}\n", "rel_l2": 0.007, "cosine": 0.99997, "passes": True}})
+    text = markdown(kept, "forward")
+    assert ("Left in float, 1 of the 3 layers the recipe quantizes brings the variant within its gate, quantized in "
+            "eager mode: SNR 14.0 dB → 42.5 dB against the float model (found in 6 quantizations):") in text
+    assert "- **`proj`**: quantized alone, SNR 14.0 dB; 99.9% of the quantization noise the layers add" in text
+    assert "gives SNR 43.1 dB, cosine 0.99997 against the float model — [passed] passes" in text
+
+    exported = searched("export", {"forward": {
+        "status": "found", "option": "draft_export", "assumed": ["data dependent error at line 3, `if x.sum() > 0:`"],
+        "tried": [{"option": "as configured", "ok": False, "step": "export", "error": "UserError: guard"},
+                  {"option": "draft_export", "ok": True}]}},
+        {"forward": {"code": "program = torch.export.draft_export(model, example_inputs)\n", "rel_l2": 1e-7,
+                     "passes": True, "latency": {"status": "not timed", "reason": "no artifact shipped"}}})
+    text = markdown(exported, "forward")
+    assert "It does not export as configured; `draft_export` exports it (options tried in order: 2):" in text
+    assert "- [FAILED] as configured: export: UserError: guard" in text
+    assert "- data dependent error at line 3, `if x.sum() > 0:`" in text
+    assert "gives rel. L2 1.00e-07 against eager on the example inputs — [passed] passes; not timed" in text

@@ -90,8 +90,15 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     tries = "quantizations" if found.keeps_float else "lowerings"
     if not method.culprits:
         why = NOT_FOUND.get(method.status, method.status)
-        return blocks + [Paragraph(f"{mark('incomplete')} {why}: {method.reason or 'no reason recorded'} "
-                                   f"({method.lowerings} {tries} tried; [details](#{model_anchor(model.name)}))")]
+        blocks.append(Paragraph(f"{mark('incomplete')} {why}: {method.reason or 'no reason recorded'} "
+                                f"({method.lowerings} {tries} tried; [details](#{model_anchor(model.name)}))"))
+        if method.reproducer:  # not pinned: the smallest program found to fail is the whole method
+            folder = f"{found.record_dir}/{method.reproducer}"
+            blocks.append(Paragraph(
+                f"Reproducer, to hand upstream: `{folder}/` (the whole method and its real inputs, the smallest "
+                f"program found to fail; the stack's own packages only). Run from the report folder, "
+                f"`{python or 'python'} {folder}/repro.py` exits 1 as lowered (no remedy was found)."))
+        return blocks
     if found.keeps_float:
         return blocks + _kept_float_blocks(method, shipped_bytes)
     before = _rel_l2(method.rel_l2)
