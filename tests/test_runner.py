@@ -34,7 +34,7 @@ def test_exports_share_the_machine_and_an_exclusive_one_runs_alone(project):
         with lock:
             active.remove(model.name)
 
-    runner._export_all(plan, plan.models, fake_export)
+    runner._in_parallel(plan, plan.models, fake_export)
 
     assert set(overlaps) == {m.name for m in plan.models}
     assert overlaps["llama32-1b-dims"] == set()

@@ -93,16 +93,19 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         # serialization): `export-jobs` of them share the machine. The runtime
         # phases check the artifacts one at a time; latency is measured later, by
         # the measure session, when no stack has anything else to do.
-        _export_all(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
+        _in_parallel(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
         for model in plan.models:
             run_phase(stack, model, "runtime")
         # Where an artifact departs from its own eager model: the operators behind it (after every
-        # runtime phase, so the checks that decide come first).
-        for model in plan.models:
-            job = diagnosis.diagnose_job(plan, spec.name, model)
-            if job is not None:
-                progress.add()
-                run_phase(stack, model, layout.DIAGNOSE, extra=job)
+        # runtime phase, so the checks that decide come first). Up to `export-jobs` at once, as exports:
+        # each is lowerings and quantizations, and its remedy's timing alternates remedied and shipped
+        # calls at one thread in one process, so a neighbour on the other core weighs on both sides alike.
+        jobs = {model.name: job for model in plan.models
+                if (job := diagnosis.diagnose_job(plan, spec.name, model)) is not None}
+        for _ in jobs:
+            progress.add()
+        _in_parallel(plan, [m for m in export_order(plan, spec.name) if m.name in jobs],
+                     lambda model: run_phase(stack, model, layout.DIAGNOSE, extra=jobs[model.name]))
     shards.describe(plan, spec.name)
 
 
@@ -131,8 +134,8 @@ def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
     return known + [m for m in plan.models if costs[m.name] is None]
 
 
-def _export_all(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None]) -> None:
-    """Every model's export phase in ``order``, up to ``export-jobs`` at once.
+def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None]) -> None:
+    """A phase of every model in ``order`` (the exports, the diagnoses), up to ``export-jobs`` at once.
 
     A model marked ``exclusive`` (one whose export needs most of the memory)
     waits for the others to finish and runs alone.
