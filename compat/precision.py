@@ -73,14 +73,16 @@ class Trials:
 
 
 def units_of(layers: list[str], most: int) -> list[str]:
-    """The layers, or their parent modules where there are more than ``most`` (a parent per level up,
-    "blocks.3.mlp.up" → "blocks.3.mlp" → "blocks.3"), in model order; a top-level module stays itself."""
+    """The layers, or their parent modules where there are more than ``most``, in model order: the deepest
+    names go up a level first ("blocks.3.mlp.up" → "blocks.3.mlp" → "blocks.3"), so that no unit holds
+    another (a unit kept in float keeps all it holds); a top-level module stays itself."""
     units = list(layers)
     while len(units) > most:
-        parents = list(dict.fromkeys(name.rpartition(".")[0] or name for name in units))
-        if parents == units:
+        deepest = max(name.count(".") for name in units)
+        if deepest == 0:
             break
-        units = parents
+        units = list(dict.fromkeys(name.rpartition(".")[0] if name.count(".") == deepest else name
+                                   for name in units))
     return units
 
 

@@ -96,11 +96,12 @@ class PrecisionPhase(DiagnosePhase):
             budget = self.job["budget_s"] / len(self.methods)
             trials = precision.Trials(departure_of=departure_of, min_snr_db=self.min_snr_db,
                                       min_cosine=self.min_cosine, budget_s=budget)
+            layers = self.adapter.quantizable_layers(methods[method].module, self.variant)
+            trials.departure((), "nothing (every layer quantized)")  # the first pays for what loads once
             started = time.monotonic()
-            trials.departure((), "nothing (every layer quantized)")  # what one quantization costs
+            trials.departure(layers, "every layer in float")  # what one quantization costs
             seconds = max(time.monotonic() - started, 1e-3)
             most = int(budget / 2 / seconds)
-            layers = self.adapter.quantizable_layers(methods[method].module, self.variant)
             units = precision.units_of(layers, max(most, MIN_UNITS))
             if len(units) > most or (units != layers and len(units) < MIN_UNITS):
                 # Known from the first quantization: a ranking the budget cannot finish, or too coarse to

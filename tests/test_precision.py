@@ -95,3 +95,13 @@ def test_layers_are_ranked_as_their_parents_when_there_are_more_than_the_budget_
                                              "blocks.2.attn", "blocks.2.mlp", "head"]
     assert precision.units_of(layers, 4) == ["blocks.0", "blocks.1", "blocks.2", "head"]
     assert precision.units_of(layers, 1) == ["blocks", "head"]  # a top-level module stays itself
+
+
+def test_layers_at_different_depths_group_into_units_none_of_which_holds_another():
+    # MobileNetV3's: a stem convolution two levels down, the blocks' four, the classifier's one.
+    layers = ["features.0.0", *(f"features.{b}.block.{i}.0" for b in (1, 2) for i in range(3)), "classifier.0"]
+    for most in range(1, len(layers) + 1):
+        units = precision.units_of(layers, most)
+        assert not any(a != b and b.startswith(a + ".") for a in units for b in units), (most, units)
+        assert all(any(layer == u or layer.startswith(u + ".") for u in units) for layer in layers), (most, units)
+    assert precision.units_of(layers, 5) == ["features.0.0", "features.1.block", "features.2.block", "classifier.0"]
