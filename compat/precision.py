@@ -15,7 +15,8 @@ some out), and each quantized module is compared with the float model on the sam
    estimated within the gate (noise powers of independent roundings add); from there each set is
    quantized and checked, a unit added at a time, until one passes.
 4. Units of the passing set are put back to int one at a time, least noisy first, where the variant
-   still passes: the set is then minimal for this order.
+   still passes: the set is then minimal for this order. A set of more than half the units is no remedy
+   (most of the model in float): "spread", said with its size, and nothing is lowered.
 
 Every quantization counts against the budget; a search the budget stops before a set passes says where
 it stopped and claims nothing. Runs in the stack's venv (no torch here: the adapter brings it).
@@ -88,7 +89,7 @@ def units_of(layers: list[str], most: int) -> list[str]:
 
 def find(units: list[str], trials: Trials) -> dict[str, Any]:
     """The smallest set of units, found as the module docstring says, that left in float brings the
-    variant within its gate. Returns the record the report reads: ``status`` one of ``found``,
+    variant within its gate. Returns the record the report reads: ``status`` one of ``found``, ``spread``,
     ``not pinned``, ``stopped at budget``, ``does not reproduce``."""
     record: dict[str, Any] = {"tried": trials.tried, "units": units, "min_snr_db": trials.min_snr_db,
                               "min_cosine": trials.min_cosine}
@@ -138,6 +139,12 @@ def find(units: list[str], trials: Trials) -> dict[str, Any]:
     except OutOfBudget as stopped:
         return {**record, "status": "stopped at budget", "reason": str(stopped),
                 "noise": noise}
+    if len(kept) * 2 > len(units):
+        # Most of the model in float is no remedy: the recipe does not meet the gate on this model.
+        return {**record, "status": "spread", "kept_float": kept, "found_rel_l2": found.rel_l2,
+                "reason": f"the quantization noise is spread over the model: {len(kept)} of its {len(units)} units "
+                          f"would stay in float to meet the gate (SNR {found.snr_db:.1f} dB), which un-quantizes "
+                          "most of it; no remedy is offered"}
     total = sum(noise.values()) or 1.0
     return {**record, "status": "found", "kept_float": kept,
             "found_rel_l2": found.rel_l2, "found_cosine": found.cosine,

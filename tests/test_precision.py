@@ -105,3 +105,11 @@ def test_layers_at_different_depths_group_into_units_none_of_which_holds_another
         assert not any(a != b and b.startswith(a + ".") for a in units for b in units), (most, units)
         assert all(any(layer == u or layer.startswith(u + ".") for u in units) for layer in layers), (most, units)
     assert precision.units_of(layers, 5) == ["features.0.0", "features.1.block", "features.2.block", "classifier.0"]
+
+
+def test_noise_spread_over_most_layers_is_said_so_and_offers_no_remedy():
+    # Eight layers of equal noise, 0.02 together against the gate's 0.01: five must stay float.
+    departure_of, _ = quantization({f"blocks.{i}": 0.0025 for i in range(8)})
+    found = precision.find([f"blocks.{i}" for i in range(8)], trials(departure_of))
+    assert found["status"] == "spread" and len(found["kept_float"]) == 5 and "culprits" not in found
+    assert "5 of its 8 units would stay in float" in found["reason"]

@@ -23,6 +23,7 @@ INTRO = ("Where an artifact departs from its own stack's eager model beyond the 
          "does not export, each method is exported again with the export API's other options, in order.")
 NOT_FOUND = {
     "not pinned": "not pinned to operators",
+    "spread": "no remedy: spread over the model",
     "stopped at budget": "stopped at the budget: nothing claimed",
     "does not reproduce": "does not reproduce when lowered again",
     "not searched": "not searched",
