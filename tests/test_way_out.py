@@ -86,6 +86,14 @@ def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_t
             "eager mode: SNR 14.0 dB → 42.5 dB against the float model (found in 6 quantizations):") in text
     assert "- **`proj`**: quantized alone, SNR 14.0 dB; 99.9% of the quantization noise the layers add" in text
     assert "gives SNR 43.1 dB, cosine 0.99997 against the float model — [passed] passes" in text
+    # Found for one method while another has no answer: no remedy is lowered, and the row says why.
+    alone = Diagnosis(record_dir=kept.record_dir, stages=(*kept.stages[:2], Stage(
+        stage="remedy", status="skipped", duration_s=0.0,
+        reason="no set of layers for decode (spread): a remedy of the other methods alone leaves the variant "
+               "below its gate, so none is lowered")))
+    text = markdown(alone, "forward")
+    assert "- **`proj`**: quantized alone" in text and "The change" not in text
+    assert "No remedy lowered: no set of layers for decode (spread): a remedy of the other methods alone" in text
 
     exported = searched("export", {"forward": {
         "status": "found", "option": "draft_export", "assumed": ["data dependent error at line 3, `if x.sum() > 0:`"],

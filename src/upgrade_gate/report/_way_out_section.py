@@ -101,7 +101,9 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                 f"`{python or 'python'} {folder}/repro.py` exits 1 as lowered (no remedy was found)."))
         return blocks
     if found.keeps_float:
-        return blocks + _kept_float_blocks(method, shipped_bytes)
+        skipped = found.stage("remedy")
+        why = (skipped.reason or "") if skipped is not None and skipped.status == "skipped" else ""
+        return blocks + _kept_float_blocks(method, shipped_bytes, why)
     before = _rel_l2(method.rel_l2)
     combined = " together" if len(method.culprits) > 1 else ""
     items = []
@@ -136,8 +138,9 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     return blocks
 
 
-def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:
-    """A quantized variant's layers to leave in float, and the lines that do, checked."""
+def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None, no_remedy: str) -> list[Block]:
+    """A quantized variant's layers to leave in float, and the lines that do, checked (``no_remedy``: why
+    none was lowered)."""
     units = (f"; the {method.layers} layers it quantizes ranked as {method.units} parent modules, what the budget "
              "allowed" if method.units < method.layers else "")
     after = method.culprits[0].rel_l2_without
@@ -152,6 +155,8 @@ def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> li
     if method.remedy_error:
         return blocks + [Paragraph(f"The change that should leave them in float {mark('FAILED')} does not work as "
                                    f"written: {method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
+    if method.remedy_code is None and no_remedy:
+        blocks.append(Paragraph(f"No remedy lowered: {no_remedy}."))
     if method.remedy_code is not None:
         verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
         cosine = f", cosine {method.remedy_cosine:.5f}" if method.remedy_cosine is not None else ""
