@@ -34,25 +34,26 @@ class DiagnosePhase:
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
 
+    # What the adapter must offer, what the report says when it does not, and the stages in order with the
+    # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py) set their own.
+    CAPABILITY: Any = Diagnoses
+    NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
+    STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("build", ()), ("eager", ("build",)), ("parts", ("eager",)), ("alone", ("parts",)),
+        ("search", ("alone",)), ("reproducer", ("search",)), ("remedy", ("search",)))
+
     def run_stages(self) -> None:
         self.adapter.set_threads(self.job["threads"])  # torch's and the runtime's, before any load: the remedy is timed
-        require_whole(self.adapter, Diagnoses, self.job["adapter"])
-        if not isinstance(self.adapter, Diagnoses):
+        require_whole(self.adapter, self.CAPABILITY, self.job["adapter"])
+        if not isinstance(self.adapter, self.CAPABILITY):
             self.log.stage("build", (), self.not_offered)
-            self.log.finish()
-            return
-
-        self.log.stage("build", (), self.build)
-        self.log.stage("eager", ("build",), self.eager)
-        self.log.stage("parts", ("eager",), self.parts)
-        self.log.stage("alone", ("parts",), self.alone)
-        self.log.stage("search", ("alone",), self.search)
-        self.log.stage("reproducer", ("search",), self.reproducer)
-        self.log.stage("remedy", ("search",), self.remedy)
+        else:
+            for stage, needs in self.STAGES:
+                self.log.stage(stage, needs, getattr(self, stage))
         self.log.finish()
 
     def not_offered(self):
-        raise StageSkipped("this stack's adapter has no culprit search (compat/contract.py Diagnoses)")
+        raise StageSkipped(self.NOT_OFFERED)
 
     def build(self):
         case, inputs, _ = load_case(self.job)

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import culprit
 from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import ReExports, require_whole
+from .contract import ReExports
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
 from .phases import StageSkipped, method_outputs, save_arrays
 
@@ -24,21 +24,9 @@ SEARCH = "export"  # the job's and the build stage's "search"
 class ExportRemedyPhase(DiagnosePhase):
     """build → eager → search → remedy: an export option each method exports with."""
 
-    def run_stages(self) -> None:
-        self.adapter.set_threads(self.job["threads"])
-        require_whole(self.adapter, ReExports, self.job["adapter"])
-        if not isinstance(self.adapter, ReExports):
-            self.log.stage("build", (), self.not_offered)
-            self.log.finish()
-            return
-        self.log.stage("build", (), self.build)
-        self.log.stage("eager", ("build",), self.eager)
-        self.log.stage("search", ("eager",), self.search)
-        self.log.stage("remedy", ("search",), self.remedy)
-        self.log.finish()
-
-    def not_offered(self):
-        raise StageSkipped("this stack's adapter tries no other export options (compat/contract.py ReExports)")
+    CAPABILITY = ReExports
+    NOT_OFFERED = "this stack's adapter tries no other export options (compat/contract.py ReExports)"
+    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)))
 
     def build(self):
         built, details = super().build()

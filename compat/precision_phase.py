@@ -14,7 +14,7 @@ from typing import Any
 
 from . import precision
 from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import KeepsFloat, require_whole
+from .contract import KeepsFloat
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
 from .phases import StageSkipped, method_outputs, save_arrays
 
@@ -32,21 +32,9 @@ class PrecisionPhase(DiagnosePhase):
         self.variant: str = self.job["variant"]
         self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
 
-    def run_stages(self) -> None:
-        self.adapter.set_threads(self.job["threads"])  # the remedy is timed
-        require_whole(self.adapter, KeepsFloat, self.job["adapter"])
-        if not isinstance(self.adapter, KeepsFloat):
-            self.log.stage("build", (), self.not_offered)
-            self.log.finish()
-            return
-        self.log.stage("build", (), self.build)
-        self.log.stage("eager", ("build",), self.eager)
-        self.log.stage("search", ("eager",), self.search)
-        self.log.stage("remedy", ("search",), self.remedy)
-        self.log.finish()
-
-    def not_offered(self):
-        raise StageSkipped("this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)")
+    CAPABILITY = KeepsFloat
+    NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
+    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)))
 
     def build(self):
         (methods, inputs), details = super().build()
