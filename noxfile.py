@@ -15,6 +15,7 @@
     nox -s benchmark -- overhead|noise|sensitivity|coverage [--load quiet|one-core|all-cores|all]
                                                   benchmarks of the measurement (docs/benchmarks.md)
     nox -s benchmark -- stages [--report DIR]     where a finished run's time went, and its floor
+    nox -s benchmark -- stop-early [--report DIR] what stopping the rounds early saves, replayed on a run's rounds
 
 Installed (`pip install upgrade-gate`), the same sessions run as `upgrade-gate compare`, … in a
 team's repository (upgrade_gate.cli), or from the team's own noxfile after `import upgrade_gate.sessions`.

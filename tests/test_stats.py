@@ -7,12 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from upgrade_gate.measure.benchmarks import sequential_trials
 from upgrade_gate.measure.stats import (
     RatioEstimate,
     fewest_rounds,
+    median_coverage,
     median_interval,
     median_interval_rank,
+    miss_probability,
     ratio_by_rounds,
+    sequential_looks,
+    sequential_rank,
     summarize,
 )
 
@@ -167,3 +172,80 @@ def test_recorded_rounds(name, method, threshold, outcome):
     assert estimate.judge(threshold) == outcome
     # The same samples always give the same interval.
     assert recorded(name, method) == estimate
+
+
+# -- rounds that stop early: the sequential design ------------------------------------------
+
+
+@pytest.mark.parametrize("planned", range(6, 15))
+def test_the_chance_that_a_look_misses_is_counted_over_every_sign_sequence(planned):
+    """Each round's ratio lies below the median or above it, as a fair coin (continuous rounds): over all
+    2ⁿ sequences of coins, count those where some look's [x(k), x(n−k+1)] misses — fewer than k below,
+    or above, among the first n — and compare with the walk's exact figure, within the 5% it may spend."""
+    looks = sequential_looks(planned)
+    missed = 0
+    for bits in range(2**planned):
+        below = [bits >> i & 1 for i in range(planned)]
+        missed += any(sum(below[:n]) < k or n - sum(below[:n]) < k for n, k in looks.items())
+    assert miss_probability(looks) == pytest.approx(missed / 2**planned)
+    assert missed / 2**planned <= 0.05
+    # A run to the end reports the fixed design's interval; one look alone is the fixed design's coverage.
+    assert looks[planned] == median_interval_rank(planned)[0]
+    assert 1 - miss_probability({planned: looks[planned]}) == pytest.approx(median_coverage(planned, looks[planned]))
+    assert all(n >= fewest_rounds() for n in looks)
+
+
+@pytest.mark.parametrize("planned", range(6, 21))
+@pytest.mark.parametrize("noise", ["log-normal", "heavy-tailed"])
+def test_rounds_that_stop_early_cover_the_true_ratio_as_often_as_they_say(planned, noise):
+    """Simulated measurements of every number of rounds that stop as soon as the interval clears the
+    threshold: the stopped interval holds the true ratio at least as often as the level it states.
+    The worst case is a threshold at the true ratio itself: there every early stop is a miss."""
+    rng = np.random.default_rng(planned)
+    trials, true_ratio = 20_000, 1.05
+    spread = rng.standard_t(2, size=(trials, planned)) if noise == "heavy-tailed" else \
+        rng.standard_normal((trials, planned))
+    ratios = true_ratio * np.exp(0.05 * spread)
+    _, level = sequential_rank(planned, planned)
+    assert level >= 0.95
+    for threshold in (true_ratio, true_ratio * 1.02, true_ratio * 1.1):
+        low, high, taken = sequential_trials(ratios, planned, threshold)
+        observed = float(np.mean((low <= true_ratio) & (true_ratio <= high)))
+        assert observed >= level - 3 * math.sqrt(level * (1 - level) / trials), (threshold, observed, level)
+    # 10% from the threshold many measurements stop early: what the design is for.
+    if len(sequential_looks(planned)) > 1:
+        assert float(np.mean(taken < planned)) > 0.3
+
+
+def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_they_say():
+    """As the measure session decides (rounds.clear_of_threshold): after each look, every ratio through
+    ratio_by_rounds with the design of at most 9 rounds, and the gate's own rule (RatioEstimate.outcome)."""
+    rng = np.random.default_rng(11)
+    trials, planned, true_ratio = 3000, 9, 1.05
+    covered, stopped_early, levels = 0, 0, set()
+    for _ in range(trials):
+        machine = np.exp(0.15 * rng.standard_normal(planned))
+        baseline = [(10 * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+        candidate = [(10 * true_ratio * m * np.exp(0.05 * rng.standard_normal(20))).tolist() for m in machine]
+        for n in sorted(sequential_looks(planned)):
+            estimate = ratio_by_rounds(candidate[:n], baseline[:n], planned=planned)
+            assert estimate is not None
+            if n == planned or estimate.outcome(true_ratio, 10.0, 0.0) != "inconclusive":
+                break
+        covered += estimate.low <= true_ratio <= estimate.high
+        stopped_early += estimate.stopped_early
+        levels.add(estimate.level)
+    (level,) = levels
+    assert covered / trials >= level - 3 * math.sqrt(level * (1 - level) / trials), covered / trials
+    assert 0 < stopped_early < trials
+
+
+def test_a_measurement_cut_short_of_a_look_states_what_its_rounds_cover():
+    """Six quiet rounds of a planned nine (a busy machine, not the ratios, ended them): no look came before,
+    so the interval is [min, max] of six with its own coverage; five cannot reach 95% at all."""
+    assert sequential_rank(6, 9) == (1, pytest.approx(median_coverage(6, 1)))
+    k, level = sequential_rank(5, 9)
+    assert k == 1 and level < 0.95
+    estimate = ratio_by_rounds([[11.0]] * 7, [[10.0]] * 7, planned=9)
+    assert estimate is not None and estimate.stopped_early and estimate.holds
+    assert estimate.level == pytest.approx(1 - miss_probability(sequential_looks(9)))

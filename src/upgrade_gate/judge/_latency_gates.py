@@ -31,7 +31,8 @@ def latency_gate(found: Gates, severity: str) -> None:
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"the median's whole interval (at least {CONFIDENCE:.0%} coverage), per thread count and "
                           f"method; methods at most {min_delta:g} ms slower at its top pass",
-                evidence=f"measurements/{model.name}/threads-*.json ({plan.settings.rounds} quiet rounds, "
+                evidence=f"measurements/{model.name}/threads-*.json ("
+                         f"{'up to ' if plan.settings.stop_early else ''}{plan.settings.rounds} quiet rounds, "
                          "the order alternating)")
     judged: list[tuple[str, str, RatioEstimate | None]] = []  # (outcome, where, estimate)
     for threads in plan.settings.threads:
@@ -61,14 +62,11 @@ def latency_gate(found: Gates, severity: str) -> None:
             if estimate is None:
                 judged.append(("incomplete", f"{threads} thread(s), {method}: no rounds in common", None))
                 continue
-            # The most the candidate can be slower by, at the interval's top: within
-            # min-delta-ms it passes whatever the ratio (timer and call overhead).
-            slower_ms = theirs.latency[method].p50_ms * (estimate.high - 1)
             where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
                      f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
             if machine is not None and machine.oversubscribed:
                 where += f" ({machine.threads} threads on {machine.free_cores:.2f} free cores)"
-            outcome = "passed" if slower_ms <= min_delta else estimate.judge(max_ratio)
+            outcome = estimate.outcome(max_ratio, theirs.latency[method].p50_ms, min_delta)
             judged.append((outcome, where, estimate))
     if not judged:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note="no thread count measured"))
@@ -84,6 +82,8 @@ def latency_gate(found: Gates, severity: str) -> None:
                   f"{estimate.confidence:.0%}" if not estimate.holds else f"; the interval straddles {max_ratio:.2f}")
     if estimate.dropped:
         where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
+    if estimate.stopped_early:
+        where += f"; stopped after {len(estimate.per_round)} of {estimate.planned} rounds, every interval decided"
     found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
               measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
                                 level=estimate.level), note=where)

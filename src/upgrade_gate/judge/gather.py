@@ -143,10 +143,13 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             if not (stacks[spec.name].measured[threads].status == stacks[base].measured[threads].status == "ok"):
                 continue  # a measurement that did not finish gives no ratio: never a part presented as whole
             quiet = contention[threads].quiet_rounds() if threads in contention else None
+            # Rounds that could stop early are judged by the sequential design of at most that many (stats).
+            how = measurements[threads].get("settings") or {}
+            planned = int(how.get("rounds") or 0) if how.get("stop_early") else 0
             for method, rounds in by_method.items():
                 theirs = samples[base][threads].get(method, {})
                 common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
-                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common])
+                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common], planned=planned)
                 if estimate is not None:
                     ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
     kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")

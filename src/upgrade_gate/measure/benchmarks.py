@@ -12,6 +12,10 @@
   run): per stack, each model's export and runtime phase (the sum of their
   stages), the candidate exports' floor on the machine's export workers, and
   the measure session's model calls (timed samples, warm-up and first calls).
+* ``stop-early`` — what stopping the rounds early saves, replayed on a finished
+  run's own rounds (``--report DIR``, measured with fixed rounds; no stacks run):
+  where each measurement would have stopped (rounds.clear_of_threshold) and the
+  seconds of rounds after that, against all its rounds' seconds.
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -52,13 +56,20 @@ from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
-from upgrade_gate.measure.stats import median_interval, median_interval_rank, ratio_by_rounds
+from upgrade_gate.measure.stats import (
+    fewest_rounds,
+    median_interval,
+    median_interval_rank,
+    ratio_by_rounds,
+    sequential_looks,
+    sequential_rank,
+)
 from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages", "stop-early")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -86,7 +97,8 @@ def main(argv: list[str], log: Any = print) -> int:
                              "or all three in turn")
     parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
-    parser.add_argument("--report", type=Path, default=Path("report"), help="stages: the report folder to read")
+    parser.add_argument("--report", type=Path, default=Path("report"),
+                        help="stages, stop-early: the report folder to read")
     args = parser.parse_args(argv)
     out = (args.out or Path("benchmarks") / args.name).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -96,6 +108,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return coverage(out, log)
     if args.name == "stages":
         return stages(args.report.resolve(), out, log)
+    if args.name == "stop-early":
+        return stop_early(args.report.resolve(), out, log)
     loads = list(LOADS) if args.load == "all" else [args.load]
     missed = [load for load in loads
               if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
@@ -238,7 +252,7 @@ def _gate_status(run: dict[str, Any], model: str) -> str:
 # Simulated experiments per number of rounds, and the numbers of rounds shown.
 COVERAGE_TRIALS = 20_000
 COVERAGE_RAW_TRIALS = 5_000
-COVERAGE_ROUNDS = (5, 6, 7, 8, 9, 10, 12, 15)
+COVERAGE_ROUNDS = (5, 6, 7, 8, 9, 10, 12, 15, 20)
 
 
 def coverage(out: Path, log: Any) -> int:
@@ -248,7 +262,8 @@ def coverage(out: Path, log: Any) -> int:
     ratio_by_rounds). Met when no simulated coverage lies below the stated one by more than three
     standard errors."""
     rng = np.random.default_rng(17)
-    true_ratio, rows, met = 1.1, [], True
+    true_ratio, met = 1.1, True
+    rows: list[dict[str, Any]] = []
     for n in COVERAGE_ROUNDS:
         k, level = median_interval_rank(n)
         observed = {}
@@ -268,18 +283,51 @@ def coverage(out: Path, log: Any) -> int:
         for name, value in observed.items():
             trials = COVERAGE_RAW_TRIALS if name == "raw samples" else COVERAGE_TRIALS
             met = met and value >= level - 3 * math.sqrt(level * (1 - level) / trials)
-        rows.append({"rounds": n, "k": k, "stated": level, **observed})
+        # Rounds that stop early at the sequential design's looks, the threshold at the true ratio (the worst
+        # case: every early stop is a miss), log-normal rounds.
+        sequential: dict[str, Any] = {}
+        if n >= fewest_rounds():
+            _, stated = sequential_rank(n, n)
+            ratios = true_ratio * np.exp(0.1 * rng.standard_normal((COVERAGE_TRIALS, n)))
+            low, high, _ = sequential_trials(ratios, n, true_ratio)
+            held = float(np.mean((low <= true_ratio) & (true_ratio <= high)))
+            met = met and held >= stated - 3 * math.sqrt(stated * (1 - stated) / COVERAGE_TRIALS)
+            sequential = {"looks": sequential_looks(n), "stated_sequential": stated, "sequential": held}
+        rows.append({"rounds": n, "k": k, "stated": level, **observed, **sequential})
     write_json_atomic(out / "coverage.json", {"benchmark": "coverage", "true_ratio": true_ratio, "met": met,
                                               "trials": COVERAGE_TRIALS, "raw_trials": COVERAGE_RAW_TRIALS,
                                               "rows": rows})
     lines = [f"# coverage: the interval holds the true ratio as often as it says: {'met' if met else 'MISSED'}",
-             "", "| rounds | interval | stated coverage | log-normal | heavy-tailed (t₂) | from raw samples |",
-             "|---|---|---|---|---|---|"]
+             "", "| rounds | interval | stated coverage | log-normal | heavy-tailed (t₂) | from raw samples | "
+             "stop-early: looks (rank) | stated | simulated, threshold at the true ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['rounds']} | x({r['k']})…x({r['rounds'] - r['k'] + 1}) | {r['stated']:.1%} | "
-              f"{r['lognormal']:.1%} | {r['student-t2']:.1%} | {r['raw samples']:.1%} |" for r in rows]
+              f"{r['lognormal']:.1%} | {r['student-t2']:.1%} | {r['raw samples']:.1%} | "
+              + (f"{', '.join(f'{n} ({k})' for n, k in r['looks'].items())} | {r['stated_sequential']:.1%} | "
+                 f"{r['sequential']:.1%} |" if "looks" in r else "— | — | — |") for r in rows]
     write_text_atomic(out / "coverage.md", "\n".join(lines) + "\n")
     log((out / "coverage.md").read_text())
     return 0 if met else 1
+
+
+def sequential_trials(ratios: np.ndarray, planned: int, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row of per-round ratios measured as the rounds do with stop-early: at every look, the
+    interval of the rounds so far; stop when it lies wholly on one side of ``threshold``. Each row's
+    (low, high) when it stopped, and how many rounds it took. Vectorized over rows."""
+    trials = ratios.shape[0]
+    low, high = np.full(trials, np.nan), np.full(trials, np.nan)
+    taken = np.zeros(trials, dtype=int)
+    running = np.ones(trials, dtype=bool)
+    for n in range(1, planned + 1):
+        if n not in sequential_looks(planned):
+            continue
+        k, _ = sequential_rank(n, planned)
+        ordered = np.sort(ratios[:, :n], axis=1)
+        lo, hi = ordered[:, k - 1], ordered[:, n - k]
+        stop = running & ((hi <= threshold) | (lo > threshold) | (n == planned))
+        low[stop], high[stop], taken[stop] = lo[stop], hi[stop], n
+        running &= ~stop
+    return low, high, taken
 
 
 # Runs in a stack's interpreter: compat/measure_server.py's time_runs against a bare loop, on a call that does
@@ -441,5 +489,47 @@ def stages(report: Path, out: Path, log: Any) -> int:
               "and first calls."]
     write_json_atomic(out / "stages.json", parts)
     write_text_atomic(out / "stages.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 0
+
+
+def stop_early(report: Path, out: Path, log: Any) -> int:
+    """Each measurement of ``report`` made with fixed rounds, replayed with stop-early on its own
+    rounds: the quiet round it would have stopped after (the rule the measure session applies, with
+    the report's latency threshold), and the seconds of the rounds tried after it (every stack's
+    part, as the contention record timed it) against the seconds of all its rounds."""
+    results = Results.load(report)
+    gate = results.settings.gates["latency"]
+    baseline, candidates = results.baseline.name, [stack.name for stack in results.candidates]
+    rows = []
+    for path in sorted((report / "measurements").glob("*/threads-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        planned = int(data["settings"]["rounds"])
+        tried = data.get("rounds") or []
+        seconds = [sum(load["seconds"] for load in entry["load"].values() if load) for entry in tried]
+        quiet: set[int] = set()
+        stopped_after = None
+        for index, entry in enumerate(tried):
+            if entry["disturbed"]:
+                continue
+            quiet.add(entry["round"])
+            if len(quiet) < planned and len(quiet) in sequential_looks(planned) and rounds.clear_of_threshold(
+                    baseline, candidates, planned, gate.threshold, gate["min-delta-ms"], data["stacks"], quiet):
+                stopped_after = index
+                break
+        saved = sum(seconds[stopped_after + 1:]) if stopped_after is not None else 0.0
+        rows.append({"measurement": path.relative_to(report).as_posix(), "rounds": len(tried),
+                     "stopped_after": len(quiet) if stopped_after is not None else None,
+                     "rounds_s": sum(seconds), "saved_s": saved})
+    total, saved = sum(r["rounds_s"] for r in rows), sum(r["saved_s"] for r in rows)
+    lines = [f"# stop-early replayed on {report}: {saved:.0f} s of {total:.0f} s of rounds saved "
+             f"({saved / total if total else 0:.1%}), {sum(r['stopped_after'] is not None for r in rows)} of "
+             f"{len(rows)} measurements stopped early", "",
+             "| measurement | rounds tried | stopped after | rounds s | saved s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['measurement']} | {r['rounds']} | {r['stopped_after'] or '—'} | {r['rounds_s']:.1f} | "
+              f"{r['saved_s']:.1f} |" for r in rows]
+    write_json_atomic(out / "stop-early.json", {"benchmark": "stop-early", "report": str(report), "rows": rows,
+                                                "rounds_s": total, "saved_s": saved})
+    write_text_atomic(out / "stop-early.md", "\n".join(lines) + "\n")
     log("\n".join(lines))
     return 0

@@ -14,7 +14,9 @@ For each model and each thread count:
    medians saw the same machine, so their ratio is the round's
    candidate/baseline ratio (upgrade_gate.measure.stats). Around each stack's part the
    rest of the machine's load is measured (upgrade_gate.measure._contention); a round
-   it disturbed is repeated, and does not count.
+   it disturbed is repeated, and does not count. With ``stop-early`` the rounds stop
+   at a look of the sequential design (upgrade_gate.measure.stats.sequential_looks)
+   once every candidate's interval lies wholly on one side of the latency threshold.
 3. Each server exits with its peak resident memory: what loading and running
    the model took is that peak minus the memory it had with only the runtime
    started.
@@ -32,9 +34,11 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
@@ -43,13 +47,14 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
-from upgrade_gate.measure import _contention
+from upgrade_gate.measure import _contention, stats
 from upgrade_gate.run import cache, runner, supervisor
 from upgrade_gate.run.progress import Progress
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
-MEASURE_CODE = [Path(str(module.__file__)).resolve() for module in (sys.modules[__name__], supervisor, _contention)]
+MEASURE_CODE = [Path(str(module.__file__)).resolve()
+                for module in (sys.modules[__name__], supervisor, _contention, stats)]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -86,7 +91,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             log(f"{label}: reused from the cache (entry {key[:12]})")
             return out_file
 
-    log(f"{label}: {settings.rounds} rounds of {', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
+    log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds of "
+        f"{', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
@@ -96,7 +102,11 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             server, stacks[spec.name] = start_server(plan, model, spec, bin_dir, threads, out_file)
             if server is not None:
                 servers[spec.name] = server
-        rounds = run_rounds(servers, stacks, settings.rounds, threads, on_round)
+        gate = settings.gates["latency"]
+        clear = functools.partial(clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates],
+                                  settings.rounds, gate.threshold, gate["min-delta-ms"], stacks) \
+            if settings.stop_early else None
+        rounds = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear)
         for name, server in servers.items():
             goodbye = server.close()
             record = stacks[name]
@@ -114,7 +124,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         "model": model.name,
         "threads": threads,
         "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
-                     "time_budget_s": settings.time_budget_s},
+                     "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early},
         "order": [spec.name for spec, _ in runnable],
         "key": key,
         # Timings of another machine are not this one's: the cache key has the machine too.
@@ -127,7 +137,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     # A stack without a runnable artifact (a variant it has no recipe for) is not
     # part of the key: which stacks ran is (``names``).
     # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
-    whole = sum(not r["disturbed"] for r in rounds) >= settings.rounds
+    whole = sum(not r["disturbed"] for r in rounds) >= settings.rounds or any(r.get("stopped") for r in rounds)
     if key is not None and whole and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
         logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
         store.store(names, model.name, phase, key, [out_file, *logs], {})
@@ -137,15 +147,20 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
 
 
 def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
-               on_round: Callable[[str], Any] | None) -> list[dict[str, Any]]:
+               on_round: Callable[[str], Any] | None,
+               clear: Callable[[set[int]], bool] | None = None) -> list[dict[str, Any]]:
     """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
     first or second does to a stack (a warm cache, a clock still ramping, the other's
     leftovers) falls on both alike. A round the rest of the machine disturbed
     (upgrade_gate.measure._contention) is repeated, up to as many again; its samples are kept
     in the record but its ratio is not used. When a stack's server ends, the rounds
     stop. Each stack's samples of a round are its ``rounds`` entry; the round's
-    order and load are the measurement's."""
+    order and load are the measurement's. With ``clear`` (stop-early), after a quiet round at one
+    of the sequential design's looks the rounds stop when ``clear(quiet rounds)`` says every
+    ratio is decided; that round's entry says ``stopped``."""
     names = list(servers)
+    looks = stats.sequential_looks(wanted)
+    counted: set[int] = set()
     tried: list[dict[str, Any]] = []
     quiet = 0
     while quiet < wanted and len(tried) < REPEAT_BUDGET * wanted and servers:
@@ -166,12 +181,50 @@ def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str
             loads[name] = _contention.load_between(before, _contention.snapshot(ours, timed), threads, CORES)
             stacks[name]["rounds"].append({"round": number, "samples_ms": event["samples_ms"]})
         disturbed = any(load is not None and load.disturbed for load in loads.values())
-        quiet += not disturbed and len(loads) == len(names)
+        if not disturbed and len(loads) == len(names):
+            quiet += 1
+            counted.add(number)
         tried.append({"round": number, "order": order, "disturbed": disturbed,
                       "load": {name: load.to_dict() if load else None for name, load in loads.items()}})
         if len(servers) < len(names):
             break  # a stack's server ended: no more ratios to be had; what finished is kept
+        if clear is not None and quiet < wanted and quiet in looks and number in counted and clear(counted):
+            tried[-1]["stopped"] = f"every ratio's interval is clear of the threshold after {quiet} of {wanted} rounds"
+            break
     return tried
+
+
+def clear_of_threshold(baseline: str, candidates: Sequence[str], planned: int, threshold: float, min_delta_ms: float,
+                       stacks: dict[str, dict[str, Any]], quiet: set[int]) -> bool:
+    """Whether every candidate's ratio to the baseline, per method, over the ``quiet`` rounds so
+    far, is decided as the latency gate decides it (RatioEstimate.outcome): its interval (the
+    sequential design's, of at most ``planned`` rounds) wholly within or wholly beyond the
+    threshold, or its top at most ``min_delta_ms`` slower. False without a baseline and a candidate."""
+    theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
+    measured = [_samples_by_method(stacks[name], quiet) for name in candidates if name in stacks]
+    if not theirs or not measured:
+        return False
+    for mine in measured:
+        for method, rounds in mine.items():
+            if method not in theirs or len(theirs[method]) != len(rounds):
+                return False
+            estimate = stats.ratio_by_rounds(rounds, theirs[method], planned=planned)
+            if estimate is None:
+                return False
+            baseline_ms = float(np.median([v for samples in theirs[method] for v in samples]))
+            if estimate.outcome(threshold, baseline_ms, min_delta_ms) == "inconclusive":
+                return False
+    return True
+
+
+def _samples_by_method(record: dict[str, Any], quiet: set[int]) -> dict[str, list[list[float]]]:
+    """A stack's samples of the ``quiet`` rounds, per method, in round order."""
+    found: dict[str, list[list[float]]] = {}
+    for entry in record.get("rounds", []):
+        if entry["round"] in quiet:
+            for method, samples in entry["samples_ms"].items():
+                found.setdefault(method, []).append(samples)
+    return found
 
 
 def machine() -> dict[str, Any]:
@@ -278,6 +331,9 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
         "order": [spec.name for spec, _ in runnable],
         "threads": threads,
         "rounds": settings.rounds,
+        # Where the rounds stop depends on the latency gate's threshold.
+        "stop_early": [settings.gates["latency"].threshold, settings.gates["latency"]["min-delta-ms"]]
+        if settings.stop_early else False,
         "warmup": settings.warmup,
         "iterations": settings.iterations,
         "time_budget_s": settings.time_budget_s,

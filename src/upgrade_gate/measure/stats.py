@@ -13,10 +13,21 @@ continuous one; ties only widen it). The tightest k that keeps that at or above
 interval: 9 rounds give [x(2), x(8)] at 96.1%; 6 to 8 rounds can only give
 [min, max] (96.9–99.2%); fewer than 6 cannot reach 95% at all. (A percentile
 bootstrap of 7 rounds, used before, always returned x(2) and x(6): 87.5%.)
+
+Rounds may stop early (``sequential_looks``): after some rounds before the last the
+interval is looked at, and the measurement stops once it lies wholly on one side of
+the threshold. Every look is a chance to be wrong, so the looks' ranks are chosen so
+that the probability that *any* look's interval misses the median stays within
+1 − ``CONFIDENCE``. That probability is exact and distribution-free: whether each
+round's ratio falls below the median is a fair coin, so a look at n rounds with rank k
+misses when fewer than k of the first n coins fell on one side (``miss_probability``,
+a walk over the coins). The interval a stopped measurement reports, at whatever look,
+holds the median with at least the stated level, however the stop was decided.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -48,6 +59,58 @@ def fewest_rounds(confidence: float = CONFIDENCE) -> int:
     while median_coverage(n, 1) < confidence:
         n += 1
     return n
+
+
+def miss_probability(looks: dict[int, int]) -> float:
+    """The probability that at least one look's interval — ``{rounds: k}``, [x(k), x(n−k+1)] of
+    the first n rounds — misses the median: each round's ratio lies below it with probability ½,
+    independently, so this is a walk over the count below, counted exactly."""
+    below = {0: 1.0}  # rounds below the median so far → probability, among walks not yet missed
+    missed = 0.0
+    for n in range(1, max(looks, default=0) + 1):
+        step: dict[int, float] = {}
+        for count, p in below.items():
+            step[count] = step.get(count, 0.0) + p / 2
+            step[count + 1] = step.get(count + 1, 0.0) + p / 2
+        below = step
+        if n in looks:
+            k = looks[n]
+            missed += sum(p for count, p in below.items() if count < k or n - count < k)
+            below = {count: p for count, p in below.items() if not (count < k or n - count < k)}
+    return missed
+
+
+@functools.cache
+def sequential_looks(rounds: int, confidence: float = CONFIDENCE) -> dict[int, int]:
+    """Where a measurement of at most ``rounds`` rounds looks, and each look's rank ``{n: k}``.
+
+    The last look is the fixed design's (``median_interval_rank``): a measurement that runs to
+    the end reports the interval it always did. Earlier looks are added from the fewest rounds
+    up, each with the tightest rank that keeps the chance that any look misses within
+    1 − ``confidence`` (a look that cannot fit is skipped): 9 rounds look at 7 and 8
+    ([min, max]) and at 9 ([x(2), x(8)]), 95.7% in all."""
+    looks = {rounds: median_interval_rank(rounds, confidence)[0]}
+    for n in range(fewest_rounds(confidence), rounds):
+        fits = [k for k in range(1, (n + 1) // 2 + 1) if miss_probability({**looks, n: k}) <= 1 - confidence]
+        if fits:
+            looks[n] = max(fits)
+    return dict(sorted(looks.items()))
+
+
+@functools.cache
+def sequential_rank(n: int, planned: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
+    """The rank of n rounds' interval in a measurement of at most ``planned`` rounds that may stop
+    at its looks, and the coverage the whole procedure guarantees for it. At a look: the look's
+    rank. Short of one (a busy machine or an ended server stopped the rounds, not the ratios):
+    the earlier looks' chances plus the tightest rank at n that keeps them within, else [min, max]."""
+    looks = sequential_looks(planned, confidence)
+    if n in looks:
+        return looks[n], 1.0 - miss_probability(looks)
+    earlier = {m: k for m, k in looks.items() if m < n}
+    k = 1
+    while k + 1 <= (n + 1) // 2 and miss_probability({**earlier, n: k + 1}) <= 1 - confidence:
+        k += 1
+    return k, 1.0 - miss_probability({**earlier, n: k})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,6 +165,7 @@ class RatioEstimate(codec.Record):
     confidence: float = CONFIDENCE  # the coverage asked for
     level: float = CONFIDENCE  # the coverage the interval has (≥ confidence, or less with too few rounds)
     dropped: int = 0  # rounds left out: samples that were not finite durations on either side
+    planned: int = 0  # a measurement that could stop early (sequential_looks): its rounds at most; 0: fixed rounds
 
     @property
     def holds(self) -> bool:
@@ -120,14 +184,25 @@ class RatioEstimate(codec.Record):
             return "failed"
         return "inconclusive"
 
+    @property
+    def stopped_early(self) -> bool:
+        return 0 < len(self.per_round) < self.planned
+
+    def outcome(self, threshold: float, baseline_ms: float, min_delta_ms: float) -> str:
+        """The latency gate's rule for one ratio: ``passed`` when the candidate is at most
+        ``min_delta_ms`` slower than the baseline's ``baseline_ms`` even at the interval's top
+        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too."""
+        return "passed" if baseline_ms * (self.high - 1) <= min_delta_ms else self.judge(threshold)
+
     def __str__(self) -> str:
         return f"{self.median:.3f}, {self.level:.1%} interval [{self.low:.3f}, {self.high:.3f}]"
 
 
 def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[list[float]],
-                    confidence: float = CONFIDENCE) -> RatioEstimate | None:
+                    confidence: float = CONFIDENCE, planned: int = 0) -> RatioEstimate | None:
     """One ratio per round (the candidate's median over the baseline's, both measured
-    in that round), their median, and the order-statistic interval of that median.
+    in that round), their median, and the order-statistic interval of that median —
+    of the sequential design when the rounds could stop early (``planned``: their most).
 
     A round whose samples are not finite durations on either side is left out and
     counted; the others keep their ratio. None without one round of valid samples.
@@ -141,16 +216,18 @@ def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[l
         ratios.append(float(np.median(a) / np.median(b)))
     if not ratios:
         return None
-    median, low, high, level = median_interval(ratios, confidence)
+    median, low, high, level = median_interval(ratios, confidence, planned)
     return RatioEstimate(median=median, low=low, high=high, per_round=tuple(ratios), confidence=confidence,
-                         level=level, dropped=dropped)
+                         level=level, dropped=dropped, planned=planned)
 
 
-def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float, float]:
-    """The median of ``values``, its order-statistic interval, and the interval's coverage."""
+def median_interval(values: list[float], confidence: float = CONFIDENCE,
+                    planned: int = 0) -> tuple[float, float, float, float]:
+    """The median of ``values``, its order-statistic interval, and the interval's coverage
+    (of the sequential design of at most ``planned`` rounds, when not 0)."""
     ordered = sorted(values)
     n = len(ordered)
-    k, level = median_interval_rank(n, confidence)
+    k, level = sequential_rank(n, planned, confidence) if planned else median_interval_rank(n, confidence)
     middle = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
     return middle, ordered[k - 1], ordered[n - k], level
 

@@ -24,7 +24,8 @@ from upgrade_gate.schema import codec
 # extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
 # 2.2: each stack's diagnosis (the culprit search) and the verdict's remedies (2.1 files read without them).
 # 2.3: a quantized variant's remedy (layers left in float) and its cosine (2.2 files read without them).
-RESULTS_VERSION = Version("2.3")
+# 2.4: a latency ratio's `planned` rounds when the rounds could stop early (2.3 files read as fixed rounds).
+RESULTS_VERSION = Version("2.4")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
