@@ -6,6 +6,7 @@
     nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
     nox -s report [-- --out DIR] [SHARD_DIR...]   compare the stacks' records (merging shards), write the report
     nox -s diff -- OLD NEW                        what changed between two reports
+    nox -s prune-cache [-- --out DIR]             keep in the result cache only what that report folder used
     nox -s releases [-- --from V --to V --models a,b --bisect GATE:MODEL --shard K/N]
                                                   every ExecuTorch release in range against the baseline:
                                                   the upgrade-path report (docs/releases.md)
@@ -215,6 +216,14 @@ def measure(session: nox.Session) -> None:
     """Time every model in every stack that ran it, the stacks taking turns; cold start and memory."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
     pipeline.measure(plan, log=session.log)
+
+
+@nox.session(python=False, name="prune-cache", default=False)
+@guard.guarded
+def prune_cache(session: nox.Session) -> None:
+    """Keep in the result cache only what the report folder reached (what a CI cache carries to the next run)."""
+    plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
+    pipeline.prune_cache(plan, log=session.log)
 
 
 @nox.session(python=False)

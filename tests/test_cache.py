@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import textwrap
 from pathlib import Path
 
@@ -134,3 +135,41 @@ def test_a_copy_is_whole_or_absent(tmp_path, monkeypatch):
         cache.copy_file(source, target)
     assert failed.value.errno == errno.ENOSPC
     assert list(target.parent.iterdir()) == []
+
+
+def test_pruning_keeps_what_a_report_folder_reached_and_nothing_else(tmp_path):
+    """The entries a CI cache carries: each phase's (its key record in the report folder), each
+    measurement's (under the stacks it measured), the fixtures of the models run; not an older key of
+    the same phase, nor another model's, nor stale fixtures."""
+    store = cache.ResultCache(tmp_path / "cache")
+    files = phase_files(tmp_path)
+    for stack, model, phase, key in [("legacy", "vit", "export", "old"), ("legacy", "vit", "export", "new"),
+                                     ("candidate", "vit", "runtime", "r1"), ("candidate", "vit", "diagnose", "d1"),
+                                     ("candidate", "gone", "export", "g1"),
+                                     ("legacy+candidate", "vit", "measure-t1", "m1"),
+                                     ("legacy+candidate", "vit", "measure-t1", "m0")]:
+        store.store(stack, model, phase, key, files, {})
+    for name in ("vit-aaaaaaaaaaaa", "vit-bbbbbbbbbbbb"):
+        (tmp_path / "cache" / "fixtures" / name).mkdir(parents=True)
+        (tmp_path / "cache" / "fixtures" / name / "inputs.npz").write_bytes(b"x" * 100)
+    out = tmp_path / "report"
+    for stack, phase, key, where in [("legacy", "export", "new", ""), ("candidate", "runtime", "r1", ""),
+                                     ("candidate", "diagnose", "d1", "diagnose")]:
+        folder = out / "stacks" / stack / "models" / "vit" / where
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{phase}.cache.json").write_text(json.dumps({"key": key, "stored": True}))
+    (out / "measurements" / "vit").mkdir(parents=True)
+    (out / "measurements" / "vit" / "threads-1.json").write_text(
+        json.dumps({"key": "m1", "order": ["legacy", "candidate"]}))
+
+    reached = cache.reached_entries(out)
+    assert reached == {("legacy", "vit", "export", "new"), ("candidate", "vit", "runtime", "r1"),
+                       ("candidate", "vit", "diagnose", "d1"), ("legacy+candidate", "vit", "measure-t1", "m1")}
+    pruned = store.prune(reached, {"vit-bbbbbbbbbbbb"})
+    left = {p.parent.relative_to(tmp_path / "cache").parts for p in (tmp_path / "cache").glob("*/*/*/*/manifest.json")}
+    assert left == reached
+    assert [p.name for p in (tmp_path / "cache" / "fixtures").iterdir()] == ["vit-bbbbbbbbbbbb"]
+    assert pruned.removed_entries == 3 and pruned.removed_bytes > 100 and pruned.kept_bytes > 100
+    assert not (tmp_path / "cache" / "candidate" / "gone").exists()  # no empty folders left behind
+    for stack, model, phase, key in reached:
+        assert store.lookup(stack, model, phase, key)[0] is not None

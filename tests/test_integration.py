@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.readers import colours, render, validate_junit, verdict_of
-from helpers.runs import EXPLAINING, EXPLAINING_OFF, QUICK, REPO, load, nox, user_project
+from helpers.runs import EXPLAINING, EXPLAINING_OFF, REPO, load, nox, user_project
 from packaging.version import Version
 
 from upgrade_gate import layout
@@ -305,10 +306,26 @@ def test_smoke_report_html_and_junit(smoke_run, tmp_path):
     assert colours(shown.screenshot) > 200
 
 
-def workflow_commands() -> list[str]:
-    """The upgrade-gate commands of the sample GitHub Actions workflow (docs/ci.md), in order."""
-    workflow = (REPO / "docs" / "ci" / "upgrade-gate.yml").read_text()
-    return [line.split("run: ", 1)[1] for line in workflow.splitlines() if line.strip().startswith("run: upgrade-gate ")]
+WORKFLOW = REPO / "docs" / "ci" / "upgrade-gate.yml"
+DATA = REPO / "tests" / "data"
+
+
+def workflow() -> dict:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load(WORKFLOW.read_text())
+
+
+def upgrade_gate_commands(job: dict, **matrix: object) -> list[str]:
+    """A job's `upgrade-gate` commands, in order, with the matrix's values put in."""
+    commands = []
+    for step in job["steps"]:
+        command = step.get("run", "")
+        if command.startswith("upgrade-gate "):
+            for name, value in matrix.items():
+                command = command.replace(f"${{{{ matrix.{name} }}}}", str(value))
+            commands.append(command)
+    return commands
 
 
 def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -321,53 +338,175 @@ def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.
                           env={**os.environ, "PYTHONPATH": str(REPO / "src"), **env})
 
 
-def test_smoke_split_by_stack_and_shard_merges_into_the_single_run(smoke_run, tmp_path):
-    # The sample CI workflow's matrix: each stack × 2 shards in its own job and folder, then one
-    # report job. The phases come from the cache the single run filled; each job times its own stack.
+def test_the_workflows_are_valid_github_workflows(tmp_path):
+    # GitHub's workflow schema, as check-jsonschema carries it (no network); a broken copy is refused.
+    schema = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
+    checked = subprocess.run([*schema, str(WORKFLOW), str(REPO / "docs" / "ci" / "releases.yml")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text(WORKFLOW.read_text().replace("runs-on:", "runs_on:", 1))
+    assert subprocess.run([*schema, str(broken)], capture_output=True, text=True).returncode == 1
+
+
+def rehearse(run: Path, carried: Path, env: dict[str, str]) -> tuple[dict[int, subprocess.CompletedProcess[str]],
+                                                                     subprocess.CompletedProcess[str]]:
+    """One run of the sample workflow on this machine: each shard job in a folder of its own, its result
+    cache restored from ``carried`` (what actions/cache keeps between runs, per shard), its upgrade-gate
+    commands in order, its cache saved back and its folder uploaded; then the report job merging them.
+    Each shard job's result and the report job's."""
+    jobs = workflow()["jobs"]
+    shards = jobs["shard"]["strategy"]["matrix"]["shard"]
+    results = {}
+    (run / "shards").mkdir(parents=True)
+    for k in shards:
+        job = run / f"shard-job-{k}"
+        job.mkdir()
+        results_cache, saved = job / "upgrade-gate-cache", carried / f"shard{k}"
+        if saved.is_dir():  # actions/cache/restore: the newest entry of this shard
+            link_tree(saved, results_cache)
+        for command in upgrade_gate_commands(jobs["shard"], shard=k):
+            outcome = run_as_workflow(command, job, {**env, "UPGRADE_GATE_CACHE": str(results_cache)})
+            assert outcome.returncode in (0, 1), (command, outcome.stderr[-3000:])  # GO or NO-GO, never an error
+            results.setdefault(k, outcome)  # the compare's
+        shutil.rmtree(saved, ignore_errors=True)  # actions/cache/save
+        link_tree(results_cache, saved)
+        (job / f"shard-{k}").rename(run / "shards" / f"shard-{k}")  # upload-artifact, then download-artifact
+    (merge,) = upgrade_gate_commands(jobs["report"])
+    return results, run_as_workflow(merge, run, env)
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """A copy of a cache folder, as actions/cache makes one, in hard links where the disk allows: entries are
+    written whole under a new name, never changed in place, so the copies cannot reach each other."""
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link)
+
+
+def phase_keys(folder: Path) -> dict[tuple[str, str, str], dict]:
+    """Every phase's key record in a report folder: (stack, model, phase) → its key and where it came from."""
+    return {(p.parts[-4], p.parts[-2], p.name.split(".")[0]): json.loads(p.read_text())
+            for p in folder.glob("stacks/*/models/*/*.cache.json")}
+
+
+def test_the_sample_workflow_rehearsed_run_after_run(smoke_run, tmp_path):
+    """docs/ci/upgrade-gate.yml, its own commands in sequence, three pull requests in a row with the result
+    cache carried between them: the first restores a cache the smoke run filled (a team model is new), the
+    second changes nothing, the third edits the team's model. Each shard job runs both stacks on one host, so
+    the merged report judges latency; each keeps in the cache only what it used; nothing stale is reused."""
     out, single = smoke_run
-    config = tmp_path / "pyproject.toml"
-    config.write_text(f'[tool.upgrade-gate]\nsuite = "smoke"\nenvs = "{REPO / "envs"}"\n{QUICK}')
-    env = {"UPGRADE_GATE_CONFIG": str(config)}
-    shard_job, project_job, report_job = workflow_commands()
+    project = tmp_path / "team"
+    project.mkdir()
+    shutil.copy(DATA / "team_outlier.py", project / "team_outlier.py")
+    # The smoke run's settings (its phases and measurements are reused), and a team's own model.
+    (project / "pyproject.toml").write_text(
+        f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "smoke"\ntime-budget = 0.5\nthreads = [1]\n'
+        f'{EXPLAINING_OFF}[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = []\n')
+    env = {"UPGRADE_GATE_CONFIG": str(project / "pyproject.toml")}
+    carried = tmp_path / "actions-cache"
+    for k in (1, 2):
+        link_tree(layout.cache_root(), carried / f"shard{k}")
+
     # This configuration has no [tool.upgrade-gate.project]: the project job's sessions skip.
-    project = run_as_workflow(project_job, tmp_path, env)
-    assert project.returncode == 0 and "Session project(legacy) skipped: no [tool.upgrade-gate.project] in " in \
-        project.stderr, project.stderr[-3000:]
-    (tmp_path / "shards").mkdir()
-    for stack in ("legacy", "candidate"):
-        for k in (1, 2):
-            command = shard_job.replace("${{ matrix.stack }}", stack).replace("${{ matrix.shard }}", str(k))
-            job = run_as_workflow(command, tmp_path, env)
-            assert job.returncode == 0, (command, job.stderr[-3000:])
-            folder = tmp_path / f"shard-{stack}-{k}"
-            manifest = load(folder, "shard.json")
-            assert (manifest["shard"], manifest["stacks"]) == (f"{k}/2", [stack])
-            folder.rename(tmp_path / "shards" / folder.name)  # what download-artifact does
-    merged = run_as_workflow(report_job, tmp_path, env)
+    (project_job,) = upgrade_gate_commands(workflow()["jobs"]["project"])
+    skipped = run_as_workflow(project_job, tmp_path, env)
+    assert skipped.returncode == 0 and "Session project(legacy) skipped: no [tool.upgrade-gate.project] in " in \
+        skipped.stderr, skipped.stderr[-3000:]
+
+    jobs, merged = rehearse(tmp_path / "run-1", carried, env)
     assert merged.returncode == single.returncode == 1, merged.stderr[-3000:]
-    folders = sorted(str(p) for p in (tmp_path / "shards").iterdir())
+    report = tmp_path / "run-1" / "report"
+    shards = {k: tmp_path / "run-1" / "shards" / f"shard-{k}" for k in jobs}
+    for k, folder in shards.items():
+        manifest = load(folder, "shard.json")
+        assert (manifest["shard"], sorted(manifest["stacks"])) == (f"{k}/2", ["candidate", "legacy"])
+        # The cache carried on holds what this shard's phases and measurements used, and nothing else.
+        entries = {p.parent.relative_to(carried / f"shard{k}" / "results").parts
+                   for p in (carried / f"shard{k}" / "results").glob("*/*/*/*/manifest.json")}
+        used = {(stack, model, phase, record["key"]) for (stack, model, phase), record in phase_keys(folder).items()}
+        used |= {("+".join(m["order"]), p.parent.name, "measure-t1", m["key"])
+                 for p in folder.glob("measurements/*/threads-1.json") if (m := load(p.parent, p.name))["key"]}
+        assert entries == used, (entries ^ used)
+    # Same verdict and gates as the single run for the models both have; latency judged on one host.
+    verdict = load(report, "verdict.json")
+    before = {(g["stack"], g["model"], g["gate"]): g["status"] for g in load(out, "verdict.json")["gates"]}
+    for gate in verdict["gates"]:
+        where = (gate["stack"], gate["model"], gate["gate"])
+        if gate["model"] != "team-outlier":
+            assert gate["status"] == before[where], (where, gate)
+        if gate["gate"] == "latency" and gate["status"] != "not applicable":
+            assert "not comparable" not in gate["note"] and gate["measured"]["low"] is not None, gate
+    latency = {g["model"]: g["status"] for g in verdict["gates"] if g["gate"] == "latency"}
+    assert latency["team-outlier"] in ("passed", "failed", "inconclusive"), latency
+    for name, model in models_of(report).items():
+        if name in models_of(out):
+            assert model["comparisons"] == models_of(out)[name]["comparisons"], name
+    team_shard = next(k for k, folder in shards.items() if (folder / "stacks" / "legacy" / "models" / "team-outlier").is_dir())
+    assert not phase_keys(shards[team_shard])[("candidate", "team-outlier", "export")]["reused_from"]
 
-    def gates(folder: Path) -> dict:
-        verdict = load(folder, "verdict.json")
-        # Latency and memory were timed with other settings (1 thread, 6 rounds) and per stack.
-        return {"verdict": verdict["verdict"], "gates": {(g["stack"], g["model"], g["gate"]): g["status"]
-                                                        for g in verdict["gates"] if g["gate"] not in ("latency", "memory")}}
+    # An unchanged pull request: every phase and measurement of every shard comes from the carried cache.
+    jobs, merged = rehearse(tmp_path / "run-2", carried, env)
+    assert merged.returncode == 1
+    for k in jobs:
+        folder = tmp_path / "run-2" / "shards" / f"shard-{k}"
+        assert all(record["reused_from"] for record in phase_keys(folder).values()), k
+        assert "measure: " in jobs[k].stderr and " rounds of " not in jobs[k].stderr, jobs[k].stderr[-3000:]
+    assert load(tmp_path / "run-2" / "report", "verdict.json")["gates"] == verdict["gates"]
 
-    assert gates(tmp_path / "report") == gates(out)
-    for name, model in models_of(tmp_path / "report").items():
-        before = models_of(out)[name]
-        assert model["comparisons"] == before["comparisons"], name
-        for stack in ("legacy", "candidate"):
-            assert [(s["stage"], s["status"]) for s in model["stacks"][stack]["stages"]] == \
-                [(s["stage"], s["status"]) for s in before["stacks"][stack]["stages"]], (name, stack)
-            assert model["stacks"][stack]["artifact"] == before["stacks"][stack]["artifact"], (name, stack)
-            # Timed by its own job (a variant a stack has no recipe for is not timed in either run).
-            assert model["stacks"][stack]["measured"]["1"]["status"] == \
-                before["stacks"][stack]["measured"]["1"]["status"], (name, stack)
+    # The team edits its model: that model alone is exported and measured again, in its shard alone.
+    source = project / "team_outlier.py"
+    source.write_text(source.read_text().replace("torch.manual_seed(0)", "torch.manual_seed(1)"))
+    jobs, merged = rehearse(tmp_path / "run-3", carried, env)
+    assert merged.returncode == 1
+    for k in jobs:
+        records = phase_keys(tmp_path / "run-3" / "shards" / f"shard-{k}")
+        redone = {where for where, record in records.items() if not record["reused_from"]}
+        expected = {(stack, "team-outlier", phase) for stack in ("legacy", "candidate")
+                    for phase in ("export", "runtime")} if k == team_shard else set()
+        assert redone == expected, (k, redone)
+    assert "measure: team-outlier at 1 thread(s): " in jobs[team_shard].stderr
 
-    mixed = nox("-s", "report", "--", "--out", str(tmp_path / "mixed"), *folders[:3], env=env)
+    mixed = nox("-s", "report", "--", "--out", str(tmp_path / "mixed"),
+                str(tmp_path / "run-3" / "shards" / "shard-1"), env=env)
     assert mixed.returncode == 2
-    assert "upgrade-gate: error: stack 'legacy': shard(s) 2/2 missing from the folders given" in mixed.stderr
+    assert "shard(s) 2/2 missing from the folders given" in mixed.stderr, mixed.stderr[-2000:]
+
+
+def test_fail_fast_stops_at_the_first_failed_hard_gate(smoke_run, tmp_path):
+    """--fail-fast, one export at a time, costliest first, on the smoke run's settings (its phases are reused):
+    the run stops at nanoVLM's failed numerics (hard). No model after it is started in the candidate, nothing
+    is measured; exit 1 with that gate, and every gate not reached is named as such, never passed."""
+    out, _ = smoke_run
+    config = tmp_path / "pyproject.toml"
+    config.write_text(f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "smoke"\ntime-budget = 0.5\n'
+                      f'threads = [1]\nexport-jobs = 1\n{EXPLAINING_OFF}')
+    report = tmp_path / "report"
+    result = nox("-s", "compare", "--", "--out", str(report), "--fail-fast", env={"UPGRADE_GATE_CONFIG": str(config)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    stop = load(report / "stacks" / "candidate", "stopped.json")
+    assert (stop["model"], stop["gate"]) == ("nanovlm-smoke", "numerics"), stop
+    assert "measure: skipped: --fail-fast stopped the run" in result.stderr
+    assert not list((report / "measurements").glob("*/threads-*.json"))
+    # The models exported before nanoVLM (costlier ones) passed their hard gates: they did not stop the run.
+    reached = {p.name for p in (report / "stacks" / "candidate" / "models").iterdir()}
+    smoke = set(models_of(out))
+    assert "nanovlm-smoke" in reached and reached < smoke, reached
+    verdict = load(report, "verdict.json")
+    assert verdict["verdict"] == "NO-GO"
+    hard_failures = {(g["model"], g["gate"]) for g in verdict["gates"]
+                     if g["status"] == "failed" and g["severity"] == "hard"}
+    assert hard_failures == {("nanovlm-smoke", "numerics")}, hard_failures
+    unreached = [g for g in verdict["gates"] if g["model"] not in reached or g["gate"] in ("latency", "memory")]
+    assert unreached and all(g["status"] == "incomplete" and g["note"].startswith("not reached: --fail-fast")
+                             for g in unreached), unreached
+    assert {g["model"] for g in unreached} == smoke
+    assert f"{len(unreached)} gate(s) not reached: --fail-fast stopped the run at nanovlm-smoke's failed " \
+        "numerics gate" in (report / "report.md").read_text()
 
 
 def test_other_backends_export_only(explained_run):

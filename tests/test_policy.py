@@ -636,3 +636,37 @@ def test_blocked_gates_are_counted_after_the_failure_that_blocks_them():
     assert isinstance(line, Bullets) and line.items[0].text == (
         "**candidate** vs baseline **legacy**: **NO-GO** — hard: export (m); 2 gates blocked by a failure above "
         "([listed below](#failing-gates))")
+
+
+def test_a_run_stopped_by_fail_fast_is_no_go_and_names_what_it_did_not_reach(project: Path):
+    """--fail-fast: vit-smoke's candidate artifact fails numerics (hard), so the run stopped there: minilm-smoke
+    was never exported in the candidate and nothing was measured. Its gates and the latency are not reached —
+    incomplete, never passed — said once under the verdict, which the failed hard gate decides."""
+    from upgrade_gate.judge.fail_fast import first_hard_failure
+
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32,minilm-smoke@fp32", "--fail-fast"],
+                     invoked_from=project, config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    assert plan.fail_fast
+    write_pair(out, candidate_artifact=[REFERENCE + 0.5])
+    write_stack_model(out, "legacy", "minilm-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    vit, _ = plan.models
+    stop = first_hard_failure(plan, plan.candidates[0], vit)
+    assert stop is not None and (stop["model"], stop["gate"], stop["stack"]) == ("vit-smoke", "numerics", "candidate")
+    layout.stopped_file(out, "candidate").write_text(json.dumps(stop))
+    for model in ("vit-smoke", "minilm-smoke"):  # the measure session skipped, and cleared an earlier run's
+        for stale in layout.measurement_dir(out, model).glob("threads-*"):
+            stale.unlink()
+
+    verdict = evaluate(plan, gather(plan))
+    assert verdict.verdict is Verdict.NO_GO
+    by_model = {(g.model, g.gate): g for g in verdict.gates}
+    assert by_model[("vit-smoke", "numerics")].status is GateStatus.FAILED
+    unreached = [g for g in verdict.gates if g.model == "minilm-smoke"] + [by_model[("vit-smoke", "latency")]]
+    assert unreached and all(g.status is GateStatus.INCOMPLETE for g in unreached)
+    assert {g.note for g in unreached} == {
+        "not reached: --fail-fast stopped candidate's run at vit-smoke's failed numerics gate"}
+    assert not any(g.status is GateStatus.PASSED for g in verdict.gates if g.model == "minilm-smoke")
+    count = sum(g.status is GateStatus.INCOMPLETE for g in verdict.gates)
+    assert verdict.incomplete == (f"candidate: {count} gate(s) not reached: --fail-fast stopped the run at "
+                                  "vit-smoke's failed numerics gate; run without --fail-fast to judge every gate",)

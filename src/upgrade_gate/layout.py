@@ -12,6 +12,7 @@ every run on a machine, and every file of a run in its report folder.
       report.md  report.html  results.json  verdict.json  junit.xml
       shard.json                                       what the folder holds: shard, stacks, specs, version
       stacks/<stack>/stack.json                        spec + what is installed (the probe, every package, the extras)
+      stacks/<stack>/stopped.json                      --fail-fast: the failed hard gate the stack's run stopped at
       stacks/<stack>/models/<model>/
           export.json  runtime.json                    stage records per phase
           export.log   runtime.log                     the worker's stderr
@@ -89,6 +90,11 @@ def key_record_file(phase_dir: Path, phase: str) -> Path:
     return phase_dir / f"{phase}.cache.json"
 
 
+def stopped_file(out: Path, stack: str) -> Path:
+    """``--fail-fast``: the failed hard gate a candidate's run stopped at (upgrade_gate.run.runner)."""
+    return stack_dir(out, stack) / "stopped.json"
+
+
 def stack_file(out: Path, stack: str) -> Path:
     return stack_dir(out, stack) / STACK_FILE
 
@@ -144,4 +150,7 @@ def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:
     get there. Kept in the cache beside the results made from them, and keyed by
     the model's code, so that editing a model makes new ones instead of loading
     stale ones of another shape."""
-    return cache_dir / "fixtures" / f"{model}-{code_digest[:12]}"
+    return cache_dir / FIXTURES / f"{model}-{code_digest[:12]}"
+
+
+FIXTURES = "fixtures"

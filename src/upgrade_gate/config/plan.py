@@ -74,6 +74,9 @@ ARGUMENTS = (
     Argument(name="--fresh", switch=True, help="run every phase again instead of reusing cached results"),
     Argument(name="--remeasure", switch=True,
              help="measure latency, cold start and memory again; reuse cached exports and checks"),
+    Argument(name="--fail-fast", switch=True,
+             help="stop at the first failed hard gate (pull-request gating): exit 1 with that gate; what was not "
+                  "reached is listed as such, never as passed"),
     Argument(name="--shard", metavar="K/N", help="run only the K-th of N parts of the models (a CI matrix job)"),
     Argument(name="merge", metavar="SHARD_DIR", help="`nox -s report` only: shard folders to merge into one report"),
 )
@@ -123,6 +126,8 @@ class Plan:
     fresh: bool = False
     # Ignore cached measurements only: `--remeasure`.
     remeasure: bool = False
+    # Stop at the first failed hard gate: `--fail-fast` (run/runner.py).
+    fail_fast: bool = False
 
     def extra_requirements(self, stack: str) -> list[str]:
         """The project's extra requirements for one stack: those for every stack, then its own."""
@@ -219,5 +224,5 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
     chosen = tuple(u for u in units if shard is None or shard.takes(families.index(u.base)))
     return Plan(settings=settings, stacks=tuple(stacks), models=chosen, selection=tuple(u.name for u in units),
                 shard=shard, merge=tuple((invoked_from / d).resolve() for d in args.merge),
-                fresh=args.fresh, remeasure=args.remeasure)
+                fresh=args.fresh, remeasure=args.remeasure, fail_fast=args.fail_fast)
 

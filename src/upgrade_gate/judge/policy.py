@@ -52,6 +52,7 @@ ships today) and *warnings* (an export that came near the memory limit).
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 from upgrade_gate import __version__
 from upgrade_gate.config.plan import Plan
@@ -62,6 +63,7 @@ from upgrade_gate.judge._model_gates import model_gates
 from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.judge._remedies import remedies
 from upgrade_gate.judge.agreement import HEADLINE
+from upgrade_gate.judge.fail_fast import not_reached_note, stopped_at
 from upgrade_gate.schema.comparison import NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults
@@ -123,12 +125,22 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
             results += model_gates(plan, spec, model)
         if project is not None:
             results += project_gates(plan, spec, project)
+    # --fail-fast: what a stopped candidate did not reach is said once, not per gate, and is not resumed.
+    stops = {spec.name: stop for spec in plan.candidates if (stop := stopped_at(plan.settings.out_dir, spec.name))}
+    results = [replace(g, note=not_reached_note(stops[g.stack]))
+               if g.stack in stops and g.status is GateStatus.INCOMPLETE else g for g in results]
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
     busy, busy_gates = machine_busy_line(models, results)
     incomplete = [*([busy] if busy else []), *(f"{g.model}: {g.note}" for g in results
-                                               if g.status is GateStatus.INCOMPLETE and g not in busy_gates)]
+                                               if g.status is GateStatus.INCOMPLETE and g not in busy_gates
+                                               and g.stack not in stops)]
     # Running again resumes what the machine or the run cut short; a NaN reference stays.
     resume = [resume_advice()] if any(NOT_FINITE_REFERENCE not in note for note in incomplete) else []
+    for stack, stop in stops.items():
+        unreached = sum(g.stack == stack and g.status is GateStatus.INCOMPLETE for g in results)
+        incomplete.append(f"{stack}: {unreached} gate(s) not reached: --fail-fast stopped the run at "
+                          f"{stop.get('model')}'s failed {stop.get('gate')} gate; run without --fail-fast "
+                          "to judge every gate")
     return VerdictRecord(
         tool_version=__version__,
         generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -45,6 +45,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge.fail_fast import stopped_at
 from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, stats
@@ -58,6 +59,14 @@ MEASURE_CODE = [Path(str(module.__file__)).resolve()
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    stopped = [f"{stop.get('stack')} at {stop.get('model')}'s {stop.get('gate')}" for spec in plan.candidates
+               if (stop := stopped_at(plan.settings.out_dir, spec.name))]
+    if stopped:
+        log(f"measure: skipped: --fail-fast stopped the run ({'; '.join(stopped)})")
+        for model in plan.models:  # an earlier run's timings are not of this run's artifacts
+            for stale in layout.measurement_dir(plan.settings.out_dir, model.name).glob("threads-*"):
+                stale.unlink()
+        return
     units = [(model, threads) for model in plan.models for threads in plan.settings.threads]
     with Progress("measure", len(units), log=log) as progress:
         for model, threads in units:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import __version__
+from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import naming_full_disk
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.specs import WORKER_MODULES
@@ -277,6 +277,72 @@ class ResultCache:
         entries.sort(key=lambda p: (p / MANIFEST).stat().st_mtime if (p / MANIFEST).is_file() else 0, reverse=True)
         for old in entries[KEEP_PER_PHASE:]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+    def prune(self, reached: set[tuple[str, str, str, str]], fixtures: set[str]) -> Pruned:
+        """Delete every entry but those ``reached`` — (stack, model, phase, key) — and every fixtures
+        folder but those named: what a CI cache carries to the next run is what this run used."""
+        kept = removed = 0
+        removed_entries = 0
+        for manifest in sorted(self.root.glob(f"*/*/*/*/{MANIFEST}")):
+            entry = manifest.parent
+            stack, model, phase, key = entry.relative_to(self.root).parts
+            size = _tree_bytes(entry)
+            if (stack, model, phase, key) in reached:
+                kept += size
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed, removed_entries = removed + size, removed_entries + 1
+        for folder in sorted((self.root / layout.FIXTURES).glob("*/")):
+            size = _tree_bytes(folder)
+            if folder.name in fixtures:
+                kept += size
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += size
+        for pattern in ("*/*/*", "*/*", "*"):  # phases, then models, then stacks left empty
+            for folder in sorted(p for p in self.root.glob(pattern) if p.is_dir() and not any(p.iterdir())):
+                folder.rmdir()
+        return Pruned(kept_bytes=kept, removed_bytes=removed, removed_entries=removed_entries)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Pruned:
+    kept_bytes: int
+    removed_bytes: int
+    removed_entries: int
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
+    """The cache entries a report folder's phases and measurements came from or went to: each
+    phase's key record (``<phase>.cache.json``) and each measurement file's key, stored under the
+    stacks it measured (upgrade_gate.measure.rounds)."""
+    reached = set()
+    for record in sorted(out.glob("stacks/*/models/*/*.cache.json")) + sorted(
+            out.glob(f"stacks/*/models/*/{layout.DIAGNOSE}/*.cache.json")):
+        model_dir = record.parent if record.parent.name != layout.DIAGNOSE else record.parent.parent
+        phase = record.name.removesuffix(".cache.json")
+        key = (_read_json(record) or {}).get("key")
+        if key:
+            reached.add((model_dir.parent.parent.name, model_dir.name, phase, str(key)))
+    for measurement in sorted(out.glob("measurements/*/threads-*.json")):
+        data = _read_json(measurement) or {}
+        if data.get("key") and data.get("order"):
+            threads = measurement.stem.removeprefix("threads-")
+            reached.add(("+".join(data["order"]), measurement.parent.name, f"measure-t{threads}", str(data["key"])))
+    return reached
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _verified_manifest(path: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -28,12 +28,13 @@ from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
-from upgrade_gate.run import runner, shards
+from upgrade_gate.run import cache, runner, shards
 from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.verdict import VerdictRecord
+from upgrade_gate.text import size
 
 
 def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: bool = False,
@@ -147,6 +148,21 @@ def run_models(plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], 
 def measure(plan: Plan, log: Callable[[str], Any] = print) -> None:
     """Every model in every stack that ran it, the stacks taking turns (measure/rounds.py)."""
     measure_all(plan, log=log)
+
+
+def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    """Keep in the result cache only what the report folder reached — its phases' entries, its
+    measurements' and its models' fixtures — so that a CI cache carries one run's worth, not
+    every version of every model (docs/ci.md). A folder with no phase recorded keeps nothing: refused."""
+    out, root = plan.settings.out_dir, plan.settings.cache_dir
+    reached = cache.reached_entries(out)
+    if not reached:
+        fail_usage(f"{out}: no finished phase recorded there, so pruning would empty the result cache "
+                         f"{root}; run `{command('compare')}` with this --out first")
+    fixtures = {layout.fixtures_dir(root, model.base, cache.model_code_digest(model)).name for model in plan.models}
+    pruned = cache.ResultCache(root).prune(reached, fixtures)
+    log(f"result cache {root}: kept {len(reached)} entries reached by {out} ({size(pruned.kept_bytes)}); "
+        f"removed {pruned.removed_entries} other entries and unused fixtures ({size(pruned.removed_bytes)})")
 
 
 def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:

@@ -11,10 +11,12 @@ goes on with the next model.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -27,6 +29,7 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge.fail_fast import first_hard_failure
 from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model, read_key_record
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor
@@ -93,9 +96,23 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         # serialization): `export-jobs` of them share the machine. The runtime
         # phases check the artifacts one at a time; latency is measured later, by
         # the measure session, when no stack has anything else to do.
-        _in_parallel(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
-        for model in plan.models:
-            run_phase(stack, model, "runtime")
+        layout.stopped_file(plan.settings.out_dir, spec.name).unlink(missing_ok=True)
+        if plan.fail_fast and spec.name != plan.baseline.name:
+            # Each model's checks right after its export, and no model started after a hard gate failed.
+            stop, started = threading.Event(), set[str]()
+            _in_parallel(plan, export_order(plan, spec.name),
+                         functools.partial(_export_and_check, stack, stop, started), stop=stop)
+            if stop.is_set():
+                for model in plan.models:  # an earlier run's records of a model not reached are not this run's
+                    if model.name not in started:
+                        shutil.rmtree(layout.model_dir(plan.settings.out_dir, spec.name, model.name),
+                                      ignore_errors=True)
+                shards.describe(plan, spec.name)
+                return
+        else:
+            _in_parallel(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
+            for model in plan.models:
+                run_phase(stack, model, "runtime")
         # Where an artifact departs from its own eager model: the operators behind it (after every
         # runtime phase, so the checks that decide come first). Up to `export-jobs` at once, as exports:
         # each is lowerings and quantizations, and its remedy's timing alternates remedied and shipped
@@ -134,8 +151,24 @@ def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
     return known + [m for m in plan.models if costs[m.name] is None]
 
 
-def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None]) -> None:
-    """A phase of every model in ``order`` (the exports, the diagnoses), up to ``export-jobs`` at once.
+def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str], model: ModelEntry) -> None:
+    """``--fail-fast``: one model's export and runtime phases, then its hard gates against the baseline's
+    records; the first that fails is written down (``stopped.json``) and stops the run."""
+    started.add(model.name)
+    run_phase(stack, model, "export")
+    run_phase(stack, model, "runtime")
+    failed = first_hard_failure(stack.plan, stack.spec, model)
+    if failed is not None and not stop.is_set():
+        stop.set()
+        write_json_atomic(layout.stopped_file(stack.plan.settings.out_dir, stack.spec.name), failed)
+        stack.progress.log(f"{stack.spec.name}: {model.name}: hard gate {failed['gate']} failed "
+                           f"({failed['note']}); --fail-fast: no other model is started")
+
+
+def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None],
+                 stop: threading.Event | None = None) -> None:
+    """A phase of every model in ``order`` (the exports, the diagnoses), up to ``export-jobs`` at once;
+    none started once ``stop`` is set (the running ones finish).
 
     A model marked ``exclusive`` (one whose export needs most of the memory)
     waits for the others to finish and runs alone.
@@ -146,6 +179,8 @@ def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEnt
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export")
     try:
         while pending or running:
+            if stop is not None and stop.is_set():
+                pending.clear()
             while pending and len(running) < jobs:
                 alone = pending[0].exclusive or any(m.exclusive for m in running.values())
                 if alone and running:
