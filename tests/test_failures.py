@@ -188,8 +188,12 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
             assert {s["status"] for s in model["stacks"][stack]["stages"] if s["stage"] not in EXPLAINING} == {"ok"}, \
                 (model["model"], stack)
 
-    # Unchanged: everything is reused, and the report is the same.
-    again = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
+    # By default the artifacts stay in the result cache, by digest (the key record lists them).
+    exported = json.loads((out / "stacks" / "legacy" / "models" / "vit-smoke" / "export.cache.json").read_text())
+    assert exported["released"] == ["forward.ptl"]
+    assert not (out / "stacks" / "legacy" / "models" / "vit-smoke" / "forward.ptl").exists()
+    # Unchanged, keeping the artifacts in the folder: everything is reused, and the report is the same.
+    again = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, "--keep-artifacts", env=env)
     assert again.returncode == resumed.returncode
     log = again.stderr + again.stdout
     # 2 stacks × 3 models × 2 phases, and 3 models measured at one thread count

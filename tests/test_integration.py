@@ -80,9 +80,14 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             assert {s["status"] for s in record["stages"] if s["stage"] not in EXPLAINING} == {"ok"}, \
                 (model["model"], record["stages"])
             methods = record["artifact"]["methods"]
+            # The artifacts stay in the result cache, named by digest in the export's key record: not in the folder.
+            exported = load(out / record["record_dir"], "export.cache.json")
+            entry = layout.cache_root() / "results" / stack / model["model"] / "export" / exported["key"]
             for method, artifact in methods.items():
-                path = out / record["record_dir"] / f"{method}{suffix}"
-                assert path.stat().st_size == artifact["bytes"] > 1000
+                name = f"{method}{suffix}"
+                assert name in exported["released"] and not (out / record["record_dir"] / name).exists()
+                assert (entry / name).stat().st_size == artifact["bytes"] > 1000
+                assert exported["files"][name]["sha256"] == artifact["sha256"]
             assert set(record["measured"]) == {"1"}  # the thread count set
             for measured in record["measured"].values():
                 assert measured["status"] == "ok", (model["model"], stack, measured)

@@ -74,6 +74,9 @@ ARGUMENTS = (
     Argument(name="--fresh", switch=True, help="run every phase again instead of reusing cached results"),
     Argument(name="--remeasure", switch=True,
              help="measure latency, cold start and memory again; reuse cached exports and checks"),
+    Argument(name="--keep-artifacts", switch=True,
+             help="keep the .pte/.ptl artifacts in the report folder (by default they stay in the result cache, "
+                  "named by digest)"),
     Argument(name="--fail-fast", switch=True,
              help="stop at the first failed hard gate (pull-request gating): exit 1 with that gate; what was not "
                   "reached is listed as such, never as passed"),
@@ -128,6 +131,8 @@ class Plan:
     remeasure: bool = False
     # Stop at the first failed hard gate: `--fail-fast` (run/runner.py).
     fail_fast: bool = False
+    # The artifacts stay in the report folder: `--keep-artifacts` (run/artifacts.py).
+    keep_artifacts: bool = False
 
     def extra_requirements(self, stack: str) -> list[str]:
         """The project's extra requirements for one stack: those for every stack, then its own."""
@@ -224,5 +229,6 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
     chosen = tuple(u for u in units if shard is None or shard.takes(families.index(u.base)))
     return Plan(settings=settings, stacks=tuple(stacks), models=chosen, selection=tuple(u.name for u in units),
                 shard=shard, merge=tuple((invoked_from / d).resolve() for d in args.merge),
-                fresh=args.fresh, remeasure=args.remeasure, fail_fast=args.fail_fast)
+                fresh=args.fresh, remeasure=args.remeasure, fail_fast=args.fail_fast,
+                keep_artifacts=args.keep_artifacts)
 

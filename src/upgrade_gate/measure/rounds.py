@@ -49,7 +49,7 @@ from upgrade_gate.judge.fail_fast import stopped_at
 from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, stats
-from upgrade_gate.run import cache, runner, supervisor
+from upgrade_gate.run import artifacts, cache, runner, supervisor
 from upgrade_gate.run.progress import Progress
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
@@ -318,6 +318,8 @@ def runnable_stacks(plan: Plan, model: ModelEntry) -> tuple[list[tuple[StackSpec
             skipped[spec.name] = "the stack was not built in this report folder"
         elif run is None or not run.ok:
             skipped[spec.name] = "its artifact did not load and run (runtime phase)"
+        elif (missing := artifacts.restore(plan, spec.name, model.name)) is not None:
+            skipped[spec.name] = missing  # left in the result cache, which no longer has it
         else:
             runnable.append((spec, Path(executable).parent))
     return runnable, skipped

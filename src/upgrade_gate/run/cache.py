@@ -345,6 +345,12 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_manifest_files(manifest: Path) -> dict[str, dict[str, Any]]:
+    """An entry's files as its manifest lists them (name → bytes, SHA-256), unverified; {} without one."""
+    files = (_read_json(manifest) or {}).get("files")
+    return files if isinstance(files, dict) else {}
+
+
 def _verified_manifest(path: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
     """The entry's manifest if every file matches it, else None and what is wrong."""
     try:

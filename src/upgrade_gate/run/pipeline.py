@@ -28,7 +28,7 @@ from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
-from upgrade_gate.run import cache, runner, shards
+from upgrade_gate.run import artifacts, cache, runner, shards
 from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
@@ -208,6 +208,8 @@ def report(plan: Plan) -> int:
             fail_usage(error)
     if not any(layout.stack_dir(plan.settings.out_dir, s.name).is_dir() for s in plan.stacks):
         fail_usage(f"{plan.settings.out_dir}: no stack results to report on; run `{command('compare')}` first")
+    if not plan.keep_artifacts:  # they stay in the result cache, by digest: a folder sized for CI
+        artifacts.release(plan)
     results = judge_or_exit(plan)
     paths = write(results, plan.settings.out_dir)
     return _announce("Verdict", results.verdict, paths)

@@ -1,0 +1,98 @@
+"""Artifacts (``.pte``, ``.ptl``) kept once: in the result cache, referenced by digest from the report folder.
+
+The artifacts are most of a run's bytes (the default suite's are 9.5 GB; the records, outputs and
+measurements the report is made of, well under one): a folder that carries them is too big for a CI
+artifact, and the result cache already holds each one in its export phase's entry. So when the report is
+written, each artifact whose bytes that entry holds (same SHA-256 as the export recorded) leaves the
+folder; the phase's key record (``export.cache.json``) lists it under ``released``, beside the key and
+every file's digest. ``--keep-artifacts`` keeps them in the folder; an artifact no cache entry holds (a
+phase that was not stored) always stays: nothing is lost.
+
+A step that needs the files again (``measure -- --remeasure``) restores them from the entry, verified; a
+run of ``compare`` copies them back with the phase. When the entry is gone (pruned, another machine),
+the step says which artifact is missing and how to get it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.invocation import command
+from upgrade_gate.judge.records import RecordError, load_stack_model, read_key_record
+from upgrade_gate.run import cache
+
+RELEASED = "released"  # the key record's list of artifacts left in the result cache
+
+
+def artifact_files(out: Path, stack: str, model: str) -> list[str]:
+    """The artifacts the export recorded: one per method (save), and the multi-method program."""
+    try:
+        record = load_stack_model(out, stack, model)
+    except RecordError:
+        return []
+    names = []
+    save, program = record.stage("save"), record.stage("program")
+    if save is not None and save.ok:
+        names += [str(m.get("file")) for m in (save.details.get("methods") or {}).values() if m.get("file")]
+    if program is not None and program.ok and program.details.get("file"):
+        names.append(str(program.details["file"]))
+    return names
+
+
+def released(model_dir: Path) -> set[str]:
+    """The artifacts of a model's folder left in the result cache (absent from the folder by design)."""
+    return set((read_key_record(model_dir, "export") or {}).get(RELEASED) or ())
+
+
+def release(plan: Plan) -> int:
+    """Every artifact of the report folder that its export's cache entry holds leaves the folder; the bytes freed."""
+    out, store = plan.settings.out_dir, cache.ResultCache(plan.settings.cache_dir)
+    freed = 0
+    for spec in plan.stacks:
+        for model in plan.models:
+            model_dir = layout.model_dir(out, spec.name, model.name)
+            record = read_key_record(model_dir, "export")
+            if not record or not record.get("stored") or not record.get("key"):
+                continue
+            manifest = store.entry_dir(spec.name, model.name, "export", record["key"]) / cache.MANIFEST
+            held = cache.read_manifest_files(manifest)
+            files = record.get("files") or {}
+            leaving = [name for name in artifact_files(out, spec.name, model.name)
+                       if (model_dir / name).is_file() and name in held and name in files
+                       and held[name].get("sha256") == files[name].get("sha256")]
+            if not leaving:
+                continue
+            # The record first: a folder never lacks a file its record does not account for.
+            write_json_atomic(layout.key_record_file(model_dir, "export"),
+                              {**record, RELEASED: sorted(set(record.get(RELEASED) or ()) | set(leaving))})
+            for name in leaving:
+                freed += (model_dir / name).stat().st_size
+                (model_dir / name).unlink()
+    return freed
+
+
+def restore(plan: Plan, stack: str, model: str) -> str | None:
+    """The model's released artifacts copied back from the result cache, verified; None, or what is
+    missing and how to get it back."""
+    out = plan.settings.out_dir
+    model_dir = layout.model_dir(out, stack, model)
+    record = read_key_record(model_dir, "export") or {}
+    names = sorted(set(record.get(RELEASED) or ()))
+    if not names:
+        return None
+    hit, _ = cache.ResultCache(plan.settings.cache_dir).lookup(stack, model, "export", str(record.get("key")))
+    missing = [name for name in names if hit is None or name not in hit.files]
+    if missing:
+        where = model_dir.relative_to(out).as_posix()
+        return (f"{where}/{missing[0]} was left in the result cache by digest (not kept in the report folder) and "
+                f"{plan.settings.cache_dir} no longer holds it: run `{command('compare', f'--out {out}')}` to "
+                "export it again, or keep artifacts in the folder with --keep-artifacts")
+    assert hit is not None
+    for name in names:
+        cache.copy_file(hit.path / name, model_dir / name)
+    write_json_atomic(layout.key_record_file(model_dir, "export"),
+                      {k: v for k, v in record.items() if k != RELEASED})
+    return None
