@@ -273,6 +273,34 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
     assert venvs.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}
 
 
+def test_a_venv_another_run_uses_is_not_emptied_under_it(tmp_path, capsys):
+    """Two runs sharing a venvs folder: while one uses a stack's venv (a shared lock, held by its process), a
+    second whose recipe differs is refused with exit 2 instead of emptying the venv under the first's workers;
+    the same recipe may share it; once the first is gone, the venv is made again."""
+    venv = tmp_path / "venv"
+    bin_dir = venv / "bin"
+    bin_dir.mkdir(parents=True)
+    venvs.recipe_installed(bin_dir, {"installs": ["six"]})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+         "fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); time.sleep(120)", str(venv / venvs.VENV_LOCK)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        venvs.empty_venv_unless_made_from("uv", bin_dir, {"installs": ["six"]})  # the same recipe: shared
+        with pytest.raises(SystemExit) as refused:
+            venvs.empty_venv_unless_made_from("uv", bin_dir, {"installs": ["idna"]})
+        assert refused.value.code == 2
+        assert f"{venv}: another upgrade-gate run is using this stack's venv" in capsys.readouterr().err
+        assert (venv / venvs.VENV_RECIPE).is_file()  # not emptied
+    finally:
+        holder.kill()
+        holder.wait()
+    venvs.empty_venv_unless_made_from("uv", bin_dir, {"installs": ["idna"]})
+    assert not (venv / venvs.VENV_RECIPE).exists()  # emptied, to be made of its new recipe
+    venvs.recipe_installed(bin_dir, {"installs": ["idna"]})
+
+
 @pytest.mark.parametrize("error", [
     "AttributeError: module 'models.nets' has no attribute 'missing'",
     "ModuleNotFoundError: No module named 'models.network'",

@@ -3,7 +3,9 @@ requirements or project), installed with uv; a reused venv emptied first when it
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,13 +37,33 @@ def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir
 VENV_RECIPE = "upgrade-gate-recipe.json"
 
 
+# Venvs this process uses, by folder: a shared flock on <venv>/upgrade-gate-venv.lock, held until the
+# process exits (the kernel drops it even after kill -9). Emptying a venv whose recipe changed takes it
+# alone: another run sharing the venvs folder may have workers importing torch from it (seen: a second
+# run with another configuration emptied a venv under a first run's exports, which failed "No module
+# named 'torch'").
+USING: dict[Path, int] = {}
+VENV_LOCK = "upgrade-gate-venv.lock"
+
+
+def use_venv(bin_dir: Path) -> int:
+    """This process uses the venv: a shared lock on it (waiting while another run re-makes it)."""
+    venv = bin_dir.parent.resolve()
+    if venv not in USING:
+        fd = os.open(venv / VENV_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        USING[venv] = fd
+    return USING[venv]
+
+
 def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) -> None:
     """Make a reused venv hold its recipe and nothing else (``recipe_installed`` records it).
 
     ``uv pip install`` only adds: a requirement dropped from a spec or the configuration would
     stay installed, and the stack would no longer be what its spec says. When the recipe is not
     the one the venv was last made from, every distribution in it is removed first (uv links
-    from its cache: reinstalling costs seconds)."""
+    from its cache: reinstalling costs seconds) — unless another run is using the venv: exit 2."""
+    fd = use_venv(bin_dir)
     marker = bin_dir.parent / VENV_RECIPE
     try:
         made_from = json.loads(marker.read_text())
@@ -49,6 +71,13 @@ def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) 
         made_from = None
     if made_from == recipe:
         return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # until recipe_installed: nobody imports from it meanwhile
+    except BlockingIOError:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # converting gave the shared lock up: take it back
+        fail_usage(f"{bin_dir.parent}: another upgrade-gate run is using this stack's venv, made from another "
+                   "recipe (spec, extra requirements or project); emptying it would pull its packages from under "
+                   "that run: wait for it to finish, or give this run venvs of its own with --envdir DIR")
     marker.unlink(missing_ok=True)
     installed = list(packages.installed_versions(bin_dir.parent))
     if installed:
@@ -58,6 +87,7 @@ def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) 
 
 def recipe_installed(bin_dir: Path, recipe: dict[str, Any]) -> None:
     write_json_atomic(bin_dir.parent / VENV_RECIPE, recipe)
+    fcntl.flock(use_venv(bin_dir), fcntl.LOCK_SH)  # made: other runs of the same recipe may use it too
 
 
 def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, Any]:
