@@ -4,7 +4,6 @@ exporters write .ptl and .pte files, the real runtimes load and run them."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from helpers.runs import EXPLAINING, EXPLAINING_OFF, REPO, load, nox, user_proje
 from packaging.version import Version
 
 from upgrade_gate import layout
+from upgrade_gate.measure.benchmarks import link_tree, run_workflow_command
 from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
 
 pytestmark = pytest.mark.integration
@@ -334,13 +334,8 @@ def upgrade_gate_commands(job: dict, **matrix: object) -> list[str]:
 
 
 def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """One of those commands, as the workflow's shell runs it, with this checkout's package (the
-    installed command is tests/test_installed.py's) and the venvs the other tests use."""
-    sessions, _, arguments = command.partition(" -- ")
-    here = sessions.replace("upgrade-gate ", f"{sys.executable} -m upgrade_gate ", 1)
-    return subprocess.run(["bash", "-c", f"{here} --no-color --envdir {REPO / '.nox'} -- {arguments}"], cwd=cwd,
-                          capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), **env})
+    """One of those commands, as the workflow's shell runs it, with the venvs the other tests use."""
+    return run_workflow_command(command, cwd, env, envdir=REPO / ".nox", timeout=1800)
 
 
 def test_the_workflows_are_valid_github_workflows(tmp_path):
@@ -379,18 +374,6 @@ def rehearse(run: Path, carried: Path, env: dict[str, str]) -> tuple[dict[int, s
         (job / f"shard-{k}").rename(run / "shards" / f"shard-{k}")  # upload-artifact, then download-artifact
     (merge,) = upgrade_gate_commands(jobs["report"])
     return results, run_as_workflow(merge, run, env)
-
-
-def link_tree(source: Path, target: Path) -> None:
-    """A copy of a cache folder, as actions/cache makes one, in hard links where the disk allows: entries are
-    written whole under a new name, never changed in place, so the copies cannot reach each other."""
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, copy_function=link)
 
 
 def phase_keys(folder: Path) -> dict[tuple[str, str, str], dict]:

@@ -16,6 +16,12 @@
   run's own rounds (``--report DIR``, measured with fixed rounds; no stacks run):
   where each measurement would have stopped (rounds.clear_of_threshold) and the
   seconds of rounds after that, against all its rounds' seconds.
+* ``workflow`` — one run of the sample CI workflow (docs/ci/upgrade-gate.yml) on this machine, as
+  ``tests/test_integration.py`` rehearses it, on the configured suite: each shard job in a folder of
+  its own with the result cache restored from ``--carried DIR`` (what actions/cache keeps between
+  runs, per shard), its ``upgrade-gate`` commands timed, its cache saved back; then the report job.
+  The jobs' times, the saved caches' and the shard folders' sizes. Run it again for an unchanged
+  pull request, or after editing a model.
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -41,6 +47,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,7 +76,7 @@ from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages", "stop-early")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages", "stop-early", "workflow")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -99,6 +106,9 @@ def main(argv: list[str], log: Any = print) -> int:
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
     parser.add_argument("--report", type=Path, default=Path("report"),
                         help="stages, stop-early: the report folder to read")
+    parser.add_argument("--carried", type=Path,
+                        help="workflow: the result caches carried between runs, one folder per shard "
+                             "(default OUT/actions-cache)")
     args = parser.parse_args(argv)
     out = (args.out or Path("benchmarks") / args.name).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +120,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return stages(args.report.resolve(), out, log)
     if args.name == "stop-early":
         return stop_early(args.report.resolve(), out, log)
+    if args.name == "workflow":
+        return workflow(out, (args.carried or out / "actions-cache").resolve(), log)
     loads = list(LOADS) if args.load == "all" else [args.load]
     missed = [load for load in loads
               if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
@@ -533,3 +545,85 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
     write_text_atomic(out / "stop-early.md", "\n".join(lines) + "\n")
     log("\n".join(lines))
     return 0
+
+
+SAMPLE_WORKFLOW = layout.TOOL_ROOT / "docs" / "ci" / "upgrade-gate.yml"
+
+
+def workflow_commands() -> tuple[list[int], list[str], str]:
+    """The sample workflow's shards, its shard job's upgrade-gate commands in order, and the report job's."""
+    lines = [line.strip() for line in SAMPLE_WORKFLOW.read_text().splitlines()]
+    shards = next(json.loads(line.split(":", 1)[1]) for line in lines if line.startswith("shard: ["))
+    commands = [line.split("run: ", 1)[1] for line in lines if line.startswith("run: upgrade-gate ")]
+    shard_job = [c for c in commands if "${{ matrix.shard }}" in c]
+    merge = next(c for c in commands if c.startswith("upgrade-gate report "))
+    return shards, shard_job, merge
+
+
+def workflow(out: Path, carried: Path, log: Any) -> int:
+    shards, shard_job, merge = workflow_commands()
+    run = out / time.strftime("run-%Y%m%d-%H%M%S")
+    (run / "shards").mkdir(parents=True)
+    rows: list[dict[str, Any]] = []
+    for k in shards:
+        job = run / f"shard-job-{k}"
+        job.mkdir()
+        results, saved = job / "upgrade-gate-cache", carried / f"shard{k}"
+        if saved.is_dir():
+            link_tree(saved, results)
+        seconds: dict[str, float] = {}
+        for command in shard_job:
+            command = command.replace("${{ matrix.shard }}", str(k))
+            start = time.monotonic()
+            done = run_workflow_command(command, job, {"UPGRADE_GATE_CACHE": str(results)})
+            seconds[command.split(" -- ")[0]] = time.monotonic() - start
+            (job / f"step-{len(seconds)}.log").write_text(done.stdout + done.stderr)
+            log(f"shard {k}: {command}: exit {done.returncode} in {seconds[command.split(' -- ')[0]]:.0f} s")
+        shutil.rmtree(saved, ignore_errors=True)
+        link_tree(results, saved)
+        folder = job / f"shard-{k}"
+        folder.rename(run / "shards" / folder.name)
+        rows.append({"shard": k, "seconds": seconds, "cache_bytes": _tree_bytes(saved),
+                     "folder_bytes": _tree_bytes(run / "shards" / folder.name)})
+    start = time.monotonic()
+    merged = run_workflow_command(merge, run, {})
+    report = {"seconds": time.monotonic() - start, "exit": merged.returncode,
+              "folder_bytes": _tree_bytes(run / "report")}
+    write_json_atomic(run / "workflow.json", {"benchmark": "workflow", "jobs": rows, "report": report})
+    lines = [f"# workflow run {run.name}: report job exit {merged.returncode} in {report['seconds']:.0f} s, "
+             f"merged folder {report['folder_bytes'] / 2**30:.2f} GiB", "",
+             "| shard job | " + " | ".join(rows[0]["seconds"]) + " | saved cache | shard folder |",
+             "|---|" + "---|" * (len(rows[0]["seconds"]) + 2)]
+    lines += [f"| {r['shard']} | " + " | ".join(f"{v:.0f} s" for v in r["seconds"].values())
+              + f" | {r['cache_bytes'] / 2**30:.2f} GiB | {r['folder_bytes'] / 2**30:.2f} GiB |" for r in rows]
+    write_text_atomic(run / "workflow.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 0
+
+
+def run_workflow_command(command: str, cwd: Path, env: dict[str, str], envdir: Path | None = None,
+                         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """A workflow's ``upgrade-gate`` command as the job's shell runs it, with this checkout's package (the
+    installed command is tests/test_installed.py's); its venvs in ``envdir`` (default: the job's .nox/)."""
+    sessions, _, arguments = command.partition(" -- ")
+    here = sessions.replace("upgrade-gate ", f"{sys.executable} -m upgrade_gate ", 1)
+    venvs = f" --envdir {envdir}" if envdir else ""
+    return subprocess.run(["bash", "-c", f"{here} --no-color{venvs} -- {arguments}"], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(layout.PACKAGE_DIR.parent), **env})
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """A copy of a cache folder, as actions/cache makes one, in hard links where the disk allows: entries are
+    written whole under a new name, never changed in place, so the copies cannot reach each other."""
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link)
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
