@@ -670,3 +670,7 @@ def test_a_run_stopped_by_fail_fast_is_no_go_and_names_what_it_did_not_reach(pro
     count = sum(g.status is GateStatus.INCOMPLETE for g in verdict.gates)
     assert verdict.incomplete == (f"candidate: {count} gate(s) not reached: --fail-fast stopped the run at "
                                   "vit-smoke's failed numerics gate; run without --fail-fast to judge every gate",)
+    # The verdict's line leads with the failure and counts what was not reached, instead of listing each gate.
+    line = str(verdict_blocks(verdict)[1])
+    assert "hard: numerics (vit-smoke)" in line and f"{count} gates not reached (--fail-fast)" in line, line
+    assert "incomplete: " not in line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from upgrade_gate.judge.fail_fast import not_reached
 from upgrade_gate.judge.policy import with_remedies
 from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report.render import (
@@ -53,9 +54,13 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
         summary = failures_line(own) or (
             "every gate passed" if all(g.status is GateStatus.PASSED for g in own) else "no gate failed")
         for status, label in LISTED:
-            listed = [g for g in own if g.status is status]
+            listed = [g for g in own if g.status is status and not not_reached(g)]
             if listed:
                 summary += f"; {label}: " + ", ".join(f"{g.gate} ({g.model})" for g in listed)
+        # --fail-fast: what the run did not reach is a count (the reason is said once, under the verdict).
+        unreached = sum(1 for g in own if not_reached(g))
+        if unreached:
+            summary += f"; {unreached} gate{'s' if unreached > 1 else ''} not reached (--fail-fast)"
         # A blocked gate is its root failure's consequence, counted once with it: a count, not a list.
         blocked = sum(1 for g in own if g.status is GateStatus.BLOCKED)
         if blocked:

@@ -156,13 +156,21 @@ def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str],
     records; the first that fails is written down (``stopped.json``) and stops the run."""
     started.add(model.name)
     run_phase(stack, model, "export")
-    run_phase(stack, model, "runtime")
-    failed = first_hard_failure(stack.plan, stack.spec, model)
-    if failed is not None and not stop.is_set():
+    if not stop.is_set():
+        run_phase(stack, model, "runtime")
+    failed = None if stop.is_set() else first_hard_failure(stack.plan, stack.spec, model)
+    with _STOPPING:
+        if failed is None or stop.is_set():
+            return
         stop.set()
-        write_json_atomic(layout.stopped_file(stack.plan.settings.out_dir, stack.spec.name), failed)
-        stack.progress.log(f"{stack.spec.name}: {model.name}: hard gate {failed['gate']} failed "
-                           f"({failed['note']}); --fail-fast: no other model is started")
+    write_json_atomic(layout.stopped_file(stack.plan.settings.out_dir, stack.spec.name), failed)
+    stack.progress.log(f"{stack.spec.name}: {model.name}: hard gate {failed['gate']} failed ({failed['note']}); "
+                       "--fail-fast: the phases still running are stopped, no other model is started")
+    supervisor.stop_all()  # their stages say "interrupted": not reached, never cached
+
+
+# One model's failure stops a --fail-fast run: the first to find one.
+_STOPPING = threading.Lock()
 
 
 def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None],
