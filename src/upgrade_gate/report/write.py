@@ -83,10 +83,12 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
                        for finding in verdict.baseline_findings))]
     blocks += way_out_blocks(results)
     settings = results.settings
+    rounds = (f"up to {settings.rounds} quiet rounds (stopping once every interval is decided)"
+              if settings.stop_early else f"{settings.rounds} quiet rounds")
     blocks.append(Paragraph(
         f"Generated {verdict.generated_at} by upgrade-gate {results.tool_version} · models: "
         f"{', '.join(m.name for m in results.models)} · threads {', '.join(map(str, settings.threads))} · per stack, "
-        f"method and thread count: {settings.warmup} warm-up runs, then {settings.rounds} quiet rounds, the order "
+        f"method and thread count: {settings.warmup} warm-up runs, then {rounds}, the order "
         f"alternating, of at least {settings.iterations} timed runs or {settings.time_budget_s:g} s in all · files: "
         "report.md, report.html, results.json, verdict.json, junit.xml", style="meta"))
     blocks += [Heading(2, "Plots", anchor="plots", page_only=True), *plot_figures(results)]
