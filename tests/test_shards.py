@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.stack_records import REFERENCE, add_round_loads, write_stack_model
 
-from upgrade_gate.config.plan import load_plan
+from upgrade_gate.config.plan import Shard, load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.run import pipeline, shards
 from upgrade_gate.schema.results import Results
@@ -153,3 +153,28 @@ def test_shard_folders_and_out_are_from_the_folder_the_command_ran_in(project, t
     plan = load_plan(["--models", MODELS, "--out", "all", "shard-1", "shard-2"], invoked_from=here,
                      config_path=project / "pyproject.toml")
     assert plan.settings.out_dir == here / "all" and plan.merge == (here / "shard-1", here / "shard-2")
+
+
+def test_shards_balance_the_families_by_cost(project):
+    """The default suite's costs (models/suite.toml): SmolLM2's family alone against the five others, about
+    as costly, instead of every other family in turn (which put SmolLM2 and nanoVLM in one part)."""
+    from upgrade_gate.config.catalog import load_catalog
+
+    parts = [load_plan(["--suite", "default", "--shard", f"{k}/2"], invoked_from=project,
+                       config_path=project / "pyproject.toml") for k in (1, 2)]
+    bases = [{m.base for m in part.models} for part in parts]
+    assert bases == [{"smollm2-135m"}, {"vit-ti16", "vit-s14", "mobilenet-v3-small", "minilm-l6", "nanovlm"}]
+    catalog = load_catalog()
+    totals = [sum(catalog[b].cost for b in part) for part in bases]
+    assert max(totals) <= 1.2 * min(totals), totals
+    # Equal costs: every other family in turn; the costliest first, each to the part with less so far.
+    assert [Shard(k, 2).families([1.0] * 5) for k in (1, 2)] == [{0, 2, 4}, {1, 3}]
+    assert [Shard(k, 3).families([1.0, 5.0, 1.0, 2.0, 2.0]) for k in (1, 2, 3)] == [{1}, {3, 0}, {4, 2}]
+
+
+def test_a_cost_that_is_not_a_positive_number_is_named(project):
+    (project / "pyproject.toml").write_text(
+        '[tool.upgrade-gate]\nsuite = "smoke"\n[tool.upgrade-gate.models.mine]\nfactory = "pkg.mod:make"\ncost = 0\n')
+    with pytest.raises(ConfigError) as error:
+        load_plan([], invoked_from=project, config_path=project / "pyproject.toml")
+    assert "tool.upgrade-gate.models.mine.cost: expected a positive number" in str(error.value)

@@ -25,7 +25,7 @@ QUANTIZED_VARIANTS = ("int8", "int8-dynamic", "8da4w")
 # A variant's name is its model's plus this and the variant: "vit-ti16@int8".
 VARIANT_SEPARATOR = "@"
 DEFAULT_VARIANTS = ("int8",)  # what a model has unless its entry says otherwise
-ENTRY_KEYS = {"factory", "description", "exclusive", "variants"}
+ENTRY_KEYS = {"factory", "description", "exclusive", "variants", "cost"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,6 +36,9 @@ class ModelEntry:
     suites: tuple[str, ...] = ()
     # Its export needs most of the machine's memory: no other export runs beside it.
     exclusive: bool = False
+    # What the model and its variants cost in a run, relative to others (about the minutes of their
+    # exports): `--shard` balances its parts by it (plan.Shard.families).
+    cost: float = 1.0
     # The user's project root for the project's own models (put on sys.path in
     # the worker); None for built-in models.
     project_root: Path | None = None
@@ -99,15 +102,23 @@ def load_catalog(path: Path = CATALOG) -> dict[str, ModelEntry]:
         catalog[name] = ModelEntry(name=name, factory=factory, description=entry.get("description", str, name),
                                    suites=tuple(suites), exclusive=entry.get("exclusive", bool, False),
                                    defined_in=path, variants=load_variants(entry, "variants", DEFAULT_VARIANTS),
-                                   assets=tuple(needs))
+                                   assets=tuple(needs), cost=load_cost(entry))
     return catalog
+
+
+def load_cost(entry: Table) -> float:
+    """An entry's ``cost``: a positive number (default 1)."""
+    cost = entry.get("cost", float, 1.0)
+    if not 0 < cost < float("inf"):
+        raise entry.error("cost", f"expected a positive number (the model's relative cost in a run), got {cost!r}")
+    return float(cost)
 
 
 def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry, ...]:
     """``name = "package.module:factory"`` or ``name = { factory = …, description = … }``."""
     entries = []
     for name, raw in table.data.items():
-        exclusive = False
+        exclusive, cost = False, 1.0
         variants: tuple[str, ...] = DEFAULT_VARIANTS
         if VARIANT_SEPARATOR in name:
             raise table.error(name, f"a model's name may not contain {VARIANT_SEPARATOR!r}: it names variants")
@@ -120,20 +131,20 @@ def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry
             if "factory" not in entry.data:
                 raise entry.error("factory", "missing; expected \"package.module:function\"")
             factory, description = entry.get("factory", str, ""), entry.get("description", str, "")
-            exclusive = entry.get("exclusive", bool, False)
+            exclusive, cost = entry.get("exclusive", bool, False), load_cost(entry)
         module, _, function = factory.partition(":")
         if not (module and function and all(part.isidentifier() for part in (*module.split("."), function))):
             raise table.error(name, f"expected \"package.module:function\", got {factory!r}")
         entries.append(ModelEntry(name=name, factory=factory, description=description or f"{factory} (project model)",
                                   exclusive=exclusive, project_root=project_root, defined_in=table.path,
-                                  variants=variants))
+                                  variants=variants, cost=cost))
     return tuple(entries)
 
 
 def project_model_table(entries: tuple[ModelEntry, ...]) -> dict[str, object]:
     """``[tool.upgrade-gate.models]`` as written, for a record of the settings."""
     return {e.name: {"factory": e.factory, "description": e.description, "exclusive": e.exclusive,
-                     "variants": list(e.variants)} for e in entries}
+                     "variants": list(e.variants), "cost": e.cost} for e in entries}
 
 
 def units(catalog: dict[str, ModelEntry], name: str, variants: tuple[str, ...]) -> list[ModelEntry]:

@@ -28,9 +28,22 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
-    def takes(self, family: int) -> bool:
-        """Whether the ``family``-th model family (a model with its variants, in suite order) is ours."""
-        return family % self.count == self.index - 1
+    def takes(self, item: int) -> bool:
+        """Whether the ``item``-th of a list (the release explorer's releases) is ours: every N-th in turn."""
+        return item % self.count == self.index - 1
+
+    def families(self, costs: list[float]) -> set[int]:
+        """Which model families (each a model with its variants, by index in suite order, with its cost) are
+        ours: the costliest first, each to the part with the least cost so far (ties: the lower part), so the
+        parts take about as long — the same split in every job. Equal costs give every N-th family in turn."""
+        loads = [0.0] * self.count
+        ours = set()
+        for family in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+            part = min(range(self.count), key=lambda p: (loads[p], p))
+            loads[part] += costs[family]
+            if part == self.index - 1:
+                ours.add(family)
+        return ours
 
 
 def parse_shard(text: str) -> Shard:
@@ -226,7 +239,9 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
     units = tuple({u.name: u for name in names for u in catalog.units(known, name, settings.variants)}.values())
     shard = parse_shard(args.shard) if args.shard is not None else None
     families = list(dict.fromkeys(u.base for u in units))
-    chosen = tuple(u for u in units if shard is None or shard.takes(families.index(u.base)))
+    cost = {u.base: u.cost for u in units}
+    ours = shard.families([cost[f] for f in families]) if shard is not None else set(range(len(families)))
+    chosen = tuple(u for u in units if families.index(u.base) in ours)
     return Plan(settings=settings, stacks=tuple(stacks), models=chosen, selection=tuple(u.name for u in units),
                 shard=shard, merge=tuple((invoked_from / d).resolve() for d in args.merge),
                 fresh=args.fresh, remeasure=args.remeasure, fail_fast=args.fail_fast,
