@@ -71,6 +71,7 @@ from upgrade_gate.measure.stats import (
     sequential_looks,
     sequential_rank,
 )
+from upgrade_gate.run import cache
 from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
@@ -583,12 +584,12 @@ def workflow(out: Path, carried: Path, log: Any) -> int:
         link_tree(results, saved)
         folder = job / f"shard-{k}"
         folder.rename(run / "shards" / folder.name)
-        rows.append({"shard": k, "seconds": seconds, "cache_bytes": _tree_bytes(saved),
-                     "folder_bytes": _tree_bytes(run / "shards" / folder.name)})
+        rows.append({"shard": k, "seconds": seconds, "cache_bytes": cache.tree_bytes(saved),
+                     "folder_bytes": cache.tree_bytes(run / "shards" / folder.name)})
     start = time.monotonic()
     merged = run_workflow_command(merge, run, {})
     report = {"seconds": time.monotonic() - start, "exit": merged.returncode,
-              "folder_bytes": _tree_bytes(run / "report")}
+              "folder_bytes": cache.tree_bytes(run / "report")}
     write_json_atomic(run / "workflow.json", {"benchmark": "workflow", "jobs": rows, "report": report})
     lines = [f"# workflow run {run.name}: report job exit {merged.returncode} in {report['seconds']:.0f} s, "
              f"merged folder {report['folder_bytes'] / 2**30:.2f} GiB", "",
@@ -623,7 +624,3 @@ def link_tree(source: Path, target: Path) -> None:
             shutil.copy2(src, dst)
 
     shutil.copytree(source, target, copy_function=link)
-
-
-def _tree_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0

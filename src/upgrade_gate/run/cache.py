@@ -287,14 +287,14 @@ class ResultCache:
         for manifest in sorted(self.root.glob(f"*/*/*/*/{MANIFEST}")):
             entry = manifest.parent
             stack, model, phase, key = entry.relative_to(self.root).parts
-            size = _tree_bytes(entry)
+            size = tree_bytes(entry)
             if (stack, model, phase, key) in reached:
                 kept += size
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed, removed_entries = removed + size, removed_entries + 1
         for folder in sorted((self.root / layout.FIXTURES).glob("*/")):
-            size = _tree_bytes(folder)
+            size = tree_bytes(folder)
             if folder.name in fixtures:
                 kept += size
             else:
@@ -313,8 +313,9 @@ class Pruned:
     removed_entries: int
 
 
-def _tree_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+def tree_bytes(folder: Path) -> int:
+    """Every file's bytes below ``folder`` (0 without one)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
 
 
 def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
