@@ -155,10 +155,11 @@ def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str],
     """``--fail-fast``: one model's export and runtime phases, then its hard gates against the baseline's
     records; the first that fails is written down (``stopped.json``) and stops the run."""
     started.add(model.name)
-    run_phase(stack, model, "export")
-    if not stop.is_set():
-        run_phase(stack, model, "runtime")
-    failed = None if stop.is_set() else first_hard_failure(stack.plan, stack.spec, model)
+    for phase in ("export", "runtime"):
+        if stop.is_set() or supervisor.interrupted():  # another model failed, or Ctrl-C: no new worker
+            return
+        run_phase(stack, model, phase)
+    failed = None if supervisor.interrupted() else first_hard_failure(stack.plan, stack.spec, model)
     with _STOPPING:
         if failed is None or stop.is_set():
             return

@@ -224,6 +224,11 @@ def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> None:
         pass  # the log stays whole: a full disk is the next write's to report
 
 
+def interrupted() -> bool:
+    """Whether the run is being stopped (stop_all): no new worker should start."""
+    return _INTERRUPTED.is_set()
+
+
 def stop_all() -> None:
     """Kill every worker still running: the run is being stopped."""
     _INTERRUPTED.set()
