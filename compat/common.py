@@ -125,8 +125,49 @@ def fixture_inputs(fixtures_dir: Path, methods: list[str]) -> dict[str, tuple[An
     return inputs
 
 
+# The multi-method artifact's stem (``program.pte``): every method of a model that asks for one artifact
+# (an LLM's prefill and decode, which share their weights) is in it, once. A method may not take this name.
+PROGRAM = "program"
+
+
 def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
     return model_dir / f"{method}{adapter.SUFFIX}"
+
+
+def export_stages(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """The export phase's stage records by name (none if it left no record)."""
+    try:
+        record = json.loads((model_dir / "export.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {s["stage"]: s for s in record.get("stages", [])}
+
+
+def saved_files(model_dir: Path) -> dict[str, str]:
+    """Each method's artifact by file name, as the export's save stage recorded it: ``<method><SUFFIX>``,
+    or ``program<SUFFIX>`` for every method of a multi-method model."""
+    methods = export_stages(model_dir).get("save", {}).get("details", {}).get("methods") or {}
+    return {name: str(saved["file"]) for name, saved in methods.items()}
+
+
+def is_program(file: str) -> bool:
+    return Path(file).stem == PROGRAM
+
+
+MethodCall = Callable[[Any, tuple[Any, ...]], Any]
+
+
+def load_methods(adapter: Any, model_dir: Path, files: dict[str, str]) -> dict[str, tuple[MethodCall, Any]]:
+    """Each method's call and the loaded artifact it takes: ``adapter.run`` on the method's own file, or
+    ``adapter.run_method`` by name on the multi-method program, which is loaded once for all its methods."""
+    loaded = {file: adapter.load(model_dir / file) for file in dict.fromkeys(files.values())}
+
+    def call_of(name: str, file: str) -> MethodCall:
+        if not is_program(file):
+            return adapter.run
+        return lambda program, inputs: adapter.run_method(program, name, inputs)
+
+    return {name: (call_of(name, file), loaded[file]) for name, file in files.items()}
 
 
 # -- the same weights and inputs in every stack -------------------------------------

@@ -44,7 +44,8 @@ class Adapter(Protocol):
 
     A model has one method (``forward``) or several (an LLM's ``prefill`` and
     ``decode``); each is lowered, saved, loaded and run as an artifact of its own,
-    ``<model folder>/<method><SUFFIX>``.
+    ``<model folder>/<method><SUFFIX>`` — unless the model asks for one artifact and the adapter is
+    ``MultiMethod``: then every method is in ``program<SUFFIX>``.
     """
 
     # Constants are read-only properties here: a module's ``SUFFIX = ".pte"`` keeps them, and a tuple of
@@ -64,11 +65,10 @@ class Adapter(Protocol):
         (``operators``; ExecuTorch's delegation counts). What it raises fails the stage; ``localize``
         then calls it again on submodules with their real inputs, so it takes any module."""
 
-    def save(self, lowered: Any, path: Path, *, keep: bool = False) -> dict[str, Any] | None:
+    def save(self, lowered: Any, path: Path) -> dict[str, Any] | None:
         """Write ``lowered`` to ``path`` (a temporary name the worker renames when this returns; the
-        ``save`` stage then requires a non-empty file). With ``keep`` the lowered program must stay
-        usable afterwards, for ``MultiMethod.save_program``. A dict returned is recorded with the
-        method (ExecuTorch: each method's planned memory)."""
+        ``save`` stage then requires a non-empty file); ``lowered`` is not used again. A dict returned is
+        recorded with the method (ExecuTorch: each method's planned memory)."""
 
     def load(self, path: Path) -> Any:
         """The artifact, loaded in the stack's mobile runtime, in a fresh process that has not exported
@@ -99,15 +99,17 @@ class Quantizes(Protocol):
 @runtime_checkable
 class MultiMethod(Protocol):
     """Every method of a model in one artifact, ``program<SUFFIX>`` (ExecuTorch's multi-method .pte), for
-    models with several methods that ask for one."""
+    models with several methods that ask for one: their shared weights are shipped, cached and loaded
+    once. Such a model has no per-method artifact; its methods are loaded and run from the program."""
 
     def save_program(self, lowered: dict[str, Any], path: Path) -> dict[str, Any] | None:
-        """The ``program`` stage: method name → what ``lower`` returned (kept usable by ``save(...,
-        keep=True)``), written as one artifact at ``path``. A dict returned is recorded on the stage."""
+        """The end of the ``export`` stage: method name → what ``lower`` returned, written as one artifact
+        at ``path`` (``save`` is not called). A dict returned is recorded on the stage as ``program``
+        (ExecuTorch: each method's planned memory, by method name)."""
 
     def run_method(self, program: Any, name: str, inputs: tuple[Any, ...]) -> Any:
-        """The ``program-run`` stage: one call of method ``name`` of the loaded multi-method artifact; it must
-        give what ``<name><SUFFIX>`` gives (to rtol 1e-4, atol 1e-5)."""
+        """One call of method ``name`` of the loaded multi-method artifact: what ``run`` is to a one-method
+        artifact, in the runtime phase and the measurement (which times exactly this call)."""
 
 
 @runtime_checkable
@@ -117,7 +119,8 @@ class Profiles(Protocol):
 
     def profile(self, path: Path, inputs: tuple[Any, ...], runs: int) -> dict[str, Any]:
         """Load the artifact at ``path`` and profile ``runs`` calls: ``{"source": how, "total_ms": one call,
-        "operators": [{"name", "calls", "total_ms", "share"}, …] by time}``, per call; more keys are kept."""
+        "operators": [{"name", "calls", "total_ms", "share"}, …] by time}``, per call; more keys are kept.
+        A ``MultiMethod`` adapter's profile also takes ``method=``: the method of a multi-method program."""
 
 
 @runtime_checkable

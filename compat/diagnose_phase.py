@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import culprit
-from .common import flatten_outputs, load_case, load_npz_tensors, named_like_reference, named_outputs
+from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
 from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
 
@@ -240,20 +240,23 @@ class DiagnosePhase:
         if not name or not (self.model_dir.parent / name).is_file():
             return {"status": "not timed", "reason": "the shipped artifact is not in the report folder"}
         _, inputs = self.log.results["build"]
-        programs = {"shipped": self.adapter.load(self.model_dir.parent / name), "remedied": remedied}
-        for program in programs.values():
-            self.adapter.run(program, inputs[method])  # the first call pays for the allocations
+        # The shipped method as the app calls it: from its own file, or from the multi-method program.
+        shipped = load_methods(self.adapter, self.model_dir.parent, {method: name})[method]
+        calls = {"shipped": shipped, "remedied": (self.adapter.run, remedied)}
+        for run, program in calls.values():
+            run(program, inputs[method])  # the first call pays for the allocations
         rounds, per_side_s = int(self.job["rounds"]), float(self.job["time_budget_s"]) / int(self.job["rounds"])
         samples = []
         for number in range(rounds):
-            order = list(programs) if number % 2 == 0 else list(reversed(programs))
+            order = list(calls) if number % 2 == 0 else list(reversed(calls))
             entry: dict[str, list[float]] = {}
             for side in order:
+                run, program = calls[side]
                 times: list[float] = []
                 started = time.perf_counter()
                 while len(times) < MIN_CALLS or (time.perf_counter() - started < per_side_s and len(times) < MAX_CALLS):
                     call = time.perf_counter()
-                    self.adapter.run(programs[side], inputs[method])
+                    run(program, inputs[method])
                     times.append((time.perf_counter() - call) * 1000)
                 entry[side] = times
             samples.append(entry)

@@ -148,14 +148,9 @@ def delegation(graph_module: torch.fx.GraphModule, delegate: str = "XnnpackBacke
     }
 
 
-def save(lowered: Any, path: Path, *, keep: bool = False) -> dict[str, Any]:
-    """Write the .pte; with ``keep`` the lowered program stays usable (for save_program).
-
-    to_executorch() rewrites the lowered graphs in place (out-variant ops,
-    memory plan), so a program that is still needed is serialized from a copy —
-    a full copy of its weights, which a 1B model cannot afford.
-    """
-    program = (copy.deepcopy(lowered) if keep else lowered).to_executorch()
+def save(lowered: Any, path: Path) -> dict[str, Any]:
+    """Write the .pte (to_executorch() rewrites the lowered graphs in place: ``lowered`` is spent)."""
+    program = lowered.to_executorch()
     path.write_bytes(program.buffer)
     return planned_memory(program)
 
@@ -172,7 +167,8 @@ def planned_memory(program: Any) -> dict[str, Any]:
 
 
 def save_program(lowered: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Every method in one multi-method .pte, as an app ships an LLM or a VLM.
+    """Every method in one multi-method .pte, as an app ships an LLM or a VLM: the
+    weights the methods share are stored once (XNNPACK's named data, by digest).
 
     The methods were lowered one by one already; their lowered graphs are
     combined, not lowered again (for SmolLM2 that would cost minutes).
@@ -232,12 +228,12 @@ def profiler_missing() -> str | None:
     return None
 
 
-def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int) -> dict[str, Any]:
-    """Time per operator of one call, averaged over ``runs`` calls (executorch_profile.py:
+def profile(path: Path, inputs: tuple[torch.Tensor, ...], runs: int, *, method: str = "forward") -> dict[str, Any]:
+    """Time per operator of one call of ``method``, averaged over ``runs`` calls (executorch_profile.py:
     ETDump where the runtime records one, else Linux perf samples)."""
     from . import executorch_profile
 
-    found = executorch_profile.profile_pte(path, inputs, runs)
+    found = executorch_profile.profile_pte(path, inputs, runs, method=method)
     calls = found["runs"]
     return {
         "source": found["source"],

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
+    PROGRAM,
     artifact_path,
     flatten_outputs,
     load_case,
@@ -25,7 +26,6 @@ from .contract import (
 )
 from .phases import (
     FP32,
-    PROGRAM,
     PhaseLog,
     StageSkipped,
     failed,
@@ -39,8 +39,8 @@ from .phases import (
 
 class ExportPhase:
     """The export phase, one method per stage: build → eager [→ eager-task] [→ quantize] → export
-    [→ localize] → save [→ program] [→ backends]. A stage reads what an earlier one returned from the
-    phase log (``self.log.results``); ``run_stages`` decides which stages run."""
+    [→ localize] → save [→ backends]. A stage reads what an earlier one returned from the phase log
+    (``self.log.results``); ``run_stages`` decides which stages run."""
 
     def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
         self.job, self.adapter, self.log = job, adapter, log
@@ -64,9 +64,6 @@ class ExportPhase:
         if exported is None and self.variant == FP32 and built is not None and failed(self.log, "export"):
             self.log.stage("localize", ("build",), self.localize)
         self.log.stage("save", ("export",), self.save)
-        # A capability the adapter has in part runs its stage, which names what it lacks.
-        if built is not None and self.multi_method(built[0]) and claims(self.adapter, MultiMethod):
-            self.log.stage("program", ("save",), self.program)
         if self.variant == FP32 and claims(self.adapter, OtherBackends):
             self.log.stage("backends", ("build",), self.backends)
         self.log.finish(torch_threads=torch.get_num_threads())
@@ -131,26 +128,30 @@ class ExportPhase:
         case, inputs = self.log.results["build"]
         modules = (self.log.results["quantize"] if self.variant != FP32
                    else {n: m.module for n, m in case.entry_points().items()})
-        # Lowered programs are kept only for the multi-method artifact: each can
-        # hold a copy of the weights (a 1B model's would not fit twice).
-        keep = self.multi_method(case) and isinstance(self.adapter, MultiMethod)
+        one_program = self.one_program(case)
         lowered, details = {}, {}
         for name, module in modules.items():
             self.exporting = name
-            path = artifact_path(self.model_dir, name, self.adapter)
             start = time.perf_counter()
             with torch.no_grad():
                 program, details[name] = self.adapter.lower(module, inputs[name])
-            with partial_file(path) as partial:
-                details[name].update(self.adapter.save(program, partial, keep=keep) or {})
-            if keep:
-                lowered[name] = program
+            if one_program:
+                lowered[name] = program  # saved together below: the shared weights once
+            else:
+                with partial_file(artifact_path(self.model_dir, name, self.adapter)) as partial:
+                    details[name].update(self.adapter.save(program, partial) or {})
             # TorchScript modules hold reference cycles: free this method's
             # copies of the weights before the next method makes its own.
             del program
             gc.collect()
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
-        return lowered, {"methods": details}
+        if not one_program:
+            return True, {"methods": details}
+        start = time.perf_counter()
+        assert isinstance(self.adapter, MultiMethod)  # one_program
+        with partial_file(artifact_path(self.model_dir, PROGRAM, self.adapter)) as partial:
+            written = self.adapter.save_program(lowered, partial) or {}
+        return True, {"methods": details, "program": {**written, "seconds": round(time.perf_counter() - start, 3)}}
 
     def localize(self):
         # Which submodules fail to export on their own, with their real inputs.
@@ -168,25 +169,23 @@ class ExportPhase:
                                    budget_s=self.job["localize_budget_s"])
         return True, {"method": name, **found}
 
-    @staticmethod
-    def multi_method(case: Any) -> bool:
-        return case.multi_method_artifact and len(case.entry_points()) > 1
+    def one_program(self, case: Any) -> bool:
+        """Every method in one multi-method artifact: the model has several and asks for one, and the stack
+        makes them. A capability the adapter has in part fails the export, naming what it lacks."""
+        if not (case.multi_method_artifact and len(case.entry_points()) > 1 and claims(self.adapter, MultiMethod)):
+            return False
+        require_whole(self.adapter, MultiMethod, self.adapter_name)
+        return True
 
     def save(self):
         case, _ = self.log.results["build"]
+        if self.one_program(case):
+            program = written_artifact(artifact_path(self.model_dir, PROGRAM, self.adapter))
+            return True, {"bytes": program["bytes"], "program": program["file"],
+                          "methods": {name: program for name in case.entry_points()}}
         files = {name: written_artifact(artifact_path(self.model_dir, name, self.adapter))
                  for name in case.entry_points()}
         return True, {"bytes": sum(f["bytes"] for f in files.values()), "methods": files}
-
-    def program(self):
-        require_whole(self.adapter, MultiMethod, self.adapter_name)
-        path = artifact_path(self.model_dir, PROGRAM, self.adapter)
-        start = time.perf_counter()
-        with partial_file(path) as partial:
-            assert isinstance(self.adapter, MultiMethod)  # whole, and claimed (the stage runs)
-            planned = self.adapter.save_program(self.log.results["export"], partial) or {}
-        return True, {**written_artifact(path), "methods": list(self.log.results["export"]),
-                      "seconds": round(time.perf_counter() - start, 3), **planned}
 
     def backends(self):
         # Export only: does the float model lower to the stack's other backends?

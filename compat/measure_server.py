@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import artifact_path, fixture_inputs, jsonable, peak_rss_bytes
+from .common import MethodCall, fixture_inputs, jsonable, load_methods, peak_rss_bytes, saved_files
 from .contract import Adapter, require
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
@@ -95,17 +95,19 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
 
     channel.send("stage", stage="load")
     start = time.perf_counter_ns()
-    programs = {name: adapter.load(artifact_path(model_dir, name, adapter)) for name in methods}
+    files = saved_files(model_dir)
+    # Each method's call and its loaded artifact (a multi-method program is loaded once).
+    calls = load_methods(adapter, model_dir, {name: files[name] for name in methods})
     load_ms = (time.perf_counter_ns() - start) / 1e6
     first_ms = {}
     for name in methods:
-        first_ms[name] = time_runs(adapter.run, programs[name], args[name], 1)[0]
+        first_ms[name] = time_runs(*calls[name], args[name], 1)[0]
     after_first = memory_status()
 
     channel.send("stage", stage="warm-up")
     warm_mean_ms, runs = {}, {}
     for name in methods:
-        warm = time_runs(adapter.run, programs[name], args[name], job["warmup"])
+        warm = time_runs(*calls[name], args[name], job["warmup"])
         warm_mean_ms[name] = sum(warm) / len(warm)
         runs[name] = runs_per_round(job, warm_mean_ms[name])
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
@@ -115,27 +117,28 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     while (request := channel.receive())["command"] in ("round", "overhead"):
         channel.send("stage", stage="round")
         if request["command"] == "overhead":
-            channel.send("overhead", blocks=harness_overhead(adapter, programs, args, warm_mean_ms, request["pairs"],
+            channel.send("overhead", blocks=harness_overhead(calls, args, warm_mean_ms, request["pairs"],
                                                              request["block_s"]))
             continue
         samples = {}
         for name in methods:
-            adapter.run(programs[name], args[name])  # untimed: the other stack ran since this method's last call
-            samples[name] = time_runs(adapter.run, programs[name], args[name], runs[name])
+            run, program = calls[name]
+            run(program, args[name])  # untimed: the other stack ran since this method's last call
+            samples[name] = time_runs(run, program, args[name], runs[name])
         channel.send("round", round=request["round"], samples_ms=samples)
     channel.send("exit", memory=memory_status())
 
 
-def harness_overhead(adapter: Adapter, programs: dict[str, Any], args: dict[str, Any], warm_mean_ms: dict[str, float],
+def harness_overhead(calls: dict[str, tuple[MethodCall, Any]], args: dict[str, Any], warm_mean_ms: dict[str, float],
                      pairs: int, block_s: float) -> dict[str, list[dict[str, float]]]:
     """The benchmark of time_runs itself: pairs of blocks of the same calls,
     one through the harness and one in a bare loop, in alternating order;
     each block's wall time per call."""
     found: dict[str, list[dict[str, float]]] = {}
-    for name, program in programs.items():
+    for name, (run, program) in calls.items():
         count = max(5, math.ceil(block_s * 1000.0 / max(warm_mean_ms[name], 1e-3)))
-        through_harness = functools.partial(time_runs, adapter.run, program, args[name], count)
-        bare = functools.partial(_bare_loop, adapter.run, program, args[name], count)
+        through_harness = functools.partial(time_runs, run, program, args[name], count)
+        bare = functools.partial(_bare_loop, run, program, args[name], count)
         for index in range(pairs):
             if index % 2:
                 bare_ms, harness_ms = _per_call_ms(bare, count), _per_call_ms(through_harness, count)

@@ -1,12 +1,13 @@
 """The worker's two phases for one model in one stack, each in a fresh process:
 
-* ``export``  — build → eager [→ eager-task] [→ quantize] → export [→ localize] → save [→ program] [→ backends]
-* ``runtime`` — inputs → load → run [→ program-run] [→ task] → profile, like an app that only has the artifacts
+* ``export``  — build → eager [→ eager-task] [→ quantize] → export [→ localize] → save [→ backends]
+* ``runtime`` — inputs → load → run [→ task] → profile, like an app that only has the artifacts
 
 ``eager-task`` and ``task`` run a generation loop (greedy decoding) for models
-that have one; ``program`` writes every method into one multi-method artifact
-where the stack has them, and ``program-run`` checks it gives what the
-per-method artifacts give.
+that have one. A model with several methods that asks for one artifact (an LLM's
+prefill and decode) is saved, where the stack can, as one multi-method
+``program<SUFFIX>`` that holds the shared weights once; the runtime phase and the
+measurement run each method from it, as an app does.
 
 Every stage leaves a record (status, duration, error with traceback tail). A
 stage that raises is recorded and the stages that depend on it are skipped; the
@@ -158,8 +159,6 @@ def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[boo
 # -- the phases ----------------------------------------------------------------
 
 
-# The multi-method artifact's stem; a method may not take this name.
-PROGRAM = "program"
 # The float model's variant; a quantized variant runs the adapter's quantize() first.
 FP32 = "fp32"
 

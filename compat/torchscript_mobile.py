@@ -73,8 +73,7 @@ def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[An
     return optimized, {"operators": len(torch.jit.export_opnames(optimized))}
 
 
-def save(lowered: Any, path: Path, *, keep: bool = False) -> None:
-    # Saving leaves a TorchScript module as it was: `keep` needs nothing here.
+def save(lowered: Any, path: Path) -> None:
     # The Lite Interpreter allocates as it runs: there is no memory plan to report.
     lowered._save_for_lite_interpreter(str(path))
 

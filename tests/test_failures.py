@@ -97,7 +97,7 @@ EMPTY_EXPORTER = '''\
 from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, set_threads  # noqa: F401
 
 
-def save(lowered, path, *, keep=False):
+def save(lowered, path):
     path.write_bytes(b"")
 '''
 

@@ -83,8 +83,14 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             # The artifacts stay in the result cache, named by digest in the export's key record: not in the folder.
             exported = load(out / record["record_dir"], "export.cache.json")
             entry = layout.cache_root() / "results" / stack / model["model"] / "export" / exported["key"]
-            for method, artifact in methods.items():
-                name = f"{method}{suffix}"
+            # A model of several methods is one multi-method program in the candidate (its weights once), and a
+            # .ptl per method in the legacy stack; a model of one method is forward<SUFFIX> in both.
+            files = {artifact["file"] for artifact in methods.values()}
+            one_program = stack == "candidate" and len(methods) > 1
+            assert files == ({"program.pte"} if one_program else {f"{method}{suffix}" for method in methods})
+            assert record["artifact"]["bytes"] == sum({a["file"]: a["bytes"] for a in methods.values()}.values())
+            for artifact in methods.values():
+                name = artifact["file"]
                 assert name in exported["released"] and not (out / record["record_dir"] / name).exists()
                 assert (entry / name).stat().st_size == artifact["bytes"] > 1000
                 assert exported["files"][name]["sha256"] == artifact["sha256"]
@@ -196,6 +202,11 @@ def test_smoke_llm_generates_the_same_tokens_in_every_artifact(smoke_run):
     model = models_of(out)["llama-smoke"]
     assert model["task"] == "generation"
     assert set(model["stacks"]["candidate"]["artifact"]["methods"]) == {"prefill", "decode"}
+    # prefill and decode share every weight: the candidate's program holds them once (fp32, 4 bytes each, and
+    # less than half again for the graphs), where the legacy stack's .ptl per method holds a copy each.
+    weights = 4 * next(s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "build")["details"]["parameters"]
+    assert weights < model["stacks"]["candidate"]["artifact"]["bytes"] < 1.5 * weights
+    assert model["stacks"]["legacy"]["artifact"]["bytes"] > 2 * weights
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["task"]["token_agreement"] == 1.0 and reference["task"]["first_divergence"] == [None] * 3
     tokens = [s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "task"][0]["details"]["tokens"]

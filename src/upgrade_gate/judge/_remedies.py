@@ -76,8 +76,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
               if min_cosine is not None and not value >= min_cosine]
     notes += [f"{m.method}: {m.status}" for m in unanswered]
     notes += [f"{m.method}: the remedy does not work as written ({m.remedy_error})" for m in remedied if m.remedy_error]
-    shipped_bytes = [int(((own.artifact or {}).get("methods") or {}).get(m.method, {}).get("bytes", 0))
-                     for m in remedied]
+    shipped_bytes = [own.method_bytes(m.method) for m in remedied]
     timed = [m for m in remedied if m.latency is not None]
     slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
     conditions: list[str] = conditions_of_export
@@ -99,7 +98,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,
         latency_ratio=slowest.latency if slowest else None, threads=slowest.latency_threads if slowest else None,
         bytes=sum(m.remedy_bytes or 0 for m in remedied) if all(m.remedy_bytes for m in remedied) else None,
-        shipped_bytes=sum(shipped_bytes) if all(shipped_bytes) else None,
+        shipped_bytes=sum(b or 0 for b in shipped_bytes) if all(shipped_bytes) else None,
         code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied if m.remedy_code)),
         reproducers=tuple(f"{own.diagnosis.record_dir}/{m.reproducer}" for m in findings if m.reproducer),
         note="; ".join(notes), conditions=tuple(conditions))

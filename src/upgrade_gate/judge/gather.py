@@ -256,7 +256,9 @@ def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
     save = record.stage("save")
     found = []
     left_in_cache = released(record.directory)
-    for method in (save.details.get("methods") or {}).values() if save and save.ok else ():
+    saved = (save.details.get("methods") or {}).values() if save and save.ok else ()
+    # One check per file: a multi-method program is every method's.
+    for method in {str(m.get("file")): m for m in saved}.values():
         path = record.directory / str(method.get("file"))
         if path.name in left_in_cache and not path.is_file():
             continue  # in the result cache by digest (run/artifacts.py), as the key record says

@@ -47,9 +47,8 @@ def way_out_blocks(results: Results) -> list[Block]:
         if not found.methods and stopped is not None:  # the search did not start: say why, once
             blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
         for method in found.findings:
-            shipped = ((model.stacks[stack].artifact or {}).get("methods") or {}).get(method.method) or {}
             blocks += _method_blocks(model, stack, found, method, python.executable if python else None,
-                                     shipped.get("bytes"))
+                                     model.stacks[stack].method_bytes(method.method))
         remedy = next((r for r in results.verdict.remedies if (r.model, r.stack) == (model.name, stack)), None)
         if remedy is not None:
             blocks.append(_judged(remedy))

@@ -28,18 +28,15 @@ RELEASED = "released"  # the key record's list of artifacts left in the result c
 
 
 def artifact_files(out: Path, stack: str, model: str) -> list[str]:
-    """The artifacts the export recorded: one per method (save), and the multi-method program."""
+    """The artifacts the export saved: one per method, or the multi-method program they are all in."""
     try:
         record = load_stack_model(out, stack, model)
     except RecordError:
         return []
-    names = []
-    save, program = record.stage("save"), record.stage("program")
-    if save is not None and save.ok:
-        names += [str(m.get("file")) for m in (save.details.get("methods") or {}).values() if m.get("file")]
-    if program is not None and program.ok and program.details.get("file"):
-        names.append(str(program.details["file"]))
-    return names
+    save = record.stage("save")
+    if save is None or not save.ok:
+        return []
+    return list(dict.fromkeys(str(m["file"]) for m in (save.details.get("methods") or {}).values() if m.get("file")))
 
 
 def released(model_dir: Path) -> set[str]:

@@ -8,8 +8,8 @@ Each stage runs under its own deadline (``[tool.upgrade-gate.timeouts]``);
 from __future__ import annotations
 
 # compat/worker.py's phases: export, then runtime (docs/architecture.md).
-EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "program", "backends")
-RUNTIME_STAGES = ("inputs", "load", "run", "program-run", "task", "profile")
+EXPORT_STAGES = ("build", "eager", "eager-task", "quantize", "export", "localize", "save", "backends")
+RUNTIME_STAGES = ("inputs", "load", "run", "task", "profile")
 # The measurement server's steps (upgrade_gate.measure.rounds): start → load and first
 # inference → warm-up, then one round at a time.
 MEASURE_STAGES = ("warm-up", "round")

@@ -328,6 +328,14 @@ class StackResults(StagesOf, codec.Record):
     def artifact_bytes(self) -> int | None:
         return int(self.artifact["bytes"]) if self.artifact else None
 
+    def method_bytes(self, method: str) -> int | None:
+        """The size of the method's own artifact; None where it has none (not saved, or one method of the
+        multi-method program, whose bytes are every method's)."""
+        saved = ((self.artifact or {}).get("methods") or {}).get(method) or {}
+        if not saved.get("bytes") or saved.get("file") == (self.artifact or {}).get("program"):
+            return None
+        return int(saved["bytes"])
+
     @property
     def skipped_variant(self) -> bool:
         """This stack has no recipe for the quantized variant: nothing was made."""
@@ -358,18 +366,23 @@ class StackResults(StagesOf, codec.Record):
     @property
     def planned_memory_bytes(self) -> dict[str, int] | None:
         """Each method's memory-planned buffers (ExecuTorch), from the export; None where the runtime has no plan."""
+        export = self._details("export")
         planned = {name: sum(d["planned_memory_bytes"].values())
-                   for name, d in self._details("export").get("methods", {}).items()
+                   for name, d in export.get("methods", {}).items()
                    if isinstance(d, dict) and isinstance(d.get("planned_memory_bytes"), dict)}
+        # A multi-method program's plan is the program's, by method.
+        in_program = (export.get("program") or {}).get("planned_memory_bytes")
+        if isinstance(in_program, dict):
+            planned.update({str(name): int(size) for name, size in in_program.items()})
         return planned or None
 
     @property
     def program(self) -> tuple[str, int, tuple[str, ...]] | None:
-        """The multi-method artifact: file, bytes, methods."""
-        details = self._details("program")
-        if not details:
+        """The multi-method artifact every method is in: file, bytes, methods."""
+        saved = self.artifact or {}
+        if not saved.get("program"):
             return None
-        return str(details.get("file")), int(details.get("bytes", 0)), tuple(details.get("methods", ()))
+        return str(saved["program"]), int(saved.get("bytes", 0)), tuple(saved.get("methods") or ())
 
     @property
     def profile(self) -> dict[str, list[OperatorTime]]:
