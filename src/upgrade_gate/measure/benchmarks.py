@@ -61,6 +61,7 @@ import numpy as np
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config.plan import load_plan
+from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure.stats import (
@@ -580,8 +581,13 @@ def workflow(out: Path, carried: Path, log: Any) -> int:
             seconds[command.split(" -- ")[0]] = time.monotonic() - start
             (job / f"step-{len(seconds)}.log").write_text(done.stdout + done.stderr)
             log(f"shard {k}: {command}: exit {done.returncode} in {seconds[command.split(' -- ')[0]]:.0f} s")
+            if done.returncode == EXIT_USAGE:  # configured wrong: nothing of the run is worth timing
+                log(f"shard {k}: the command was refused: {job / f'step-{len(seconds)}.log'}\n"
+                    + (done.stdout + done.stderr).strip()[-2000:])
+                return EXIT_USAGE
         shutil.rmtree(saved, ignore_errors=True)
-        link_tree(results, saved)
+        if results.is_dir():  # a job that stored nothing saves nothing
+            link_tree(results, saved)
         folder = job / f"shard-{k}"
         folder.rename(run / "shards" / folder.name)
         rows.append({"shard": k, "seconds": seconds, "cache_bytes": cache.tree_bytes(saved),
