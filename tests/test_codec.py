@@ -392,3 +392,18 @@ def test_a_derived_value_must_follow_a_key_the_record_writes():
 
     with pytest.raises(TypeError, match=r"Lost.DERIVED: \['m'\] follow no key it writes"):
         Lost(n=1).to_dict()
+
+
+def test_a_method_in_the_multi_method_program_has_no_bytes_of_its_own():
+    """A remedied method is sized against its own shipped file; a program's bytes are every method's."""
+    program = {"file": "program.pte", "bytes": 900, "sha256": "p"}
+    in_program = Stage(stage="save", status="ok", duration_s=0.5,
+                       details={"bytes": 900, "program": "program.pte", "methods": {"prefill": program, "decode": program}})
+    own_files = Stage(stage="save", status="ok", duration_s=0.5, details={"bytes": 1000, "methods": {
+        "prefill": {"file": "prefill.pte", "bytes": 600, "sha256": "a"},
+        "decode": {"file": "decode.pte", "bytes": 400, "sha256": "b"}}})
+    shipped = StackResults(record_dir="stacks/candidate/models/llm", stages=(in_program,), measured={})
+    separate = StackResults(record_dir="stacks/candidate/models/llm", stages=(own_files,), measured={})
+    assert shipped.program == ("program.pte", 900, ("prefill", "decode")) and shipped.artifact_bytes == 900
+    assert shipped.method_bytes("prefill") is None and shipped.method_bytes("vision") is None
+    assert separate.program is None and (separate.method_bytes("prefill"), separate.method_bytes("decode")) == (600, 400)
