@@ -143,10 +143,10 @@ def export_stages(model_dir: Path) -> dict[str, dict[str, Any]]:
     return {s["stage"]: s for s in record.get("stages", [])}
 
 
-def saved_files(model_dir: Path) -> dict[str, str]:
-    """Each method's artifact by file name, as the export's save stage recorded it: ``<method><SUFFIX>``,
-    or ``program<SUFFIX>`` for every method of a multi-method model."""
-    methods = export_stages(model_dir).get("save", {}).get("details", {}).get("methods") or {}
+def saved_files(stages: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each method's artifact by file name, as the export's save stage (of ``export_stages``) recorded it:
+    ``<method><SUFFIX>``, or ``program<SUFFIX>`` for every method of a multi-method model."""
+    methods = stages.get("save", {}).get("details", {}).get("methods") or {}
     return {name: str(saved["file"]) for name, saved in methods.items()}
 
 

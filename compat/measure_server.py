@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import MethodCall, fixture_inputs, jsonable, load_methods, peak_rss_bytes, saved_files
+from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_methods, peak_rss_bytes, saved_files
 from .contract import Adapter, require
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
@@ -95,7 +95,7 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
 
     channel.send("stage", stage="load")
     start = time.perf_counter_ns()
-    files = saved_files(model_dir)
+    files = saved_files(export_stages(model_dir))
     # Each method's call and its loaded artifact (a multi-method program is loaded once).
     calls = load_methods(adapter, model_dir, {name: files[name] for name in methods})
     load_ms = (time.perf_counter_ns() - start) / 1e6

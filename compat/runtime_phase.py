@@ -16,6 +16,7 @@ from .common import (
     load_npz_tensors,
     named_like_reference,
     named_outputs,
+    saved_files,
 )
 from .contract import (
     Adapter,
@@ -48,9 +49,8 @@ class RuntimePhase:
         # What the export phase built: the methods to load, their files, and whether the task has a loop.
         stages = export_stages(self.model_dir)
         self.built = stages.get("build", {}).get("details", {})
-        saved = stages.get("save", {})
-        self.saved = saved.get("status") == "ok"
-        self.files = {name: str(m["file"]) for name, m in (saved.get("details", {}).get("methods") or {}).items()}
+        self.saved = stages.get("save", {}).get("status") == "ok"
+        self.files = saved_files(stages)
         self.methods = self.built.get("methods") or ["forward"]
 
     def run_stages(self) -> None:

@@ -253,12 +253,9 @@ def _contention(threads: int, data: dict[str, Any]) -> Contention:
 
 def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
     """The artifacts whose file is not the one the save stage recorded (size and SHA-256)."""
-    save = record.stage("save")
     found = []
     left_in_cache = released(record.directory)
-    saved = (save.details.get("methods") or {}).values() if save and save.ok else ()
-    # One check per file: a multi-method program is every method's.
-    for method in {str(m.get("file")): m for m in saved}.values():
+    for method in record.saved_files.values():
         path = record.directory / str(method.get("file"))
         if path.name in left_in_cache and not path.is_file():
             continue  # in the result cache by digest (run/artifacts.py), as the key record says

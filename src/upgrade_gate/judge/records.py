@@ -252,6 +252,13 @@ class StackModelRecord(StagesOf):
         return stage.details if stage and stage.ok else None
 
     @property
+    def saved_files(self) -> dict[str, dict[str, Any]]:
+        """Each artifact file the save stage recorded, once (a multi-method program is every method's):
+        file name → its record (``file``, ``bytes``, ``sha256``)."""
+        methods = (self.artifact or {}).get("methods") or {}
+        return {str(m["file"]): m for m in methods.values() if m.get("file")}
+
+    @property
     def task_kind(self) -> str:
         build = self.stage("build")
         return str(build.details.get("task", "generic")) if build and build.ok else "generic"

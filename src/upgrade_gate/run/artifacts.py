@@ -33,10 +33,7 @@ def artifact_files(out: Path, stack: str, model: str) -> list[str]:
         record = load_stack_model(out, stack, model)
     except RecordError:
         return []
-    save = record.stage("save")
-    if save is None or not save.ok:
-        return []
-    return list(dict.fromkeys(str(m["file"]) for m in (save.details.get("methods") or {}).values() if m.get("file")))
+    return list(record.saved_files)
 
 
 def released(model_dir: Path) -> set[str]:
