@@ -72,7 +72,7 @@ from upgrade_gate.measure.stats import (
     sequential_looks,
     sequential_rank,
 )
-from upgrade_gate.run import cache
+from upgrade_gate.run import cache, guard
 from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
@@ -582,9 +582,10 @@ def workflow(out: Path, carried: Path, log: Any) -> int:
             (job / f"step-{len(seconds)}.log").write_text(done.stdout + done.stderr)
             log(f"shard {k}: {command}: exit {done.returncode} in {seconds[command.split(' -- ')[0]]:.0f} s")
             if done.returncode == EXIT_USAGE:  # configured wrong: nothing of the run is worth timing
-                log(f"shard {k}: the command was refused: {job / f'step-{len(seconds)}.log'}\n"
-                    + (done.stdout + done.stderr).strip()[-2000:])
-                return EXIT_USAGE
+                refusal = next((line for line in reversed((done.stdout + done.stderr).splitlines())
+                                if line.startswith("upgrade-gate: error:")), "see its log")
+                guard.fail_usage(f"the workflow's `{command}` was refused ({job / f'step-{len(seconds)}.log'}): "
+                                 + refusal.removeprefix("upgrade-gate: error: "))
         shutil.rmtree(saved, ignore_errors=True)
         if results.is_dir():  # a job that stored nothing saves nothing
             link_tree(results, saved)
