@@ -52,6 +52,10 @@ class PhaseLog:
             "facts": {},
         }
         self.results: dict[str, Any] = {}
+        # Folders of files the tool gives the phase (the shared weights and inputs, the converted assets):
+        # one that vanishes while the phase runs was removed from outside (a prune, a person), not lost
+        # by the model: its stage is "vanished", which a re-run resumes, never the candidate's failure.
+        self.provided = [Path(job[key]).resolve() for key in ("fixtures_dir", "assets_dir") if job.get(key)]
         self._save()
 
     def stage(self, name: str, needs: tuple[str, ...], func: Callable[[], Any]) -> Any:
@@ -73,7 +77,8 @@ class PhaseLog:
             self._save()
             return None
         except Exception as error:  # noqa: BLE001 - every failure becomes a record
-            record.update(status="failed", duration_s=time.perf_counter() - start, error=error_record(error))
+            status = "vanished" if self._vanished(error) else "failed"
+            record.update(status=status, duration_s=time.perf_counter() - start, error=error_record(error))
             self._save()
             return None
         record.update(status="ok", duration_s=time.perf_counter() - start)
@@ -82,6 +87,13 @@ class PhaseLog:
         self.results[name] = value
         self._save()
         return value
+
+    def _vanished(self, error: Exception) -> bool:
+        """A file the tool provided, missing when the stage reached for it."""
+        if not isinstance(error, FileNotFoundError) or not error.filename:
+            return False
+        missing = Path(os.fsdecode(error.filename)).resolve()
+        return any(missing.is_relative_to(folder) for folder in self.provided)
 
     def finish(self, **facts: Any) -> None:
         self.data["facts"].update(facts)

@@ -40,6 +40,7 @@ every run on a machine, and every file of a run in its report folder.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -55,6 +56,20 @@ CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 PHASES = ("export", "runtime")
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"
+
+
+# A name the user gives that becomes a folder of the report and the cache (a model's, a stack's):
+# one shape, so that no name — "..", "/abs", "", a 300-character one — reaches outside the folder it names.
+NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_RULE = "1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+
+
+def name_problem(name: str) -> str | None:
+    """None for a name of the allowed shape, else what is wrong with it and a name that would do."""
+    if NAME_SHAPE.fullmatch(name):
+        return None
+    fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip("-._")[:64].rstrip("-._") or "my-model"
+    return f"{name!r} is not a name upgrade-gate can use as a folder: {NAME_RULE}; e.g. {fixed!r}"
 
 
 def cache_root() -> Path:

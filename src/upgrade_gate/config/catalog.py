@@ -9,7 +9,7 @@ from pathlib import Path
 
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.layout import TOOL_ROOT, name_problem
 from upgrade_gate.run.asset_build import SOURCES as ASSET_SOURCES
 
 CATALOG = TOOL_ROOT / "models" / "suite.toml"
@@ -122,6 +122,8 @@ def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry
         variants: tuple[str, ...] = DEFAULT_VARIANTS
         if VARIANT_SEPARATOR in name:
             raise table.error(name, f"a model's name may not contain {VARIANT_SEPARATOR!r}: it names variants")
+        if problem := name_problem(name):
+            raise table.error(name, f"{problem}; rename the entry")
         if isinstance(raw, str):
             factory, description = raw, None
         else:

@@ -214,7 +214,10 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
         if not names:
             raise ConfigError("no models to run", key="--models")
         for name in names:
-            base, _, variant = name.partition(VARIANT_SEPARATOR)
+            base, separator, variant = name.partition(VARIANT_SEPARATOR)
+            if separator and not variant:
+                raise ConfigError(f"{name!r} names no variant after {VARIANT_SEPARATOR!r}; write {base!r} for the "
+                                  f"model and its variants, or e.g. '{base}{VARIANT_SEPARATOR}{FP32}'", key="--models")
             if base not in known:
                 raise ConfigError(f"unknown model {base!r}; known models: {', '.join(sorted(known))}", key="--models")
             if variant and variant != FP32 and variant not in known[base].variants:

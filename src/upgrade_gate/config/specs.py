@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.layout import name_problem
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
@@ -138,6 +139,10 @@ def load_stacks(folders: list[Path], *, baseline: str, candidates: tuple[str, ..
     if not by_name:
         raise ConfigError(f"no stack specs (*.toml) in {', '.join(map(str, folders))}", path=config_path,
                           key="tool.upgrade-gate.envs")
+    for name, path in by_name.items():
+        if problem := name_problem(name):
+            raise ConfigError(f"a stack's name is its spec's file name, and {problem}; rename the file",
+                              path=path)
     known = ", ".join(sorted(by_name))
     if baseline not in by_name:
         raise ConfigError(f"no stack spec named {baseline!r}; specs: {known}", path=config_path,

@@ -154,6 +154,10 @@ class Stage:
 
     def explain(self) -> str:
         """One line: why this stage did not succeed."""
+        if self.status == "vanished":
+            missing = self.error.message.splitlines()[0] if self.error and self.error.message else "a file"
+            return (f"{self.stage} did not finish: {missing} — a file the tool provided was removed from outside "
+                    "while the run used it; run the same command again")
         if self.error:
             first_line = self.error.message.splitlines()[0] if self.error.message else ""
             # A worker killed by the runner carries its status as the error type: say it once.

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.records import RecordError, load_stack_model, read_key_record
@@ -64,7 +65,7 @@ def release(plan: Plan) -> int:
                               {**record, RELEASED: sorted(set(record.get(RELEASED) or ()) | set(leaving))})
             for name in leaving:
                 freed += (model_dir / name).stat().st_size
-                (model_dir / name).unlink()
+                remove_file(model_dir / name, within=model_dir)  # a name a damaged record gives stays inside
     return freed
 
 

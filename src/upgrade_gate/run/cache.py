@@ -33,6 +33,7 @@ from typing import Any
 
 from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import naming_full_disk
+from upgrade_gate._confined import remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.specs import WORKER_MODULES
 from upgrade_gate.layout import TOOL_ROOT
@@ -205,6 +206,43 @@ def _fixtures_digest(fixtures_dir: Path, stamps: tuple[tuple[str, int, int], ...
     return files_digest([fixtures_dir / name for name, _, _ in stamps], fixtures_dir)
 
 
+# -- who uses the store --------------------------------------------------------------
+
+# Result caches this process uses: a shared flock on <cache>/.upgrade-gate-cache.lock, held until the
+# process exits (the kernel drops it even after kill -9), as a venv's (run/venvs.py). `prune-cache`
+# takes it alone: pruning under a live run removed fixtures its phases were reading, and the
+# candidate was charged with a "FileNotFoundError" (a false NO-GO).
+USING: dict[Path, int] = {}
+CACHE_LOCK = ".upgrade-gate-cache.lock"
+
+
+def use_cache(root: Path) -> None:
+    """This process uses the result cache: a shared lock on it (waiting while a prune runs)."""
+    root = root.resolve()
+    if root not in USING:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / CACHE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        USING[root] = fd
+
+
+def alone_in_cache(root: Path) -> bool:
+    """Take the result cache alone (True), or False while another process uses it."""
+    use_cache(root)
+    fd = USING[root.resolve()]
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # converting gave the shared lock up: take it back
+        return False
+    return True
+
+
+def share_cache(root: Path) -> None:
+    """Back to a shared lock after a prune: other runs may use the cache again."""
+    fcntl.flock(USING[root.resolve()], fcntl.LOCK_SH)
+
+
 # -- the store ---------------------------------------------------------------------
 
 
@@ -234,7 +272,7 @@ class ResultCache:
             return None, None
         manifest, problem = _verified_manifest(path, key)
         if manifest is None:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path, within=self.root)
             return None, f"cache entry {path} is corrupt ({problem}); deleted, running the phase again"
         os.utime(path / MANIFEST)  # most recently used: kept longest
         return Hit(path=path, manifest=manifest), None
@@ -264,7 +302,7 @@ class ResultCache:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         if final.exists():  # --fresh ran it again: the new files replace the old
-            shutil.rmtree(final, ignore_errors=True)
+            remove_tree(final, within=self.root)
         try:
             os.rename(staging, final)
         except OSError:  # another run stored the same key meanwhile
@@ -276,7 +314,7 @@ class ResultCache:
         entries = [p for p in phase_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
         entries.sort(key=lambda p: (p / MANIFEST).stat().st_mtime if (p / MANIFEST).is_file() else 0, reverse=True)
         for old in entries[KEEP_PER_PHASE:]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old, within=self.root)
 
 
     def prune(self, reached: set[tuple[str, str, str, str]], fixtures: set[str]) -> Pruned:
@@ -291,14 +329,14 @@ class ResultCache:
             if (stack, model, phase, key) in reached:
                 kept += size
                 continue
-            shutil.rmtree(entry, ignore_errors=True)
+            remove_tree(entry, within=self.root)
             removed, removed_entries = removed + size, removed_entries + 1
         for folder in sorted((self.root / layout.FIXTURES).glob("*/")):
             size = tree_bytes(folder)
             if folder.name in fixtures:
                 kept += size
             else:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder, within=self.root)
                 removed += size
         for pattern in ("*/*/*", "*/*", "*"):  # phases, then models, then stacks left empty
             for folder in sorted(p for p in self.root.glob(pattern) if p.is_dir() and not any(p.iterdir())):

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import nox.command
 
 from upgrade_gate import layout
-from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE
+from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError
 from upgrade_gate.run import _folder_lock, supervisor
 from upgrade_gate.text import size
 
@@ -35,6 +35,7 @@ def fail_usage(error: Exception | str) -> NoReturn:
     this is how a bad configuration reaches the shell as 2.
     """
     print(f"upgrade-gate: error: {error}", file=sys.stderr, flush=True)
+    _folder_lock.release_if_unused()
     raise SystemExit(EXIT_USAGE)
 
 
@@ -60,6 +61,9 @@ def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return session(*args, **kwargs)
+        except ConfigError as error:  # bad input met during the run: a planted link, a name (exit 2)
+            stop_writers()
+            fail_usage(error)
         except KeyboardInterrupt:
             stop_writers()
             fail_incomplete("the run was stopped (Ctrl-C or SIGTERM); what finished is kept: run the same command "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__, layout
+from upgrade_gate._confined import PlantedLink, refuse_planted_links
 from upgrade_gate.config.plan import Plan, load_plan
 from upgrade_gate.config.project_settings import ProjectSettings
 from upgrade_gate.config.specs import StackSpec
@@ -29,7 +30,7 @@ from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import artifacts, cache, runner, shards
-from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir
+from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir, make_folder
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
 from upgrade_gate.schema.results import ModelResults, Results
@@ -63,14 +64,18 @@ def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: boo
 
 
 def take_folders_or_exit(out: Path, cache_dir: Path) -> None:
-    """The report folder and the result cache writable, and the report folder this process's alone."""
+    """The report folder and the result cache writable and free of planted links, and the report
+    folder this process's alone (a refusal leaves no folder it made behind: _folder_lock.MADE)."""
     check_writable(out, what="report folder", fix="choose another with --out DIR")
     check_writable(cache_dir, what="result cache",
                    fix="set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you can write")
     try:
         lock_out_dir(out)
-    except FolderBusy as error:
+        refuse_planted_links(out, "report folder")
+        refuse_planted_links(cache_dir, "result cache")
+    except (FolderBusy, PlantedLink) as error:
         fail_usage(error)
+    cache.use_cache(cache_dir)
 
 
 def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Plan:
@@ -160,7 +165,13 @@ def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
         fail_usage(f"{out}: no finished phase recorded there, so pruning would empty the result cache "
                          f"{root}; run `{command('compare')}` with this --out first")
     fixtures = {layout.fixtures_dir(root, model.base, cache.model_code_digest(model)).name for model in plan.models}
-    pruned = cache.ResultCache(root).prune(reached, fixtures)
+    if not cache.alone_in_cache(root):
+        fail_usage(f"{root}: another upgrade-gate run is using this result cache; pruning now would remove what it "
+                   f"is reading: run `{command('prune-cache', f'--out {out}')}` again when it has finished")
+    try:
+        pruned = cache.ResultCache(root).prune(reached, fixtures)
+    finally:
+        cache.share_cache(root)
     log(f"result cache {root}: kept {len(reached)} entries reached by {out} ({size(pruned.kept_bytes)}); "
         f"removed {pruned.removed_entries} other entries and unused fixtures ({size(pruned.removed_bytes)})")
 
@@ -190,7 +201,7 @@ def project_or_exit(plan: Plan) -> ProjectSettings:
 def check_writable(folder: Path, *, what: str = "report folder", fix: str = "choose another with --out DIR") -> None:
     """Fail before any work if a folder the run writes cannot be written."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
         probe = folder / f".write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
@@ -96,7 +96,7 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         # serialization): `export-jobs` of them share the machine. The runtime
         # phases check the artifacts one at a time; latency is measured later, by
         # the measure session, when no stack has anything else to do.
-        layout.stopped_file(plan.settings.out_dir, spec.name).unlink(missing_ok=True)
+        remove_file(layout.stopped_file(plan.settings.out_dir, spec.name), within=plan.settings.out_dir)
         if plan.fail_fast and spec.name != plan.baseline.name:
             # Each model's checks right after its export, and no model started after a hard gate failed.
             stop, started = threading.Event(), set[str]()
@@ -105,8 +105,8 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
             if stop.is_set():
                 for model in plan.models:  # an earlier run's records of a model not reached are not this run's
                     if model.name not in started:
-                        shutil.rmtree(layout.model_dir(plan.settings.out_dir, spec.name, model.name),
-                                      ignore_errors=True)
+                        remove_tree(layout.model_dir(plan.settings.out_dir, spec.name, model.name),
+                                    within=plan.settings.out_dir)
                 shards.describe(plan, spec.name)
                 return
         else:
@@ -222,7 +222,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
         if problem:
             stack.progress.log(f"{name}: {problem}")
         if hit is not None:
-            _clear_phase(model_dir, phase)
+            _clear_phase(model_dir, phase, settings.out_dir)
             phase_dir.mkdir(parents=True, exist_ok=True)
             for file in hit.files:
                 (phase_dir / file).parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +234,7 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
 
     start = time.monotonic()
     stack.progress.start(name)
-    _clear_phase(model_dir, phase)
+    _clear_phase(model_dir, phase, settings.out_dir)
     phase_dir.mkdir(parents=True, exist_ok=True)
     job = {
         **model_job(model),
@@ -327,24 +327,24 @@ def _phase_files(phase_dir: Path, phase: str) -> list[Path]:
                   and p.relative_to(phase_dir).as_posix() not in own_records | export_files)
 
 
-def _clear_phase(model_dir: Path, phase: str) -> None:
+def _clear_phase(model_dir: Path, phase: str, out: Path) -> None:
     """A new export invalidates everything after it; a new runtime its own files and the diagnosis."""
-    shutil.rmtree(model_dir / layout.DIAGNOSE, ignore_errors=True)
+    remove_tree(model_dir / layout.DIAGNOSE, within=out)
     if phase == layout.DIAGNOSE:
         return
     if phase == "export":
-        doomed = [p for p in model_dir.iterdir() if p.is_file()]
+        doomed = [p for p in model_dir.iterdir() if p.is_file() or p.is_symlink()]
     else:
         doomed = [*_phase_files(model_dir, phase), layout.key_record_file(model_dir, phase)]
     for path in doomed:
-        path.unlink(missing_ok=True)
+        remove_file(path, within=out)
 
 
 def forget_fixtures(plan: Plan) -> None:
     """``--fresh``: the shared inputs and weights are made again too (a project's weights file may have changed)."""
     for model in plan.models:
-        shutil.rmtree(layout.fixtures_dir(plan.settings.cache_dir, model.base, cache.model_code_digest(model)),
-                      ignore_errors=True)
+        remove_tree(layout.fixtures_dir(plan.settings.cache_dir, model.base, cache.model_code_digest(model)),
+                    within=plan.settings.cache_dir)
 
 
 def model_job(model: ModelEntry) -> dict[str, Any]:

@@ -1,0 +1,289 @@
+"""Nothing outside the report folder and the result cache is written or deleted, whatever a name
+says or a link planted there points to (issue 37's hostile probe): through nox, as a user meets it,
+with a listing of the folders around the run before and after."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.runs import nox, user_project
+
+from upgrade_gate import layout
+from upgrade_gate._confined import OutsideOwnFolder, planted_links, remove_file, remove_tree
+from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.run import cache
+
+
+def listing(folder: Path) -> dict[str, bytes | str]:
+    """Every entry below ``folder`` (links not followed): a file's bytes, a link's target, a folder's name."""
+    found: dict[str, bytes | str] = {}
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for name in (*dirs, *files):
+            path = Path(root) / name
+            key = path.relative_to(folder).as_posix()
+            found[key] = (f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir()
+                          else path.read_bytes())
+    return found
+
+
+def usage_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The one message of an exit 2, without a traceback."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0].removeprefix("upgrade-gate: error: ")
+
+
+@pytest.fixture
+def surroundings(tmp_path: Path) -> tuple[Path, Path]:
+    """A team's folder inside a parent that holds a folder of someone else's, with a file in it."""
+    team = tmp_path / "a" / "b" / "c" / "d" / "team"
+    team.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("not upgrade-gate's\n")
+    return team, outside
+
+
+# -- names --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("../../../../../outside", "'../../../../../outside'"),
+    ("..", "'..'"),
+    ("/tmp/absolute", "'/tmp/absolute'"),
+    ("../escape", "'../escape'"),
+    ("", "''"),
+    ("x" * 300, repr("x" * 300)),
+    ("two words", "'two words'"),
+    (".hidden", "'.hidden'"),
+])
+def test_a_model_name_that_is_no_folder_name_exits_2_and_touches_nothing(surroundings, name, shown):
+    team, outside = surroundings
+    (team / "my_model.py").write_text("def build(): ...\n")
+    env = user_project(team, f'[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\n{json.dumps(name)} = '
+                             '"my_model:build"\n')
+    cache_dir = team.parent / "cache"
+    before = listing(team.parents[4])
+    result = nox("-s", "compare", "--", "--out", str(team / "report"),
+                 env={**env, layout.CACHE_ENV_VAR: str(cache_dir)}, timeout=300)
+    message = usage_error(result)
+    assert message.endswith(f"{shown} is not a name upgrade-gate can use as a folder: 1 to 64 letters, digits, '-', "
+                            f"'_' or '.', starting with a letter or digit; e.g. "
+                            f"{layout.name_problem(name).rsplit('e.g. ', 1)[1]}; rename the entry"), message
+    assert message.startswith(f"{team / 'pyproject.toml'}: tool.upgrade-gate.models."), message
+    assert listing(team.parents[4]) == before
+
+
+def test_the_suggested_name_has_the_allowed_shape():
+    for name in ("../../../../../outside", "..", "/tmp/absolute", "", "x" * 300, "two words", "-lead", "é"):
+        suggestion = layout.name_problem(name).rsplit("e.g. ", 1)[1].strip("'")
+        assert layout.name_problem(suggestion) is None, (name, suggestion)
+    assert layout.name_problem("vit-ti16") is None and layout.name_problem("a.b_c-9") is None
+
+
+def test_every_built_in_model_and_stack_has_a_name_of_the_allowed_shape():
+    from upgrade_gate.config.catalog import load_catalog
+
+    names = [*load_catalog(), *(p.stem for p in (TOOL_ROOT / "envs").glob("*.toml"))]
+    assert names and [n for n in names if layout.name_problem(n)] == []
+
+
+def test_a_stack_spec_whose_file_name_is_no_folder_name_exits_2(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    (tmp_path / "envs" / "candidate.toml").rename(tmp_path / "envs" / "my candidate.toml")
+    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), env=env, timeout=300)
+    assert usage_error(result) == (
+        f"{tmp_path / 'envs' / 'my candidate.toml'}: a stack's name is its spec's file name, and 'my candidate' is "
+        "not a name upgrade-gate can use as a folder: 1 to 64 letters, digits, '-', '_' or '.', starting with a letter "
+        "or digit; e.g. 'my-candidate'; rename the file")
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_variant_left_empty_exits_2(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), "--models", "vit-smoke@", env=env,
+                 timeout=300)
+    assert usage_error(result) == ("--models: 'vit-smoke@' names no variant after '@'; write 'vit-smoke' for the model "
+                                   "and its variants, or e.g. 'vit-smoke@fp32'")
+    assert not (tmp_path / "report").exists()
+
+
+# -- links planted in the report folder and the cache ------------------------------------
+
+
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_untouched(surroundings):
+    team, outside = surroundings
+    env = user_project(team, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    out = team / "report"
+    out.mkdir()
+    (out / ".upgrade-gate.lock").symlink_to(outside / "precious.txt")
+    before = listing(team.parents[4])
+    result = nox("-s", "compare", "--", "--out", str(out), env={**env, layout.CACHE_ENV_VAR: str(team / "cache")},
+                 timeout=300)
+    assert usage_error(result) == (
+        f"{out / '.upgrade-gate.lock'} is a symbolic link (to {outside / 'precious.txt'}); upgrade-gate never writes "
+        "through a link in its report folder: remove the link, or choose another folder with --out DIR")
+    after = listing(team.parents[4])
+    assert (outside / "precious.txt").read_text() == "not upgrade-gate's\n"
+    # The result cache this run would have used is made (checked writable) before the lock; nothing else.
+    assert {k: v for k, v in after.items() if "/cache" not in f"/{k}"} == before
+
+
+def test_a_model_folder_planted_as_a_link_is_refused_before_anything_is_removed(surroundings):
+    team, outside = surroundings
+    env = user_project(team, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    out = team / "report"
+    models = out / "stacks" / "legacy" / "models"
+    models.mkdir(parents=True)
+    (models / "vit-smoke").symlink_to(outside, target_is_directory=True)
+    cache_dir = team / "cache"
+    cache_dir.mkdir()
+    before = listing(team.parents[4])
+    result = nox("-s", "compare", "--", "--out", str(out), env={**env, layout.CACHE_ENV_VAR: str(cache_dir)},
+                 timeout=300)
+    message = usage_error(result)
+    assert message == (f"{models / 'vit-smoke'} is a symbolic link (to {outside}); upgrade-gate writes and deletes "
+                       f"only real files in its report folder {out}, and never follows a link there: remove the "
+                       "link, or choose another folder")
+    after = listing(team.parents[4])
+    assert {k: v for k, v in after.items() if not k.endswith(".upgrade-gate.lock") and
+            not k.endswith(cache.CACHE_LOCK)} == before
+
+
+def test_a_link_planted_in_the_result_cache_is_refused(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    cache_dir = tmp_path / "cache"
+    entry = cache_dir / "results" / "legacy" / "vit-smoke" / "export"
+    entry.mkdir(parents=True)
+    (entry / "0123").symlink_to(tmp_path, target_is_directory=True)
+    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"),
+                 env={**env, layout.CACHE_ENV_VAR: str(cache_dir)}, timeout=120)
+    assert usage_error(result).startswith(f"{entry / '0123'} is a symbolic link (to {tmp_path}); upgrade-gate writes "
+                                          f"and deletes only real files in its result cache {cache_dir / 'results'}")
+
+
+def test_the_scan_finds_links_at_any_depth_but_in_the_release_venvs(tmp_path):
+    (tmp_path / "stacks" / "s" / "models" / "m").mkdir(parents=True)
+    (tmp_path / "stacks" / "s" / "models" / "m" / "export.json").symlink_to("/etc/hostname")
+    (tmp_path / "report.html").symlink_to("/etc/hostname")
+    (tmp_path / ".venvs" / "candidate" / "bin").mkdir(parents=True)
+    (tmp_path / ".venvs" / "candidate" / "bin" / "python").symlink_to(sys.executable)
+    assert planted_links(tmp_path) == [tmp_path / "report.html", tmp_path / "stacks/s/models/m/export.json"]
+
+
+def test_a_removal_unlinks_a_link_and_refuses_what_resolves_outside(tmp_path):
+    own, outside = tmp_path / "own", tmp_path / "outside"
+    (own / "models").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "kept.txt").write_text("kept")
+    (own / "models" / "m").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(OutsideOwnFolder, match="lies outside"):
+        remove_file(own / "models" / "m" / "kept.txt", within=own)  # through the link: refused
+    remove_tree(own / "models" / "m", within=own)  # the link itself: unlinked, its target untouched
+    assert not (own / "models" / "m").exists() and (outside / "kept.txt").read_text() == "kept"
+    with pytest.raises(OutsideOwnFolder):
+        remove_tree(own / ".." / "outside", within=own)
+    with pytest.raises(OutsideOwnFolder):
+        remove_tree(own, within=own)
+    assert (outside / "kept.txt").is_file() and own.is_dir()
+
+
+# -- a refusal leaves nothing behind ------------------------------------------------------
+
+
+def test_an_unwritable_cache_leaves_no_report_folder_behind(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    (tmp_path / "taken").write_text("a file where the cache should go\n")
+    out = tmp_path / "new" / "report"
+    result = nox("-s", "compare", "--", "--out", str(out),
+                 env={**env, layout.CACHE_ENV_VAR: str(tmp_path / "taken")}, timeout=300)
+    assert usage_error(result).startswith(f"{tmp_path / 'taken' / 'results'}: result cache is not writable")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_merge_into_a_new_folder_that_is_refused_leaves_no_folder_behind(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    out = tmp_path / "merged"
+    result = nox("-s", "report", "--", "--out", str(out), str(tmp_path / "no-such-shard"), env=env, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert not out.exists()
+
+
+# -- a prune never pulls files from under a live run --------------------------------------
+
+
+def test_prune_cache_refuses_while_another_run_uses_the_cache(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    cache_dir = tmp_path / "cache"
+    out = tmp_path / "report"
+    fixtures = cache_dir / "results" / layout.FIXTURES / "vit-smoke-000000000000"
+    fixtures.mkdir(parents=True)
+    (fixtures / "inputs.npz").write_bytes(b"in use")
+    record = layout.key_record_file(layout.model_dir(out, "legacy", "other"), "export")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"key": "k", "stored": True}))
+    # Another run: a process holding the cache as every session does (pipeline.take_folders_or_exit).
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from upgrade_gate.run import cache; cache.use_cache(Path(sys.argv[1])); "
+                               "print('holding', flush=True); time.sleep(120)", str(cache_dir / "results")],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TOOL_ROOT / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        env = {**env, layout.CACHE_ENV_VAR: str(cache_dir)}
+        result = nox("-s", "prune-cache", "--", "--out", str(out), env=env, timeout=300)
+        assert usage_error(result) == (
+            f"{cache_dir / 'results'}: another upgrade-gate run is using this result cache; pruning now would "
+            f"remove what it is reading: run `nox -s prune-cache -- --out {out}` again when it has finished")
+        assert (fixtures / "inputs.npz").read_bytes() == b"in use"
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    result = nox("-s", "prune-cache", "--", "--out", str(out), env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not fixtures.exists()  # no run holds it now: the unused fixtures go
+
+
+def _phases_module():
+    """compat/phases.py as the worker loads it (a package of compat/'s own), with the standard library only."""
+    package = importlib.util.spec_from_file_location("vanished_compat", TOOL_ROOT / "compat" / "__init__.py",
+                                                     submodule_search_locations=[str(TOOL_ROOT / "compat")])
+    module = importlib.util.module_from_spec(package)
+    sys.modules[package.name] = module
+    package.loader.exec_module(module)
+    return importlib.import_module("vanished_compat.phases")
+
+
+def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_own_missing_file_a_failure(tmp_path):
+    phases = _phases_module()
+    fixtures, project = tmp_path / "fixtures", tmp_path / "project"
+    log = phases.PhaseLog(tmp_path / "runtime.json", {"stack": "candidate", "model": "m",
+                                                      "fixtures_dir": str(fixtures), "assets_dir": None}, "runtime")
+
+    def read(path: Path):
+        return lambda: (path.read_bytes(), None)
+
+    log.stage("inputs", (), read(fixtures / "inputs.npz"))
+    log.stage("build", (), read(project / "weights.bin"))
+    stages = {s["stage"]: s for s in json.loads((tmp_path / "runtime.json").read_text())["stages"]}
+    assert stages["inputs"]["status"] == "vanished" and stages["build"]["status"] == "failed"
+
+    from upgrade_gate.judge.records import Stage
+    from upgrade_gate.run.stages import UNFINISHED_STATUSES
+
+    assert "vanished" in UNFINISHED_STATUSES
+    stage = Stage.from_reader(__import__("upgrade_gate.judge.records", fromlist=["Reader"]).Reader(
+        stages["inputs"], where="stages[0]"))
+    assert stage.unfinished
+    assert stage.explain().startswith("inputs did not finish: [Errno 2] No such file or directory: ")
+    assert stage.explain().endswith("a file the tool provided was removed from outside while the run used it; run "
+                                    "the same command again")
