@@ -323,3 +323,53 @@ def test_a_busy_machine_is_said_once_and_its_few_rounds_make_no_ratio(project):
     results = pipeline.judge(plan)
     assert all(m.ratios for m in results.models)
     assert plots.ratios(results) is None
+
+
+HOSTILE = ("```\n# Injected heading\n<script>alert(1)</script>\n| x | y |\n|---|---|\n"
+           "[click](http://evil.example) ![img](http://evil.example/p.png) `` ` ``")
+
+
+def test_report_md_keeps_what_it_quotes_as_text(project):
+    """report.md is posted as a step summary or a pull-request comment: an exception's message or a model's
+    description that holds Markdown (a fence, a heading, a tag, a link) stays text, read by a CommonMark parser."""
+    from markdown_it import MarkdownIt
+
+    (project / "team_model.py").write_text("def build(): ...\n")
+    with (project / "pyproject.toml").open("a") as config:
+        config.write(f'[tool.upgrade-gate.models.team-model]\nfactory = "team_model:build"\n'
+                     f"description = {json.dumps(HOSTILE.replace(chr(10), ' '))}\n")
+    plan = load_plan(["--out", "out", "--models", "team-model@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "team-model", eager=[REFERENCE], artifact=[REFERENCE])
+    directory = write_stack_model(out, "candidate", "team-model", eager=[REFERENCE], artifact=None,
+                                  failed_stage="export")
+    export = json.loads((directory / "export.json").read_text())
+    for stage in export["stages"]:
+        if stage["status"] == "failed":
+            stage["error"].update(message=HOSTILE, traceback_tail=HOSTILE.splitlines())
+    (directory / "export.json").write_text(json.dumps(export))
+    assert pipeline.report(plan) == 1
+    report = (out / "report.md").read_text()
+    assert HOSTILE.splitlines()[1] in report  # quoted, in a code block
+    tokens = MarkdownIt("commonmark").enable("table").parse(report)
+    flat = [t for token in tokens for t in (token, *(token.children or []))]
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert not [h for h in headings if "Injected" in h], headings
+    assert not [t.content for t in flat if t.type in ("html_block", "html_inline")]
+    assert not [t.attrs for t in flat if t.type in ("link_open", "image")]
+    # Every table is one of the report's own: its header row is the report's, never the quoted "| x | y |".
+    header_cells = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "th_open"]
+    assert "x" not in header_cells and "y" not in header_cells
+
+
+@pytest.mark.parametrize("text", ["plain", "a`b", "``double``", "`lead", "trail`", "a <b> & c"])
+def test_a_code_span_shows_its_text_whatever_backticks_it_holds(text):
+    from markdown_it import MarkdownIt
+
+    from upgrade_gate.report.render import code_span, inline
+
+    spans = [t.content for t in MarkdownIt("commonmark").parseInline(f"x {code_span(text)} y")[0].children
+             if t.type == "code_inline"]
+    assert spans == [text]
+    assert inline(f"x {code_span(text)} y") == f"x <code>{html.escape(text, quote=True)}</code> y"

@@ -20,6 +20,7 @@ from upgrade_gate.report.render import (
     Table,
     anchor_id,
     bullets,
+    code_span,
 )
 from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.comparison import Side
@@ -130,7 +131,7 @@ def numerics_blocks(model: ModelResults) -> list[Block]:
     partial = {o.name: o.read_note for c in model.comparisons for o in c.outputs or () if o.read_note}
     if partial:
         blocks.append(Paragraph("Outputs compared in part: " + "; ".join(
-            f"`{name}` {note}" for name, note in partial.items()) + "."))
+            f"{code_span(name)} {note}" for name, note in partial.items()) + "."))
     task_rows = [[c.purpose, c.label, _task_cell(c)] for c in model.comparisons if c.task or c.task_missing]
     if task_rows:
         blocks += [Paragraph(f"Task agreement ({model.task_kind}):"),
@@ -301,7 +302,8 @@ def profile_blocks(model: ModelResults) -> list[Block]:
             row = [str(rank + 1)]
             for column in columns:
                 op = column[rank] if rank < len(column) else None
-                row += [f"`{op.name}`", f"{op.total_ms:.3f} ms", f"{op.share:.1%}", str(op.calls)] if op else [""] * 4
+                row += ([code_span(op.name), f"{op.total_ms:.3f} ms", f"{op.share:.1%}", str(op.calls)] if op
+                        else [""] * 4)
             rows.append(row)
         where = "" if method == "forward" else f" — {method}"
         blocks += [Paragraph(f"Top operators by time{where} (per-operator profile in the runtime phase, averaged over "
@@ -322,10 +324,10 @@ def localization_blocks(model: ModelResults) -> list[Block]:
             tried += f", stopped at the {found.budget_s:g} s budget (localize-budget)"
         lines = []
         for culprit in found.culprits:
-            op = f", operator `{culprit.operator}`" if culprit.operator else ""
+            op = f", operator {code_span(culprit.operator)}" if culprit.operator else ""
             also = f" (the same in {', '.join(culprit.same_failure_in)})" if culprit.same_failure_in else ""
             where = f" — at {culprit.source}" if culprit.source else ""
-            lines.append(f"`{culprit.module}` ({culprit.class_name}){op}: {culprit.error_type}: "
+            lines.append(f"{code_span(culprit.module)} ({culprit.class_name}){op}: {culprit.error_type}: "
                          f"{first_line(culprit.message)}{also}{where}")
         blocks += [Paragraph(f"**{n}: where the export of {found.method} breaks** ({tried}):"), bullets(*lines)]
     return blocks

@@ -13,6 +13,7 @@ from upgrade_gate.report.render import (
     Paragraph,
     Table,
     bullets,
+    code_span,
 )
 from upgrade_gate.schema.project import Finding, ProjectResults
 from upgrade_gate.text import first_line, seconds, short
@@ -52,14 +53,14 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
                 continue
             blocks.append(Paragraph(f"{title.format(base=base, stack=stack)}: {len(changes)}"))
             blocks.append(Table(["Test", base, stack, "Message", "Allow-list"], [
-                [f"`{c.test_id}`", c.baseline, c.candidate, first_line(c.message), c.allowed or ""]
+                [code_span(c.test_id), c.baseline, c.candidate, first_line(c.message), c.allowed or ""]
                 for c in changes]))
         for change in diff.newly_failing:
             if change.message:
-                blocks += [Paragraph(f"`{change.test_id}` on {stack}:"), Code(change.message.splitlines())]
+                blocks += [Paragraph(f"{code_span(change.test_id)} on {stack}:"), Code(change.message.splitlines())]
         if diff.unused_allow:
             blocks.append(Paragraph("Allow-list entries that name no test of either run (a typo, or a test that is "
-                                    "gone): " + ", ".join(f"`{t}`" for t in diff.unused_allow)))
+                                    "gone): " + ", ".join(code_span(t) for t in diff.unused_allow)))
         blocks += new_warning_blocks(project, base, stack)
         blocks += package_blocks(project.package_changes(stack), [base, stack],
                                  "Packages whose versions differ between the two test venvs (a test that changed may "
@@ -76,12 +77,12 @@ def new_warning_blocks(project: ProjectResults, base: str, stack: str) -> list[B
         return [Paragraph(f"No warning is new on {stack}.")]
     return [Paragraph(f"Warnings new on {stack} (not raised by the tests on {base}): {len(found)}"),
             Table(["Category", "Message", "Raised at", "Count", "Tests"], [
-                [w.category, short(w.message), f"`{w.location}`", str(w.count), _tests_cell(w.tests)]
+                [w.category, short(w.message), code_span(w.location), str(w.count), _tests_cell(w.tests)]
                 for w in found])]
 
 
 def _tests_cell(tests: tuple[str, ...], shown: int = 3) -> str:
-    listed = ", ".join(f"`{t}`" for t in tests[:shown])
+    listed = ", ".join(code_span(t) for t in tests[:shown])
     return listed + (f" and {len(tests) - shown} more" if len(tests) > shown else "")
 
 
@@ -112,8 +113,8 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
         for f in scan.findings:
             summary, why, replacement = shared[f.code]
             own = [part for part, common in ((f.summary, summary), (f.why, why)) if part and common is None]
-            rows.append([f"{f.file}:{f.line}", f.code, f"`{short(f.call)}`", " — ".join(own),
-                         f"`{short(f.replacement)}`" if f.replacement and replacement is None else ""])
+            rows.append([f"{f.file}:{f.line}", f.code, code_span(short(f.call)), " — ".join(own),
+                         code_span(short(f.replacement)) if f.replacement and replacement is None else ""])
         blocks.append(Table(["Where", "Rule", "Call", "What (where the rule's legend does not say it)",
                              "Replacement (where it is this call's own)"], rows))
     if scan.errors:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from upgrade_gate.report._verdict_section import model_anchor
-from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, mark
+from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.verdict import Remedy, Unit
@@ -83,7 +83,7 @@ def _departs(results: Results, model: ModelResults) -> bool:
 
 def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: MethodDiagnosis,
                    python: str | None, shipped_bytes: int | None) -> list[Block]:
-    title = f"`{model.name}` · `{method.method}` in {stack}"
+    title = f"{code_span(model.name)} · {code_span(method.method)} in {stack}"
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
     if found.search == "export":
         return blocks + _export_blocks(method)
@@ -112,7 +112,7 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         calls = [call.where() + (f" (keeping this call out alone takes {call.share:.1%} off)"
                                  if call.share is not None and len(culprit.calls) > 1 else "")
                  for call in culprit.calls]
-        items.append(Item(f"**`{culprit.operator}`** ({culprit.backend}): keeping it out takes "
+        items.append(Item(f"**{code_span(culprit.operator)}** ({culprit.backend}): keeping it out takes "
                           f"{culprit.share:.1%} of the error off (rel. L2 {before} → {_rel_l2(culprit.rel_l2_without)})"
                           f"{alone}", calls))
     blocks += [Paragraph(f"The operator{'s' if combined else ''} behind it{combined}, found in "
@@ -143,7 +143,7 @@ def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None, no_re
     units = (f"; the {method.layers} layers it quantizes ranked as {method.units} parent modules, what the budget "
              "allowed" if method.units < method.layers else "")
     after = method.culprits[0].rel_l2_without
-    items = [Item(f"**`{unit.operator}`**: quantized alone, SNR {_snr(unit.rel_l2_alone)}; "
+    items = [Item(f"**{code_span(unit.operator)}**: quantized alone, SNR {_snr(unit.rel_l2_alone)}; "
                   f"{unit.share:.1%} of the quantization noise the layers add") for unit in method.culprits]
     blocks: list[Block] = [
         Paragraph(f"Left in float, {len(items)} of the {method.layers} layers the recipe quantizes "

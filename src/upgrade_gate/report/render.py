@@ -110,6 +110,10 @@ _LINK = re.compile(r"\[([^\]]+)\]\(#[^)]*\)")
 
 
 def to_markdown(blocks: list[Block]) -> str:
+    """report.md is posted as a CI step summary or a pull-request comment: what it quotes (an exception's
+    message, a test id, a model's description) must stay text. So every block's text is one line with
+    nothing that starts a block, a tag or a link of its own (``_md``), and a code block's fence is longer
+    than any run of backticks in it."""
     lines: list[str] = []
     for block in blocks:
         if isinstance(block, Heading) and not block.page_only:
@@ -124,26 +128,70 @@ def to_markdown(blocks: list[Block]) -> str:
                 lines += [f"  - {_md(child)}" for child in item.children]
             lines.append("")
         elif isinstance(block, Code):
-            lines += ["```", *block.lines, "```", ""]
+            fence = "`" * max(3, _longest_backtick_run("\n".join(block.lines)) + 1)
+            lines += [fence, *block.lines, fence, ""]
     return "\n".join(lines)
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     def cell(value: str) -> str:
-        return _md(str(value)).replace("|", "\\|").replace("\n", " ")
+        return _md(str(value)).replace("|", "\\|")
 
     return ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|",
             *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows)]
 
 
+def code_span(text: str) -> str:
+    """``text`` as inline code, whatever backticks it holds: fenced by one more backtick than its longest
+    run (CommonMark), padded with a space where it starts or ends with one. Both renderers read it."""
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+# An inline code span: a run of backticks, then the same run again, neither touching another backtick.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+# What would make quoted text Markdown of its own: a tag or an autolink (<script>, <!--, <http://…>),
+# a link or image ([text](url), ![alt](url)) — the report's own links are gone by then (_LINK).
+_RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")
+_FOREIGN_LINK = re.compile(r"(!?)\[(?=[^\]]*\]\()")
+# A line that starts a block: a heading, a quote, a table row, a list item, a rule.
+_BLOCK_START = re.compile(r"^(\s*)(#{1,6}(?=\s|$)|>|\|(?=.*\|)|[-+*](?=\s)|\d+[.)](?=\s|$)"
+                          r"|[-*_](?=(?:\s*[-*_]){2,}\s*$))")
+
+
 def _md(text: str) -> str:
-    return _MARK.sub(r"[\1]", _LINK.sub(r"\1", text))
+    """One block's text as Markdown: the report's own marks rendered, what it quotes left as text."""
+    text = _MARK.sub(r"[\1]", _LINK.sub(r"\1", " ".join(str(text).splitlines())))
+    parts, last = [], 0
+    for span in _CODE_SPAN.finditer(text):  # a code span shows its text as it is: nothing to escape there
+        parts += [_escape(text[last:span.start()]), span.group(0)]
+        last = span.end()
+    parts.append(_escape(text[last:]))
+    shown = "".join(parts)
+    return _BLOCK_START.sub(_escape_block_start, shown, count=1)
+
+
+def _escape_block_start(found: re.Match[str]) -> str:
+    marker = found[2]
+    if marker[0].isdigit():  # "1." starts a list; "1\." does not ("\1" would show its backslash)
+        return found[1] + marker[:-1] + "\\" + marker[-1]
+    return found[1] + "\\" + marker
+
+
+def _escape(text: str) -> str:
+    return _FOREIGN_LINK.sub(r"\1\\[", _RAW_HTML.sub(r"\\<", text))
 
 
 # -- HTML ----------------------------------------------------------------------------
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_CODE = re.compile(r"`([^`]+)`")
+_CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _HTML_LINK = re.compile(r"\[([^\]]+)\]\((#[^)]*)\)")
 STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure", "incomplete": "missing",
                 "not comparable": "aside", "blocked": "aside"}
@@ -199,11 +247,16 @@ def _html_table(table: Table) -> list[str]:
 def inline(text: str) -> str:
     """Escaped text with the three inline marks as HTML."""
     shown = html.escape(text, quote=True)
-    shown = _CODE.sub(r"<code>\1</code>", shown)
+    shown = _CODE.sub(lambda found: f"<code>{_code_text(found[2])}</code>", shown)
     shown = _BOLD.sub(r"<b>\1</b>", shown)
     shown = _MARK.sub(lambda found: _svg(found[1]), shown)
     shown = shown.replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, _svg("condition"))
     return _HTML_LINK.sub(r"<a href='\2'>\1</a>", shown)
+
+
+def _code_text(text: str) -> str:
+    # CommonMark: one space either side is the fence's padding (code_span adds it beside a backtick).
+    return text[1:-1] if len(text) > 2 and text.startswith(" ") and text.endswith(" ") else text
 
 
 def anchor_id(text: str) -> str:
