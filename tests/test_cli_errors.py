@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers.runs import nox, user_project
 
+from upgrade_gate import layout
+
 
 @pytest.mark.parametrize(
     ("config", "message"),
@@ -79,3 +81,17 @@ def test_compat_without_a_project_table_exits_2_naming_it(tmp_path):
     error, = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
     assert "pyproject.toml: tool.upgrade-gate.project: missing; say what to install and how to test" in error
     assert not (tmp_path / "report" / "compat.md").exists()
+
+
+def test_measure_on_a_folder_where_a_stack_never_ran_exits_2_saying_what_to_run(tmp_path):
+    env = user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n')
+    out = tmp_path / "report"
+    layout.stack_file(out, "legacy").parent.mkdir(parents=True)
+    layout.stack_file(out, "legacy").write_text("{}")
+    result = nox("-s", "measure", "--", "--out", str(out), env=env, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert errors == ["upgrade-gate: error: " + (
+        f"{out}: stack candidate has not run in this report folder, so there is nothing of it to time; run "
+        f"`nox -s compare -- --out {out}`, or `nox -s \"run(candidate)\" -- --out {out}` before "
+        f"`nox -s measure -- --out {out}`")]

@@ -287,3 +287,4 @@ def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_
     assert stage.explain().startswith("inputs did not finish: [Errno 2] No such file or directory: ")
     assert stage.explain().endswith("a file the tool provided was removed from outside while the run used it; run "
                                     "the same command again")
+

@@ -27,7 +27,10 @@ def first_hard_failure(plan: Plan, spec: StackSpec, model: ModelEntry) -> dict[s
     """The model's first failed hard gate in the candidate ``spec``, as ``stopped.json`` keeps it; else None."""
     for gate in model_gates(plan, spec, gather_model(plan, model)):
         if gate.severity is Severity.HARD and gate.status is GateStatus.FAILED:
-            return {"model": gate.model, "gate": gate.gate, "stack": gate.stack, "note": gate.note}
+            # The note says what it measured against what it allows: "rel_l2 = 1.00e-02 (rel_l2 ≤ 1.00e-04)".
+            return {"model": gate.model, "gate": gate.gate, "stack": gate.stack,
+                    "note": f"{gate.measured_text} ({gate.threshold_text})" if gate.threshold_text
+                    else gate.measured_text}
     return None
 
 

@@ -58,12 +58,20 @@ def latency(results: Results) -> str | None:
             ax.barh(np.arange(len(names)) + i * height, values, height=height, label=stack)
         ax.set_yticks(np.arange(len(names)) + 0.4 - height / 2, names)
         ax.invert_yaxis()
-        ax.set_xscale("log")
+        _log_scale(ax, [v for stack in stacks for v in (m.stacks[stack].measured[count].p50_sum_ms or 0
+                                                         for m in models)])
         ax.set_xlabel("ms per call (median; sum over methods)")
         ax.set_title(f"{count} thread(s)")
         ax.grid(axis="x", alpha=0.3)
     axes[0][0].legend(loc="lower right")
     return _png(figure)
+
+
+def _log_scale(ax: Any, values: list[float]) -> None:
+    """A log x-axis where there is a positive value to put on it (matplotlib warns "Data has no positive
+    values" on the console otherwise: a stack that measured nothing), else the linear one."""
+    if any(v > 0 for v in values):
+        ax.set_xscale("log")
 
 
 def ratios(results: Results) -> str | None:
@@ -170,7 +178,7 @@ def size_memory(results: Results) -> str | None:
     for ax, data, label in ((left, sizes, "artifact size (MiB, log)"), (right, memory, "runtime memory (MiB, log)")):
         for i, stack in enumerate(stacks):
             ax.barh(np.arange(len(names)) + i * height, [v / 2**20 for v in data[stack]], height=height, label=stack)
-        ax.set_xscale("log")
+        _log_scale(ax, [v for values in data.values() for v in values])
         ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
     left.set_yticks(np.arange(len(names)) + 0.4 - height / 2, names, fontsize=8)

@@ -151,7 +151,15 @@ def run_models(plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], 
 
 
 def measure(plan: Plan, log: Callable[[str], Any] = print) -> None:
-    """Every model in every stack that ran it, the stacks taking turns (measure/rounds.py)."""
+    """Every model in every stack that ran it, the stacks taking turns (measure/rounds.py). A stack that
+    never ran in the report folder has nothing to time: exit 2 saying what to run first (a measurement
+    of the baseline alone would be a latency gate of no candidate)."""
+    out = plan.settings.out_dir
+    never_ran = [spec.name for spec in plan.stacks if not layout.stack_file(out, spec.name).is_file()]
+    if never_ran:
+        fail_usage(f"{out}: stack {', '.join(never_ran)} has not run in this report folder, so there is nothing of "
+                   f"it to time; run `{command('compare', f'--out {out}')}`, or "
+                   f"`{command(f'run({never_ran[0]})', f'--out {out}')}` before `{command('measure', f'--out {out}')}`")
     measure_all(plan, log=log)
 
 
