@@ -36,8 +36,8 @@ def small_disk(tmp_path):
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
                              text=True, check=False)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here ({mounted.stderr.strip()}); the README's test command "
-                    "runs as root")
+        pytest.skip(f"needs root to mount a 2 MiB tmpfs, and this is not root ({mounted.stderr.strip()}): the "
+                    "README's test command and .ci/run run as root, and there this test runs")
     yield disk
     subprocess.run(["umount", "-l", str(disk)], check=False)
 

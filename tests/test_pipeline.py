@@ -192,6 +192,22 @@ def test_a_full_disk_that_names_no_file_is_found_among_the_places_the_run_writes
     assert message.startswith(f"no space left on the disk that holds {out} (mounted at {small_disk}: 0 B free of 2.0 MiB)"), message
 
 
+def test_a_lock_file_that_cannot_be_written_on_a_full_disk_is_named(small_disk):
+    """The lock's first write (os.write names no file) ran out before the folder was held: the message
+    named the result cache's disk, which had room."""
+    out = small_disk / "report"
+    out.mkdir()
+    with (small_disk / "filler").open("wb", buffering=0) as stream, pytest.raises(OSError):
+        while True:
+            stream.write(b"\0" * 4096)
+    with pytest.raises(OSError) as raised:
+        _folder_lock.lock_out_dir(out)
+    assert raised.value.errno == errno.ENOSPC and out not in _folder_lock.HELD
+    message = guard.disk_full(raised.value)
+    assert message.startswith(f"no space left on the disk that holds {out / _folder_lock.LOCK_FILE} (mounted at "
+                              f"{small_disk}: 0 B free of 2.0 MiB)"), message
+
+
 def _three_mib(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(np.random.default_rng(0).bytes(3 * 2**20))
