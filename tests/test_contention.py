@@ -53,6 +53,7 @@ def _load_of(timed: subprocess.Popen[bytes], ours: list[int]) -> Load:
     return load
 
 
+@pytest.mark.quiet
 def test_a_busy_process_is_others_load_unless_it_is_ours():
     """Real accounting, over the same second: a process spinning beside us is load of
     others, at most one core of it (it has one thread); counted as one of ours (a
@@ -73,6 +74,7 @@ def test_a_busy_process_is_others_load_unless_it_is_ours():
     assert 0 <= theirs.steal_share < 1 and theirs.run_queue >= 1
 
 
+@pytest.mark.quiet
 def test_a_process_with_more_busy_neighbours_than_cores_waits_for_a_cpu():
     """Real run-queue accounting: a spinning process alongside as many others as there are
     cores waits for a CPU a good share of the time and is disturbed; once they are gone, it is

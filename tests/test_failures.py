@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import EXPLAINING, QUICK, REPO, TURNED_OFF, nox, user_project
+from helpers.runs import EXPLAINING, QUICK, REPO, TURNED_OFF, ended_as, nox, user_project
 
 from upgrade_gate.schema.verdict import GateStatus
 
@@ -175,7 +175,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", ".tmp.npz"))]
 
     resumed = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
-    assert resumed.returncode in (0, 1), resumed.stderr[-4000:]
+    ended_as(resumed, out, 0, 1)
     log = resumed.stderr + resumed.stdout
     for model in NAMES:
         for phase in ("export", "runtime"):
@@ -259,9 +259,9 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     assert verdict.incomplete[-1].startswith("run `nox -s compare` again with the same options")
 
     resumed = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
-    assert resumed.returncode in (0, 1), resumed.stderr[-3000:]
+    busy = ended_as(resumed, out, 0, 1)
     assert "legacy: vit-smoke: export reused from the cache" in resumed.stderr + resumed.stdout
-    assert verdict_of(out).verdict.value in ("GO", "GO-WITH-CONDITIONS", "NO-GO")
+    assert verdict_of(out).verdict.value in (("INCOMPLETE",) if busy else ("GO", "GO-WITH-CONDITIONS", "NO-GO"))
 
 
 def test_a_full_disk_is_incomplete_naming_it_and_leaves_no_half_file(tmp_path, small_disk):
@@ -391,6 +391,7 @@ def test_a_measurement_killed_part_way_is_incomplete_and_keeps_its_rounds(tmp_pa
         "export": GateStatus.PASSED, "numerics": GateStatus.PASSED}
 
 
+@pytest.mark.quiet  # its first and last runs time a quiet machine; the middle one makes it busy
 def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     """Real load on every core: every round disturbed, repeated up to the budget, and the
     gate incomplete — never a failure — with the figures; not cached, so the next run on

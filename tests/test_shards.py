@@ -140,6 +140,7 @@ def test_merged_shards_keep_each_stacks_round_loads(project):
     merged = plan_for(project, "--out", "merged", "--models", "vit-smoke@fp32", *folders)
     pipeline.report(merged)
     model = Results.load(project / "merged").models[0]
+    assert set(model.contention) == set(merged.settings.threads)  # every thread count, or the loop proves nothing
     for contention in model.contention.values():
         assert contention.quiet_rounds() == {1, 3, 4, 6, 7}
         assert all(set(r.loads) == {"legacy", "candidate"} and r.order == () for r in contention.rounds)
