@@ -290,6 +290,64 @@ def test_nothing_passes_unmeasured_and_what_did_not_run_is_incomplete(tmp_path):
     assert scan.note == "the API scan did not run for this report (nox -s scan)"
 
 
+# Issue 37, item 15: what a stack's run left (run.json's status; junit_of's outcomes, or none) → the gate.
+RAN, NONE = junit_of(test_a="passed"), None
+STUCK = {"status": "timed-out", "problem": "killed after 20 s (project.timeout)"}
+ENDED = {"status": "no-results", "problem": "exit status 0 and no JUnit XML; see project/x/test.log"}
+
+
+@pytest.mark.parametrize(("baseline", "candidate", "expected"), [
+    ((RAN, {}), (RAN, {}), GateStatus.PASSED),
+    ((RAN, {}), (NONE, STUCK), GateStatus.FAILED),  # a hang on the candidate only: its own failure
+    ((RAN, {}), (NONE, ENDED), GateStatus.FAILED),
+    ((RAN, {}), (junit_of(), {"exit_code": 5}), GateStatus.FAILED),  # no test at all where the baseline had one
+    ((NONE, STUCK), (NONE, STUCK), GateStatus.INCOMPLETE),  # hung in both: no outcomes to compare, no pass
+    ((NONE, ENDED), (NONE, ENDED), GateStatus.INCOMPLETE),  # os._exit in both
+    ((NONE, STUCK), (RAN, {}), GateStatus.INCOMPLETE),
+    ((junit_of(), {"exit_code": 5}), (junit_of(), {"exit_code": 5}), GateStatus.INCOMPLETE),  # collected nothing
+    ((NONE, STUCK), (NONE, {"status": "install-failed", "install_error": "torch<2.5"}), GateStatus.FAILED),
+])
+def test_a_stack_without_outcomes_never_passes_the_tests_gate(tmp_path, baseline, candidate, expected):
+    plan = plan_of(tmp_path, 'root = "team"\nscan-severity = "off"\n', "--out", "report")
+    for stack, (junit, run) in (("legacy", baseline), ("candidate", candidate)):
+        write_project_run(plan.settings.out_dir, stack, junit, **run)
+    gate, = project_gates(plan, plan.candidates[0], gather_project(plan))
+    assert gate.status is expected, gate.note
+
+
+# A team test module whose one test ends the run before pytest writes its JUnit XML, or never returns.
+ENDS_THE_RUN = {
+    "os._exit": "import os\n\ndef test_fine():\n    pass\n\ndef test_stops():\n    os._exit(0)\n",
+    "hang": "import time\n\ndef test_fine():\n    pass\n\ndef test_stops():\n    time.sleep(600)\n",
+}
+
+
+@pytest.mark.parametrize("how", list(ENDS_THE_RUN))
+def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path, how):
+    # Issue 37, item 15: a test calling os._exit(0), or hanging past project.timeout, in both stacks gave
+    # "Project compatibility: GO", exit 0. Real pytest runs (this Python stands for each stack's venv).
+    import sys
+
+    from upgrade_gate.project.session import run_tests
+    from upgrade_gate.run.pipeline import compat_report
+
+    plan = plan_of(tmp_path, 'root = "team"\ntimeout = 2\nscan-severity = "off"\n', "--out", "report")
+    (tmp_path / "team" / "test_team.py").write_text(ENDS_THE_RUN[how])
+    for stack in ("legacy", "candidate"):
+        run = run_tests(plan, plan.settings.project, stack, Path(sys.executable).parent, log=lambda _: None)
+        assert run["status"] == {"os._exit": "no-results", "hang": "timed-out"}[how], run
+    problem = {"os._exit": "exit status 0 and no JUnit XML; the run ended during team/test_team.py::test_stops (a "
+                           "test that calls os._exit or kills its process?); see project/legacy/test.log",
+               "hang": "killed after 2 s (project.timeout) during team/test_team.py::test_stops"}[how]
+    gate, = project_gates(plan, plan.candidates[0], gather_project(plan))
+    assert gate.status is GateStatus.INCOMPLETE and gate.measured is None
+    assert gate.note == (f"the tests did not finish in legacy: {problem}; no outcomes on legacy to compare "
+                         "candidate's with (candidate's did not either): make its tests finish there (the test "
+                         "named, or project.timeout) and run nox -s compat again")
+    assert compat_report(plan) == 3  # INCOMPLETE: the tool could not decide; neither GO (0) nor NO-GO (1)
+    assert json.loads((plan.settings.out_dir / "compat.json").read_text())["verdict"] == "INCOMPLETE"
+
+
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():
     import tomllib
 

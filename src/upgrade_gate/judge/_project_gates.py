@@ -6,6 +6,7 @@ from collections import Counter
 
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.invocation import command
 from upgrade_gate.judge._gates import Rule
 from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
 from upgrade_gate.schema.verdict import (
@@ -44,10 +45,19 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
                  evidence=f"{project.stacks[stack].junit} vs {project.stacks[base].junit}")
     if diff is None:
         mine, theirs = project.stacks[stack], project.stacks[base]
-        if theirs.problem:  # did not run for this report: the tool's; ran and did not finish: nothing to compare
-            status = GateStatus.INCOMPLETE if theirs.run is None else GateStatus.NOT_COMPARABLE
-            add("project-tests", settings.severity, status, tests, note=theirs.problem)
-        else:  # the candidate's run: not run for this report, or did not install or finish there
+        if mine.run is not None and mine.run.status == "install-failed":  # a finding whatever the baseline gave
+            add("project-tests", settings.severity, GateStatus.FAILED, tests, note=mine.problem or "")
+        elif theirs.problem:
+            # No outcomes on the baseline (not run for this report, hung past project.timeout, ended by os._exit,
+            # no test): nothing to diff the candidate's against. Not the candidate's failure — the baseline is
+            # what ships today — and never a pass (issue 37: both stacks hanging read GO): incomplete, exit 3.
+            note = theirs.problem
+            if theirs.run is not None:
+                also = f" ({stack}'s did not either)" if mine.problem else ""
+                note += (f"; no outcomes on {base} to compare {stack}'s with{also}: make its tests finish there "
+                         f"(the test named, or project.timeout) and run {command('compat')} again")
+            add("project-tests", settings.severity, GateStatus.INCOMPLETE, tests, note=note)
+        else:  # the candidate's run: not run for this report (the tool's), or it did not finish there (its own)
             status = GateStatus.INCOMPLETE if mine.run is None else GateStatus.FAILED
             add("project-tests", settings.severity, status, tests, note=mine.problem or "no outcomes")
     else:

@@ -29,8 +29,10 @@ whose evidence is missing is, by who caused it:
   not run for this report, a file of the report folder is damaged, the disk was
   full, a worker or measurement server was killed from outside, the machine was too
   busy for enough quiet latency rounds — or the reference itself is NaN or Inf
-  (the model or its inputs: nothing can pass or fail against it). The verdict says
-  INCOMPLETE with the reasons, and what to do.
+  (the model or its inputs: nothing can pass or fail against it), or the project's
+  tests gave no outcomes on the baseline (they hung past ``project.timeout`` or
+  ended the process there too: nothing to diff the candidate's against). The verdict
+  says INCOMPLETE with the reasons, and what to do.
 
 The latency gate has one more outcome: *inconclusive*, when the ratio's
 interval (at least 95% coverage) straddles the threshold — the noise is larger

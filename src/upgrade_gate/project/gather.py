@@ -186,6 +186,10 @@ def _stack_tests(out: Path, folder: Path, stack: str) -> _StackTests:
     if run.status != "ran":
         return _StackTests(run=run, problem=f"the tests did not finish in {stack}: {run.problem}")
     try:
-        return _StackTests(run=run, tests=read_junit(folder / JUNIT_FILE))
+        tests = read_junit(folder / JUNIT_FILE)
     except (OSError, ValueError) as error:
         return _StackTests(run=run, problem=f"no test outcomes from {stack}: {error}")
+    if not tests:  # pytest exits 5 when it collects nothing: a passing diff of no tests is no evidence
+        return _StackTests(run=run, problem=f"no test outcomes from {stack}: its JUnit XML lists no test "
+                                            f"(exit status {run.exit_code}); does the test command select any?")
+    return _StackTests(run=run, tests=tests)

@@ -114,15 +114,19 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
         progress.finish(task, f"exit status {outcome.returncode}" + (f", {watch.last}" if watch.last else ""))
     record: dict[str, Any] = {"command": command, "exit_code": outcome.returncode,
                               "duration_s": round(outcome.elapsed_s, 2), "peak_rss_bytes": outcome.peak_rss_bytes}
+    # The test the plugin last saw running: the one that hung, or that ended the process (os._exit).
+    during = f" during {watch.running}" if watch.running else ""
+    log_name = log_file.relative_to(plan.settings.out_dir).as_posix()
     if outcome.cause == "timeout":
-        record.update(status="timed-out", problem=f"killed after {project.timeout_s:g} s (project.timeout)")
+        record.update(status="timed-out", problem=f"killed after {project.timeout_s:g} s (project.timeout){during}")
     elif outcome.cause == "out-of-memory":
         record.update(status="out-of-memory", problem=f"killed at {outcome.peak_rss_bytes / 2**30:.1f} GiB resident "
-                                                       "(memory-limit)")
+                                                       f"(memory-limit){during}")
     elif not junit.is_file():
-        hint = "" if runs_pytest(project.test) else " (is {junit} where the command takes its JUnit XML path?)"
-        record.update(status="no-results", problem=f"exit status {outcome.returncode} and no JUnit XML{hint}; "
-                                                   f"see {log_file.relative_to(plan.settings.out_dir)}")
+        hint = ("" if runs_pytest(project.test) else " (is {junit} where the command takes its JUnit XML path?)")
+        ended = f"; the run ended{during} (a test that calls os._exit or kills its process?)" if during else ""
+        record.update(status="no-results", problem=f"exit status {outcome.returncode} and no JUnit XML{hint}{ended}; "
+                                                   f"see {log_name}")
     else:
         record.update(status="ran")
     return _write_run(plan, stack, bin_dir, record)
@@ -145,6 +149,7 @@ class TestProgress:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.last: str | None = None
+        self.running: str | None = None  # the first test running at the last change, if any
         self._mtime_ns = -1
 
     def poll(self) -> str | None:
@@ -158,6 +163,7 @@ class TestProgress:
             collected, done, running = data.get("collected"), int(data.get("done", 0)), list(data.get("running", []))
         except (OSError, ValueError, TypeError, AttributeError):
             return None  # not written yet (pytest not started, or not pytest), or being replaced: next poll
+        self.running = str(running[0]) if running else None
         if collected is None:
             text = "collecting"
         else:
