@@ -31,6 +31,7 @@ so the team's dependencies never change what the models are measured in.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def run(session: nox.Session, stack: str) -> None:
     error = venvs.install(UV, bin_dir, extra, cwd=team_folder) if extra else None
     if error:
         guard.fail_usage(f"{plan.settings.config_path}: tool.upgrade-gate.extra-requirements: uv could not "
-                         f"install {' '.join(extra)} into stack {stack!r}: {error}")
+                         f"install {shlex.join(extra)} into stack {stack!r}: {error}")
     venvs.recipe_installed(bin_dir, recipe)
     pipeline.probe_or_exit(plan, spec, bin_dir)
     pipeline.check_project_models_or_exit(plan, spec, bin_dir)
@@ -171,7 +172,7 @@ def project(session: nox.Session, stack: str) -> None:
     if error and spec.is_baseline:
         # The project installs into what it ships on today, or the configuration is wrong.
         guard.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.install: uv could not install "
-                         f"{' '.join(settings.install)} into the baseline {stack!r}: {error}")
+                         f"{shlex.join(settings.install)} into the baseline {stack!r}: {error}")
     if error:
         # The candidate's pins may refuse the project: that is a finding, not a usage error.
         record_install_failure(plan, stack, error, bin_dir)
@@ -180,7 +181,7 @@ def project(session: nox.Session, stack: str) -> None:
     venvs.recipe_installed(bin_dir, recipe)
     run = run_tests(plan, settings, stack, bin_dir, log=session.log)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
-    session.log(f"project: {stack}: {' '.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
+    session.log(f"project: {stack}: {shlex.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
 
 
 @nox.session(python=SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)

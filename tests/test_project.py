@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -346,6 +347,19 @@ def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path
                          "named, or project.timeout) and run nox -s compat again")
     assert compat_report(plan) == 3  # INCOMPLETE: the tool could not decide; neither GO (0) nor NO-GO (1)
     assert json.loads((plan.settings.out_dir / "compat.json").read_text())["verdict"] == "INCOMPLETE"
+
+
+def test_the_report_quotes_the_project_commands_so_they_can_be_pasted(tmp_path):
+    # Issue 37: `python -m pytest tests -k not slow and not gpu` ran something else when pasted.
+    plan = plan_of(tmp_path, 'root = "team"\ninstall = ["-e", ".[test]"]\n'
+                             "test = 'python -m pytest tests -k \"not slow and not gpu\"'\n", "--out", "report")
+    for stack in ("legacy", "candidate"):
+        write_project_run(plan.settings.out_dir, stack, junit_of(test_a="passed"))
+    text = to_markdown(project_blocks(gather_project(plan), "legacy", ["candidate"]))
+    assert (f"The team's project at `{tmp_path / 'team'}`: `uv pip install -e '.[test]'` into "
+            "each stack, then `python -m pytest tests -k 'not slow and not gpu'`.") in text
+    pasted = re.search(r"then `([^`]+)`\.", text)
+    assert pasted and tuple(shlex.split(pasted[1])) == plan.settings.project.test
 
 
 def test_the_scan_venv_and_the_test_extras_pin_the_same_torchfix():

@@ -378,3 +378,27 @@ def test_the_scan_does_not_depend_on_hash_order(tmp_path: Path) -> None:
         records[seed] = json.loads(out.read_text())["findings"]
     assert {code for finding in records[0] for code in [finding["code"]]} >= {"TOR101", "UG101", "TOR102"}
     assert all(findings == records[0] for findings in records.values())
+
+
+def test_every_torchfix_code_in_a_legend_says_something_of_its_own() -> None:
+    # Issue 37: TorchFix names the function in each TOR101 message, so its findings shared no summary, and the
+    # report's legend said "TOR101 (2): (no explanation)". Our note explains the code; each row keeps its name.
+    from upgrade_gate.judge.records import Reader
+    from upgrade_gate.report._project_section import scan_blocks
+    from upgrade_gate.report.render import to_markdown
+    from upgrade_gate.schema.project import ProjectResults, ScanResults
+
+    source = "import functorch, torch\nfunctorch.vmap(f)(x)\nfunctorch.grad(g)(x)\ntorch.solve(a, b)\ntorch.lstsq(a, b)\n"
+    findings = scan.scan_source(source, "timm/layers.py")
+    assert sorted(f["code"] for f in findings) == ["TOR001", "TOR001", "TOR101", "TOR101"]
+    record = {"schema_version": "1.0", "scanner": {"torchfix": "0.7.0", "rules": 11}, "files_scanned": 1,
+              "findings": findings, "errors": []}
+    project = ProjectResults(root="/team", install=(".",), test=("pytest",), allow={}, stacks={}, diffs={},
+                             scan=ScanResults.from_reader(Reader(record, "scan.json")))
+    text = to_markdown(scan_blocks(project))
+    advice = scan.load_rules().torchfix
+    for code in ("TOR001", "TOR101"):
+        legend = next(line for line in text.splitlines() if line.startswith(f"- **{code}** (2): "))
+        assert legend.startswith(f"- **{code}** (2): {advice[code].why}")  # the replacement: where shared
+    assert "no explanation" not in text
+    assert "| timm/layers.py:2 | TOR101 | `functorch.vmap(f)` | Use of deprecated function functorch.vmap |" in text

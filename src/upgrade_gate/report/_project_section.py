@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 from upgrade_gate.report._stack_section import package_blocks
@@ -23,8 +24,9 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
     """The team's tests per stack, what changed per test, and the scan's findings."""
     blocks: list[Block] = [
         Heading(2, "Project compatibility", anchor=model_anchor("project")),
-        Paragraph(f"The team's project at `{project.root}`: `uv pip install {' '.join(project.install)}` into each "
-                  f"stack, then `{' '.join(project.test)}`.")]
+        # Quoted as a shell would need them (a `-k "not slow"` expression), so the line can be pasted.
+        Paragraph(f"The team's project at `{project.root}`: `uv pip install {shlex.join(project.install)}` into each "
+                  f"stack, then `{shlex.join(project.test)}`.")]
     rows = []
     for stack, tests in project.stacks.items():
         run = tests.run
@@ -104,7 +106,8 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
                          _same(f.replacement for f in found)) for code, found in by_code.items()}
         legend = []
         for code, (summary, why, replacement) in sorted(shared.items()):
-            said = " — ".join(w for w in (summary, why) if w) or "(no explanation)"
+            # A check with nothing shared by its findings (TorchFix's without our note): each row says its own.
+            said = " — ".join(w for w in (summary, why) if w) or f"TorchFix's {code}: each finding's row says what it found"
             if replacement:
                 said += ("" if said.endswith((".", "!", "?")) else ".") + f" Instead: {replacement}"
             legend.append(f"**{code}** ({len(by_code[code])}): {said}")
