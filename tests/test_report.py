@@ -244,7 +244,7 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
     # Side by side under the fp32 model: every stack's fp32 and int8.
     assert ("| legacy | int8-dynamic | **export failed: RuntimeError: export broke** | FX | — | — | — | — | — | — |"
             in report)
-    assert "| candidate | int8-dynamic | ok | PT2E | 40.0 | 1.00000 | — | 0.500 ms (2.00× fp32) | 1000 B | 95.0% |" in report
+    assert "| candidate | int8-dynamic | ok | PT2E | 40.0 | 1.00000 | — | 0.500 ms (2.00× faster than fp32) | 1000 B | 95.0% |" in report
     assert ("- candidate XnnpackBackend took 95 of 100 operator nodes (95.0%) in 2 partition(s); "
             "not delegated: aten_cumsum_default ×5") in report
     assert "| 1 | `aten::linear` | 9.000 ms | 90.0% | 10 | `DELEGATE_CALL` | 4.000 ms | 80.0% | 5 |" in report
@@ -373,3 +373,16 @@ def test_a_code_span_shows_its_text_whatever_backticks_it_holds(text):
              if t.type == "code_inline"]
     assert spans == [text]
     assert inline(f"x {code_span(text)} y") == f"x <code>{html.escape(text, quote=True)}</code> y"
+
+
+@pytest.mark.parametrize(("value_ms", "reference_ms", "expected"), [
+    (1.153, 7.08, "6.14× faster than fp32"),  # issue 37: "1.153 ms (6.14× fp32)" read as slower
+    (2.5, 2.0, "1.25× slower than fp32"),
+    (1.0, 1.004, "as fast as fp32"),
+    (1.0, 0.996, "as fast as fp32"),
+    (0.001, 10.0, "10000.00× faster than fp32"),
+])
+def test_a_variants_latency_beside_fp32_says_which_way(value_ms, reference_ms, expected):
+    from upgrade_gate.text import speed_against
+
+    assert speed_against(value_ms, reference_ms, "fp32") == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from upgrade_gate.config.catalog import FP32
 from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.report import _figures
 from upgrade_gate.report._verdict_section import gate_table, model_anchor
@@ -26,7 +27,7 @@ from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.verdict import GateStatus
-from upgrade_gate.text import first_line, ms, num, plain, short, size
+from upgrade_gate.text import first_line, ms, num, plain, short, size, speed_against
 
 NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
@@ -184,7 +185,7 @@ def variants_blocks(results: Results, family: list[ModelResults]) -> list[Block]
             cosine = min((o.cosine for o in outputs if o.cosine is not None), default=None)
             task = comparison.task.headline if comparison and comparison.task else None
             p50 = stack.measured[threads].p50_sum_ms
-            speed = f" ({fp32_p50 / p50:.2f}× fp32)" if p50 and fp32_p50 and unit.quantized else ""
+            speed = f" ({speed_against(p50, fp32_p50, FP32)})" if p50 and fp32_p50 and unit.quantized else ""
             coverage = stack.delegation
             rows.append([n, unit.variant, "ok" if problem is None else f"**{problem.explain()}**", stack.recipe or "",
                          num(snr, "{:.1f}"), num(cosine, "{:.5f}"), num(task, "{:.3f}"),
