@@ -57,8 +57,22 @@ def test_an_unknown_model_name_exits_2_naming_it(tmp_path):
                  env=env, timeout=300)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
-    assert len(errors) == 1 and errors[0].startswith(
-        "upgrade-gate: error: --models: unknown model 'vit-tiny'; known models: broken-submodule, data-dependent-branch, hang,")
+    # The models a user can pick (the tests' failure paths — hang, segfault, … — are not offered).
+    assert errors == ["upgrade-gate: error: --models: unknown model 'vit-tiny' (did you mean 'vit-ti16'?); known "
+                      "models: llama-smoke, llama32-1b-dims, minilm-l6, minilm-smoke, mobilenet-v3-small, nanovlm, "
+                      "nanovlm-full, nanovlm-smoke, resnet18, smollm2-135m, vit-b14, vit-s14, vit-smoke, vit-ti16"
+                      ], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "report").exists()
+
+
+def test_a_misspelt_option_exits_2_with_the_one_it_was_meant_to_be(tmp_path):
+    env = user_project(tmp_path, "[tool.upgrade-gate]\n")
+    result = nox("-s", "compare", "--", "--out", str(tmp_path / "report"), "--modelz", "vit-smoke", env=env,
+                 timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert errors == ["upgrade-gate: error: unknown option '--modelz' (did you mean --models?); usage: nox -s compare "
+                      "-- [-h] [--out DIR] [--suite SUITE] [--models A,B]"], result.stderr[-2000:]
     assert "Traceback" not in result.stderr and not (tmp_path / "report").exists()
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -297,13 +298,33 @@ def test_project_model_may_not_take_a_built_in_name(project):
     )
 
 
-def test_unknown_model_on_the_command_line(project):
-    message = error_for(project, "--models", "nope")
-    assert message.startswith("--models: unknown model 'nope'; known models: broken-submodule, data-dependent-branch, ")
+# The models a user is offered: each suite's (models/suite.toml read here, not through the catalog).
+SUITE_MODELS = sorted(name for name, entry in tomllib.loads((REPO / "models" / "suite.toml").read_text()).items()
+                      if entry.get("suites"))
+TESTS_ONLY = ("hang", "segfault", "memory-hog", "killed-from-outside", "broken-submodule", "planted-operator")
 
 
-def test_unknown_option(project):
-    assert error_for(project, "--outdir", "x").startswith("unknown option '--outdir'; usage: nox -s compare --")
+def test_unknown_model_on_the_command_line_offers_the_suites_models_not_the_tests(project):
+    # Issue 37: the list offered the tests' failure paths (hang, segfault, memory-hog, …) to a user.
+    set_config(project, '[tool.upgrade-gate]\nsuite = "smoke"\n[tool.upgrade-gate.models]\nmy-net = "mypkg.nets:tiny"\n')
+    assert error_for(project, "--models", "vit-ti17") == (
+        f"--models: unknown model 'vit-ti17' (did you mean 'vit-ti16'?); known models: "
+        f"{', '.join(sorted([*SUITE_MODELS, 'my-net']))}")
+    assert error_for(project, "--models", "nope") == (
+        f"--models: unknown model 'nope'; known models: {', '.join(sorted([*SUITE_MODELS, 'my-net']))}")
+    assert not set(TESTS_ONLY) & set(SUITE_MODELS) and "vit-ti16" in SUITE_MODELS
+    # Still there for the tests, by --models.
+    assert [m.name for m in plan_for(project, "--models", "hang,segfault").models] == ["hang", "segfault"]
+
+
+@pytest.mark.parametrize(("posargs", "message"), [
+    (["--outdir", "x"], "unknown option '--outdir' (did you mean --out?); usage: nox -s compare --"),
+    (["--modelz", "vit-smoke"], "unknown option '--modelz' (did you mean --models?); usage: nox -s compare --"),
+    (["--modelz=vit-smoke"], "unknown option '--modelz=vit-smoke' (did you mean --models?); usage: nox -s compare --"),
+    (["--colour"], "unknown option '--colour'; usage: nox -s compare --"),
+])
+def test_unknown_option_suggests_the_closest(project, posargs, message):
+    assert error_for(project, *posargs).startswith(message)
 
 
 def test_budget_for_unknown_model(project):

@@ -4,6 +4,7 @@ project's own models (``[tool.upgrade-gate.models]``), and their quantized varia
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,21 @@ class ModelEntry:
     def with_variant(self, variant: str) -> ModelEntry:
         return dataclasses.replace(self, name=f"{self.base}{VARIANT_SEPARATOR}{variant}", variant=variant,
                                    description=f"{self.description} — {variant}")
+
+
+def offered(known: dict[str, ModelEntry]) -> list[str]:
+    """The names a message offers a user: every suite's models and the project's own. A built-in model in no
+    suite is one of the tests' failure paths (models/suite.toml: hang, segfault, memory-hog, …): ``--models``
+    still runs it, but no message suggests it."""
+    return sorted(name for name, entry in known.items() if entry.suites or entry.project_root is not None)
+
+
+def unknown_model(name: str, known: dict[str, ModelEntry]) -> str:
+    """The message for a model name nobody declared: the closest offered name, and the offered names."""
+    names = offered(known)
+    close = difflib.get_close_matches(name, names, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown model {name!r}{guess}; known models: {', '.join(names)}"
 
 
 def load_variants(table: Table, key: str, default: tuple[str, ...]) -> tuple[str, ...]:

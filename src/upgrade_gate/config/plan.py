@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,7 +123,11 @@ def parse_posargs(posargs: list[str], built: argparse.ArgumentParser | None = No
     except argparse.ArgumentError as error:
         raise ConfigError(f"{error}; {built.format_usage().strip()}") from None
     if unknown:
-        raise ConfigError(f"unknown option {unknown[0]!r}; {built.format_usage().strip()}")
+        given = unknown[0].partition("=")[0]
+        options = [name for action in built._actions for name in action.option_strings]  # argparse has no public list
+        close = difflib.get_close_matches(given, options, n=1, cutoff=0.75) if given.startswith("--") else []
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown option {unknown[0]!r}{guess}; {built.format_usage().strip()}")
     return args
 
 
@@ -219,7 +224,7 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 raise ConfigError(f"{name!r} names no variant after {VARIANT_SEPARATOR!r}; write {base!r} for the "
                                   f"model and its variants, or e.g. '{base}{VARIANT_SEPARATOR}{FP32}'", key="--models")
             if base not in known:
-                raise ConfigError(f"unknown model {base!r}; known models: {', '.join(sorted(known))}", key="--models")
+                raise ConfigError(catalog.unknown_model(base, known), key="--models")
             if variant and variant != FP32 and variant not in known[base].variants:
                 raise ConfigError(f"{base} has no variant {variant!r}; its variants: "
                                   f"{', '.join((FP32, *known[base].variants))}", key="--models")
@@ -235,8 +240,8 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
         base, _, variant = model.partition(VARIANT_SEPARATOR)
         if base not in known or (variant and variant not in known[base].variants):
             raise ConfigError(
-                f"gates for unknown model {model!r}; known models: {', '.join(sorted(known))}"
-                f" (a quantized variant as \"<model>{VARIANT_SEPARATOR}int8\")",
+                f"gates for {catalog.unknown_model(model, known)} (a quantized variant as "
+                f"\"<model>{VARIANT_SEPARATOR}int8\")",
                 path=config_path, key=f"{TABLE}.gates",
             )
     units = tuple({u.name: u for name in names for u in catalog.units(known, name, settings.variants)}.values())
