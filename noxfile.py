@@ -252,7 +252,7 @@ def releases(session: nox.Session) -> None:
 @nox.session(python=False, name="upgrade-path", default=False)
 @guard.guarded
 def upgrade_path(session: nox.Session) -> None:
-    """`nox -s releases` after the assets: build, compare and judge each release, then the upgrade-path report."""
+    """`releases` after the assets: build, compare and judge each release, then the upgrade-path report."""
     from upgrade_gate.releases import explore
 
     request = explore.request_or_exit(session.posargs, session.invoked_from)

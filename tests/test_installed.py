@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,8 +116,15 @@ def test_help_is_upgrade_gates_own_and_a_bare_command_starts_nothing(tmp_path):
         shown = upgrade_gate(*flag.split(), cwd=tmp_path)  # no pyproject.toml needed to ask
         assert shown.returncode == 0 and shown.stdout == cli.USAGE and shown.stderr == ""
     assert cli.USAGE.startswith("usage: upgrade-gate COMMAND [NOX_OPTION ...] [-- OPTION ...]\n")
-    for command in ("compare", "compat", "report", "diff", "releases", "-l"):
+    for command in ("compare", "compat", '"project(<stack>)"', "scan", "report", "diff", "releases", "-l"):
         assert f"\n  {command} " in cli.USAGE, command
+    # Issue 37: the commands the docs tell a team to type are the ones --help lists.
+    for doc in ("README.md", "docs/compat.md"):
+        text = (REPO / doc).read_text()
+        code = "\n".join([*re.findall(r"```.*?```", text, re.DOTALL), *re.findall(r"`([^`\n]+)`", text)])
+        for typed in re.findall(r"(?:^|\s)upgrade-gate (\"?-?[a-z-]+(?:\(\w+\))?)", code, re.MULTILINE):
+            listed = re.sub(r"\(\w+\)", "(<stack>)", typed) + ('"' if typed.startswith('"') else "")
+            assert f"\n  {listed} " in cli.USAGE, (doc, typed)
     (tmp_path / "pyproject.toml").write_text("[tool.upgrade-gate]\n")
     bare = upgrade_gate(cwd=tmp_path)
     assert bare.returncode == 2 and bare.stderr == cli.USAGE and bare.stdout == ""
@@ -138,8 +146,14 @@ def test_listing_the_sessions_needs_no_configuration(tmp_path):
     listed = upgrade_gate("-l", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    for session in ("compare", "run(legacy)", "run(candidate)", "report", "diff", "releases"):
-        assert any(line.lstrip("*- ").startswith(f"{session} -> ") for line in lines), (session, listed.stdout)
+    for session in ("compare", '"run(legacy)"', '"run(candidate)"', '"project(candidate)"', "scan", "report", "diff",
+                    "releases"):
+        assert any(re.fullmatch(rf"  upgrade-gate {re.escape(session)} +[A-Z`].+", line) for line in lines), (
+            session, listed.stdout)
+    # Issue 37: the commands as this command runs them, not nox's (`nox -s …`, a noxfile's path).
+    assert "nox" not in listed.stdout and "->" not in listed.stdout, listed.stdout
+    assert lines[0] == ("The commands of upgrade-gate (options after `--`: `upgrade-gate COMMAND -- --help`; "
+                        "README.md has them all):")
 
 
 def test_a_broken_stack_spec_is_named_by_the_session_that_needs_it(tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 from upgrade_gate import __version__
 from upgrade_gate.config.settings import CONFIG_ENV_VAR
 from upgrade_gate.errors import EXIT_USAGE
-from upgrade_gate.invocation import CLI, COMMAND_ENV_VAR
+from upgrade_gate.invocation import CLI, COMMAND_ENV_VAR, command
 from upgrade_gate.layout import NOXFILE
 
 USAGE = f"""\
@@ -29,12 +29,14 @@ Judge a move from one PyTorch stack to another in this repository: both stacks b
 the same models run through each, the verdict in report/.
 
 commands:
-  compare     build every stack, run the models through each, write the verdict
-  compat      the project's own tests in every stack, diffed, and the API scan
-  report      judge a report folder again (-- SHARD_DIR ... merges shard folders)
-  diff        what changed between two reports: {CLI} diff -- OLD NEW
-  releases    which ExecuTorch release to move to: {CLI} releases -- --from 0.7.0 --to 1.0.1
-  -l          every session, with the stacks' own (run(<stack>), project(<stack>), ...)
+  compare             build every stack, run the models through each, write the verdict
+  compat              the project's own tests in every stack, diffed, and the API scan
+  "project(<stack>)"  the project's tests in one stack alone: {CLI} "project(candidate)"
+  scan                the API scan of the project's source alone (report/project/scan.json)
+  report              judge a report folder again (-- SHARD_DIR ... merges shard folders)
+  diff                what changed between two reports: {CLI} diff -- OLD NEW
+  releases            which ExecuTorch release to move to: {CLI} releases -- --from 0.7.0 --to 1.0.1
+  -l                  every command, with the stacks' own ("run(<stack>)", "project(<stack>)", ...)
 
 Options after `--` go to the command, e.g. {CLI} compare -- --out DIR --suite none --models my-model
 (--suite smoke|default|full|none, --models a,b, --out DIR, --fresh; README.md has them all).
@@ -98,6 +100,27 @@ def _checking_sessions(filter_manifest: Callable[..., Any]) -> Callable[..., Any
     return checked
 
 
+def command_list(sessions: list[tuple[str, str]]) -> str:
+    """``-l``: every session (name, description) as this command runs it — `upgrade-gate "run(legacy)"`, not
+    nox's listing, whose noxfile docstring and `nox -s` lines a team does not type."""
+    commands = [(command(name), description) for name, description in sessions]
+    width = max(len(text) for text, _ in commands)
+    lines = [f"  {text:<{width}}  {description}".rstrip() for text, description in commands]
+    return (f"The commands of {CLI} (options after `--`: `{CLI} COMMAND -- --help`; README.md has them all):\n\n"
+            + "\n".join(lines) + "\n")
+
+
+def _listing_commands(honor_list_request: Callable[..., Any]) -> Callable[..., Any]:
+    """nox's honor_list_request, but ``-l`` lists the sessions as this command's (``--json`` stays nox's)."""
+    def listed(manifest: Any, global_config: Any) -> Any:
+        if not global_config.list_sessions or global_config.json:
+            return honor_list_request(manifest, global_config)
+        print(command_list([(session.friendly_name, session.description or "")
+                            for session, _ in manifest.list_all_sessions()]), end="")
+        return 0
+    return listed
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv in (["--version"], ["-V"]):
@@ -132,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         from nox.__main__ import main as nox_main
 
         nox.tasks.filter_manifest = _checking_sessions(nox.tasks.filter_manifest)
+        nox.tasks.honor_list_request = _listing_commands(nox.tasks.honor_list_request)
         sys.argv = [CLI, *nox_arguments(argv, config)]
         nox_main()
 
