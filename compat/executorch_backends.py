@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where it is used: the stderr capture below is tested without a stack
+    import torch
 
 MESSAGE_CHARS = 600
+# The last lines a failed tool (flatc) wrote to stderr, quoted in the backend's error.
+CHILD_STDERR_LINES = 5
 
 
 class Unavailable(Exception):
@@ -147,6 +152,43 @@ def _scratch_directory() -> Iterator[None]:
             os.chdir(before)
 
 
+@contextlib.contextmanager
+def _stderr_kept(kept: list[str]) -> Iterator[None]:
+    """Everything written to stderr meanwhile — by this process and by the tools it starts — appended to
+    ``kept`` as text, and passed on to the real stderr (the worker's log) afterwards.
+
+    ExecuTorch runs flatc with ``subprocess.run(..., check=True)`` and no capture: its CalledProcessError
+    says only "returned non-zero exit status 1", while flatc's reason went to the log (issue 37). Taken at
+    the file descriptor, so a child's output is kept too."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            data = sink.read()
+            os.write(2, data)
+            kept.append(data.decode(errors="replace"))
+
+
+def failure_message(error: BaseException, stderr: str) -> str:
+    """A backend's error; for a tool that failed (a CalledProcessError, raised or behind what was), the last
+    lines it wrote to stderr first — what flatc said, not only its exit status."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, subprocess.CalledProcessError):
+        cause = cause.__cause__ or cause.__context__
+    said = [line.strip() for line in stderr.splitlines() if line.strip()][-CHILD_STDERR_LINES:]
+    if cause is None or not said:
+        return f"{type(error).__name__}: {str(error)[:MESSAGE_CHARS]}"
+    tool = os.path.basename(str(cause.cmd[0] if isinstance(cause.cmd, list | tuple) else cause.cmd).split()[0])
+    return f"{type(error).__name__}: {tool} said: {' | '.join(said)} ({error})"[:MESSAGE_CHARS]
+
+
 def unavailable(name: str) -> str | None:
     """Why the backend's ahead-of-time tools are missing from this stack, or None: cheap, no lowering."""
     try:
@@ -164,10 +206,12 @@ def try_backend(name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, 
         partitioners = BACKENDS[name]()
     except Unavailable as why:
         return {"status": "unavailable", "reason": str(why)}
+    import torch
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    stderr: list[str] = []
     try:
-        with _scratch_directory(), torch.no_grad():
+        with _scratch_directory(), torch.no_grad(), _stderr_kept(stderr):
             lowered = to_edge_transform_and_lower(
                 torch.export.export(module, inputs), partitioner=partitioners,
                 transform_passes=[_fill_default_args()],
@@ -176,7 +220,7 @@ def try_backend(name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, 
             coverage = delegation(lowered.exported_program().graph_module)
             size = len(lowered.to_executorch().buffer)
     except Exception as error:  # noqa: BLE001 - a backend that cannot take the model is the finding
-        return {"status": "failed", "error": f"{type(error).__name__}: {str(error)[:MESSAGE_CHARS]}",
+        return {"status": "failed", "error": failure_message(error, "".join(stderr)),
                 "seconds": round(time.perf_counter() - start, 3)}
     coverage.pop("by_operator", None)
     return {"status": "ok", "bytes": size, "seconds": round(time.perf_counter() - start, 3), **coverage}

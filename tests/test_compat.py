@@ -394,3 +394,27 @@ def test_a_measurement_server_sends_an_adapter_that_does_not_keep_the_contract_a
 def test_no_worker_file_is_long():
     long = {p.name: n for p in COMPAT.glob("*.py") if (n := len(p.read_text().splitlines())) > 500}
     assert not long, long
+
+
+def test_a_backend_try_that_fails_in_a_tool_says_what_the_tool_wrote(capfd):
+    # Issue 37: ExecuTorch runs flatc with check=True and no capture, so an export-only try that failed there
+    # said "returned non-zero exit status 1" and flatc's reason was only in the worker's log.
+    spec = importlib.util.spec_from_file_location("backends_under_test", COMPAT / "executorch_backends.py")
+    backends = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backends)  # imports no torch until a backend is tried
+    flatc = ["sh", "-c", "echo 'lowering…' >&2; echo 'error: program.json:3: unknown field: delegate_data' >&2; "
+                         "exit 1", "flatc"]
+    kept: list[str] = []
+    with pytest.raises(RuntimeError) as raised, backends._stderr_kept(kept):
+        try:
+            subprocess.run(flatc, check=True)
+        except subprocess.CalledProcessError as error:  # as ExecuTorch's serializer lets it out, wrapped
+            raise RuntimeError("failed to serialize the program") from error
+    assert backends.failure_message(raised.value, "".join(kept)) == (
+        "RuntimeError: sh said: lowering… | error: program.json:3: unknown field: delegate_data (failed to "
+        "serialize the program)")
+    # Still in the worker's log, where it went before.
+    assert "unknown field: delegate_data" in capfd.readouterr().err
+    # Anything else keeps its own message, whatever was on stderr.
+    assert backends.failure_message(IndexError("list index out of range"), "a warning\n") == (
+        "IndexError: list index out of range")
