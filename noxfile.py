@@ -166,7 +166,7 @@ def project(session: nox.Session, stack: str) -> None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
-    recipe = venvs.venv_recipe(spec, list(settings.install), settings.root)
+    recipe = venvs.venv_recipe(spec, list(settings.uv_install), settings.root)
     venvs.empty_venv_unless_made_from(UV, bin_dir, recipe)
     error = venvs.install_project(UV, settings, spec, bin_dir)
     if error and spec.is_baseline:

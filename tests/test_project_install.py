@@ -11,6 +11,7 @@ import pytest
 
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.specs import load_spec
+from upgrade_gate.errors import ConfigError
 from upgrade_gate.run import venvs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,15 +41,54 @@ def test_a_dependency_group_is_part_of_the_project_venvs_recipe(tmp_path):
     assert venvs.venv_recipe(spec, ["--group", "test"], tmp_path) != before
 
 
+# PDM's older table, as timm declares its test packages (issue 37): uv does not read it.
+PDM_GROUPED = GROUPED.replace("[dependency-groups]\n", "[tool.pdm.dev-dependencies]\n")
+
+
+def settings_of(root: Path):
+    return load_plan([], invoked_from=root, config_path=root / "pyproject.toml", models_required=False).settings.project
+
+
+def test_a_pdm_dev_dependency_group_is_given_to_uv_as_its_packages(tmp_path):
+    root = team(tmp_path)
+    pdm = ('[tool.pdm.dev-dependencies]\ntest = ["iniconfig>=1", "-e file:///${PROJECT_ROOT}/plugins/fixtures#egg=fx",'
+           ' "-e ./plugins/more", "helper @ file:///${PROJECT_ROOT}/wheels/helper-1.0-py3-none-any.whl"]\n')
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text().replace(
+        '[dependency-groups]\ntest = ["iniconfig"]\n', pdm))
+    settings = settings_of(root)
+    assert settings.install == ("-e", ".", "--group", "test")  # as written, and as the report shows it
+    assert settings.uv_install == ("-e", ".", "iniconfig>=1", "-e", f"{root}/plugins/fixtures", "-e", "./plugins/more",
+                                   f"helper @ {root.as_uri()}/wheels/helper-1.0-py3-none-any.whl")
+    # PEP 735's own stays uv's to read, in its place; so does the "dev" group of tool.uv.dev-dependencies.
+    (root / "pyproject.toml").write_text(GROUPED + '[tool.uv]\ndev-dependencies = ["pluggy"]\n[tool.upgrade-gate]\n'
+                                         'suite = "none"\n[tool.upgrade-gate.project]\n'
+                                         'install = ["--group=test", "-e", ".", "--group", "dev"]\n')
+    assert settings_of(root).uv_install == ("--group=test", "-e", ".", "--group", "dev")
+
+
+def test_a_group_found_nowhere_says_where_it_was_looked_for_and_what_to_write(tmp_path):
+    root = team(tmp_path)
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text().replace(
+        '"--group", "test"', '"--group", "tests"') + '[tool.pdm.dev-dependencies]\nlint = ["ruff"]\n')
+    with pytest.raises(ConfigError) as caught:
+        settings_of(root)
+    assert str(caught.value) == (
+        f"{root / 'pyproject.toml'}: tool.upgrade-gate.project.install: --group tests: no dependency group 'tests' in "
+        f"{root / 'pyproject.toml'}; looked in [dependency-groups] (test) and [tool.pdm.dev-dependencies] (lint); "
+        'declare it as [dependency-groups] tests = ["pytest", …] (PEP 735, which uv reads), or list its packages in '
+        "install")
+
+
 @pytest.mark.integration
-def test_uv_installs_the_group_the_project_table_names(tmp_path):
+@pytest.mark.parametrize("declared", [GROUPED, PDM_GROUPED], ids=["dependency-groups", "pdm-dev-dependencies"])
+def test_uv_installs_the_group_the_project_table_names(tmp_path, declared):
     root = team(tmp_path / "team")
-    settings = load_plan([], invoked_from=root, config_path=root / "pyproject.toml",
-                         models_required=False).settings.project
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text().replace(GROUPED, declared))
+    settings = settings_of(root)
     assert settings is not None
     venv = tmp_path / "venv"
     subprocess.run([UV, "venv", "-q", "-p", "3.11", str(venv)], check=True, timeout=120)
-    assert venvs.install(UV, venv / "bin", list(settings.install), cwd=settings.root) is None
+    assert venvs.install(UV, venv / "bin", list(settings.uv_install), cwd=settings.root) is None
     listed = subprocess.run([UV, "pip", "list", "--python", str(venv / "bin" / "python")], capture_output=True,
                             text=True, check=True, timeout=120).stdout
     assert "iniconfig" in listed and "team" in listed

@@ -8,11 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate.config._kinds import finite, severity
-from upgrade_gate.config.tomlfile import Table
+from upgrade_gate.config.tomlfile import Table, read_toml
 
 PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow"}
 # Where a non-pytest test command takes its JUnit XML output path.
 JUNIT_PLACEHOLDER = "{junit}"
+# `install`'s dependency groups, read from the pyproject.toml in `root`: uv reads PEP 735's
+# [dependency-groups] (and tool.uv.dev-dependencies as the group "dev"); PDM's older
+# [tool.pdm.dev-dependencies], which timm declares its test packages in, uv does not read
+# ("The dependency group 'test' was not found"), so such a group is passed to uv as its packages.
+GROUP_OPTION = "--group"
+PDM_ROOT_VARIABLE = "${PROJECT_ROOT}"  # how a PDM entry names the project's folder (-e file:///${PROJECT_ROOT}/x)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -20,8 +26,10 @@ class ProjectSettings:
     """``[tool.upgrade-gate.project]``: the team's own code, tested in every stack and scanned."""
 
     root: Path
-    # `uv pip install` arguments, run in ``root``, beside the stack's own requirements.
+    # `uv pip install` arguments as written, run in ``root``, beside the stack's own requirements.
     install: tuple[str, ...]
+    # What uv is given: ``install`` with each PDM dev-dependency group as its packages (``uv_arguments``).
+    uv_install: tuple[str, ...]
     # The test command, run in ``root`` with the stack's venv first on PATH; JUnit XML
     # goes where {junit} stands (pytest commands get --junitxml added).
     test: tuple[str, ...]
@@ -68,6 +76,64 @@ def command_setting(table: Table, name: str, default: list[str]) -> list[str]:
     return table.get_str_list(name, default)
 
 
+def uv_arguments(install: list[str], root: Path, table: Table) -> list[str]:
+    """``install`` as uv takes it: ``--group NAME`` stays where uv finds NAME, a group of PDM's
+    [tool.pdm.dev-dependencies] becomes its packages; a group found in neither is a ConfigError saying
+    where it was looked for and what to write instead."""
+    wanted: list[tuple[int, int, str]] = []  # (where the option starts, how many arguments, the group)
+    for index, argument in enumerate(install):
+        if argument == GROUP_OPTION and index + 1 < len(install):
+            wanted.append((index, 2, install[index + 1]))
+        elif argument.startswith(f"{GROUP_OPTION}="):
+            wanted.append((index, 1, argument.partition("=")[2]))
+    wanted = [w for w in wanted if ":" not in w[2]]  # uv's own `path/pyproject.toml:name`: its to find
+    if not wanted:
+        return install
+    path = root / "pyproject.toml"
+    if not path.is_file():
+        raise table.error("install", f"{GROUP_OPTION} {wanted[0][2]}: no pyproject.toml in {root} to read the group "
+                                     "from; list its packages in install instead")
+    document = read_toml(path)
+    groups, tool = _subtable(document, "dependency-groups"), _subtable(document, "tool")
+    uv_table, pdm = _subtable(tool, "uv"), _subtable(_subtable(tool, "pdm"), "dev-dependencies")
+    arguments, done = [], 0
+    for index, count, group in wanted:
+        arguments += install[done:index]
+        done = index + count
+        if group in groups or (group == "dev" and "dev-dependencies" in uv_table):
+            arguments += install[index:done]
+        elif group in pdm:
+            arguments += _pdm_group(pdm[group], root, table, group)
+        else:
+            raise table.error("install", (
+                f"{GROUP_OPTION} {group}: no dependency group {group!r} in {path}; looked in [dependency-groups] "
+                f"({', '.join(groups) or 'none'}) and [tool.pdm.dev-dependencies] ({', '.join(pdm) or 'none'}); "
+                f"declare it as [dependency-groups] {group} = [\"pytest\", …] (PEP 735, which uv reads), or list "
+                "its packages in install"))
+    return arguments + install[done:]
+
+
+def _subtable(table: dict[str, Any], key: str) -> dict[str, Any]:
+    value = table.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _pdm_group(entries: object, root: Path, table: Table, group: str) -> list[str]:
+    """A [tool.pdm.dev-dependencies] group as uv arguments: requirements as written, ``-e PATH`` as two."""
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise table.error("install", f"{GROUP_OPTION} {group}: [tool.pdm.dev-dependencies] {group} in "
+                                     f"{root / 'pyproject.toml'} is not a list of requirement strings")
+    arguments = []
+    for entry in entries:
+        entry = entry.replace(f"file:///{PDM_ROOT_VARIABLE}", root.as_uri()).replace(PDM_ROOT_VARIABLE, str(root))
+        editable, _, target = entry.partition(" ")
+        if editable == "-e":  # `-e file:///…/pkg#egg=pkg` or `-e ./pkg`: the folder, as uv's -e takes it
+            arguments += ["-e", target.strip().removeprefix("file://").partition("#")[0]]
+        else:
+            arguments.append(entry)
+    return arguments
+
+
 def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings:
     table.reject_unknown(PROJECT_KEYS)
     root = (base / table.get("root", str, ".")).resolve()
@@ -95,6 +161,7 @@ def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings
         raise table.error("timeout", f"must be greater than 0, got {timeout!r}")
     return ProjectSettings(
         root=root, install=tuple(install), test=tuple(test), scan=tuple(scan), timeout_s=timeout,
+        uv_install=tuple(uv_arguments(install, root, table) if check_files else install),
         severity=severity(table, "severity", "hard"), scan_severity=severity(table, "scan-severity", "soft"),
         allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
     )

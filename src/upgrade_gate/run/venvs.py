@@ -30,7 +30,7 @@ def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir
     install_stack_or_exit(uv, spec, bin_dir)
     constraints = bin_dir.parent / "stack-constraints.txt"
     constraints.write_text("".join(f"{r}\n" for r in spec.requirements))
-    return install(uv, bin_dir, ["--constraint", str(constraints), *settings.install], cwd=settings.root)
+    return install(uv, bin_dir, ["--constraint", str(constraints), *settings.uv_install], cwd=settings.root)
 
 
 # What a reused venv was last made from, beside its bin/.
