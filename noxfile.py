@@ -181,7 +181,8 @@ def project(session: nox.Session, stack: str) -> None:
     venvs.recipe_installed(bin_dir, recipe)
     run = run_tests(plan, settings, stack, bin_dir, log=session.log)
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
-    session.log(f"project: {stack}: {shlex.join(run['command'])}: {run['status']} in {run['duration_s']:g} s → {folder}")
+    session.log(f"project: {stack}: {shlex.join(run['command'])}: {run['status']} in {run['duration_s']:g} s "
+                f"→ {folder}")
 
 
 @nox.session(python=SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)
@@ -194,7 +195,7 @@ def scan(session: nox.Session) -> None:
         session.skip(f"no [tool.upgrade-gate.project] in {plan.settings.config_path}")
     session.install(*SCAN_REQUIREMENTS, silent=True)
     target = layout.scan_file(plan.settings.out_dir)
-    error = run_scan(settings, Path(session.bin), target)
+    error = run_scan(plan, Path(session.bin), log=session.log)
     if error:
         guard.fail_usage(f"{settings.defined_in}: tool.upgrade-gate.project.scan: {error}")
     found = read_scan(target)

@@ -1,11 +1,13 @@
 """Which uses of torch in a project's source change on the candidate stack: an API-migration scan.
 
-    python compat/scan.py --root PROJECT_DIR --out OUT.json [PATH ...]
+    python compat/scan.py --root PROJECT_DIR --out OUT.json [--files-from LIST] [--progress FILE] [FILE ...]
 
 Runs TorchFix's own checks (its default selection) and our rules
 (compat/migration_rules.toml: TorchScript capture, Lite Interpreter artifacts, FX
-quantization, ... with why each matters on torch 2.8 + ExecuTorch 0.7) over every *.py file
-under the PATHs, and writes one JSON record of findings.
+quantization, ... with why each matters on torch 2.8 + ExecuTorch 0.7) over the FILEs (relative
+to PROJECT_DIR; LIST holds more, one a line), and writes one JSON record of findings. Which files
+are the team's source is the parent's to say (upgrade_gate/project/source.py: no venv, no report
+folder, no cache), so that the files scanned are the files that key a cached scan.
 
 It reads source only and never imports torch, so it runs in its own small venv (TorchFix 0.7,
 which brings libcst and PyYAML), not inside a stack. Names resolve through imports and aliases
@@ -15,8 +17,9 @@ nothing. A use is a call, a bare decorator or any other reference (`ctx =
 torch.cuda.amp.autocast`, `partial(autocast, ...)` after `from torch.cuda.amp import autocast`),
 each reported once: a call is not also reported as the reference it calls.
 
-The record: schema_version, scanner (versions, number of our rules), root, paths,
-files_scanned, findings and errors (files that could not be read or parsed). A finding is
+The record: schema_version, scanner (versions, number of our rules), root, files (those
+scanned), files_scanned, findings and errors (files that could not be read or parsed). While it
+runs, --progress FILE holds {"done", "total", "file"}: how far it is. A finding is
 {file (relative to root, POSIX), line, column (both 1-based; an import's is its name's),
 code (UGnnn ours, TORnnn TorchFix's), source ("upgrade-gate" | "torchfix"), name (the
 qualified name matched; the method name for attribute-call rules), call (the source, one
@@ -35,7 +38,7 @@ import sys
 import tempfile
 import tokenize
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,9 +50,6 @@ from torchfix.torchfix import get_visitors_with_error_codes, process_error_code_
 
 SCHEMA_VERSION = "1.0"
 RULES_PATH = Path(__file__).with_name("migration_rules.toml")
-# Folders that hold no project source: build output, installed packages, caches.
-# Hidden folders (.git, .nox, .venv, ...) and any venv (a folder with pyvenv.cfg) are skipped too.
-SKIPPED_FOLDERS = frozenset({"__pycache__", "build", "dist", "site-packages", "node_modules"})
 CALL_TEXT_LIMIT = 120
 RULE_KINDS = ("name", "attribute-call")
 SORT_FIELDS = ("file", "line", "column", "code", "name")
@@ -62,7 +62,7 @@ class RulesError(ValueError):
 
 
 class ScanPathError(ValueError):
-    """--root or a PATH that cannot be scanned."""
+    """--root or a FILE that cannot be scanned."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -388,30 +388,21 @@ def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = No
     return _scan_text(text, filename, rule_set or _default_rules())
 
 
-def _is_skipped_folder(folder: Path) -> bool:
-    return (folder.name.startswith(".") or folder.name in SKIPPED_FOLDERS
-            or (folder / "pyvenv.cfg").exists())
-
-
-def _python_files(folder: Path) -> Iterator[Path]:
-    for current, subfolders, files in os.walk(folder):
-        here = Path(current)
-        subfolders[:] = sorted(name for name in subfolders if not _is_skipped_folder(here / name))
-        yield from (here / name for name in sorted(files) if name.endswith(".py"))
-
-
-def resolve_paths(root: Path, paths: Sequence[str]) -> list[Path]:
-    """The files to scan under root (resolved), each once, in order; ScanPathError names a bad one."""
-    files: dict[Path, None] = {}
-    for given in paths:
+def resolve_files(root: Path, files: Sequence[str]) -> list[Path]:
+    """The files to scan (resolved), each once, in order; ScanPathError names one that is missing, not a
+    file, or outside root."""
+    found: dict[Path, None] = {}
+    for given in files:
         target = (root / given).resolve()
         if not target.exists():
-            raise ScanPathError(f"path {given!r} does not exist under --root {str(root)!r}")
+            raise ScanPathError(f"file {given!r} does not exist under --root {str(root)!r}")
         if not target.is_relative_to(root):
-            raise ScanPathError(f"path {given!r} is outside --root {str(root)!r}")
-        found = [target] if target.is_file() else _python_files(target)
-        files.update(dict.fromkeys(found))
-    return list(files)
+            raise ScanPathError(f"file {given!r} is outside --root {str(root)!r}")
+        if not target.is_file():
+            raise ScanPathError(f"{given!r} is not a file; name the files to scan (upgrade-gate chooses them: "
+                                "upgrade_gate/project/source.py)")
+        found[target] = None
+    return list(found)
 
 
 def _read_source(path: Path) -> str:
@@ -431,19 +422,23 @@ def _syntax_error_text(text: str, filename: str, error: cst.ParserSyntaxError) -
     return f"libcst cannot parse it (line {error.editor_line}, column {error.editor_column}): {error.message}"
 
 
-def scan(root: Path, paths: Sequence[str] = (".",), rule_set: RuleSet | None = None) -> dict[str, Any]:
-    """The scan record for PATHs (relative to root), as the module docstring describes it.
+def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
+         progress: Path | None = None) -> dict[str, Any]:
+    """The scan record for FILEs (relative to root), as the module docstring describes it; how far it is
+    written to ``progress`` before each file.
 
-    Raises ScanPathError for a root that is not a folder and a PATH that is missing or outside it."""
+    Raises ScanPathError for a root that is not a folder and a FILE that is missing, a folder or outside it."""
     rule_set = rule_set or _default_rules()
     if not Path(root).is_dir():
         raise ScanPathError(f"--root {str(root)!r} is not a directory")
     root = Path(root).resolve()
-    files = resolve_paths(root, paths)
+    paths = resolve_files(root, files)
     findings: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
-    for path in files:
+    for done, path in enumerate(paths):
         relative = path.relative_to(root).as_posix()
+        if progress is not None:
+            write_json({"done": done, "total": len(paths), "file": relative}, progress)
         text = ""
         try:
             text = _read_source(path)
@@ -458,8 +453,8 @@ def scan(root: Path, paths: Sequence[str] = (".",), rule_set: RuleSet | None = N
                     "libcst": importlib.metadata.version("libcst"),
                     "rules": len(rule_set.rules)},
         "root": str(root),
-        "paths": list(paths),
-        "files_scanned": len(files),
+        "files": [path.relative_to(root).as_posix() for path in paths],
+        "files_scanned": len(paths),
         "findings": _sorted_unique(findings),
         "errors": errors,
     }
@@ -484,11 +479,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scan", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("."), help="project folder (default: .)")
     parser.add_argument("--out", type=Path, required=True, help="JSON record to write")
-    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH",
-                        help="files or folders relative to --root (default: .)")
+    parser.add_argument("--files-from", type=argparse.FileType("r", encoding="utf-8"), metavar="LIST",
+                        help="more files to scan, one a line")
+    parser.add_argument("--progress", type=Path, metavar="FILE", help="how far the scan is, rewritten per file")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="files relative to --root")
     args = parser.parse_args(argv)
+    listed = args.files_from.read().splitlines() if args.files_from else []
     try:
-        record = scan(args.root, args.paths)
+        record = scan(args.root, [*args.files, *(line for line in listed if line)], progress=args.progress)
     except (ScanPathError, RulesError) as error:
         print(f"scan: error: {error}", file=sys.stderr)
         return 2

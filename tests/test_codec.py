@@ -207,7 +207,8 @@ def test_keys_and_their_order_are_the_files():
                                                         "warnings_problem"]
     assert SCAN.to_dict() == {"scanner": {"torchfix": "0.7.0", "rules": 11}, "files_scanned": 40,
                               "findings": [SCAN.findings[0].to_dict()], "errors": [{"file": "bad.py",
-                                                                                    "error": "SyntaxError"}]}
+                                                                                    "error": "SyntaxError"}],
+                              "reused_from": None}
     assert list(CHANGE.to_dict())[0] == "test"
     assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load"]
 

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -610,3 +611,129 @@ def test_a_later_run_does_not_change_the_evidence_an_earlier_report_cites(tmp_pa
         "candidate", "candidate", "legacy", "scan", "scan"]
     # And results.json keeps what it cites.
     assert ProjectResults.from_reader(Reader(json.loads(json.dumps(earlier.to_dict())), "project")) == earlier
+
+
+# -- results reused by content (issue 37, item 8: `compat` right after `compare` ran both suites and the scan
+# again, 6 minutes, on unchanged code) ------------------------------------------------------------------------
+
+COUNTED_TESTS = '''
+import pathlib
+
+def test_ok():
+    with open(pathlib.Path(__file__).parents[1] / "runs.txt", "a") as runs:  # outside the project: not its source
+        runs.write("ran\\n")
+
+def test_no():
+    assert 1 == 2
+'''
+
+
+def test_a_test_run_on_unchanged_code_is_reused_by_key_and_the_report_says_from_where(tmp_path, monkeypatch):
+    import sys
+
+    from upgrade_gate.project.session import run_tests
+    from upgrade_gate.run.cache import reached_entries
+
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "ug"))  # a result cache of the test's own
+    (tmp_path / "team").mkdir()
+    (tmp_path / "team" / "test_team.py").write_text(COUNTED_TESTS)
+    bin_dir = Path(sys.executable).parent  # this Python stands for the stack's venv: its packages, its key
+
+    def run(*posargs: str) -> tuple[dict, list[str]]:
+        plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report", *posargs)
+        lines: list[str] = []
+        return run_tests(plan, plan.settings.project, "legacy", bin_dir, log=lines.append), lines
+
+    def runs() -> int:
+        return len((tmp_path / "runs.txt").read_text().splitlines())
+
+    out = tmp_path / "report"
+    first, _ = run()
+    assert (first["status"], runs(), "reused_from" in first) == ("ran", 1, False)
+    key_record = json.loads((out / "project" / "legacy" / "tests.cache.json").read_text())
+    entry = tmp_path / "ug" / "results" / "legacy" / "project" / "tests" / key_record["key"]
+    assert key_record["stored"] and key_record["entry"] == ["legacy", "project", "tests"]
+    junit = (out / "project" / "legacy" / "junit.xml").read_bytes()
+
+    second, lines = run()
+    assert runs() == 1  # the tests did not run again
+    assert second["reused_from"] == str(entry) and second["exit_code"] == 1 and second["status"] == "ran"
+    assert (out / "project" / "legacy" / "junit.xml").read_bytes() == junit
+    stored = time.strftime("%Y-%m-%d %H:%M", time.localtime(json.loads((entry / "manifest.json").read_text())["stored_at"]))
+    assert lines == [f"legacy: project: tests reused from the result cache (entry {key_record['key'][:12]}, stored "
+                     f"{stored}: the same project files, packages and command; --fresh runs it again) → {entry}"]
+    # The report says so, and where from; prune-cache keeps the entry the report folder used.
+    plan = plan_of(tmp_path, 'root = "team"\n', "--out", "report")
+    write_project_run(out, "candidate", junit_of(test_a="passed"))
+    evidence = gather_project(plan)
+    assert evidence.stacks["legacy"].run.reused_from == str(entry)
+    text = to_markdown(project_blocks(evidence, "legacy", ["candidate"]))
+    assert "| legacy | ran (reused) | 1 | 1 | 0 | 0 |" in text
+    assert (f"Reused from the result cache, their key unchanged (the project's files, the installed packages, the "
+            f"command or scanner): legacy's tests (`{entry}`). `--fresh` runs them again.") in text
+    assert ("legacy", "project", "tests", key_record["key"]) in reached_entries(out)
+
+    # Any file of the project changes the key (data a test reads, not only code); --fresh runs them anyway.
+    (tmp_path / "team" / "expected.csv").write_text("a,b\n")
+    third, _ = run()
+    assert (runs(), "reused_from" in third) == (2, False)
+    fourth, _ = run("--fresh")
+    assert (runs(), "reused_from" in fourth) == (3, False)
+    # A run without outcomes is not kept: the next one runs again.
+    (tmp_path / "team" / "test_team.py").write_text(COUNTED_TESTS + "\nimport os\n\ndef test_stop():\n    os._exit(0)\n")
+    assert [run()[0]["status"] for _ in range(2)] == ["no-results", "no-results"] and runs() == 5
+
+
+def test_the_scan_reads_the_teams_source_alone_and_is_reused_while_it_is_unchanged(tmp_path, monkeypatch):
+    # Issue 37, item 7: a report folder inside the repository had its diagnose reproducer scanned (TOR102 in
+    # report/stacks/…/repro.py), and the count moved with whether a diagnose ran. Item 8: no work done twice.
+    import sys
+
+    from upgrade_gate.project.gather import read_scan
+    from upgrade_gate.project.session import run_scan
+    from upgrade_gate.run.pipeline import take_folders_or_exit
+
+    team = tmp_path / "team"
+    team.mkdir()
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(team / "ug-cache"))  # configured inside the repository
+    (team / "app.py").write_text("import torch\nstate = torch.load(path)\n")
+    bin_dir = Path(sys.executable).parent  # has torchfix and libcst, as the scan venv does
+
+    def scanned(*posargs: str) -> tuple[object, list[str]]:
+        plan = plan_of(tmp_path, 'root = "team"\n', "--out", "team/report", *posargs)
+        take_folders_or_exit(plan.settings.out_dir, plan.settings.cache_dir)  # what every session does first
+        lines: list[str] = []
+        assert run_scan(plan, bin_dir, log=lines.append) is None
+        return read_scan(plan.settings.out_dir / "project" / "scan.json"), lines
+
+    repro = team / "report" / "stacks" / "candidate" / "models" / "m" / "diagnose" / "repro" / "forward" / "repro.py"
+    repro.parent.mkdir(parents=True)
+    repro.write_text("import torch\nx = torch.load('inputs.pt')\n")
+    first, lines = scanned()
+    assert [(f.file, f.code) for f in first.findings] == [("app.py", "TOR102")] and first.files_scanned == 1
+    assert first.reused_from is None and any(re.fullmatch(r"\[1/1 \d+:\d\d\] scan 1 files in \d+ s", line)
+                                             for line in lines), lines
+    # The cache inside the repository holds the scan's own record now: tagged, so not read either.
+    assert (team / "ug-cache" / "results" / "CACHEDIR.TAG").is_file()
+
+    second, lines = scanned()
+    key = json.loads((team / "report" / "project" / "scan.cache.json").read_text())["key"]
+    assert second.reused_from == str(team / "ug-cache" / "results" / "scan" / "project" / "scan" / key)
+    assert second.findings == first.findings and len(lines) == 1 and "scan reused from the result cache" in lines[0]
+    (team / "lib.py").write_text("import torch\ntorch.jit.script(f)\n")
+    third, _ = scanned()
+    assert third.reused_from is None and [f.code for f in third.findings] == ["TOR102", "UG101"]
+    assert scanned("--fresh")[0].reused_from is None
+
+
+def test_scan_progress_text_from_the_scanners_file(tmp_path):
+    from upgrade_gate.project.session import ScanProgress
+
+    path = tmp_path / "scan-progress.json"
+    watch = ScanProgress(path)
+    assert watch.poll() is None  # the scanner is still importing libcst
+    path.write_text(json.dumps({"done": 120, "total": 412, "file": "timm/layers/patch_embed.py"}))
+    assert watch.poll() == "120/412 files · timm/layers/patch_embed.py"
+    assert watch.poll() is None  # unchanged
+    path.write_text("{half")
+    assert watch.poll() is None and watch.last == "120/412 files · timm/layers/patch_embed.py"

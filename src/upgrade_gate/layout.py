@@ -27,7 +27,8 @@ every run on a machine, and every file of a run in its report folder.
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
-      project/scan.json                                the API scan of the team's source
+      project/<stack>/tests.cache.json                 the run's cache key and entry (upgrade_gate.project.session)
+      project/scan.json  scan.cache.json  scan.log     the API scan of the team's source, its key, the scanner's output
       project/evidence/<stack>-<digest>/               what a report cites of a stack's test run: copies of the four
           run.json  junit.xml  test.log  warnings.json   files above, in a folder named by their SHA-256, so that
       project/evidence/scan-<digest>.json               a later run (`compat` after `compare`) never changes an

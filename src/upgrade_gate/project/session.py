@@ -15,19 +15,22 @@ plugin (compat/pytest_plugin/upgrade_gate_pytest.py), which a pytest command loa
 from __future__ import annotations
 
 import json
-import subprocess
+import math
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import layout
+from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, RUN_FILE, TOOL_ROOT, WARNINGS_FILE
-from upgrade_gate.run import packages, supervisor
+from upgrade_gate.project import source
+from upgrade_gate.run import cache, packages, supervisor
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.run.runner import venv_env
 
@@ -45,6 +48,16 @@ WARNINGS_ENV = "UPGRADE_GATE_PYTEST_WARNINGS"
 RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
 # A long run prints a progress line at most this often in CI (the live view shows every test).
 PROGRESS_LINES_EVERY_S = 15.0
+SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "migration_rules.toml")
+# The result cache's entries for the project (issue 37: `compat` right after `compare` ran both test suites
+# and the scan again, 6 minutes, on unchanged code): a stack's test run under <cache>/<stack>/project/tests/,
+# the scan under <cache>/scan/project/scan/ — (stack, model, phase) as the model phases' entries.
+CACHE_MODEL, TESTS_PHASE, SCAN_PHASE = "project", "tests", "scan"
+SCAN_ENTRY = ("scan", CACHE_MODEL, SCAN_PHASE)
+# A test run's files that the cache keeps: those of a run that gave outcomes ("ran"). A hang, a kill or a
+# crash may be the machine's, and is run again, as a model phase's would be.
+KEPT_FILES = (RUN_FILE, JUNIT_FILE, WARNINGS_FILE, LOG_FILE, PROGRESS_FILE)
+SCAN_LOG, SCAN_PROGRESS = "scan.log", "scan-progress.json"
 
 
 # -- running the tests (inside `nox -s "project(<stack>)"`) -------------------------
@@ -89,6 +102,12 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
     junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
     for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE):
         stale.unlink(missing_ok=True)  # an old run's outcomes must not pass for this one's
+    # Keyed before the tests run: a run may leave files in the project.
+    key = tests_key(plan, project, stack, bin_dir)
+    entry = (stack, CACHE_MODEL, TESTS_PHASE)
+    reused = _reuse(plan, entry, key, folder, RUN_FILE, log)
+    if reused is not None:
+        return reused
     # `python` and `pytest` are the stack's: its bin/ leads PATH, and a bare name is resolved there first.
     command = watched_command(project, junit)
     argv = [str(bin_dir / command[0]) if (bin_dir / command[0]).exists() else command[0], *command[1:]]
@@ -129,7 +148,68 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
                                                    f"see {log_name}")
     else:
         record.update(status="ran")
-    return _write_run(plan, stack, bin_dir, record)
+    written = _write_run(plan, stack, bin_dir, record)
+    kept = [folder / name for name in KEPT_FILES if (folder / name).is_file()] if written["status"] == "ran" else []
+    _keep(plan, entry, key, folder, kept, {"seconds": written["duration_s"]})
+    return written
+
+
+def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> str:
+    """What determines a stack's test outcomes: the project's files (project/source.py: every file under its
+    root that is the team's), the test venv's Python and every distribution installed in it, the command,
+    and the plugin that watches the run. Not the environment variables, nor files outside the root."""
+    files = source.project_files(project.root)
+    return cache.digest_of({
+        "tool": __version__, "python": plan.stack(stack).python,
+        "installed": cache.installed_distributions(bin_dir.parent),
+        "command": list(project.test), "root": str(project.root),
+        "files": source.files_digest(project.root, files),
+        "plugin": cache.sha256_file(PLUGIN_DIR / f"{PLUGIN}.py"),
+    })
+
+
+def _reuse(plan: Plan, entry: tuple[str, str, str], key: str, folder: Path, record_file: str,
+           log: Callable[[str], Any]) -> dict[str, Any] | None:
+    """The cache's entry for ``key``, copied into ``folder`` with ``record_file`` saying where it came from,
+    and that record; None when there is none, or with --fresh."""
+    if plan.fresh:
+        return None
+    stack, model, phase = entry
+    hit, problem = cache.ResultCache(plan.settings.cache_dir).lookup(stack, model, phase, key)
+    if problem:
+        log(f"{stack}: project: {phase}: {problem}")
+    if hit is None:
+        return None
+    for name in hit.files:
+        cache.copy_file(hit.path / name, folder / name)
+    record = json.loads((folder / record_file).read_text(encoding="utf-8"))
+    record["reused_from"] = str(hit.path)
+    write_json_atomic(folder / record_file, record)
+    _write_key_record(folder, entry, key, hit.files, stored=True, reused_from=hit.path)
+    stored_at = hit.manifest.get("stored_at")
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stored_at)) if isinstance(stored_at, int | float) else "?"
+    what = f"{stack}: project: tests" if phase == TESTS_PHASE else "scan"
+    log(f"{what} reused from the result cache (entry {key[:12]}, stored {when}: the same project files, "
+        f"packages and command; --fresh runs it again) → {hit.path}")
+    return record
+
+
+def _keep(plan: Plan, entry: tuple[str, str, str], key: str, folder: Path, files: list[Path],
+          meta: dict[str, Any]) -> None:
+    """Store ``files`` under ``key`` (none: not kept), and say so beside them."""
+    manifest = {f.name: {"bytes": f.stat().st_size} for f in files}
+    if files:
+        manifest = cache.ResultCache(plan.settings.cache_dir).store(*entry, key, files, meta).files
+    _write_key_record(folder, entry, key, manifest, stored=bool(files))
+
+
+def _write_key_record(folder: Path, entry: tuple[str, str, str], key: str, files: dict[str, Any], *,
+                      stored: bool, reused_from: Path | None = None) -> None:
+    """``<phase>.cache.json`` beside the files, as a model phase's: its key, its cache entry (which
+    ``prune-cache`` keeps) and whether the files came from there."""
+    write_json_atomic(layout.key_record_file(folder, entry[2]), {
+        "key": key, "entry": list(entry), "stored": stored, "reused_from": str(reused_from) if reused_from else None,
+        "files": files})
 
 
 def _write_run(plan: Plan, stack: str, bin_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
@@ -179,23 +259,74 @@ class TestProgress:
 # -- the API scan (inside `nox -s scan`) ---------------------------------------------
 
 
-def run_scan(settings: ProjectSettings, bin_dir: Path, target: Path) -> str | None:
-    """Run compat/scan.py over the project's source in the scan venv; None, or the scanner's usage error."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    argv = [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "scan.py"), "--root", str(settings.root),
-            "--out", str(target), *settings.scan]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode == 2:
-        return result.stderr.strip().removeprefix("scan: error: ")
-    if result.returncode != 0:
-        raise RuntimeError(f"compat/scan.py failed (exit status {result.returncode}): {result.stderr[-2000:]}")
+def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> str | None:
+    """Scan the project's source (compat/scan.py in the scan venv) into project/scan.json, showing how far it
+    is, or reuse the cache's scan of the same files; None, or a usage error to name
+    ``tool.upgrade-gate.project.scan`` with."""
+    settings = plan.settings.project
+    assert settings is not None  # the session skips without a project
+    target = layout.scan_file(plan.settings.out_dir)
+    folder = target.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        files = source.project_files(settings.root, settings.scan, suffix=".py")
+    except source.SourcePathError as error:
+        return str(error)
+    key = cache.digest_of({
+        "tool": __version__, "scanner": {path.name: cache.sha256_file(path) for path in SCANNER_FILES},
+        "installed": cache.installed_distributions(bin_dir.parent),
+        "files": source.files_digest(settings.root, files), "root": str(settings.root),
+    })
+    if _reuse(plan, SCAN_ENTRY, key, folder, target.name, log) is not None:
+        return None
+    target.unlink(missing_ok=True)
+    watch = ScanProgress(folder / SCAN_PROGRESS)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".scan-files.", suffix=".txt",
+                                     delete=False) as listing:
+        listing.write("".join(f"{path.as_posix()}\n" for path in files))
+    argv = [str(bin_dir / "python"), "-P", str(SCANNER_FILES[0]), "--root", str(settings.root), "--out", str(target),
+            "--files-from", listing.name, "--progress", str(watch.path)]
+    task = "scan"
+    try:
+        with Progress("the API scan", 1, log=log) as progress:
+            progress.start(task)
+
+            def show() -> None:
+                if (text := watch.poll()) is not None:
+                    progress.stage(task, text, lines_every_s=PROGRESS_LINES_EVERY_S)
+            outcome = supervisor.run_supervised(
+                argv, env=dict(os.environ), cwd=settings.root, log_file=folder / SCAN_LOG, phase_file=None,
+                deadline_for=lambda _stage: math.inf, memory_limit_bytes=plan.settings.memory_limit_bytes,
+                on_poll=show)
+            progress.finish(task, f"{len(files)} files in {outcome.elapsed_s:.0f} s")
+    finally:
+        os.unlink(listing.name)
+        watch.path.unlink(missing_ok=True)
+    said = (folder / SCAN_LOG).read_text(encoding="utf-8", errors="replace").strip()
+    if outcome.returncode == 2 and outcome.cause is None:
+        return said.splitlines()[-1].removeprefix("scan: error: ") if said else "the scanner refused its arguments"
+    if outcome.returncode != 0 or outcome.cause is not None or not target.is_file():
+        raise RuntimeError(f"compat/scan.py failed (exit status {outcome.returncode}"
+                           f"{f', {outcome.cause}' if outcome.cause else ''}): {said[-2000:]}")
+    _keep(plan, SCAN_ENTRY, key, folder, [target], {"seconds": round(outcome.elapsed_s, 2)})
     return None
 
 
+class ScanProgress:
+    """How far the scan is, from its progress file: one line of text when it changed."""
 
-# -- reading JUnit XML -----------------------------------------------------------------
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.last: str | None = None
 
-
-
-
-
+    def poll(self) -> str | None:
+        """"120/412 files · timm/layers/patch_embed.py" when the file says something new; else None."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            text = f"{int(data['done'])}/{int(data['total'])} files · {data['file']}"
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # not written yet, or being replaced: next poll
+        if text == self.last:
+            return None
+        self.last = text
+        return text

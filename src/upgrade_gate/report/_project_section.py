@@ -31,12 +31,19 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
     for stack, tests in project.stacks.items():
         run = tests.run
         warned = tests.warning_total
-        rows.append([stack, run.status if run else "did not run",
+        rows.append([stack, (f"{run.status} (reused)" if run.reused_from else run.status) if run else "did not run",
                      *[str(tests.counts.get(k, 0)) for k in ("passed", "failed", "error", "skipped")],
                      "not counted" if warned is None else str(warned),
                      seconds(run.duration_s) if run and run.duration_s else "—", tests.problem or tests.junit])
     blocks.append(Table(["Stack", "Run", "passed", "failed", "errors", "skipped", "warnings", "time", "Outcomes"],
                         rows))
+    reused = [f"{stack}'s tests (`{tests.run.reused_from}`)" for stack, tests in project.stacks.items()
+              if tests.run and tests.run.reused_from]
+    if project.scan and project.scan.reused_from:
+        reused.append(f"the scan (`{project.scan.reused_from}`)")
+    if reused:
+        blocks.append(Paragraph("Reused from the result cache, their key unchanged (the project's files, the installed "
+                                f"packages, the command or scanner): {', '.join(reused)}. `--fresh` runs them again."))
     uncounted = [f"{stack}: {tests.warnings_problem}" for stack, tests in project.stacks.items()
                  if tests.warnings_problem and not tests.problem]
     if uncounted:
@@ -107,7 +114,7 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
         legend = []
         for code, (summary, why, replacement) in sorted(shared.items()):
             # A check with nothing shared by its findings (TorchFix's without our note): each row says its own.
-            said = " — ".join(w for w in (summary, why) if w) or f"TorchFix's {code}: each finding's row says what it found"
+            said = " — ".join(w for w in (summary, why) if w) or f"TorchFix's {code}: each row says what it found"
             if replacement:
                 said += ("" if said.endswith((".", "!", "?")) else ".") + f" Instead: {replacement}"
             legend.append(f"**{code}** ({len(by_code[code])}): {said}")

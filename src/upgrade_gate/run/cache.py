@@ -40,6 +40,11 @@ from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import packages
 
 MANIFEST = "manifest.json"
+# The standard tag of a cache folder (https://bford.info/cachedir/): backup tools leave such a folder out,
+# and so does the project's source (upgrade_gate.project.source) when the cache lives in the repository.
+CACHE_TAG = "CACHEDIR.TAG"
+CACHE_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                  "# upgrade-gate's result cache: finished phases by content hash (docs/architecture.md).\n")
 # The code every stack's worker runs, whatever its adapter, relative to the repository: compat/'s
 # modules that are no adapter and nothing only an adapter imports (specs.WORKER_MODULES), and models/'s
 # package and case.py, which checks what every factory returns — a project's model's too, whose own
@@ -258,6 +263,15 @@ class Hit:
         return self.manifest["files"]
 
 
+def tag_cache(folder: Path) -> None:
+    """Mark ``folder`` as a cache (CACHEDIR.TAG), once."""
+    tag = folder / CACHE_TAG
+    if not tag.is_file():
+        partial = folder / f".{CACHE_TAG}.{os.getpid()}.partial"
+        partial.write_text(CACHE_TAG_TEXT, encoding="utf-8")
+        os.replace(partial, tag)
+
+
 class ResultCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -358,8 +372,8 @@ def tree_bytes(folder: Path) -> int:
 
 def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
     """The cache entries a report folder's phases and measurements came from or went to: each
-    phase's key record (``<phase>.cache.json``) and each measurement file's key, stored under the
-    stacks it measured (upgrade_gate.measure.rounds)."""
+    phase's key record (``<phase>.cache.json``; the project's test runs and scan too) and each
+    measurement file's key, stored under the stacks it measured (upgrade_gate.measure.rounds)."""
     reached = set()
     for record in sorted(out.glob("stacks/*/models/*/*.cache.json")) + sorted(
             out.glob(f"stacks/*/models/*/{layout.DIAGNOSE}/*.cache.json")):
@@ -368,6 +382,12 @@ def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
         key = (_read_json(record) or {}).get("key")
         if key:
             reached.add((model_dir.parent.parent.name, model_dir.name, phase, str(key)))
+    # The project's test runs and scan (upgrade_gate.project.session): their records name their entry.
+    for record in sorted(out.glob("project/*.cache.json")) + sorted(out.glob("project/*/*.cache.json")):
+        data = _read_json(record) or {}
+        entry, key = data.get("entry"), data.get("key")
+        if key and isinstance(entry, list) and len(entry) == 3:
+            reached.add((str(entry[0]), str(entry[1]), str(entry[2]), str(key)))
     for measurement in sorted(out.glob("measurements/*/threads-*.json")):
         data = _read_json(measurement) or {}
         if data.get("key") and data.get("order"):

@@ -126,6 +126,8 @@ class TestRun(codec.Record):
     problem: str | None = None
     install_error: str | None = None
     installed: dict[str, str] = field(default_factory=dict)  # the project venv's packages: name → version
+    # The result cache's entry these outcomes were copied from (the same key: files, packages, command).
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -177,6 +179,8 @@ class ScanResults(codec.Record):
     errors: tuple[tuple[str, str], ...] = field(metadata=codec.custom(
         write=lambda s: [{"file": file, "error": error} for file, error in s.errors],
         read=lambda r, key: tuple((e.text("file"), e.text("error")) for e in r.children(key))))
+    # The result cache's entry this scan was copied from (the same files, scanner and venv).
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -25,7 +25,8 @@ from upgrade_gate.schema import codec
 # 2.2: each stack's diagnosis (the culprit search) and the verdict's remedies (2.1 files read without them).
 # 2.3: a quantized variant's remedy (layers left in float) and its cosine (2.2 files read without them).
 # 2.4: a latency ratio's `planned` rounds when the rounds could stop early (2.3 files read as fixed rounds).
-RESULTS_VERSION = Version("2.4")
+# 2.5: a project test run's and scan's `reused_from`, the cache entry they came from (2.4 files read as run).
+RESULTS_VERSION = Version("2.5")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
