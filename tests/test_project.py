@@ -325,7 +325,7 @@ ENDS_THE_RUN = {
 
 
 @pytest.mark.parametrize("how", list(ENDS_THE_RUN))
-def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path, how):
+def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path, monkeypatch, how):
     # Issue 37, item 15: a test calling os._exit(0), or hanging past project.timeout, in both stacks gave
     # "Project compatibility: GO", exit 0. Real pytest runs (this Python stands for each stack's venv).
     import sys
@@ -333,6 +333,7 @@ def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path
     from upgrade_gate.project.session import run_tests
     from upgrade_gate.run.pipeline import compat_report
 
+    monkeypatch.setenv("UPGRADE_GATE_COMMAND", "upgrade-gate")  # as the installed command runs it: its advice
     plan = plan_of(tmp_path, 'root = "team"\ntimeout = 2\nscan-severity = "off"\n', "--out", "report")
     (tmp_path / "team" / "test_team.py").write_text(ENDS_THE_RUN[how])
     for stack in ("legacy", "candidate"):
@@ -345,9 +346,11 @@ def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path
     assert gate.status is GateStatus.INCOMPLETE and gate.measured is None
     assert gate.note == (f"the tests did not finish in legacy: {problem}; no outcomes on legacy to compare "
                          "candidate's with (candidate's did not either): make its tests finish there (the test "
-                         "named, or project.timeout) and run nox -s compat again")
+                         "named, or project.timeout) and run upgrade-gate compat again")
     assert compat_report(plan) == 3  # INCOMPLETE: the tool could not decide; neither GO (0) nor NO-GO (1)
     assert json.loads((plan.settings.out_dir / "compat.json").read_text())["verdict"] == "INCOMPLETE"
+    assert ("(`upgrade-gate compat`: the project alone; `upgrade-gate compare` judges it with the models)"
+            in (plan.settings.out_dir / "compat.md").read_text())
 
 
 def test_the_report_quotes_the_project_commands_so_they_can_be_pasted(tmp_path):

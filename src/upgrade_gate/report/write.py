@@ -13,6 +13,7 @@ from pathlib import Path
 
 from upgrade_gate import __version__
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
+from upgrade_gate.invocation import command
 from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report import junit
 from upgrade_gate.report._figures import plot_figures
@@ -59,8 +60,8 @@ def write_compat_report(verdict: VerdictRecord, project: ProjectResults, stacks:
     write_json_atomic(paths[1], {**verdict.to_dict(), "project": project.to_dict()})
     blocks: list[Block] = [Heading(1, f"upgrade-gate compat: {' → '.join(stacks)}")]
     blocks += verdict_blocks(verdict)
-    blocks += [Paragraph(f"Generated {verdict.generated_at} by upgrade-gate {__version__} (`nox -s compat`: the "
-                         "project alone; `nox -s compare` judges it with the models)", style="meta")]
+    blocks += [Paragraph(f"Generated {verdict.generated_at} by upgrade-gate {__version__} (`{command('compat')}`: the "
+                         f"project alone; `{command('compare')}` judges it with the models)", style="meta")]
     blocks += [gate_table(verdict.gates)]
     blocks += project_blocks(project, verdict.baseline, list(verdict.candidates))
     write_text_atomic(paths[0], to_markdown(blocks))
