@@ -78,7 +78,8 @@ def test_compare_judges_the_project_beside_its_model_and_its_tests_make_it_a_no_
 def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replacements(team):
     root, env = team
     out = root / "compat-report"
-    result = nox("-s", "compat", "--", "--out", str(out), env=env)
+    # --fresh: the tests and the scan run here whether or not the compare test ran them already.
+    result = nox("-s", "compat", "--", "--out", str(out), "--fresh", env=env)
     assert result.returncode == 1, result.stderr[-4000:]
     assert "Project compatibility: NO-GO" in result.stdout
     compat = load(out, "compat.json")
@@ -125,6 +126,27 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     load_finding = next(f for f in findings if f["code"] == "TOR102")
     assert "weights_only=True" in load_finding["replacement"] and "2.6" in load_finding["why"]
     assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 |" in markdown
+    # The project's own files only: not the reports beside them in its folder (issue 37, item 7).
+    scanned = json.loads((out / compat["project"]["scan_file"]).read_text())["files"]
+    assert scanned and all(f.startswith(("edge_app/", "tests/")) for f in scanned), scanned
+
+    # Issue 37, item 8: the same code again runs no test and no scan — the results come from the result
+    # cache, by key, and the report says from where.
+    again_out = root / "compat-again"
+    again = nox("-s", "compat", "--", "--out", str(again_out), env=env)
+    assert again.returncode == 1, again.stderr[-4000:]
+    for said in ("legacy: project: tests reused from the result cache", "candidate: project: tests reused from "
+                 "the result cache", "scan reused from the result cache"):
+        assert said in again.stderr, again.stderr[-4000:]
+    assert not re.search(r"project: tests exit status", again.stderr)  # no pytest started
+    reused = load(again_out, "compat.json")["project"]
+    assert reused["diffs"] == compat["project"]["diffs"]
+    assert reused["scan"]["findings"] == compat["project"]["scan"]["findings"]
+    for stack in ("legacy", "candidate"):
+        entry = Path(reused["stacks"][stack]["run"]["reused_from"])
+        assert (entry / "junit.xml").read_bytes() == (again_out / "project" / stack / "junit.xml").read_bytes()
+    text = (again_out / "compat.md").read_text()
+    assert "| legacy | ran (reused) |" in text and "Reused from the result cache, their key unchanged" in text
 
 
 

@@ -100,7 +100,7 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
     folder = layout.project_dir(plan.settings.out_dir, stack)
     folder.mkdir(parents=True, exist_ok=True)
     junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
-    for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE):
+    for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE, layout.key_record_file(folder, TESTS_PHASE)):
         stale.unlink(missing_ok=True)  # an old run's outcomes must not pass for this one's
     # Keyed before the tests run: a run may leave files in the project.
     key = tests_key(plan, project, stack, bin_dir)
@@ -142,7 +142,7 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
         record.update(status="out-of-memory", problem=f"killed at {outcome.peak_rss_bytes / 2**30:.1f} GiB resident "
                                                        f"(memory-limit){during}")
     elif not junit.is_file():
-        hint = ("" if runs_pytest(project.test) else " (is {junit} where the command takes its JUnit XML path?)")
+        hint = "" if runs_pytest(project.test) else " (is {junit} where the command takes its JUnit XML path?)"
         ended = f"; the run ended{during} (a test that calls os._exit or kills its process?)" if during else ""
         record.update(status="no-results", problem=f"exit status {outcome.returncode} and no JUnit XML{hint}{ended}; "
                                                    f"see {log_name}")
@@ -279,7 +279,8 @@ def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> st
     })
     if _reuse(plan, SCAN_ENTRY, key, folder, target.name, log) is not None:
         return None
-    target.unlink(missing_ok=True)
+    for stale in (target, layout.key_record_file(folder, SCAN_PHASE)):
+        stale.unlink(missing_ok=True)
     watch = ScanProgress(folder / SCAN_PROGRESS)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".scan-files.", suffix=".txt",
                                      delete=False) as listing:
