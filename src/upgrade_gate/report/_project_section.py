@@ -25,8 +25,9 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
     blocks: list[Block] = [
         Heading(2, "Project compatibility", anchor=model_anchor("project")),
         # Quoted as a shell would need them (a `-k "not slow"` expression), so the line can be pasted.
-        Paragraph(f"The team's project at `{project.root}`: `uv pip install {shlex.join(project.install)}` into each "
-                  f"stack, then `{shlex.join(project.test)}`.")]
+        Paragraph(f"The team's project at {code_span(project.root)}: "
+                  f"{code_span(f'uv pip install {shlex.join(project.install)}')} into each stack, then "
+                  f"{code_span(shlex.join(project.test))}.")]
     rows = []
     for stack, tests in project.stacks.items():
         run = tests.run
@@ -37,10 +38,10 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
                      seconds(run.duration_s) if run and run.duration_s else "—", tests.problem or tests.junit])
     blocks.append(Table(["Stack", "Run", "passed", "failed", "errors", "skipped", "warnings", "time", "Outcomes"],
                         rows))
-    reused = [f"{stack}'s tests (`{tests.run.reused_from}`)" for stack, tests in project.stacks.items()
+    reused = [f"{stack}'s tests ({code_span(tests.run.reused_from)})" for stack, tests in project.stacks.items()
               if tests.run and tests.run.reused_from]
     if project.scan and project.scan.reused_from:
-        reused.append(f"the scan (`{project.scan.reused_from}`)")
+        reused.append(f"the scan ({code_span(project.scan.reused_from)})")
     if reused:
         blocks.append(Paragraph("Reused from the result cache, their key unchanged (the project's files, the installed "
                                 f"packages, the command or scanner): {', '.join(reused)}. `--fresh` runs them again."))

@@ -69,7 +69,6 @@ def take_folders_or_exit(out: Path, cache_dir: Path) -> None:
     check_writable(out, what="report folder", fix="choose another with --out DIR")
     check_writable(cache_dir, what="result cache",
                    fix="set UPGRADE_GATE_CACHE, or `cache =` in [tool.upgrade-gate], to a folder you can write")
-    cache.tag_cache(cache_dir)  # a cache inside the team's repository is not its source (project/source.py)
     try:
         lock_out_dir(out)
         refuse_planted_links(out, "report folder")
@@ -77,6 +76,7 @@ def take_folders_or_exit(out: Path, cache_dir: Path) -> None:
     except (FolderBusy, PlantedLink) as error:
         fail_usage(error)
     cache.use_cache(cache_dir)
+    cache.tag_cache(cache_dir)  # a cache inside the team's repository is not its source (project/source.py)
 
 
 def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Plan:
