@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate.run import runner, supervisor
+from upgrade_gate.run import supervisor, workers
 
 # A stand-in for the worker: records a running stage the way compat/worker.py does, then behaves.
 WORKER = textwrap.dedent('''
@@ -109,7 +109,7 @@ def test_a_kill_9_from_outside_is_the_machines_not_the_models(tmp_path, run_not_
     killer.join()
     assert outcome.returncode == -9 and outcome.cause is None and outcome.stage == "export"
     assert outcome.oom_kills == 0  # this machine's counter can be read, and nothing was killed for memory
-    status, message = runner._cause(outcome, plan=None)  # type: ignore[arg-type]  # a timeout's needs the plan
+    status, message = workers.cause(outcome, plan=None)  # type: ignore[arg-type]  # a timeout's needs the plan
     assert status == "killed"
     assert message.startswith("worker killed by signal SIGKILL from outside (not by upgrade-gate, and the kernel "
                               "counted no out-of-memory kill; peak resident memory 0.0"), message
@@ -125,7 +125,7 @@ def test_a_kill_9_while_the_kernel_counts_an_out_of_memory_kill_is_out_of_memory
     outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600})
     killer.join()
     assert outcome.returncode == -9 and outcome.oom_kills == 1
-    status, message = runner._cause(outcome, plan=None)  # type: ignore[arg-type]
+    status, message = workers.cause(outcome, plan=None)  # type: ignore[arg-type]
     assert status == "out-of-memory"
     assert message.startswith("stage export: worker killed by the kernel's out-of-memory killer (SIGKILL; it "
                               "counted 1 out-of-memory kill(s) while the worker ran; peak resident memory "), message

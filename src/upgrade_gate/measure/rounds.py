@@ -49,7 +49,7 @@ from upgrade_gate.judge.fail_fast import stopped_at
 from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, stats
-from upgrade_gate.run import artifacts, cache, runner, supervisor
+from upgrade_gate.run import artifacts, cache, supervisor, workers
 from upgrade_gate.run.progress import Progress
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
@@ -277,7 +277,7 @@ def start_server(
     job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
     write_json_atomic(job_file, job)
     server = supervisor.Server(
-        runner.worker_argv(bin_dir, "measure", job_file), env=runner.worker_env(bin_dir), cwd=TOOL_ROOT,
+        workers.worker_argv(bin_dir, "measure", job_file), env=workers.worker_env(bin_dir), cwd=TOOL_ROOT,
         log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
         memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV, deadline_key=settings.timeout_key,
     )

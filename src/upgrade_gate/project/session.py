@@ -32,7 +32,7 @@ from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, RUN_FILE, T
 from upgrade_gate.project import source
 from upgrade_gate.run import cache, packages, supervisor
 from upgrade_gate.run.progress import Progress
-from upgrade_gate.run.runner import venv_env
+from upgrade_gate.run.workers import venv_env
 
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"
@@ -68,7 +68,7 @@ def project_env(bin_dir: Path, folder: Path) -> dict[str, str]:
     where upgrade-gate's pytest plugin finds it and writes into ``folder``."""
     env = venv_env(bin_dir)
     env["VIRTUAL_ENV"] = str(bin_dir.parent)
-    # executorch imports torch._inductor, which starts a compile pool on CUDA wheels (see runner.worker_env).
+    # executorch imports torch._inductor, which starts a compile pool on CUDA wheels (see workers.worker_env).
     env.setdefault("TORCH_WARM_POOL", "0")
     # The plugin puts PYTHONPATH back as it was before the tests run: the tests see the team's environment.
     env[RESTORE_ENV] = json.dumps({"PYTHONPATH": env.get("PYTHONPATH")})

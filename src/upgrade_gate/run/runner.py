@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -30,13 +28,11 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.fail_fast import first_hard_failure
-from upgrade_gate.judge.records import RECORDS_VERSION, RecordError, load_stack_model, read_key_record
-from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor
+from upgrade_gate.judge.records import RecordError, load_stack_model, read_key_record
+from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor, workers
 from upgrade_gate.run.asset_build import assets_dir
 from upgrade_gate.run.progress import Progress
 
-LOG_TAIL_LINES = 20
 # Calls of each method under the runtime phase's per-operator profiler (after one untimed call).
 PROFILE_RUNS = 5
 
@@ -73,7 +69,7 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
     stack_dir.mkdir(parents=True, exist_ok=True)
     probe_file = stack_dir / layout.PROBE_FILE
     probe_file.unlink(missing_ok=True)
-    _start_worker(
+    workers.start_worker(
         bin_dir, "probe", {"out": str(probe_file), "distributions": spec.distributions, "adapter": spec.adapter},
         job_file=stack_dir / "probe-job.json", log_file=stack_dir / "probe.log", plan=plan, first_stage="start",
     )
@@ -174,7 +170,7 @@ def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str],
 _STOPPING = threading.Lock()
 
 
-def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEntry], None],
+def _in_parallel(plan: Plan, order: list[ModelEntry], run_one: Callable[[ModelEntry], None],
                  stop: threading.Event | None = None) -> None:
     """A phase of every model in ``order`` (the exports, the diagnoses), up to ``export-jobs`` at once;
     none started once ``stop`` is set (the running ones finish).
@@ -185,7 +181,7 @@ def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEnt
     jobs = plan.settings.export_jobs
     pending = list(order)
     running: dict[Future[None], ModelEntry] = {}
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="export")
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="phase")
     try:
         while pending or running:
             if stop is not None and stop.is_set():
@@ -195,87 +191,150 @@ def _in_parallel(plan: Plan, order: list[ModelEntry], export: Callable[[ModelEnt
                 if alone and running:
                     break
                 model = pending.pop(0)
-                running[pool.submit(export, model)] = model
+                running[pool.submit(run_one, model)] = model
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 del running[future]
                 future.result()
-    except BaseException:  # Ctrl-C or a bug: no export may outlive the run
+    except BaseException:  # Ctrl-C or a bug: no worker may outlive the run
         supervisor.stop_all()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str, Any] | None = None) -> None:
-    """One model's phase in one stack: from the cache if it holds it, else by a worker. ``extra``: what
-    the phase's job holds beyond every phase's (the diagnose phase's methods and threshold), part of its key."""
-    settings, name = stack.plan.settings, f"{stack.spec.name}: {model.name}: {phase}"
-    model_dir = layout.model_dir(settings.out_dir, stack.spec.name, model.name)
-    phase_dir = _phase_dir(model_dir, phase)
-    phase_dir.mkdir(parents=True, exist_ok=True)
-    code = cache.model_code_digest(model)
-    fixtures_dir = layout.fixtures_dir(settings.cache_dir, model.base, code)
-    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir, extra or {})
-    if key is not None and not stack.plan.fresh:
-        hit, problem = stack.store.lookup(stack.spec.name, model.name, phase, key)
-        if problem:
-            stack.progress.log(f"{name}: {problem}")
-        if hit is not None:
-            _clear_phase(model_dir, phase, settings.out_dir)
-            phase_dir.mkdir(parents=True, exist_ok=True)
-            for file in hit.files:
-                (phase_dir / file).parent.mkdir(parents=True, exist_ok=True)
-                cache.copy_file(hit.path / file, phase_dir / file)
-            _write_key_record(phase_dir, phase, key, hit.files, stored=True, reused_from=hit.path)
-            stack.progress.finish(name, f"reused from the cache (entry {key[:12]}, "
-                                        f"{_ago(hit.manifest.get('stored_at'))})")
-            return
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseRun:
+    """One model's phase in one stack: where its files go, and what its job and key are made of.
+    ``extra``: what the phase's job holds beyond every phase's (the diagnose phase's methods and
+    threshold), part of its key."""
 
+    stack: StackRun
+    model: ModelEntry
+    phase: str
+    extra: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.stack.spec.name}: {self.model.name}: {self.phase}"
+
+    @property
+    def out(self) -> Path:
+        return self.stack.plan.settings.out_dir
+
+    @property
+    def model_dir(self) -> Path:
+        return layout.model_dir(self.out, self.stack.spec.name, self.model.name)
+
+    @property
+    def dir(self) -> Path:
+        """The model's folder, or the diagnose phase's own inside it."""
+        return self.model_dir / layout.DIAGNOSE if self.phase == layout.DIAGNOSE else self.model_dir
+
+    @functools.cached_property
+    def code(self) -> str:
+        return cache.model_code_digest(self.model)
+
+    @property
+    def fixtures_dir(self) -> Path:
+        return layout.fixtures_dir(self.stack.plan.settings.cache_dir, self.model.base, self.code)
+
+    @property
+    def file(self) -> Path:
+        return self.dir / f"{self.phase}.json"
+
+    def key(self) -> str | None:
+        """Its key now (the fixtures a first stack writes are part of it): ``_phase_key``."""
+        return _phase_key(self.stack, self.model, self.code, self.phase, self.model_dir, self.fixtures_dir,
+                          self.extra)
+
+    def fresh_folder(self) -> None:
+        """Its files of an earlier run, and what depends on them, removed; its folder made."""
+        _clear_phase(self.model_dir, self.phase, self.out)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+
+def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str, Any] | None = None) -> None:
+    """One model's phase in one stack: from the cache if it holds it, else by a worker."""
+    run = PhaseRun(stack=stack, model=model, phase=phase, extra=extra or {})
+    run.dir.mkdir(parents=True, exist_ok=True)
+    key = run.key()
+    if key is not None and not stack.plan.fresh and _reused(run, key):
+        return
     start = time.monotonic()
-    stack.progress.start(name)
-    _clear_phase(model_dir, phase, settings.out_dir)
-    phase_dir.mkdir(parents=True, exist_ok=True)
-    job = {
-        **model_job(model),
-        "stack": stack.spec.name,
-        "model": model.name,
-        "variant": model.variant,
-        "adapter": stack.spec.adapter,
-        "model_dir": str(phase_dir),
-        "fixtures_dir": str(fixtures_dir),
+    stack.progress.start(run.label)
+    run.fresh_folder()
+    cacheable, seconds = _run_worker(run)
+    _store(run, cacheable, seconds)
+    problem = _first_problem(run.file)
+    stack.progress.finish(run.label, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
+
+
+def _reused(run: PhaseRun, key: str) -> bool:
+    """The phase's files copied from the cache entry its key names, if there is a verified one."""
+    hit, problem = run.stack.store.lookup(run.stack.spec.name, run.model.name, run.phase, key)
+    if problem:
+        run.stack.progress.log(f"{run.label}: {problem}")
+    if hit is None:
+        return False
+    run.fresh_folder()
+    for file in hit.files:
+        (run.dir / file).parent.mkdir(parents=True, exist_ok=True)
+        cache.copy_file(hit.path / file, run.dir / file)
+    _write_key_record(run.dir, run.phase, key, hit.files, stored=True, reused_from=hit.path)
+    stored_at = _ago(hit.manifest.get("stored_at"))
+    run.stack.progress.finish(run.label, f"reused from the cache (entry {key[:12]}, {stored_at})")
+    return True
+
+
+def _phase_job(run: PhaseRun) -> dict[str, Any]:
+    """What the worker is told: the model, the stack's adapter, where to write, the budgets."""
+    settings = run.stack.plan.settings
+    return {
+        **model_job(run.model),
+        "stack": run.stack.spec.name,
+        "model": run.model.name,
+        "variant": run.model.variant,
+        "adapter": run.stack.spec.adapter,
+        "model_dir": str(run.dir),
+        "fixtures_dir": str(run.fixtures_dir),
         # Exports and the checks of the runtime phase run at the first thread count.
         "threads": settings.threads[0],
         "localize_budget_s": settings.localize_budget_s,
         "backends_budget_s": settings.backends_budget_s,
         "profile_runs": PROFILE_RUNS if settings.profile else 0,
-        **(extra or {}),
+        **run.extra,
     }
-    phase_file = phase_dir / f"{phase}.json"
+
+
+def _run_worker(run: PhaseRun) -> tuple[bool, float]:
+    """The phase run by a worker of the stack, and what the supervisor saw added to its record; whether
+    its result may be cached, and the worker's seconds. Ctrl-C: the running stage is recorded
+    interrupted, and the run stops."""
+    job = _phase_job(run)
     try:
-        outcome = _start_worker(
-            stack.bin_dir, phase, job, job_file=phase_dir / f"{phase}-job.json", log_file=phase_dir / f"{phase}.log",
-            plan=stack.plan, phase_file=phase_file, on_stage=lambda stage: stack.progress.stage(name, stage),
+        outcome = workers.start_worker(
+            run.stack.bin_dir, run.phase, job, job_file=run.dir / f"{run.phase}-job.json",
+            log_file=run.dir / f"{run.phase}.log", plan=run.stack.plan, phase_file=run.file,
+            on_stage=lambda stage: run.stack.progress.stage(run.label, stage),
         )
-    except KeyboardInterrupt:  # the worker was stopped with us: say so on its stage, then stop the run
-        _mark_interrupted(phase_file, job, phase)
+    except KeyboardInterrupt:
+        workers.mark_interrupted(run.file, job, run.phase)
         raise
-    cacheable = _record_outcome(phase_file, job, phase, outcome, phase_dir / f"{phase}.log", stack.plan)
-    files = _phase_files(phase_dir, phase)
-    # The fixtures exist now if they did not before: the key that names this result includes them.
-    key = _phase_key(stack, model, code, phase, model_dir, fixtures_dir, extra or {})
-    manifest = {f.relative_to(phase_dir).as_posix(): {"bytes": f.stat().st_size} for f in files}
-    if cacheable and key is not None:
-        manifest = stack.store.store(stack.spec.name, model.name, phase, key, files,
-                                     {"seconds": round(outcome.elapsed_s, 3)}, base=phase_dir).files
-    _write_key_record(phase_dir, phase, key, manifest, stored=cacheable and key is not None)
-    problem = _first_problem(phase_file)
-    stack.progress.finish(name, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
+    cacheable = workers.record_outcome(run.file, job, run.phase, outcome, run.dir / f"{run.phase}.log", run.stack.plan)
+    return cacheable, outcome.elapsed_s
 
 
-def _phase_dir(model_dir: Path, phase: str) -> Path:
-    """Where a phase's files go: the model's folder, or the diagnose phase's own inside it."""
-    return model_dir / layout.DIAGNOSE if phase == layout.DIAGNOSE else model_dir
+def _store(run: PhaseRun, cacheable: bool, seconds: float) -> None:
+    """The phase's files kept in the cache under the key they were made with, and the key record written."""
+    files = _phase_files(run.dir, run.phase)
+    key = run.key()  # the fixtures exist now if they did not before: the key that names this result includes them
+    manifest = {f.relative_to(run.dir).as_posix(): {"bytes": f.stat().st_size} for f in files}
+    stored = cacheable and key is not None
+    if stored and key is not None:
+        manifest = run.stack.store.store(run.stack.spec.name, run.model.name, run.phase, key, files,
+                                         {"seconds": round(seconds, 3)}, base=run.dir).files
+    _write_key_record(run.dir, run.phase, key, manifest, stored=stored)
 
 
 def _phase_key(
@@ -365,13 +424,13 @@ def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dic
     stack_dir.mkdir(parents=True, exist_ok=True)
     result_file = stack_dir / "factories.json"
     result_file.unlink(missing_ok=True)
-    outcome = _start_worker(
+    outcome = workers.start_worker(
         bin_dir, "check", {"out": str(result_file), "models": {m.name: model_job(m) for m in models}},
         job_file=stack_dir / "factories-job.json", log_file=stack_dir / "factories.log", plan=plan,
         first_stage="build",
     )
     if not result_file.is_file():
-        tail = "\n".join(_tail(stack_dir / "factories.log"))
+        tail = "\n".join(workers.log_tail(stack_dir / "factories.log"))
         why = outcome.cause or f"exit status {outcome.returncode}"
         return {m.name: {"ok": False, "error": f"the check died ({why}): {tail}"} for m in models}
     return json.loads(result_file.read_text(encoding="utf-8"))
@@ -387,152 +446,7 @@ def _first_problem(phase_file: Path) -> str | None:
     return f"{failed['stage']} {failed['status']}" if failed else None
 
 
-def _start_worker(
-    bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
-    phase_file: Path | None = None, first_stage: str = "start", on_stage: Callable[[str], Any] | None = None,
-) -> supervisor.Outcome:
-    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
-    write_json_atomic(job_file, job)
-    settings = plan.settings
-    return supervisor.run_supervised(
-        worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=TOOL_ROOT, log_file=log_file,
-        phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
-        first_stage=first_stage, on_stage=on_stage,
-    )
-
-
-def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
-    return [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "worker.py"), command, str(job_file)]
-
-
-def venv_env(bin_dir: Path) -> dict[str, str]:
-    """This process's environment for a program of the venv that holds ``bin_dir``:
-    that venv's bin/ first on PATH, nothing of the caller's on its Python path."""
-    env = dict(os.environ)
-    # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
-    # private names, so nothing of ours shadows a user's package of the same name.
-    env.pop("PYTHONPATH", None)
-    # executorch's serializer runs `flatc` from the venv's bin/.
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONHOME", None)
-    return env
-
-
-def worker_env(bin_dir: Path) -> dict[str, str]:
-    """The environment of a worker in the stack whose venv holds ``bin_dir``."""
-    env = venv_env(bin_dir)
-    env["PYTHONWARNINGS"] = "ignore"
-    # Importing torch._inductor (executorch's export does) starts a pool of
-    # compile subprocesses when triton is installed, as in the CUDA wheels;
-    # nothing here compiles with inductor, and on 2 cores they steal time.
-    env["TORCH_WARM_POOL"] = "0"
-    # The host wheels' OpenMP busy-waits between parallel regions. On this
-    # 2-core machine that made torch 2.2's Lite Interpreter 4-10× slower at 2
-    # threads than at 1 (ViT-Ti/16: 500 ms against 70 ms with passive waiting).
-    # A phone's build runs on pthreadpool, which sleeps; so do XNNPACK's
-    # threads. Set the same in every stack; a user's own setting wins.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # Every phase is a fresh interpreter: without cached bytecode each one
-    # compiles torch's and executorch's sources again (≈ 7 s per process here,
-    # where PYTHONDONTWRITEBYTECODE is set). The cache lives in the stack's venv,
-    # so nothing is written into a user's project.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
-    return env
-
-
-def _record_outcome(
-    phase_file: Path, job: dict[str, Any], phase: str, outcome: supervisor.Outcome, log_file: Path, plan: Plan
-) -> bool:
-    """Add what the supervisor saw to the phase file; for a worker that did not
-    finish, record why on the stage that was running. True when the result may be cached."""
-    try:
-        data = json.loads(phase_file.read_text())
-    except (OSError, ValueError):
-        data = None
-    if data is None:
-        data = {"schema_version": str(RECORDS_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
-                "stages": [], "facts": {}}
-    data.setdefault("facts", {})["supervisor"] = {
-        "elapsed_s": round(outcome.elapsed_s, 3),
-        "peak_rss_bytes": outcome.peak_rss_bytes,
-        "memory_limit_bytes": outcome.memory_limit_bytes,
-    }
-    finished = bool(data.get("complete")) and outcome.finished
-    if not finished:
-        running = next((s for s in data["stages"] if s["status"] == "running"), None)
-        if running is None:
-            running = {"stage": outcome.stage, "status": "running", "duration_s": 0.0}
-            data["stages"].append(running)
-        status, message = _cause(outcome, plan)
-        running.update(
-            status=status,
-            duration_s=round(outcome.stage_elapsed_s, 3),
-            error={"type": status, "message": message, "traceback_tail": _tail(log_file)},
-        )
-        data["complete"] = True
-    write_json_atomic(phase_file, data)
-    return finished and all(s["status"] in cache.CACHEABLE_STATUSES for s in data["stages"])
-
-
-def _mark_interrupted(phase_file: Path, job: dict[str, Any], phase: str) -> None:
-    """The stage that was running when the run was stopped: interrupted, not failed."""
-    try:
-        data = json.loads(phase_file.read_text())
-    except (OSError, ValueError):
-        data = {"schema_version": str(RECORDS_VERSION), "phase": phase, "stack": job["stack"], "model": job["model"],
-                "stages": [{"stage": "start", "status": "running", "duration_s": 0.0}], "facts": {}}
-    for stage in data["stages"]:
-        if stage["status"] == "running":
-            stage.update(status="interrupted", error={"type": "interrupted", "message": _stopped(stage["stage"]),
-                                                      "traceback_tail": []})
-    data["complete"] = True
-    write_json_atomic(phase_file, data)
-
-
-def _stopped(stage: str) -> str:
-    return f"the run was stopped (Ctrl-C or SIGTERM) while stage {stage} ran; running the same command again resumes"
-
-
-def _cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
-    """The status and one-line message for a worker that did not finish its phase."""
-    if outcome.cause == "timeout":
-        key = plan.settings.timeout_key(outcome.stage)
-        return "timeout", (f"stage {outcome.stage} ran {outcome.stage_elapsed_s:.0f} s, past its deadline of "
-                           f"{outcome.deadline_s:.0f} s (timeouts.{key}); worker killed")
-    if outcome.cause == "out-of-memory":
-        return "out-of-memory", (f"stage {outcome.stage}: the worker reached {_gib(outcome.peak_rss_bytes)} resident, "
-                                 f"past the memory limit of {_gib(outcome.memory_limit_bytes)} (memory-limit); killed")
-    if outcome.cause == "interrupted":
-        return "interrupted", _stopped(outcome.stage)
-    code = outcome.returncode
-    if code is not None and -code in supervisor.OUTSIDE_SIGNALS:
-        status, message = supervisor.killed_from_outside(-code, outcome.oom_kills, outcome.peak_rss_bytes)
-        return status, f"stage {outcome.stage}: {message}" if status == "out-of-memory" else message
-    if code is not None and code < 0:
-        return "crashed", f"worker killed by signal {signal.Signals(-code).name}"
-    return "crashed", f"worker exited with code {code}"
-
-
 def _ago(stored_at: Any) -> str:
     if not isinstance(stored_at, (int, float)):
         return "stored earlier"
     return "stored " + time.strftime("%Y-%m-%d %H:%M", time.localtime(stored_at))
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.2f} GiB"
-
-
-def _tail(path: Path) -> list[str]:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    # A line can be megabytes (a model that prints without newlines): the record keeps its end.
-    return [line if len(line) <= TAIL_LINE_CHARS else "…" + line[-TAIL_LINE_CHARS:] for line in lines[-LOG_TAIL_LINES:]]
-
-
-# The longest line of a log's tail kept in a stage's record.
-TAIL_LINE_CHARS = 2000
-
