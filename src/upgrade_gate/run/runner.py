@@ -203,7 +203,7 @@ def _in_parallel(plan: Plan, order: list[ModelEntry], run_one: Callable[[ModelEn
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True)  # no slots: ``code`` is computed once, in the instance's __dict__
 class PhaseRun:
     """One model's phase in one stack: where its files go, and what its job and key are made of.
     ``extra``: what the phase's job holds beyond every phase's (the diagnose phase's methods and
