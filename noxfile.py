@@ -136,6 +136,7 @@ def assets(session: nox.Session) -> None:
 def run(session: nox.Session, stack: str) -> None:
     """Install one stack spec into this session's venv and run the models in it."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from)
+    pipeline.assets_or_exit(plan)
     spec = plan.stack(stack)
     bin_dir = Path(session.bin)
     extra = plan.extra_requirements(stack)

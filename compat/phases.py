@@ -55,7 +55,9 @@ class PhaseLog:
         # Folders of files the tool gives the phase (the shared weights and inputs, the converted assets):
         # one that vanishes while the phase runs was removed from outside (a prune, a person), not lost
         # by the model: its stage is "vanished", which a re-run resumes, never the candidate's failure.
-        self.provided = [Path(job[key]).resolve() for key in ("fixtures_dir", "assets_dir") if job.get(key)]
+        # Only those there when the phase starts: one never made (its export failed) did not vanish.
+        self.provided = [folder for key in ("fixtures_dir", "assets_dir") if job.get(key)
+                         and (folder := Path(job[key]).resolve()).is_dir()]
         self._save()
 
     def stage(self, name: str, needs: tuple[str, ...], func: Callable[[], Any]) -> Any:

@@ -109,3 +109,16 @@ def test_measure_on_a_folder_where_a_stack_never_ran_exits_2_saying_what_to_run(
         f"{out}: stack candidate has not run in this report folder, so there is nothing of it to time; run "
         f"`nox -s compare -- --out {out}`, or `nox -s \"run(candidate)\" -- --out {out}` before "
         f"`nox -s measure -- --out {out}`")]
+
+
+def test_a_stack_run_without_the_assets_its_models_read_exits_2_saying_how_to_build_them(tmp_path):
+    """`compare` queues the assets session first; `run(<stack>)` alone on a fresh cache would have charged
+    the model with the missing photos (an export failure) instead."""
+    env = {**user_project(tmp_path, '[tool.upgrade-gate]\nsuite = "smoke"\n'), layout.CACHE_ENV_VAR: str(tmp_path / "cache")}
+    result = nox("-s", "run(legacy)", "--", "--out", str(tmp_path / "report"), "--models", "mobilenet-v3-small@fp32",
+                 env=env, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert error.endswith(": the assets photos that these models read are not built; run `nox -s assets -- --only "
+                          "photos` first (`nox -s compare` builds them itself)"), error
+    assert error.startswith(f"upgrade-gate: error: {tmp_path / 'cache' / 'assets'}"), error

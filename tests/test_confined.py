@@ -266,6 +266,7 @@ def _phases_module():
 def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_own_missing_file_a_failure(tmp_path):
     phases = _phases_module()
     fixtures, project = tmp_path / "fixtures", tmp_path / "project"
+    fixtures.mkdir()  # the fixtures were there when the phase started
     log = phases.PhaseLog(tmp_path / "runtime.json", {"stack": "candidate", "model": "m",
                                                       "fixtures_dir": str(fixtures), "assets_dir": None}, "runtime")
 
@@ -276,6 +277,12 @@ def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_
     log.stage("build", (), read(project / "weights.bin"))
     stages = {s["stage"]: s for s in json.loads((tmp_path / "runtime.json").read_text())["stages"]}
     assert stages["inputs"]["status"] == "vanished" and stages["build"]["status"] == "failed"
+    # Fixtures never made (the export failed before it wrote them): the stage failed, nothing vanished.
+    never = phases.PhaseLog(tmp_path / "never.json", {"stack": "candidate", "model": "m",
+                                                      "fixtures_dir": str(tmp_path / "none"), "assets_dir": None},
+                            "runtime")
+    never.stage("inputs", (), read(tmp_path / "none" / "inputs.npz"))
+    assert json.loads((tmp_path / "never.json").read_text())["stages"][0]["status"] == "failed"
 
     from upgrade_gate.judge.records import Stage
     from upgrade_gate.run.stages import UNFINISHED_STATUSES

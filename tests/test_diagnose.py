@@ -185,6 +185,7 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
     search is over the passes (torchscript_diagnose.py), its reproducer the traced method."""
     env = user_project(tmp_path, f'[tool.upgrade-gate]\nsuite = "smoke"\n{QUICK.replace("diagnose-budget = 0", "")}')
     out = tmp_path / "report"
+    assert nox("-s", "assets", "--", "--only", "photos", env=env).returncode == 0  # what compare queues first
     result = nox("-s", "run(legacy)", "--", "--out", str(out), "--models", "mobilenet-v3-small@fp32", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = out / "stacks" / "legacy" / "models" / "mobilenet-v3-small" / "diagnose"

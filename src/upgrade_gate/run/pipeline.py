@@ -29,7 +29,7 @@ from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
-from upgrade_gate.run import artifacts, cache, runner, shards
+from upgrade_gate.run import artifacts, asset_build, cache, runner, shards
 from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir, make_folder
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
@@ -144,6 +144,16 @@ def probe_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
     if problem is not None and problem.missing:
         fail_usage(f"{where} lacks {', '.join(problem.missing)}; an adapter provides SUFFIX, set_threads, lower, "
                    "save, load and run (compat/contract.py)")
+
+
+def assets_or_exit(plan: Plan) -> None:
+    """The converted weights, prompts and photos the plan's models read are built (`compare` queues the
+    `assets` session first): a run without them would charge every model with the missing file."""
+    missing = asset_build.missing(list(plan.assets))
+    if missing:
+        fail_usage(f"{asset_build.assets_dir()}: the assets {', '.join(missing)} that these models read are not "
+                   f"built; run `{command('assets', '--only ' + ','.join(missing))}` first (`"
+                   f"{command('compare')}` builds them itself)")
 
 
 def run_models(plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], Any] = print) -> None:
