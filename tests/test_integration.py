@@ -598,8 +598,11 @@ def test_an_unexportable_model_is_a_record_and_a_no_go(explained_run):
     export = gates[("data-dependent-branch", "export")]
     assert export.status is GateStatus.FAILED
     assert export.note.startswith("export failed: torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode")
-    # The other model's results are complete and pass.
-    assert all(g.status is GateStatus.PASSED for (model, _), g in gates.items() if model == "vit-smoke")
+    # The other model's results are complete and pass (its latency, on a machine others keep busy, is the
+    # designed "machine busy" instead: no latency verdict, the rest judged).
+    assert all(g.status is GateStatus.PASSED or (gate == "latency" and g.status is GateStatus.INCOMPLETE
+                                                 and "machine busy: " in g.note)
+               for (model, gate), g in gates.items() if model == "vit-smoke"), gates
 
     results = load(out, "results.json")
     branch = next(m for m in results["models"] if m["model"] == "data-dependent-branch")
