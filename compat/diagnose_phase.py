@@ -35,7 +35,8 @@ class DiagnosePhase:
         self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
 
     # What the adapter must offer, what the report says when it does not, and the stages in order with the
-    # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py) set their own.
+    # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
+    # worker.py picks by the job's search) set their own.
     CAPABILITY: Any = Diagnoses
     NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -275,14 +276,5 @@ def where(found: dict[str, Any]) -> str:
 
 
 def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
-    if job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
-        from .precision_phase import PrecisionPhase
-
-        PrecisionPhase(job, adapter, log).run_stages()
-    elif job.get("search") == "export":  # a failed export: the export API's other options
-        from .export_remedy_phase import ExportRemedyPhase
-
-        ExportRemedyPhase(job, adapter, log).run_stages()
-    else:
-        DiagnosePhase(job, adapter, log).run_stages()
-
+    """The operators behind an artifact that departs from eager (the worker's ``diagnose`` with no ``search``)."""
+    DiagnosePhase(job, adapter, log).run_stages()

@@ -14,9 +14,9 @@ from typing import Any
 
 from . import culprit
 from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import ReExports
+from .contract import Adapter, ReExports
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
-from .phases import StageSkipped, method_outputs, save_arrays
+from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
 
 SEARCH = "export"  # the job's and the build stage's "search"
 
@@ -91,3 +91,8 @@ class ExportRemedyPhase(DiagnosePhase):
         if outputs:
             save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
         return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+
+
+def run_export_remedy_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    """The export API's other options for a failed export (the worker's ``diagnose``, ``search = "export"``)."""
+    ExportRemedyPhase(job, adapter, log).run_stages()

@@ -14,9 +14,9 @@ from typing import Any
 
 from . import precision
 from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import KeepsFloat
+from .contract import Adapter, KeepsFloat
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
-from .phases import StageSkipped, method_outputs, save_arrays
+from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
 
 SEARCH = "keep-float"  # the job's and the build stage's "search"
 # Units the sensitivity ranking may try: at most what half the method's budget buys at the time one
@@ -150,3 +150,8 @@ class PrecisionPhase(DiagnosePhase):
         if outputs:
             save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
         return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+
+
+def run_precision_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    """Which layers of a quantized variant to leave in float (the worker's ``diagnose``, ``search = "keep-float"``)."""
+    PrecisionPhase(job, adapter, log).run_stages()

@@ -11,7 +11,8 @@ boundary, because the two sides run different torch versions. The commands:
 * ``check``   — do a project's model factories give models the tool can run (probe.py)
 * ``export``, ``runtime`` — one phase of one model (export_phase.py, runtime_phase.py; phases.py records it)
 * ``diagnose`` — where an artifact departed from eager: the operators behind it, a reproducer, a remedy
-  (diagnose_phase.py)
+  (diagnose_phase.py); for a quantized variant, the layers to keep in float (precision_phase.py); for a
+  failed export, the export API's other options (export_remedy_phase.py)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
 
 Nothing of this repository is on sys.path (``-P``): a user's own package called
@@ -122,11 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     phases = ours("phases")
     log = phases.PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
     # Only the phase that runs is imported; each by its literal name (tests/test_compat.py reads them).
+    # A diagnose job's search (upgrade_gate.run.diagnosis) picks its phase, whose module records it as SEARCH.
     if args.command == "export":
         phase = ours("export_phase").run_export_phase
     elif args.command == "runtime":
         phase = ours("runtime_phase").run_runtime_phase
-    else:
+    elif job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
+        phase = ours("precision_phase").run_precision_phase
+    elif job.get("search") == "export":  # a failed export: the export API's other options
+        phase = ours("export_remedy_phase").run_export_remedy_phase
+    else:  # an artifact that departs from eager: the operators behind it
         phase = ours("diagnose_phase").run_diagnose_phase
     phase(job, adapter, log)
     return 0

@@ -113,13 +113,18 @@ def nodes_run(tree: ast.AST):
             pending += child.orelse if _type_checking_only(child) else [child]
 
 
+def string_constants_of(path: Path) -> dict[str, str]:
+    """A module's top-level ``NAME = "text"``."""
+    return {target.id: node.value.value for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
 def string_constants() -> dict[str, str]:
     """Module-level ``NAME = "text"`` of compat/: the private package names the worker loads under."""
-    found = {}
+    found: dict[str, str] = {}
     for path in COMPAT.glob("*.py"):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                found |= {target.id: node.value.value for target in node.targets if isinstance(target, ast.Name)}
+        found |= string_constants_of(path)
     return found
 
 
@@ -219,6 +224,20 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
     own = tmp_path / "own.py"
     own.write_text("from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, save, set_threads\n")
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
+
+
+def test_each_diagnose_search_runs_the_phase_that_records_it():
+    """The worker picks a diagnose job's phase by its search (upgrade_gate.run.diagnosis writes it); the
+    phase it picks records that search on its build stage (``SEARCH``), which the parent reads back."""
+    picked = {}
+    for node in ast.walk(ast.parse((COMPAT / "worker.py").read_text())):
+        if isinstance(node, ast.If) and "search" in ast.unparse(node.test):
+            assert isinstance(node.test, ast.Compare) and isinstance(node.test.comparators[0], ast.Constant)
+            call = node.body[0].value.value  # phase = ours("precision_phase").run_precision_phase
+            picked[node.test.comparators[0].value] = call.args[0].value
+    assert picked == {"keep-float": "precision_phase", "export": "export_remedy_phase"}
+    for search, module in picked.items():
+        assert search == string_constants_of(COMPAT / f"{module}.py")["SEARCH"], module
 
 
 def test_a_change_to_what_an_adapter_builds_on_changes_its_key_and_not_its_folder(tmp_path, monkeypatch):
