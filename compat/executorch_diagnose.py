@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from . import culprit
+from .executorch_runtime import binding
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
 REMEDY_NAME = "partitioner"
@@ -79,10 +80,8 @@ def _partitioner(keep_out: Iterable[str]) -> Any:
 
 def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
     """A lowered program serialized and run in this process's runtime, as the artifact would be."""
-    from .executorch_xnnpack import _load_for_executorch_from_buffer  # the runtime the adapter chose
-
     program = lowered.to_executorch()
-    return list(_load_for_executorch_from_buffer(program.buffer).forward(tuple(inputs)))
+    return list(binding._load_for_executorch_from_buffer(program.buffer).forward(tuple(inputs)))
 
 
 def remedy_code(exported: Any, culprits: list[tuple[str, str]]) -> str:

@@ -1,12 +1,21 @@
-"""The candidate's layer-precision search (the KeepsFloat capability of compat/contract.py, for
-executorch_xnnpack.py): the layers each recipe quantizes, and the lines of an export script that leave
-some of them in float — the code the search quantizes with, so that the remedy is what was checked."""
+"""The candidate's quantization (for executorch_xnnpack.py): the primitives its recipes are built from —
+PT2E's capture, prepare, calibration and convert, torchao's 8da4w — and the layer-precision search (the
+KeepsFloat capability of compat/contract.py): the layers each recipe quantizes, and the lines of an export
+script that leave some of them in float — the code the search quantizes with, so that the remedy is what
+was checked."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
+
+# SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (export_llama's default
+# for 8da4w): torchao leaves a Linear whose input width the group does not divide in float, so
+# 128 would quantize only SmolLM2's MLP down-projections (docs/models.md has the figures).
+WEIGHT_GROUP_SIZE = 32
+
 
 # What the remedy's code defines: the PT2E recipes' quantizer, torchao's module filter for 8da4w.
 REMEDY_NAMES = {"int8": "quantizer", "int8-dynamic": "quantizer", "8da4w": "quantized_here"}
@@ -19,10 +28,61 @@ LAYER_TYPES: dict[str, tuple[type[torch.nn.Module], ...]] = {
 }
 
 
+def pt2e_quantized(captured: Any, inputs: tuple[torch.Tensor, ...], quantizer: Any) -> Any:
+    """The captured graph prepared with ``quantizer``, calibrated on ``inputs``, converted."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
+    # The quantizer and the prepare/convert it works with come from one package: torch.ao up
+    # to executorch 0.6, torchao's copy of PT2E from 0.7 on.
+    if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    else:
+        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(captured, quantizer)
+    with torch.no_grad():
+        prepared(*inputs)  # calibration: the observers see the same inputs in every stack
+    return convert_pt2e(prepared)
+
+
+def torchao_quantized(module: torch.nn.Module, filter_fn: Any) -> torch.nn.Module:
+    """A copy of ``module`` with torchao's 8da4w on every nn.Linear (that ``filter_fn`` accepts, when given)."""
+    import torchao.quantization as torchao_quantization
+
+    quantized = copy.deepcopy(module).eval()
+    torchao_quantization.quantize_(quantized, _int8_dynamic_int4_config(torchao_quantization),
+                                   **({"filter_fn": filter_fn} if filter_fn is not None else {}))
+    return quantized
+
+
+def unwrapped(quantized: torch.nn.Module) -> torch.nn.Module:
+    """torchao's newer tensors export as they are; the older ones are unwrapped into plain ops first."""
+    import torchao.utils
+
+    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)
+
+
+def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
+    """8da4w as torchao names it: the function of torchao ≤ 0.16 (executorch 0.7's), else the
+    config that replaced it (the old one was removed in torchao 0.17: pytorch/ao#3884) with the
+    same recipe — int4 symmetric weights in groups, int8 asymmetric per-token activations."""
+    if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight"):
+        return torchao_quantization.int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE)
+    from torchao.quantization.granularity import PerGroup
+
+    return torchao_quantization.Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(WEIGHT_GROUP_SIZE))
+
+
+def capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """The pre-dispatch graph PT2E quantizes: export_for_training up to torch 2.9, which torch
+    2.10 removed — torch.export.export captures the same graph since 2.8 (pytorch/pytorch#158203)."""
+    capture = getattr(torch.export, "export_for_training", None) or torch.export.export
+    return capture(module, inputs).module()
+
+
 def quantizable_layers(module: torch.nn.Module, variant: str) -> list[str]:
     """The modules the variant's recipe quantizes, by their path in ``module``, in model order."""
-    from .executorch_xnnpack import WEIGHT_GROUP_SIZE
-
     found = []
     for name, layer in module.named_modules():
         if not name or not isinstance(layer, LAYER_TYPES[variant]):
@@ -35,8 +95,6 @@ def quantizable_layers(module: torch.nn.Module, variant: str) -> list[str]:
 
 def precision_start(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str) -> Any:
     """What each quantization of the search starts from: the captured graph (PT2E), the module (torchao)."""
-    from .executorch_xnnpack import capture_for_quantization
-
     return module if variant == "8da4w" else capture_for_quantization(module, inputs)
 
 
@@ -44,10 +102,6 @@ def quantize_with_remedy(start: Any, inputs: tuple[torch.Tensor, ...], variant: 
                          remedy: dict[str, Any]) -> torch.nn.Module:
     """The variant quantized as its recipe does, with what the remedy's code defined (``REMEDY_NAMES``):
     a module that runs eagerly and that ``lower`` exports."""
-    import copy
-
-    from .executorch_xnnpack import pt2e_quantized, torchao_quantized, unwrapped
-
     if variant == "8da4w":
         return unwrapped(torchao_quantized(start, remedy[REMEDY_NAMES[variant]]))
     return pt2e_quantized(copy.deepcopy(start), inputs, remedy[REMEDY_NAMES[variant]])
@@ -94,7 +148,8 @@ def keep_float_code(variant: str, keep_float: list[str]) -> str:
             '        fqn == name or fqn.startswith(name + ".") for name in KEEP_FLOAT)',
             "",
             "",
-            "# torchao.quantization.quantize_(model, int8_dynamic_activation_int4_weight(group_size=32),",
+            "# torchao.quantization.quantize_(model, int8_dynamic_activation_int4_weight("
+            f"group_size={WEIGHT_GROUP_SIZE}),",
             "#                                filter_fn=quantized_here)",
         ]) + "\n"
     return "\n".join([

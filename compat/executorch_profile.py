@@ -42,15 +42,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import torch  # must come before the runtime: the extension links against torch's libraries
+import torch
 
-# isort: split
-try:
-    from executorch.extension.pybindings import _portable_lib as _rt
-except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
-    from executorch.extension.pybindings import _C as _rt
+from .executorch_runtime import binding
 
-_RUNTIME_SO = Path(_rt.__file__)
+_RUNTIME_SO = Path(binding.__file__)
 _PKG = _RUNTIME_SO.parents[2]  # .../site-packages/executorch
 _HOST = "host (python/pybind/torch)"
 _INTERP = "executorch interpreter (dispatch, copies)"
@@ -126,7 +122,7 @@ def _run(module: Any, inputs: tuple[torch.Tensor, ...], count: int, method: str)
 # ------------------------------------------------------------------------- etdump
 def _try_etdump(path: Path, inputs, runs: int, warmup: int, method: str) -> tuple[bytes | None, list[float], float]:
     start = time.perf_counter()
-    module = _rt._load_for_executorch(str(path), enable_etdump=True, debug_buffer_size=0)
+    module = binding._load_for_executorch(str(path), enable_etdump=True, debug_buffer_size=0)
     load_ms = (time.perf_counter() - start) * 1e3
     _run(module, inputs, warmup, method)
     wall = _run(module, inputs, runs, method)
@@ -311,7 +307,7 @@ def profile_pte(path: Path, inputs: tuple[torch.Tensor, ...], runs: int, *, meth
             notes.append("ETDump empty: this runtime was built without EXECUTORCH_ENABLE_EVENT_TRACER")
     if result is None and "perf" in sources:
         start = time.perf_counter()
-        module = _rt._load_for_executorch(str(path))
+        module = binding._load_for_executorch(str(path))
         load_ms = (time.perf_counter() - start) * 1e3
         _run(module, inputs, warmup, method)
         wall = _run(module, inputs, runs, method)  # unprofiled: the times the shares are applied to

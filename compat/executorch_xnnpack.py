@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import shutil
 from pathlib import Path
@@ -10,24 +9,35 @@ from typing import Any
 
 import torch
 
-# isort: split
-# The runtime comes from the compiled module itself: the public wrapper
-# (executorch.extension.pybindings.portable_lib) only re-exports it, after
-# importing executorch.exir for a warning class, which costs ~20 s per process
-# here. A phone app has no exir either. torch must be imported first: the
-# extension links against its libraries.
-try:
-    from executorch.extension.pybindings._portable_lib import (
-        _load_for_executorch,
-        _load_for_executorch_from_buffer,  # noqa: F401 - executorch_diagnose.run_lowered's
-        _unsafe_reset_threadpool,
-    )
-except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
-    from executorch.extension.pybindings._C import (
-        _load_for_executorch,
-        _load_for_executorch_from_buffer,  # noqa: F401 - executorch_diagnose.run_lowered's
-        _unsafe_reset_threadpool,
-    )
+# The members of the adapter's capabilities, each from the module that defines it (they import nothing back):
+# the operators behind a numerics failure (culprit.py; Diagnoses, ReExports) from executorch_diagnose.py;
+# which layers of a quantized variant to keep in float (precision.py; KeepsFloat) from executorch_precision.py,
+# whose primitives quantize() builds its recipes from.
+from .executorch_diagnose import (  # noqa: F401 - the adapter's members
+    EXPORT_REMEDIES,
+    REMEDY_NAME,
+    export_with,
+    lower_keeping_out,
+    lower_with_remedy,
+    lowering_parts,
+    method_reproducer,
+    remedy_code,
+    reproducer_source,
+    run_lowered,
+)
+from .executorch_precision import (  # noqa: F401 - the adapter's members, and what quantize() is built from
+    WEIGHT_GROUP_SIZE,
+    capture_for_quantization,
+    keep_float_code,
+    precision_start,
+    pt2e_quantized,
+    pt2e_quantizer,
+    quantizable_layers,
+    quantize_with_remedy,
+    torchao_quantized,
+    unwrapped,
+)
+from .executorch_runtime import binding
 
 SUFFIX = ".pte"
 
@@ -36,14 +46,10 @@ QUANTIZATIONS = {
     "int8": "PT2E static, XNNPACKQuantizer (per-channel int8 weights, per-tensor int8 activations)",
     "int8-dynamic": "PT2E dynamic, XNNPACKQuantizer on every nn.Linear: per-channel int8 weights, "
                     "int8 activations quantized per call",
-    "8da4w": "torchao 8da4w on every nn.Linear: int4 weights in groups of 32, int8 per-token activations; "
-             "embeddings and a tied LM head float (ExecuTorch's export_llama -qmode 8da4w: groups of 128, "
-             "which leave float every layer whose width is not a multiple of 128)",
+    "8da4w": f"torchao 8da4w on every nn.Linear: int4 weights in groups of {WEIGHT_GROUP_SIZE}, int8 per-token "
+             "activations; embeddings and a tied LM head float (ExecuTorch's export_llama -qmode 8da4w: groups of "
+             "128, which leave float every layer whose width is not a multiple of 128)",
 }
-# SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (export_llama's default
-# for 8da4w): torchao leaves a Linear whose input width the group does not divide in float, so
-# 128 would quantize only SmolLM2's MLP down-projections (docs/models.md has the figures).
-WEIGHT_GROUP_SIZE = 32
 
 
 def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str) -> tuple[Any, dict[str, Any]]:
@@ -60,59 +66,6 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
     quantize_nodes = sum(1 for node in converted.graph.nodes
                          if node.op == "call_function" and "quantize_per" in str(node.target))
     return converted, {"recipe": QUANTIZATIONS[variant], "quantize_nodes": quantize_nodes}
-
-
-def pt2e_quantized(captured: Any, inputs: tuple[torch.Tensor, ...], quantizer: Any) -> Any:
-    """The captured graph prepared with ``quantizer``, calibrated on ``inputs``, converted."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
-
-    # The quantizer and the prepare/convert it works with come from one package: torch.ao up
-    # to executorch 0.6, torchao's copy of PT2E from 0.7 on.
-    if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    else:
-        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    prepared = prepare_pt2e(captured, quantizer)
-    with torch.no_grad():
-        prepared(*inputs)  # calibration: the observers see the same inputs in every stack
-    return convert_pt2e(prepared)
-
-
-def torchao_quantized(module: torch.nn.Module, filter_fn: Any) -> torch.nn.Module:
-    """A copy of ``module`` with torchao's 8da4w on every nn.Linear (that ``filter_fn`` accepts, when given)."""
-    import torchao.quantization as torchao_quantization
-
-    quantized = copy.deepcopy(module).eval()
-    torchao_quantization.quantize_(quantized, _int8_dynamic_int4_config(torchao_quantization),
-                                   **({"filter_fn": filter_fn} if filter_fn is not None else {}))
-    return quantized
-
-
-def unwrapped(quantized: torch.nn.Module) -> torch.nn.Module:
-    """torchao's newer tensors export as they are; the older ones are unwrapped into plain ops first."""
-    import torchao.utils
-
-    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)
-
-
-def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
-    """8da4w as torchao names it: the function of torchao ≤ 0.16 (executorch 0.7's), else the
-    config that replaced it (the old one was removed in torchao 0.17: pytorch/ao#3884) with the
-    same recipe — int4 symmetric weights in groups, int8 asymmetric per-token activations."""
-    if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight"):
-        return torchao_quantization.int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE)
-    from torchao.quantization.granularity import PerGroup
-
-    return torchao_quantization.Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4, weight_granularity=PerGroup(WEIGHT_GROUP_SIZE))
-
-
-def capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
-    """The pre-dispatch graph PT2E quantizes: export_for_training up to torch 2.9, which torch
-    2.10 removed — torch.export.export captures the same graph since 2.8 (pytorch/pytorch#158203)."""
-    capture = getattr(torch.export, "export_for_training", None) or torch.export.export
-    return capture(module, inputs).module()
 
 
 def lower(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
@@ -191,7 +144,7 @@ def run_method(program: Any, name: str, inputs: tuple[torch.Tensor, ...]) -> Any
 
 
 def load(path: Path) -> Any:
-    return _load_for_executorch(str(path))
+    return binding._load_for_executorch(str(path))
 
 
 def run(program: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
@@ -250,30 +203,4 @@ def set_threads(count: int) -> None:
     # XNNPACK runs on ExecuTorch's own threadpool, not torch's. Reset it before
     # any program is loaded: resetting it after a load made forward() hang
     # (0% CPU, never returns) with executorch 0.7.0 on this machine.
-    _unsafe_reset_threadpool(count)
-
-
-# The operators behind a numerics failure (culprit.py; the Diagnoses capability): executorch_diagnose.py.
-from .executorch_diagnose import (  # noqa: E402, F401 - the adapter's members, after what they build on
-    EXPORT_REMEDIES,
-    REMEDY_NAME,
-    export_with,
-    lower_keeping_out,
-    lower_with_remedy,
-    lowering_parts,
-    method_reproducer,
-    remedy_code,
-    reproducer_source,
-    run_lowered,
-)
-
-# Which layers of a quantized variant to keep in float (precision.py; the KeepsFloat capability):
-# executorch_precision.py, whose recipe code quantize() runs too.
-from .executorch_precision import (  # noqa: E402, F401 - the adapter's members, after what they build on
-    keep_float_code,
-    precision_start,
-    pt2e_quantizer,
-    quantizable_layers,
-    quantize_with_remedy,
-)
-
+    binding._unsafe_reset_threadpool(count)

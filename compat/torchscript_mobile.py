@@ -10,6 +10,19 @@ import torch
 from torch.jit.mobile import _load_for_lite_interpreter
 from torch.utils.mobile_optimizer import optimize_for_mobile
 
+# What optimize_for_mobile's passes do to a method that departs (culprit.py; the Diagnoses capability), from
+# torchscript_diagnose.py, which defines them (and imports nothing back).
+from .torchscript_diagnose import (  # noqa: F401 - the adapter's members
+    REMEDY_NAME,
+    lower_keeping_out,
+    lower_with_remedy,
+    lowering_parts,
+    method_reproducer,
+    remedy_code,
+    reproducer_source,
+    run_lowered,
+)
+
 SUFFIX = ".ptl"
 
 # Quantization recipes by variant name: what a team on this stack ships as INT8.
@@ -120,17 +133,3 @@ def profiler_missing() -> str | None:
 
 def set_threads(count: int) -> None:
     torch.set_num_threads(count)
-
-
-# What optimize_for_mobile's passes do to a method that departs (culprit.py; the Diagnoses capability):
-# torchscript_diagnose.py.
-from .torchscript_diagnose import (  # noqa: E402, F401 - the adapter's members, after what they build on
-    REMEDY_NAME,
-    lower_keeping_out,
-    lower_with_remedy,
-    lowering_parts,
-    method_reproducer,
-    remedy_code,
-    reproducer_source,
-    run_lowered,
-)

@@ -226,6 +226,46 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
 
 
+def circles(graph: dict[Path, set[Path]]) -> list[list[str]]:
+    """Each loop of imports once, as the file names along it (depth first: a file met again on the walk
+    that reached it closes a loop)."""
+    found: list[list[str]] = []
+    done: set[Path] = set()
+
+    def walk(path: Path, trail: list[Path]) -> None:
+        if path in trail:
+            loop = [p.name for p in trail[trail.index(path):]]
+            if sorted(loop) not in [sorted(known) for known in found]:
+                found.append(loop)
+            return
+        if path in done:
+            return
+        for imported in sorted(graph.get(path, ())):
+            walk(imported, [*trail, path])
+        done.add(path)
+
+    for path in sorted(graph):
+        walk(path, [])
+    return found
+
+
+def test_circles_finds_a_loop_of_imports_and_only_a_loop():
+    a, b, c, d = (Path(f"{name}.py") for name in "abcd")
+    assert circles({a: {b}, b: {c}, c: {a, d}, d: set()}) == [["a.py", "b.py", "c.py"]]
+    assert circles({a: {b, c}, b: {d}, c: {d}, d: set()}) == []  # two ways down to one file: no loop
+    assert circles({a: {a}}) == [["a.py"]]
+
+
+def test_compat_imports_run_one_way(imports):
+    """No module of compat/ imports one that imports it back, at any depth and however late (inside a
+    function): a module that re-exports names imports the module that defines them, never the reverse
+    (issue 38). The adapters are where the lines end: what they build on does not import them."""
+    graph = {path: imports.of(path) for path in sorted(COMPAT.glob("*.py"))}
+    assert circles(graph) == []
+    adapters = {COMPAT / f"{name}.py" for name in ADAPTERS}
+    assert not {path.name for path, imported in graph.items() if imported & adapters}
+
+
 def test_each_diagnose_search_runs_the_phase_that_records_it():
     """The worker picks a diagnose job's phase by its search (upgrade_gate.run.diagnosis writes it); the
     phase it picks records that search on its build stage (``SEARCH``), which the parent reads back."""
