@@ -53,3 +53,29 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     assert parts["candidate_export_floor_s"] == pytest.approx(parts["totals"]["candidate"]["export"] / 2)
     assert parts["measure"]["measurements"] == 4  # two stacks at two thread counts
     assert parts["measure"]["timed_calls_s"] == pytest.approx(4 * 7 * 8 * 2.0 / 1000)
+
+
+def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(project, tmp_path):
+    """A run measured with fixed rounds, played again through rounds.run_rounds with its stop rule: a candidate
+    twice as slow in every round is decided at the first look its gate's intervals have — [min, max] of 7
+    for each of two (1 and 2 threads) — and the seconds of the rounds after it are what stopping early saves;
+    a disturbed round does not count towards the look."""
+    from helpers.stack_records import add_round_loads
+
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    reference = np.ones((1, 4), dtype=np.float32)
+    write_stack_model(out, "legacy", "vit-smoke", eager=[reference], artifact=[reference], latency_ms=[[2.0] * 8] * 10)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[reference], artifact=[reference],
+                      latency_ms=[[4.0] * 8] * 10)
+    for threads, loads in ((1, [(0.0, 0.02)] * 9), (2, [(0.0, 0.02), (0.6, 1.9)] + [(0.0, 0.02)] * 8)):
+        add_round_loads(out, "vit-smoke", threads, loads, ended="planned",
+                        settings={"rounds": 9, "stop_early": False, "intervals": 2})
+    pipeline.report(plan)
+    assert benchmarks.main(["stop-early", "--report", str(out), "--out", str(tmp_path)], log=lambda _: None) == 0
+    rows = {row["measurement"]: row for row in json.loads((tmp_path / "stop-early.json").read_text())["rows"]}
+    one, two = rows["measurements/vit-smoke/threads-1.json"], rows["measurements/vit-smoke/threads-2.json"]
+    # Every part of a round lasted 0.5 s (add_round_loads): two stacks, 1 s a round.
+    assert (one["rounds"], one["stopped_after"], one["rounds_s"], one["saved_s"]) == (9, 7, 9.0, 2.0)
+    assert (two["rounds"], two["stopped_after"], two["rounds_s"], two["saved_s"]) == (10, 7, 10.0, 2.0)

@@ -32,7 +32,15 @@ from upgrade_gate.run import shards
 from upgrade_gate.run.shards import ShardManifest
 from upgrade_gate.schema import codec, comparison, measured, project, results, stack, verdict
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import Contention, LatencyRatio, Measured, RoundLoad, StackLoad
+from upgrade_gate.schema.measured import (
+    BusyRounds,
+    Contention,
+    LatencyRatio,
+    Measured,
+    RoundLoad,
+    RoundsEnded,
+    StackLoad,
+)
 from upgrade_gate.schema.project import (
     CaseChange,
     Finding,
@@ -95,7 +103,9 @@ MEASURED = Measured(status="ok", problem="slow", latency={"forward": LATENCY}, r
                     image_input=True, host="ci-7")
 LOAD = StackLoad(seconds=2.0, waited_share=0.01, others_cores=0.5, steal_share=0.0, run_queue=3)
 ROUND = RoundLoad(round=1, order=("legacy", "candidate"), disturbed=True, loads={"legacy": LOAD, "candidate": None})
-CONTENTION = Contention(threads=2, cores=4, cpu="Xeon", rounds=(ROUND,))
+CONTENTION = Contention(threads=2, cores=4, cpu="Xeon", rounds=(ROUND,), planned=9, ended=RoundsEnded.REPEATS_RAN_OUT,
+                        intervals=4)
+BUSY = BusyRounds(stack="candidate", threads=2, method="forward", per_round=(1.84, 2.35))
 RATIO = LatencyRatio(stack="candidate", threads=2, method="forward", estimate=ESTIMATE)
 STAGES = (Stage(stage="build", status="ok", duration_s=1.5, details={"fixtures": {"weights": "ab"}, "task": "generic"}),
           Stage(stage="save", status="ok", duration_s=0.5, details={"bytes": 1000}),
@@ -111,7 +121,7 @@ STACK_RESULTS = StackResults(record_dir="stacks/candidate/models/vit", stages=ST
                              damaged=("x.npz",), diagnosis=DIAGNOSIS)
 MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="ViT", source="built-in",
                      variant="int8", task_kind="classification", stacks={"candidate": STACK_RESULTS},
-                     comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION})
+                     comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION}, busy_rounds=(BUSY,))
 INSTALLED = Installed(python="3.12.1", executable="/venv/bin/python", platform="linux", cpu="x86_64", cpu_count=None,
                       torch_version="2.8.0", distributions={"torch": "2.8.0", "timm": None})
 EXTRA = ExtraRequirement(requirement="timm>=1.0", distribution="timm")
@@ -143,7 +153,7 @@ RESULTS = Results(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00"
 RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8.0", torchvision="0.23.0", torchao=None,
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
-         CONTENTION, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
+         CONTENTION, BUSY, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
          SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
@@ -177,8 +187,10 @@ def test_every_record_of_the_schema_is_round_tripped_here():
 
 def test_keys_and_their_order_are_the_files():
     assert list(MODEL.to_dict()) == ["model", "factory", "description", "source", "variant", "task", "fixtures",
-                                     "stacks", "comparisons", "latency_ratios", "contention"]
+                                     "stacks", "comparisons", "latency_ratios", "contention", "busy_rounds"]
     assert MODEL.to_dict()["contention"] == [CONTENTION.to_dict()]
+    assert list(CONTENTION.to_dict()) == ["threads", "cores", "cpu", "rounds", "planned", "ended", "intervals"]
+    assert CONTENTION.to_dict()["ended"] == "repeats ran out"
     assert MODEL.to_dict()["fixtures"] == {"candidate": {"weights": "ab"}}
     assert list(COMPARISON.to_dict()) == ["purpose", "actual", "reference", "missing", "worst_rel_l2", "worst_output",
                                           "outputs", "task", "task_missing", "absent", "damaged"]
@@ -267,6 +279,9 @@ def test_a_missing_required_key_is_named_with_its_path():
      "Expected 3 items in 'results.json.models[0].comparisons[0].outputs[0].read_extent', got [1, 4]"),
     (("models", 0, "contention", 0, "rounds", 0, "load", "legacy", "run_queue"), True,
      "Unexpected type bool (expected int) in 'results.json.models[0].contention[0].rounds[0].load.legacy.run_queue'"),
+    (("models", 0, "contention", 0, "ended"), "bored",
+     "Unknown ended 'bored' in 'results.json.models[0].contention[0].ended'; expected one of planned, decided, "
+     "repeats ran out, server ended"),
     (("models", 0, "stacks", "candidate", "measured"), {"one": {}},
      "Unexpected key 'one' (expected a whole number) in 'results.json.models[0].stacks.candidate.measured'"),
     (("models", 0, "comparisons", 0, "absent", 0), "weights(legacy)",

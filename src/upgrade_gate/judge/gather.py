@@ -18,6 +18,7 @@ from upgrade_gate import layout
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge.agreement import TaskAgreement
@@ -32,11 +33,11 @@ from upgrade_gate.judge.records import (
     load_stack_model,
     read_arrays,
 )
-from upgrade_gate.measure.stats import ratio_by_rounds, summarize
+from upgrade_gate.measure.stats import interval_confidence, ratio_by_rounds, summarize
 from upgrade_gate.run.artifacts import released
 from upgrade_gate.run.cache import sha256_file
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import Contention, LatencyRatio, Measured, RoundLoad
+from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio, Measured, RoundLoad, RoundsEnded
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
 from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
 
@@ -52,13 +53,20 @@ def measured_from_record(data: dict[str, Any], quiet: set[int] | None = None) ->
     error = data.get("error") or {}
     problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
     rounds: Rounds = {}
+    calls: dict[str, dict[int, int]] = {}  # per method and round, the calls its samples stand for
     for index, entry in enumerate(data.get("rounds", []), start=1):
+        number, timed = int(entry.get("round", index)), entry.get("calls") or {}
         for method, samples in entry.get("samples_ms", {}).items():
-            rounds.setdefault(method, {})[int(entry.get("round", index))] = [float(v) for v in samples]
+            rounds.setdefault(method, {})[number] = [float(v) for v in samples]
+            calls.setdefault(method, {})[number] = int(timed.get(method, len(samples)))
     if status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
         problem = f"{problem} after {max(len(r) for r in rounds.values())} round(s)"
-    latency = {m: summary for m, r in rounds.items()
-               if (summary := summarize([v for n in sorted(_counted(r, quiet)) for v in r[n]]))}
+    latency = {}
+    for method, by_round in rounds.items():
+        counted = sorted(_counted(by_round, quiet))
+        summary = summarize([v for n in counted for v in by_round[n]], calls=sum(calls[method][n] for n in counted))
+        if summary is not None:
+            latency[method] = summary
     cold = data.get("cold") or {}
     exit_memory = data.get("exit_memory") or {}
     shapes = data.get("input_shapes") or {}
@@ -121,7 +129,9 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     records: dict[str, StackModelRecord] = {}
     stacks: dict[str, StackResults] = {}
     samples: dict[str, dict[int, Rounds]] = {}
-    contention = {threads: _contention(threads, data) for threads, data in measurements.items() if data}
+    contention = {threads: _contention(threads, data, layout.measurement_file(out, model.name, threads)
+                                       .relative_to(out).as_posix())
+                  for threads, data in measurements.items() if data}
     for spec in plan.stacks:
         record = records[spec.name] = load_stack_model(out, spec.name, model.name)
         measured: dict[int, Measured] = {}
@@ -137,22 +147,32 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                    for phase, c in record.cache.items()},
             damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)),
             diagnosis=_diagnosis(plan, spec.name, model.name))
-    ratios = []
+    ratios, busy_rounds = [], []
     base = plan.baseline.name
     for spec in plan.candidates:
         for threads, by_method in samples[spec.name].items():
             if not (stacks[spec.name].measured[threads].status == stacks[base].measured[threads].status == "ok"):
                 continue  # a measurement that did not finish gives no ratio: never a part presented as whole
-            quiet = contention[threads].quiet_rounds() if threads in contention else None
-            # Rounds that could stop early are judged by the sequential design of at most that many (stats).
+            machine = contention.get(threads)
+            quiet = machine.quiet_rounds() if machine is not None else None
+            # Rounds that could stop early are judged by the sequential design of at most that many, each
+            # interval at its share of the gate's coverage (stats): the design the rounds ran with.
             how = measurements[threads].get("settings") or {}
             planned = int(how.get("rounds") or 0) if how.get("stop_early") else 0
+            confidence = interval_confidence(machine.intervals if machine is not None else 1)
             for method, rounds in by_method.items():
                 theirs = samples[base][threads].get(method, {})
                 common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
-                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common], planned=planned)
+                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common],
+                                           confidence=confidence, planned=planned)
                 if estimate is not None:
                     ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
+                if machine is not None and machine.busy:  # every round tried, disturbed or not: no judgement
+                    every = ratio_by_rounds([rounds[n] for n in sorted(rounds) if n in theirs],
+                                            [theirs[n] for n in sorted(rounds) if n in theirs])
+                    if every is not None:
+                        busy_rounds.append(BusyRounds(stack=spec.name, threads=threads, method=method,
+                                                      per_round=every.per_round))
     kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
 
     # What part of an output a later call reads is the model's, the same in every stack: read it once.
@@ -195,7 +215,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                                                                  reference, extents))
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
-                        ratios=tuple(ratios), contention=contention)
+                        ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds))
 
 
 def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
@@ -237,18 +257,29 @@ def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]
     return (quiet & set(rounds)) or set(rounds) if quiet is not None else set(rounds)
 
 
-def _contention(threads: int, data: dict[str, Any]) -> Contention:
-    """The rounds a measurement tried, with the machine's load; a file from before it measured
-    the load counts every round as quiet."""
+ROUNDS_ENDED = tuple(ended.value for ended in RoundsEnded)
+
+
+def _contention(threads: int, data: dict[str, Any], where: str) -> Contention:
+    """The rounds a measurement tried (the file ``where``), with the machine's load and why they ended; a
+    file from before it measured the load counts every round as quiet."""
     machine = data.get("machine") or {}
     tried = data.get("rounds")
     if tried is None:
         numbers = sorted({int(entry.get("round", i)) for stack in (data.get("stacks") or {}).values()
                           for i, entry in enumerate(stack.get("rounds", []), start=1)})
         tried = [{"round": n, "order": data.get("order", []), "disturbed": False, "load": {}} for n in numbers]
+    how = data.get("settings") or {}
+    ended = data.get("ended")
+    if ended is None and tried and tried[-1].get("stopped"):  # a file from before "ended": stop-early said so
+        ended = RoundsEnded.DECIDED.value
+    if ended is not None and ended not in ROUNDS_ENDED:  # worded as the results' codec words it
+        raise RecordError(f"Unknown ended {ended!r} in '{where}.ended'; expected one of {', '.join(ROUNDS_ENDED)}")
     return Contention(threads=threads, cores=machine.get("cores"), cpu=str(machine.get("cpu", "unknown")),
                       rounds=tuple(RoundLoad.from_reader(Reader(r, f"measurement.rounds[{i}]"))
-                                   for i, r in enumerate(tried)))
+                                   for i, r in enumerate(tried)),
+                      planned=int(how.get("rounds") or 0), ended=RoundsEnded(ended) if ended else None,
+                      intervals=int(how.get("intervals") or 1))
 
 
 def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:

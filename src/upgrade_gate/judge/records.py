@@ -391,6 +391,9 @@ def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | No
     if not path.is_file():
         return None
     reader = _read_record(path, out)
+    reader.opt_text("ended")  # its values: gather._contention
+    if (settings := reader.child("settings")) is not None and (settings.opt_integer("intervals") or 1) < 1:
+        raise RecordError(f"Unexpected value (expected at least 1) in '{settings.where}.intervals'")
     for stack in reader.entries("stacks").values():
         stack.text("status")
         for entry in stack.children("rounds") if "rounds" in stack.data else []:
@@ -400,4 +403,7 @@ def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | No
                         isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                     raise RecordError(f"Unexpected samples (expected a list of numbers) in "
                                       f"'{entry.where}.samples_ms.{method}'")
+            calls = entry.child("calls")
+            for method in (calls.data if calls else {}):
+                calls.integer(method)  # type: ignore[union-attr]
     return reader.data

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,13 @@ def load_between(before: Snapshot | None, after: Snapshot | None, threads: int, 
     return Load(seconds=seconds, waited_share=max(0, after.waited_ns - before.waited_ns) / 1e9 / seconds / threads,
                 others_cores=others / _TICKS / seconds, steal_share=(after.steal_ticks - before.steal_ticks) / total,
                 run_queue=max(before.runnable, after.runnable), free_cores=max(0, cores - threads))
+
+
+def watch(ours: list[int], timed: int, threads: int, cores: int) -> Callable[[], Load | None]:
+    """Start watching the machine around one stack's part of a round (``timed``: its server's pid; ``ours``:
+    every server's); the function returned ends the watch and gives the part's load."""
+    before = snapshot(ours, timed)
+    return lambda: load_between(before, snapshot(ours, timed), threads, cores)
 
 
 def _process_ticks(pid: int) -> int:

@@ -7,15 +7,24 @@
   ≤ 1.02 on every call, and no pair interval wholly above it.
 * ``coverage`` — the latency ratio's interval, by simulation: how often it
   holds a known true ratio, against the coverage it states, per number of
-  rounds (no stacks: upgrade_gate.measure.stats alone). Target: never below the stated level.
+  rounds (no stacks: upgrade_gate.measure.stats, and the measure session's own
+  loop with in-process servers for stop-early). Target: never below the stated level.
+* ``gate`` — the latency gate's own error rate, per number of intervals it judges
+  (thread counts × methods), every true ratio at the threshold: how often it fails
+  wrongly and how often it calls any interval clear, exactly (every sign sequence)
+  and simulated through the measure session's loop and the gate's rule, with every
+  interval at 95% (before issue 37: the audit's figures) and at its share of the
+  gate's 95% (now); and what the shares cost in rounds and decisions. Target: the
+  gate's figures, exact and simulated, within 5%.
 * ``stages`` — where a finished run's time went (``--report DIR``, no stacks
   run): per stack, each model's export and runtime phase (the sum of their
   stages), the candidate exports' floor on the machine's export workers, and
   the measure session's model calls (timed samples, warm-up and first calls).
 * ``stop-early`` — what stopping the rounds early saves, replayed on a finished
   run's own rounds (``--report DIR``, measured with fixed rounds; no stacks run):
-  where each measurement would have stopped (rounds.clear_of_threshold) and the
-  seconds of rounds after that, against all its rounds' seconds.
+  where each measurement would have stopped (the measure session's loop, rounds.run_rounds,
+  played on the recorded rounds) and the seconds of rounds after that, against all its
+  rounds' seconds.
 * ``workflow`` — one run of the sample CI workflow (docs/ci/upgrade-gate.yml) on this machine, as
   ``tests/test_integration.py`` rehearses it, on the configured suite: each shard job in a folder of
   its own with the result cache restored from ``--carried DIR`` (what actions/cache keeps between
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -63,9 +73,10 @@ from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
-from upgrade_gate.measure import rounds
+from upgrade_gate.measure import _scripted, rounds
 from upgrade_gate.measure.stats import (
     fewest_rounds,
+    interval_confidence,
     median_interval,
     median_interval_rank,
     ratio_by_rounds,
@@ -74,11 +85,12 @@ from upgrade_gate.measure.stats import (
 )
 from upgrade_gate.run import cache, guard
 from upgrade_gate.run.stages import RUNTIME_STAGES
+from upgrade_gate.schema.measured import RoundsEnded
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "stages", "stop-early", "workflow")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -118,6 +130,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return overhead(out, args.models or OVERHEAD_MODELS, log)
     if args.name == "coverage":
         return coverage(out, log)
+    if args.name == "gate":
+        return gate_coverage(out, log)
     if args.name == "stages":
         return stages(args.report.resolve(), out, log)
     if args.name == "stop-early":
@@ -267,6 +281,7 @@ def _gate_status(run: dict[str, Any], model: str) -> str:
 COVERAGE_TRIALS = 20_000
 COVERAGE_RAW_TRIALS = 5_000
 COVERAGE_ROUNDS = (5, 6, 7, 8, 9, 10, 12, 15, 20)
+COVERAGE_STOP_TRIALS = 5_000  # through the measure session's loop: a few milliseconds each
 
 
 def coverage(out: Path, log: Any) -> int:
@@ -297,20 +312,24 @@ def coverage(out: Path, log: Any) -> int:
         for name, value in observed.items():
             trials = COVERAGE_RAW_TRIALS if name == "raw samples" else COVERAGE_TRIALS
             met = met and value >= level - 3 * math.sqrt(level * (1 - level) / trials)
-        # Rounds that stop early at the sequential design's looks, the threshold at the true ratio (the worst
-        # case: every early stop is a miss), log-normal rounds.
+        # Rounds that stop early at the sequential design's looks, as the measure session runs them (its loop,
+        # in-process servers), the threshold at the true ratio (the worst case: every early stop is a miss),
+        # log-normal rounds.
         sequential: dict[str, Any] = {}
         if n >= fewest_rounds():
             _, stated = sequential_rank(n, n)
-            ratios = true_ratio * np.exp(0.1 * rng.standard_normal((COVERAGE_TRIALS, n)))
-            low, high, _ = sequential_trials(ratios, n, true_ratio)
-            held = float(np.mean((low <= true_ratio) & (true_ratio <= high)))
-            met = met and held >= stated - 3 * math.sqrt(stated * (1 - stated) / COVERAGE_TRIALS)
-            sequential = {"looks": sequential_looks(n), "stated_sequential": stated, "sequential": held}
+            held = 0
+            for row in (true_ratio * np.exp(0.1 * rng.standard_normal((COVERAGE_STOP_TRIALS, n)))).tolist():
+                (_, estimate), = _scripted.measure([row], threshold=true_ratio, planned=n, stop_early=True,
+                                                   intervals=1).outcomes
+                held += estimate.low <= true_ratio <= estimate.high
+            held_share = held / COVERAGE_STOP_TRIALS
+            met = met and held_share >= stated - 3 * math.sqrt(stated * (1 - stated) / COVERAGE_STOP_TRIALS)
+            sequential = {"looks": sequential_looks(n), "stated_sequential": stated, "sequential": held_share}
         rows.append({"rounds": n, "k": k, "stated": level, **observed, **sequential})
     write_json_atomic(out / "coverage.json", {"benchmark": "coverage", "true_ratio": true_ratio, "met": met,
                                               "trials": COVERAGE_TRIALS, "raw_trials": COVERAGE_RAW_TRIALS,
-                                              "rows": rows})
+                                              "stop_trials": COVERAGE_STOP_TRIALS, "rows": rows})
     lines = [f"# coverage: the interval holds the true ratio as often as it says: {'met' if met else 'MISSED'}",
              "", "| rounds | interval | stated coverage | log-normal | heavy-tailed (t₂) | from raw samples | "
              "stop-early: looks (rank) | stated | simulated, threshold at the true ratio |",
@@ -324,24 +343,138 @@ def coverage(out: Path, log: Any) -> int:
     return 0 if met else 1
 
 
-def sequential_trials(ratios: np.ndarray, planned: int, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row of per-round ratios measured as the rounds do with stop-early: at every look, the
-    interval of the rounds so far; stop when it lies wholly on one side of ``threshold``. Each row's
-    (low, high) when it stopped, and how many rounds it took. Vectorized over rows."""
-    trials = ratios.shape[0]
-    low, high = np.full(trials, np.nan), np.full(trials, np.nan)
-    taken = np.zeros(trials, dtype=int)
-    running = np.ones(trials, dtype=bool)
-    for n in range(1, planned + 1):
-        if n not in sequential_looks(planned):
-            continue
-        k, _ = sequential_rank(n, planned)
-        ordered = np.sort(ratios[:, :n], axis=1)
-        lo, hi = ordered[:, k - 1], ordered[:, n - k]
-        stop = running & ((hi <= threshold) | (lo > threshold) | (n == planned))
-        low[stop], high[stop], taken[stop] = lo[stop], hi[stop], n
-        running &= ~stop
-    return low, high, taken
+# Gates by their thread counts × methods: one interval; the audit's 2 and 3 (as thread counts, and as methods of one
+# measurement, whose rounds stop together); SmolLM2's 2 × 2; nanoVLM's 2 × 6, the most the default 9 rounds hold.
+GATE_SHAPES = ((1, 1), (2, 1), (1, 2), (3, 1), (1, 3), (2, 2), (2, 6))
+GATE_ROUNDS = 9  # the default
+GATE_TRIALS = 4_000  # simulated gates per shape and design, through the measure session's loop
+GATE_SPREAD = 0.1  # per-round ratios log-normal with this σ, as in ``coverage``
+GATE_TARGET = 0.05
+
+
+def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool,
+                      confidence: float) -> tuple[float, float]:
+    """A latency gate of ``threads`` × ``methods`` intervals, every true ratio exactly at the threshold, each
+    interval's rounds independent, each interval at ``confidence``: the chance that the gate fails (an interval
+    wholly above) and that it calls any interval clear (wholly above or within) — both wrong there — counted
+    exactly. A round's ratio falls below its median as a fair coin: every sign sequence of ``planned`` rounds
+    gives one interval's state at each look (with stop-early; else at the last round); a measurement's methods
+    stop together, at the first look where every one is clear; thread counts are measurements of their own."""
+    looks = sequential_looks(planned, confidence) if stop_early else {planned: median_interval_rank(planned,
+                                                                                                    confidence)[0]}
+    paths: dict[tuple[str, ...], float] = {}  # one interval: its state at each look → probability
+    for bits in range(2**planned):
+        below = [bits >> i & 1 for i in range(planned)]
+        states = tuple("failed" if sum(below[:n]) < k else "passed" if n - sum(below[:n]) < k else "inconclusive"
+                       for n, k in looks.items())
+        paths[states] = paths.get(states, 0.0) + 2.0**-planned
+    # One measurement's methods: per look, whether every interval is clear, any failed, any clear.
+    joint: dict[tuple[tuple[bool, bool, bool], ...], float] = {tuple((True, False, False) for _ in looks): 1.0}
+    for _ in range(methods):
+        step: dict[tuple[tuple[bool, bool, bool], ...], float] = {}
+        for flags, p in joint.items():
+            for states, q in paths.items():
+                after = tuple((every and state != "inconclusive", failed or state == "failed",
+                               clear or state != "inconclusive")
+                              for (every, failed, clear), state in zip(flags, states, strict=True))
+                step[after] = step.get(after, 0.0) + p * q
+        joint = step
+    failed = clear = 0.0
+    for flags, p in joint.items():
+        stop = next((index for index, (every, _, _) in enumerate(flags) if every), len(flags) - 1)
+        failed += p * flags[stop][1]
+        clear += p * flags[stop][2]
+    return 1 - (1 - failed) ** threads, 1 - (1 - clear) ** threads
+
+
+def simulated_gate(threads: int, methods: int, true_ratio: float, threshold: float, intervals: int,
+                   stop_early: bool, rng: np.random.Generator, trials: int = GATE_TRIALS) -> dict[str, float]:
+    """``trials`` gates measured and judged by the code that runs (_scripted.measure: rounds.run_rounds, the gate's
+    rule), every interval's true ratio ``true_ratio``, each at its share of a gate of ``intervals``: the share
+    that failed, that called any interval clear, that passed, and the rounds each measurement took on average."""
+    failed = clear = passed = taken = 0
+    for _ in range(trials):
+        measured = [_scripted.measure(
+            (true_ratio * np.exp(GATE_SPREAD * rng.standard_normal((methods, GATE_ROUNDS)))).tolist(),
+            threshold=threshold, planned=GATE_ROUNDS, stop_early=stop_early, intervals=intervals)
+            for _ in range(threads)]
+        outcome = _scripted.gate(measured)
+        failed += outcome == "failed"
+        passed += outcome == "passed"
+        clear += any(o != "inconclusive" for m in measured for o, _ in m.outcomes)
+        taken += sum(len(m.tried) for m in measured)
+    return {"failed": failed / trials, "clear": clear / trials, "passed": passed / trials,
+            "rounds": taken / trials / threads}
+
+
+def gate_coverage(out: Path, log: Any) -> int:
+    """The latency gate's own error rate, per shape (thread counts × methods), at the threshold: exact and
+    simulated, every interval at 95% (before) and at its share of the gate's 95% (now); and the cost of the
+    shares: the fewest rounds per number of intervals, and how often a gate decides 20% from the threshold."""
+    rng = np.random.default_rng(37)
+    threshold = 1.05
+    rows: list[dict[str, Any]] = []
+    met = True
+    for threads, methods in GATE_SHAPES:
+        m = threads * methods
+        row: dict[str, Any] = {"threads": threads, "methods": methods, "intervals": m,
+                               "fewest_rounds": fewest_rounds(interval_confidence(m))}
+        for design, intervals in (("before", 1), ("now", m)):
+            confidence = interval_confidence(intervals)
+            row[design] = {
+                "looks": sequential_looks(GATE_ROUNDS, confidence),
+                "exact_fixed": exact_gate_errors(threads, methods, GATE_ROUNDS, False, confidence),
+                "exact_stop_early": exact_gate_errors(threads, methods, GATE_ROUNDS, True, confidence),
+                "at_threshold": simulated_gate(threads, methods, threshold, threshold, intervals, True, rng),
+                "slower": simulated_gate(threads, methods, threshold * 1.2, threshold, intervals, True, rng,
+                                         GATE_TRIALS // 4),
+                "faster": simulated_gate(threads, methods, threshold / 1.2, threshold, intervals, True, rng,
+                                         GATE_TRIALS // 4),
+            }
+        now = row["now"]
+        error = math.sqrt(GATE_TARGET * (1 - GATE_TARGET) / GATE_TRIALS)
+        met = met and max(*now["exact_fixed"], *now["exact_stop_early"]) <= GATE_TARGET \
+            and now["at_threshold"]["clear"] <= GATE_TARGET + 3 * error
+        rows.append(row)
+        log(f"benchmark gate: {threads} thread count(s) × {methods} method(s) done")
+    write_json_atomic(out / "gate.json", {"benchmark": "gate", "rounds": GATE_ROUNDS, "threshold": threshold,
+                                          "spread": GATE_SPREAD, "trials": GATE_TRIALS, "target": GATE_TARGET,
+                                          "met": met, "rows": rows})
+
+    def pair(figures: tuple[float, float]) -> str:
+        return f"{figures[0]:.2%} / {figures[1]:.2%}"
+
+    lines = [f"# gate: a latency gate's own error rate at the threshold, {GATE_ROUNDS} rounds at most: "
+             f"{'met' if met else 'MISSED'} (target: ≤ {GATE_TARGET:.0%} wrongly clear, now)", "",
+             "Every true ratio at the threshold: wrongly failed / wrongly clear (any interval wholly above or "
+             "within). Exact: every sign sequence, intervals independent; simulated: "
+             f"{GATE_TRIALS} gates through the measure session's loop and the gate's rule, log-normal rounds.", "",
+             "| thread counts × methods | fewest rounds now | before: exact, fixed rounds | before: exact, stop-early "
+             "| before: simulated | now: looks (rank) | now: exact, fixed rounds | now: exact, stop-early | "
+             "now: simulated |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        before, now = r["before"], r["now"]
+        lines.append(f"| {r['threads']} × {r['methods']} | {r['fewest_rounds']} | {pair(before['exact_fixed'])} | "
+                     f"{pair(before['exact_stop_early'])} | "
+                     f"{pair((before['at_threshold']['failed'], before['at_threshold']['clear']))} | "
+                     f"{', '.join(f'{n} ({k})' for n, k in now['looks'].items())} | {pair(now['exact_fixed'])} | "
+                     f"{pair(now['exact_stop_early'])} | "
+                     f"{pair((now['at_threshold']['failed'], now['at_threshold']['clear']))} |")
+    lines += ["", f"The cost: every true ratio 20% beyond the threshold ({threshold * 1.2:.2f}, "
+                  f"{threshold / 1.2:.3f}), {GATE_TRIALS // 4} gates each: how often the gate decides, and the "
+                  "rounds a measurement took.", "",
+              "| thread counts × methods | slower: failed before | now | rounds before | now | faster: passed before "
+              "| now | rounds before | now |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        before, now = r["before"], r["now"]
+        lines.append(f"| {r['threads']} × {r['methods']} | {before['slower']['failed']:.1%} | "
+                     f"{now['slower']['failed']:.1%} | {before['slower']['rounds']:.2f} | "
+                     f"{now['slower']['rounds']:.2f} | {before['faster']['passed']:.1%} | "
+                     f"{now['faster']['passed']:.1%} | "
+                     f"{before['faster']['rounds']:.2f} | {now['faster']['rounds']:.2f} |")
+    write_text_atomic(out / "gate.md", "\n".join(lines) + "\n")
+    log((out / "gate.md").read_text())
+    return 0 if met else 1
 
 
 # Runs in a stack's interpreter: compat/measure_server.py's time_runs against a bare loop, on a call that does
@@ -473,7 +606,9 @@ def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
                 continue
             measurements += 1
             for round_ in stack.get("rounds") or ():
-                timed_ms += sum(sum(samples) for samples in (round_.get("samples_ms") or {}).values())
+                calls = round_.get("calls") or {}  # a round keeps at most stats.SAMPLES_KEPT samples of its calls
+                timed_ms += sum(statistics.fmean(samples) * calls.get(method, len(samples))
+                                for method, samples in (round_.get("samples_ms") or {}).items() if samples)
             # Warm-up calls and the first call of a fresh process, at the warm mean of each method.
             warm_ms += sum((warmup + 1) * float(ms) for ms in (stack.get("warm_mean_ms") or {}).values())
     totals = {name: {phase: sum(m[phase] for m in models.values()) for phase in PHASE_COLUMNS}
@@ -518,23 +653,27 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
     rows = []
     for path in sorted((report / "measurements").glob("*/threads-*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
-        planned = int(data["settings"]["rounds"])
-        tried = data.get("rounds") or []
+        how = data["settings"]
+        planned, tried = int(how["rounds"]), data.get("rounds") or []
         seconds = [sum(load["seconds"] for load in entry["load"].values() if load) for entry in tried]
-        quiet: set[int] = set()
-        stopped_after = None
-        for index, entry in enumerate(tried):
-            if entry["disturbed"]:
-                continue
-            quiet.add(entry["round"])
-            if len(quiet) < planned and len(quiet) in sequential_looks(planned) and rounds.clear_of_threshold(
-                    baseline, candidates, planned, gate.threshold, gate["min-delta-ms"], data["stacks"], quiet):
-                stopped_after = index
-                break
-        saved = sum(seconds[stopped_after + 1:]) if stopped_after is not None else 0.0
+        # The recorded rounds played to the measure session's own loop, each stack's as it timed them.
+        recorded = {name: {entry["round"]: entry["samples_ms"] for entry in stack.get("rounds") or ()}
+                    for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
+        servers = {name: _scripted.ScriptedServer(mine.get, pid=index)
+                   for index, (name, mine) in enumerate(recorded.items(), start=1)}
+        methods = {method for mine in recorded.values() for samples in mine.values() for method in samples}
+        confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
+        played: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
+        clear = functools.partial(rounds.clear_of_threshold, baseline, candidates, played, threshold=gate.threshold,
+                                  min_delta_ms=gate["min-delta-ms"], planned=planned, confidence=confidence)
+        disturbed = {entry["round"] for entry in tried if entry["disturbed"]}
+        replayed, ended = rounds.run_rounds(servers, played, planned, int(data["threads"]), clear=clear,
+                                            looks=sequential_looks(planned, confidence),
+                                            watch=_scripted.scripted_watch(disturbed.__contains__))
+        decided = ended is RoundsEnded.DECIDED
         rows.append({"measurement": path.relative_to(report).as_posix(), "rounds": len(tried),
-                     "stopped_after": len(quiet) if stopped_after is not None else None,
-                     "rounds_s": sum(seconds), "saved_s": saved})
+                     "stopped_after": sum(not entry["disturbed"] for entry in replayed) if decided else None,
+                     "rounds_s": sum(seconds), "saved_s": sum(seconds[len(replayed):]) if decided else 0.0})
     total, saved = sum(r["rounds_s"] for r in rows), sum(r["saved_s"] for r in rows)
     lines = [f"# stop-early replayed on {report}: {saved:.0f} s of {total:.0f} s of rounds saved "
              f"({saved / total if total else 0:.1%}), {sum(r['stopped_after'] is not None for r in rows)} of "

@@ -8,15 +8,16 @@ For each model and each thread count:
    one after the other: each starts its runtime, notes its resident memory,
    loads the artifacts and runs every method once — the cold start — then
    warms up.
-2. Rounds, the stacks in turn and the order reversed every other round (A B,
-   B A, …): in each round every stack times each method ``iterations / rounds``
+2. Rounds, the stacks in turn and the order reversed every other counted round
+   (A B, B A, …): in each round every stack times each method ``iterations / rounds``
    times or for ``time-budget / rounds`` seconds, whichever is more. A round's
    medians saw the same machine, so their ratio is the round's
    candidate/baseline ratio (upgrade_gate.measure.stats). Around each stack's part the
    rest of the machine's load is measured (upgrade_gate.measure._contention); a round
-   it disturbed is repeated, and does not count. With ``stop-early`` the rounds stop
-   at a look of the sequential design (upgrade_gate.measure.stats.sequential_looks)
-   once every candidate's interval lies wholly on one side of the latency threshold.
+   it disturbed is repeated in the same order, and does not count. With ``stop-early``
+   the rounds stop at a look of the sequential design (upgrade_gate.measure.stats.sequential_looks)
+   once every candidate's interval lies wholly on one side of the latency threshold. The
+   file says why the rounds ended (schema.measured.RoundsEnded).
 3. Each server exits with its peak resident memory: what loading and running
    the model took is that peak minus the memory it had with only the runtime
    started.
@@ -34,9 +35,9 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, stats
 from upgrade_gate.run import artifacts, cache, supervisor, workers
 from upgrade_gate.run.progress import Progress
+from upgrade_gate.schema.measured import RoundsEnded
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.
@@ -100,6 +102,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             log(f"{label}: reused from the cache (entry {key[:12]})")
             return out_file
 
+    intervals = gate_intervals(plan, model, runnable)
+    confidence = stats.interval_confidence(intervals)
     log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds of "
         f"{', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
@@ -113,9 +117,10 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                 servers[spec.name] = server
         gate = settings.gates["latency"]
         clear = functools.partial(clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates],
-                                  settings.rounds, gate.threshold, gate["min-delta-ms"], stacks) \
-            if settings.stop_early else None
-        rounds = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear)
+                                  stacks, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"],
+                                  planned=settings.rounds, confidence=confidence) if settings.stop_early else None
+        looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
+        rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks)
         for name, server in servers.items():
             goodbye = server.close()
             record = stacks[name]
@@ -133,20 +138,23 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         "model": model.name,
         "threads": threads,
         "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
-                     "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early},
+                     "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early,
+                     # The intervals the model's latency gate judges: they share its 5% (stats.interval_confidence).
+                     "intervals": intervals},
         "order": [spec.name for spec, _ in runnable],
         "key": key,
         # Timings of another machine are not this one's: the cache key has the machine too.
         "machine": machine(),
         # Every round tried: the stacks' order, what the rest of the machine did, whether it counts.
         "rounds": rounds,
+        "ended": ended.value,
         "stacks": stacks,
     }
     write_json_atomic(out_file, data)
     # A stack without a runnable artifact (a variant it has no recipe for) is not
     # part of the key: which stacks ran is (``names``).
     # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
-    whole = sum(not r["disturbed"] for r in rounds) >= settings.rounds or any(r.get("stopped") for r in rounds)
+    whole = ended in (RoundsEnded.PLANNED, RoundsEnded.DECIDED)
     if key is not None and whole and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
         logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
         store.store(names, model.name, phase, key, [out_file, *logs], {})
@@ -155,75 +163,120 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     return out_file
 
 
-def run_rounds(servers: dict[str, supervisor.Server], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
-               on_round: Callable[[str], Any] | None,
-               clear: Callable[[set[int]], bool] | None = None) -> list[dict[str, Any]]:
+class _Process(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+class RoundServer(Protocol):
+    """What the rounds ask of a measurement server: supervisor.Server, or an in-process stand-in
+    (measure/_scripted.py: the benchmarks' and tests' rounds of known ratios, a run's rounds replayed)."""
+
+    @property
+    def process(self) -> _Process: ...
+
+    def request(self, command: dict[str, Any] | None, until: str) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
+
+
+AnyServer = TypeVar("AnyServer", bound=RoundServer)
+# Watches the machine around one stack's part of a round: (every server's pid, the timed one's) → the end of the
+# watch, which gives the part's load (_contention.watch; a stand-in's in measure/_scripted.py).
+Watch = Callable[[list[int], int], Callable[[], _contention.Load | None]]
+
+
+def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
+               on_round: Callable[[str], Any] | None = None, clear: Callable[[set[int]], bool] | None = None, *,
+               looks: Collection[int] = (), watch: Watch | None = None) -> tuple[list[dict[str, Any]], RoundsEnded]:
     """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
     first or second does to a stack (a warm cache, a clock still ramping, the other's
-    leftovers) falls on both alike. A round the rest of the machine disturbed
-    (upgrade_gate.measure._contention) is repeated, up to as many again; its samples are kept
-    in the record but its ratio is not used. When a stack's server ends, the rounds
-    stop. Each stack's samples of a round are its ``rounds`` entry; the round's
-    order and load are the measurement's. With ``clear`` (stop-early), after a quiet round at one
-    of the sequential design's looks the rounds stop when ``clear(quiet rounds)`` says every
-    ratio is decided; that round's entry says ``stopped``."""
+    leftovers) falls on both alike. A round the rest of the machine disturbed (``watch``:
+    upgrade_gate.measure._contention by default) is repeated in the same order, up to as many
+    rounds again as wanted, so the rounds that count alternate whatever the machine did: an
+    order effect that came with the disturbances would otherwise tip them to one side. Its
+    samples are kept in the record but its ratio is not used. When a stack's server ends, the
+    rounds stop. Each stack's samples of a round are its ``rounds`` entry (``stats.kept_samples``,
+    with the calls they stand for); the round's order and load are the measurement's. With
+    ``clear`` (stop-early), after a quiet round that is one of ``looks`` (the sequential
+    design's) the rounds stop when ``clear(quiet rounds)`` says every ratio is decided.
+    Returns every round tried and why the rounds ended."""
+    watch = watch or functools.partial(_contention.watch, threads=threads, cores=CORES)
     names = list(servers)
-    looks = stats.sequential_looks(wanted)
     counted: set[int] = set()
     tried: list[dict[str, Any]] = []
-    quiet = 0
-    while quiet < wanted and len(tried) < REPEAT_BUDGET * wanted and servers:
-        number = len(tried) + 1
-        if on_round is not None:
-            on_round(f"round {number}/{wanted}" if number <= wanted else f"round {number} (repeating a busy one)")
-        order = [n for n in (names if number % 2 else names[::-1]) if n in servers]
+    while servers:
+        if len(counted) == wanted:
+            return tried, RoundsEnded.PLANNED
+        if len(tried) >= REPEAT_BUDGET * wanted:
+            return tried, RoundsEnded.REPEATS_RAN_OUT
+        number, place = len(tried) + 1, len(counted) + 1
+        if on_round is not None:  # the count never passes ``wanted``: a repeat says which round it repeats
+            repeat = bool(tried) and tried[-1]["round"] not in counted
+            on_round(f"{'repeating busy round' if repeat else 'round'} {place}/{wanted}")
+        order = [n for n in (names if place % 2 else names[::-1]) if n in servers]
         loads: dict[str, _contention.Load | None] = {}
         for name in order:
-            ours, timed = [server.process.pid for server in servers.values()], servers[name].process.pid
-            before = _contention.snapshot(ours, timed)
+            watched = watch([server.process.pid for server in servers.values()], servers[name].process.pid)
             try:
                 event = servers[name].request({"command": "round", "round": number}, "round")
             except supervisor.ServerFailed as failure:
                 stacks[name].update(_failed(failure))
                 servers.pop(name).stop()
                 continue
-            loads[name] = _contention.load_between(before, _contention.snapshot(ours, timed), threads, CORES)
-            stacks[name]["rounds"].append({"round": number, "samples_ms": event["samples_ms"]})
+            loads[name] = watched()
+            samples: dict[str, list[float]] = event["samples_ms"]
+            stacks[name]["rounds"].append({"round": number,
+                                           "samples_ms": {m: stats.kept_samples(v) for m, v in samples.items()},
+                                           "calls": {m: len(v) for m, v in samples.items()}})
         disturbed = any(load is not None and load.disturbed for load in loads.values())
         if not disturbed and len(loads) == len(names):
-            quiet += 1
             counted.add(number)
         tried.append({"round": number, "order": order, "disturbed": disturbed,
                       "load": {name: load.to_dict() if load else None for name, load in loads.items()}})
         if len(servers) < len(names):
             break  # a stack's server ended: no more ratios to be had; what finished is kept
-        if clear is not None and quiet < wanted and quiet in looks and number in counted and clear(counted):
-            tried[-1]["stopped"] = f"every ratio's interval is clear of the threshold after {quiet} of {wanted} rounds"
-            break
-    return tried
+        if (clear is not None and number in counted and len(counted) < wanted and len(counted) in looks
+                and clear(counted)):
+            return tried, RoundsEnded.DECIDED
+    return tried, RoundsEnded.SERVER_ENDED
 
 
-def clear_of_threshold(baseline: str, candidates: Sequence[str], planned: int, threshold: float, min_delta_ms: float,
-                       stacks: dict[str, dict[str, Any]], quiet: set[int]) -> bool:
-    """Whether every candidate's ratio to the baseline, per method, over the ``quiet`` rounds so
-    far, is decided as the latency gate decides it (RatioEstimate.outcome): its interval (the
-    sequential design's, of at most ``planned`` rounds) wholly within or wholly beyond the
-    threshold, or its top at most ``min_delta_ms`` slower. False without a baseline and a candidate."""
+def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> int:
+    """The intervals the model's latency gate judges: one per thread count and method."""
+    methods = {method for spec, _ in runnable for method in _methods(plan, spec, model)}
+    return len(plan.settings.threads) * max(1, len(methods))
+
+
+def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int], *,
+                  planned: int, confidence: float) -> list[tuple[stats.RatioEstimate, float]] | None:
+    """Every candidate's ratio to the baseline, per method, over the ``quiet`` rounds (the sequential
+    design's interval of at most ``planned`` rounds, each at ``confidence``), each with the baseline's
+    median in ms; None without a baseline and a candidate, or where a ratio cannot be made."""
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
     measured = [_samples_by_method(stacks[name], quiet) for name in candidates if name in stacks]
     if not theirs or not measured:
-        return False
+        return None
+    found = []
     for mine in measured:
         for method, rounds in mine.items():
             if method not in theirs or len(theirs[method]) != len(rounds):
-                return False
-            estimate = stats.ratio_by_rounds(rounds, theirs[method], planned=planned)
+                return None
+            estimate = stats.ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned)
             if estimate is None:
-                return False
-            baseline_ms = float(np.median([v for samples in theirs[method] for v in samples]))
-            if estimate.outcome(threshold, baseline_ms, min_delta_ms) == "inconclusive":
-                return False
-    return True
+                return None
+            found.append((estimate, float(np.median([v for samples in theirs[method] for v in samples]))))
+    return found
+
+
+def clear_of_threshold(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
+                       *, threshold: float, min_delta_ms: float, planned: int, confidence: float) -> bool:
+    """Whether every candidate's ratio to the baseline (``ratios_so_far``) is decided as the latency
+    gate decides it (RatioEstimate.outcome): its interval wholly within or wholly beyond the threshold,
+    or its top at most ``min_delta_ms`` slower. False without a baseline and a candidate."""
+    found = ratios_so_far(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence)
+    return found is not None and all(estimate.outcome(threshold, baseline_ms, min_delta_ms) != "inconclusive"
+                                     for estimate, baseline_ms in found)
 
 
 def _samples_by_method(record: dict[str, Any], quiet: set[int]) -> dict[str, list[list[float]]]:
@@ -258,14 +311,13 @@ def start_server(
     """Start one stack's server and wait for its cold start and warm-up; the stack's record so far."""
     settings = plan.settings
     model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
-    built = load_stack_model(settings.out_dir, spec.name, model.name).stage("build")
     job = {
         "stack": spec.name,
         "model": model.name,
         "adapter": spec.adapter,
         "model_dir": str(model_dir),
         "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
-        "methods": list(built.details.get("methods") or ["forward"]) if built else ["forward"],
+        "methods": _methods(plan, spec, model),
         "threads": threads,
         "warmup": settings.warmup,
         "iterations": settings.iterations,
@@ -299,6 +351,12 @@ def start_server(
         "input_shapes": ready["input_shapes"],
         "rounds": [],
     }
+
+
+def _methods(plan: Plan, spec: StackSpec, model: ModelEntry) -> list[str]:
+    """The methods the stack built for the model (its build stage's record)."""
+    built = load_stack_model(plan.settings.out_dir, spec.name, model.name).stage("build")
+    return list(built.details.get("methods") or ["forward"]) if built else ["forward"]
 
 
 def _failed(failure: supervisor.ServerFailed) -> dict[str, Any]:
@@ -342,6 +400,8 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
         "order": [spec.name for spec, _ in runnable],
         "threads": threads,
         "rounds": settings.rounds,
+        # The intervals the gate judges set each interval's rank (and where the rounds may stop).
+        "intervals": gate_intervals(plan, model, runnable),
         # Where the rounds stop depends on the latency gate's threshold.
         "stop_early": [settings.gates["latency"].threshold, settings.gates["latency"]["min-delta-ms"]]
         if settings.stop_early else False,

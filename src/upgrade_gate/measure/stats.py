@@ -23,12 +23,22 @@ round's ratio falls below the median is a fair coin, so a look at n rounds with 
 misses when fewer than k of the first n coins fell on one side (``miss_probability``,
 a walk over the coins). The interval a stopped measurement reports, at whatever look,
 holds the median with at least the stated level, however the stop was decided.
+
+A latency gate judges several intervals (one per thread count and method) and fails when any
+one lies wholly beyond its threshold, so its own chance of being wrong is theirs added up. Each
+interval is therefore held to ``interval_confidence``: 1 − (1 − ``CONFIDENCE``)/m for a gate of m
+intervals, and the m of them hold their true ratios together with at least ``CONFIDENCE``,
+whatever the dependence between them (the chance that any misses is at most the sum of theirs).
+The price is rounds: [min, max] of n rounds reaches 1 − 2/2ⁿ, so a gate of 2 or 3 intervals needs
+7 rounds, of 4 to 6 needs 8, of 7 to 12 needs 9 (``fewest_rounds``), and the default 9 rounds give
+[min, max] where one interval had [x(2), x(8)].
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +47,23 @@ from upgrade_gate.schema import codec
 
 TRIM_FRACTION = 0.1  # drop the fastest and slowest 10% for the trimmed mean
 CONFIDENCE = 0.95
+# A round's samples kept per method. A call of a few microseconds is timed some 70 000 times in a
+# round's 0.2 s floor: every one of them made a two-layer MLP's measurement file 15.7 MB. More are
+# kept as their order statistics at this many evenly spaced ranks (odd: the median is one of them;
+# every half percent of the round's distribution, its p99 among them).
+SAMPLES_KEPT = 201
+
+
+def interval_confidence(intervals: int, confidence: float = CONFIDENCE) -> float:
+    """What each of a gate's ``intervals`` intervals must cover for all of them to hold their true
+    ratios together with at least ``confidence``: the chance that any one misses is at most the sum
+    of their chances, whatever the dependence between them (Bonferroni)."""
+    return 1.0 - (1.0 - confidence) / max(1, intervals)
+
+
+def together(levels: list[float]) -> float:
+    """The coverage intervals of these levels have together, at least (the same bound): a gate's own."""
+    return max(0.0, 1.0 - sum(1.0 - level for level in levels))
 
 
 def median_coverage(n: int, k: int) -> float:
@@ -54,7 +81,8 @@ def median_interval_rank(n: int, confidence: float = CONFIDENCE) -> tuple[int, f
 
 
 def fewest_rounds(confidence: float = CONFIDENCE) -> int:
-    """The fewest rounds whose [min, max] reaches ``confidence``: 6 for 95%."""
+    """The fewest rounds whose [min, max] reaches ``confidence``: 6 for 95%, 7 for 97.5% (each of a
+    gate's 2 intervals), 9 for 99.58% (each of 12)."""
     n = 1
     while median_coverage(n, 1) < confidence:
         n += 1
@@ -132,8 +160,21 @@ class LatencySummary(codec.Record):
         return 1000.0 / self.p50_ms if self.p50_ms > 0 else math.inf
 
 
-def summarize(samples_ms: list[float]) -> LatencySummary | None:
-    """None when there is nothing to summarize or a sample is not a finite duration."""
+def kept_samples(samples_ms: list[float], most: int = SAMPLES_KEPT) -> list[float]:
+    """A round's samples as the measurement file keeps them: all of them when there are at most ``most``,
+    else their order statistics at ``most`` evenly spaced ranks — the fastest, the slowest and the median
+    among them. Every round of a method times as many calls (the server's runs per round), so the rounds'
+    kept samples pooled stand for their calls pooled, each at 1/200 of the distribution's ranks."""
+    if len(samples_ms) <= most:
+        return list(samples_ms)
+    ordered = sorted(samples_ms)
+    last = len(ordered) - 1
+    return [ordered[round(j * last / (most - 1))] for j in range(most)]
+
+
+def summarize(samples_ms: list[float], calls: int | None = None) -> LatencySummary | None:
+    """None when there is nothing to summarize or a sample is not a finite duration. ``calls``: how many
+    calls the samples stand for, when a round kept fewer (``kept_samples``)."""
     values = _valid(samples_ms)
     if values is None:
         return None
@@ -142,7 +183,7 @@ def summarize(samples_ms: list[float]) -> LatencySummary | None:
     trimmed = ordered[cut : ordered.size - cut] if ordered.size > 2 * cut else ordered
     p25, p50, p75, p90, p99 = np.percentile(ordered, [25, 50, 75, 90, 99])
     return LatencySummary(
-        runs=int(ordered.size),
+        runs=calls or int(ordered.size),
         min_ms=float(ordered[0]),
         p50_ms=float(p50),
         p90_ms=float(p90),
@@ -162,7 +203,7 @@ class RatioEstimate(codec.Record):
     low: float
     high: float
     per_round: tuple[float, ...]  # the rounds the ratio is made of
-    confidence: float = CONFIDENCE  # the coverage asked for
+    confidence: float = CONFIDENCE  # the coverage asked of this interval (interval_confidence: its gate's share)
     level: float = CONFIDENCE  # the coverage the interval has (≥ confidence, or less with too few rounds)
     dropped: int = 0  # rounds left out: samples that were not finite durations on either side
     planned: int = 0  # a measurement that could stop early (sequential_looks): its rounds at most; 0: fixed rounds
@@ -183,10 +224,6 @@ class RatioEstimate(codec.Record):
         if self.low > threshold:
             return "failed"
         return "inconclusive"
-
-    @property
-    def stopped_early(self) -> bool:
-        return 0 < len(self.per_round) < self.planned
 
     def outcome(self, threshold: float, baseline_ms: float, min_delta_ms: float) -> str:
         """The latency gate's rule for one ratio: ``passed`` when the candidate is at most
@@ -210,10 +247,11 @@ def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[l
     ratios, dropped = [], 0
     for candidate, baseline in zip(candidate_rounds, baseline_rounds):
         a, b = _valid(candidate), _valid(baseline)
-        if a is None or b is None or np.median(b) <= 0:
+        theirs = statistics.median(b.tolist()) if b is not None else 0.0  # a few samples: numpy's call costs more
+        if a is None or theirs <= 0:
             dropped += 1
             continue
-        ratios.append(float(np.median(a) / np.median(b)))
+        ratios.append(statistics.median(a.tolist()) / theirs)
     if not ratios:
         return None
     median, low, high, level = median_interval(ratios, confidence, planned)

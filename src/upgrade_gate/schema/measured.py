@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
-from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, fewest_rounds
+from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, fewest_rounds, interval_confidence
 from upgrade_gate.schema import codec
 
 # -- measurements --------------------------------------------------------------------
@@ -56,18 +57,37 @@ class RoundLoad(codec.Record):
     loads: dict[str, StackLoad | None] = field(metadata=codec.key("load"))  # None: not measured here (no /proc)
 
 
+class RoundsEnded(str, Enum):
+    """Why a measurement's rounds ended (upgrade_gate.measure.rounds writes it as the file's ``ended``)."""
+
+    PLANNED = "planned"  # every quiet round asked for ran
+    DECIDED = "decided"  # stop-early: at a look, every candidate's interval was clear of the threshold
+    REPEATS_RAN_OUT = "repeats ran out"  # the machine disturbed so many rounds that the tries allowed ran out
+    SERVER_ENDED = "server ended"  # a stack's measurement server ended (failed, killed): no more ratios
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Contention(codec.Record):
-    """The rounds of one model at one thread count: how busy the machine was, which ones count."""
+    """The rounds of one model at one thread count: how busy the machine was, which ones count, why they ended."""
 
     threads: int
     cores: int | None  # the machine's
     cpu: str
     rounds: tuple[RoundLoad, ...]
+    planned: int = 0  # the quiet rounds asked for (the most, with stop-early); 0: not recorded
+    ended: RoundsEnded | None = None  # None: a measurement file from before it was recorded
+    # The intervals the model's latency gate judges (thread counts × methods), which share its 5%: the
+    # rounds were designed for them (measure.stats.interval_confidence). 1: a file from before.
+    intervals: int = 1
 
     @property
     def quiet(self) -> int:
         return sum(not r.disturbed for r in self.rounds)
+
+    @property
+    def needs(self) -> int:
+        """The quiet rounds an interval of this gate needs for its share of the coverage."""
+        return fewest_rounds(interval_confidence(self.intervals))
 
     def quiet_rounds(self) -> set[int]:
         """The rounds whose ratios count."""
@@ -98,8 +118,9 @@ class Contention(codec.Record):
 
     @property
     def busy(self) -> bool:
-        """Too few quiet rounds for an interval (policy.latency_gate): the latency here is not judged."""
-        return self.quiet < fewest_rounds()
+        """Too few quiet rounds for an interval because the machine disturbed the others (policy.latency_gate):
+        the latency here is not judged. Rounds that all ran quiet and are still too few were too few asked for."""
+        return self.quiet < self.needs and self.ended is not RoundsEnded.PLANNED
 
     @property
     def peak_run_queue(self) -> int | None:
@@ -124,7 +145,21 @@ class Contention(codec.Record):
                       f"{others:.2f} of {self.cores} cores busy, the run queue reached {queue}")
         if self.oversubscribed:
             shown += f"; more threads than free cores: {self.threads} threads, {self.free_cores:.2f} cores free"
+        if self.ended is not None:
+            shown += f"; {self.ending()}"
         return shown
+
+    def ending(self) -> str:
+        """Why the rounds ended, in words."""
+        of = f" of {self.planned}" if self.planned else ""
+        return {
+            RoundsEnded.PLANNED: f"the rounds ended with the {self.quiet}{of} quiet rounds asked for",
+            RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every interval decided (stop-early)",
+            RoundsEnded.REPEATS_RAN_OUT: f"the repeats ran out: {len(self.rounds)} rounds tried, {self.quiet}{of} "
+                                         "quiet",
+            RoundsEnded.SERVER_ENDED: f"a measurement server ended after {len(self.rounds)} rounds",
+            None: "",
+        }[self.ended]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,3 +170,15 @@ class LatencyRatio(codec.Record):
     threads: int
     method: str
     estimate: RatioEstimate = field(metadata=codec.spread())  # its keys beside the others
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BusyRounds(codec.Record):
+    """A candidate's ratio in every round tried at a thread count a busy machine left unjudged, disturbed or
+    not: no interval (a disturbed round may have slowed either stack), but where all of them lie beyond the
+    threshold on one side the gate says so (issue 37: 18 disturbed rounds between 1.84× and 2.35×)."""
+
+    stack: str
+    threads: int
+    method: str
+    per_round: tuple[float, ...]

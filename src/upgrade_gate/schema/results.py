@@ -32,7 +32,7 @@ from upgrade_gate.measure.stats import RatioEstimate
 from upgrade_gate.run import packages
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import Contention, LatencyRatio
+from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import RESULTS_VERSION, GateResult, VerdictRecord, check_version
@@ -60,6 +60,8 @@ class ModelResults(codec.Record):
     contention: dict[int, Contention] = field(default_factory=dict, metadata=codec.custom(
         write=lambda m: [c.to_dict() for c in m.contention.values()],
         read=lambda r, key: {c.threads: c for c in map(Contention.from_reader, r.opt_children(key) or ())}))
+    # Where a busy machine left a thread count unjudged: every round's ratio, disturbed or not.
+    busy_rounds: tuple[BusyRounds, ...] = ()
 
     DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 
@@ -81,6 +83,10 @@ class ModelResults(codec.Record):
 
     def ratios_of(self, stack: str, threads: int) -> list[RatioEstimate]:
         return [r.estimate for r in self.ratios if (r.stack, r.threads) == (stack, threads)]
+
+    def every_round(self, stack: str, threads: int) -> list[BusyRounds]:
+        """A busy thread count's ratios of every round tried, per method (none where it was not busy)."""
+        return [r for r in self.busy_rounds if (r.stack, r.threads) == (stack, threads)]
 
     def busy_at(self, threads: int) -> Contention | None:
         """The rounds at this thread count when the machine was too busy for an interval, else None.

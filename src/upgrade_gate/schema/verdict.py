@@ -26,7 +26,10 @@ from upgrade_gate.schema import codec
 # 2.3: a quantized variant's remedy (layers left in float) and its cosine (2.2 files read without them).
 # 2.4: a latency ratio's `planned` rounds when the rounds could stop early (2.3 files read as fixed rounds).
 # 2.5: a project test run's and scan's `reused_from`, the cache entry they came from (2.4 files read as run).
-RESULTS_VERSION = Version("2.5")
+# 2.6: why a measurement's rounds ended, the rounds asked for and the intervals its gate judges
+# (`contention[].ended`, `.planned`, `.intervals`; each interval's `confidence` is its share of the gate's), and
+# a busy thread count's every-round ratios (`busy_rounds`) (2.5 files read as one interval per gate).
+RESULTS_VERSION = Version("2.6")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:

@@ -1,0 +1,293 @@
+"""The measure session's rounds as they run (upgrade_gate.measure.rounds): the order of the rounds that
+count, the repeats, why the rounds end, the stop rule at the looks, and the coverage that all of it
+together keeps, per interval and per gate — driven by in-process servers (measure/_scripted.py) whose
+true ratios are known, through the same loop, stop rule and gate rule a real measurement runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from upgrade_gate.measure import _scripted, rounds, stats
+from upgrade_gate.measure.benchmarks import exact_gate_errors
+from upgrade_gate.schema.measured import RoundsEnded
+
+
+def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, wanted=9, threshold=1.05,
+        intervals=1, log=None):
+    """One method's rounds of a candidate ``per_round[i]`` times the baseline in the i-th quiet round."""
+    baseline = _scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
+    quiet_before = lambda n: sum(not disturbed(k) for k in range(1, n))  # noqa: E731
+    candidate = _scripted.ScriptedServer(
+        lambda n: {"forward": [per_round[quiet_before(n)]]} if quiet_before(n) < len(per_round) else None, pid=2)
+    stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
+    confidence = stats.interval_confidence(intervals)
+    clear = (lambda quiet: rounds.clear_of_threshold("legacy", ["candidate"], stacks, quiet, threshold=threshold,
+                                                     min_delta_ms=0.0, planned=wanted, confidence=confidence)
+             ) if stop_early else None
+    tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, wanted, 1, log,
+                                     clear, looks=stats.sequential_looks(wanted, confidence) if stop_early else {},
+                                     watch=_scripted.scripted_watch(disturbed))
+    return tried, ended, stacks
+
+
+# -- the order, the repeats, the live log (issue 37, item 3) --------------------------------------------
+
+
+@pytest.mark.parametrize("busy", [set(), {2}, {2, 4, 6, 8}, {1, 2, 3}, {3, 5, 7, 9, 11}, {2, 3, 6, 7, 10, 11}])
+def test_the_rounds_that_count_alternate_whatever_the_machine_disturbs(busy):
+    """The order flips with each round that counts, not each round tried: a disturbed round is tried again in
+    the order it had, so the quiet rounds go A B, B A, A B … however the disturbances fall. (Flipped per round
+    tried, disturbances on every other round left every counted round in one order.)"""
+    tried, ended, _ = run([1.0] * 9, disturbed=busy.__contains__)
+    assert ended is RoundsEnded.PLANNED
+    counted = [entry["order"] for entry in tried if not entry["disturbed"]]
+    assert counted == [["legacy", "candidate"], ["candidate", "legacy"]] * 4 + [["legacy", "candidate"]]
+    for before, entry in zip(tried, tried[1:]):
+        if before["disturbed"]:
+            assert entry["order"] == before["order"]  # repeated as it was
+
+
+def test_the_live_log_never_counts_past_the_rounds_asked_for():
+    said: list[str] = []
+    run([1.0] * 9, disturbed={2, 3, 9}.__contains__, log=said.append)
+    assert said == ["round 1/9", "round 2/9", "repeating busy round 2/9", "repeating busy round 2/9",
+                    *(f"round {k}/9" for k in range(3, 8)), "repeating busy round 7/9", "round 8/9", "round 9/9"]
+
+
+def test_each_stacks_round_keeps_its_samples_compactly_and_the_calls_they_stand_for():
+    many = [1.0 + i / 70_000 for i in range(70_000)]
+    server = _scripted.ScriptedServer(lambda n: {"forward": many}, pid=1)
+    other = _scripted.ScriptedServer(lambda n: {"forward": [1.0, 2.0]}, pid=2)
+    stacks = {"a": {"status": "ok", "rounds": []}, "b": {"status": "ok", "rounds": []}}
+    rounds.run_rounds({"a": server, "b": other}, stacks, 6, 1, watch=_scripted.scripted_watch(lambda n: False))
+    entry = stacks["a"]["rounds"][0]
+    assert len(entry["samples_ms"]["forward"]) == stats.SAMPLES_KEPT and entry["calls"] == {"forward": 70_000}
+    assert stacks["b"]["rounds"][0] == {"round": 1, "samples_ms": {"forward": [1.0, 2.0]}, "calls": {"forward": 2}}
+
+
+# -- why the rounds ended (issue 37, item 1) ------------------------------------------------------------
+
+
+def test_the_rounds_end_with_the_quiet_rounds_asked_for():
+    tried, ended, _ = run([1.0] * 9, disturbed={4}.__contains__)
+    assert ended is RoundsEnded.PLANNED and len(tried) == 10
+
+
+def test_a_busy_machine_ends_the_rounds_when_the_repeats_run_out_and_says_so():
+    """Ten of eighteen rounds disturbed: the repeats run out at eight quiet ones, the intervals undecided —
+    not a stop of stop-early (the gate's note used to read 'stopped after 8 of 9 rounds, every interval
+    decided' for any measurement with fewer rounds than planned)."""
+    busy = {1, 2, 4, 5, 7, 8, 10, 11, 13, 14}
+    tried, ended, _ = run([1.0, 1.1] * 5, disturbed=busy.__contains__, stop_early=True)
+    assert ended is RoundsEnded.REPEATS_RAN_OUT
+    assert len(tried) == 2 * 9 and sum(not entry["disturbed"] for entry in tried) == 8
+
+
+def test_a_server_that_ends_ends_the_rounds():
+    tried, ended, stacks = run([1.0] * 4)  # the candidate's server has four rounds in it
+    assert ended is RoundsEnded.SERVER_ENDED and len(tried) == 5
+    assert stacks["candidate"]["status"] == "failed" and len(stacks["legacy"]["rounds"]) == 5
+
+
+# -- the stop rule at the looks (issue 37, item 4) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("per_round", "busy", "stopped_after", "tried"), [
+    ([2.0] * 9, set(), 7, 7),  # wholly above from the first look: [min, max] of 7
+    ([0.5] * 9, set(), 7, 7),  # wholly within
+    ([2.0] * 9, {7, 8}, 7, 9),  # the look comes after the seventh quiet round, however many were tried
+    ([2.0] * 6 + [1.0] + [2.0] * 2, set(), None, 9),  # [min, max] straddles at 7 and 8, [x(2), x(8)] clears at 9:
+    # the last round is no look — the rounds end as planned
+])
+def test_the_rounds_stop_at_a_look_once_every_interval_is_clear(per_round, busy, stopped_after, tried):
+    found, ended, _ = run(per_round, disturbed=busy.__contains__, stop_early=True)
+    assert len(found) == tried
+    if stopped_after is None:
+        assert ended is RoundsEnded.PLANNED
+    else:
+        assert ended is RoundsEnded.DECIDED and sum(not e["disturbed"] for e in found) == stopped_after
+
+
+def test_a_gate_of_two_intervals_looks_later_and_wider():
+    """Each interval of a gate of 12 (two thread counts of nanoVLM's six methods) at its share: [min, max] of
+    9 reaches it, of 8 not — no look before the last, so the rounds run to the end even for a 2× ratio."""
+    assert stats.sequential_looks(9, stats.interval_confidence(12)) == {9: 1}
+    _, ended, _ = run([2.0] * 9, stop_early=True, intervals=12)
+    assert ended is RoundsEnded.PLANNED
+
+
+def rounds_of(stacks: dict, per_round: dict[str, dict[str, list[float]]]) -> set[int]:
+    """Fill ``stacks`` with quiet rounds: per stack, per method, one sample a round."""
+    for name, methods in per_round.items():
+        count = len(next(iter(methods.values())))
+        stacks[name] = {"status": "ok", "rounds": [{"round": n, "samples_ms": {m: [v[n - 1]] for m, v in methods.items()}}
+                                                    for n in range(1, count + 1)]}
+    return set(range(1, count + 1))
+
+
+CLEAR = {"threshold": 1.05, "min_delta_ms": 0.0, "planned": 9, "confidence": 0.95}
+
+
+@pytest.mark.parametrize(("candidates", "clear"), [
+    ({"a": {"forward": [2.0] * 7}}, True),
+    ({"a": {"forward": [0.5] * 7}}, True),
+    ({"a": {"forward": [2.0] * 6 + [1.0]}}, False),  # [min, max] straddles 1.05
+    ({"a": {"forward": [2.0] * 7, "decode": [1.0, 1.1] * 3 + [1.0]}}, False),  # one method undecided
+    ({"a": {"forward": [2.0] * 7}, "b": {"forward": [1.04, 1.06] * 3 + [1.0]}}, False),  # one candidate undecided
+    ({"a": {"forward": [2.0] * 7}, "b": {"forward": [0.9] * 7}}, True),
+    ({"a": {"other": [2.0] * 7}}, False),  # a method the baseline did not time: no ratio, nothing decided
+])
+def test_clear_of_threshold_is_the_gates_rule_for_every_candidate_and_method(candidates, clear):
+    stacks: dict = {}
+    quiet = rounds_of(stacks, {"base": {"forward": [1.0] * 7, "decode": [1.0] * 7}, **candidates})
+    assert rounds.clear_of_threshold("base", list(candidates), stacks, quiet, **CLEAR) is clear
+
+
+def test_clear_of_threshold_counts_only_the_quiet_rounds_and_needs_both_sides():
+    stacks: dict = {}
+    quiet = rounds_of(stacks, {"base": {"forward": [1.0] * 8}, "a": {"forward": [2.0] * 7 + [1.0]}})
+    assert not rounds.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
+    assert rounds.clear_of_threshold("base", ["a"], stacks, quiet - {8}, **CLEAR)
+    assert not rounds.clear_of_threshold("missing", ["a"], stacks, quiet, **CLEAR)
+    assert not rounds.clear_of_threshold("base", ["missing"], stacks, quiet, **CLEAR)
+
+
+def test_a_method_within_min_delta_ms_is_clear_whatever_its_ratio():
+    """At a few microseconds a call, a ratio measures timer overhead: 2× of 0.01 ms is 0.01 ms slower."""
+    stacks: dict = {}
+    quiet = rounds_of(stacks, {"base": {"forward": [0.01] * 7}, "a": {"forward": [0.02, 0.01] * 3 + [0.015]}})
+    assert not rounds.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
+    assert rounds.clear_of_threshold("base", ["a"], stacks, quiet, **{**CLEAR, "min_delta_ms": 0.05})
+
+
+# -- what all of it keeps: coverage, per interval and per gate, by simulation ---------------------------
+
+
+@pytest.mark.parametrize("planned", [6, 9, 12])
+@pytest.mark.parametrize("noise", ["log-normal", "heavy-tailed"])
+def test_rounds_that_stop_early_cover_the_true_ratio_as_often_as_they_say(planned, noise):
+    """Simulated measurements, each through the measure session's loop with its stop rule, stopping as soon as
+    the interval clears the threshold: the interval they end with holds the true ratio at least as often as
+    the level it states. The worst case is a threshold at the true ratio itself: every early stop misses."""
+    rng = np.random.default_rng(planned)
+    trials, true_ratio = 1000, 1.05
+    spread = rng.standard_t(2, size=(trials, planned)) if noise == "heavy-tailed" else \
+        rng.standard_normal((trials, planned))
+    ratios = (true_ratio * np.exp(0.05 * spread)).tolist()
+    _, level = stats.sequential_rank(planned, planned)
+    assert level >= 0.95
+    for threshold in (true_ratio, true_ratio * 1.1):
+        covered = early = 0
+        for row in ratios:
+            measured = _scripted.measure([row], threshold=threshold, planned=planned, stop_early=True, intervals=1)
+            (_, estimate), = measured.outcomes
+            covered += estimate.low <= true_ratio <= estimate.high
+            early += measured.ended is RoundsEnded.DECIDED
+            assert estimate.level == level or measured.ended is RoundsEnded.DECIDED
+        assert covered / trials >= level - 3 * math.sqrt(level * (1 - level) / trials), (threshold, covered / trials)
+        if threshold > true_ratio and len(stats.sequential_looks(planned)) > 1:
+            assert early / trials > 0.3  # 10% from the threshold many stop early: what the design is for
+
+
+def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_they_say():
+    """Raw samples, a machine factor per round that both stacks share, 20 calls a side, through the loop and
+    its stop rule: the ratios the measurements end with cover a candidate 5% slower as often as they say."""
+    rng = np.random.default_rng(11)
+    trials, planned, true_ratio = 400, 9, 1.05
+    covered, stopped = 0, 0
+    for _ in range(trials):
+        machine = np.exp(0.15 * rng.standard_normal(2 * planned))
+        base = _scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * m[n - 1] * np.exp(
+            0.05 * rng.standard_normal(20))).tolist()}, pid=1)
+        cand = _scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * true_ratio * m[n - 1] * np.exp(
+            0.05 * rng.standard_normal(20))).tolist()}, pid=2)
+        stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
+        clear = lambda quiet, s=stacks: rounds.clear_of_threshold("legacy", ["candidate"], s, quiet, **{  # noqa: E731
+            **CLEAR, "threshold": true_ratio})
+        tried, ended = rounds.run_rounds({"legacy": base, "candidate": cand}, stacks, planned, 1, None, clear,
+                                         looks=stats.sequential_looks(planned),
+                                         watch=_scripted.scripted_watch(lambda n: False))
+        (estimate, _), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
+                                              planned=planned, confidence=0.95) or []
+        covered += estimate.low <= true_ratio <= estimate.high
+        stopped += ended is RoundsEnded.DECIDED
+    level = 1 - stats.miss_probability(stats.sequential_looks(planned))
+    assert covered / trials >= level - 3 * math.sqrt(level * (1 - level) / trials), covered / trials
+    assert 0 < stopped < trials
+
+
+@pytest.mark.parametrize(("threads", "methods"), [(2, 1), (1, 2), (3, 1)])
+def test_a_gate_errs_as_the_exact_count_says_and_within_five_percent(threads, methods):
+    """Gates simulated through the code that runs — each thread count's rounds by the loop with its stop rule,
+    every method's ratio judged by the gate's rule, the gate's outcome by its own — every true ratio at the
+    threshold: each interval at its share, the gate fails wrongly or calls any interval clear as often as the
+    exact count over every sign sequence says (independent intervals), and at most 5% of the time; with every
+    interval at 95% as before, as often as the audit found (3.87% and 7.66% for two methods)."""
+    rng = np.random.default_rng(threads * 10 + methods)
+    trials = 1000
+    for intervals in (threads * methods, 1):
+        failed = clear = 0
+        for _ in range(trials):
+            measured = [_scripted.measure((1.05 * np.exp(0.1 * rng.standard_normal((methods, 9)))).tolist(),
+                                          threshold=1.05, planned=9, stop_early=True, intervals=intervals)
+                        for _ in range(threads)]
+            failed += _scripted.gate(measured) == "failed"
+            clear += any(outcome != "inconclusive" for m in measured for outcome, _ in m.outcomes)
+        exact = exact_gate_errors(threads, methods, 9, True, stats.interval_confidence(intervals))
+        for simulated, expected in zip((failed / trials, clear / trials), exact, strict=True):
+            assert abs(simulated - expected) <= 4 * math.sqrt(expected * (1 - expected) / trials) + 1e-3, \
+                (intervals, simulated, expected)
+        if intervals > 1:
+            assert exact[1] <= 0.05
+
+
+def test_methods_that_move_together_err_no_more_than_the_sum():
+    """Methods of one measurement share its rounds, so their ratios may move together: the gate's error
+    is then smaller than for independent intervals, never more than the sum of its intervals' shares."""
+    rng = np.random.default_rng(5)
+    trials, clear = 1000, 0
+    for _ in range(trials):
+        shared, own = rng.standard_normal(9), rng.standard_normal((4, 9))
+        per_round = (1.05 * np.exp(0.1 * (0.8 * shared + 0.6 * own))).tolist()
+        measured = _scripted.measure(per_round, threshold=1.05, planned=9, stop_early=True, intervals=4)
+        clear += any(outcome != "inconclusive" for outcome, _ in measured.outcomes)
+    assert clear / trials <= exact_gate_errors(1, 4, 9, True, stats.interval_confidence(4))[1] + 0.01 <= 0.05
+
+
+def test_an_order_effect_that_comes_with_the_disturbances_does_not_tip_the_ratio():
+    """The audit's contrived case: the candidate is 10% slower when it goes first and 10% faster second (its
+    true ratio, over both orders, at the threshold), and the machine disturbs half the rounds it would go
+    first in. Flipping the order per round tried, the rounds that counted were mostly those with the baseline
+    first, and the interval cleared the threshold below it; flipping per counted round, half of them have
+    each order, and the interval straddles the threshold as it should: never clear."""
+    rng = np.random.default_rng(41)
+    trials, judged, clear = 200, 0, 0
+    for _ in range(trials):
+        baseline = _scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
+        noise = iter(np.exp(0.02 * rng.standard_normal(40)))
+        candidate = _scripted.ScriptedServer(lambda n, b=baseline, noise=noise: {"forward": [
+            1.05 * (1.1 if b.asked[-1:] != [n] else 1 / 1.1) * next(noise)]}, pid=2)
+        round_busy = {"parts": 0, "busy": False}
+
+        def watch(ours: list[int], timed: int, state=round_busy):
+            state["parts"] += 1
+            if state["parts"] % 2:  # the round's first part: the machine turns busy when the candidate goes first
+                state["busy"] = timed == 2 and bool(rng.random() < 0.5)
+            load = _scripted.BUSY if state["busy"] else _scripted.QUIET
+            return lambda: load
+
+        stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
+        check = lambda quiet, s=stacks: rounds.clear_of_threshold("legacy", ["candidate"], s, quiet, **CLEAR)  # noqa: E731
+        tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, 9, 1, None, check,
+                                         looks=stats.sequential_looks(9), watch=watch)
+        counted = [entry["order"][0] for entry in tried if not entry["disturbed"]]
+        assert counted == ["legacy", "candidate"] * (len(counted) // 2) + ["legacy"] * (len(counted) % 2)
+        if ended is not RoundsEnded.REPEATS_RAN_OUT:
+            judged += 1
+            (estimate, baseline_ms), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {
+                e["round"] for e in tried if not e["disturbed"]}, planned=9, confidence=0.95) or []
+            clear += estimate.outcome(1.05, baseline_ms, 0.0) != "inconclusive"
+    assert judged > trials / 2 and clear == 0
