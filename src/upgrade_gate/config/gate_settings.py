@@ -30,9 +30,9 @@ GATE_OPTIONS = (
                note="candidate artifact vs baseline eager, per output"),
     GateOption(key="latency", severity="soft", thresholds=(("max-ratio", 1.05), ("min-delta-ms", 0.05)), help=(
         "Candidate/baseline latency per thread count and method: the median of the quiet rounds' ratios and",
-        "its interval (order statistics, ≥ 95% coverage). Fails when the interval lies wholly above max-ratio, is",
-        "inconclusive when it straddles it; methods at most min-delta-ms slower (at the interval's top) always pass.",
-        "Fewer than 6 quiet rounds at a thread count (the machine was busy): incomplete, neither failed nor passed.")),
+        "its interval (order statistics; the gate's intervals ≥ 95% coverage together). Fails when an interval lies",
+        "wholly above max-ratio, is inconclusive when one straddles it; methods at most min-delta-ms slower (at the",
+        "interval's top) always pass. Too few quiet rounds at a thread count (the machine was busy): incomplete.")),
     GateOption(key="memory", severity="soft", thresholds=(("max-ratio", 1.25), ("min-delta-mb", 16)), help=(
         "Runtime memory (peak RSS of a fresh process that loads and runs the model, minus the same process",
         "with only the runtime started), candidate/baseline; at most min-delta-mb MiB more always passes.")),

@@ -46,7 +46,7 @@ from upgrade_gate.config.project_settings import ProjectSettings, load_project
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import cache_root
-from upgrade_gate.measure.stats import fewest_rounds
+from upgrade_gate.measure.stats import CONFIDENCE, fewest_rounds, interval_confidence
 from upgrade_gate.run.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
 
 CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
@@ -104,10 +104,11 @@ OPTIONS = (
            help="timed runs per stack, method and thread count, spread over the rounds (at least 50)"),
     Option(key="time-budget", attribute="time_budget_s", default=2.0, kind=number_kind(),
            help="… or at least this many seconds of them, whichever is more"),
-    # Fewer than 6 rounds cannot give the median a 95% interval; 9 is the fewest that trims it
-    # ([2nd, 8th] of 9 ratios, 96.1%: upgrade_gate.measure.stats).
+    # Fewer than 6 rounds cannot give the median a 95% interval, 7 not two intervals 95% together (threads = [1, 2],
+    # load_settings); 9 hold up to 12 intervals together, nanoVLM's six methods at two thread counts (measure/stats.py).
     Option(key="rounds", attribute="rounds", default=9, kind=integer_kind(fewest_rounds()),
-           help="quiet rounds, the stacks in turn (A B, B A, …), one candidate/baseline ratio each (at least 6)"),
+           help="quiet rounds, the stacks in turn (A B, B A, …), one candidate/baseline ratio each (at least 6; 7 "
+                "with 2 thread counts)"),
     # Looks before the last round cost coverage; the looks' ranks keep it at 95% in all (measure/stats.py).
     Option(key="stop-early", attribute="stop_early", default=True, kind=FLAG,
            help="stop the rounds once every latency interval lies wholly on one side of the threshold"),
@@ -215,7 +216,16 @@ def load_settings(config_path: Path) -> Settings:
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a table of settings, got {raw!r}; write [tool.upgrade-gate] and its keys",
                           path=config_path, key=TABLE)
-    return _load(Table(raw, path=config_path, key=TABLE), config_path, check_files=True)
+    table = Table(raw, path=config_path, key=TABLE)
+    settings = _load(table, config_path, check_files=True)
+    # A latency gate judges an interval per thread count and method, which share its 95%: with more thread counts
+    # each needs more rounds (measure/stats.py). A model of several methods may need more still: its gate says so.
+    needed = fewest_rounds(interval_confidence(len(settings.threads)))
+    if settings.rounds < needed:
+        raise table.error("rounds", f"must be at least {needed} with {len(settings.threads)} thread counts (threads = "
+                                    f"{list(settings.threads)}): a latency gate's intervals, one per thread count and "
+                                    f"method, share its {CONFIDENCE:.0%}; got {settings.rounds}")
+    return settings
 
 
 def _load(table: Table, config_path: Path, *, check_files: bool) -> Settings:
