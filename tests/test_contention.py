@@ -19,7 +19,7 @@ from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure import _contention as contention
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure._contention import Load
-from upgrade_gate.schema.measured import Contention
+from upgrade_gate.schema.measured import Contention, RoundLoad, RoundsEnded
 
 
 @pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [
@@ -168,3 +168,26 @@ def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
     assert rounds.machine()["cores"] >= 1 and rounds.machine()["cpu"]
     monkeypatch.setattr(rounds, "machine", lambda: {"cpu": "Another CPU", "cores": 64})
     assert rounds._measurement_key(plan, model, 1, runnable) != here
+
+
+@pytest.mark.parametrize(("ended", "quiet", "said", "busy"), [
+    (RoundsEnded.PLANNED, 9, "all 9 quiet rounds asked for ran", False),
+    (RoundsEnded.DECIDED, 7, "stopped after 7 of 9 quiet rounds, every interval decided (stop-early)", False),
+    (RoundsEnded.REPEATS_RAN_OUT, 8, "the repeats ran out: 18 rounds tried, 8 of 9 quiet", False),
+    (RoundsEnded.REPEATS_RAN_OUT, 6, "the repeats ran out: 18 rounds tried, 6 of 9 quiet", True),  # 2 intervals: 7
+    (RoundsEnded.SERVER_ENDED, 3, "a measurement server ended after 18 rounds", True),
+    (None, 6, "", True),  # a file from before: busy by its quiet rounds alone
+])
+def test_why_the_rounds_ended_is_said_and_busy_is_too_few_for_the_gates_share(ended, quiet, said, busy):
+    """Issue 37: fewer quiet rounds than asked for was said to be a stop of stop-early, every interval decided.
+    'Machine busy' is fewer quiet rounds than an interval of the gate needs (7 for each of 2), when the machine,
+    not the setting, left them: all rounds asked for and still too few is no busy machine."""
+    tried = tuple(RoundLoad(round=n, order=("legacy", "candidate"), disturbed=n > quiet, loads={})
+                  for n in range(1, (18 if ended in (RoundsEnded.REPEATS_RAN_OUT, RoundsEnded.SERVER_ENDED) else quiet)
+                                 + 1))
+    machine = Contention(threads=1, cores=2, cpu="Test CPU", rounds=tried, planned=9, ended=ended, intervals=2)
+    assert machine.needs == 7 and machine.ending() == said and machine.busy is busy
+    assert machine.summary().endswith(f"; {said}") if said else "; " not in machine.summary().split(")")[-1]
+    six = tuple(RoundLoad(round=n, order=("legacy", "candidate"), disturbed=False, loads={}) for n in range(1, 7))
+    short = Contention(threads=1, cores=2, cpu="Test CPU", rounds=six, planned=6, ended=RoundsEnded.PLANNED, intervals=2)
+    assert short.quiet == 6 < short.needs and not short.busy  # rounds = 6 asked for two intervals: the gate says so

@@ -153,7 +153,7 @@ class Contention(codec.Record):
         """Why the rounds ended, in words."""
         of = f" of {self.planned}" if self.planned else ""
         return {
-            RoundsEnded.PLANNED: f"the rounds ended with the {self.quiet}{of} quiet rounds asked for",
+            RoundsEnded.PLANNED: f"all {self.quiet} quiet rounds asked for ran",
             RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every interval decided (stop-early)",
             RoundsEnded.REPEATS_RAN_OUT: f"the repeats ran out: {len(self.rounds)} rounds tried, {self.quiet}{of} "
                                          "quiet",
