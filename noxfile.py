@@ -15,6 +15,7 @@
     nox -s scan                                   TorchFix and compat/migration_rules.toml over the team's source
     nox -s benchmark -- overhead|noise|sensitivity|coverage [--load quiet|one-core|all-cores|all]
                                                   benchmarks of the measurement (docs/benchmarks.md)
+    nox -s benchmark -- gate                      a latency gate's own error rate, exact and simulated
     nox -s benchmark -- stages [--report DIR]     where a finished run's time went, and its floor
     nox -s benchmark -- stop-early [--report DIR] what stopping the rounds early saves, replayed on a run's rounds
 

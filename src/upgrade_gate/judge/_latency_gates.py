@@ -77,11 +77,11 @@ def latency_gate(found: Gates, severity: str) -> None:
     if not judged:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note="no thread count measured"))
         return
-    outcome, where, estimate, threads = deciding(judged)
+    outcome, where, estimate, deciding_threads = deciding(judged)
     if estimate is None:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note=where))
         return
-    machine = model.contention.get(threads)
+    machine = model.contention.get(deciding_threads)
     if outcome == "inconclusive" and not estimate.holds:
         where += f"; only {len(estimate.per_round)} quiet rounds: the interval covers {estimate.level:.1%}, short of " \
                  f"the {estimate.confidence:.2%} each of the gate's intervals needs"

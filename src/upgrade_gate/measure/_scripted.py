@@ -67,7 +67,7 @@ def scripted_watch(disturbed: Callable[[int], bool]) -> rounds.Watch:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Measured:
+class Measurement:
     """One thread count measured by run_rounds: its rounds, why they ended, every ratio with its outcome."""
 
     tried: list[dict[str, Any]]
@@ -76,7 +76,7 @@ class Measured:
 
 
 def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: int, stop_early: bool,
-            intervals: int, disturbed: Callable[[int], bool] = lambda n: False) -> Measured:
+            intervals: int, disturbed: Callable[[int], bool] = lambda n: False) -> Measurement:
     """A baseline whose every call takes 1 ms and a candidate whose method m takes ``per_round[m][i]`` ms in
     the i-th quiet round, measured as the measure session measures them (``run_rounds`` with its stop rule,
     ``clear_of_threshold``, ``planned`` rounds at most; the machine disturbs round n, as tried, where
@@ -105,12 +105,12 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
     found = rounds.ratios_so_far("baseline", ["candidate"], stacks, quiet, planned=planned if stop_early else 0,
                                  confidence=confidence) or []
-    return Measured(tried=tried, ended=ended,
+    return Measurement(tried=tried, ended=ended,
                     outcomes=[(estimate.outcome(threshold, baseline_ms, 0.0), estimate)
                               for estimate, baseline_ms in found])
 
 
-def gate(measurements: Sequence[Measured]) -> str:
+def gate(measurements: Sequence[Measurement]) -> str:
     """The latency gate's outcome over its thread counts' measurements, by its own rule (``deciding``)."""
     rows = [(outcome, "", estimate, threads) for threads, measured in enumerate(measurements, start=1)
             for outcome, estimate in measured.outcomes]
