@@ -390,3 +390,29 @@ def test_a_variants_latency_beside_fp32_says_which_way(value_ms, reference_ms, e
     from upgrade_gate.text import speed_against
 
     assert speed_against(value_ms, reference_ms, "fp32") == expected
+
+
+def test_the_latency_section_says_what_each_figure_covers_and_why_the_rounds_ended(project):
+    """Issue 37: a ratio's coverage is its interval's, at its share of the gate's; the gate's note says what
+    its intervals reach together; the rounds' paragraph says why they ended."""
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=[[10.0] * 8] * 7)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
+                      latency_ms=[[20.0] * 8] * 7)
+    for threads in (1, 2):
+        add_round_loads(out, "vit-smoke", threads, [(0.0, 0.02)] * 7, ended="decided",
+                        settings={"rounds": 9, "stop_early": True, "intervals": 2})
+    pipeline.report(plan)
+    markdown = (out / "report.md").read_text()
+    assert ("Latency at 1 thread(s), 9 rounds, the stacks in turn (ratio: candidate/baseline, the median of the "
+            "per-round ratios, with its interval and that interval's coverage; the latency gate's 2 intervals share "
+            "its coverage, each at 97.50%):") in markdown
+    assert "| forward | candidate | 56 |" in markdown and "| 2.000, 98.4% interval [2.000, 2.000] | legacy |" in markdown
+    assert ("7 of 7 rounds quiet; the timed threads waited 0.0% of their time for a CPU, other processes kept 0.02 of "
+            "2 cores busy, the run queue reached 3; stopped after 7 of 9 quiet rounds, every interval decided "
+            "(stop-early).") in markdown
+    assert ("ratio = 2.000, 98.4% interval [2.000, 2.000] (1 thread(s): 20.000 ms / 10.000 ms; stopped after 7 of 9 "
+            "quiet rounds, every interval decided (stop-early); the gate's 2 intervals together: at least 96.9%)"
+            ) in markdown

@@ -223,13 +223,17 @@ def latency_blocks(results: Results, model: ModelResults) -> list[Block]:
                 rows.append([method, n, str(lat.runs), ms(lat.min_ms), ms(lat.p50_ms), ms(lat.p90_ms), ms(lat.p99_ms),
                              ms(lat.trimmed_mean_ms), ms(lat.iqr_ms), rate,
                              str(estimate) if estimate else "— (machine busy)" if unjudged else "", winner])
+        machine = model.contention.get(threads)
+        estimates = [r.estimate for r in model.ratios if r.threads == threads]
         if rows:
+            shared = (f"; the latency gate's {machine.intervals} intervals share its coverage, each at "
+                      f"{estimates[0].confidence:.2%}" if machine is not None and machine.intervals > 1 and estimates
+                      else "")
             blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} rounds, the stacks in "
                                  "turn (ratio: candidate/baseline, the median of the per-round ratios, with its "
-                                 "interval and that interval's coverage):"),
+                                 f"interval and that interval's coverage{shared}):"),
                        Table(["method", "Stack", "runs", "min", "p50", "p90", "p99", "trimmed mean", "IQR", "rate",
                               "ratio, interval", "faster"], rows)]
-        machine = model.contention.get(threads)
         if machine is not None:
             blocks.append(Paragraph(f"The machine during these rounds ({machine.cpu}, {machine.cores} cores; "
                                     f"measurements are cached per CPU model and core count): {machine.summary()}."))
