@@ -542,6 +542,10 @@ def test_a_gate_of_more_intervals_needs_more_quiet_rounds(plan):
     assert busy.status is GateStatus.INCOMPLETE
     assert busy.note == ("1 thread(s): machine busy: 8 of 18 rounds quiet; an interval needs 9 quiet rounds; not "
                          "judged, but over 1.05: 2.00×–2.00× in every one of its 18 rounds, disturbed or not")
+    said = evaluate(plan, gather(plan)).incomplete[0]
+    assert said.startswith("machine busy: too few quiet rounds to judge latency (an interval needs 9) for vit-smoke at "
+                           "1 thread(s) (8 of 18 quiet; over 1.05: 2.00×–2.00× in every one of its 18 rounds, disturbed "
+                           "or not), 2 thread(s) (8 of 18 quiet; over 1.05: "), said
     too_few = measured_as(plan, [[20.0] * 8] * 8, [QUIET] * 8, "planned", rounds=8, intervals=12)
     assert too_few.status is GateStatus.INCONCLUSIVE
     assert too_few.note == ("1 thread(s): 20.000 ms / 10.000 ms; only 8 quiet rounds: the interval covers 99.2%, short "

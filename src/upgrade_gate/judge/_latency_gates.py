@@ -171,7 +171,9 @@ def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tu
     queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
     if queues:
         figures.append(f"the run queue reached {max(queues)}")
-    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs {fewest_rounds()}) for "
+    needs = sorted({m.needs for m in machines}) or [fewest_rounds()]  # by the number of intervals each gate judges
+    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs "
+            f"{needs[0] if len(needs) == 1 else f'{needs[0]}–{needs[-1]}'}) for "
             + "; ".join(where) + (f" — {', '.join(figures)}" if figures else "")
             + ". Measure again when the machine is quieter: `--remeasure` times again without exporting")
     return line, affected
