@@ -112,9 +112,14 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
         assert model["stacks"]["legacy"]["planned_memory_bytes"] is None
         planned = model["stacks"]["candidate"]["planned_memory_bytes"]
         assert set(planned) == set(model["stacks"]["candidate"]["artifact"]["methods"]) and min(planned.values()) > 0
-        ratios = model["latency_ratios"]
-        assert {(r["threads"], r["method"]) for r in ratios} == {
-            (1, m) for m in model["stacks"]["candidate"]["artifact"]["methods"]}
+        ratios, methods = model["latency_ratios"], model["stacks"]["candidate"]["artifact"]["methods"]
+        latency = next(g for g in verdict_of(out).gates if (g.model, g.gate) == (model["model"], "latency"))
+        # A ratio per method, unless a loaded runner left fewer quiet rounds than an interval needs: then the gate is
+        # incomplete, "machine busy", and the few quiet rounds' ratios (if any) are kept but not judged.
+        busy = latency.status is GateStatus.INCOMPLETE and ": machine busy: " in latency.note
+        expected = {(1, m) for m in methods}
+        assert {(r["threads"], r["method"]) for r in ratios} <= expected if busy else \
+            {(r["threads"], r["method"]) for r in ratios} == expected, (latency, ratios)
         # One ratio per quiet round, up to 9 (the default): fewer when the rounds stopped early, every interval
         # clear of the threshold (then the gate is decided), or when the host disturbed so many that the
         # repeats ran out (the report says how many, and the coverage they give).
@@ -130,10 +135,11 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
         contention = next(c for c in model["contention"] if c["threads"] == 1)
         assert measurement["ended"] == contention["ended"] in ("planned", "decided", "repeats ran out")
         # Each interval at its share of the gate's 95%: one per method here (threads = [1]).
-        assert measurement["settings"]["intervals"] == contention["intervals"] == len(ratios)
-        assert all(r["confidence"] == pytest.approx(1 - 0.05 / len(ratios)) for r in ratios)
-        latency = next(g for g in verdict_of(out).gates if (g.model, g.gate) == (model["model"], "latency"))
-        if measurement["ended"] == "decided":
+        assert measurement["settings"]["intervals"] == contention["intervals"] == len(methods)
+        assert all(r["confidence"] == pytest.approx(1 - 0.05 / len(methods)) for r in ratios)
+        if busy:
+            assert measurement["ended"] == "repeats ran out"
+        elif measurement["ended"] == "decided":
             assert len(ratios[0]["per_round"]) in (7, 8)
             assert latency.status in (GateStatus.PASSED, GateStatus.FAILED) and "every interval decided" in latency.note
         else:

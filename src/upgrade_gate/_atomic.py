@@ -62,8 +62,9 @@ def _write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(to_json(data), indent=2, allow_nan=False) + "\n")
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> None:
+    """``data`` as JSON, whole or not at all; ``indent=None``: on one line (a file of many numbers)."""
+    write_text_atomic(path, json.dumps(to_json(data), indent=indent, allow_nan=False) + "\n")
 
 
 def to_json(value: Any) -> Any:

@@ -150,7 +150,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         "ended": ended.value,
         "stacks": stacks,
     }
-    write_json_atomic(out_file, data)
+    # Compact: indented, the samples took a line each and the file more than twice the room (nanoVLM's 954 KB).
+    write_json_atomic(out_file, data, indent=None)
     # A stack without a runnable artifact (a variant it has no recipe for) is not
     # part of the key: which stacks ran is (``names``).
     # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
