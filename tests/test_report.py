@@ -248,7 +248,7 @@ def test_variants_delegation_profile_and_localization_in_the_report(project):
     assert ("- candidate XnnpackBackend took 95 of 100 operator nodes (95.0%) in 2 partition(s); "
             "not delegated: aten_cumsum_default ×5") in report
     assert "| 1 | `aten::linear` | 9.000 ms | 90.0% | 10 | `DELEGATE_CALL` | 4.000 ms | 80.0% | 5 |" in report
-    assert "| Delegated operator nodes (least, per method) | — (no delegate) | 95.0% (vit-smoke) |" in report
+    assert "| Delegated operator nodes (least, per method) | — (no delegate) | 95.0% (vit-smoke · forward) |" in report
     assert "| candidate | coreml | ok | 1 | 100.0% | 3.0 MiB | 20.0 s |  |" in report
     assert "| candidate | qnn | unavailable |  |  | — |  | needs Qualcomm's QNN SDK |" in report
     assert "| candidate | vulkan | failed |  |  | — |  | IndexError: list index out of range |" in report
@@ -317,8 +317,17 @@ def test_a_busy_machine_is_said_once_and_its_few_rounds_make_no_ratio(project):
     # No ratio, no interval, where one quiet round is all there is; the quiet thread count keeps its own.
     assert "0.0% interval" not in markdown and "0.0% interval" not in page and "[1.324" not in markdown
     matrix = markdown[markdown.index("## Decision matrix"):markdown.index("## Requirements")]
-    assert "minilm-smoke 13.240 ms (no ratio: machine busy)" in matrix
-    assert "vit-smoke 10.000 ms (1.000, 96.1% interval [1.000, 1.000])" in matrix  # 1 thread: 9 quiet rounds (docs)
+    # One short line per thread count; the figures per method are the latency table's.
+    assert ("| Latency at 1 thread(s), candidate/baseline per method (table) |  | ×1.00 typical over 1 method: 0 faster, "
+            "0 slower, 1 not told apart; 1 model not timed: machine busy [incomplete] |") in matrix
+    assert ("| Latency at 2 thread(s), candidate/baseline per method (table) |  | no ratio; 2 models not timed: machine "
+            "busy [incomplete] |") in matrix
+    table = markdown[markdown.index("### Latency"):markdown.index("## Requirements")]
+    assert ("| minilm-smoke · forward | 10.000 ms | 13.240 ms | machine busy | 10.000 ms | 13.240 ms | machine busy |"
+            in table)
+    assert "| vit-smoke · forward | 10.000 ms | 10.000 ms | 1.000 [1.000, 1.000] | 10.000 ms | 10.000 ms | machine busy |" \
+        in table  # 1 thread: 9 quiet rounds (docs)
+    assert max(len(cell) for line in matrix.splitlines()[2:] for cell in line.split(" | ")) <= 300
     assert "| forward | candidate | 8 | 13.240 ms | 13.240 ms | 13.240 ms | 13.240 ms | 13.240 ms | 0.000 ms" in markdown
     assert "| — (machine busy) |  |" in markdown
 
@@ -416,3 +425,21 @@ def test_the_latency_section_says_what_each_figure_covers_and_why_the_rounds_end
     assert ("ratio = 2.000, 98.4% interval [2.000, 2.000] (1 thread(s): 20.000 ms / 10.000 ms; stopped after 7 of 9 "
             "quiet rounds, every interval decided (stop-early); the gate's 2 intervals together: at least 96.9%)"
             ) in markdown
+
+
+def test_the_least_delegated_method_is_named_and_a_method_with_no_operator_node_is_said_apart():
+    from types import SimpleNamespace
+
+    from upgrade_gate.report._verdict_section import _least_delegated
+    from upgrade_gate.schema.stack import Delegation
+
+    def delegation(delegated: int, portable: int) -> Delegation:
+        return Delegation(delegate="XnnpackBackend", partitions=1, delegated_nodes=delegated, portable_nodes=portable,
+                          portable_ops={})
+
+    nanovlm = SimpleNamespace(name="nanovlm", stacks={"candidate": SimpleNamespace(delegation={
+        "vision_encoder": delegation(90, 10), "embed": delegation(0, 0), "lm_head": delegation(3, 1)})})
+    assert _least_delegated((nanovlm,), "candidate") == ("75.0% (nanovlm · lm_head); 1 method with no operator node "
+                                                          "to delegate")
+    only_empty = SimpleNamespace(name="m", stacks={"candidate": SimpleNamespace(delegation={"embed": delegation(0, 0)})})
+    assert _least_delegated((only_empty,), "candidate") == "— (1 method, none with an operator node to delegate)"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from upgrade_gate.judge.fail_fast import not_reached
 from upgrade_gate.judge.policy import with_remedies
-from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report.render import (
     Block,
     Heading,
@@ -150,21 +151,18 @@ def matrix_rows(results: Results) -> list[list[str]]:
                  *[_least_delegated(results.models, n) + mark(n, "delegation") for n in names]])
     rows.append(["Other backends, export only (models lowered)", *[_backends_summary(fp32, n) for n in names]])
     for threads in results.settings.threads:
-        rows.append([f"Latency p50 at {threads} thread(s) (methods joined by /; candidate/baseline ratio, "
-                     f"interval of at least {CONFIDENCE:.0%} coverage)", *[
-            ", ".join(f"{m.name} {_p50s(m, n, threads)}{_ratio_note(m, n, threads)}" for m in results.models)
-            + mark(n, "latency") for n in names]])
+        rows.append([f"Latency at {threads} thread(s), candidate/baseline per method ([table](#latency))", *[
+            ("" if n == base else _latency_summary(results.models, n, threads)) + mark(n, "latency") for n in names]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
     if task_gates:
-        rows.append(["Task agreement (vs reference)", *[
-            "" if n == base else "; ".join(f"{g.model}: {g.measured_text}" for g in gates
-                                           if g.stack == n and g.gate in task_gates)
+        rows.append(["Task agreement (vs reference; worst model)", *[
+            "" if n == base else _task_summary([g for g in gates if g.stack == n and g.gate in task_gates])
             + "".join(mark(n, t) for t in task_gates) for n in names]])
     rows.append(["Artifact size (largest)", *[
         size(max((m.stacks[n].artifact_bytes or 0 for m in results.models), default=0)) + mark(n, "artifact-size")
         for n in names]])
-    rows.append(["Cold start at first use: load + first run (per model)", *[
-        ", ".join(f"{m.name} {_cold(m, n)}" for m in results.models) for n in names]])
+    rows.append(["Cold start at first use: load + first run (slowest model)", *[
+        _slowest_cold_start(results.models, n) for n in names]])
     rows.append(["Runtime memory: loaded and running (largest)", *[
         size(max((m.stacks[n].runtime_memory_bytes or 0 for m in results.models), default=0))
         + mark(n, "memory") + mark(n, "budget-memory") for n in names]])
@@ -215,11 +213,88 @@ def _quantized_summary(results: Results, quantized: list[ModelResults], stack: s
 
 
 def _least_delegated(models: tuple[ModelResults, ...], stack: str) -> str:
-    shares = [(d.share, m.name) for m in models for d in m.stacks[stack].delegation.values()]
-    if not shares:
+    """The least delegated method, by name; a method with no operator node at all is none a delegate could
+    take (0 of 0 is no 0.0%): counted apart."""
+    found = [(d.share, m.name, method, d.delegated_nodes + d.portable_nodes) for m in models
+             for method, d in m.stacks[stack].delegation.items()]
+    if not found:
         return "— (no delegate)"
-    share, model = min(shares)
-    return f"{share:.1%} ({model})"
+    with_nodes = [f for f in found if f[3]]
+    empty = len(found) - len(with_nodes)
+    aside = f"; {empty} method{'s' if empty > 1 else ''} with no operator node to delegate" if empty else ""
+    if not with_nodes:
+        return f"— ({empty} method{'s' if empty > 1 else ''}, none with an operator node to delegate)"
+    share, model, method, _ = min(with_nodes)
+    return f"{share:.1%} ({model} · {method})" + aside
+
+
+def _latency_summary(models: tuple[ModelResults, ...], stack: str, threads: int) -> str:
+    """One candidate's latency at a thread count in a line: the typical ratio (geometric mean of the
+    methods' medians) and how many methods its intervals call faster, slower or not told apart."""
+    estimates = [e for m in models if m.busy_at(threads) is None for e in m.ratios_of(stack, threads)]
+    busy = sum(1 for m in models if m.busy_at(threads) is not None and m.ratios_of(stack, threads))
+    aside = f"; {busy} model{'s' if busy > 1 else ''} not timed: machine busy" if busy else ""
+    if not estimates:
+        return "no ratio" + aside
+    typical = math.exp(sum(math.log(e.median) for e in estimates) / len(estimates))
+    faster = sum(1 for e in estimates if e.holds and e.high < 1)
+    slower = sum(1 for e in estimates if e.holds and e.low > 1)
+    unsure = len(estimates) - faster - slower
+    methods = f"{len(estimates)} method{'s' if len(estimates) > 1 else ''}"
+    return f"×{typical:.2f} typical over {methods}: {faster} faster, {slower} slower, {unsure} not told apart" + aside
+
+
+def _task_summary(gates: list[GateResult]) -> str:
+    """How many task gates passed, and the worst one's figure (the one nearest its threshold fails first)."""
+    if not gates:
+        return ""
+    passed = sum(1 for g in gates if g.status is GateStatus.PASSED)
+    worst = next((g for g in gates if g.status is not GateStatus.PASSED), gates[0])
+    return f"{passed}/{len(gates)} passed; {'worst' if passed < len(gates) else 'e.g.'} {worst.model}: " + short(
+        worst.measured_text, 160)
+
+
+def _slowest_cold_start(models: tuple[ModelResults, ...], stack: str) -> str:
+    timed = [(m.load_ms + m.first_run_ms, m.load_ms, m.first_run_ms, model.name) for model in models
+             if (m := next(iter(model.stacks[stack].measured.values()), None)) is not None
+             and m.load_ms is not None and m.first_run_ms is not None]
+    if not timed:
+        return "—"
+    _, load, first, name = max(timed)
+    return f"{load:.0f} + {first:.0f} ms ({name})"
+
+
+def latency_table(results: Results) -> list[Block]:
+    """Every model's methods by stack and thread count: p50 per stack, each candidate's ratio with its interval."""
+    base = results.baseline.name
+    candidates = [n for n in results.stacks if n != base]
+    threads = results.settings.threads
+    header = ["model · method"]
+    for count in threads:
+        header += [f"{n} p50, {count}t" for n in results.stacks] + [f"{n}/{base}, {count}t" for n in candidates]
+    rows = []
+    for model in results.models:
+        methods = list(dict.fromkeys(method for stack in model.stacks.values() for count in threads
+                                     if count in stack.measured for method in stack.measured[count].latency))
+        for method in methods:
+            row = [f"[{model.name}](#{model_anchor(model.name)}) · {method}"]
+            for count in threads:
+                for n in results.stacks:
+                    measured = model.stacks[n].measured.get(count)
+                    lat = measured.latency.get(method) if measured else None
+                    row.append(f"{lat.p50_ms:.3f} ms" if lat else "—")
+                for n in candidates:
+                    ratio = model.ratio(n, count, method)
+                    row.append("machine busy" if model.busy_at(count) is not None
+                               else f"{ratio.median:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "—")
+            rows.append(row)
+    if not rows:
+        return []
+    return [Heading(3, "Latency", anchor="latency"),
+            Paragraph("The ratio is the median of the rounds' candidate/baseline ratios, with its interval (the "
+                      "coverage each interval holds is in the model's section; the latency gate's intervals hold "
+                      "95% together). Below 1 the candidate is faster.", style="meta"),
+            Table(header, rows)]
 
 
 def _backends_summary(models: list[ModelResults], stack: str) -> str:
@@ -239,25 +314,6 @@ def _backends_summary(models: list[ModelResults], stack: str) -> str:
     if unavailable:
         parts.append(f"unavailable here: {', '.join(sorted(unavailable))}")
     return "; ".join(parts) or "—"
-
-
-def _p50s(model: ModelResults, stack: str, threads: int) -> str:
-    latency = model.stacks[stack].measured[threads].latency
-    return " / ".join(f"{lat.p50_ms:.3f}" for lat in latency.values()) + " ms" if latency else "—"
-
-
-def _ratio_note(model: ModelResults, stack: str, threads: int) -> str:
-    if model.busy_at(threads) is not None:
-        return " (no ratio: machine busy)" if model.ratios_of(stack, threads) else ""  # a round or two: no judgement
-    estimates = model.ratios_of(stack, threads)
-    return f" ({' / '.join(str(e) for e in estimates)})" if estimates else ""
-
-
-def _cold(model: ModelResults, stack: str) -> str:
-    measured = next(iter(model.stacks[stack].measured.values()), None)
-    if measured is None or measured.load_ms is None or measured.first_run_ms is None:
-        return "—"
-    return f"{measured.load_ms:.0f} + {measured.first_run_ms:.0f} ms"
 
 
 def _project_cell(project: ProjectResults, stack: str, is_baseline: bool) -> str:

@@ -20,7 +20,7 @@ from upgrade_gate.report._figures import plot_figures
 from upgrade_gate.report._model_section import model_blocks
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report._stack_section import package_blocks, stack_blocks
-from upgrade_gate.report._verdict_section import gate_table, matrix_rows, model_anchor, verdict_blocks
+from upgrade_gate.report._verdict_section import gate_table, latency_table, matrix_rows, model_anchor, verdict_blocks
 from upgrade_gate.report._way_out_section import way_out_blocks
 from upgrade_gate.report.render import (
     Block,
@@ -97,6 +97,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     blocks += [Heading(2, "Decision matrix", anchor="decision-matrix")]
     header = [n if n == info.role else f"{n} ({info.role})" for n, info in results.stacks.items()]
     blocks.append(Table(["Factor", *header], matrix_rows(results)))
+    blocks += latency_table(results)
     blocks += [Heading(2, "Requirements", anchor="requirements"),
                gate_table(verdict.gates, link_models=True, folded=f"All {len(verdict.gates)} gates")]
     if results.project:
