@@ -13,7 +13,7 @@ from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.gather import gather
-from upgrade_gate.judge.policy import decide, evaluate, with_remedies
+from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedies
 from upgrade_gate.judge.records import Reader
 from upgrade_gate.report._verdict_section import verdict_blocks
 from upgrade_gate.report.render import Bullets
@@ -692,6 +692,9 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
                            remedies=(remedy("vit", True),))
     # The soft failure still counts: GO-WITH-CONDITIONS, not GO.
     assert with_remedies(record, "candidate") == (Verdict.GO_WITH_CONDITIONS, 1)
+    # The console's line says it the same way.
+    assert headline(record, "candidate") == "NO-GO as configured; GO-WITH-CONDITIONS with 1 remedy — hard: numerics (vit)"
+    assert headline(replace(record, remedies=(remedy("vit", False),)), "candidate") == "NO-GO — hard: numerics (vit)"
     assert with_remedies(replace(record, gates=(numerics,)), "candidate") == (Verdict.GO, 1)
     # A remedy that does not pass, or a hard failure no remedy answers: nothing is claimed.
     assert with_remedies(replace(record, remedies=(remedy("vit", False),)), "candidate") is None

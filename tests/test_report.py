@@ -78,7 +78,7 @@ def test_report_files_verdict_first(plan, capsys):
     drift = next(c for c in model["comparisons"] if c["purpose"] == "torch upgrade drift (eager)")
     assert drift["outputs"][0]["snr_db"] == "inf"  # identical eager outputs; JSON has no infinity
 
-    assert "Verdict: NO-GO  [candidate: NO-GO]" in capsys.readouterr().out
+    assert "Verdict: NO-GO  [candidate: NO-GO — hard: numerics (vit-smoke)]" in capsys.readouterr().out
 
 
 # The model's one output, the same in every stack and artifact: the numerics gate passes.

@@ -119,6 +119,20 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     return after, len(passing)
 
 
+def headline(verdict: VerdictRecord, stack: str) -> str:
+    """A candidate's verdict in one plain line, as the console prints it: the verdict as configured, what its
+    remedies make of it, and the hard gates that decide ("NO-GO as configured; GO-WITH-CONDITIONS with 1
+    remedy — hard: numerics (nanovlm)")."""
+    value = str(verdict.candidates[stack])
+    remedied = with_remedies(verdict, stack)
+    if remedied is not None:
+        after, count = remedied
+        value += f" as configured; {after} with {count} {'remedy' if count == 1 else 'remedies'}"
+    hard = [f"{g.gate} ({g.model})" for g in verdict.of(stack)
+            if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
+    return value + (f" — hard: {', '.join(hard)}" if hard else "")
+
+
 def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | None = None) -> VerdictRecord:
     """Every gate for every candidate and model (and the project); the verdict per candidate and overall."""
     results: list[GateResult] = []

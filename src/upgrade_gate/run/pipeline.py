@@ -25,7 +25,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.gather import gather, stack_info
-from upgrade_gate.judge.policy import evaluate
+from upgrade_gate.judge.policy import evaluate, headline
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
@@ -301,6 +301,6 @@ def _announce(title: str, verdict: VerdictRecord, paths: list[Path]) -> int:
     """Every gate's line, the verdict and where the report is, on the console; the exit status."""
     for gate in verdict.gates:
         print(gate)
-    print(f"{title}: {verdict.verdict}" + "".join(f"  [{n}: {v}]" for n, v in verdict.candidates.items()))
+    print(f"{title}: {verdict.verdict}" + "".join(f"  [{n}: {headline(verdict, n)}]" for n in verdict.candidates))
     print("Report: " + ", ".join(str(p) for p in paths))
     return verdict.verdict.exit_code
