@@ -285,7 +285,7 @@ def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_
     assert json.loads((tmp_path / "never.json").read_text())["stages"][0]["status"] == "failed"
 
     from upgrade_gate.judge.records import Stage
-    from upgrade_gate.run.stages import UNFINISHED_STATUSES
+    from upgrade_gate.stages import UNFINISHED_STATUSES
 
     assert "vanished" in UNFINISHED_STATUSES
     stage = Stage.from_reader(__import__("upgrade_gate.judge.records", fromlist=["Reader"]).Reader(

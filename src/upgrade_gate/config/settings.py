@@ -47,7 +47,7 @@ from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import cache_root
 from upgrade_gate.measure.stats import CONFIDENCE, fewest_rounds, interval_confidence
-from upgrade_gate.run.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
+from upgrade_gate.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
 
 CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
 TABLE = "tool.upgrade-gate"

@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
-from upgrade_gate.run.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_STATUSES
+from upgrade_gate.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_STATUSES
 
 # The workers' records (compat/worker.py writes the same version: it cannot import this package).
 RECORDS_VERSION = Version("1.0")

@@ -84,10 +84,10 @@ from upgrade_gate.measure.stats import (
     sequential_rank,
 )
 from upgrade_gate.run import cache, guard
-from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.measured import RoundsEnded
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
+from upgrade_gate.stages import RUNTIME_STAGES
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
 NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow")

@@ -23,10 +23,10 @@ from upgrade_gate.report.render import (
     bullets,
     code_span,
 )
-from upgrade_gate.run.stages import RUNTIME_STAGES
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.verdict import GateStatus
+from upgrade_gate.stages import RUNTIME_STAGES
 from upgrade_gate.text import first_line, ms, num, plain, short, size, speed_against
 
 NUMERIC_GATES = ("numerics", "quantized-numerics")

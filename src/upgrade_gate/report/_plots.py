@@ -24,10 +24,10 @@ import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from upgrade_gate.run.stages import EXPORT_STAGES, RUNTIME_STAGES, STAGE_STATUSES  # noqa: E402
 from upgrade_gate.schema.comparison import Side  # noqa: E402
 from upgrade_gate.schema.results import ModelResults, Results  # noqa: E402
 from upgrade_gate.schema.verdict import GateResult  # noqa: E402
+from upgrade_gate.stages import EXPORT_STAGES, RUNTIME_STAGES, STAGE_STATUSES  # noqa: E402
 
 # Export-success matrix cells: absent, ok, skipped, did not succeed.
 STAGE_COLOURS = ["#ffffff", "#2da44e", "#d0d7de", "#cf222e"]
