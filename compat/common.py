@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The records' version; the parent's upgrade_gate.judge.records checks it.
+# The records' version; the parent's upgrade_gate.schema.records checks it.
 RECORDS_VERSION = "1.0"
 TRACEBACK_TAIL_LINES = 12
 MESSAGE_CHARS = 4000

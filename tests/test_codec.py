@@ -23,7 +23,6 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.judge import agreement, numerics
 from upgrade_gate.judge.agreement import TaskAgreement
 from upgrade_gate.judge.numerics import OutputMetrics
-from upgrade_gate.judge.records import Reader, Stage, StageError
 from upgrade_gate.measure import stats
 from upgrade_gate.measure.stats import LatencySummary, RatioEstimate
 from upgrade_gate.releases import _table
@@ -52,6 +51,7 @@ from upgrade_gate.schema.project import (
     ScanResults,
     TestRun,
 )
+from upgrade_gate.schema.records import Reader, Stage, StageError
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, Results, StackInfo
 from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
 from upgrade_gate.schema.verdict import (

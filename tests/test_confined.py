@@ -284,11 +284,11 @@ def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_
     never.stage("inputs", (), read(tmp_path / "none" / "inputs.npz"))
     assert json.loads((tmp_path / "never.json").read_text())["stages"][0]["status"] == "failed"
 
-    from upgrade_gate.judge.records import Stage
+    from upgrade_gate.schema.records import Stage
     from upgrade_gate.stages import UNFINISHED_STATUSES
 
     assert "vanished" in UNFINISHED_STATUSES
-    stage = Stage.from_reader(__import__("upgrade_gate.judge.records", fromlist=["Reader"]).Reader(
+    stage = Stage.from_reader(__import__("upgrade_gate.schema.records", fromlist=["Reader"]).Reader(
         stages["inputs"], where="stages[0]"))
     assert stage.unfinished
     assert stage.explain().startswith("inputs did not finish: [Errno 2] No such file or directory: ")

@@ -15,11 +15,11 @@ from helpers.stack_records import add_round_loads, write_stack_model
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.gather import gather
-from upgrade_gate.judge.records import Reader
 from upgrade_gate.measure import _contention as contention
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure._contention import Load
 from upgrade_gate.schema.measured import Contention, RoundLoad, RoundsEnded
+from upgrade_gate.schema.records import Reader
 
 
 @pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [

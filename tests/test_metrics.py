@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from upgrade_gate.judge.numerics import OutputMetrics, compare_arrays, compare_outputs
-from upgrade_gate.judge.records import Reader
+from upgrade_gate.schema.records import Reader
 
 inf, nan = math.inf, math.nan
 

@@ -14,9 +14,9 @@ from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedies
-from upgrade_gate.judge.records import Reader
 from upgrade_gate.report._verdict_section import verdict_blocks
 from upgrade_gate.report.render import Bullets
+from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.verdict import (
     GateResult,
     GateStatus,

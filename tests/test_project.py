@@ -18,13 +18,13 @@ from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.project_settings import runs_pytest
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.judge._project_gates import project_gates
-from upgrade_gate.judge.records import Reader
 from upgrade_gate.project._diff import diff_outcomes
 from upgrade_gate.project._junit import CaseOutcome, case_id, read_junit
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.project import ProjectResults
+from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
 
 REPO = Path(__file__).resolve().parents[1]

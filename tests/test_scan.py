@@ -383,10 +383,10 @@ def test_the_scan_does_not_depend_on_hash_order(tmp_path: Path) -> None:
 def test_every_torchfix_code_in_a_legend_says_something_of_its_own() -> None:
     # Issue 37: TorchFix names the function in each TOR101 message, so its findings shared no summary, and the
     # report's legend said "TOR101 (2): (no explanation)". Our note explains the code; each row keeps its name.
-    from upgrade_gate.judge.records import Reader
     from upgrade_gate.report._project_section import scan_blocks
     from upgrade_gate.report.render import to_markdown
     from upgrade_gate.schema.project import ProjectResults, ScanResults
+    from upgrade_gate.schema.records import Reader
 
     source = "import functorch, torch\nfunctorch.vmap(f)(x)\nfunctorch.grad(g)(x)\ntorch.solve(a, b)\ntorch.lstsq(a, b)\n"
     findings = scan.scan_source(source, "timm/layers.py")

@@ -4,9 +4,9 @@ rarely shows — a search the budget stopped, and a remedy that does not work as
 
 from __future__ import annotations
 
-from upgrade_gate.judge.records import Stage
 from upgrade_gate.report._way_out_section import _method_blocks
 from upgrade_gate.report.render import to_markdown
+from upgrade_gate.schema.records import Stage
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import Diagnosis
 

@@ -10,9 +10,9 @@ import numpy as np
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.measure._contention import Load
 from upgrade_gate.run import pipeline
+from upgrade_gate.schema.records import RECORDS_VERSION
 
 # An eager output: 16 distinct values, so a relative error means something.
 REFERENCE = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)

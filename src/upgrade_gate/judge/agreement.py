@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from upgrade_gate.errors import RecordError
-from upgrade_gate.judge.records import NON_FINITE, Reader
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.records import NON_FINITE, Reader
 
 # The value each task's gate checks, and the config key of its threshold.
 HEADLINE = {

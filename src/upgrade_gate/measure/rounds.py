@@ -47,12 +47,12 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.fail_fast import stopped_at
-from upgrade_gate.judge.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, stats
 from upgrade_gate.run import artifacts, cache, supervisor, workers
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.schema.measured import RoundsEnded
+from upgrade_gate.schema.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made: part of its cache key.

@@ -27,12 +27,12 @@ from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
-from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, RUN_FILE, TOOL_ROOT, WARNINGS_FILE
 from upgrade_gate.project import source
 from upgrade_gate.run import cache, packages, supervisor
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.run.workers import venv_env
+from upgrade_gate.schema.records import RECORDS_VERSION
 
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"

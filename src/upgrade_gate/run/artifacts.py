@@ -22,10 +22,8 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.invocation import command
-from upgrade_gate.judge.records import RecordError, load_stack_model, read_key_record
 from upgrade_gate.run import cache
-
-RELEASED = "released"  # the key record's list of artifacts left in the result cache
+from upgrade_gate.schema.records import RELEASED, RecordError, load_stack_model, read_key_record
 
 
 def artifact_files(out: Path, stack: str, model: str) -> list[str]:
@@ -35,11 +33,6 @@ def artifact_files(out: Path, stack: str, model: str) -> list[str]:
     except RecordError:
         return []
     return list(record.saved_files)
-
-
-def released(model_dir: Path) -> set[str]:
-    """The artifacts of a model's folder left in the result cache (absent from the folder by design)."""
-    return set((read_key_record(model_dir, "export") or {}).get(RELEASED) or ())
 
 
 def release(plan: Plan) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.judge.records import DamagedFile, RecordError, load_stack_model
+from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
 
 
 def departed_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:

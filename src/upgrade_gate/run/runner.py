@@ -28,10 +28,10 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.fail_fast import first_hard_failure
-from upgrade_gate.judge.records import RecordError, load_stack_model, read_key_record
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor, workers
 from upgrade_gate.run.asset_build import assets_dir
 from upgrade_gate.run.progress import Progress
+from upgrade_gate.schema.records import RecordError, load_stack_model, read_key_record
 
 # Calls of each method under the runtime phase's per-operator profiler (after one untimed call).
 PROFILE_RUNS = 5

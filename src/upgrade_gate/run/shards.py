@@ -28,9 +28,9 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan, Shard, parse_shard
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
-from upgrade_gate.judge.records import Reader
 from upgrade_gate.run import cache
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.records import Reader
 
 MANIFEST = layout.MANIFEST
 WHOLE = Shard(1, 1)  # an unsharded run is its own single shard

@@ -13,9 +13,9 @@ from typing import Any
 
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.records import RECORDS_VERSION
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache, supervisor
+from upgrade_gate.schema.records import RECORDS_VERSION
 from upgrade_gate.text import size
 
 # The last lines of a worker's log kept in the record of a stage it did not finish.

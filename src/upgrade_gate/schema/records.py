@@ -378,6 +378,14 @@ def read_key_record(phase_dir: Path, phase: str) -> dict[str, Any] | None:
         return None
 
 
+RELEASED = "released"  # the key record's list of artifacts left in the result cache (run/artifacts.py)
+
+
+def released(model_dir: Path) -> set[str]:
+    """The artifacts of a model's folder left in the result cache (absent from the folder by design)."""
+    return set((read_key_record(model_dir, "export") or {}).get(RELEASED) or ())
+
+
 def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
     path = layout.stack_file(out, stack)
     if not path.is_file():
