@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from upgrade_gate.measure import _scripted, rounds, stats
+from upgrade_gate import stats
+from upgrade_gate.measure import _scripted, rounds
 from upgrade_gate.measure.benchmarks import exact_gate_errors
 from upgrade_gate.schema.measured import RoundsEnded
 

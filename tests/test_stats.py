@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from upgrade_gate.measure.benchmarks import exact_gate_errors
-from upgrade_gate.measure.stats import (
+from upgrade_gate.schema.measured import RatioEstimate, ratio_by_rounds, summarize
+from upgrade_gate.stats import (
     SAMPLES_KEPT,
-    RatioEstimate,
     fewest_rounds,
     interval_confidence,
     kept_samples,
@@ -18,10 +18,8 @@ from upgrade_gate.measure.stats import (
     median_interval,
     median_interval_rank,
     miss_probability,
-    ratio_by_rounds,
     sequential_looks,
     sequential_rank,
-    summarize,
     together,
 )
 

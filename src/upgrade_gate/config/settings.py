@@ -46,8 +46,8 @@ from upgrade_gate.config.project_settings import ProjectSettings, load_project
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import cache_root
-from upgrade_gate.measure.stats import CONFIDENCE, fewest_rounds, interval_confidence
 from upgrade_gate.stages import EXPORT_STAGES, MEASURE_STAGES, RUNTIME_STAGES
+from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence
 
 CONFIG_ENV_VAR = "UPGRADE_GATE_CONFIG"
 TABLE = "tool.upgrade-gate"
@@ -105,11 +105,11 @@ OPTIONS = (
     Option(key="time-budget", attribute="time_budget_s", default=2.0, kind=number_kind(),
            help="… or at least this many seconds of them, whichever is more"),
     # Fewer than 6 rounds cannot give the median a 95% interval, 7 not two intervals 95% together (threads = [1, 2],
-    # load_settings); 9 hold up to 12 intervals together, nanoVLM's six methods at two thread counts (measure/stats.py).
+    # load_settings); 9 hold up to 12 intervals together, nanoVLM's six methods at two thread counts (stats.py).
     Option(key="rounds", attribute="rounds", default=9, kind=integer_kind(fewest_rounds()),
            help="quiet rounds, the stacks in turn (A B, B A, …), one candidate/baseline ratio each (at least 6; 7 "
                 "with 2 thread counts)"),
-    # Looks before the last round cost coverage; the looks' ranks keep it at 95% in all (measure/stats.py).
+    # Looks before the last round cost coverage; the looks' ranks keep it at 95% in all (stats.py).
     Option(key="stop-early", attribute="stop_early", default=True, kind=FLAG,
            help="stop the rounds once every latency interval lies wholly on one side of the threshold"),
     # A runaway export must not take the machine down (seed 000 died at 5-6 GB
@@ -219,7 +219,7 @@ def load_settings(config_path: Path) -> Settings:
     table = Table(raw, path=config_path, key=TABLE)
     settings = _load(table, config_path, check_files=True)
     # A latency gate judges an interval per thread count and method, which share its 95%: with more thread counts
-    # each needs more rounds (measure/stats.py). A model of several methods may need more still: its gate says so.
+    # each needs more rounds (stats.py). A model of several methods may need more still: its gate says so.
     needed = fewest_rounds(interval_confidence(len(settings.threads)))
     if settings.rounds < needed:
         raise table.error("rounds", f"must be at least {needed} with {len(settings.threads)} thread counts (threads = "

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from upgrade_gate.judge._gates import Gates, Missing, Rule
-from upgrade_gate.measure.stats import CONFIDENCE, RatioEstimate, fewest_rounds, together
-from upgrade_gate.schema.measured import BusyRounds, Contention, RoundsEnded
+from upgrade_gate.schema.measured import BusyRounds, Contention, RatioEstimate, RoundsEnded
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (
     GateResult,
@@ -15,6 +14,7 @@ from upgrade_gate.schema.verdict import (
     Quantity,
     Unit,
 )
+from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
 from upgrade_gate.text import size
 
 
@@ -24,7 +24,7 @@ def latency_gate(found: Gates, severity: str) -> None:
     A method at most ``min-delta-ms`` slower even at the top of its interval
     passes whatever its ratio. Of the rest, the gate fails if one interval lies wholly beyond the threshold,
     is inconclusive if one straddles it, and passes when all are within (``deciding``). Each interval
-    was given its share of the gate's coverage (measure.stats.interval_confidence), so the gate's intervals
+    was given its share of the gate's coverage (stats.interval_confidence), so the gate's intervals
     hold their true ratios together with at least ``CONFIDENCE``; the note says what they reach. A thread
     count with fewer quiet rounds than an interval needs (the machine was busy) is incomplete:
     neither a failure nor a pass. A definite failure at another thread count still fails.

@@ -23,10 +23,18 @@ from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge.agreement import TaskAgreement
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.measure.stats import interval_confidence, ratio_by_rounds, summarize
 from upgrade_gate.run.cache import sha256_file
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio, Measured, RoundLoad, RoundsEnded
+from upgrade_gate.schema.measured import (
+    BusyRounds,
+    Contention,
+    LatencyRatio,
+    Measured,
+    RoundLoad,
+    RoundsEnded,
+    ratio_by_rounds,
+    summarize,
+)
 from upgrade_gate.schema.records import (
     DamagedFile,
     Reader,
@@ -40,6 +48,7 @@ from upgrade_gate.schema.records import (
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
 from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
+from upgrade_gate.stats import interval_confidence
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
 Rounds = dict[str, dict[int, list[float]]]

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from upgrade_gate import stats
 from upgrade_gate.judge._latency_gates import deciding
-from upgrade_gate.measure import _contention, rounds, stats
+from upgrade_gate.measure import _contention, rounds
 from upgrade_gate.run.supervisor import ServerFailed
-from upgrade_gate.schema.measured import RoundsEnded
+from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded
 
 Samples = dict[str, list[float]]  # one round's samples per method, in ms
 
@@ -72,7 +73,7 @@ class Measurement:
 
     tried: list[dict[str, Any]]
     ended: RoundsEnded
-    outcomes: list[tuple[str, stats.RatioEstimate]]  # per method, the gate's outcome of its ratio
+    outcomes: list[tuple[str, RatioEstimate]]  # per method, the gate's outcome of its ratio
 
 
 def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: int, stop_early: bool,

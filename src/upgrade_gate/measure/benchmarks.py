@@ -7,7 +7,7 @@
   ≤ 1.02 on every call, and no pair interval wholly above it.
 * ``coverage`` — the latency ratio's interval, by simulation: how often it
   holds a known true ratio, against the coverage it states, per number of
-  rounds (no stacks: upgrade_gate.measure.stats, and the measure session's own
+  rounds (no stacks: upgrade_gate.stats, and the measure session's own
   loop with in-process servers for stop-early). Target: never below the stated level.
 * ``gate`` — the latency gate's own error rate, per number of intervals it judges
   (thread counts × methods), every true ratio at the threshold: how often it fails
@@ -74,20 +74,19 @@ from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import _scripted, rounds
-from upgrade_gate.measure.stats import (
+from upgrade_gate.run import cache, guard
+from upgrade_gate.schema.measured import RoundsEnded, ratio_by_rounds
+from upgrade_gate.schema.results import Results
+from upgrade_gate.schema.verdict import GateStatus
+from upgrade_gate.stages import RUNTIME_STAGES
+from upgrade_gate.stats import (
     fewest_rounds,
     interval_confidence,
     median_interval,
     median_interval_rank,
-    ratio_by_rounds,
     sequential_looks,
     sequential_rank,
 )
-from upgrade_gate.run import cache, guard
-from upgrade_gate.schema.measured import RoundsEnded
-from upgrade_gate.schema.results import Results
-from upgrade_gate.schema.verdict import GateStatus
-from upgrade_gate.stages import RUNTIME_STAGES
 
 BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
 NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow")

@@ -11,11 +11,11 @@ For each model and each thread count:
 2. Rounds, the stacks in turn and the order reversed every other counted round
    (A B, B A, …): in each round every stack times each method ``iterations / rounds``
    times or for ``time-budget / rounds`` seconds, whichever is more. A round's
-   medians saw the same machine, so their ratio is the round's
-   candidate/baseline ratio (upgrade_gate.measure.stats). Around each stack's part the
-   rest of the machine's load is measured (upgrade_gate.measure._contention); a round
+   medians saw the same machine, so their ratio is the round's candidate/baseline ratio
+   (schema.measured.ratio_by_rounds; its interval, upgrade_gate.stats). Around each stack's part
+   the rest of the machine's load is measured (upgrade_gate.measure._contention); a round
    it disturbed is repeated in the same order, and does not count. With ``stop-early``
-   the rounds stop at a look of the sequential design (upgrade_gate.measure.stats.sequential_looks)
+   the rounds stop at a look of the sequential design (upgrade_gate.stats.sequential_looks)
    once every candidate's interval lies wholly on one side of the latency threshold. The
    file says why the rounds ended (schema.measured.RoundsEnded).
 3. Each server exits with its peak resident memory: what loading and running
@@ -41,23 +41,24 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from upgrade_gate import layout
+from upgrade_gate import layout, stats
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge.fail_fast import stopped_at
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
-from upgrade_gate.measure import _contention, stats
+from upgrade_gate.measure import _contention
 from upgrade_gate.run import artifacts, cache, supervisor, workers
 from upgrade_gate.run.progress import Progress
-from upgrade_gate.schema.measured import RoundsEnded
+from upgrade_gate.schema import measured
+from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
-# The code that decides how a measurement is made: part of its cache key.
+# The code that decides how a measurement is made (the stop rule's ratios: stats, measured): part of its cache key.
 MEASURE_CODE = [Path(str(module.__file__)).resolve()
-                for module in (sys.modules[__name__], supervisor, _contention, stats)]
+                for module in (sys.modules[__name__], supervisor, _contention, stats, measured)]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -250,7 +251,7 @@ def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec
 
 
 def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int], *,
-                  planned: int, confidence: float) -> list[tuple[stats.RatioEstimate, float]] | None:
+                  planned: int, confidence: float) -> list[tuple[RatioEstimate, float]] | None:
     """Every candidate's ratio to the baseline, per method, over the ``quiet`` rounds (the sequential
     design's interval of at most ``planned`` rounds, each at ``confidence``), each with the baseline's
     median in ms; None without a baseline and a candidate, or where a ratio cannot be made."""
@@ -263,7 +264,7 @@ def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, di
         for method, rounds in mine.items():
             if method not in theirs or len(theirs[method]) != len(rounds):
                 return None
-            estimate = stats.ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned)
+            estimate = ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned)
             if estimate is None:
                 return None
             found.append((estimate, float(np.median([v for samples in theirs[method] for v in samples]))))

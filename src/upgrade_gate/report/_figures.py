@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report.render import Block, Figure
 from upgrade_gate.schema.results import Results
+from upgrade_gate.stats import CONFIDENCE
 
 
 def plot_figures(results: Results) -> list[Block]:

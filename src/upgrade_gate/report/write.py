@@ -14,7 +14,6 @@ from pathlib import Path
 from upgrade_gate import __version__
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.invocation import command
-from upgrade_gate.measure.stats import CONFIDENCE
 from upgrade_gate.report import junit
 from upgrade_gate.report._figures import plot_figures
 from upgrade_gate.report._model_section import model_blocks
@@ -34,6 +33,7 @@ from upgrade_gate.report.render import (
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import VerdictRecord
+from upgrade_gate.stats import CONFIDENCE
 
 REPORT_FILES = ("results.json", "verdict.json", "report.md", "report.html", "junit.xml")
 

@@ -1,12 +1,134 @@
-"""The measure session's results: latency per method and thread count, cold start, memory, the machine's load."""
+"""The measure session's results: latency per method and thread count, the candidate/baseline ratio by
+rounds with its interval (the interval's maths: upgrade_gate.stats), cold start, memory, the machine's load."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 
-from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, fewest_rounds, interval_confidence
+import numpy as np
+
 from upgrade_gate.schema import codec
+from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, median_interval
+
+# -- latency -------------------------------------------------------------------------
+
+TRIM_FRACTION = 0.1  # drop the fastest and slowest 10% for the trimmed mean
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LatencySummary(codec.Record):
+    DERIVED = (codec.derived("per_second"),)  # for readers of the file
+
+    runs: int
+    min_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    trimmed_mean_ms: float
+    iqr_ms: float  # p75 − p25
+    max_ms: float
+
+    @property
+    def per_second(self) -> float:
+        """Calls per second at the median: frames per second for a vision model."""
+        return 1000.0 / self.p50_ms if self.p50_ms > 0 else math.inf
+
+
+def summarize(samples_ms: list[float], calls: int | None = None) -> LatencySummary | None:
+    """None when there is nothing to summarize or a sample is not a finite duration. ``calls``: how many
+    calls the samples stand for, when a round kept fewer (``stats.kept_samples``)."""
+    values = _valid(samples_ms)
+    if values is None:
+        return None
+    ordered = np.sort(values)
+    cut = int(math.floor(ordered.size * TRIM_FRACTION))
+    trimmed = ordered[cut : ordered.size - cut] if ordered.size > 2 * cut else ordered
+    p25, p50, p75, p90, p99 = np.percentile(ordered, [25, 50, 75, 90, 99])
+    return LatencySummary(
+        runs=calls or int(ordered.size),
+        min_ms=float(ordered[0]),
+        p50_ms=float(p50),
+        p90_ms=float(p90),
+        p99_ms=float(p99),
+        trimmed_mean_ms=float(trimmed.mean()),
+        iqr_ms=float(p75 - p25),
+        max_ms=float(ordered[-1]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RatioEstimate(codec.Record):
+    """Candidate/baseline latency: the median of the per-round ratios of medians, with
+    the order-statistic interval of that median and the coverage it achieves."""
+
+    median: float
+    low: float
+    high: float
+    per_round: tuple[float, ...]  # the rounds the ratio is made of
+    confidence: float = CONFIDENCE  # the coverage asked of this interval (interval_confidence: its gate's share)
+    level: float = CONFIDENCE  # the coverage the interval has (≥ confidence, or less with too few rounds)
+    dropped: int = 0  # rounds left out: samples that were not finite durations on either side
+    planned: int = 0  # a measurement that could stop early (sequential_looks): its rounds at most; 0: fixed rounds
+
+    @property
+    def holds(self) -> bool:
+        """Whether the interval has the coverage asked for."""
+        return self.level >= self.confidence
+
+    def judge(self, threshold: float) -> str:
+        """``passed`` when the whole interval is within the threshold, ``failed``
+        when it lies wholly beyond, ``inconclusive`` when it straddles it — or when
+        too few rounds leave the interval short of its stated coverage."""
+        if not self.holds:
+            return "inconclusive"
+        if self.high <= threshold:
+            return "passed"
+        if self.low > threshold:
+            return "failed"
+        return "inconclusive"
+
+    def outcome(self, threshold: float, baseline_ms: float, min_delta_ms: float) -> str:
+        """The latency gate's rule for one ratio: ``passed`` when the candidate is at most
+        ``min_delta_ms`` slower than the baseline's ``baseline_ms`` even at the interval's top
+        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too."""
+        return "passed" if baseline_ms * (self.high - 1) <= min_delta_ms else self.judge(threshold)
+
+    def __str__(self) -> str:
+        return f"{self.median:.3f}, {self.level:.1%} interval [{self.low:.3f}, {self.high:.3f}]"
+
+
+def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[list[float]],
+                    confidence: float = CONFIDENCE, planned: int = 0) -> RatioEstimate | None:
+    """One ratio per round (the candidate's median over the baseline's, both measured
+    in that round), their median, and the order-statistic interval of that median —
+    of the sequential design when the rounds could stop early (``planned``: their most).
+
+    A round whose samples are not finite durations on either side is left out and
+    counted; the others keep their ratio. None without one round of valid samples.
+    """
+    ratios, dropped = [], 0
+    for candidate, baseline in zip(candidate_rounds, baseline_rounds):
+        a, b = _valid(candidate), _valid(baseline)
+        theirs = statistics.median(b.tolist()) if b is not None else 0.0  # a few samples: numpy's call costs more
+        if a is None or theirs <= 0:
+            dropped += 1
+            continue
+        ratios.append(statistics.median(a.tolist()) / theirs)
+    if not ratios:
+        return None
+    median, low, high, level = median_interval(ratios, confidence, planned)
+    return RatioEstimate(median=median, low=low, high=high, per_round=tuple(ratios), confidence=confidence,
+                         level=level, dropped=dropped, planned=planned)
+
+
+def _valid(samples_ms: list[float]) -> np.ndarray | None:
+    values = np.asarray(samples_ms, dtype=np.float64)
+    if values.size == 0 or not np.isfinite(values).all() or (values < 0).any():
+        return None
+    return values
+
 
 # -- measurements --------------------------------------------------------------------
 
@@ -77,7 +199,7 @@ class Contention(codec.Record):
     planned: int = 0  # the quiet rounds asked for (the most, with stop-early); 0: not recorded
     ended: RoundsEnded | None = None  # None: a measurement file from before it was recorded
     # The intervals the model's latency gate judges (thread counts × methods), which share its 5%: the
-    # rounds were designed for them (measure.stats.interval_confidence). 1: a file from before.
+    # rounds were designed for them (stats.interval_confidence). 1: a file from before.
     intervals: int = 1
 
     @property

@@ -27,11 +27,10 @@ from pathlib import Path
 from upgrade_gate.config.settings import Settings
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
-from upgrade_gate.measure.stats import RatioEstimate
 from upgrade_gate.run import packages
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio
+from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio, RatioEstimate
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.stack import StackResults

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from upgrade_gate.measure.stats import LatencySummary, RatioEstimate, ratio_by_rounds
 from upgrade_gate.schema import codec
-from upgrade_gate.schema.measured import Measured
+from upgrade_gate.schema.measured import LatencySummary, Measured, RatioEstimate, ratio_by_rounds
 from upgrade_gate.schema.records import Stage, StagesOf
 
 # -- views of the stages' details ----------------------------------------------------

@@ -15,8 +15,8 @@ from upgrade_gate import text
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.agreement import HEADLINE
-from upgrade_gate.measure.stats import RatioEstimate
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.measured import RatioEstimate
 from upgrade_gate.schema.records import Reader
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
