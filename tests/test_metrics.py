@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from upgrade_gate.judge.numerics import OutputMetrics, compare_arrays, compare_outputs
+from upgrade_gate.judge.numerics import compare_arrays, compare_outputs
+from upgrade_gate.schema.comparison import OutputMetrics
 from upgrade_gate.schema.records import Reader
 
 inf, nan = math.inf, math.nan

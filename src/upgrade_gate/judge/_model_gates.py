@@ -8,9 +8,8 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.judge._latency_gates import budget_gates, latency_gate, memory_gate
-from upgrade_gate.judge.agreement import HEADLINE, TaskAgreement
 from upgrade_gate.judge.gather import reference_side
-from upgrade_gate.schema.comparison import Comparison, Side
+from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (
     GateResult,
@@ -184,7 +183,7 @@ def _numerics_gate(found: Gates, severity: str) -> Comparison | None:
 
 
 def _degenerate_warnings(comparison: Comparison) -> tuple[str, ...]:
-    """Reference outputs too flat for the comparison to say much (metrics.DEGENERATE_OUTPUT): said
+    """Reference outputs too flat for the comparison to say much (comparison.DEGENERATE_OUTPUT): said
     beside the gate's outcome, which stands — a dead model's outputs are still its outputs."""
     return tuple(f"reference output {output.name} is degenerate ({why}): the comparison with it says little"
                  for output in comparison.comparable_outputs if (why := output.degenerate_reference))

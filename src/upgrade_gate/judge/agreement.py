@@ -6,52 +6,17 @@
 * generation — do greedy decodes produce the same tokens, where do they first
   diverge, and how close are the logits up to that point?
 
-Pure numpy; thresholds live in policy.py.
+Pure numpy, into ``schema.comparison.TaskAgreement``; thresholds live in policy.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from upgrade_gate.errors import RecordError
-from upgrade_gate.schema import codec
-from upgrade_gate.schema.records import NON_FINITE, Reader
-
-# The value each task's gate checks, and the config key of its threshold.
-HEADLINE = {
-    "classification": ("top1_agreement", "min-top1-agreement"),
-    "embedding": ("min_cosine", "min-cosine"),
-    "generation": ("token_agreement", "min-token-agreement"),
-}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TaskAgreement(codec.Record):
-    kind: str = field(metadata=codec.custom(read=lambda r, key: _kind(r)))
-    # The task's own values, written beside its kind: numbers, flags, a list of divergence steps.
-    values: dict[str, Any] = field(default_factory=dict, metadata=codec.spread(read=lambda r, _: _values(r)))
-
-    @property
-    def headline(self) -> float | None:
-        key, _ = HEADLINE[self.kind]
-        value = self.values.get(key)
-        return float(value) if value is not None else None
-
-
-def _kind(r: Reader) -> str:
-    kind = r.text("kind")
-    if kind not in HEADLINE:
-        raise RecordError(f"Unknown task {kind!r} in '{r.where}.kind'")
-    return kind
-
-
-def _values(r: Reader) -> dict[str, Any]:
-    return {key: float(value) if value in NON_FINITE else value for key, value in r.data.items() if key != "kind"}
+from upgrade_gate.schema.comparison import TaskAgreement
 
 
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:

@@ -21,10 +21,9 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
-from upgrade_gate.judge.agreement import TaskAgreement
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.run.cache import sha256_file
-from upgrade_gate.schema.comparison import Comparison, Side
+from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
 from upgrade_gate.schema.measured import (
     BusyRounds,
     Contention,

@@ -1,4 +1,4 @@
-"""How far one output is from another: measuring only, no thresholds.
+"""How far one output is from another (``schema.comparison.OutputMetrics``): measuring only, no thresholds.
 
 A threshold is applied later (gates), so a saved comparison can be re-judged
 without re-running anything. A metric that cannot be computed is ``None`` or
@@ -8,75 +8,16 @@ NaN, and a check on it fails; it never passes silently.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from upgrade_gate.schema import codec
+from upgrade_gate.schema.comparison import OutputMetrics
 
 # Below this, a reference element counts as zero for the relative error
 # (max_rel divides by |reference|).
 REL_FLOOR = 1e-12
-# A reference output whose every value is within this of zero, or whose values spread over
-# less than this share of their magnitude (a constant), is degenerate: a dead or saturated
-# model gives such outputs, and a small error against them says nothing of the model
-# (issue 18). A warning, not a failure: the gates judge the numbers as they are.
-DEGENERATE_OUTPUT = 1e-6
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OutputMetrics(codec.Record):
-    """Distance of ``actual`` from ``reference`` for one output tensor."""
-
-    name: str
-    shape: tuple[int, ...]
-    reference_shape: tuple[int, ...]
-    shape_match: bool
-    finite: bool  # no NaN/Inf in either tensor
-    # No NaN/Inf in the reference: when it has some, the model or its inputs do, not the
-    # artifact (records written before this field was: True, as they were judged).
-    reference_finite: bool = True
-    max_abs: float | None = None
-    mean_abs: float | None = None
-    max_rel: float | None = None
-    rel_l2: float | None = None
-    snr_db: float | None = None
-    cosine: float | None = None
-    # The smallest atol for which np.allclose(actual, reference, rtol=0, atol=…) holds.
-    min_atol: float | None = None
-    # The reference's own range: max |value| and max − min (is there a signal to compare?).
-    reference_max_abs: float | None = None
-    reference_spread: float | None = None
-    # Compared on part of the output only: the first ``count`` of ``length`` entries along
-    # ``axis``, the part a later call reads (axis, count, length); None: all of it.
-    read_extent: tuple[int, int, int] | None = None
-
-    @property
-    def comparable(self) -> bool:
-        return self.shape_match and self.finite
-
-    @property
-    def read_note(self) -> str | None:
-        """What part of the output was compared, when not all of it."""
-        if self.read_extent is None:
-            return None
-        axis, count, length = self.read_extent
-        return (f"compared on entries 0–{count - 1} of {length} along axis {axis}, the ones a later call reads "
-                "(the rest is padding, overwritten before it is read)")
-
-    @property
-    def degenerate_reference(self) -> str | None:
-        """Why the reference output carries too little signal for an error against it to mean
-        much (≈ 0 everywhere, or constant); None when it does, or its range was not measured."""
-        top, spread = self.reference_max_abs, self.reference_spread
-        if top is None or spread is None:
-            return None
-        if top <= DEGENERATE_OUTPUT:
-            return f"≈ 0: max |value| {top:.1e} ≤ {DEGENERATE_OUTPUT:.0e}"
-        if math.prod(self.reference_shape) > 1 and spread <= DEGENERATE_OUTPUT * top:
-            return f"constant: values spread {spread:.1e} ≤ {DEGENERATE_OUTPUT:.0e} × max |value| {top:.3g}"
-        return None
 
 
 def compare_arrays(name: str, actual: np.ndarray, reference: np.ndarray) -> OutputMetrics:

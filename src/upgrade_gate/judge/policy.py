@@ -64,9 +64,8 @@ from upgrade_gate.judge._latency_gates import machine_busy_line
 from upgrade_gate.judge._model_gates import model_gates
 from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.judge._remedies import remedies
-from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.judge.fail_fast import not_reached_note, stopped_at
-from upgrade_gate.schema.comparison import NOT_FINITE_REFERENCE
+from upgrade_gate.schema.comparison import HEADLINE, NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from upgrade_gate.config.catalog import FP32
-from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.report import _figures
 from upgrade_gate.report._verdict_section import gate_table, model_anchor
 from upgrade_gate.report.render import (
@@ -23,7 +22,7 @@ from upgrade_gate.report.render import (
     bullets,
     code_span,
 )
-from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.comparison import HEADLINE, Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.verdict import GateStatus
 from upgrade_gate.stages import RUNTIME_STAGES

@@ -3,19 +3,22 @@
 Each record is a frozen dataclass that mixes in ``codec.Record``: its fields
 drive both ``to_dict`` and ``from_reader`` (schema/codec.py), and field metadata
 says where a key, a nested group or a value written for the file's readers
-departs from them. The values inside the records that other modules compute are
-records the same way, beside the code that computes them (numerics.OutputMetrics,
-stats.LatencySummary and RatioEstimate, agreement.TaskAgreement). compare.py
-builds these records from the workers' files, policy.py adds the gates and the
-verdict, and every renderer — report.md and report.html (report.py), junit.xml
-and the step summary (junit.py), ``nox -s diff`` (diff.py) — reads them, never
-the JSON. A report written by another run is read back with ``Results.load``,
-which refuses another major version.
+departs from them. Every record lives in schema/, below the code that fills it
+(judge.numerics and judge.agreement measure into comparison.OutputMetrics and
+TaskAgreement; measured.RatioEstimate's interval is upgrade_gate.stats'), and
+schema imports nothing above config. judge/gather.py builds these records from
+the workers' files (schema/records.py), judge/policy.py adds the gates and the
+verdict, and every renderer — report.md and report.html (report/write.py),
+junit.xml and the step summary (report/junit.py), ``nox -s diff``
+(judge/report_diff.py) — reads them, never the JSON. A report written by
+another run is read back with ``Results.load``, which refuses another major
+version.
 
 This module holds the whole report, its models and stacks; the schema's other
 modules hold a stack's results for one model and the typed views of its stages'
 details (stack.py), the measurements (measured.py), the comparisons
-(comparison.py), the project's part (project.py) and the verdict (verdict.py).
+(comparison.py), the project's part (project.py), the verdict (verdict.py), and
+the workers' records they are read from (records.py).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from packaging.version import InvalidVersion, Version
 from upgrade_gate import text
 from upgrade_gate.errors import EXIT_GO, EXIT_INCOMPLETE, EXIT_NO_GO, RecordError
 from upgrade_gate.invocation import command
-from upgrade_gate.judge.agreement import HEADLINE
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.comparison import HEADLINE
 from upgrade_gate.schema.measured import RatioEstimate
 from upgrade_gate.schema.records import Reader
 
