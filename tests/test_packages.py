@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from upgrade_gate.run.packages import differing, installed_versions, requirement_names
+from upgrade_gate.run.packages import installed_versions, requirement_names
+from upgrade_gate.schema.project import differing
 
 
 def venv_with(root: Path, *dist_infos: str) -> Path:

@@ -9,11 +9,11 @@ from upgrade_gate.report.render import (
     Table,
     bullets,
 )
-from upgrade_gate.run.packages import NOT_INSTALLED, Differences
+from upgrade_gate.schema.project import Differences
 from upgrade_gate.schema.results import ExtraRequirement, StackInfo
 
 FOLD_PACKAGES = 12  # a longer list of differing packages is folded on the page
-
+NOT_INSTALLED = "—"  # how the table writes a package one stack does not have
 
 
 def stack_blocks(info: StackInfo) -> list[Block]:

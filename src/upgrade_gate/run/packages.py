@@ -1,5 +1,5 @@
 """What a venv has installed, read from its ``*.dist-info`` folders (no import, no
-subprocess), and where two or more venvs differ.
+subprocess); where two or more venvs differ is schema.project.differing.
 
 A test that newly passes or fails on a candidate, or a model that changed, may owe
 it to a package the spec pins beside torch (`setuptools<81` brings back
@@ -16,10 +16,6 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-NOT_INSTALLED = "—"  # how a report writes a package one stack does not have
-# name → {stack: version, None where that stack's venv lacks it}
-Differences = dict[str, dict[str, str | None]]
-
 
 def dist_infos(venv: Path) -> Iterator[tuple[str, str]]:
     """(name as its folder spells it, version) of every distribution installed in a venv."""
@@ -32,13 +28,6 @@ def dist_infos(venv: Path) -> Iterator[tuple[str, str]]:
 def installed_versions(venv: Path) -> dict[str, str]:
     """Every distribution installed in a venv: canonical name → version, sorted by name."""
     return dict(sorted((canonicalize_name(name), version) for name, version in dist_infos(venv)))
-
-
-def differing(by_stack: dict[str, dict[str, str]]) -> Differences:
-    """The packages whose version is not the same in every venv (None where one lacks it), by name."""
-    names = sorted({name for packages in by_stack.values() for name in packages})
-    rows = {name: {stack: packages.get(name) for stack, packages in by_stack.items()} for name in names}
-    return {name: versions for name, versions in rows.items() if len(set(versions.values())) > 1}
 
 
 def requirement_names(arguments: list[str] | tuple[str, ...], cwd: Path) -> list[tuple[str, str | None]]:

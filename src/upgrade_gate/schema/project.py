@@ -6,12 +6,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from upgrade_gate.run import packages
 from upgrade_gate.schema import codec
 
 # Outside any test: the plugin's empty node id, by when pytest recorded the warning.
 OUTSIDE_TESTS = {"collect": "(collection)", "config": "(configuration)"}
 
+# -- installed packages ----------------------------------------------------------------
+
+# name → {stack: version, None where that stack's venv lacks it}
+Differences = dict[str, dict[str, str | None]]
+
+
+def differing(by_stack: dict[str, dict[str, str]]) -> Differences:
+    """The packages whose version is not the same in every venv (None where one lacks it), by name."""
+    names = sorted({name for packages in by_stack.values() for name in packages})
+    rows = {name: {stack: packages.get(name) for stack, packages in by_stack.items()} for name in names}
+    return {name: versions for name, versions in rows.items() if len(set(versions.values())) > 1}
 
 
 # -- the diff ----------------------------------------------------------------------
@@ -204,9 +214,9 @@ class ProjectResults(codec.Record):
     DERIVED = (codec.derived("package_changes", after="new_warnings",
                              get=lambda p: {name: p.package_changes(name) for name in list(p.stacks)[1:]}),)
 
-    def package_changes(self, candidate: str) -> packages.Differences:
+    def package_changes(self, candidate: str) -> Differences:
         """The packages whose versions differ between the baseline's test venv and a candidate's
         ({} when either venv's were not recorded)."""
         runs = {name: s.run.installed for name, s in self.stacks.items()
                 if name in (next(iter(self.stacks)), candidate) and s.run and s.run.installed}
-        return packages.differing(runs) if len(runs) == 2 else {}
+        return differing(runs) if len(runs) == 2 else {}

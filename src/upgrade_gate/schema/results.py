@@ -30,11 +30,10 @@ from pathlib import Path
 from upgrade_gate.config.settings import Settings
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
-from upgrade_gate.run import packages
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
 from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio, RatioEstimate
-from upgrade_gate.schema.project import ProjectResults
+from upgrade_gate.schema.project import Differences, ProjectResults, differing
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import RESULTS_VERSION, GateResult, VerdictRecord, check_version
@@ -198,10 +197,10 @@ class Results(codec.Record):
         return tuple(g for g in self.verdict.gates if g.model == model)
 
     @property
-    def package_differences(self) -> packages.Differences:
+    def package_differences(self) -> Differences:
         """The packages whose versions differ between the stacks' venvs (those whose packages were recorded)."""
         recorded = {name: info.packages for name, info in self.stacks.items() if info.packages}
-        return packages.differing(recorded) if len(recorded) > 1 else {}
+        return differing(recorded) if len(recorded) > 1 else {}
 
     @classmethod
     def load(cls, path: Path) -> Results:
