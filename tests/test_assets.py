@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from upgrade_gate import layout
 from upgrade_gate.config.catalog import load_catalog
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
@@ -40,7 +41,7 @@ def test_a_run_needs_only_its_models_assets(tmp_path, table, posargs, needed):
 def test_every_built_in_model_that_reads_an_asset_declares_it():
     # The factories' modules read assets through models.assets; the catalog says which model reads which.
     catalog = load_catalog()
-    assert asset_build.SOURCES == ("minilm", "photos", "smollm2")
+    assert layout.ASSET_SOURCES == ("minilm", "photos", "smollm2")
     declared = {name for name, entry in catalog.items() if entry.assets}
     assert declared == {"vit-ti16", "vit-s14", "vit-b14", "mobilenet-v3-small", "resnet18", "smollm2-135m",
                         "minilm-l6", "nanovlm", "nanovlm-full"}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers.stack_records import REFERENCE, write_stack_model
 
-from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.run import _folder_lock, cache, guard, pipeline, runner, shards, venvs
 
@@ -282,7 +282,7 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
     spec = load_spec(REPO / "envs" / "legacy.toml", adapters_dir=REPO / "compat", is_baseline=True)
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = ['timm']\n")
     before = venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path)
-    assert before["local"] == {str(tmp_path / "pyproject.toml"): cache.sha256_file(tmp_path / "pyproject.toml")}
+    assert before["local"] == {str(tmp_path / "pyproject.toml"): sha256_file(tmp_path / "pyproject.toml")}
     assert before["requirements"] == [str(r) for r in spec.requirements] and before["installs"] == ["-e", ".[test]"]
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'team'\ndependencies = []\n")
     assert venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again

@@ -1,9 +1,11 @@
-"""Result files are replaced whole: a reader never sees half of one."""
+"""Result files are replaced whole: a reader never sees half of one; and a file is known by its content's
+SHA-256 (``sha256_file``), the digest the result cache and the report's evidence name it by."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import math
 import os
@@ -89,3 +91,12 @@ def from_json_float(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     raise TypeError(f"expected a number, got {value!r}")
+
+
+def sha256_file(path: Path) -> str:
+    # compat/common.py has the same function on purpose: the worker cannot import this package.
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

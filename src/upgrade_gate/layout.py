@@ -54,6 +54,10 @@ BUILT_IN_ENVS = TOOL_ROOT / "envs"
 # Set by upgrade_gate.sessions when it loads NOXFILE into a team's own noxfile.
 NOXFILE_IN_TEAM_NOXFILE = "upgrade_gate_sessions"
 CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
+# The assets' builders (nox -s assets, run/asset_build.py): each asset folder is built by the module of its
+# name here (build.py runs them), so these are the asset names a model may read.
+ASSET_BUILDERS = TOOL_ROOT / "models" / "sources"
+ASSET_SOURCES = tuple(sorted(p.stem for p in ASSET_BUILDERS.glob("*.py") if p.stem not in ("build", "__init__")))
 PHASES = ("export", "runtime")
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import TOOL_ROOT, name_problem
-from upgrade_gate.run.asset_build import SOURCES as ASSET_SOURCES
+from upgrade_gate.layout import ASSET_SOURCES, TOOL_ROOT, name_problem
 
 CATALOG = TOOL_ROOT / "models" / "suite.toml"
 SUITES = ("smoke", "default", "full")

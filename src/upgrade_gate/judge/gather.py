@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from upgrade_gate import layout
+from upgrade_gate._atomic import sha256_file
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
@@ -22,7 +23,6 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.run.cache import sha256_file
 from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
 from upgrade_gate.schema.measured import (
     BusyRounds,

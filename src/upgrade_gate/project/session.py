@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__, layout
-from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.project_settings import ProjectSettings, runs_pytest
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, PROGRESS_FILE, RUN_FILE, TOOL_ROOT, WARNINGS_FILE
@@ -164,7 +164,7 @@ def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -
         "installed": cache.installed_distributions(bin_dir.parent),
         "command": list(project.test), "root": str(project.root),
         "files": source.files_digest(project.root, files),
-        "plugin": cache.sha256_file(PLUGIN_DIR / f"{PLUGIN}.py"),
+        "plugin": sha256_file(PLUGIN_DIR / f"{PLUGIN}.py"),
     })
 
 
@@ -273,7 +273,7 @@ def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> st
     except source.SourcePathError as error:
         return str(error)
     key = cache.digest_of({
-        "tool": __version__, "scanner": {path.name: cache.sha256_file(path) for path in SCANNER_FILES},
+        "tool": __version__, "scanner": {path.name: sha256_file(path) for path in SCANNER_FILES},
         "installed": cache.installed_distributions(bin_dir.parent),
         "files": source.files_digest(settings.root, files), "root": str(settings.root),
     })

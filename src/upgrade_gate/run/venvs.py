@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate._atomic import write_json_atomic
+from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate.config.project_settings import ProjectSettings
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.run import cache, packages
+from upgrade_gate.run import packages
 from upgrade_gate.run.guard import fail_usage
 
 
@@ -101,9 +101,9 @@ def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, An
             continue
         for name in ("pyproject.toml", "setup.py", "setup.cfg"):
             if (folder / name).is_file():
-                local[str((folder / name).resolve())] = cache.sha256_file(folder / name)
+                local[str((folder / name).resolve())] = sha256_file(folder / name)
     if "--group" in installs and (cwd / "pyproject.toml").is_file():  # uv reads [dependency-groups] from it
-        local[str((cwd / "pyproject.toml").resolve())] = cache.sha256_file(cwd / "pyproject.toml")
+        local[str((cwd / "pyproject.toml").resolve())] = sha256_file(cwd / "pyproject.toml")
     return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
             "from": str(cwd), "local": local}
 
