@@ -274,7 +274,7 @@ def _exit_with(status: int) -> None:
 @guard.guarded
 def diff(session: nox.Session) -> None:
     """What changed between two reports: verdict, gates, metrics beyond noise (`-- OLD NEW`)."""
-    from upgrade_gate.judge import report_diff
+    from upgrade_gate.report import diff as report_diff
 
     try:
         print(report_diff.main(list(session.posargs), Path(session.invoked_from)))

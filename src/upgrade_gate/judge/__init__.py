@@ -1,3 +1,2 @@
 """Deciding: the workers' records gathered into results (gather), outputs compared (numerics, agreement),
-and every gate and the verdict (policy: the rule; the _*_gates modules: each gate). ``nox -s diff``
-compares two judged reports (report_diff)."""
+and every gate and the verdict (policy: the rule; the _*_gates modules: each gate)."""

@@ -229,7 +229,7 @@ def _run_summary(index: int, seconds: float, report: Path) -> dict[str, Any]:
 
 
 def _run_to_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """How far one row's median ratio moved between runs: the spread upgrade_gate.judge.report_diff calls noise."""
+    """How far one row's median ratio moved between runs: the spread upgrade_gate.report.diff calls noise."""
     medians: dict[tuple[str, int, str], list[float]] = {}
     for run in runs:
         for r in run["ratios"]:

@@ -10,7 +10,7 @@ schema imports nothing above config. judge/gather.py builds these records from
 the workers' files (schema/records.py), judge/policy.py adds the gates and the
 verdict, and every renderer — report.md and report.html (report/write.py),
 junit.xml and the step summary (report/junit.py), ``nox -s diff``
-(judge/report_diff.py) — reads them, never the JSON. A report written by
+(report/diff.py) — reads them, never the JSON. A report written by
 another run is read back with ``Results.load``, which refuses another major
 version.
 
