@@ -43,13 +43,13 @@ import nox.virtualenv
 # file is upgrade_gate/_tool/noxfile.py: no src/ beside it, and the package is the installed one.)
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
 
-from upgrade_gate import layout
+from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import Plan, stacks_of
 from upgrade_gate.config.settings import default_config_path, load_settings
 from upgrade_gate.errors import EXIT_GO, ConfigError
 from upgrade_gate.project.gather import read_scan
 from upgrade_gate.project.session import SCAN_PYTHON, SCAN_REQUIREMENTS, record_install_failure, run_scan, run_tests
-from upgrade_gate.run import asset_build, guard, pipeline, runner, venvs
+from upgrade_gate.run import asset_build, guard, runner, venvs
 
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]

@@ -197,7 +197,7 @@ def written_artifact(path: Path) -> dict[str, Any]:
 def partial_file(path: Path) -> Iterator[Path]:
     """A name to write ``path`` under, renamed to it only when the writer returns:
     a writer killed midway leaves no truncated artifact behind (and a run that stops
-    removes these names: upgrade_gate.run.pipeline.stop_writers)."""
+    removes these names: upgrade_gate.pipeline.stop_writers)."""
     partial = path.with_name(f".{path.stem}.partial{path.suffix}")
     partial.unlink(missing_ok=True)
     try:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from helpers.stack_records import write_stack_model
 
+from upgrade_gate import pipeline
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.measure import benchmarks
-from upgrade_gate.run import pipeline
 from upgrade_gate.schema.verdict import GateStatus
 
 

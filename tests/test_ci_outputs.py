@@ -11,8 +11,8 @@ from helpers.readers import colours, render, validate_junit
 from helpers.runs import make_project
 from helpers.stack_records import REFERENCE, write_stack_model
 
+from upgrade_gate import pipeline
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import pipeline
 
 
 @pytest.fixture(scope="module")

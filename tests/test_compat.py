@@ -312,7 +312,7 @@ def test_a_module_missing_part_of_the_contract_is_named(contract):
     assert not isinstance(partial, contract.Adapter) and contract.capabilities(partial) == []
     with pytest.raises(contract.ContractError) as raised:
         contract.require(partial, "/envs/own.py")
-    # The same words as the parent's exit-2 message after the probe (upgrade_gate.run.pipeline).
+    # The same words as the parent's exit-2 message after the probe (upgrade_gate.pipeline).
     assert str(raised.value) == ("adapter '/envs/own.py' lacks lower, save, set_threads; an adapter provides SUFFIX, "
                                  "set_threads, lower, save, load and run (compat/contract.py)")
     assert isinstance(raised.value, TypeError)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from helpers.stack_records import REFERENCE, write_stack_model
 
+from upgrade_gate import pipeline
 from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import _folder_lock, cache, guard, pipeline, runner, shards, venvs
+from upgrade_gate.run import _folder_lock, cache, guard, runner, shards, venvs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"

@@ -330,8 +330,8 @@ def test_tests_that_do_not_finish_in_either_stack_are_incomplete_not_go(tmp_path
     # "Project compatibility: GO", exit 0. Real pytest runs (this Python stands for each stack's venv).
     import sys
 
+    from upgrade_gate.pipeline import compat_report
     from upgrade_gate.project.session import run_tests
-    from upgrade_gate.run.pipeline import compat_report
 
     monkeypatch.setenv("UPGRADE_GATE_COMMAND", "upgrade-gate")  # as the installed command runs it: its advice
     plan = plan_of(tmp_path, 'root = "team"\ntimeout = 2\nscan-severity = "off"\n', "--out", "report")
@@ -692,9 +692,9 @@ def test_the_scan_reads_the_teams_source_alone_and_is_reused_while_it_is_unchang
     # report/stacks/…/repro.py), and the count moved with whether a diagnose ran. Item 8: no work done twice.
     import sys
 
+    from upgrade_gate.pipeline import take_folders_or_exit
     from upgrade_gate.project.gather import read_scan
     from upgrade_gate.project.session import run_scan
-    from upgrade_gate.run.pipeline import take_folders_or_exit
 
     team = tmp_path / "team"
     team.mkdir()

@@ -23,10 +23,9 @@ from helpers.stack_records import (
     write_stack_packages,
 )
 
-from upgrade_gate import layout
+from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.run import pipeline
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.results import Results

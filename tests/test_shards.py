@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from helpers.stack_records import REFERENCE, add_round_loads, write_stack_model
 
+from upgrade_gate import pipeline
 from upgrade_gate.config.plan import Shard, load_plan
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.run import pipeline, shards
+from upgrade_gate.run import shards
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
 

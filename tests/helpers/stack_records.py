@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from upgrade_gate import layout
+from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.measure._contention import Load
-from upgrade_gate.run import pipeline
 from upgrade_gate.schema.records import RECORDS_VERSION
 
 # An eager output: 16 distinct values, so a relative error means something.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from upgrade_gate import layout
+from upgrade_gate import layout, pipeline
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config.plan import Plan, load_plan, parse_posargs, parse_shard
 from upgrade_gate.config.plan import parser as plan_parser
@@ -48,7 +48,7 @@ from upgrade_gate.releases._table import (
     release_folder,
 )
 from upgrade_gate.releases._upgrade_path import not_run_per_release, write_upgrade_path
-from upgrade_gate.run import guard, pipeline, runner, venvs
+from upgrade_gate.run import guard, runner, venvs
 from upgrade_gate.schema.verdict import Verdict
 
 

@@ -1,3 +1,3 @@
-"""Running the stages: the one pipeline (pipeline), the stacks' venvs (venvs), the worker processes and
-their supervision (runner, supervisor), the result cache (cache), shards, progress, and how a session
-ends (guard)."""
+"""Running the stages: the stacks' venvs (venvs), the worker processes and their supervision (runner,
+workers, supervisor), the result cache (cache), shards, progress, and how a session ends (guard). The
+pipeline that runs them, with measure, judge and report, is upgrade_gate/pipeline.py."""

@@ -1,4 +1,5 @@
-"""The one pipeline: a comparison's steps as plain functions, in the order they run.
+"""The one pipeline: a comparison's steps as plain functions, in the order they run. It stands above the
+stages it runs (run, measure, project, judge, report), which import none of each other's steps.
 
     plan_or_exit → per stack: venvs (run/venvs.py) → probe → run_models → measure → judge → write
 
