@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers.imports import circles
 
 from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, load_spec
 from upgrade_gate.errors import ConfigError
@@ -226,34 +227,11 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
 
 
-def circles(graph: dict[Path, set[Path]]) -> list[list[str]]:
-    """Each loop of imports once, as the file names along it (depth first: a file met again on the walk
-    that reached it closes a loop)."""
-    found: list[list[str]] = []
-    done: set[Path] = set()
-
-    def walk(path: Path, trail: list[Path]) -> None:
-        if path in trail:
-            loop = [p.name for p in trail[trail.index(path):]]
-            if sorted(loop) not in [sorted(known) for known in found]:
-                found.append(loop)
-            return
-        if path in done:
-            return
-        for imported in sorted(graph.get(path, ())):
-            walk(imported, [*trail, path])
-        done.add(path)
-
-    for path in sorted(graph):
-        walk(path, [])
-    return found
-
-
 def test_circles_finds_a_loop_of_imports_and_only_a_loop():
     a, b, c, d = (Path(f"{name}.py") for name in "abcd")
-    assert circles({a: {b}, b: {c}, c: {a, d}, d: set()}) == [["a.py", "b.py", "c.py"]]
+    assert circles({a: {b}, b: {c}, c: {a, d}, d: set()}) == [[a, b, c]]
     assert circles({a: {b, c}, b: {d}, c: {d}, d: set()}) == []  # two ways down to one file: no loop
-    assert circles({a: {a}}) == [["a.py"]]
+    assert circles({a: {a}}) == [[a]]
 
 
 def test_compat_imports_run_one_way(imports):
