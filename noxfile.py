@@ -51,6 +51,8 @@ from upgrade_gate.project.gather import read_scan
 from upgrade_gate.project.session import SCAN_PYTHON, SCAN_REQUIREMENTS, record_install_failure, run_scan, run_tests
 from upgrade_gate.run import asset_build, guard, runner, venvs
 
+# A checkout's benchmarks (`nox -s benchmark`): a tool of this repository, which the wheel does not carry.
+BENCHMARKS = layout.TOOL_ROOT / "tests" / "benchmarks"
 # The uv nox builds the venvs with; the stacks' requirements go in with the same one.
 UV = nox.virtualenv.find_uv()[1]
 
@@ -286,10 +288,11 @@ def diff(session: nox.Session) -> None:
 @guard.guarded
 def benchmark(session: nox.Session) -> None:
     """Benchmarks of the measurement and of a finished run's stages (docs/benchmarks.md)."""
-    from upgrade_gate.measure import benchmarks
+    if not BENCHMARKS.is_dir():
+        guard.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: they and their stacks are in its "
+                         f"tests/benchmarks/, which an installed package does not carry ({BENCHMARKS})")
+    sys.path.insert(0, str(BENCHMARKS.parent))  # a checkout's tests/: the benchmarks are no part of the package
+    from benchmarks import benchmark as benchmarks
 
-    if not benchmarks.BENCHMARKS.is_dir():
-        guard.fail_usage(f"the benchmarks run from a checkout of upgrade-gate: their stacks are in its "
-                         f"tests/benchmarks/, which an installed package does not carry ({benchmarks.BENCHMARKS})")
     if benchmarks.main(session.posargs, log=session.log):
         session.error("the benchmark missed its target")

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from benchmarks import benchmark
 from helpers.stack_records import write_stack_model
 
 from upgrade_gate import pipeline
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.measure import benchmarks
 from upgrade_gate.schema.verdict import GateStatus
 
 
@@ -22,15 +22,15 @@ def run(index: int, **statuses: str) -> dict:
 def test_a_planted_slowdown_counts_as_failed_as_verdict_json_writes_it():
     # verdict.json writes GateStatus values; the variant only one stack ran has no latency gate.
     runs = [run(i, a=GateStatus.FAILED.value, b=GateStatus.FAILED.value if i < 4 else "inconclusive") for i in range(1, 6)]
-    summary = benchmarks.summarize("sensitivity", "quiet", ["a", "b", "b@int8"], runs)
+    summary = benchmark.summarize_runs("sensitivity", "quiet", ["a", "b", "b@int8"], runs)
     assert summary["failed"] == 8 and summary["inconclusive"] == 2
     assert summary["failed_runs_per_model"] == {"a": 5, "b": 3, "b@int8": 0}
     assert summary["met"] is False  # b failed in 3 of 5
-    assert benchmarks.summarize("sensitivity", "quiet", ["a"], runs)["met"] is True
-    assert benchmarks.summarize("sensitivity", "all-cores", ["a", "b"], runs)["met"] is None
-    assert benchmarks.summarize("noise", "quiet", ["a"], runs)["met"] is False
-    assert benchmarks.summarize("noise", "quiet", ["a"], [run(1, a="passed"), run(2, a="incomplete")])["met"] is True
-    assert "no gate (one stack)" in benchmarks._compare_markdown(
+    assert benchmark.summarize_runs("sensitivity", "quiet", ["a"], runs)["met"] is True
+    assert benchmark.summarize_runs("sensitivity", "all-cores", ["a", "b"], runs)["met"] is None
+    assert benchmark.summarize_runs("noise", "quiet", ["a"], runs)["met"] is False
+    assert benchmark.summarize_runs("noise", "quiet", ["a"], [run(1, a="passed"), run(2, a="incomplete")])["met"] is True
+    assert "no gate (one stack)" in benchmark._compare_markdown(
         {**summary, "runs": [{**runs[0], "machine": [{"model": "b@int8", "threads": 1, "rounds": 9, "quiet": 9,
                                                        "others_cores": 0.01, "oversubscribed": False}]}]})
 
@@ -44,7 +44,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     for stack in ("legacy", "candidate"):
         write_stack_model(out, stack, "vit-smoke", eager=[reference], artifact=[reference], latency_ms=2.0)
     pipeline.report(plan)
-    parts = benchmarks.run_parts(out, export_jobs=2)
+    parts = benchmark.run_parts(out, export_jobs=2)
     for stack in ("legacy", "candidate"):
         phases = {p: json.loads((out / "stacks" / stack / "models" / "vit-smoke" / f"{p}.json").read_text())
                   for p in ("export", "runtime")}
@@ -73,7 +73,7 @@ def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(proj
         add_round_loads(out, "vit-smoke", threads, loads, ended="planned",
                         settings={"rounds": 9, "stop_early": False, "intervals": 2})
     pipeline.report(plan)
-    assert benchmarks.main(["stop-early", "--report", str(out), "--out", str(tmp_path)], log=lambda _: None) == 0
+    assert benchmark.main(["stop-early", "--report", str(out), "--out", str(tmp_path)], log=lambda _: None) == 0
     rows = {row["measurement"]: row for row in json.loads((tmp_path / "stop-early.json").read_text())["rows"]}
     one, two = rows["measurements/vit-smoke/threads-1.json"], rows["measurements/vit-smoke/threads-2.json"]
     # Every part of a round lasted 0.5 s (add_round_loads): two stacks, 1 s a round.

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import nox.virtualenv
@@ -42,6 +43,13 @@ def test_an_installed_upgrade_gate_judges_a_teams_repository(tmp_path):
                            cwd=team, env=env, capture_output=True, text=True, check=True)
     tool_root = Path(where.stdout.strip())
     assert tool_root.is_relative_to(tool) and (tool_root / "compat" / "worker.py").is_file()
+    # The benchmarks are a tool of this repository: the wheel does not carry them, and the command says so.
+    assert not [name for name in zipfile.ZipFile(wheel).namelist() if "benchmark" in name or "scripted" in name]
+    refused = subprocess.run([str(tool / "bin" / "upgrade-gate"), "benchmark", "--", "gate"], cwd=team, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == (
+        "upgrade-gate: error: the benchmarks run from a checkout of upgrade-gate: they and their stacks are in its "
+        f"tests/benchmarks/, which an installed package does not carry ({tool_root / 'tests' / 'benchmarks'})")
 
     # From a folder inside the team's repository: the command finds its pyproject.toml above.
     # --fresh: the workers from the wheel export and run, whatever the cache holds.

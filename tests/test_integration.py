@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmarks.benchmark import link_tree, run_workflow_command
 from helpers.readers import colours, render, validate_junit, verdict_of
 from helpers.runs import EXPLAINING, EXPLAINING_OFF, REPO, ended_as, load, nox, user_project
 from packaging.version import Version
 
 from upgrade_gate import layout
-from upgrade_gate.measure.benchmarks import link_tree, run_workflow_command
 from upgrade_gate.schema.verdict import GateStatus, Severity, Verdict
 
 pytestmark = pytest.mark.integration

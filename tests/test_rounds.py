@@ -1,6 +1,6 @@
 """The measure session's rounds as they run (upgrade_gate.measure.rounds): the order of the rounds that
 count, the repeats, why the rounds end, the stop rule at the looks, and the coverage that all of it
-together keeps, per interval and per gate — driven by in-process servers (measure/_scripted.py) whose
+together keeps, per interval and per gate — driven by in-process servers (tests/benchmarks/scripted.py) whose
 true ratios are known, through the same loop, stop rule and gate rule a real measurement runs."""
 
 from __future__ import annotations
@@ -9,19 +9,20 @@ import math
 
 import numpy as np
 import pytest
+from benchmarks import scripted
+from benchmarks.benchmark import exact_gate_errors
 
 from upgrade_gate import stats
-from upgrade_gate.measure import _scripted, rounds
-from upgrade_gate.measure.benchmarks import exact_gate_errors
+from upgrade_gate.measure import rounds
 from upgrade_gate.schema.measured import RoundsEnded
 
 
 def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, wanted=9, threshold=1.05,
         intervals=1, log=None):
     """One method's rounds of a candidate ``per_round[i]`` times the baseline in the i-th quiet round."""
-    baseline = _scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
+    baseline = scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
     quiet_before = lambda n: sum(not disturbed(k) for k in range(1, n))  # noqa: E731
-    candidate = _scripted.ScriptedServer(
+    candidate = scripted.ScriptedServer(
         lambda n: {"forward": [per_round[quiet_before(n)]]} if quiet_before(n) < len(per_round) else None, pid=2)
     stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
     confidence = stats.interval_confidence(intervals)
@@ -30,7 +31,7 @@ def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, 
              ) if stop_early else None
     tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, wanted, 1, log,
                                      clear, looks=stats.sequential_looks(wanted, confidence) if stop_early else {},
-                                     watch=_scripted.scripted_watch(disturbed))
+                                     watch=scripted.scripted_watch(disturbed))
     return tried, ended, stacks
 
 
@@ -60,10 +61,10 @@ def test_the_live_log_never_counts_past_the_rounds_asked_for():
 
 def test_each_stacks_round_keeps_its_samples_compactly_and_the_calls_they_stand_for():
     many = [1.0 + i / 70_000 for i in range(70_000)]
-    server = _scripted.ScriptedServer(lambda n: {"forward": many}, pid=1)
-    other = _scripted.ScriptedServer(lambda n: {"forward": [1.0, 2.0]}, pid=2)
+    server = scripted.ScriptedServer(lambda n: {"forward": many}, pid=1)
+    other = scripted.ScriptedServer(lambda n: {"forward": [1.0, 2.0]}, pid=2)
     stacks = {"a": {"status": "ok", "rounds": []}, "b": {"status": "ok", "rounds": []}}
-    rounds.run_rounds({"a": server, "b": other}, stacks, 6, 1, watch=_scripted.scripted_watch(lambda n: False))
+    rounds.run_rounds({"a": server, "b": other}, stacks, 6, 1, watch=scripted.scripted_watch(lambda n: False))
     entry = stacks["a"]["rounds"][0]
     assert len(entry["samples_ms"]["forward"]) == stats.SAMPLES_KEPT and entry["calls"] == {"forward": 70_000}
     assert stacks["b"]["rounds"][0] == {"round": 1, "samples_ms": {"forward": [1.0, 2.0]}, "calls": {"forward": 2}}
@@ -183,7 +184,7 @@ def test_rounds_that_stop_early_cover_the_true_ratio_as_often_as_they_say(planne
     for threshold in (true_ratio, true_ratio * 1.1):
         covered = early = 0
         for row in ratios:
-            measured = _scripted.measure([row], threshold=threshold, planned=planned, stop_early=True, intervals=1)
+            measured = scripted.measure([row], threshold=threshold, planned=planned, stop_early=True, intervals=1)
             (_, estimate), = measured.outcomes
             covered += estimate.low <= true_ratio <= estimate.high
             early += measured.ended is RoundsEnded.DECIDED
@@ -201,16 +202,16 @@ def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_t
     covered, stopped = 0, 0
     for _ in range(trials):
         machine = np.exp(0.15 * rng.standard_normal(2 * planned))
-        base = _scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * m[n - 1] * np.exp(
+        base = scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * m[n - 1] * np.exp(
             0.05 * rng.standard_normal(20))).tolist()}, pid=1)
-        cand = _scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * true_ratio * m[n - 1] * np.exp(
+        cand = scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * true_ratio * m[n - 1] * np.exp(
             0.05 * rng.standard_normal(20))).tolist()}, pid=2)
         stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
         clear = lambda quiet, s=stacks: rounds.clear_of_threshold("legacy", ["candidate"], s, quiet, **{  # noqa: E731
             **CLEAR, "threshold": true_ratio})
         tried, ended = rounds.run_rounds({"legacy": base, "candidate": cand}, stacks, planned, 1, None, clear,
                                          looks=stats.sequential_looks(planned),
-                                         watch=_scripted.scripted_watch(lambda n: False))
+                                         watch=scripted.scripted_watch(lambda n: False))
         (estimate, _), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
                                               planned=planned, confidence=0.95) or []
         covered += estimate.low <= true_ratio <= estimate.high
@@ -232,10 +233,10 @@ def test_a_gate_errs_as_the_exact_count_says_and_within_five_percent(threads, me
     for intervals in (threads * methods, 1):
         failed = clear = 0
         for _ in range(trials):
-            measured = [_scripted.measure((1.05 * np.exp(0.1 * rng.standard_normal((methods, 9)))).tolist(),
+            measured = [scripted.measure((1.05 * np.exp(0.1 * rng.standard_normal((methods, 9)))).tolist(),
                                           threshold=1.05, planned=9, stop_early=True, intervals=intervals)
                         for _ in range(threads)]
-            failed += _scripted.gate(measured) == "failed"
+            failed += scripted.gate(measured) == "failed"
             clear += any(outcome != "inconclusive" for m in measured for outcome, _ in m.outcomes)
         exact = exact_gate_errors(threads, methods, 9, True, stats.interval_confidence(intervals))
         for simulated, expected in zip((failed / trials, clear / trials), exact, strict=True):
@@ -253,7 +254,7 @@ def test_methods_that_move_together_err_no_more_than_the_sum():
     for _ in range(trials):
         shared, own = rng.standard_normal(9), rng.standard_normal((4, 9))
         per_round = (1.05 * np.exp(0.1 * (0.8 * shared + 0.6 * own))).tolist()
-        measured = _scripted.measure(per_round, threshold=1.05, planned=9, stop_early=True, intervals=4)
+        measured = scripted.measure(per_round, threshold=1.05, planned=9, stop_early=True, intervals=4)
         clear += any(outcome != "inconclusive" for outcome, _ in measured.outcomes)
     assert clear / trials <= exact_gate_errors(1, 4, 9, True, stats.interval_confidence(4))[1] + 0.01 <= 0.05
 
@@ -267,9 +268,9 @@ def test_an_order_effect_that_comes_with_the_disturbances_does_not_tip_the_ratio
     rng = np.random.default_rng(41)
     trials, judged, clear = 200, 0, 0
     for _ in range(trials):
-        baseline = _scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
+        baseline = scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1)
         noise = iter(np.exp(0.02 * rng.standard_normal(40)))
-        candidate = _scripted.ScriptedServer(lambda n, b=baseline, noise=noise: {"forward": [
+        candidate = scripted.ScriptedServer(lambda n, b=baseline, noise=noise: {"forward": [
             1.05 * (1.1 if b.asked[-1:] != [n] else 1 / 1.1) * next(noise)]}, pid=2)
         round_busy = {"parts": 0, "busy": False}
 
@@ -277,7 +278,7 @@ def test_an_order_effect_that_comes_with_the_disturbances_does_not_tip_the_ratio
             state["parts"] += 1
             if state["parts"] % 2:  # the round's first part: the machine turns busy when the candidate goes first
                 state["busy"] = timed == 2 and bool(rng.random() < 0.5)
-            load = _scripted.BUSY if state["busy"] else _scripted.QUIET
+            load = scripted.BUSY if state["busy"] else scripted.QUIET
             return lambda: load
 
         stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmarks.benchmark import exact_gate_errors
 
-from upgrade_gate.measure.benchmarks import exact_gate_errors
 from upgrade_gate.schema.measured import RatioEstimate, ratio_by_rounds, summarize
 from upgrade_gate.stats import (
     SAMPLES_KEPT,

@@ -172,7 +172,7 @@ class _Process(Protocol):
 
 class RoundServer(Protocol):
     """What the rounds ask of a measurement server: supervisor.Server, or an in-process stand-in
-    (measure/_scripted.py: the benchmarks' and tests' rounds of known ratios, a run's rounds replayed)."""
+    (tests/benchmarks/scripted.py: the benchmarks' and tests' rounds of known ratios, a run's rounds replayed)."""
 
     @property
     def process(self) -> _Process: ...
@@ -184,7 +184,7 @@ class RoundServer(Protocol):
 
 AnyServer = TypeVar("AnyServer", bound=RoundServer)
 # Watches the machine around one stack's part of a round: (every server's pid, the timed one's) → the end of the
-# watch, which gives the part's load (_contention.watch; a stand-in's in measure/_scripted.py).
+# watch, which gives the part's load (_contention.watch; a stand-in's in tests/benchmarks/scripted.py).
 Watch = Callable[[list[int], int], Callable[[], _contention.Load | None]]
 
 

@@ -1,5 +1,8 @@
 """Benchmarks of the measurement itself (docs/benchmarks.md): ``nox -s benchmark -- NAME``.
 
+A tool of this repository, not part of what a team installs: the noxfile loads it from a checkout's
+tests/benchmarks/, which the wheel does not carry.
+
 * ``overhead`` — per-call latency through the harness (``time_runs`` in the
   measurement server, under the supervisor) against a bare loop of the same
   runtime call in the same process, in alternating block pairs; and the
@@ -45,7 +48,7 @@ makes sure the exports exist (a compare without the load, not counted); the
 counted runs re-measure with the load on.
 
 Each runs real stacks; the stack specs and configuration of ``noise`` and
-``sensitivity`` are in tests/benchmarks/. Results go to ``--out`` (default
+``sensitivity`` are beside this file. Results go to ``--out`` (default
 ``benchmarks/<name>``) as JSON and Markdown; the figures in docs/ come from there.
 """
 
@@ -68,12 +71,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import scripted
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
-from upgrade_gate.measure import _scripted, rounds
+from upgrade_gate.measure import rounds
 from upgrade_gate.run import cache, guard
 from upgrade_gate.schema.measured import RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.results import Results
@@ -88,7 +92,7 @@ from upgrade_gate.stats import (
     sequential_rank,
 )
 
-BENCHMARKS = TOOL_ROOT / "tests" / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parent  # noise/, sensitivity/: their stacks and configuration
 NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
@@ -182,14 +186,14 @@ def repeated_compare(name: str, out: Path, models: str, repeat: int, load: str, 
             runs.append(_run_summary(index, time.monotonic() - start, report))
             log(f"benchmark {name} ({load}): run {index}: "
                 + ", ".join(f"{model} {g['status']}" for model, g in runs[-1]["latency_gates"].items()))
-    summary = summarize(name, load, models.split(","), runs)
+    summary = summarize_runs(name, load, models.split(","), runs)
     write_json_atomic(out / f"{name}-{load}.json", summary)
     write_text_atomic(out / f"{name}-{load}.md", _compare_markdown(summary))
     log((out / f"{name}-{load}.md").read_text())
     return 1 if summary["met"] is False else 0
 
 
-def summarize(name: str, load: str, models: list[str], runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_runs(name: str, load: str, models: list[str], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs' latency gates counted, and whether the benchmark's target was met (None: it has none)."""
     statuses = [g["status"] for run in runs for g in run["latency_gates"].values()]
     failed_runs = {model: sum(_gate_status(run, model) == GateStatus.FAILED for run in runs) for model in models}
@@ -319,7 +323,7 @@ def coverage(out: Path, log: Any) -> int:
             _, stated = sequential_rank(n, n)
             held = 0
             for row in (true_ratio * np.exp(0.1 * rng.standard_normal((COVERAGE_STOP_TRIALS, n)))).tolist():
-                (_, estimate), = _scripted.measure([row], threshold=true_ratio, planned=n, stop_early=True,
+                (_, estimate), = scripted.measure([row], threshold=true_ratio, planned=n, stop_early=True,
                                                    intervals=1).outcomes
                 held += estimate.low <= true_ratio <= estimate.high
             held_share = held / COVERAGE_STOP_TRIALS
@@ -388,16 +392,16 @@ def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool
 
 def simulated_gate(threads: int, methods: int, true_ratio: float, threshold: float, intervals: int,
                    stop_early: bool, rng: np.random.Generator, trials: int = GATE_TRIALS) -> dict[str, float]:
-    """``trials`` gates measured and judged by the code that runs (_scripted.measure: rounds.run_rounds, the gate's
+    """``trials`` gates measured and judged by the code that runs (scripted.measure: rounds.run_rounds, the gate's
     rule), every interval's true ratio ``true_ratio``, each at its share of a gate of ``intervals``: the share
     that failed, that called any interval clear, that passed, and the rounds each measurement took on average."""
     failed = clear = passed = taken = 0
     for _ in range(trials):
-        measured = [_scripted.measure(
+        measured = [scripted.measure(
             (true_ratio * np.exp(GATE_SPREAD * rng.standard_normal((methods, GATE_ROUNDS)))).tolist(),
             threshold=threshold, planned=GATE_ROUNDS, stop_early=stop_early, intervals=intervals)
             for _ in range(threads)]
-        outcome = _scripted.gate(measured)
+        outcome = scripted.gate(measured)
         failed += outcome == "failed"
         passed += outcome == "passed"
         clear += any(o != "inconclusive" for m in measured for o, _ in m.outcomes)
@@ -658,7 +662,7 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
         # The recorded rounds played to the measure session's own loop, each stack's as it timed them.
         recorded = {name: {entry["round"]: entry["samples_ms"] for entry in stack.get("rounds") or ()}
                     for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
-        servers = {name: _scripted.ScriptedServer(mine.get, pid=index)
+        servers = {name: scripted.ScriptedServer(mine.get, pid=index)
                    for index, (name, mine) in enumerate(recorded.items(), start=1)}
         methods = {method for mine in recorded.values() for samples in mine.values() for method in samples}
         confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
@@ -668,7 +672,7 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
         disturbed = {entry["round"] for entry in tried if entry["disturbed"]}
         replayed, ended = rounds.run_rounds(servers, played, planned, int(data["threads"]), clear=clear,
                                             looks=sequential_looks(planned, confidence),
-                                            watch=_scripted.scripted_watch(disturbed.__contains__))
+                                            watch=scripted.scripted_watch(disturbed.__contains__))
         decided = ended is RoundsEnded.DECIDED
         rows.append({"measurement": path.relative_to(report).as_posix(), "rounds": len(tried),
                      "stopped_after": sum(not entry["disturbed"] for entry in replayed) if decided else None,
