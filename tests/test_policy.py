@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -751,6 +752,8 @@ def test_a_run_stopped_by_fail_fast_is_no_go_and_names_what_it_did_not_reach(pro
     vit, _ = plan.models
     stop = first_hard_failure(plan, plan.candidates[0], vit)
     assert stop is not None and (stop["model"], stop["gate"], stop["stack"]) == ("vit-smoke", "numerics", "candidate")
+    # What the console says it stopped at: the measured value against the rule (it printed "failed ()").
+    assert re.fullmatch(r"rel_l2 = \d\.\d\de[+-]\d\d \(rel_l2 ≤ 1\.00e-04\)", stop["note"]), stop["note"]
     layout.stopped_file(out, "candidate").write_text(json.dumps(stop))
     for model in ("vit-smoke", "minilm-smoke"):  # the measure session skipped, and cleared an earlier run's
         for stale in layout.measurement_dir(out, model).glob("threads-*"):
