@@ -4,11 +4,12 @@ rarely shows — a search the budget stopped, and a remedy that does not work as
 
 from __future__ import annotations
 
-from upgrade_gate.report._way_out_section import _method_blocks
+from upgrade_gate.report._way_out_section import _method_blocks, decides_first
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.records import Stage
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import Diagnosis
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Verdict, VerdictRecord
 
 CULPRIT = {"operator": "aten.gelu.default(approximate='tanh')", "backend": "XNNPACK delegate", "share": 0.99,
            "rel_l2_without": 3e-7, "rel_l2_alone": 2e-4,
@@ -106,3 +107,26 @@ def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_t
     assert "- [FAILED] as configured: export: UserError: guard" in text
     assert "- data dependent error at line 3, `if x.sum() > 0:`" in text
     assert "gives rel. L2 1.00e-07 against eager on the example inputs — [passed] passes; not timed" in text
+
+
+def test_the_entries_come_in_the_order_they_weigh_on_the_verdict():
+    """Issue 39, item 9: the hard failures' findings first (the one whose remedy the headline counts before
+    one with none), then soft, then the rest, then the baseline's own."""
+    def failed(model: str, severity: Severity) -> GateResult:
+        return GateResult(gate="numerics" if severity is Severity.HARD else "quantized-numerics", stack="candidate",
+                          model=model, severity=severity, status=GateStatus.FAILED, metric="rel_l2")
+
+    passed = GateResult(gate="latency", stack="candidate", model="quiet", severity=Severity.SOFT,
+                        status=GateStatus.PASSED, metric="ratio")
+    remedied = Remedy(stack="candidate", model="vlm", gate="numerics", methods=("forward",), operators=("op",),
+                      passes=True, rel_l2=1e-7, threshold=1e-4)
+    record = VerdictRecord(tool_version="0", generated_at="t", verdict=Verdict.NO_GO, baseline="legacy",
+                           candidates={"candidate": Verdict.NO_GO},
+                           gates=(failed("vlm", Severity.HARD), failed("llm", Severity.HARD),
+                                  failed("llm@int8", Severity.SOFT), passed), remedies=(remedied,))
+    # As the suite lists them: the baseline's MobileNet first, the decisive finding last.
+    entries = [("mobilenet", "legacy"), ("quiet", "candidate"), ("llm@int8", "candidate"), ("llm", "candidate"),
+               ("vlm", "candidate")]
+    ordered = sorted(entries, key=lambda entry: decides_first(record, entry[0], entry[1]))
+    assert ordered == [("vlm", "candidate"), ("llm", "candidate"), ("llm@int8", "candidate"), ("quiet", "candidate"),
+                       ("mobilenet", "legacy")]

@@ -10,7 +10,7 @@ from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
-from upgrade_gate.schema.verdict import Remedy, Unit
+from upgrade_gate.schema.verdict import GateStatus, Remedy, Severity, Unit, VerdictRecord
 from upgrade_gate.text import size
 
 INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
@@ -32,8 +32,9 @@ NOT_FOUND = {
 
 def way_out_blocks(results: Results) -> list[Block]:
     """The section, where any stack's artifact was diagnosed or would have been had the search been on."""
-    diagnosed = [(model, stack, found) for model in results.models for stack, own in model.stacks.items()
-                 if (found := own.diagnosis) is not None]
+    diagnosed = sorted(((model, stack, found) for model in results.models for stack, own in model.stacks.items()
+                        if (found := own.diagnosis) is not None),
+                       key=lambda entry: decides_first(results.verdict, entry[0].name, entry[1]))
     departed = [model for model in results.models if _departs(results, model)]
     if not diagnosed and not departed:
         return []
@@ -53,6 +54,18 @@ def way_out_blocks(results: Results) -> list[Block]:
         if remedy is not None:
             blocks.append(_judged(remedy))
     return blocks
+
+
+def decides_first(verdict: VerdictRecord, model: str, stack: str) -> tuple[int, int]:
+    """Entries in the order they weigh on the verdict: a candidate's failed hard gate, then a failed soft one,
+    then the rest of the candidates', then the baseline's own findings; within each, one whose remedy passes
+    (what the headline counts) first. ``sorted`` keeps the suite's order among equals."""
+    if stack == verdict.baseline:
+        return 3, 0
+    failed = {g.severity for g in verdict.of(stack) if g.model == model and g.status is GateStatus.FAILED}
+    weight = 0 if Severity.HARD in failed else 1 if failed else 2
+    remedied = any(r.passes for r in verdict.remedies if (r.model, r.stack) == (model, stack))
+    return weight, 0 if remedied else 1
 
 
 def _judged(remedy: Remedy) -> Paragraph:
