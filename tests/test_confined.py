@@ -295,3 +295,28 @@ def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_
     assert stage.explain().endswith("a file the tool provided was removed from outside while the run used it; run "
                                     "the same command again")
 
+
+
+def test_a_cache_copied_with_hard_links_has_a_lock_of_its_own(tmp_path):
+    """A copy made with hard links (cp -al; the workflow rehearsal's link_tree, as two CI shards restore one
+    cache) shares the original's lock file: a run holding one must not hold the other (found on a loaded
+    machine, where the rehearsal's prune-cache was refused while the other shard's compare ran)."""
+    original, copy = tmp_path / "a" / "results", tmp_path / "b" / "results"
+    original.mkdir(parents=True)
+    copy.mkdir(parents=True)
+    (original / cache.CACHE_LOCK).touch()
+    os.link(original / cache.CACHE_LOCK, copy / cache.CACHE_LOCK)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from upgrade_gate.run import cache; cache.use_cache(Path(sys.argv[1])); "
+                               "print('holding', flush=True); time.sleep(120)", str(original)],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TOOL_ROOT / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert cache.alone_in_cache(copy)  # its own lock now: the other run is not in it
+        assert os.stat(copy / cache.CACHE_LOCK).st_nlink == 1
+        assert not cache.alone_in_cache(original)  # the run that holds the original still does
+    finally:
+        holder.kill()
+        holder.wait()
+        for root in (original, copy):
+            os.close(cache.USING.pop(root.resolve()))

@@ -217,9 +217,29 @@ def use_cache(root: Path) -> None:
     root = root.resolve()
     if root not in USING:
         root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / CACHE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        USING[root] = _shared_lock(root / CACHE_LOCK)
+
+
+def _shared_lock(path: Path) -> int:
+    """A shared flock on the cache's lock file, on an inode of this cache's own: a copy made with hard links
+    (``cp -al``, the workflow rehearsal's link_tree) shares the original's lock inode, and a run in one would
+    hold the other. Such a file is replaced by a new one; the lock counts only on the file the path names."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        if os.fstat(fd).st_nlink > 1:
+            os.close(fd)
+            fresh = path.with_name(f"{path.name}.{os.getpid()}.partial")
+            os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644))
+            os.replace(fresh, path)
+            continue
         fcntl.flock(fd, fcntl.LOCK_SH)
-        USING[root] = fd
+        try:
+            named = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            named = False
+        if named:
+            return fd
+        os.close(fd)  # replaced while this process waited: lock the file the path names now
 
 
 def alone_in_cache(root: Path) -> bool:
