@@ -419,3 +419,18 @@ def test_compares_reproducers_are_shown_beside_the_finding_release_by_release(tm
             in text), text
     assert "## Compare's reproducers, in each release" in text
     assert f"| `nanovlm` | `{script}` | reproduces (exit 1) | reproduces (exit 1) | fixed (exit 0) |" in text, text
+
+
+def test_a_reproducer_that_could_not_run_is_no_answer():
+    """Issue 39, item 7: a crash, exit 3 (the script's own "could not run") or an exit 1 without the error it
+    measures (an uncaught exception, from a reproducer written before exit 3) is not "reproduces"."""
+    from upgrade_gate.releases._reproducers import ReproducerRun
+
+    def answer(code: int | None, said: str) -> str:
+        return ReproducerRun(model="m", method="forward", script="s", exit_code=code, said=said).answer
+
+    measured = "torch 2.8.0: the method lowered to XNNPACK: relative L2 error 0.000196 against eager (threshold 0.0001)"
+    assert answer(1, measured) == "reproduces" and answer(0, measured.replace("0.000196", "2.4e-08")) == "fixed"
+    assert answer(1, "RuntimeError: compileModel failed: 0x11") == "could not run"
+    assert answer(3, "could not run: RuntimeError: compileModel failed: 0x11") == "could not run"
+    assert answer(-11, "") == "could not run" and answer(None, "did not finish in 900 s") == "did not finish"

@@ -1,5 +1,6 @@
 """Compare's reproducers, run in each release's stack: whether a newer release fixes a finding, asked the
-way a team would ask it — `python repro.py` with that release's Python (exit 1: it reproduces, 0: fixed).
+way a team would ask it — `python repro.py` with that release's Python (exit 1: it reproduces, 0: fixed, 3 or a
+crash: it could not run there, which answers nothing).
 
 `nox -s compare` writes a reproducer for each finding of its culprit search, in the report folder the
 explorer shares with it (``<out>/stacks/<candidate>/models/<model>/diagnose/repro/<method>/repro.py``,
@@ -20,8 +21,11 @@ from upgrade_gate.schema.results import Results
 
 # A one-operator lowering takes seconds; a whole method's, minutes: what a reproducer may take at most.
 TIMEOUT_S = 900
-# Its verdict, by exit status: the script's contract (compat/executorch_diagnose.py REPRODUCER).
+# Its verdict, by exit status: the script's contract (compat/executorch_diagnose.py REPRODUCER); 3 and anything
+# else (a crash: a negative status) is no answer. An exit 1 counts only with the error it measured printed: a
+# reproducer written before exit 3 existed exits 1 on an uncaught exception too.
 ANSWERS = {0: "fixed", 1: "reproduces"}
+MEASURED = "relative L2 error"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,7 +46,12 @@ class ReproducerRun(codec.Record):
 
     @property
     def answer(self) -> str:
-        return ANSWERS.get(self.exit_code, "error") if self.exit_code is not None else "did not finish"
+        """fixed, reproduces, could not run (it failed or crashed before measuring), or did not finish."""
+        if self.exit_code is None:
+            return "did not finish"
+        if self.exit_code == 1 and MEASURED not in self.said:
+            return "could not run"
+        return ANSWERS.get(self.exit_code, "could not run")
 
 
 def compare_reproducers(out: Path, models: tuple[str, ...]) -> list[tuple[str, str, str]]:

@@ -261,7 +261,8 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
         releases = [r.release.name for r in path.records if r.reproducers]
         blocks += [Heading(2, "Compare's reproducers, in each release"), Paragraph(
             "Each reproducer `nox -s compare` wrote in this report folder, run as its docstring says with each "
-            "release's Python before its venv was removed: exit 1, it reproduces; exit 0, the release fixes it. "
+            "release's Python before its venv was removed: exit 1 with the error it measured, it reproduces; exit 0, "
+            "the release fixes it; exit 3 or a crash, it could not run there (its last line shown): no answer. "
             "To ask a release yourself: `<its venv>/bin/python <script>`, from the report folder "
             "(`--keep-stacks` keeps the explorer's venvs)."), Table(
             ["model", "reproducer", *releases],
