@@ -171,14 +171,17 @@ class Diagnoses(Protocol):
     def lower_keeping_out(self, lowerable: Any, keep_out: frozenset[str]) -> Any:
         """Lowered as ``lower`` does, the parts keyed in ``keep_out`` left out."""
 
-    def lower_with_remedy(self, lowerable: Any, remedy: Any) -> Any:
-        """Lowered with what the remedy's code binds to ``REMEDY_NAME``."""
+    def lower_with_remedy(self, remedy: dict[str, Any]) -> Any:
+        """Lowered as the remedy's code says: its names once it ran with ``program`` bound to what the lowering
+        starts from, which it may rewrite, and ``REMEDY_NAME`` bound to what the lowering takes."""
 
     def run_lowered(self, lowered: Any, inputs: tuple[Any, ...]) -> list[Any]:
         """A lowered program serialized and run in the stack's runtime: its outputs, as ``run`` gives them."""
 
-    def remedy_code(self, lowerable: Any, culprits: list[tuple[str, str]]) -> str:
-        """Python that binds ``REMEDY_NAME``, keeping each culprit (kind, key of its first part) out."""
+    def remedy_options(self, lowerable: Any, culprits: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+        """The remedies a team would try for the culprits (kind, key of its first part), the one expected
+        cheapest first, each ``(what it does, Python that binds REMEDY_NAME, tried only when none before it
+        passed)``; the last keeps every culprit out, as the search did."""
 
     def reproducer_source(self, *, kind: str, call: str, arguments: int, threshold: float, remedy: str,
                           found_in: str) -> str:

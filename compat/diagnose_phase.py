@@ -1,16 +1,18 @@
 """The diagnose phase in a stack's worker, run where an artifact's outputs departed from the same
 stack's eager outputs: the operators behind it (culprit.py), a reproducer to file upstream, and the
-lowering that keeps them out, checked on the same real inputs — one method per stage:
-build → eager → parts → alone → search → reproducer → remedy, for each method that failed."""
+remedies a team would try, each checked on the same real inputs and the cheapest that passes chosen, then a
+reproducer whose --with-remedy is that one — one method per stage: build → eager → parts → alone → search →
+remedy → reproducer, for each method that failed."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from . import culprit
+from . import culprit, issue_text
 from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
 from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
@@ -23,7 +25,7 @@ MIN_CALLS, MAX_CALLS = 3, 200
 
 
 class DiagnosePhase:
-    """The diagnose phase: build → eager → parts → alone → search → reproducer → remedy."""
+    """The diagnose phase: build → eager → parts → alone → search → remedy → reproducer."""
 
     def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
         # Diagnoses' members, once run_stages has checked the adapter has them.
@@ -32,7 +34,7 @@ class DiagnosePhase:
         self.model_dir = Path(job["model_dir"])
         self.threshold = float(job.get("threshold", "nan"))  # the numerics gate's; a variant's search has its own
         self.methods: list[str] = list(job["methods"])
-        self.remedies: dict[str, str] = {}  # method → the remedy's code, made once for both stages that show it
+        self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
 
     # What the adapter must offer, what the report says when it does not, and the stages in order with the
     # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
@@ -41,7 +43,7 @@ class DiagnosePhase:
     NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("build", ()), ("eager", ("build",)), ("parts", ("eager",)), ("alone", ("parts",)),
-        ("search", ("alone",)), ("reproducer", ("search",)), ("remedy", ("search",)))
+        ("search", ("alone",)), ("remedy", ("search",)), ("reproducer", ("search",)))
 
     def run_stages(self) -> None:
         self.adapter.set_threads(self.job["threads"])  # torch's and the runtime's, before any load: the remedy is timed
@@ -160,9 +162,11 @@ class DiagnosePhase:
                 scope = "method"
                 note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
                         if alone else f"{kind} is not run alone")
+            runs = [issue_text.run_reproducer(folder), issue_text.run_reproducer(folder, "--with-remedy")]
+            self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs)
             written[method] = {"status": "written", "folder": str(folder.relative_to(self.model_dir)),
                                "operator": kind, "scope": scope, "reason": note,
-                               "rel_l2": alone["rel_l2"] if alone else None,
+                               "rel_l2": alone["rel_l2"] if alone else None, "runs": runs, "issue": issue_text.ISSUE,
                                "bytes": sum(f.stat().st_size for f in folder.iterdir())}
         if not written:
             raise StageSkipped("no culprit found")
@@ -177,62 +181,110 @@ class DiagnosePhase:
         folder.mkdir(parents=True, exist_ok=True)
         self.adapter.method_reproducer(
             exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.threshold,
-            remedy=self.adapter.remedy_code(exported, []),
+            remedy=self.adapter.remedy_options(exported, [])[-1][1],
             found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
                      "it within the threshold, so this is the whole method (no remedy found)")
+        runs = [issue_text.run_reproducer(folder)]  # there is no remedy to run it with
+        backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
+        self.write_issue(folder, method, "not pinned to an operator", backend, "method", runs)
         return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), "operator": None,
                 "scope": "method", "reason": "not pinned: no part kept out brings it within the threshold",
-                "rel_l2": None, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+                "rel_l2": None, "runs": runs, "issue": issue_text.ISSUE,
+                "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+
+    def write_issue(self, folder: Path, method: str, kind: str, backend: str, scope: str,
+                    runs: list[dict[str, Any]]) -> None:
+        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py)."""
+        remedy = (self.log.results.get("remedy") or {}).get(method)
+        packages = ("torch", "executorch")
+        if remedy is None:
+            judged, code = "No remedy was found to bring it within the threshold.", ""
+        else:
+            outcome = ("passes" if remedy.get("passes") else "still fails") if "rel_l2" in remedy else "does not run"
+            measured = f"rel. L2 {remedy['rel_l2']:.3g}" if "rel_l2" in remedy else remedy.get("error", "")
+            judged = (f"{remedy.get('remedy', 'The remedy')[:1].upper()}{remedy.get('remedy', 'the remedy')[1:]}: "
+                      f"the whole method lowered with these lines gives {measured} against eager — {outcome}.")
+            code = remedy["code"]
+        operator = "the operator alone, on the real tensors that reached its first call," if scope == "operator" \
+            else "the whole method, on its real inputs,"
+        versions = issue_text.environment(packages)[0]
+        issue_text.write_issue(
+            folder, title=f"[{backend}] {kind} differs from eager when lowered ({versions})",
+            what=(f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
+                  f"same inputs (float32). Found in {self.job['model']}'s {method}."),
+            expected=(f"The lowered program's outputs within relative L2 {self.threshold:g} of eager's on the same "
+                      "inputs."),
+            runs=runs, remedy=code, remedy_judged=judged, packages=packages)
+
+    def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
+        finding = self.log.results["search"][method]
+        exported, _ = self.log.results["parts"][method]
+        found = [(c["operator"], c["calls"][0]["key"]) for c in finding.get("culprits") or []]
+        return self.adapter.remedy_options(exported, found)
 
     def remedy_code(self, method: str) -> str:
+        """The chosen remedy's lines; where the remedy stage did not run, the last option's (it keeps the culprits
+        out), which the reproducer prints unjudged."""
         if method not in self.remedies:
-            finding = self.log.results["search"][method]
-            exported, _ = self.log.results["parts"][method]
-            found = [(c["operator"], c["calls"][0]["key"]) for c in finding.get("culprits") or []]
-            self.remedies[method] = self.adapter.remedy_code(exported, found)
+            self.remedies[method] = self.remedy_options(method)[-1][1]
         return self.remedies[method]
 
     def remedy(self):
-        """The lines to change, run as they are written: the whole method lowered with them, saved, loaded
-        from its file and run as the artifact is; its outputs kept for the parent to judge against the
-        reference as the gate does, and its calls timed against the shipped artifact's."""
-        _, inputs = self.log.results["build"]
-        eager = self.log.results["eager"]
+        """Each remedy a team would try, run as its lines are written: the whole method lowered with them, saved,
+        loaded from its file and run as the artifact is, against eager; each that passes timed against the shipped
+        artifact. The one chosen — of those that pass, the least slowdown (the first where none is timed); where
+        none passes, the closest — keeps its outputs for the parent to judge against the reference as the gate
+        does; the others stay as rows of what was tried."""
         reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
         names = load_npz_tensors(reference) if reference.is_file() else {}
         checked, outputs = {}, {}
         for method, finding in self.log.results["search"].items():
             if not finding.get("culprits"):
                 continue
-            code = self.remedy_code(method)
-            step = "its code"
-            try:  # a remedy that does not lower, save, load or run is a finding of its own: that method's row
-                scope: dict[str, Any] = {}
-                exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
-                exported, _ = self.log.results["parts"][method]
-                step = "lowering"
-                lowered = self.adapter.lower_with_remedy(exported, scope[self.adapter.REMEDY_NAME])
-                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                step = "saving"
-                self.adapter.save(lowered, path)
-                step = "loading and running"
-                program = self.adapter.load(path)
-                ran = self.adapter.run(program, inputs[method])
-            except Exception as failure:  # noqa: BLE001 - recorded with its step; the other methods go on
-                checked[method] = {"code": code, "passes": False,
-                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
-                continue
-            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), eager[method]))
-            outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            checked[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold,
-                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
-                               "latency": self.timed_against_shipped(method, program)}
+            tried: list[dict[str, Any]] = []
+            for number, (what, code, fallback) in enumerate(self.remedy_options(method)):
+                if not (fallback and any(t["passes"] for t in tried)):
+                    tried.append(self.try_remedy(method, number, what, code))
+            chosen = cheapest(tried)
+            self.remedies[method] = chosen["code"]
+            ran = chosen.pop("outputs", None)
+            if ran is not None:
+                outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            checked[method] = {**chosen, "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried]}
         if not checked:
             raise StageSkipped("no culprit found")
         if outputs:
             save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
         return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+
+    def try_remedy(self, method: str, number: int, what: str, code: str) -> dict[str, Any]:
+        """One remedy lowered, saved, loaded and run; timed against the shipped artifact when it passes. A remedy
+        that does not lower, save, load or run is a finding of its own: its row, with the step and the error."""
+        _, inputs = self.log.results["build"]
+        step = "its code"
+        try:
+            exported, _ = self.log.results["parts"][method]
+            scope: dict[str, Any] = {"program": exported}
+            exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
+            step = "lowering"
+            lowered = self.adapter.lower_with_remedy(scope)
+            # The first option where the report has always had it; the others beside it, numbered.
+            path = self.model_dir / REMEDY_DIR / f"{method}{f'-{number}' if number else ''}{self.adapter.SUFFIX}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            step = "saving"
+            self.adapter.save(lowered, path)
+            step = "loading and running"
+            program = self.adapter.load(path)
+            ran = self.adapter.run(program, inputs[method])
+        except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
+            return {"remedy": what, "code": code, "passes": False,
+                    "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+        error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
+        passes = error <= self.threshold
+        latency = (self.timed_against_shipped(method, program) if passes
+                   else {"status": "not timed", "reason": "it does not pass against eager"})
+        return {"remedy": what, "code": code, "rel_l2": error, "passes": passes, "outputs": ran,
+                "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size, "latency": latency}
 
     def timed_against_shipped(self, method: str, remedied: Any) -> dict[str, Any]:
         """Calls of the remedied and the shipped artifact in turn, round by round (the order alternating),
@@ -262,6 +314,25 @@ class DiagnosePhase:
                 entry[side] = times
             samples.append(entry)
         return {"status": "ok", "threads": self.job["threads"], "rounds": samples, "load_average": os.getloadavg()}
+
+
+def slowdown(tried: dict[str, Any]) -> float | None:
+    """A remedy's cost in the worker's own terms: the median over rounds of each round's remedied over shipped
+    median call (the parent judges the chosen one's interval as the stack is)."""
+    rounds = (tried.get("latency") or {}).get("rounds") or []
+    ratios = sorted(statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
+                    if r.get("remedied") and r.get("shipped"))
+    return statistics.median(ratios) if ratios else None
+
+
+def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
+    """The remedy to print: of those that pass, the least slowdown (options come cheapest-expected first, so
+    the first where none is timed); where none passes, the one closest to eager, else the last."""
+    passing = [t for t in tried if t["passes"]]
+    if passing:
+        return dict(min(passing, key=lambda t: (slowdown(t) is None, slowdown(t) or 0.0)))
+    ran = [t for t in tried if "rel_l2" in t]
+    return dict(min(ran, key=lambda t: t["rel_l2"]) if ran else tried[-1])
 
 
 def flat(value: Any) -> list[Any]:

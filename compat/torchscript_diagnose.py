@@ -32,11 +32,12 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) ->
 
 def lower_keeping_out(traced: Any, keep_out: frozenset[str]) -> Any:
     """``optimize_for_mobile`` with the passes in ``keep_out`` blocklisted (it works on a copy)."""
-    return lower_with_remedy(traced, {PASSES[name] for name in keep_out})
+    return optimize_for_mobile(traced, optimization_blocklist={PASSES[name] for name in keep_out})
 
 
-def lower_with_remedy(traced: Any, optimization_blocklist: Any) -> Any:
-    return optimize_for_mobile(traced, optimization_blocklist=set(optimization_blocklist))
+def lower_with_remedy(remedy: dict[str, Any]) -> Any:
+    """The traced method (``program``) optimized with the remedy's ``optimization_blocklist``."""
+    return optimize_for_mobile(remedy["program"], optimization_blocklist=set(remedy[REMEDY_NAME]))
 
 
 def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
@@ -46,8 +47,12 @@ def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
         return program(*inputs)
 
 
-def remedy_code(traced: Any, culprits: list[tuple[str, str]]) -> str:
-    """The blocklist that keeps the culprit passes out of ``optimize_for_mobile``."""
+def remedy_options(traced: Any, culprits: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+    """One remedy: the blocklist that keeps the culprit passes out of ``optimize_for_mobile``."""
+    return [("passes kept out", _blocklist_code(culprits), False)]
+
+
+def _blocklist_code(culprits: list[tuple[str, str]]) -> str:
     members = ", ".join(f"MobileOptimizerType.{key}" for _, key in culprits)
     return ("from torch.utils.mobile_optimizer import MobileOptimizerType\n\n"
             f"# optimize_for_mobile(traced, optimization_blocklist=optimization_blocklist)\n"
@@ -67,15 +72,13 @@ inputs. Run with the Python of a venv that has torch:
 
     python repro.py                  # exit 1: the optimized method, run by the Lite Interpreter, differs
     python repro.py --with-remedy    # the same with the remedy's blocklist: exit 0 when it fixes it
+
+Exit 3: it could not run (the error printed): no answer either way.
 """
 
 import io
 import sys
 from pathlib import Path
-
-import torch
-from torch.jit.mobile import _load_for_lite_interpreter
-from torch.utils.mobile_optimizer import optimize_for_mobile
 
 THRESHOLD = {threshold!r}  # relative L2 error against the traced method: the numerics gate's
 
@@ -84,20 +87,35 @@ def remedy():
 {remedy}    return optimization_blocklist
 
 
-here = Path(__file__).parent
-traced = torch.jit.load(str(here / "model.pt"))
-inputs = tuple(torch.load(here / "inputs.pt"))
-with torch.no_grad():
-    eager = torch.utils._pytree.tree_leaves(traced(*inputs))
-    optimized = optimize_for_mobile(traced, optimization_blocklist=remedy() if "--with-remedy" in sys.argv else set())
-    lite = _load_for_lite_interpreter(io.BytesIO(optimized._save_to_buffer_for_lite_interpreter()))
-    outputs = torch.utils._pytree.tree_leaves(lite(*inputs))
-error = max((torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
-            for a, e in zip(outputs, eager))
-how = "with the remedy's blocklist" if "--with-remedy" in sys.argv else "by optimize_for_mobile"
-print(f"torch {{torch.__version__}}: the method optimized {{how}}: "
-      f"relative L2 error {{error:.3g}} against the traced method (threshold {{THRESHOLD:g}})")
-sys.exit(1 if error > THRESHOLD else 0)
+def main():
+    import torch
+    from torch.jit.mobile import _load_for_lite_interpreter
+    from torch.utils.mobile_optimizer import optimize_for_mobile
+
+    here = Path(__file__).parent
+    traced = torch.jit.load(str(here / "model.pt"))
+    inputs = tuple(torch.load(here / "inputs.pt"))
+    blocklist = remedy() if "--with-remedy" in sys.argv else set()
+    with torch.no_grad():
+        eager = torch.utils._pytree.tree_leaves(traced(*inputs))
+        optimized = optimize_for_mobile(traced, optimization_blocklist=blocklist)
+        lite = _load_for_lite_interpreter(io.BytesIO(optimized._save_to_buffer_for_lite_interpreter()))
+        outputs = torch.utils._pytree.tree_leaves(lite(*inputs))
+    error = max((torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
+                for a, e in zip(outputs, eager))
+    how = "with the remedy's blocklist" if "--with-remedy" in sys.argv else "by optimize_for_mobile"
+    print(f"torch {{torch.__version__}}: the method optimized {{how}}: "
+          f"relative L2 error {{error:.3g}} against the traced method (threshold {{THRESHOLD:g}})")
+    return 1 if error > THRESHOLD else 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except Exception as failure:  # a torch that cannot load or optimize it answers nothing: not "reproduces"
+        print(f"could not run: {{type(failure).__name__}}: {{' '.join(str(failure).split())[:500]}}")
+        code = 3
+    sys.exit(code)
 '''
 
 

@@ -18,7 +18,7 @@ from .torchscript_diagnose import (  # noqa: F401 - the adapter's members
     lower_with_remedy,
     lowering_parts,
     method_reproducer,
-    remedy_code,
+    remedy_options,
     reproducer_source,
     run_lowered,
 )

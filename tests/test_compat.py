@@ -335,7 +335,7 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
         "quantize": ["QUANTIZATIONS", "quantize"], "program": ["save_program", "run_method"], "profile": ["profile"],
         "backends": ["OTHER_BACKENDS", "backend_unavailable", "export_only"],
         "diagnose": ["REMEDY_NAME", "lowering_parts", "lower_keeping_out", "lower_with_remedy", "run_lowered",
-                     "remedy_code", "reproducer_source", "method_reproducer"],
+                     "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
         "re-export": ["EXPORT_REMEDIES", "export_with"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]

@@ -89,3 +89,32 @@ def test_an_artifact_that_passes_when_lowered_again_is_said_so():
     record = culprit.find(parts(("gelu", 1)), search(error_of), alone={})
     assert record["status"] == "does not reproduce" and len(asked) == 1
 
+
+
+def test_the_remedy_printed_is_the_one_that_passes_at_the_least_latency():
+    """Issue 39, item 3: each remedy tried is lowered and run; of those that pass against eager the one with the
+    least slowdown against the shipped artifact is printed, measured not assumed from the order tried."""
+    sys.path.insert(0, str(TOOL_ROOT))
+    try:
+        from compat.diagnose_phase import cheapest, slowdown
+    finally:
+        sys.path.remove(str(TOOL_ROOT))
+
+    def tried(name: str, rel_l2: float | None, ratio: float | None = None, error: str = "") -> dict:
+        rounds = [{"remedied": [ratio * t for t in (1.0, 1.1, 0.9)], "shipped": [1.0, 1.1, 0.9]}] * 3 if ratio else []
+        found = {"remedy": name, "passes": rel_l2 is not None and rel_l2 <= THRESHOLD,
+                 "latency": {"status": "ok", "rounds": rounds} if rounds else {"status": "not timed"}}
+        return found | ({"error": error} if error else {"rel_l2": rel_l2})
+
+    rewritten, kept_out = tried("rewritten", 3e-7, 1.31), tried("kept out", 2e-7, 4.2)
+    assert slowdown(rewritten) == pytest.approx(1.31) and slowdown(tried("x", 1.0)) is None
+    assert cheapest([rewritten, kept_out])["remedy"] == "rewritten"
+    assert cheapest([kept_out, rewritten])["remedy"] == "rewritten"  # the measurement decides, not the order
+    # One that does not pass is not printed, however cheap; one that did not lower is a row, not a choice.
+    assert cheapest([tried("rewritten", 2e-4, 1.0), kept_out])["remedy"] == "kept out"
+    assert cheapest([tried("rewritten", None, error="lowering: RuntimeError: x"), kept_out])["remedy"] == "kept out"
+    # Untimed (no shipped artifact to time against): the first that passes, the one expected cheapest.
+    assert cheapest([tried("rewritten", 3e-7), tried("kept out", 2e-7)])["remedy"] == "rewritten"
+    # None passes: the closest to eager, so the reproducer's --with-remedy shows the best that was found.
+    assert cheapest([tried("a", 5e-3), tried("b", 5e-4), tried("c", None, error="saving: OSError")])["remedy"] == "b"
+    assert cheapest([tried("a", None, error="e1"), tried("b", None, error="e2")])["remedy"] == "b"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import statistics
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,15 +84,30 @@ def test_the_remedy_is_code_that_passes_when_run_as_written(explained_run):
     out, _ = explained_run
     remedy = stages_of(out)["remedy"]["details"]["methods"]["forward"]
     assert remedy["passes"] and remedy["rel_l2"] < 1e-6
-    # Saved and run from its file, as the artifact is.
-    folder = out / "stacks" / "candidate" / "models" / MODEL
-    assert remedy["file"] == "remedy/forward.pte" and remedy["bytes"] == (folder / "diagnose" / remedy["file"]).stat().st_size
-    # The delegate's GELU config narrowed to the calls that are wrong: the exact GELU stays delegated.
-    assert "class GeluConfigKeepingOut(GeluConfig):" in remedy["code"]
-    assert "if node.kwargs.get('approximate') == 'tanh':" in remedy["code"]
-    assert remedy["code"].rstrip().endswith(
+    # Two remedies tried, each lowered, saved, run from its file as the artifact is, and passing against eager: the
+    # tanh GELU rewritten as its formula (all of it delegated), and the delegate's GELU config narrowed to the calls
+    # that are wrong (the portable kernel runs them; the exact GELU stays delegated).
+    rewritten, kept_out = remedy["tried"]
+    assert (rewritten["remedy"], kept_out["remedy"]) == ("rewritten into operators the delegate takes",
+                                                         "kept out of the delegate")
+    assert "program = program.run_decompositions({torch.ops.aten.gelu.default: tanh_gelu})" in rewritten["code"]
+    assert "0.044715 * x * x * x" in rewritten["code"]
+    assert "class GeluConfigKeepingOut(GeluConfig):" in kept_out["code"]
+    assert "if node.kwargs.get('approximate') == 'tanh':" in kept_out["code"]
+    assert kept_out["code"].rstrip().endswith(
         "partitioner = XnnpackPartitioner(configs=[GeluConfigKeepingOut if c is GeluConfig else c "
         "for c in ALL_PARTITIONER_CONFIGS])")
+    folder = out / "stacks" / "candidate" / "models" / MODEL / "diagnose"
+    assert [t["file"] for t in remedy["tried"]] == ["remedy/forward.pte", "remedy/forward-1.pte"]
+    for tried in remedy["tried"]:
+        assert tried["passes"] and tried["rel_l2"] < 1e-6 and tried["bytes"] == (folder / tried["file"]).stat().st_size
+        assert len(tried["latency"]["rounds"]) == 6, tried["latency"]
+    # The one printed is the cheaper in latency against the shipped artifact, by the rounds both were timed in.
+    def median_ratio(tried: dict) -> float:
+        return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
+                                 for r in tried["latency"]["rounds"])
+    cheaper = min(remedy["tried"], key=median_ratio)
+    assert (remedy["remedy"], remedy["code"], remedy["file"]) == (cheaper["remedy"], cheaper["code"], cheaper["file"])
 
 
 def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
@@ -107,7 +124,12 @@ def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
     python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
     assert (f"Run from the report folder, `{python} stacks/candidate/models/{MODEL}/diagnose/repro/forward/repro.py` exits 1 as lowered, "
             "0 with `--with-remedy`") in section
-    assert "class GeluConfigKeepingOut(GeluConfig):" in section and "[passed] passes" in section
+    chosen = stages_of(out)["remedy"]["details"]["methods"]["forward"]
+    assert chosen["code"].splitlines()[-1] in section and "[passed] passes" in section
+    assert f"The change that avoids it ({chosen['remedy']}), checked:" in section
+    assert "Remedies tried (2, each lowered, saved, loaded and run as the artifact is;" in section
+    assert re.search(r"^- \[passed\] kept out of the delegate: rel\. L2 \d\.\d\de-0[6-9] against eager, latency "
+                     r"×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], size ×\d\.\d{3}", section, re.MULTILINE), section
 
 
 def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_run, tmp_path):
@@ -126,14 +148,34 @@ def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_ru
     # with the remedy, with nothing but the system's bin/ on PATH.
     found = compare_reproducers(out, (MODEL, "vit-smoke"))
     assert found == [(MODEL, "forward", repro.relative_to(out).as_posix())]
+    # A copy whose inputs are damaged, in a folder with a space: it could not run, which is no answer (exit 3).
+    broken = tmp_path / "a copy" / "repro.py"
+    shutil.copytree(repro.parent, broken.parent)
+    (broken.parent / "inputs.pt").write_bytes(b"not a tensor file")
     with ThreadPoolExecutor(2) as pool:
         as_lowered = pool.submit(run_reproducer, Path(python), out, *found[0])
+        damaged = pool.submit(run_reproducer, Path(python), tmp_path, MODEL, "forward", "a copy/repro.py")
         remedied = pool.submit(run, "--with-remedy").result()
     lowered = as_lowered.result()
+    assert (damaged.result().exit_code, damaged.result().answer) == (3, "could not run"), damaged.result()
+    assert damaged.result().said.startswith("could not run: "), damaged.result()
     assert (lowered.exit_code, lowered.answer) == (1, "reproduces"), lowered
     assert "aten.gelu.default(approximate='tanh') lowered to XNNPACK: relative L2 error " in lowered.said
     assert remedied.returncode == 0, remedied.stdout + remedied.stderr[-2000:]
     assert "lowered with the remedy: relative L2 error " in remedied.stdout
+    # The phase ran it where it wrote it, both ways, and ISSUE.md quotes those runs for the backend's tracker.
+    assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+    assert written["runs"][0]["said"] == lowered.said  # the same line as from its own Python
+    issue = (repro.parent / written["issue"]).read_text()
+    assert issue.startswith("# [XNNPACK delegate] aten.gelu.default(approximate='tanh') differs from eager when "
+                            "lowered (torch 2.8."), issue[:300]
+    assert re.search(r"executorch 0\.7\.\d", issue) and f"Found in {MODEL}'s forward." in issue
+    assert f"$ python repro.py\n{written['runs'][0]['said']}\n(exit 1: differs)" in issue
+    assert f"$ python repro.py --with-remedy\n{written['runs'][1]['said']}\n(exit 0: within the threshold)" in issue
+    chosen = stages_of(out)["remedy"]["details"]["methods"]["forward"]
+    assert chosen["code"].rstrip() in issue and "— passes." in issue
+    assert re.search(r"^- Python 3\.\d+\.\d+, Linux x86_64$", issue, re.MULTILINE)
+    assert re.search(r"^- CPU: .+; ISA flags: .*\bsse4_2\b", issue, re.MULTILINE), issue
 
 
 def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stands(explained_run):
@@ -152,13 +194,25 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     assert remedy.threads == 1 and remedy.shipped_bytes == shipped_bytes(out, MODEL)
     assert remedy.bytes and remedy.bytes > 0
     # Slower than the latency gate lets a candidate be (the portable GELU): a condition, judged by that gate.
-    assert bool(remedy.conditions) == (ratio.low > 1.05), (remedy.conditions, ratio)
+    # Judged by the latency gate's own rule: wholly over its max-ratio, a condition saying so; wholly within, none;
+    # straddling, none when within min-delta-ms of the shipped call, else a condition that it is not told apart.
+    said = " ".join(remedy.conditions)
+    if ratio.low > 1.05:
+        assert "over the latency gate's max-ratio 1.05" in said, remedy.conditions
+    elif ratio.high <= 1.05:
+        assert not remedy.conditions, remedy.conditions
+    else:
+        assert not remedy.conditions or "(inconclusive)" in said, remedy.conditions
     # With the export failure beside it exported by draft_export (its own test, below), every hard failure has
     # a remedy; the headline says what the verdict would be only when that one passes too.
     report = (out / "report.md").read_text()
     exported = next(r for r in verdict.remedies if r.model == "data-dependent-branch")
+    # On a machine others keep busy the latency gates are "machine busy", so what the remedies make of it is
+    # INCOMPLETE (exactly that reason, nothing else); on a quiet one, a soft gate failed: GO-WITH-CONDITIONS.
+    busy = bool(verdict.incomplete) and all(r.startswith(("machine busy: ", "run `")) for r in verdict.incomplete)
     if exported.passes:
-        assert "**NO-GO** as configured; **GO-WITH-CONDITIONS** with 2 remedies (Way out)" in report, report[:3000]
+        after = "INCOMPLETE" if busy else "GO-WITH-CONDITIONS"
+        assert f"**NO-GO** as configured; **{after}** with 2 remedies (Way out)" in report, report[:3000]
     else:  # draft_export specialized the other branch: no headline with remedies, the plain verdict
         assert "**NO-GO** as configured;" not in report, report[:3000]
         assert "- **candidate** vs baseline **legacy**: **NO-GO** — " in report, report[:3000]
@@ -199,7 +253,12 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
     assert remedy["passes"] and "optimization_blocklist = {MobileOptimizerType.CONV_BN_FUSION}" in remedy["code"]
     written = stages["reproducer"]["details"]["methods"]["forward"]
     assert written["scope"] == "method" and {p.name for p in (folder / written["folder"]).iterdir()} == {
-        "repro.py", "model.pt", "inputs.pt"}
+        "repro.py", "model.pt", "inputs.pt", "ISSUE.md"}
+    # Run where it was written, the runs ISSUE.md quotes: the fold differs, the blocklist fixes it.
+    assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+    issue = (folder / written["folder"] / "ISSUE.md").read_text()
+    assert issue.startswith("# [optimize_for_mobile pass] CONV_BN_FUSION differs from eager when lowered (torch 2.2.")
+    assert "executorch" not in issue.split("## Environment")[1]  # the legacy stack's venv has none
     python = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]["executable"]
     runs = [subprocess.run([python, str(folder / written["folder"] / "repro.py"), *args], capture_output=True, text=True,
                            timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}) for args in ((), ("--with-remedy",))]

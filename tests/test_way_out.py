@@ -130,3 +130,64 @@ def test_the_entries_come_in_the_order_they_weigh_on_the_verdict():
     ordered = sorted(entries, key=lambda entry: decides_first(record, entry[0], entry[1]))
     assert ordered == [("vlm", "candidate"), ("llm", "candidate"), ("llm@int8", "candidate"), ("quiet", "candidate"),
                        ("mobilenet", "legacy")]
+
+
+def test_every_remedy_tried_is_a_row_and_the_reproducer_claims_only_what_was_judged():
+    """Issue 39, items 3 and 7: the rows of the remedies tried beside the one printed; a reproducer whose remedy
+    was judged failing does not say it exits 0 with it."""
+    rounds = [{"remedied": [1.3, 1.3, 1.3], "shipped": [1.0, 1.0, 1.0]}] * 6
+    rewritten = {"remedy": "rewritten into operators the delegate takes", "code": "program = f(program)\n",
+                 "rel_l2": 3e-7, "passes": True, "file": "remedy/forward.pte", "bytes": 1010,
+                 "latency": {"status": "ok", "threads": 1, "rounds": rounds}}
+    kept_out = {"remedy": "kept out of the delegate", "code": "partitioner = P()\n", "rel_l2": 2e-7, "passes": True,
+                "file": "remedy/forward-1.pte", "bytes": 1000,
+                "latency": {"status": "ok", "threads": 1, "rounds": [{"remedied": [4.0], "shipped": [1.0]}] * 6}}
+    broken = {"remedy": "a backend setting", "code": "x\n", "passes": False, "error": "lowering: RuntimeError: no"}
+    found = diagnosis({"forward": {"status": "found", "rel_l2": 2e-4, "culprits": [CULPRIT], "tried": [{}, {}]}},
+                      {"forward": {**rewritten, "tried": [rewritten, kept_out, broken]}})
+    repro = Stage(stage="reproducer", status="ok", duration_s=1.0, details={"methods": {"forward": {
+        "folder": "repro/forward", "operator": CULPRIT["operator"], "scope": "operator", "issue": "ISSUE.md",
+        "runs": [{"args": [], "exit": 1, "said": "error 2e-4"}, {"args": ["--with-remedy"], "exit": 0, "said": "3e-7"}]}}})
+    found = Diagnosis(record_dir=found.record_dir, stages=(*found.stages, repro))
+    text = markdown(found, "forward")
+    assert "The change that avoids it (rewritten into operators the delegate takes), checked:" in text
+    assert "program = f(program)" in text and "partitioner = P()" not in text  # the code printed is the chosen one's
+    assert "Remedies tried (3, each lowered, saved, loaded and run as the artifact is;" in text
+    assert ("- [passed] rewritten into operators the delegate takes: rel. L2 3.00e-07 against eager, latency ×1.300 "
+            "[1.300, 1.300], size ×1.010 — printed above") in text
+    assert ("- [passed] kept out of the delegate: rel. L2 2.00e-07 against eager, latency ×4.000 [4.000, 4.000], "
+            "size ×1.000\n") in text + "\n"
+    assert "- [FAILED] a backend setting: lowering: RuntimeError: no" in text
+    assert ("exits 1 as lowered, 0 with `--with-remedy`. Run here as written: `repro.py` exit 1; "
+            "`repro.py --with-remedy` exit 0.") in text
+    assert ", with `ISSUE.md`, the issue text to file (versions, CPU, what it printed here)." in text
+    # The remedy printed judged failing: the reproducer is not said to pass with it.
+    failing = {**kept_out, "rel_l2": 3e-4, "passes": False, "latency": {"status": "not timed"}}
+    found = diagnosis({"forward": {"status": "found", "rel_l2": 2e-4, "culprits": [CULPRIT], "tried": [{}]}},
+                      {"forward": {**failing, "tried": [failing]}})
+    text = markdown(Diagnosis(record_dir=found.record_dir, stages=(*found.stages, repro)), "forward")
+    assert "0 with `--with-remedy`" not in text and "Remedies tried" not in text
+    assert "exits 1 as lowered, and 1 with `--with-remedy` too: the remedy below does not bring it within" in text
+
+
+def test_a_remedys_latency_is_judged_by_the_latency_gates_own_rule():
+    """Issue 39, item 4: every remedied method, by max-ratio, min-delta-ms and "inconclusive" when its interval
+    straddles the threshold — not only the slowest method's interval wholly above it."""
+    from upgrade_gate.judge._remedies import _latency_cost
+    from upgrade_gate.schema.measured import ratio_by_rounds
+    from upgrade_gate.schema.stack import MethodDiagnosis
+
+    def timed(ratios: list[float], shipped_ms: float) -> MethodDiagnosis:
+        latency = ratio_by_rounds([[r] for r in ratios], [[1.0]] * len(ratios))
+        return MethodDiagnosis(method="forward", status="found", latency=latency, latency_shipped_ms=shipped_ms)
+
+    over = timed([1.31, 1.30, 1.33, 1.29, 1.35, 1.32, 1.30, 1.31, 1.34], shipped_ms=10.0)
+    # Nine rounds: the interval is the 2nd and 8th of them in order (docs/report.md).
+    assert _latency_cost(over, 1.05, 0.05) == ("forward ×1.310 [1.300, 1.340] against the shipped artifact, over the "
+                                               "latency gate's max-ratio 1.05")
+    straddles = timed([0.98, 1.10, 1.01, 1.08, 0.99, 1.07, 1.02, 1.06, 1.04], shipped_ms=10.0)
+    assert _latency_cost(straddles, 1.05, 0.05).endswith("not told apart from the latency gate's max-ratio 1.05 "
+                                                         "(inconclusive)")
+    # The same ratios on a 0.1 ms call: at most 0.05 ms slower at the interval's top, so it passes, as the gate says.
+    assert _latency_cost(timed([0.98, 1.10, 1.01, 1.08, 0.99, 1.07, 1.02, 1.06, 1.04], shipped_ms=0.1), 1.05, 0.05) == ""
+    assert _latency_cost(timed([0.90, 0.95, 0.92, 0.93, 0.91, 0.94, 0.92, 0.93, 0.90], shipped_ms=10.0), 1.05, 0.05) == ""

@@ -13,7 +13,7 @@ from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.judge.numerics import method_of
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.stack import StackResults
+from upgrade_gate.schema.stack import MethodDiagnosis, StackResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
@@ -81,13 +81,13 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
     slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
     conditions: list[str] = conditions_of_export
     latency_gate = plan.settings.gates["latency"]
-    if slowest is not None and slowest.latency is not None and latency_gate.severity != "off" \
-            and slowest.latency.low > latency_gate["max-ratio"]:
-        # Slower than the shipped artifact beyond what the latency gate lets a candidate be: judged by that gate.
-        r = slowest.latency
-        cost = (f"{slowest.method} ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] against the shipped artifact, over "
-                f"the latency gate's max-ratio {latency_gate['max-ratio']:g}")
-        (notes if latency_gate.severity == "hard" else conditions).append(cost)
+    if latency_gate.severity != "off":
+        # Each remedied method against the shipped artifact by the latency gate's own rule (RatioEstimate.outcome:
+        # max-ratio, min-delta-ms, inconclusive when the interval straddles): a failure or an undecided one is a
+        # condition of a soft gate, and keeps a hard gate's remedy from passing.
+        costs = [cost for m in timed if (cost := _latency_cost(m, latency_gate["max-ratio"],
+                                                               latency_gate["min-delta-ms"]))]
+        (notes if latency_gate.severity == "hard" else conditions).extend(costs)
     return Remedy(
         stack=stack, model=model.name, gate=gate, min_snr_db=min_snr, min_cosine=min_cosine,
         cosine=min(cosines.values(), default=None) if min_cosine is not None else None,
@@ -102,3 +102,16 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied if m.remedy_code)),
         reproducers=tuple(f"{own.diagnosis.record_dir}/{m.reproducer}" for m in findings if m.reproducer),
         note="; ".join(notes), conditions=tuple(conditions))
+
+
+def _latency_cost(method: MethodDiagnosis, max_ratio: float, min_delta_ms: float) -> str:
+    """What the latency gate's rule says of a remedied method against the shipped artifact, when not "passed"."""
+    r = method.latency
+    if r is None:
+        return ""
+    outcome = r.outcome(max_ratio, method.latency_shipped_ms or 0.0, min_delta_ms)
+    if outcome == "passed":
+        return ""
+    said = (f"over the latency gate's max-ratio {max_ratio:g}" if outcome == "failed"
+            else f"not told apart from the latency gate's max-ratio {max_ratio:g} (inconclusive)")
+    return f"{method.method} ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] against the shipped artifact, {said}"

@@ -135,19 +135,63 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         run = f"{python or 'python'} {folder}/repro.py"
         what = ("the operator alone on the real tensors that reached it" if method.reproducer_scope == "operator"
                 else f"the whole method and its real inputs ({method.reproducer_note})")
+        issue = f", with `{method.issue}`, the issue text to file (versions, CPU, what it printed here)" \
+            if method.issue else ""
         blocks.append(Paragraph(
-            f"Reproducer, to hand upstream: `{folder}/` ({what}; the stack's own packages only, no upgrade-gate). "
-            f"Run from the report folder, `{run}` exits 1 as lowered, 0 with `--with-remedy`."))
+            f"Reproducer, to hand upstream: `{folder}/` ({what}; the stack's own packages only, no upgrade-gate)"
+            f"{issue}. Run from the report folder, `{run}` exits 1 as lowered, {_with_remedy(method)}."
+            + _ran_here(method)))
     if method.remedy_error:
         blocks += [Paragraph(f"The change that should avoid it {mark('FAILED')} does not work as written: "
                              f"{method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
     elif method.remedy_code is not None:
         verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
         measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
-        blocks += [Paragraph(f"The change that avoids it, checked: the whole method lowered with these lines gives "
-                             f"{measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
+        kind = f" ({method.remedy_kind})" if method.remedy_kind else ""
+        blocks += [Paragraph(f"The change that avoids it{kind}, checked: the whole method lowered with these lines "
+                             f"gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
                    Code(method.remedy_code.splitlines())]
+    if len(method.remedies_tried) > 1:
+        blocks += _tried_blocks(method, shipped_bytes)
     return blocks
+
+
+def _with_remedy(method: MethodDiagnosis) -> str:
+    """What the reproducer's ``--with-remedy`` does, said only as far as the remedy was judged."""
+    if method.remedy_passes:
+        return "0 with `--with-remedy`"
+    if method.remedy_code is None or method.remedy_error:
+        return "and `--with-remedy` lowers it with the remedy below, which was not checked to work"
+    return "and 1 with `--with-remedy` too: the remedy below does not bring it within the threshold"
+
+
+def _ran_here(method: MethodDiagnosis) -> str:
+    """What the reproducer did when the phase ran it where it wrote it, as a check of what the line above says."""
+    if not method.reproducer_runs:
+        return ""
+    said = "; ".join(f"`{('repro.py ' + args).strip()}` exit {code}" for args, code, _ in method.reproducer_runs)
+    return f" Run here as written: {said}."
+
+
+def _tried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:
+    """Every remedy tried for the method, each lowered, saved, loaded and run as the artifact is: the one
+    printed above is, of those that pass against eager, the one that costs least latency."""
+    items = []
+    for tried in method.remedies_tried:
+        chosen = " — printed above" if tried.remedy == method.remedy_kind else ""
+        if tried.error:
+            items.append(Item(f"{mark('FAILED')} {tried.remedy}: {tried.error}{chosen}"))
+            continue
+        outcome = mark("passed") if tried.passes else mark("FAILED")
+        r = tried.latency
+        latency = (f", latency ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}]" if r is not None
+                   else ", not timed" if not tried.passes else ", latency not measured")
+        bytes_ = (f", size ×{tried.bytes / shipped_bytes:.3f}" if tried.bytes is not None and shipped_bytes else "")
+        items.append(Item(f"{outcome} {tried.remedy}: rel. L2 {_rel_l2(tried.rel_l2)} against eager{latency}"
+                          f"{bytes_}{chosen}"))
+    return [Paragraph(f"Remedies tried ({len(items)}, each lowered, saved, loaded and run as the artifact is; the "
+                      "one printed is, of those that pass, the least latency against the shipped artifact):"),
+            Bullets(items)]
 
 
 def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None, no_remedy: str) -> list[Block]:

@@ -4,6 +4,7 @@ The worker writes a stage's details free-form; this module is the one place that
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +165,37 @@ class CulpritOperator:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TriedRemedy:
+    """One remedy the diagnose phase tried for a method (compat/diagnose_phase.py ``try_remedy``): what it does,
+    and how it fared lowered, saved, loaded and run against the stack's own eager model."""
+
+    remedy: str  # "rewritten into operators the delegate takes", "kept out of the delegate" …
+    passes: bool
+    rel_l2: float | None = None
+    error: str = ""  # the step that failed and its error
+    bytes: int | None = None
+    latency: RatioEstimate | None = None  # remedied over shipped (timed only when it passes)
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> TriedRemedy:
+        return cls(remedy=str(details.get("remedy", "?")), passes=bool(details.get("passes")),
+                   rel_l2=details.get("rel_l2"), error=str(details.get("error") or ""), bytes=details.get("bytes"),
+                   latency=_remedy_latency(details))
+
+
+def _shipped_ms(details: dict[str, Any]) -> float | None:
+    """The median over rounds of the shipped artifact's median call, in the rounds its remedy was timed in."""
+    rounds = (details.get("latency") or {}).get("rounds") or []
+    medians = [statistics.median(r["shipped"]) for r in rounds if r.get("shipped")]
+    return statistics.median(medians) if medians else None
+
+
+def _remedy_latency(details: dict[str, Any]) -> RatioEstimate | None:
+    rounds = (details.get("latency") or {}).get("rounds") or []
+    return ratio_by_rounds([r.get("remedied", []) for r in rounds], [r.get("shipped", []) for r in rounds])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MethodDiagnosis:
     """What the culprit search found for one method, its reproducer, and the remedy checked."""
 
@@ -185,7 +217,12 @@ class MethodDiagnosis:
     reproducer: str | None = None  # its folder, relative to the diagnose folder
     reproducer_scope: str = ""  # "operator" (alone on its real tensors) or "method" (the whole method)
     reproducer_note: str = ""  # why it is the whole method
+    # The reproducer run where it was written: (its arguments, exit status, last line printed), as lowered first.
+    reproducer_runs: tuple[tuple[str, int, str], ...] = ()
+    issue: str | None = None  # ISSUE.md beside it: the text to file upstream
     remedy_code: str | None = None
+    remedy_kind: str = ""  # what the chosen remedy does (one of ``remedies_tried``)
+    remedies_tried: tuple[TriedRemedy, ...] = ()  # in the order tried, the chosen one among them
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
     remedy_error: str = ""  # the remedy's code did not lower, save, load or run: the step and the error
@@ -199,6 +236,7 @@ class MethodDiagnosis:
     latency: RatioEstimate | None = None
     latency_note: str = ""
     latency_threads: int | None = None
+    latency_shipped_ms: float | None = None  # the shipped artifact's typical call in those rounds (for min-delta-ms)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -256,8 +294,7 @@ class Diagnosis(StagesOf, codec.Record):
                 continue
             repro, remedy = written.get(method) or {}, checked.get(method) or {}
             timing = remedy.get("latency") or {}
-            rounds = timing.get("rounds") or []
-            latency = ratio_by_rounds([r.get("remedied", []) for r in rounds], [r.get("shipped", []) for r in rounds])
+            latency = _remedy_latency(remedy)
             found.append(MethodDiagnosis(
                 method=method, status=str(result.get("status", "?")), reason=str(result.get("reason", "")),
                 rel_l2=result.get("rel_l2"),
@@ -269,13 +306,18 @@ class Diagnosis(StagesOf, codec.Record):
                                    for t in result.get("tried", []) if isinstance(t, dict) and t.get("ok") is False),
                 reproducer=repro.get("folder"), reproducer_scope=str(repro.get("scope", "operator")),
                 reproducer_note=str(repro.get("reason", "")),
-                remedy_code=remedy.get("code"), remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
+                reproducer_runs=tuple((" ".join(r.get("args", [])), int(r.get("exit", -1)), str(r.get("said", "")))
+                                      for r in repro.get("runs", ())),
+                issue=repro.get("issue"),
+                remedy_code=remedy.get("code"), remedy_kind=str(remedy.get("remedy", "")),
+                remedies_tried=tuple(TriedRemedy.from_details(t) for t in remedy.get("tried", ())),
+                remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
                 remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),
                 remedy_cosine=remedy.get("cosine"), remedy_cosine_reference=self.remedy_cosine.get(method),
                 latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
-                latency_threads=timing.get("threads")))
+                latency_threads=timing.get("threads"), latency_shipped_ms=_shipped_ms(remedy)))
         return found
 
 

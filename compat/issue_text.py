@@ -1,0 +1,90 @@
+"""A reproducer run where it was written, and the issue text beside it (ISSUE.md): what a team pastes into
+the backend's tracker — the operator and backend, the versions and the CPU, what the reproducer printed as
+lowered and with the remedy, expected against actual, and the remedy's lines as the workaround.
+
+The reproducer runs in this worker's own interpreter (torch and the stack's packages are imported already),
+as ``python repro.py [--with-remedy]`` would: its printed line and exit status are what the text quotes."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import platform
+import runpy
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+ISSUE = "ISSUE.md"
+# The ISA extensions that change which kernels a CPU backend picks (x86 and Arm names as /proc/cpuinfo gives them).
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "fphp", "asimdhp", "i8mm", "bf16",
+             "sve", "sve2", "sme")
+EXITS = {0: "within the threshold", 1: "differs", 3: "could not run"}
+
+
+def run_reproducer(folder: Path, *args: str) -> dict[str, Any]:
+    """``python repro.py *args`` in this process: its exit status and its last printed line."""
+    script = folder / "repro.py"
+    printed = io.StringIO()
+    saved = sys.argv
+    sys.argv = [str(script), *args]
+    try:
+        with contextlib.redirect_stdout(printed):
+            runpy.run_path(str(script), run_name="__main__")
+        code: Any = 0
+    except SystemExit as stop:
+        code = stop.code if stop.code is not None else 0
+    except Exception as failure:  # noqa: BLE001 - a script that breaks outside its own guard: recorded, not raised
+        code, printed = 3, io.StringIO(f"could not run: {type(failure).__name__}: {str(failure)[:300]}")
+    finally:
+        sys.argv = saved
+    lines = printed.getvalue().strip().splitlines()
+    return {"args": list(args), "exit": code if isinstance(code, int) else 1, "said": lines[-1][:500] if lines else ""}
+
+
+def environment(packages: tuple[str, ...]) -> list[str]:
+    """The versions and the machine, as a tracker asks for them."""
+    found = []
+    for name in packages:
+        loaded = getattr(sys.modules.get(name), "__version__", None)  # torch's says which build: 2.8.0+cu128
+        with contextlib.suppress(PackageNotFoundError):  # the legacy stack has no executorch
+            found.append(f"{name} {loaded if isinstance(loaded, str) else version(name)}")
+    cpu, flags = _cpu()
+    return [", ".join(found), f"Python {platform.python_version()}, {platform.system()} {platform.machine()}",
+            f"CPU: {cpu}" + (f"; ISA flags: {' '.join(flags)}" if flags else "")]
+
+
+def _cpu() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                model = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags |= set(value.split())
+    return model, [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: list[dict[str, Any]], remedy: str,
+                remedy_judged: str, packages: tuple[str, ...]) -> str:
+    """ISSUE.md beside the reproducer; the text, returned for the record."""
+    quoted = []
+    for run in runs:
+        command = " ".join(["python repro.py", *run["args"]])
+        quoted += [f"$ {command}", run["said"], f"(exit {run['exit']}: {EXITS.get(run['exit'], 'could not run')})", ""]
+    text = "\n".join([
+        f"# {title}", "",
+        "## What happens", "", what, "",
+        "## To reproduce", "",
+        "`repro.py` and its inputs are attached (torch and the backend's packages only). Run here, it printed:", "",
+        "```", *quoted[:-1], "```", "",
+        "## Expected", "", expected, "",
+        "## Actual", "", runs[0]["said"] if runs else "not run", "",
+        "## Workaround", "", remedy_judged, "", "```python", remedy.rstrip(), "```", "",
+        "## Environment", "", *(f"- {line}" for line in environment(packages)), "",
+        "Found and written by upgrade-gate; the reproducer was run where it was written, as above.", ""])
+    (folder / ISSUE).write_text(text, encoding="utf-8")
+    return text
