@@ -222,15 +222,7 @@ def main():
           f"largest difference {{(lowered - eager).abs().max().item():.3g}}")
     return 1 if error > THRESHOLD else 0
 
-
-if __name__ == "__main__":
-    try:
-        code = main()
-    except Exception as failure:  # a release that cannot lower or run it answers nothing: not "reproduces"
-        print(f"could not run: {{type(failure).__name__}}: {{' '.join(str(failure).split())[:500]}}")
-        code = 3
-    sys.exit(code)
-'''
+''' + culprit.MAIN_GUARD
 
 
 def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float, remedy: str, found_in: str) -> str:
@@ -291,15 +283,7 @@ def main():
           f"relative L2 error {{error:.3g}} against eager (threshold {{THRESHOLD:g}})")
     return 1 if error > THRESHOLD else 0
 
-
-if __name__ == "__main__":
-    try:
-        code = main()
-    except Exception as failure:  # a release that cannot lower or run it answers nothing: not "reproduces"
-        print(f"could not run: {{type(failure).__name__}}: {{' '.join(str(failure).split())[:500]}}")
-        code = 3
-    sys.exit(code)
-'''
+''' + culprit.MAIN_GUARD
 
 
 def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str, threshold: float,

@@ -108,15 +108,7 @@ def main():
           f"relative L2 error {{error:.3g}} against the traced method (threshold {{THRESHOLD:g}})")
     return 1 if error > THRESHOLD else 0
 
-
-if __name__ == "__main__":
-    try:
-        code = main()
-    except Exception as failure:  # a torch that cannot load or optimize it answers nothing: not "reproduces"
-        print(f"could not run: {{type(failure).__name__}}: {{' '.join(str(failure).split())[:500]}}")
-        code = 3
-    sys.exit(code)
-'''
+''' + culprit.MAIN_GUARD
 
 
 def method_reproducer(traced: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str, threshold: float,
