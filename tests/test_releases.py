@@ -434,3 +434,43 @@ def test_a_reproducer_that_could_not_run_is_no_answer():
     assert answer(1, "RuntimeError: compileModel failed: 0x11") == "could not run"
     assert answer(3, "could not run: RuntimeError: compileModel failed: 0x11") == "could not run"
     assert answer(-11, "") == "could not run" and answer(None, "did not finish in 900 s") == "did not finish"
+
+
+def test_each_reproducers_issue_text_says_what_the_releases_said_of_it(tmp_path):
+    """Issue 39, item 8: with `nox -s releases` run on the same folder, ISSUE.md names the releases it reproduces
+    in and the first that fixes it; run again, the section is replaced, not repeated; a file outside the
+    report folder is never written."""
+    from upgrade_gate.releases._reproducers import ReproducerRun
+    from upgrade_gate.releases._upgrade_path import ISSUE_RELEASES, note_releases_in_issues
+
+    script = "stacks/candidate/models/nanovlm/diagnose/repro/vision_encoder/repro.py"
+    issue = tmp_path / script.replace("repro.py", "ISSUE.md")
+    issue.parent.mkdir(parents=True)
+    issue.write_text("# [XNNPACK delegate] aten.gelu … differs from eager\n\n## Environment\n\n- torch 2.8.0\n")
+    said = {1: "relative L2 error 0.000196 against eager (threshold 0.0001)", 0: "relative L2 error 2.4e-08",
+            3: "could not run: RuntimeError: compileModel failed: 0x11"}
+
+    def records(*codes: int) -> list:
+        return [dataclasses.replace(record, reproducers=(ReproducerRun(
+            model="nanovlm", method="vision_encoder", script=script, exit_code=code, said=said[code]),))
+            for record, code in zip(records_of("NO-GO", "NO-GO", "GO"), codes)]
+
+    names = [r.release.name.removeprefix("executorch-") for r in records(1, 1, 0)]
+    note_releases_in_issues(tmp_path, records(1, 3, 0))
+    text = issue.read_text()
+    assert text.startswith("# [XNNPACK delegate] aten.gelu") and "- torch 2.8.0" in text
+    assert text.endswith(f"{ISSUE_RELEASES}\n\nRun with each release's own Python by `nox -s releases` (exit 1: "
+                         f"reproduces, 0: fixed, 3 or a crash: could not run): reproduces in {names[0]}; could not run "
+                         f"in {names[1]}; fixed in {names[2]}. The first of them that fixes it: ExecuTorch {names[2]}.\n")
+    note_releases_in_issues(tmp_path, records(1, 1, 1))
+    text = issue.read_text()
+    assert text.count(ISSUE_RELEASES) == 1 and text.endswith(f"reproduces in {', '.join(names)}. None of them fixes it.\n")
+    # A folder whose reproducer path leads outside it (a planted link) is left alone.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "ISSUE.md").write_text("theirs")
+    other = tmp_path / "report"
+    (other / Path(script).parent).parent.mkdir(parents=True)
+    (other / Path(script).parent).symlink_to(outside)
+    note_releases_in_issues(other, records(1, 1, 0))
+    assert (outside / "ISSUE.md").read_text() == "theirs"

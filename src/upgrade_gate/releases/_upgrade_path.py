@@ -303,6 +303,27 @@ def _answers(runs: dict[str, ReproducerRun]) -> str:
     return "; ".join(f"{answer} in {', '.join(names)}" for answer, names in groups.items())
 
 
+ISSUE_RELEASES = "## In ExecuTorch's releases"
+
+
+def note_releases_in_issues(out: Path, records: Sequence[ReleaseRecord]) -> None:
+    """Each reproducer's ISSUE.md (compat/issue_text.py) gains what the releases said of it: where it reproduces,
+    the first release that fixes it. Written whole under a new name (the file may be a result cache's hard link),
+    and only inside ``out``; a later explorer run replaces the section."""
+    root = out.resolve()
+    for (_, script), runs in _reproduced(records).items():
+        issue = out / Path(script).parent / "ISSUE.md"
+        if issue.is_symlink() or not issue.is_file() or not issue.resolve().is_relative_to(root):
+            continue
+        fixed = next((name.removeprefix("executorch-") for name, run in runs.items() if run.answer == "fixed"), None)
+        first = (f"The first of them that fixes it: ExecuTorch {fixed}." if fixed
+                 else "None of them fixes it.")
+        text = issue.read_text(encoding="utf-8").split(f"\n{ISSUE_RELEASES}\n")[0].rstrip("\n")
+        write_text_atomic(issue, f"{text}\n\n{ISSUE_RELEASES}\n\nRun with each release's own Python by "
+                                 f"`nox -s releases` (exit 1: reproduces, 0: fixed, 3 or a crash: could not run): "
+                                 f"{_answers(runs)}. {first}\n")
+
+
 def _detail(blocks: list[Block]) -> list[Block]:
     """The release × model section: its heading and table."""
     start = next((i for i, b in enumerate(blocks) if isinstance(b, Heading) and b.text == MATRIX_HEADING), None)
@@ -318,6 +339,7 @@ def write_upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTab
     write_text_atomic(files[0], to_markdown(blocks))
     write_text_atomic(files[1], to_html(blocks, "upgrade-gate: upgrade path"))
     write_json_atomic(files[2], path.to_dict())
+    note_releases_in_issues(out, path.records)
     # On a GitHub Actions run's page: everything but the release × model table, which the page has.
     junit.append_to_step_summary(to_markdown([block for block in blocks if block not in _detail(blocks)]))
     for record in path.records:
