@@ -328,9 +328,13 @@ def slowdown(tried: dict[str, Any]) -> float | None:
 def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
     """The remedy to print: of those that pass, the least slowdown (options come cheapest-expected first, so
     the first where none is timed); where none passes, the one closest to eager, else the last."""
+    def cost(remedy: dict[str, Any]) -> tuple[bool, float]:
+        ratio = slowdown(remedy)
+        return ratio is None, ratio or 0.0
+
     passing = [t for t in tried if t["passes"]]
     if passing:
-        return dict(min(passing, key=lambda t: (slowdown(t) is None, slowdown(t) or 0.0)))
+        return dict(min(passing, key=cost))
     ran = [t for t in tried if "rel_l2" in t]
     return dict(min(ran, key=lambda t: t["rel_l2"]) if ran else tried[-1])
 

@@ -194,15 +194,18 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     assert remedy.threads == 1 and remedy.shipped_bytes == shipped_bytes(out, MODEL)
     assert remedy.bytes and remedy.bytes > 0
     # Slower than the latency gate lets a candidate be (the portable GELU): a condition, judged by that gate.
-    # Judged by the latency gate's own rule: wholly over its max-ratio, a condition saying so; wholly within, none;
-    # straddling, none when within min-delta-ms of the shipped call, else a condition that it is not told apart.
+    # Judged by the latency gate's own rule (docs/report.md): at most min-delta-ms (0.05) slower than the shipped
+    # call at the interval's top passes, whatever the ratio (this MLP's calls take microseconds); else wholly over
+    # max-ratio is a condition saying so, wholly within none, straddling a condition that it is not told apart.
     said = " ".join(remedy.conditions)
-    if ratio.low > 1.05:
+    rounds = stages_of(out)["remedy"]["details"]["methods"]["forward"]["latency"]["rounds"]
+    shipped_ms = statistics.median(statistics.median(r["shipped"]) for r in rounds)
+    if shipped_ms * (ratio.high - 1) <= 0.05 or ratio.high <= 1.05:
+        assert not remedy.conditions, (remedy.conditions, ratio, shipped_ms)
+    elif ratio.low > 1.05:
         assert "over the latency gate's max-ratio 1.05" in said, remedy.conditions
-    elif ratio.high <= 1.05:
-        assert not remedy.conditions, remedy.conditions
     else:
-        assert not remedy.conditions or "(inconclusive)" in said, remedy.conditions
+        assert "(inconclusive)" in said, remedy.conditions
     # With the export failure beside it exported by draft_export (its own test, below), every hard failure has
     # a remedy; the headline says what the verdict would be only when that one passes too.
     report = (out / "report.md").read_text()
