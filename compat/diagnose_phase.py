@@ -333,10 +333,10 @@ def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
         return ratio is None, ratio or 0.0
 
     passing = [t for t in tried if t["passes"]]
-    if passing:
-        return dict(min(passing, key=cost))
     ran = [t for t in tried if "rel_l2" in t]
-    return dict(min(ran, key=lambda t: t["rel_l2"]) if ran else tried[-1])
+    best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
+                            else tried[-1])
+    return dict(best)  # a copy: the caller takes its outputs out
 
 
 def flat(value: Any) -> list[Any]:
