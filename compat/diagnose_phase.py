@@ -196,25 +196,25 @@ class DiagnosePhase:
                     runs: list[dict[str, Any]]) -> None:
         """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py)."""
         remedy = (self.log.results.get("remedy") or {}).get(method)
-        packages = ("torch", "executorch")
         if remedy is None:
             judged, code = "No remedy was found to bring it within the threshold.", ""
         else:
-            outcome = ("passes" if remedy.get("passes") else "still fails") if "rel_l2" in remedy else "does not run"
-            measured = f"rel. L2 {remedy['rel_l2']:.3g}" if "rel_l2" in remedy else remedy.get("error", "")
-            judged = (f"{remedy.get('remedy', 'The remedy')[:1].upper()}{remedy.get('remedy', 'the remedy')[1:]}: "
-                      f"the whole method lowered with these lines gives {measured} against eager — {outcome}.")
-            code = remedy["code"]
+            what = remedy.get("remedy", "the remedy")
+            found = (f"gives rel. L2 {remedy['rel_l2']:.3g} against eager — "
+                     f"{'passes' if remedy.get('passes') else 'still fails'}" if "rel_l2" in remedy
+                     else f"does not work as written ({remedy.get('error', '')})")
+            judged, code = f"{what[:1].upper()}{what[1:]}: the whole method lowered with these lines {found}.", \
+                remedy["code"]
         operator = "the operator alone, on the real tensors that reached its first call," if scope == "operator" \
             else "the whole method, on its real inputs,"
-        versions = issue_text.environment(packages)[0]
+        machine = issue_text.environment(("torch", "executorch"))
         issue_text.write_issue(
-            folder, title=f"[{backend}] {kind} differs from eager when lowered ({versions})",
+            folder, title=f"[{backend}] {kind} differs from eager when lowered ({machine[0]})",
             what=(f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
                   f"same inputs (float32). Found in {self.job['model']}'s {method}."),
             expected=(f"The lowered program's outputs within relative L2 {self.threshold:g} of eager's on the same "
                       "inputs."),
-            runs=runs, remedy=code, remedy_judged=judged, packages=packages)
+            runs=runs, remedy=code, remedy_judged=judged, machine=machine)
 
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
         finding = self.log.results["search"][method]
@@ -320,8 +320,8 @@ def slowdown(tried: dict[str, Any]) -> float | None:
     """A remedy's cost in the worker's own terms: the median over rounds of each round's remedied over shipped
     median call (the parent judges the chosen one's interval as the stack is)."""
     rounds = (tried.get("latency") or {}).get("rounds") or []
-    ratios = sorted(statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
-                    if r.get("remedied") and r.get("shipped"))
+    ratios = [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
+              if r.get("remedied") and r.get("shipped")]
     return statistics.median(ratios) if ratios else None
 
 

@@ -37,7 +37,8 @@ def run_reproducer(folder: Path, *args: str) -> dict[str, Any]:
     except SystemExit as stop:
         code = stop.code if stop.code is not None else 0
     except Exception as failure:  # noqa: BLE001 - a script that breaks outside its own guard: recorded, not raised
-        code, printed = 3, io.StringIO(f"could not run: {type(failure).__name__}: {str(failure)[:300]}")
+        said = " ".join(str(failure).split())[:500]  # one line, as the reproducer's own guard prints it
+        code, printed = 3, io.StringIO(f"could not run: {type(failure).__name__}: {said}")
     finally:
         sys.argv = saved
     lines = printed.getvalue().strip().splitlines()
@@ -69,8 +70,8 @@ def _cpu() -> tuple[str, list[str]]:
 
 
 def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: list[dict[str, Any]], remedy: str,
-                remedy_judged: str, packages: tuple[str, ...]) -> str:
-    """ISSUE.md beside the reproducer; the text, returned for the record."""
+                remedy_judged: str, machine: list[str]) -> None:
+    """ISSUE.md beside the reproducer (``machine``: the lines ``environment()`` gives)."""
     quoted = []
     for run in runs:
         command = " ".join(["python repro.py", *run["args"]])
@@ -84,7 +85,6 @@ def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: lis
         "## Expected", "", expected, "",
         "## Actual", "", runs[0]["said"] if runs else "not run", "",
         "## Workaround", "", remedy_judged, "", "```python", remedy.rstrip(), "```", "",
-        "## Environment", "", *(f"- {line}" for line in environment(packages)), "",
+        "## Environment", "", *(f"- {line}" for line in machine), "",
         "Found and written by upgrade-gate; the reproducer was run where it was written, as above.", ""])
     (folder / ISSUE).write_text(text, encoding="utf-8")
-    return text
