@@ -8,10 +8,12 @@ compared with eager, the LiteRT culprit finder's approach:
 
 1. Each kind of operator (``aten.gelu.default(approximate='tanh')``) is first checked alone: the op
    on the real tensors that reached its first call, lowered and run as a one-operator program. Kinds
-   are then tried in the order of that error, largest first: every call of the kind kept out of the
+   are then tried in the order of that error, largest first (in a quantized program, the kinds the
+   quantizer annotated before the others): every call of the kind kept out of the
    lowering. The first kind whose exclusion brings the artifact within the threshold is the culprit.
 2. Its calls are narrowed: a single call that alone brings the artifact within the threshold is the
-   culprit by itself; otherwise all calls of the kind are (each call's share of the error is said).
+   culprit by itself; otherwise all calls of the kind are (each call's share of the error is said). A kind
+   of more than ``MAX_NARROWED`` calls, or one the budget stops narrowing, is the culprit as a whole.
 3. No single kind is enough: kinds are added in the order of what each took off the error until the
    artifact passes — the smallest set found, said as such; if every part kept out still fails, no
    bisection can pin it, and the report says so.
@@ -22,11 +24,15 @@ claims nothing. Runs in the stack's venv (torch only here; the adapter brings th
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# A kind with more calls than this is not narrowed a call at a time (a 30-layer LLM has 210 linears).
+MAX_NARROWED = 16
 
 
 class OutOfBudget(Exception):
@@ -48,9 +54,13 @@ class Search:
             raise OutOfBudget(f"stopped at budget ({self.budget_s:g} s) before trying {why}")
         keys = frozenset(keep_out)
         start = time.monotonic()
-        value = self.error_of(keys)
-        self.tried.append({"kept_out": why, "parts": len(keys), "rel_l2": value,
-                           "seconds": round(time.monotonic() - start, 2)})
+        tried: dict[str, Any] = {"kept_out": why, "parts": len(keys)}
+        try:
+            value = self.error_of(keys)
+        except Exception as failure:  # noqa: BLE001 - a lowering that does not lower or run passes nothing
+            value = math.inf
+            tried["error"] = f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"
+        self.tried.append({**tried, "rel_l2": value, "seconds": round(time.monotonic() - start, 2)})
         return value
 
 
@@ -76,7 +86,10 @@ def find(parts: list[dict[str, Any]], search: Search, alone: dict[str, float]) -
         if whole <= search.threshold:
             return {**record, "status": "does not reproduce",
                     "reason": f"lowered again, the artifact is within the threshold (rel. L2 {whole:.3g})"}
-        order = sorted(kinds, key=lambda kind: -alone.get(kind, 0.0))  # stable: graph order among equals
+        # The quantizer's calls first (in a quantized program, the patterns the delegate fuses with their
+        # quantization), then by the error alone; stable: graph order among equals.
+        order = sorted(kinds, key=lambda kind: (not any(p.get("quantized") for p in kinds[kind]),
+                                                -alone.get(kind, 0.0)))
         relief: dict[str, float] = {}
         for kind in order:
             error = search.error({p["key"] for p in kinds[kind]}, f"every {kind}")
@@ -105,13 +118,26 @@ def narrow(calls: list[dict[str, Any]], search: Search, whole: float) -> list[di
     each with the share of the error that keeping it out alone takes off."""
     if len(calls) == 1:
         return calls
+    if len(calls) > MAX_NARROWED:  # one call at a time would spend the budget; the kind is the culprit found
+        return calls
     shares = []
     for call in calls:
-        error = search.error({call["key"]}, f"{call['key']} alone")
+        try:
+            error = search.error({call["key"]}, f"{call['key']} alone")
+        except OutOfBudget:  # the kind is proven; its calls unranked
+            return calls
         if error <= search.threshold:
             return [{**call, "share": 1.0}]
-        shares.append({**call, "share": max(0.0, (whole - error) / whole)})
+        shares.append({**call, "share": taken_off(whole, error)})
     return shares
+
+
+def taken_off(whole: float, without: float) -> float:
+    """The share of the error that a lowering with a part kept out takes off; a lowering that failed (infinite
+    error) is all of it taken off by one that runs, none by one that fails too."""
+    if math.isinf(whole):
+        return 0.0 if math.isinf(without) else 1.0
+    return max(0.0, (whole - without) / whole)
 
 
 def culprit(kind: str, calls: list[dict[str, Any]], whole: float, without: float,
@@ -122,7 +148,7 @@ def culprit(kind: str, calls: list[dict[str, Any]], whole: float, without: float
         "backend": first["backend"],
         "calls": [{key: call[key] for key in ("key", "module", "source", "share") if key in call} for call in calls],
         # How much of the output's error keeping the kind out takes off.
-        "share": max(0.0, (whole - without) / whole),
+        "share": taken_off(whole, without),
         "rel_l2_without": without,
         "rel_l2_alone": alone.get(kind),
     }

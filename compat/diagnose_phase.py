@@ -6,6 +6,7 @@ remedy → reproducer, for each method that failed."""
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import time
@@ -33,6 +34,8 @@ class DiagnosePhase:
         self.job, self.log = job, log
         self.model_dir = Path(job["model_dir"])
         self.threshold = float(job.get("threshold", "nan"))  # the numerics gate's; a variant's search has its own
+        # A quantized program's lowering: each method's own (upgrade_gate.run.diagnosis), from its quantization's error.
+        self.thresholds: dict[str, float] = {m: float(v) for m, v in (job.get("thresholds") or {}).items()}
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
 
@@ -40,6 +43,7 @@ class DiagnosePhase:
     # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
     # worker.py picks by the job's search) set their own.
     CAPABILITY: Any = Diagnoses
+    PROGRAM = "float32"  # what ISSUE.md says was lowered
     NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("build", ()), ("eager", ("build",)), ("parts", ("eager",)), ("alone", ("parts",)),
@@ -54,6 +58,10 @@ class DiagnosePhase:
             for stage, needs in self.STAGES:
                 self.log.stage(stage, needs, getattr(self, stage))
         self.log.finish()
+
+    def threshold_of(self, method: str) -> float:
+        """The relative L2 error against eager the method's lowering may have."""
+        return self.thresholds.get(method, self.threshold)
 
     def not_offered(self):
         raise StageSkipped(self.NOT_OFFERED)
@@ -109,6 +117,8 @@ class DiagnosePhase:
         import torch
 
         code, tensors = culprit.op_call_code(target, args, kwargs)
+        if any(t.dim() == 0 for t in tensors):  # a lifted scalar: ExecuTorch's pybinding aborts on a 0-dim input
+            raise ValueError("a 0-dim tensor argument (a lifted scalar): the runtime's Python binding cannot take one")
         module = culprit.one_op_module(code, len(tensors))
         with torch.no_grad():
             eager = module(*tensors)
@@ -124,7 +134,7 @@ class DiagnosePhase:
                 return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
 
             alone = {kind: v["rel_l2"] for kind, v in self.log.results["alone"].get(method, {}).items()}
-            search = culprit.Search(error_of=error_of, threshold=self.threshold,
+            search = culprit.Search(error_of=error_of, threshold=self.threshold_of(method),
                                     budget_s=self.job["budget_s"] / len(self.methods))
             found[method] = culprit.find(parts, search, alone)
         return found, {"methods": found}
@@ -148,22 +158,23 @@ class DiagnosePhase:
             remedy = self.remedy_code(method)
             found_in = f"{self.job['model']}'s {method}:\n{where(culprits[0])}."
             alone = self.log.results["alone"].get(method, {}).get(kind)
-            if alone is not None and alone["rel_l2"] > self.threshold:
+            threshold = self.threshold_of(method)
+            if alone is not None and alone["rel_l2"] > threshold:
                 torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
                 source = self.adapter.reproducer_source(
-                    kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=self.threshold,
+                    kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=threshold,
                     remedy=remedy, found_in=found_in)
                 (folder / "repro.py").write_text(source, encoding="utf-8")
                 scope, note = "operator", ""
             else:
                 exported, _ = self.log.results["parts"][method]
-                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind, threshold=self.threshold,
-                                               remedy=remedy, found_in=found_in)
+                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind, threshold=threshold,
+                                               remedy=remedy, found_in=found_in, fails_with=failed_as_found(finding))
                 scope = "method"
                 note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
                         if alone else f"{kind} is not run alone")
             runs = [issue_text.run_reproducer(folder), issue_text.run_reproducer(folder, "--with-remedy")]
-            self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs)
+            self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs, failed_as_found(finding))
             written[method] = {"status": "written", "folder": str(folder.relative_to(self.model_dir)),
                                "operator": kind, "scope": scope, "reason": note,
                                "rel_l2": alone["rel_l2"] if alone else None, "runs": runs, "issue": issue_text.ISSUE,
@@ -180,7 +191,7 @@ class DiagnosePhase:
         folder = self.model_dir / REPRO_DIR / method
         folder.mkdir(parents=True, exist_ok=True)
         self.adapter.method_reproducer(
-            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.threshold,
+            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.threshold_of(method),
             remedy=self.adapter.remedy_options(exported, [])[-1][1],
             found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
                      "it within the threshold, so this is the whole method (no remedy found)")
@@ -193,8 +204,9 @@ class DiagnosePhase:
                 "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
     def write_issue(self, folder: Path, method: str, kind: str, backend: str, scope: str,
-                    runs: list[dict[str, Any]]) -> None:
-        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py)."""
+                    runs: list[dict[str, Any]], fails_with: str = "") -> None:
+        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py); ``fails_with``: the
+        lowering's error, where the method did not lower at all."""
         remedy = (self.log.results.get("remedy") or {}).get(method)
         if remedy is None:
             judged, code = "No remedy was found to bring it within the threshold.", ""
@@ -208,12 +220,19 @@ class DiagnosePhase:
         operator = "the operator alone, on the real tensors that reached its first call," if scope == "operator" \
             else "the whole method, on its real inputs,"
         machine = issue_text.environment(("torch", "executorch"))
+        if fails_with:
+            title = f"[{backend}] {self.PROGRAM.split(',')[0]} does not lower: {fails_with} ({machine[0]})"
+            what = (f"Lowering {operator.rstrip(',')} through the {backend} raises {fails_with!r} ({self.PROGRAM}); "
+                    f"with {kind} kept out of the delegate it lowers and runs. Found in {self.job['model']}'s "
+                    f"{method}.")
+        else:
+            title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
+            what = (f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
+                    f"same inputs ({self.PROGRAM}). Found in {self.job['model']}'s {method}.")
         issue_text.write_issue(
-            folder, title=f"[{backend}] {kind} differs from eager when lowered ({machine[0]})",
-            what=(f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
-                  f"same inputs (float32). Found in {self.job['model']}'s {method}."),
-            expected=(f"The lowered program's outputs within relative L2 {self.threshold:g} of eager's on the same "
-                      "inputs."),
+            folder, title=title, what=what,
+            expected=(f"The lowered program's outputs within relative L2 {self.threshold_of(method):.3g} of eager's on "
+                      "the same inputs."),
             runs=runs, remedy=code, remedy_judged=judged, machine=machine)
 
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
@@ -264,7 +283,9 @@ class DiagnosePhase:
         step = "its code"
         try:
             exported, _ = self.log.results["parts"][method]
-            scope: dict[str, Any] = {"program": exported}
+            # A copy: a remedy's lines may rewrite the program in place, and the next remedy and the reproducer
+            # start from the program as exported.
+            scope: dict[str, Any] = {"program": copy.deepcopy(exported)}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
             step = "lowering"
             lowered = self.adapter.lower_with_remedy(scope)
@@ -280,7 +301,7 @@ class DiagnosePhase:
             return {"remedy": what, "code": code, "passes": False,
                     "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
         error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
-        passes = error <= self.threshold
+        passes = error <= self.threshold_of(method)
         latency = (self.timed_against_shipped(method, program) if passes
                    else {"status": "not timed", "reason": "it does not pass against eager"})
         return {"remedy": what, "code": code, "rel_l2": error, "passes": passes, "outputs": ran,
@@ -337,6 +358,14 @@ def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
     best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
                             else tried[-1])
     return dict(best)  # a copy: the caller takes its outputs out
+
+
+def failed_as_found(finding: dict[str, Any]) -> str:
+    """The lowering's error where the method as found did not lower at all (the search's first try), the
+    message its reproducer matches; empty where it lowered."""
+    first = (finding.get("tried") or [{}])[0]
+    error = str(first.get("error") or "")
+    return error.partition(": ")[2][:120] if error else ""
 
 
 def flat(value: Any) -> list[Any]:

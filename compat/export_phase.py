@@ -13,6 +13,7 @@ from .common import (
     artifact_path,
     flatten_outputs,
     load_case,
+    named_like_reference,
     named_outputs,
 )
 from .contract import (
@@ -35,6 +36,8 @@ from .phases import (
     save_arrays,
     written_artifact,
 )
+
+QUANTIZED_OUTPUTS = "quantized.npz"  # a variant's quantized methods run eagerly (schema/records.py reads it)
 
 
 class ExportPhase:
@@ -119,7 +122,25 @@ class ExportPhase:
         if counts and all(c == 0 for c in counts):
             raise ValueError(f"{recipes[self.variant]}: quantized nothing in any method (no module or operator it "
                              "takes); the artifact would be the float model")
-        return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details}
+        return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details,
+                           **self.quantized_outputs(quantized)}
+
+    def quantized_outputs(self, quantized: dict[str, Any]) -> dict[str, Any]:
+        """The quantized methods run eagerly, named as the eager outputs are: what the artifact's lowering is
+        judged against (upgrade_gate.run.diagnosis), apart from what the quantization itself changes. A module
+        that does not run eagerly is said, and the variant goes on (its artifact is what ships)."""
+        import torch
+
+        _, inputs = self.log.results["build"]
+        names = {f"{method}.{name}": None for method, named in self.log.results.get("eager", {}).items()
+                 for name, _ in named}
+        try:
+            with torch.no_grad():
+                ran = {name: named_like_reference(name, named_outputs(module(*inputs[name])), names)
+                       for name, module in quantized.items()}
+        except Exception as failure:  # noqa: BLE001 - recorded: no attribution, the export goes on
+            return {"outputs_error": f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
+        return {"outputs": save_arrays(self.model_dir / QUANTIZED_OUTPUTS, method_outputs(ran))["file"]}
 
     def export(self):
         import torch

@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         phase = ours("runtime_phase").run_runtime_phase
     elif job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
         phase = ours("precision_phase").run_precision_phase
+    elif job.get("search") == "quantized-lowering":  # a quantized variant whose lowering departs: its operators
+        phase = ours("quantized_lowering_phase").run_quantized_lowering_phase
     elif job.get("search") == "export":  # a failed export: the export API's other options
         phase = ours("export_remedy_phase").run_export_remedy_phase
     else:  # an artifact that departs from eager: the operators behind it

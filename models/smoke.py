@@ -218,3 +218,22 @@ def planted_operator(approximate: str = "tanh") -> ModelCase:
 def planted_operator_removed() -> ModelCase:
     return planted_operator("none")
 
+
+
+class SharedProjections(nn.Module):
+    """An attention's q, k and v projections of the method's input, q split into heads: dynamically quantized
+    (int8-dynamic), they share one quantization of it, which ExecuTorch 0.7's XNNPACK does not lower once a
+    view follows one of them ("Weight and Input should both be quantized", as minilm-l6@int8-dynamic)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        heads = self.q(x).view(x.shape[1], 4, 16).transpose(0, 1)  # [heads, tokens, head width]
+        return heads, self.k(x), self.v(x)
+
+
+def planted_quantized_export() -> ModelCase:
+    torch.manual_seed(7)
+    return ModelCase(SharedProjections().eval(), (torch.randn(1, 16, 64),))

@@ -282,7 +282,7 @@ def test_a_missing_required_key_is_named_with_its_path():
     (("models", 0, "stacks", "candidate", "measured"), {"one": {}},
      "Unexpected key 'one' (expected a whole number) in 'results.json.models[0].stacks.candidate.measured'"),
     (("models", 0, "comparisons", 0, "absent", 0), "weights(legacy)",
-     "not a side: 'weights(legacy)' (expected eager(<stack>) or artifact(<stack>)) in "
+     "not a side: 'weights(legacy)' (expected eager(<stack>), quantized(<stack>), artifact(<stack>)) in "
      "'results.json.models[0].comparisons[0].absent[0]'"),
     (("models",), {}, "Unexpected type dict (expected list) in 'results.json.models'"),
     (("verdict", "gates", 0), "gate", "Unexpected type str (expected dict) in 'results.json.verdict.gates[0]'"),

@@ -118,3 +118,46 @@ def test_the_remedy_printed_is_the_one_that_passes_at_the_least_latency():
     # None passes: the closest to eager, so the reproducer's --with-remedy shows the best that was found.
     assert cheapest([tried("a", 5e-3), tried("b", 5e-4), tried("c", None, error="saving: OSError")])["remedy"] == "b"
     assert cheapest([tried("a", None, error="e1"), tried("b", None, error="e2")])["remedy"] == "b"
+
+
+def test_in_a_quantized_program_the_quantizers_calls_are_tried_before_a_kind_that_fails_more_alone():
+    """A dynamically quantized linear lowered wrong: its kind is tried first (the pattern the delegate fuses with
+    its quantization), though a float kind fails more alone, and a kind of many calls is not narrowed one call
+    at a time: all of them are the culprit, found in two lowerings."""
+    found = parts(("add", 2), ("linear", culprit.MAX_NARROWED + 1))
+    for part in found:
+        part["quantized"] = part["kind"] == "linear"
+    error_of, asked = lowering({"linear_0": 0.5, "linear_3": 0.5, "add_0": 1e-6})
+    record = culprit.find(found, search(error_of), alone={"add": 1e-3, "linear": 0.0})
+    assert record["status"] == "found" and len(asked) == 2
+    assert asked[1] == frozenset(f"linear_{n}" for n in range(culprit.MAX_NARROWED + 1))
+    (found_kind,) = record["culprits"]
+    assert len(found_kind["calls"]) == culprit.MAX_NARROWED + 1
+
+
+def test_a_lowering_that_fails_passes_nothing_and_says_why():
+    """A kind kept out that leaves the program unlowerable (an operator with no portable kernel) is a try that
+    fails with its error, not the end of the search: the next kind is tried."""
+    def error_of(keep_out: frozenset[str]) -> float:
+        if "mul_0" in keep_out:
+            raise RuntimeError("Missing out variants: {'quantized_decomposed::choose_qparams'}")
+        return 1e-7 if "gelu_0" in keep_out else 0.3
+
+    record = culprit.find(parts(("mul", 1), ("gelu", 1)), search(error_of), alone={"mul": 1.0})
+    assert record["status"] == "found" and record["culprits"][0]["operator"] == "gelu"
+    failed = [t for t in record["tried"] if "error" in t]
+    assert [t["kept_out"] for t in failed] == ["every mul"] and "Missing out variants" in failed[0]["error"]
+    assert failed[0]["rel_l2"] == float("inf")
+
+
+def test_a_kind_the_budget_stops_narrowing_is_the_culprit_whole(monkeypatch):
+    """Keeping every call of a kind out proved it: a budget that runs out while its calls are tried one at a
+    time leaves the kind as found, not the search stopped."""
+    clock = iter(range(100))
+    monkeypatch.setattr(culprit.time, "monotonic", lambda: float(next(clock)))  # a try reads the clock 3 times
+    error_of, asked = lowering({"gelu_0": 5e-4, "gelu_1": 5e-4})
+    # The whole artifact (checked at 0 s), every gelu (at 3 s), then the first call alone (at 6 s): past 4.5 s.
+    stopping = culprit.Search(error_of=error_of, threshold=THRESHOLD, budget_s=4.5, started=0.0)
+    record = culprit.find(parts(("gelu", 2)), stopping, alone={})
+    assert record["status"] == "found" and len(asked) == 2
+    assert [c["key"] for c in record["culprits"][0]["calls"]] == ["gelu_0", "gelu_1"]

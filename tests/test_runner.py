@@ -117,3 +117,45 @@ def test_the_diagnose_phase_keeps_its_reproducers_folders_in_the_cache(tmp_path)
     assert problem is None and hit is not None
     assert (hit.path / "repro" / "forward" / "repro.py").read_text() == "print('repro')\n"
     assert set(hit.files) == {"diagnose.json", "repro/forward/inputs.pt", "repro/forward/repro.py"}
+
+
+def offset(reference: np.ndarray, rel_l2: float) -> np.ndarray:
+    """``reference`` moved by a uniform offset whose relative L2 against it is exactly ``rel_l2``."""
+    return reference + rel_l2 * np.linalg.norm(reference) / np.sqrt(reference.size)
+
+
+def test_a_quantized_variant_whose_lowering_departs_more_than_its_quantization_is_searched_for_operators(project):
+    """The rule of judge/attribution.py: the artifact against its own quantized model run eagerly, weighed
+    against that model against float. A lowering that zeroes the output (rel. L2 1 against the quantized model,
+    whose quantization is 0.03: ~30 dB) is the lowering's: its operators are searched, the lowering allowed
+    twice the quantization's error. One that adds 1.5 times the quantization's error is within the rule: the
+    quantization is what departs, and its layers are searched."""
+    plan = plan_for(project, "--models", "vit-smoke")
+    variant = next(m for m in plan.models if m.name == "vit-smoke@int8-dynamic")
+    out = plan.settings.out_dir
+    quantized = offset(REFERENCE, 0.03)
+    write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=[-quantized],
+                      quantize="dynamic", quantized=[quantized])
+    job = diagnosis.diagnose_job(plan, "candidate", variant)
+    assert job is not None and job["search"] == "quantized-lowering" and job["methods"] == ["forward"]
+    assert job["thresholds"] == {"forward": pytest.approx(2 * 0.03)}
+    (found,) = diagnosis.lowering_departures(plan, "candidate", variant).values()
+    assert found.lowering_rel_l2 == pytest.approx(2.0) and found.quantization_rel_l2 == pytest.approx(0.03)
+    assert "SNR -6.0 dB against its own quantized model run eagerly" in found.said()
+    assert "quantization is at SNR 30.5 dB" in found.said()
+
+    quantized = offset(REFERENCE, 0.2)  # the quantization itself below the gate's 20 dB
+    write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=[offset(quantized, 0.3)],
+                      quantize="dynamic", quantized=[quantized])
+    assert diagnosis.lowering_departures(plan, "candidate", variant) == {}
+    assert diagnosis.diagnose_job(plan, "candidate", variant)["search"] == "keep-float"
+    # It did not lower at all: the same search, from the lowering's error, the lowering allowed twice what the
+    # quantization alone departs.
+    write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=None, quantize="dynamic",
+                      quantized=[offset(REFERENCE, 0.05)], failed_stage="export")
+    job = diagnosis.diagnose_job(plan, "candidate", variant)
+    assert job is not None and job["search"] == "quantized-lowering" and job["methods"] == ["forward"]
+    assert job["thresholds"] == {"forward": pytest.approx(2 * 0.05)}
+    # No quantized outputs (a module that did not run eagerly): nothing to weigh, the layers are searched.
+    write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=[-quantized], quantize="dynamic")
+    assert diagnosis.diagnose_job(plan, "candidate", variant)["search"] == "keep-float"

@@ -12,6 +12,10 @@ from the repository root:
 
 Exit status 1 while the ``.pte``'s cache is zero where the eager quantized one is not (so a newer
 release can be checked with the same command), 0 otherwise.
+
+Written by hand before the tool found it; `nox -s compare` now does (docs/report.md, "Quantized variants:
+the lowering or the quantization": the operator, a reproducer it writes, and the remedy). Kept as an
+independent check of what the tool says.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ def write_stack_model(
     runtime_peak_rss: int = 300 * 2**20,
     task: str = "generic",
     quantize: str | None = None,
+    quantized: list[np.ndarray] | None = None,
     export_details: dict | None = None,
     profile: dict | None = None,
     backends: dict | None = None,
@@ -43,7 +44,8 @@ def write_stack_model(
     """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
 
     ``quantize``: a quantized variant's recipe (a quantize stage before export),
-    or "no recipe" for a stack without one (the quantize stage skipped, nothing after it)."""
+    or "no recipe" for a stack without one (the quantize stage skipped, nothing after it); ``quantized``: the
+    quantized model's outputs, run eagerly (the quantize stage's)."""
     directory = layout.model_dir(out, stack, model)
     directory.mkdir(parents=True, exist_ok=True)
     failed = False
@@ -67,7 +69,7 @@ def write_stack_model(
                        "reason": "this stack has no int8 recipe (it offers: none)"})
         failed = True
     elif quantize is not None:
-        export.append(stage("quantize", {"recipe": quantize}))
+        export.append(stage("quantize", {"recipe": quantize, **({"outputs": "quantized.npz"} if quantized else {})}))
     export.append(stage("export", {"methods": {"forward": export_details}} if export_details else None))
     if localize is not None:  # the search behind a failed export: it runs when the export failed
         export.append({"stage": "localize", "status": "ok", "duration_s": 1.0, "details": localize})
@@ -90,7 +92,7 @@ def write_stack_model(
             "schema_version": str(RECORDS_VERSION), "phase": phase, "stack": stack, "model": model,
             "stages": stages, "facts": {"peak_rss_bytes": rss}, "complete": True,
         }))
-    for name, tensors in (("eager", eager), ("artifact", artifact)):
+    for name, tensors in (("eager", eager), ("artifact", artifact), ("quantized", quantized)):
         if tensors is not None:
             np.savez(directory / f"{name}.npz", **{f"forward.output_{i}": t for i, t in enumerate(tensors)})
     # What the measure session writes: a stack whose artifact did not run is not measured.

@@ -18,17 +18,22 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
 # already), a quantized variant's (soft by default: its remedy lifts a condition).
-NUMERICS, QUANTIZED, EXPORT = "numerics", "quantized-numerics", "export"
-GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "export": EXPORT}
+NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
+GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT}
+# A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
+# numerics, or its export (a variant that did not lower: quantized-lowering, from the lowering's error).
+QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)
 
 
 def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
     failed = {(g.stack, g.model, g.gate) for g in gates if g.status is GateStatus.FAILED
-              and (g.gate == QUANTIZED or g.severity is Severity.HARD)}
+              and (g.gate in QUANTIZED_GATES or g.severity is Severity.HARD)}
     found = []
     for model in models:
         for stack, own in model.stacks.items():
             gate = GATE_OF_SEARCH.get(own.diagnosis.search, NUMERICS) if own.diagnosis is not None else NUMERICS
+            if gate == QUANTIZED and (stack, model.name, QUANTIZED_EXPORT) in failed:
+                gate = QUANTIZED_EXPORT  # the variant did not lower: what its remedy answers first
             if (stack, model.name, gate) in failed and own.diagnosis is not None:
                 remedy = _judged(plan, model, stack, own, gate)
                 if remedy is not None:
@@ -43,8 +48,8 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
     if not remedied:
         return None
     gates = plan.settings.gates
-    min_snr = gates.for_model(model.name, "min-snr-db") if gate == QUANTIZED else None
-    min_cosine = gates.for_model(model.name, "min-cosine") if gate == QUANTIZED else None
+    min_snr = gates.for_model(model.name, "min-snr-db") if gate in QUANTIZED_GATES else None
+    min_cosine = gates.for_model(model.name, "min-cosine") if gate in QUANTIZED_GATES else None
     # One measure for both gates: an SNR of s dB is a relative L2 of 10^(−s/20).
     threshold = 10 ** (-min_snr / 20) if min_snr is not None else gates.for_model(model.name, "max-rel-l2")
     # Every method as the team would ship it remedied: the remedied ones' outputs, the others' as they were.

@@ -110,14 +110,19 @@ def stack_info(out: Path, spec: StackSpec) -> StackInfo:
                                               for e in recorded.opt_children("extra_requirements") or ()))
 
 
+# A quantized variant's two departures, apart (judge/attribution.py weighs one against the other).
+QUANTIZATION, QUANTIZED_LOWERING = "candidate quantization (eager)", "candidate lowering of the quantized model"
+
+
 def reference_side(plan: Plan) -> Side:
     """What every artifact is judged against: the baseline's eager outputs,
     the numbers the team has validated today."""
     return Side(stack=plan.baseline.name, kind="eager")
 
 
-def comparison_pairs(plan: Plan) -> list[tuple[str, Side, Side]]:
-    """Which outputs are compared with which, and why."""
+def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Side]]:
+    """Which outputs are compared with which, and why. A candidate's quantized variant also apart: its quantization
+    run eagerly against the float model, and its artifact against that (what the lowering alone changed)."""
     base = plan.baseline.name
     pairs = [("baseline export fidelity", Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))]
     for spec in plan.candidates:
@@ -128,6 +133,11 @@ def comparison_pairs(plan: Plan) -> list[tuple[str, Side, Side]]:
             ("artifact vs artifact", Side(stack=cand, kind="artifact"), Side(stack=base, kind="artifact")),
             ("candidate artifact vs reference", Side(stack=cand, kind="artifact"), reference_side(plan)),
         ]
+        if model.quantized:
+            pairs += [
+                (QUANTIZATION, Side(stack=cand, kind="quantized"), Side(stack=cand, kind="eager")),
+                (QUANTIZED_LOWERING, Side(stack=cand, kind="artifact"), Side(stack=cand, kind="quantized")),
+            ]
     return pairs
 
 
@@ -186,7 +196,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     # What part of an output a later call reads is the model's, the same in every stack: read it once.
     extents = next((r.read_extents for r in records.values() if r.read_extents), {})
     comparisons = []
-    for purpose, actual, reference in comparison_pairs(plan):
+    for purpose, actual, reference in comparison_pairs(plan, model):
         try:
             actual_out = records[actual.stack].outputs(actual.kind)
             reference_out = records[reference.stack].outputs(reference.kind)
@@ -326,6 +336,8 @@ def _task_agreement(
             return None, f"{first}: missing, shape mismatch or NaN/Inf"
         return (agreement.classification(a, r) if kind == "classification" else agreement.embedding(a, r)), None
     if kind == "generation":
+        if "quantized" in (actual.kind, reference.kind):
+            return None, "the quantized model is run on the method's inputs, not through a generation loop"
         a_task = records[actual.stack].task_result(actual.kind)
         r_task = records[reference.stack].task_result(reference.kind)
         if a_task is None or r_task is None:

@@ -25,7 +25,8 @@ TIMEOUT_S = 900
 # else (a crash: a negative status) is no answer. An exit 1 counts only with the error it measured printed: a
 # reproducer written before exit 3 existed exits 1 on an uncaught exception too.
 ANSWERS = {0: "fixed", 1: "reproduces"}
-MEASURED = "relative L2 error"
+# What a reproducer prints when it answers: the error it measured, or the lowering's failure as found.
+MEASURED = ("relative L2 error", "fails as found")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,7 +50,7 @@ class ReproducerRun(codec.Record):
         """fixed, reproduces, could not run (it failed or crashed before measuring), or did not finish."""
         if self.exit_code is None:
             return "did not finish"
-        if self.exit_code == 1 and MEASURED not in self.said:
+        if self.exit_code == 1 and not any(answer in self.said for answer in MEASURED):
             return "could not run"
         return ANSWERS.get(self.exit_code, "could not run")
 

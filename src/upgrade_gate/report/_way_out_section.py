@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+from upgrade_gate.judge.attribution import LOWERING_FACTOR, attributions
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
+from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.verdict import GateStatus, Remedy, Severity, Unit, VerdictRecord
@@ -100,6 +102,8 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
     if found.search == "export":
         return blocks + _export_blocks(method)
+    if model.quantized:
+        blocks += _attributed(model, stack, method.method, found.search)
     tries = "quantizations" if found.keeps_float else "lowerings"
     if not method.culprits:
         why = NOT_FOUND.get(method.status, method.status)
@@ -116,7 +120,7 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         skipped = found.stage("remedy")
         why = (skipped.reason or "") if skipped is not None and skipped.status == "skipped" else ""
         return blocks + _kept_float_blocks(method, shipped_bytes, why)
-    before = _rel_l2(method.rel_l2)
+    failed_to_lower = method.rel_l2 is not None and math.isinf(method.rel_l2)
     combined = " together" if len(method.culprits) > 1 else ""
     items = []
     for culprit in method.culprits:
@@ -125,9 +129,10 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         calls = [call.where() + (f" (keeping this call out alone takes {call.share:.1%} off)"
                                  if call.share is not None and len(culprit.calls) > 1 else "")
                  for call in culprit.calls]
+        span = ("does not lower" if failed_to_lower else f"rel. L2 {_rel_l2(method.rel_l2)}") + \
+            f" → {'rel. L2 ' if failed_to_lower else ''}{_rel_l2(culprit.rel_l2_without)}"
         items.append(Item(f"**{code_span(culprit.operator)}** ({culprit.backend}): keeping it out takes "
-                          f"{culprit.share:.1%} of the error off (rel. L2 {before} → {_rel_l2(culprit.rel_l2_without)})"
-                          f"{alone}", calls))
+                          f"{culprit.share:.1%} of the error off ({span}){alone}", calls))
     blocks += [Paragraph(f"The operator{'s' if combined else ''} behind it{combined}, found in "
                          f"{method.lowerings} lowerings:"), Bullets(items)]
     if method.reproducer:
@@ -154,6 +159,28 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     if len(method.remedies_tried) > 1:
         blocks += _tried_blocks(method, shipped_bytes)
     return blocks
+
+
+def _attributed(model: ModelResults, stack: str, method: str, search: str) -> list[Block]:
+    """A quantized variant's lowering weighed against its quantization (judge/attribution.py), said first: which
+    of the two the search went after, and the figures that decided it."""
+    export = model.stacks[stack].stage("export")
+    if search == "quantized-lowering" and export is not None and not export.ok:
+        return [Paragraph(f"{mark('FAILED')} **The quantized program does not lower**: {export.explain()}. The "
+                          "operators behind it were searched on the quantized program, each kind kept out of the "
+                          "delegate until it lowers and runs.")]
+    quantization = model.comparison(Side(stack=stack, kind="quantized"), Side(stack=stack, kind="eager"))
+    lowering = model.comparison(Side(stack=stack, kind="artifact"), Side(stack=stack, kind="quantized"))
+    if quantization is None or lowering is None or not quantization.outputs or not lowering.outputs:
+        return []
+    found = attributions(list(quantization.outputs), list(lowering.outputs), floor=0.0).get(method)
+    if found is None:
+        return []
+    if search == "quantized-lowering":
+        return [Paragraph(f"{mark('FAILED')} **The lowering, not the quantization, departs**: {found.said()} (the "
+                          f"lowering may add up to ×{LOWERING_FACTOR:g} the quantization's error; docs/report.md). "
+                          "The operators behind the lowering were searched first, on the quantized program.")]
+    return [Paragraph(f"The quantization, not the lowering, departs: {found.said()}.")]
 
 
 def _with_remedy(method: MethodDiagnosis) -> str:

@@ -5,9 +5,11 @@ failed, every method, exported again with the export API's other options (compat
 Against its own eager model, not the reference: what the exporter and its backend changed, the part a
 different lowering can undo (a drift of eager torch between the stacks is not the artifact's).
 
-A quantized variant departs by design; a candidate's is searched (compat/precision_phase.py: which layers
-to leave in float) where it departs from the float model beyond its quantized-numerics gate's SNR or
-cosine — the gate's own measure, against the same stack's float model for the same reason.
+A quantized variant departs by design; a candidate's is searched where it departs from the float model
+beyond its quantized-numerics gate's SNR or cosine — the gate's own measure, against the same stack's float
+model for the same reason: where its lowering departs from its own quantized model run eagerly by more than
+the quantization does from float (judge/attribution.py), the operators behind the lowering
+(compat/quantized_lowering_phase.py); otherwise which layers to leave in float (compat/precision_phase.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge.attribution import Attribution, attributions
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
 
@@ -58,6 +61,38 @@ def below_gate_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, f
     return below
 
 
+def quantization_thresholds(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
+    """What each method's lowering may depart from its quantized model run eagerly (judge/attribution.py), from
+    the quantization's own departure alone: for a variant whose artifact was never made."""
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+        quantized, eager = record.outputs("quantized"), record.outputs("eager")
+    except (DamagedFile, RecordError):
+        return {}
+    if quantized is None or eager is None:
+        return {}
+    floor = plan.settings.gates.for_model(model.base, "max-rel-l2")
+    quantization = worst_rel_l2_by_method(compare_outputs(quantized, eager, record.read_extents), incomparable=None)
+    return {method: Attribution(method=method, quantization_rel_l2=value, lowering_rel_l2=math.nan,
+                                floor=floor).threshold for method, value in quantization.items()}
+
+
+def lowering_departures(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Attribution]:
+    """Each method of a quantized variant, its quantization and its lowering weighed (judge/attribution.py);
+    none where the quantized model did not run eagerly or a file does not read."""
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+        actual, quantized, eager = record.outputs("artifact"), record.outputs("quantized"), record.outputs("eager")
+    except (DamagedFile, RecordError):
+        return {}
+    if actual is None or quantized is None or eager is None:
+        return {}
+    found = attributions(compare_outputs(quantized, eager, record.read_extents),
+                         compare_outputs(actual, quantized, record.read_extents),
+                         floor=plan.settings.gates.for_model(model.base, "max-rel-l2"))
+    return {method: a for method, a in found.items() if a.lowering_departs}
+
+
 def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str]:
     """Every method of a model whose export stage failed (the exporter raised: not a crash, not a timeout,
     which another option would not answer): the remedy must export them all, as the artifact would have."""
@@ -81,10 +116,22 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
     if model.quantized:
         if stack == plan.baseline.name or settings.gates["quantized"].severity == "off":
             return None
-        methods = below_gate_methods(plan, stack, model)
-        searched = {"search": "keep-float", "variant": model.variant,
-                    "min_snr_db": settings.gates.for_model(model.name, "min-snr-db"),
-                    "min_cosine": settings.gates.for_model(model.name, "min-cosine")}
+        gates = {"min_snr_db": settings.gates.for_model(model.name, "min-snr-db"),
+                 "min_cosine": settings.gates.for_model(model.name, "min-cosine")}
+        if failed := failed_export_methods(plan, stack, model):
+            # It does not lower at all: the operators behind the lowering's error, on the quantized program.
+            thresholds = quantization_thresholds(plan, stack, model)
+            methods = {method: math.nan for method in failed if method in thresholds}
+            searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
+                        "thresholds": {m: thresholds[m] for m in methods}}
+        elif lowered := lowering_departures(plan, stack, model):
+            # It lowers, and the lowering is at fault: its operators (the layers' search answers the quantization).
+            methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below_gate_methods(plan, stack, model)}
+            searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
+                        "thresholds": {m: lowered[m].threshold for m in methods}}
+        else:
+            methods = below_gate_methods(plan, stack, model)
+            searched = {"search": "keep-float", "variant": model.variant, **gates}
     elif failed := failed_export_methods(plan, stack, model):
         if stack == plan.baseline.name or settings.gates["export"].severity == "off":
             return None  # the baseline's export failures are what ships today, not gated

@@ -119,9 +119,9 @@ class Side(codec.Text):
     """One tensor set: a stack's eager reference or its artifact's outputs; written as its text."""
 
     stack: str
-    kind: str  # "eager" | "artifact"
+    kind: str  # "eager" | "quantized" (a variant's quantized model run eagerly) | "artifact"
 
-    KINDS = ("eager", "artifact")
+    KINDS = ("eager", "quantized", "artifact")
 
     def __str__(self) -> str:
         return f"{self.kind}({self.stack})"
@@ -131,11 +131,11 @@ class Side(codec.Text):
         """The inverse of ``str``: ``Side.parse(str(side)) == side``."""
         match = _SIDE.fullmatch(shown)
         if match is None:
-            raise ValueError(f"not a side: {shown!r} (expected eager(<stack>) or artifact(<stack>))")
+            raise ValueError(f"not a side: {shown!r} (expected {', '.join(f'{k}(<stack>)' for k in cls.KINDS)})")
         return cls(kind=match[1], stack=match[2])
 
 
-_SIDE = re.compile(r"(eager|artifact)\((.+)\)")
+_SIDE = re.compile(rf"({'|'.join(Side.KINDS)})\((.+)\)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

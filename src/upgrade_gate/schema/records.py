@@ -227,6 +227,10 @@ class StagesOf:
         return bool(self.stages) and self.first_problem() is None
 
 
+# Each kind of outputs (``<kind>.npz`` in a model's record folder) and the stage that writes it.
+OUTPUTS_STAGE = {"eager": "eager", "quantized": "quantize", "artifact": "run"}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StackModelRecord(StagesOf):
     """Everything one stack produced for one model (both phases)."""
@@ -243,11 +247,12 @@ class StackModelRecord(StagesOf):
         return [phase for phase, record in self.cache.items() if record.get("reused_from")]
 
     def outputs(self, which: str) -> dict[str, np.ndarray] | None:
-        """``eager`` or ``artifact`` outputs, if that stage wrote them; DamagedFile if they do not read."""
-        stage = self.stage("eager" if which == "eager" else "run")
+        """``eager``, ``quantized`` (a variant's quantized model run eagerly) or ``artifact`` outputs, if the stage
+        that writes them succeeded; DamagedFile if they do not read."""
+        stage = self.stage(OUTPUTS_STAGE[which])
         path = self.directory / f"{which}.npz"
-        if stage is None or not stage.ok:
-            return None
+        if stage is None or not stage.ok or (which == "quantized" and not stage.details.get("outputs")):
+            return None  # a quantized module that did not run eagerly says why in its stage
         return read_arrays(path)
 
     @property

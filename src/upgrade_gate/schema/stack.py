@@ -179,8 +179,15 @@ class TriedRemedy:
     @classmethod
     def from_details(cls, details: dict[str, Any]) -> TriedRemedy:
         return cls(remedy=str(details.get("remedy", "?")), passes=bool(details.get("passes")),
-                   rel_l2=details.get("rel_l2"), error=str(details.get("error") or ""), bytes=details.get("bytes"),
+                   rel_l2=_number(details.get("rel_l2")), error=str(details.get("error") or ""),
+                   bytes=details.get("bytes"),
                    latency=_remedy_latency(details))
+
+
+def _number(value: Any) -> float | None:
+    """A measure the worker wrote, as a float: its records write a non-finite one as text ("inf": a lowering
+    that failed)."""
+    return None if value is None else float(value)
 
 
 def _shipped_ms(details: dict[str, Any]) -> float | None:
@@ -297,7 +304,7 @@ class Diagnosis(StagesOf, codec.Record):
             latency = _remedy_latency(remedy)
             found.append(MethodDiagnosis(
                 method=method, status=str(result.get("status", "?")), reason=str(result.get("reason", "")),
-                rel_l2=result.get("rel_l2"),
+                rel_l2=_number(result.get("rel_l2")),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
                 lowerings=len(result.get("tried", [])), layers=int(result.get("layers", 0)),
                 units=len(result.get("units", [])), export_option=result.get("option"),

@@ -1,0 +1,53 @@
+"""The diagnose phase of a quantized variant whose lowering, not its quantization, departs
+(upgrade_gate.run.diagnosis decides, by the rule in docs/report.md): the culprit search of
+diagnose_phase.py run on the quantized program — the method quantized by the stack's own recipe, as the
+export phase quantized it, is the eager model the lowering is compared with — with its reproducer, its
+ISSUE.md and the remedies a team would try, each lowered, saved, loaded, run and timed as the float
+search's are. Each method's threshold is the job's: what its quantization alone departs from float, times
+the rule's factor; the parent judges the chosen remedy by the quantized gates (SNR, cosine against the
+float model's outputs).
+
+Stages: build → eager → parts → alone → search → remedy → reproducer, as diagnose_phase.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .contract import Adapter, Quantizes
+from .diagnose_phase import DiagnosePhase
+from .phases import PhaseLog, StageSkipped
+
+SEARCH = "quantized-lowering"  # the job's and the build stage's "search"
+
+
+class QuantizedLoweringPhase(DiagnosePhase):
+    """The operators behind a quantized program's lowering that departs from the program run eagerly."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.variant: str = self.job["variant"]
+        self.PROGRAM = f"the {self.variant} quantized program, as the stack's recipe converts it"
+
+    def build(self):
+        """Each method quantized as the export phase quantized it: the program whose lowering departs."""
+        if not isinstance(self.adapter, Quantizes) or self.variant not in self.adapter.QUANTIZATIONS:
+            raise StageSkipped(f"this stack has no {self.variant} recipe to quantize the method with again")
+        (methods, inputs), details = super().build()
+        quantized = {name: QuantizedMethod(self.adapter.quantize(methods[name].module, inputs[name], self.variant)[0])
+                     for name in self.methods}
+        return (quantized, inputs), {**details, "search": SEARCH, "variant": self.variant,
+                                     "thresholds": {m: self.threshold_of(m) for m in self.methods}}
+
+
+class QuantizedMethod:
+    """A quantized method where the float search reads ``methods[name].module``."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+
+def run_quantized_lowering_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    """The operators behind a quantized program's lowering (the worker's ``diagnose``,
+    ``search = "quantized-lowering"``)."""
+    QuantizedLoweringPhase(job, adapter, log).run_stages()
