@@ -311,7 +311,9 @@ class DiagnosePhase:
         """Calls of the remedied and the shipped artifact in turn, round by round (the order alternating),
         in this one process: a ratio whose rounds share the machine's state, as the measure session's do."""
         name = (self.job.get("artifacts") or {}).get(method)  # beside this phase's folder, in the model's
-        if not name or not (self.model_dir.parent / name).is_file():
+        if not name:
+            return {"status": "not timed", "reason": "nothing shipped to time it against: the method did not lower"}
+        if not (self.model_dir.parent / name).is_file():
             return {"status": "not timed", "reason": "the shipped artifact is not in the report folder"}
         _, inputs = self.log.results["build"]
         # The shipped method as the app calls it: from its own file, or from the multi-method program.
