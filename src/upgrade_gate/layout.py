@@ -20,6 +20,7 @@ every run on a machine, and every file of a run in its report folder.
           eager.npz  artifact.npz  <method>.ptl|<method>.pte   the artifacts only with --keep-artifacts: by
                                                        default they stay in the result cache, listed by digest
                                                        under "released" in export.cache.json (run/artifacts.py)
+          quantized.npz                                a quantized variant's: its quantized model run eagerly
           diagnose/                                    only where the artifact departs from its own eager model:
               diagnose.json  diagnose.log  diagnose.cache.json   the culprit search's stages, as a phase's
               repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)

@@ -128,7 +128,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             # It lowers, and the lowering is at fault: its operators (the layers' search answers the quantization).
             methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below_gate_methods(plan, stack, model)}
             searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
-                        "thresholds": {m: lowered[m].threshold for m in methods}}
+                        "thresholds": {m: lowered[m].search_threshold for m in methods}}
         else:
             methods = below_gate_methods(plan, stack, model)
             searched = {"search": "keep-float", "variant": model.variant, **gates}
