@@ -375,8 +375,9 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
     assert judged.gate == "quantized-numerics" and judged.passes and -20 * math.log10(judged.rel_l2) >= 20
     way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
     entry = way_out.split(f"### `{LLM}` · `prefill` in candidate")[1].split("\n### ")[0]
-    assert entry.lstrip().startswith("[FAILED] **The lowering, not the quantization, departs**: the artifact is at "
-                                     "SNR "), entry
+    assert re.match(r"\[FAILED\] \*\*The lowering, not the quantization, departs\*\*: the artifact's prefill\.output_\d "
+                    r"is at SNR -?\d+\.\d dB against its own quantized model run eagerly, whose quantization is at SNR "
+                    r"\d+\.\d dB against the float model", entry.lstrip()), entry
     assert "split_dynamic_quantization(program.graph_module)" in entry
 
 
