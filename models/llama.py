@@ -488,6 +488,13 @@ def llama_smoke() -> ModelCase:
     )
 
 
+def llama_prefill_smoke() -> ModelCase:
+    """llama-smoke's prefill as the one method: where ExecuTorch 0.7's XNNPACK zeroes a dynamically quantized
+    prefill's KV cache (tests/test_diagnose.py; half the lowerings of both methods)."""
+    case = llama_smoke()
+    return dataclasses.replace(case, methods={"prefill": case.entry_points()["prefill"]}, task=Task())
+
+
 def llama32_1b_dims() -> ModelCase:
     """Llama 3.2 1B's shapes with numpy-random float32 weights (~5 GB): export time, RSS and size.
 
