@@ -222,17 +222,18 @@ class DiagnosePhase:
         machine = issue_text.environment(("torch", "executorch"))
         if fails_with:
             title = f"[{backend}] {self.PROGRAM.split(',')[0]} does not lower: {fails_with} ({machine[0]})"
-            what = (f"Lowering {operator.rstrip(',')} through the {backend} raises {fails_with!r} ({self.PROGRAM}); "
-                    f"with {kind} kept out of the delegate it lowers and runs. Found in {self.job['model']}'s "
-                    f"{method}.")
+            what = (f"Lowering {operator.rstrip(',').replace(', on', ' on')} through the {backend} raises "
+                    f"{fails_with!r} ({self.PROGRAM}); with {kind} kept out of the delegate it lowers and runs. Found "
+                    f"in {self.job['model']}'s {method}.")
         else:
             title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
             what = (f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
                     f"same inputs ({self.PROGRAM}). Found in {self.job['model']}'s {method}.")
+        within = f"within relative L2 {self.threshold_of(method):.3g} of eager's on the same inputs."
         issue_text.write_issue(
             folder, title=title, what=what,
-            expected=(f"The lowered program's outputs within relative L2 {self.threshold_of(method):.3g} of eager's on "
-                      "the same inputs."),
+            expected=f"The method lowers, its outputs {within}" if fails_with else
+            f"The lowered program's outputs {within}",
             runs=runs, remedy=code, remedy_judged=judged, machine=machine)
 
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:

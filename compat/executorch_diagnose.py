@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import culprit
+from . import culprit, issue_text
 from .executorch_runtime import binding
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
@@ -328,7 +328,7 @@ from pathlib import Path
 THRESHOLD = {threshold!r}  # the relative L2 error against eager the lowering may have
 # Where the method did not lower at all when found: its error, which the lowering reproduces when it raises it.
 FAILS_WITH = {fails_with!r}
-FAILS = "fails as found"  # what it prints then (upgrade-gate's release explorer reads it as an answer)
+FAILS = {fails_as_found!r}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
 
 
 def remedy(program):
@@ -381,7 +381,8 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
 
     torch.export.save(exported, folder / "program.pt2")
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
-                             found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with)
+                             found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with,
+                             fails_as_found=issue_text.FAILS_AS_FOUND)
 
 
 # A method whose export failed is exported again with the export API's other options, in order, as an export

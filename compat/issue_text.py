@@ -22,6 +22,7 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
              "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "fphp", "asimdhp", "i8mm", "bf16",
              "sve", "sve2", "sme")
 EXITS = {0: "within the threshold", 1: "differs", 3: "could not run"}
+FAILS_AS_FOUND = "fails as found"  # a reproducer of a method that did not lower, exit 1 (executorch_diagnose.py)
 
 
 def run_reproducer(folder: Path, *args: str) -> dict[str, Any]:
@@ -75,7 +76,8 @@ def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: lis
     quoted = []
     for run in runs:
         command = " ".join(["python repro.py", *run["args"]])
-        quoted += [f"$ {command}", run["said"], f"(exit {run['exit']}: {EXITS.get(run['exit'], 'could not run')})", ""]
+        said = FAILS_AS_FOUND if FAILS_AS_FOUND in run["said"] else EXITS.get(run["exit"], "could not run")
+        quoted += [f"$ {command}", run["said"], f"(exit {run['exit']}: {said})", ""]
     text = "\n".join([
         f"# {title}", "",
         "## What happens", "", what, "",
