@@ -43,7 +43,7 @@ class DiagnosePhase:
     # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
     # worker.py picks by the job's search) set their own.
     CAPABILITY: Any = Diagnoses
-    PROGRAM = "float32"  # what ISSUE.md says was lowered
+    PROGRAM, MADE = "float32", ""  # what ISSUE.md says was lowered, and how it was made
     NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("build", ()), ("eager", ("build",)), ("parts", ("eager",)), ("alone", ("parts",)),
@@ -217,18 +217,18 @@ class DiagnosePhase:
                      else f"does not work as written ({remedy.get('error', '')})")
             judged, code = f"{what[:1].upper()}{what[1:]}: the whole method lowered with these lines {found}.", \
                 remedy["code"]
-        operator = "the operator alone, on the real tensors that reached its first call," if scope == "operator" \
-            else "the whole method, on its real inputs,"
+        operator = "the operator alone on the real tensors that reached its first call" if scope == "operator" \
+            else "the whole method on its real inputs"
         machine = issue_text.environment(("torch", "executorch"))
         if fails_with:
-            title = f"[{backend}] {self.PROGRAM.split(',')[0]} does not lower: {fails_with} ({machine[0]})"
-            what = (f"Lowering {operator.rstrip(',').replace(', on', ' on')} through the {backend} raises "
-                    f"{fails_with!r} ({self.PROGRAM}); with {kind} kept out of the delegate it lowers and runs. Found "
-                    f"in {self.job['model']}'s {method}.")
+            title = f"[{backend}] {self.PROGRAM} does not lower: {fails_with} ({machine[0]})"
+            what = (f"Lowering {operator} through the {backend} raises {fails_with!r} ({self.PROGRAM}{self.MADE}); "
+                    f"with {kind} kept out of the delegate it lowers and runs. Found in {self.job['model']}'s "
+                    f"{method}.")
         else:
             title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
-            what = (f"Lowered through the {backend}, {operator} gives outputs that differ from eager PyTorch on the "
-                    f"same inputs ({self.PROGRAM}). Found in {self.job['model']}'s {method}.")
+            what = (f"Lowered through the {backend}, {operator}, gives outputs that differ from eager PyTorch on the "
+                    f"same inputs ({self.PROGRAM}{self.MADE}). Found in {self.job['model']}'s {method}.")
         within = f"within relative L2 {self.threshold_of(method):.3g} of eager's on the same inputs."
         issue_text.write_issue(
             folder, title=title, what=what,

@@ -27,7 +27,7 @@ class QuantizedLoweringPhase(DiagnosePhase):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.variant: str = self.job["variant"]
-        self.PROGRAM = f"the {self.variant} quantized program, as the stack's recipe converts it"
+        self.PROGRAM, self.MADE = f"the {self.variant} quantized program", ", as the stack's recipe converts it"
 
     def build(self):
         """Each method quantized as the export phase quantized it: the program whose lowering departs."""

@@ -21,21 +21,33 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge.attribution import Attribution, attributions
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
+from upgrade_gate.schema.comparison import OutputMetrics
 from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
+
+
+def compared(plan: Plan, stack: str, model: ModelEntry, *pairs: tuple[str, str]) -> list[list[OutputMetrics]] | None:
+    """Each pair of the stack's outputs (``("artifact", "eager")``: kinds of StackModelRecord.outputs) compared
+    where a later call reads them; None where a file does not read (the report names the damage: nothing here to
+    search) or a stage did not write its outputs."""
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+        read = {kind: record.outputs(kind) for pair in pairs for kind in pair}
+    except (DamagedFile, RecordError):
+        return None
+    outputs = {kind: found for kind, found in read.items() if found is not None}
+    if len(outputs) < len(read):
+        return None
+    return [compare_outputs(outputs[actual], outputs[reference], record.read_extents) for actual, reference in pairs]
 
 
 def departed_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
     """Each method whose artifact departs from its own eager outputs beyond the threshold: its worst
     relative L2 error (outputs that do not compare at all fail otherwise, and are not searched)."""
     threshold = plan.settings.gates.for_model(model.name, "max-rel-l2")
-    try:
-        record = load_stack_model(plan.settings.out_dir, stack, model.name)
-        actual, eager = record.outputs("artifact"), record.outputs("eager")
-    except (DamagedFile, RecordError):
-        return {}  # the report names the damage; nothing here to search
-    if actual is None or eager is None:
+    found = compared(plan, stack, model, ("artifact", "eager"))
+    if found is None:
         return {}
-    worst = worst_rel_l2_by_method(compare_outputs(actual, eager, record.read_extents), incomparable=None)
+    worst = worst_rel_l2_by_method(found[0], incomparable=None)
     return {method: value for method, value in worst.items() if value > threshold}
 
 
@@ -44,15 +56,11 @@ def below_gate_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, f
     cosine against the float model (the variant's eager outputs are the float model's): its worst SNR."""
     gates = plan.settings.gates
     min_snr, min_cosine = gates.for_model(model.name, "min-snr-db"), gates.for_model(model.name, "min-cosine")
-    try:
-        record = load_stack_model(plan.settings.out_dir, stack, model.name)
-        actual, eager = record.outputs("artifact"), record.outputs("eager")
-    except (DamagedFile, RecordError):
-        return {}
-    if actual is None or eager is None:
+    found = compared(plan, stack, model, ("artifact", "eager"))
+    if found is None:
         return {}
     below: dict[str, float] = {}
-    for output in compare_outputs(actual, eager, record.read_extents):
+    for output in found[0]:
         if output.snr_db is None or output.cosine is None:
             continue  # does not compare: the gate says so
         if output.snr_db < min_snr or output.cosine < min_cosine:
@@ -64,15 +72,11 @@ def below_gate_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, f
 def quantization_thresholds(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
     """What each method's lowering may depart from its quantized model run eagerly (judge/attribution.py), from
     the quantization's own departure alone: for a variant whose artifact was never made."""
-    try:
-        record = load_stack_model(plan.settings.out_dir, stack, model.name)
-        quantized, eager = record.outputs("quantized"), record.outputs("eager")
-    except (DamagedFile, RecordError):
-        return {}
-    if quantized is None or eager is None:
+    found = compared(plan, stack, model, ("quantized", "eager"))
+    if found is None:
         return {}
     floor = plan.settings.gates.for_model(model.base, "max-rel-l2")
-    quantization = worst_rel_l2_by_method(compare_outputs(quantized, eager, record.read_extents), incomparable=None)
+    quantization = worst_rel_l2_by_method(found[0], incomparable=None)
     return {method: Attribution(method=method, quantization_rel_l2=value, lowering_rel_l2=math.nan,
                                 floor=floor).threshold for method, value in quantization.items()}
 
@@ -80,17 +84,12 @@ def quantization_thresholds(plan: Plan, stack: str, model: ModelEntry) -> dict[s
 def lowering_departures(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Attribution]:
     """Each method of a quantized variant, its quantization and its lowering weighed (judge/attribution.py);
     none where the quantized model did not run eagerly or a file does not read."""
-    try:
-        record = load_stack_model(plan.settings.out_dir, stack, model.name)
-        actual, quantized, eager = record.outputs("artifact"), record.outputs("quantized"), record.outputs("eager")
-    except (DamagedFile, RecordError):
+    found = compared(plan, stack, model, ("quantized", "eager"), ("artifact", "quantized"))
+    if found is None:
         return {}
-    if actual is None or quantized is None or eager is None:
-        return {}
-    found = attributions(compare_outputs(quantized, eager, record.read_extents),
-                         compare_outputs(actual, quantized, record.read_extents),
-                         floor=plan.settings.gates.for_model(model.base, "max-rel-l2"))
-    return {method: a for method, a in found.items() if a.lowering_departs}
+    quantization, lowering = found
+    weighed = attributions(quantization, lowering, floor=plan.settings.gates.for_model(model.base, "max-rel-l2"))
+    return {method: a for method, a in weighed.items() if a.lowering_departs}
 
 
 def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str]:
@@ -126,7 +125,8 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
                         "thresholds": {m: thresholds[m] for m in methods}}
         elif lowered := lowering_departures(plan, stack, model):
             # It lowers, and the lowering is at fault: its operators (the layers' search answers the quantization).
-            methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below_gate_methods(plan, stack, model)}
+            below = below_gate_methods(plan, stack, model)
+            methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below}
             searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
                         "thresholds": {m: lowered[m].search_threshold for m in methods}}
         else:
