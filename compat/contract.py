@@ -178,10 +178,12 @@ class Diagnoses(Protocol):
     def run_lowered(self, lowered: Any, inputs: tuple[Any, ...]) -> list[Any]:
         """A lowered program serialized and run in the stack's runtime: its outputs, as ``run`` gives them."""
 
-    def remedy_options(self, lowerable: Any, culprits: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+    def remedy_options(self, lowerable: Any, culprits: list[tuple[str, str]], *,
+                       fused: list[str] = ()) -> list[tuple[str, str, bool]]:
         """The remedies a team would try for the culprits (kind, key of its first part), the one expected
         cheapest first, each ``(what it does, Python that binds REMEDY_NAME, tried only when none before it
-        passed)``; the last keeps every culprit out, as the search did."""
+        passed)``; the last keeps every culprit out, as the search did. ``fused``: the kinds of a pair the
+        backend fuses that fails where each alone does not (the fusion to break)."""
 
     def reproducer_source(self, *, kind: str, call: str, arguments: int, threshold: float, remedy: str,
                           found_in: str) -> str:

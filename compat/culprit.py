@@ -154,6 +154,13 @@ def culprit(kind: str, calls: list[dict[str, Any]], whole: float, without: float
     }
 
 
+def named(found: dict[str, Any]) -> str:
+    """A culprit as the report and the reproducer name it: its operator, and the one the backend fuses it with
+    (``aten.mul.Tensor fused with the following aten.relu.default``)."""
+    fused = found.get("fused_with")
+    return f"{found['operator']} fused with the {fused['position']} {fused['operator']}" if fused else found["operator"]
+
+
 def capture_node_inputs(exported: Any, inputs: tuple[Any, ...], keys: set[str]) -> dict[str, tuple[Any, ...]]:
     """The real arguments of the first call of each source call in ``keys``: the exported program's
     graph run node by node on the model's own inputs (torch.fx.Interpreter)."""
@@ -173,6 +180,39 @@ def capture_node_inputs(exported: Any, inputs: tuple[Any, ...], keys: set[str]) 
     with torch.no_grad():
         Recorder(module).run(*inputs)
     return found
+
+
+def fused_neighbours(exported: Any, key: str, delegated: set[str]) -> list[tuple[str, str, str]]:
+    """The calls next to ``key``'s in the graph that the lowering delegates with it — where a backend fuses two
+    operators, the pair it fuses: ``(position, producer's key, consumer's key)``, the calls that consume its
+    result first (an activation fused into the operator before it), then those it consumes. Calls of one graph
+    node each (a call decomposed into several is no pair to run alone)."""
+    nodes: dict[str, list[Any]] = {}
+    for node in exported.graph.nodes:
+        if node.op == "call_function":
+            nodes.setdefault(source_key(node), []).append(node)
+    if len(nodes.get(key, ())) != 1:
+        return []
+    (node,) = nodes[key]
+
+    def single(other: Any) -> bool:
+        name = source_key(other)
+        return other.op == "call_function" and name != key and name in delegated and len(nodes[name]) == 1
+
+    return ([("following", key, source_key(user)) for user in node.users if single(user)]
+            + [("preceding", source_key(arg), key) for arg in node.all_input_nodes if single(arg)])
+
+
+def chained_call_code(exported: Any, inputs: tuple[Any, ...], producer: str, consumer: str) -> tuple[str, list[Any]]:
+    """Two calls (of one graph node each) as one expression, the producer's in the consumer's argument
+    (``torch.ops.aten.relu.default(torch.ops.aten.mul.Tensor(x0, x1))``), and the real tensors that reached
+    them, in order."""
+    calls = capture_node_inputs(exported, inputs, {producer, consumer})
+    nodes = {source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
+    at = next(i for i, arg in enumerate(nodes[consumer].args) if arg is nodes[producer])
+    inner, tensors = op_call_code(*calls[producer])
+    outer, more = op_call_code(*calls[consumer], given={at: inner}, first=len(tensors))
+    return outer, tensors + more
 
 
 def source_key(node: Any) -> str:
@@ -204,8 +244,10 @@ def rel_l2(actual: Any, expected: Any) -> float:
     return diff / scale if scale else (0.0 if diff == 0 else float("inf"))
 
 
-def op_call_code(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, list[Any]]:
-    """``torch.ops.aten.gelu.default(x0, approximate='tanh')`` and the tensors it takes, in order."""
+def op_call_code(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, given: dict[int, str] | None = None,
+                 first: int = 0) -> tuple[str, list[Any]]:
+    """``torch.ops.aten.gelu.default(x0, approximate='tanh')`` and the tensors it takes, in order; ``given``: the
+    arguments, by position, that are another call's code (a fused pair), ``first``: the first tensor's number."""
     import torch
 
     tensors: list[Any] = []
@@ -213,7 +255,7 @@ def op_call_code(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     def literal(value: Any) -> str:
         if isinstance(value, torch.Tensor):
             tensors.append(value)
-            return f"x{len(tensors) - 1}"
+            return f"x{first + len(tensors) - 1}"
         if isinstance(value, (list, tuple)):
             inner = ", ".join(literal(v) for v in value)
             return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
@@ -222,7 +264,8 @@ def op_call_code(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return repr(value)
 
     name = str(target)  # "aten.gelu.default"
-    pieces = [literal(a) for a in args] + [f"{k}={literal(v)}" for k, v in kwargs.items()]
+    pieces = [(given or {}).get(i) or literal(a) for i, a in enumerate(args)]
+    pieces += [f"{k}={literal(v)}" for k, v in kwargs.items()]
     return f"torch.ops.{name}({', '.join(pieces)})", tensors
 
 

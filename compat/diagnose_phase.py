@@ -38,6 +38,7 @@ class DiagnosePhase:
         self.thresholds: dict[str, float] = {m: float(v) for m, v in (job.get("thresholds") or {}).items()}
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
+        self.fusions: dict[str, dict[str, Any]] = {}  # method → the fused pair that fails alone (code, tensors, error)
 
     # What the adapter must offer, what the report says when it does not, and the stages in order with the
     # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
@@ -114,9 +115,13 @@ class DiagnosePhase:
         return found, {"rel_l2": errors, "not_run_alone": failures}
 
     def one_op(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return self.run_alone(*culprit.op_call_code(target, args, kwargs))
+
+    def run_alone(self, code: str, tensors: list[Any]) -> dict[str, Any]:
+        """``code`` (one operator, or a fused pair) as a program of its own on ``tensors``, lowered, run and
+        compared with eager."""
         import torch
 
-        code, tensors = culprit.op_call_code(target, args, kwargs)
         if any(t.dim() == 0 for t in tensors):  # a lifted scalar: ExecuTorch's pybinding aborts on a 0-dim input
             raise ValueError("a 0-dim tensor argument (a lifted scalar): the runtime's Python binding cannot take one")
         module = culprit.one_op_module(code, len(tensors))
@@ -137,7 +142,35 @@ class DiagnosePhase:
             search = culprit.Search(error_of=error_of, threshold=self.threshold_of(method),
                                     budget_s=self.job["budget_s"] / len(self.methods))
             found[method] = culprit.find(parts, search, alone)
+            self.fused_pair(method, found[method])
         return found, {"methods": found}
+
+    def fused_pair(self, method: str, finding: dict[str, Any]) -> None:
+        """A culprit kind that passes alone yet fixes the method kept out is likely one the backend fuses with a
+        neighbour (an activation folded into the operator before it): each pair it forms with a call the lowering
+        delegates beside it, run alone on the real tensors that reached them; the first that fails names the
+        fusion, and is the reproducer."""
+        if finding.get("status") != "found":
+            return
+        threshold = self.threshold_of(method)
+        found = finding["culprits"][0]
+        if found.get("rel_l2_alone") is None or found["rel_l2_alone"] > threshold:  # it fails alone, or never ran so
+            return
+        exported, parts = self.log.results["parts"][method]
+        _, inputs = self.log.results["build"]
+        kinds = {part["key"]: part["kind"] for part in parts}
+        for position, producer, consumer in culprit.fused_neighbours(exported, found["calls"][0]["key"], set(kinds)):
+            try:
+                ran = self.run_alone(*culprit.chained_call_code(exported, inputs[method], producer, consumer))
+            except Exception:  # noqa: BLE001 - a pair that will not run alone names nothing
+                continue
+            if ran["rel_l2"] > threshold:
+                other = kinds[consumer if position == "following" else producer]
+                other_alone = self.log.results["alone"].get(method, {}).get(other)
+                found["fused_with"] = {"operator": other, "position": position, "rel_l2_fused": ran["rel_l2"],
+                                       "rel_l2_alone": other_alone["rel_l2"] if other_alone else None}
+                self.fusions[method] = ran
+                return
 
     def reproducer(self):
         """For each method's first culprit: the operator alone on its real inputs, when that fails alone;
@@ -152,12 +185,13 @@ class DiagnosePhase:
                 if finding.get("status") == "not pinned":
                     written[method] = self.unpinned_reproducer(method)
                 continue
-            kind = culprits[0]["operator"]
+            kind = culprit.named(culprits[0])
             folder = self.model_dir / REPRO_DIR / method
             folder.mkdir(parents=True, exist_ok=True)
             remedy = self.remedy_code(method)
             found_in = f"{self.job['model']}'s {method}:\n{where(culprits[0])}."
-            alone = self.log.results["alone"].get(method, {}).get(kind)
+            # A fused pair that fails alone is the reproducer, as an operator that fails alone is.
+            alone = self.fusions.get(method) or self.log.results["alone"].get(method, {}).get(culprits[0]["operator"])
             threshold = self.threshold_of(method)
             if alone is not None and alone["rel_l2"] > threshold:
                 torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
@@ -165,7 +199,7 @@ class DiagnosePhase:
                     kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=threshold,
                     remedy=remedy, found_in=found_in)
                 (folder / "repro.py").write_text(source, encoding="utf-8")
-                scope, note = "operator", ""
+                scope, note = "fusion" if method in self.fusions else "operator", ""
             else:
                 exported, _ = self.log.results["parts"][method]
                 self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind, threshold=threshold,
@@ -217,8 +251,10 @@ class DiagnosePhase:
                      else f"does not work as written ({remedy.get('error', '')})")
             judged, code = f"{what[:1].upper()}{what[1:]}: the whole method lowered with these lines {found}.", \
                 remedy["code"]
-        operator = "the operator alone on the real tensors that reached its first call" if scope == "operator" \
-            else "the whole method on its real inputs"
+        operator = {"operator": "the operator alone on the real tensors that reached its first call",
+                    "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached "
+                              "them (each on its own is within the threshold)",
+                    "method": "the whole method on its real inputs"}[scope]
         machine = issue_text.environment(("torch", "executorch"))
         if fails_with:
             title = f"[{backend}] {self.PROGRAM} does not lower: {fails_with} ({machine[0]})"
@@ -239,8 +275,10 @@ class DiagnosePhase:
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
         finding = self.log.results["search"][method]
         exported, _ = self.log.results["parts"][method]
-        found = [(c["operator"], c["calls"][0]["key"]) for c in finding.get("culprits") or []]
-        return self.adapter.remedy_options(exported, found)
+        culprits = finding.get("culprits") or []
+        found = [(c["operator"], c["calls"][0]["key"]) for c in culprits]
+        fused = [kind for c in culprits if "fused_with" in c for kind in (c["operator"], c["fused_with"]["operator"])]
+        return self.adapter.remedy_options(exported, found, fused=fused)
 
     def remedy_code(self, method: str) -> str:
         """The chosen remedy's lines; where the remedy stage did not run, the last option's (it keeps the culprits

@@ -126,12 +126,45 @@ def tanh_gelu(x, approximate="none"):
 }
 
 
-def remedy_options(exported: Any, culprits: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+# Activations XNNPACK fuses into the operator before them (its FuseActivationPass: the op's output clamped in
+# place), with the same function as a clamp, which the delegate takes as an operator of its own: exact, and still
+# delegated (ExecuTorch 0.7 computes a broadcast multiply fused with a ReLU wrong, the multiply and the ReLU
+# each right alone: docs/report.md). Each entry as DECOMPOSITIONS'.
+FUSED_ACTIVATIONS = {
+    "aten.relu.default": ("torch.ops.aten.relu.default", "relu_unfused", '''\
+def relu_unfused(x):
+    """ReLU as a clamp, which the delegate runs as its own operator instead of fusing it into the one before."""
+    return torch.clamp(x, min=0.0)
+'''),
+    "aten.hardtanh.default": ("torch.ops.aten.hardtanh.default", "hardtanh_unfused", '''\
+def hardtanh_unfused(x, min_val=-1.0, max_val=1.0):
+    """Hardtanh as a clamp, which the delegate runs as its own operator instead of fusing it into the one before."""
+    return torch.clamp(x, min_val, max_val)
+'''),
+}
+
+
+def _rewrite_code(rewrites: list[tuple[str, str, str]]) -> str:
+    """The lines that rewrite the exported program with ``rewrites`` (the operator, the function's name, its
+    code) before it is lowered, and the partitioner as shipped."""
+    functions = [code.rstrip() for _, _, code in rewrites]
+    table = ", ".join(f"{operator}: {name}" for operator, name, _ in rewrites)
+    lines = ["import math", "", "import torch",
+             "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner", "", "",
+             "\n\n\n".join(functions), "", "",
+             "# program: the exported program, rewritten before it is lowered",
+             f"program = program.run_decompositions({{{table}}})", "partitioner = XnnpackPartitioner()"]
+    return "\n".join(lines) + "\n"
+
+
+def remedy_options(exported: Any, culprits: list[tuple[str, str]], *,
+                   fused: list[str] = ()) -> list[tuple[str, str, bool]]:
     """The remedies a team would try, the one expected cheapest first: in a quantized program whose dynamically
-    quantized inputs are shared, each call given its own quantization; each culprit rewritten into operators the
-    delegate takes (where every culprit kind has such a rewrite), then each kept out of the delegate, narrowed to
-    the calls its arguments single out; last, where that narrows, every call of each kind kept out, as the search
-    did (tried only when nothing before it passes)."""
+    quantized inputs are shared, each call given its own quantization; for a fused pair, its activation written
+    as the operator the delegate does not fuse; each culprit rewritten into operators the delegate takes (where
+    every culprit kind has such a rewrite), then each kept out of the delegate, narrowed to the calls its
+    arguments single out; last, where that narrows, every call of each kind kept out, as the search did (tried
+    only when nothing before it passes)."""
     kinds = list(dict.fromkeys(kind for kind, _ in culprits))
     options = []
     shared = shared_dynamic_quantizations(exported)
@@ -139,15 +172,14 @@ def remedy_options(exported: Any, culprits: list[tuple[str, str]]) -> list[tuple
         calls = sum(len(users) for users in shared.values())
         options.append((f"each call given its own dynamic quantization of its input ({len(shared)} shared by {calls} "
                         "calls)", SPLIT_DYNAMIC_QUANTIZATION, False))
+    activations = [kind.partition("(")[0] for kind in fused]  # "aten.hardtanh.default(0.0, 6.0)": its operator
+    unfused = [FUSED_ACTIVATIONS[kind] for kind in dict.fromkeys(activations) if kind in FUSED_ACTIVATIONS]
+    if unfused:
+        options.append(("the activation written as a clamp, which the delegate runs without fusing it",
+                        _rewrite_code(unfused), False))
     if kinds and all(kind in DECOMPOSITIONS for kind in kinds):
-        functions = [DECOMPOSITIONS[kind][2].rstrip() for kind in kinds]
-        table = ", ".join(f"{DECOMPOSITIONS[kind][0]}: {DECOMPOSITIONS[kind][1]}" for kind in kinds)
-        lines = ["import math", "", "import torch",
-                 "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner", "", "",
-                 "\n\n\n".join(functions), "", "",
-                 "# program: the exported program, rewritten before it is lowered",
-                 f"program = program.run_decompositions({{{table}}})", "partitioner = XnnpackPartitioner()"]
-        options.append(("rewritten into operators the delegate takes", "\n".join(lines) + "\n", False))
+        options.append(("rewritten into operators the delegate takes",
+                        _rewrite_code([DECOMPOSITIONS[kind] for kind in kinds]), False))
     narrowed, whole = _kept_out_code(exported, culprits), _kept_out_code(exported, culprits, narrowed=False)
     options.append(("kept out of the delegate", narrowed, False))
     if whole != narrowed:  # the narrowing missed what the search kept out: every call of the kind, as it did
@@ -271,6 +303,7 @@ def remedy(program):
 def main():
     import torch
 
+    inputs = tuple(torch.load(Path(__file__).with_name("inputs.pt")))  # before executorch's imports, seconds long
     # ExecuTorch runs flatc from its own venv's bin/ while lowering.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -281,7 +314,6 @@ def main():
         def forward(self, {names}):
             return {call}
 
-    inputs = tuple(torch.load(Path(__file__).with_name("inputs.pt")))
     eager = Operator()(*inputs)
     program = torch.export.export(Operator(), inputs)
     program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())

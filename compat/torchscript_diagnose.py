@@ -47,8 +47,10 @@ def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
         return program(*inputs)
 
 
-def remedy_options(traced: Any, culprits: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
-    """One remedy: the blocklist that keeps the culprit passes out of ``optimize_for_mobile``."""
+def remedy_options(traced: Any, culprits: list[tuple[str, str]], *,
+                   fused: list[str] = ()) -> list[tuple[str, str, bool]]:
+    """One remedy: the blocklist that keeps the culprit passes out of ``optimize_for_mobile`` (a pass is no fused
+    pair of operators: ``fused`` is never given here)."""
     return [("passes kept out", _blocklist_code(culprits), False)]
 
 

@@ -219,6 +219,26 @@ def planted_operator_removed() -> ModelCase:
     return planted_operator("none")
 
 
+class ScaledBlock(nn.Module):
+    """A convolution, a per-channel scale and a ReLU: ExecuTorch 0.7's XNNPACK fuses the ReLU into the broadcast
+    multiply and gets it wrong, while the multiply and the ReLU each lower right alone (a fusion, no one
+    operator, is the culprit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+        self.scale = nn.Parameter(torch.rand(16, 1, 1) + 0.5)  # a layer scale, one per channel
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x) * self.scale).mean((2, 3)))
+
+
+def planted_fusion() -> ModelCase:
+    torch.manual_seed(11)
+    return ModelCase(ScaledBlock().eval(), (torch.randn(1, 8, 16, 16),))
+
+
 
 class SharedProjections(nn.Module):
     """An attention's q, k and v projections of the method's input, q split into heads: dynamically quantized

@@ -86,15 +86,16 @@ def explained_run(tmp_path_factory):
     beside the same model without the wrong operator, and the int8-dynamic variant of a team's own model
     (declared in the project's pyproject), below its quantized gate until one layer stays in float (the
     layer-precision search), llama-smoke's int8-dynamic variant, whose lowering — not its quantization —
-    departs (ExecuTorch 0.7's XNNPACK zeroes the KV cache: the operator search on the quantized program), and a
-    planted quantized variant that does not lower at all (the same search, from the lowering's error)."""
+    departs (ExecuTorch 0.7's XNNPACK zeroes the KV cache: the operator search on the quantized program), a
+    planted quantized variant that does not lower at all (the same search, from the lowering's error), and a
+    planted fusion (a multiply and a ReLU, each right alone, wrong fused)."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
     # The team's own model (tests/data/team_outlier.py), declared as a team declares one.
     shutil.copy(DATA / "team_outlier.py", folder / "team_outlier.py")
     team = '[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = ["int8-dynamic"]\n'
     models = ("data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed,team-outlier@int8-dynamic,"
-              "llama-quantized-smoke@int8-dynamic,planted-quantized-export@int8-dynamic")
+              "llama-quantized-smoke@int8-dynamic,planted-quantized-export@int8-dynamic,planted-fusion")
     result = nox("-s", "compare", "--", "--out", str(out), "--models", models, "--fresh",
                  env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}{team}"))
     return out, result

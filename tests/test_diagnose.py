@@ -410,3 +410,52 @@ def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_
     way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
     assert "[FAILED] **The quantized program does not lower**: export failed: " in way_out
     assert "does not lower → rel. L2 " in way_out
+
+
+FUSION = "planted-fusion"
+
+
+def test_a_fusion_no_operator_of_which_fails_alone_is_named_and_its_cheap_remedy_passes(explained_run):
+    """A broadcast multiply followed by a ReLU (models/smoke.py ScaledBlock): ExecuTorch 0.7's XNNPACK fuses the
+    ReLU into the multiply and computes the pair wrongly, while each alone lowers right. The search finds that
+    keeping the multiply out fixes the method; the pair, run alone on its real tensors, fails: the fusion is named,
+    its reproducer is the pair (exit 1; 0 with the remedy), and the remedy printed — the ReLU written as a clamp, still delegated — is the one the tool lowered and judged."""
+    out, result = explained_run
+    gate = next(g for g in verdict_of(out).gates if (g.model, g.gate) == (FUSION, "numerics"))
+    assert gate.status is GateStatus.FAILED, result.stderr[-3000:]
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == FUSION)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
+    alone = stages["alone"]["details"]["rel_l2"]["forward"]
+    assert alone["aten.mul.Tensor"] < 1e-4 and alone["aten.relu.default"] < 1e-4, alone  # neither fails alone
+    found = stages["search"]["details"]["methods"]["forward"]
+    (culprit,) = found["culprits"]
+    assert culprit["operator"] == "aten.mul.Tensor" and culprit["rel_l2_without"] < 1e-6, found
+    fused = culprit["fused_with"]
+    assert (fused["operator"], fused["position"]) == ("aten.relu.default", "following")
+    assert fused["rel_l2_fused"] > 0.1 and fused["rel_l2_alone"] == alone["aten.relu.default"]
+    written = stages["reproducer"]["details"]["methods"]["forward"]
+    assert written["scope"] == "fusion" and written["operator"] == (
+        "aten.mul.Tensor fused with the following aten.relu.default")
+    folder = out / "stacks/candidate/models" / FUSION / "diagnose" / written["folder"]
+    assert "torch.ops.aten.relu.default(torch.ops.aten.mul.Tensor(x0, x1))" in (folder / "repro.py").read_text()
+    # Run where the phase wrote it: 1 as lowered, 0 with the remedy (the planted operator's reproducer is also run
+    # from a copy by its own test: the same template).
+    assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+    assert "aten.mul.Tensor fused with the following aten.relu.default lowered to XNNPACK" in written["runs"][0]["said"]
+    remedy = stages["remedy"]["details"]["methods"]["forward"]
+    assert remedy["remedy"] == "the activation written as a clamp, which the delegate runs without fusing it"
+    assert remedy["passes"] and "program.run_decompositions({torch.ops.aten.relu.default: relu_unfused})" in (
+        remedy["code"])
+    # The clamp stays in the delegate; the multiply kept out goes to the portable kernel: the printed one is cheaper.
+    kept_out = next(t for t in remedy["tried"] if t["remedy"] == "kept out of the delegate")
+    ratios = {t["remedy"]: statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
+                                             for r in t["latency"]["rounds"]) for t in (remedy, kept_out)}
+    assert ratios[remedy["remedy"]] < ratios[kept_out["remedy"]], ratios
+    (judged,) = (r for r in verdict_of(out).remedies if r.model == FUSION)
+    assert judged.passes and judged.operators == ("aten.mul.Tensor fused with the following aten.relu.default",)
+    way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
+    entry = way_out.split(f"### `{FUSION}` · `forward` in candidate")[1].split("\n### ")[0]
+    assert "The fusion behind it, found in " in entry
+    assert "- **`aten.mul.Tensor fused with the following aten.relu.default`** (XNNPACK delegate): keeping " \
+           "`aten.mul.Tensor` out takes 100.0% of the error off" in entry
+    assert "(the two operators alone, as the delegate fuses them, on the real tensors that reached them;" in entry

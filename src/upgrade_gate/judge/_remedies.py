@@ -97,7 +97,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         stack=stack, model=model.name, gate=gate, min_snr_db=min_snr, min_cosine=min_cosine,
         cosine=min(cosines.values(), default=None) if min_cosine is not None else None,
         methods=tuple(m.method for m in remedied),
-        operators=tuple(dict.fromkeys([*(c.operator for m in remedied for c in m.culprits),
+        operators=tuple(dict.fromkeys([*(c.named for m in remedied for c in m.culprits),
                                        *(m.export_option for m in remedied if m.export_option)])),
         passes=not notes,
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,

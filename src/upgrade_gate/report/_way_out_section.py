@@ -126,20 +126,28 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     for culprit in method.culprits:
         alone = (f"; alone on the real tensors of its first call, rel. L2 {_rel_l2(culprit.rel_l2_alone)}"
                  if culprit.rel_l2_alone is not None else "")
+        if culprit.fused_with:  # no one operator fails alone: the pair the delegate fuses does
+            other = (f" (rel. L2 {_rel_l2(culprit.fused_with_alone)} alone)" if culprit.fused_with_alone is not None
+                     else "")
+            alone += (f"; with {code_span(culprit.fused_with)}{other}, the two alone as the delegate fuses them, "
+                      f"rel. L2 {_rel_l2(culprit.fused_rel_l2)}")
         calls = [call.where() + (f" (keeping this call out alone takes {call.share:.1%} off)"
                                  if call.share is not None and len(culprit.calls) > 1 else "")
                  for call in culprit.calls]
         span = ("does not lower" if failed_to_lower else f"rel. L2 {_rel_l2(method.rel_l2)}") + \
             f" → {'rel. L2 ' if failed_to_lower else ''}{_rel_l2(culprit.rel_l2_without)}"
-        items.append(Item(f"**{code_span(culprit.operator)}** ({culprit.backend}): keeping it out takes "
+        kept = code_span(culprit.operator) if culprit.fused_with else "it"
+        items.append(Item(f"**{code_span(culprit.named)}** ({culprit.backend}): keeping {kept} out takes "
                           f"{culprit.share:.1%} of the error off ({span}){alone}", calls))
-    blocks += [Paragraph(f"The operator{'s' if combined else ''} behind it{combined}, found in "
+    what = "fusion" if any(c.fused_with for c in method.culprits) else "operator"
+    blocks += [Paragraph(f"The {what}{'s' if combined else ''} behind it{combined}, found in "
                          f"{method.lowerings} lowerings:"), Bullets(items)]
     if method.reproducer:
         folder = f"{found.record_dir}/{method.reproducer}"
         run = f"{python or 'python'} {folder}/repro.py"
-        what = ("the operator alone on the real tensors that reached it" if method.reproducer_scope == "operator"
-                else f"the whole method and its real inputs ({method.reproducer_note})")
+        what = {"operator": "the operator alone on the real tensors that reached it",
+                "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached them",
+                }.get(method.reproducer_scope, f"the whole method and its real inputs ({method.reproducer_note})")
         issue = f", with `{method.issue}`, the issue text to file (versions, CPU, what it printed here)" \
             if method.issue else ""
         blocks.append(Paragraph(

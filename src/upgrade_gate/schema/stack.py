@@ -153,15 +153,31 @@ class CulpritOperator:
     share: float  # of the error that keeping it out takes off
     rel_l2_without: float
     rel_l2_alone: float | None  # the operator alone on its real inputs
+    # Where it passes alone: the operator the backend fuses it with, "following" or "preceding" it, that one's error
+    # alone, and the pair's alone on the real tensors that reached it (the fusion is the culprit).
+    fused_with: str = ""
+    fused_position: str = ""
+    fused_with_alone: float | None = None
+    fused_rel_l2: float | None = None
 
     @classmethod
     def from_details(cls, details: dict[str, Any]) -> CulpritOperator:
         alone = details.get("rel_l2_alone")
+        fused = details.get("fused_with") or {}
         return cls(operator=str(details.get("operator", "?")), backend=str(details.get("backend", "?")),
                    calls=tuple(CulpritCall(module=c.get("module"), source=c.get("source"), share=c.get("share"))
                                for c in details.get("calls", [])),
                    share=float(details.get("share", 0.0)), rel_l2_without=float(details.get("rel_l2_without", 0.0)),
-                   rel_l2_alone=None if alone is None else float(alone))
+                   rel_l2_alone=None if alone is None else float(alone),
+                   fused_with=str(fused.get("operator", "")), fused_position=str(fused.get("position", "")),
+                   fused_with_alone=_number(fused.get("rel_l2_alone")), fused_rel_l2=_number(fused.get("rel_l2_fused")))
+
+    @property
+    def named(self) -> str:
+        """The culprit as said: the operator, or the fusion (``aten.mul.Tensor fused with the following
+        aten.relu.default``), as compat/culprit.py ``named`` says it in the reproducer."""
+        return f"{self.operator} fused with the {self.fused_position} {self.fused_with}" if self.fused_with \
+            else self.operator
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -222,7 +238,8 @@ class MethodDiagnosis:
     assumed: tuple[str, ...] = ()
     export_tries: tuple[str, ...] = ()
     reproducer: str | None = None  # its folder, relative to the diagnose folder
-    reproducer_scope: str = ""  # "operator" (alone on its real tensors) or "method" (the whole method)
+    # "operator" (alone on its real tensors), "fusion" (a fused pair alone on them) or "method" (the whole method)
+    reproducer_scope: str = ""
     reproducer_note: str = ""  # why it is the whole method
     # The reproducer run where it was written: (its arguments, exit status, last line printed), as lowered first.
     reproducer_runs: tuple[tuple[str, int, str], ...] = ()
