@@ -16,11 +16,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from .common import cpu_and_isa
+
 ISSUE = "ISSUE.md"
-# The ISA extensions that change which kernels a CPU backend picks (x86 and Arm names as /proc/cpuinfo gives them).
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-             "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "fphp", "asimdhp", "i8mm", "bf16",
-             "sve", "sve2", "sme")
 EXITS = {0: "within the threshold", 1: "differs", 3: "could not run"}
 FAILS_AS_FOUND = "fails as found"  # a reproducer of a method that did not lower, exit 1 (executorch_diagnose.py)
 
@@ -53,21 +51,9 @@ def environment(packages: tuple[str, ...]) -> list[str]:
         loaded = getattr(sys.modules.get(name), "__version__", None)  # torch's says which build: 2.8.0+cu128
         with contextlib.suppress(PackageNotFoundError):  # the legacy stack has no executorch
             found.append(f"{name} {loaded if isinstance(loaded, str) else version(name)}")
-    cpu, flags = _cpu()
+    cpu, flags = cpu_and_isa()
     return [", ".join(found), f"Python {platform.python_version()}, {platform.system()} {platform.machine()}",
             f"CPU: {cpu}" + (f"; ISA flags: {' '.join(flags)}" if flags else "")]
-
-
-def _cpu() -> tuple[str, list[str]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                model = value.strip()
-            elif key.strip() in ("flags", "Features"):
-                flags |= set(value.split())
-    return model, [flag for flag in ISA_FLAGS if flag in flags]
 
 
 def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: list[dict[str, Any]], remedy: str,

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any
 
-from .common import RECORDS_VERSION, build_case, error_record
+from .common import RECORDS_VERSION, build_case, cpu_and_isa, error_record
 from .contract import capabilities, missing
 
 
@@ -26,14 +25,16 @@ def probe(distributions: list[str], adapter: Any) -> dict[str, Any]:
             versions[name] = None
     import torch
 
+    cpu, isa = cpu_and_isa()
     return {
         "schema_version": RECORDS_VERSION,
         "python": platform.python_version(),
         "executable": sys.executable,
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "isa": isa,  # what XNNPACK and the kernels dispatch on: the figures measured here are of this machine
         "torch_version": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "distributions": versions,
@@ -46,16 +47,6 @@ def _adapter(adapter: Any) -> dict[str, Any]:
     if isinstance(adapter, BaseException):
         return {"error": f"{type(adapter).__name__}: {adapter}"}
     return {"missing": missing(adapter), "capabilities": capabilities(adapter)}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def check_factory(job: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,8 @@ exporters write .ptl and .pte files, the real runtimes load and run them."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -68,6 +70,12 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
     assert Version(candidate["distributions"]["torchvision"]) == Version("0.23.0")
     assert Version(candidate["distributions"]["executorch"]).release[:2] == (0, 7)
     assert candidate["torch_version"].startswith("2.8.")
+    # Where every figure was measured, as the stacks' probes read this machine (the flags as /proc/cpuinfo has them).
+    flags = {flag for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith(("flags", "Features"))
+             for flag in line.partition(":")[2].split()}
+    target = results["measured_on"]
+    assert (target["name"], target["architecture"], target["cores"]) == ("local", platform.machine(), os.cpu_count())
+    assert target["isa"] and set(target["isa"]) <= flags and ("avx2" in target["isa"]) == ("avx2" in flags), target
 
     models = models_of(out)
     fp32 = {"vit-smoke", "mobilenet-v3-small", "llama-smoke", "minilm-smoke", "nanovlm-smoke"}

@@ -443,3 +443,43 @@ def test_the_least_delegated_method_is_named_and_a_method_with_no_operator_node_
                                                           "to delegate")
     only_empty = SimpleNamespace(name="m", stacks={"candidate": SimpleNamespace(delegation={"embed": delegation(0, 0)})})
     assert _least_delegated((only_empty,), "candidate") == "— (1 method, none with an operator node to delegate)"
+
+
+def installed_on(out: Path, stack: str, architecture: str, isa: list[str]) -> None:
+    """stacks/<stack>/stack.json's probe, as compat/probe.py writes it on a machine of that architecture."""
+    path = out / "stacks" / stack / "stack.json"
+    data = json.loads(path.read_text()) if path.is_file() else {"spec": {}}
+    data["installed"] = {"python": "3.11.9", "executable": f"/venv/{stack}/bin/python", "platform": "Linux",
+                         "machine": architecture, "cpu": "Some CPU", "cpu_count": 8, "isa": isa,
+                         "torch_version": "2.8.0", "torch_default_threads": 8, "distributions": {"torch": "2.8.0"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("architecture", "isa", "noted"), [("x86_64", ["avx2", "fma"], True),
+                                                             ("aarch64", ["asimd", "asimddp", "i8mm"], False)])
+def test_every_latency_figure_says_the_machine_it_was_measured_on(plan, architecture, isa, noted):
+    """The target (issue 41): CPU, architecture, cores and the ISA extensions the kernels dispatch on, in
+    results.json, the decision matrix and the page; an x86-64 host's verdict line says, once, that a phone runs
+    other kernels."""
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    for stack in ("legacy", "candidate"):
+        installed_on(out, stack, architecture, isa)
+    pipeline.report(plan)
+    results = json.loads((out / "results.json").read_text())
+    assert results["measured_on"] == {"name": "local", "cpu": "Some CPU", "architecture": architecture, "cores": 8,
+                                      "isa": isa}
+    assert results["stacks"]["candidate"]["installed"]["isa"] == isa
+    report = (out / "report.md").read_text()
+    verdict_line = next(line for line in report.splitlines() if line.startswith("- **candidate** vs baseline"))
+    assert verdict_line.endswith(f"; latency measured on an {architecture} host, not a phone (where)") is noted
+    assert report.count("not a phone") == noted  # one note, on the verdict line
+    described = f"local: Some CPU, {architecture}, 8 cores; ISA {' '.join(isa)}"
+    assert f"| Latency, cold start and memory measured on (where) | {described} | {described} |" in report
+    assert "| Latency at 1 thread(s) on local, candidate/baseline per method (table) |" in report
+    where = report[report.index("### Where it measured"):report.index("## Requirements")]
+    assert f"measured on **local**, the machine that ran the tool: Some CPU, {architecture}, 8 cores" in where
+    assert ", ".join(isa) in where and ("a phone runs their Arm kernels" in where) is noted
+    assert "href='#where-measured'" in (out / "report.html").read_text()

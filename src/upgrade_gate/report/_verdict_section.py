@@ -16,11 +16,13 @@ from upgrade_gate.report.render import (
 )
 from upgrade_gate.report.render import mark as status_mark
 from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.measured import Target
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults, Results, StackInfo
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, VerdictRecord
 from upgrade_gate.text import num, short, size
 
+WHERE_MEASURED = "where-measured"  # the page's anchor of the machine the figures are of
 VERDICT_STYLE = {"GO": "go", "GO-WITH-CONDITIONS": "conditions", "NO-GO": "nogo", "INCOMPLETE": "incomplete"}
 # How each outcome is listed under a candidate's verdict, after its failures.
 LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inconclusive"),
@@ -45,8 +47,10 @@ def failures_line(gates: tuple[GateResult, ...]) -> str:
     return "; ".join(parts)
 
 
-def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list[Block]:
-    """The verdict, each candidate's with the gates that did not pass, and those gates' table."""
+def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
+                   measured_on: Target | None = None) -> list[Block]:
+    """The verdict, each candidate's with the gates that did not pass, and those gates' table; ``measured_on``, where
+    its latency was measured: an x86-64 host gets one short note, since a phone runs other kernels."""
     blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
                                    style=f"verdict {VERDICT_STYLE.get(verdict.verdict.value, '')}")]
     lines = []
@@ -74,7 +78,9 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False) -> list
                           f"{'remedy' if count == 1 else 'remedies'} ([Way out](#way-out))")
         else:
             value_text = f"**{value}**"
-        lines.append(f"**{name}** vs baseline **{verdict.baseline}**: {value_text} — {summary}")
+        host = (f"; latency measured on an {measured_on.architecture} host, not a phone ([where](#{WHERE_MEASURED}))"
+                if measured_on is not None and measured_on.x86 else "")
+        lines.append(f"**{name}** vs baseline **{verdict.baseline}**: {value_text} — {summary}{host}")
     blocks.append(bullets(*lines))
     if verdict.incomplete:
         blocks += [Heading(3, "Incomplete: the evidence was not all gathered", anchor="incomplete"),
@@ -150,8 +156,13 @@ def matrix_rows(results: Results) -> list[list[str]]:
     rows.append(["Delegated operator nodes (least, per method)",
                  *[_least_delegated(results.models, n) + mark(n, "delegation") for n in names]])
     rows.append(["Other backends, export only (models lowered)", *[_backends_summary(fp32, n) for n in names]])
+    target = results.measured_on
+    if target is not None:
+        rows.append([f"Latency, cold start and memory measured on ([where](#{WHERE_MEASURED}))",
+                     *[target.described for _ in names]])
+    on = f" on {target.name}" if target is not None else ""
     for threads in results.settings.threads:
-        rows.append([f"Latency at {threads} thread(s), candidate/baseline per method ([table](#latency))", *[
+        rows.append([f"Latency at {threads} thread(s){on}, candidate/baseline per method ([table](#latency))", *[
             ("" if n == base else _latency_summary(results.models, n, threads)) + mark(n, "latency") for n in names]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
     if task_gates:
@@ -295,6 +306,23 @@ def latency_table(results: Results) -> list[Block]:
                       "coverage each interval holds is in the model's section; the latency gate's intervals hold "
                       "95% together). Below 1 the candidate is faster.", style="meta"),
             Table(header, rows)]
+
+
+def where_measured_blocks(results: Results) -> list[Block]:
+    """The machine every latency, cold-start and memory figure is of, and what that says of a phone."""
+    target = results.measured_on
+    if target is None:
+        return []
+    said = (f"Every latency, cold-start and memory figure in this report was measured on **{target.name}**, the "
+            f"machine that ran the tool: {target.cpu}, {target.architecture or 'architecture unknown'}"
+            f"{f', {target.cores} cores' if target.cores else ''}; ISA extensions the kernels dispatch on: "
+            f"{', '.join(target.isa) or 'not read'}.")
+    if target.x86:
+        said += (" XNNPACK and the portable kernels pick their code by these: a phone runs their Arm kernels (NEON, "
+                 "dot-product, i8mm) and the two stacks can rank differently there (ExecuTorch issue #4005: "
+                 "MobileNetV3-Small at ~30 ms on ExecuTorch against ~8 ms on PyTorch Mobile, Galaxy S20). Read the "
+                 "latency ratios as this host's, a proxy for the device, not a measurement of it.")
+    return [Heading(3, "Where it measured", anchor=WHERE_MEASURED), Paragraph(said)]
 
 
 def _backends_summary(models: list[ModelResults], stack: str) -> str:

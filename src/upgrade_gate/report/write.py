@@ -19,7 +19,14 @@ from upgrade_gate.report._figures import plot_figures
 from upgrade_gate.report._model_section import model_blocks
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report._stack_section import package_blocks, stack_blocks
-from upgrade_gate.report._verdict_section import gate_table, latency_table, matrix_rows, model_anchor, verdict_blocks
+from upgrade_gate.report._verdict_section import (
+    gate_table,
+    latency_table,
+    matrix_rows,
+    model_anchor,
+    verdict_blocks,
+    where_measured_blocks,
+)
 from upgrade_gate.report._way_out_section import way_out_blocks
 from upgrade_gate.report.render import (
     Block,
@@ -72,7 +79,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     names = list(results.stacks)
     verdict = results.verdict
     blocks: list[Block] = [Heading(1, f"upgrade-gate: {' → '.join(names)}")]
-    blocks += verdict_blocks(verdict, link_models=True)
+    blocks += verdict_blocks(verdict, link_models=True, measured_on=results.measured_on)
     warnings = (*verdict.warnings, *verdict.gate_warnings)
     if warnings:
         blocks += [Paragraph("Warnings:", style="warning"), bullets(*warnings)]
@@ -98,6 +105,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     header = [n if n == info.role else f"{n} ({info.role})" for n, info in results.stacks.items()]
     blocks.append(Table(["Factor", *header], matrix_rows(results)))
     blocks += latency_table(results)
+    blocks += where_measured_blocks(results)
     blocks += [Heading(2, "Requirements", anchor="requirements"),
                gate_table(verdict.gates, link_models=True, folded=f"All {len(verdict.gates)} gates")]
     if results.project:

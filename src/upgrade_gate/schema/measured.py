@@ -304,3 +304,31 @@ class BusyRounds(codec.Record):
     threads: int
     method: str
     per_round: tuple[float, ...]
+
+
+# The target every figure is measured on today: the machine that runs the tool.
+LOCAL = "local"
+# platform.machine() of the x86-64 hosts: their XNNPACK kernels are not the ones a phone runs.
+X86_64 = ("x86_64", "amd64", "i686", "i386")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Target(codec.Record):
+    """A machine the latency, cold-start and memory figures were measured on, with what its kernels dispatch on."""
+
+    name: str  # "local": the machine that ran the tool
+    cpu: str  # by model name
+    architecture: str  # platform.machine(): x86_64, aarch64, arm64
+    cores: int | None
+    isa: tuple[str, ...]  # the ISA extensions XNNPACK picks kernels by (avx2, avx512_vnni; asimddp, i8mm)
+
+    @property
+    def x86(self) -> bool:
+        return self.architecture.lower() in X86_64
+
+    @property
+    def described(self) -> str:
+        """``local: AMD EPYC 7B13, x86_64, 2 cores; ISA sse4_2 avx avx2 fma f16c``."""
+        cores = f", {self.cores} cores" if self.cores else ""
+        isa = f"; ISA {' '.join(self.isa)}" if self.isa else "; ISA extensions not read"
+        return f"{self.name}: {self.cpu}, {self.architecture or 'architecture unknown'}{cores}{isa}"

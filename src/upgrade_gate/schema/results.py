@@ -32,7 +32,7 @@ from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import BusyRounds, Contention, LatencyRatio, RatioEstimate
+from upgrade_gate.schema.measured import LOCAL, BusyRounds, Contention, LatencyRatio, RatioEstimate, Target
 from upgrade_gate.schema.project import Differences, ProjectResults, differing
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.stack import StackResults
@@ -113,6 +113,8 @@ class Installed(codec.Record):
     platform: str
     cpu: str
     cpu_count: int | None
+    architecture: str = field(default="", metadata=codec.key("machine"))  # platform.machine(): x86_64, aarch64
+    isa: tuple[str, ...] = ()  # the ISA extensions the kernels dispatch on (compat/common.py ISA_FLAGS)
     torch_version: str
     distributions: dict[str, str | None]  # the spec's requirements by name: version, None if absent
 
@@ -176,7 +178,8 @@ class Results(codec.Record):
     verdict: VerdictRecord
 
     DERIVED = (codec.derived("schema_version", lambda _: str(RESULTS_VERSION), after=codec.START),
-               codec.derived("package_differences", after="stacks"))  # for readers of the file
+               codec.derived("package_differences", after="stacks"),  # for readers of the file
+               codec.derived("measured_on", lambda r: codec.encode(r.measured_on), after="package_differences"))
 
     @property
     def baseline(self) -> StackInfo:
@@ -195,6 +198,16 @@ class Results(codec.Record):
 
     def gates_of(self, model: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.verdict.gates if g.model == model)
+
+    @property
+    def measured_on(self) -> Target | None:
+        """Where every latency, cold-start and memory figure of this report was measured: ``local``, the machine
+        that ran the stacks, as their probes read it (None: no stack was built)."""
+        probed = next((s.installed for s in self.stacks.values() if s.installed is not None), None)
+        if probed is None:
+            return None
+        return Target(name=LOCAL, cpu=probed.cpu, architecture=probed.architecture, cores=probed.cpu_count,
+                      isa=probed.isa)
 
     @property
     def package_differences(self) -> Differences:
