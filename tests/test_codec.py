@@ -36,6 +36,7 @@ from upgrade_gate.schema.measured import (
     RoundLoad,
     RoundsEnded,
     StackLoad,
+    Target,
 )
 from upgrade_gate.schema.project import (
     CaseChange,
@@ -120,7 +121,9 @@ MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="Vi
                      variant="int8", task_kind="classification", stacks={"candidate": STACK_RESULTS},
                      comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION}, busy_rounds=(BUSY,))
 INSTALLED = Installed(python="3.12.1", executable="/venv/bin/python", platform="linux", cpu="x86_64", cpu_count=None,
-                      torch_version="2.8.0", distributions={"torch": "2.8.0", "timm": None})
+                      architecture="x86_64", isa=("avx2", "fma"), torch_version="2.8.0",
+                      distributions={"torch": "2.8.0", "timm": None})
+TARGET = Target(name="local", cpu="Some CPU", architecture="aarch64", cores=8, isa=("asimd", "i8mm"))
 EXTRA = ExtraRequirement(requirement="timm>=1.0", distribution="timm")
 STACK_INFO = StackInfo(name="candidate", role="candidate", file="candidate.toml", description="d",
                        requirements=("torch==2.8.0",), exporter="executorch", runtime="xnnpack", installed=INSTALLED,
@@ -150,7 +153,7 @@ RESULTS = Results(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00"
 RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8.0", torchvision="0.23.0", torchao=None,
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
-         CONTENTION, BUSY, RATIO, STACK_RESULTS, MODEL, INSTALLED, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
+         CONTENTION, BUSY, RATIO, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
          SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
@@ -208,7 +211,7 @@ def test_keys_and_their_order_are_the_files():
         {"requirement": "timm>=1.0", "distribution": "timm", "version": "1.0.9"},
         {"requirement": "-e .", "distribution": None, "version": None}]
     assert list(RESULTS.to_dict()) == ["schema_version", "tool_version", "generated_at", "config", "settings",
-                                       "stacks", "package_differences", "models", "project", "verdict"]
+                                       "stacks", "package_differences", "measured_on", "models", "project", "verdict"]
     assert list(VERDICT.to_dict())[0] == "schema_version"
     assert list(PROJECT.to_dict()) == ["root", "install", "test", "allow", "stacks", "diffs", "new_warnings",
                                        "package_changes", "scan", "scan_problem", "scan_file"]
