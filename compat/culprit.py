@@ -113,6 +113,22 @@ def find(parts: list[dict[str, Any]], search: Search, alone: dict[str, float]) -
         return {**record, "status": "stopped at budget", "reason": str(stop)}
 
 
+# A method whose search ended without a culprit, yet may be below its gate for the reason another method's search
+# found (one lowering of a 30-layer LLM's prefill outlasts its share of the budget; SmolLM2's decode found it).
+CARRIED_TO = ("stopped at budget", "not pinned")
+
+
+def carried_over(found: dict[str, dict[str, Any]], remedied: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Which methods try another method's remedy, and whose: each method whose search ended in ``CARRIED_TO``,
+    the first method (in the methods' order) whose chosen remedy passes — its lines act on the whole program
+    (every call of a kind kept out, or rewritten), so they apply as written."""
+    source = next((method for method in found if (remedied.get(method) or {}).get("passes")), None)
+    if source is None:
+        return {}
+    return {method: source for method, finding in found.items()
+            if finding.get("status") in CARRIED_TO and method not in remedied}
+
+
 def narrow(calls: list[dict[str, Any]], search: Search, whole: float) -> list[dict[str, Any]]:
     """The one call of a kind that is enough kept out on its own, if there is one; else all of them,
     each with the share of the error that keeping it out alone takes off."""

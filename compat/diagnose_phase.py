@@ -292,23 +292,34 @@ class DiagnosePhase:
         loaded from its file and run as the artifact is, against eager; each that passes timed against the shipped
         artifact. The one chosen — of those that pass, the least slowdown (the first where none is timed); where
         none passes, the closest — keeps its outputs for the parent to judge against the reference as the gate
-        does; the others stay as rows of what was tried."""
+        does; the others stay as rows of what was tried. A method whose search found nothing to keep out (the budget
+        stopped it, or no part was pinned) is then tried with the remedy that passes for another method
+        (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
         reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
         names = load_npz_tensors(reference) if reference.is_file() else {}
         checked, outputs = {}, {}
-        for method, finding in self.log.results["search"].items():
+
+        def keep(method: str, tried: list[dict[str, Any]], **found_in: str) -> None:
+            chosen = cheapest(tried)
+            self.remedies[method] = chosen["code"]
+            ran = chosen.pop("outputs", None)
+            if ran is not None:
+                outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            checked[method] = {**chosen, **found_in,
+                               "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried]}
+
+        search = self.log.results["search"]
+        for method, finding in search.items():
             if not finding.get("culprits"):
                 continue
             tried: list[dict[str, Any]] = []
             for number, (what, code, fallback) in enumerate(self.remedy_options(method)):
                 if not (fallback and any(t["passes"] for t in tried)):
                     tried.append(self.try_remedy(method, number, what, code))
-            chosen = cheapest(tried)
-            self.remedies[method] = chosen["code"]
-            ran = chosen.pop("outputs", None)
-            if ran is not None:
-                outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            checked[method] = {**chosen, "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried]}
+            keep(method, tried)
+        for method, source in culprit.carried_over(search, checked).items():
+            keep(method, [self.try_remedy(method, 0, checked[source]["remedy"], checked[source]["code"])],
+                 found_in=source)
         if not checked:
             raise StageSkipped("no culprit found")
         if outputs:

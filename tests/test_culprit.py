@@ -161,3 +161,19 @@ def test_a_kind_the_budget_stops_narrowing_is_the_culprit_whole(monkeypatch):
     record = culprit.find(parts(("gelu", 2)), stopping, alone={})
     assert record["status"] == "found" and len(asked) == 2
     assert [c["key"] for c in record["culprits"][0]["calls"]] == ["gelu_0", "gelu_1"]
+
+
+def test_a_method_the_search_did_not_answer_tries_the_remedy_that_passes_for_another():
+    """SmolLM2's prefill: one lowering outlasts its share of the budget, while its decode's search finds the
+    linears and a remedy that passes. The remedy's lines act on the whole program, so the prefill tries them as
+    written; a method that has its own remedy, or whose artifact lowered again within the threshold, does not."""
+    found = {"prefill": {"status": "stopped at budget"}, "decode": {"status": "found"},
+             "embed": {"status": "does not reproduce"}, "head": {"status": "not pinned"}}
+    remedied = {"decode": {"passes": True}}
+    assert culprit.carried_over(found, remedied) == {"prefill": "decode", "head": "decode"}
+    # Only a remedy that passes is carried over; the first method (in order) whose remedy passes gives it.
+    assert culprit.carried_over(found, {"decode": {"passes": False}}) == {}
+    both = {"a": {"status": "found"}, "b": {"status": "found"}, "c": {"status": "stopped at budget"}}
+    assert culprit.carried_over(both, {"a": {"passes": False}, "b": {"passes": True}}) == {"c": "b"}
+    assert culprit.carried_over(both, {"a": {"passes": True}, "b": {"passes": True}}) == {"c": "a"}
+    assert culprit.carried_over({"a": {"status": "stopped at budget"}}, {}) == {}

@@ -56,6 +56,30 @@ def test_a_search_the_budget_stopped_claims_nothing():
     assert "Reproducer" not in text and "The change" not in text
 
 
+def test_a_method_the_budget_stopped_says_so_and_judges_the_remedy_another_method_found():
+    """The prefill's search stopped at budget; the decode's found the linears and a remedy that acts on the whole
+    program, which the phase tried on the prefill as written (compat/culprit.py carried_over): the prefill's entry
+    still claims no culprit, and says which method's change it ran, with its own check."""
+    culprit = {**CULPRIT, "operator": "aten.linear.default"}
+    found = diagnosis({"forward": {"status": "stopped at budget", "rel_l2": 0.9, "tried": [{}],
+                                   "reason": "stopped at budget (150 s) before trying every aten.linear.default"},
+                       "decode": {"status": "found", "rel_l2": 0.9, "culprits": [culprit], "tried": [{}, {}]}},
+                      {"decode": {"remedy": "kept out of the delegate", "code": "partitioner = P()\n", "passes": True,
+                                  "rel_l2": 1e-3},
+                       "forward": {"remedy": "kept out of the delegate", "code": "partitioner = P()\n",
+                                   "passes": True, "rel_l2": 2e-3, "found_in": "decode"}})
+    forward = next(f for f in found.findings if f.method == "forward")
+    assert (forward.remedy_found_in, forward.remedy_passes, forward.culprits) == ("decode", True, ())
+    text = markdown(found, "forward")
+    assert "[incomplete] stopped at the budget: nothing claimed: stopped at budget (150 s)" in text
+    assert ("The change found for `decode` (kept out of the delegate) acts on the whole program; tried on this method "
+            "as written, checked: the whole method lowered with the same lines gives rel. L2 2.00e-03 against eager "
+            "— [passed] passes;") in text
+    # Not found here: no culprit, no reproducer of its own.
+    assert "Reproducer" not in text and "The operator" not in text
+    assert "found for" not in markdown(found, "decode")
+
+
 def test_a_failure_no_part_explains_says_so_with_the_whole_method_as_its_reproducer():
     found = diagnosis({"forward": {"status": "not pinned", "rel_l2": 2e-4, "tried": [{}] * 5,
                                    "reason": "every part kept out, the method still departs (rel. L2 1.9e-4)"}}, None)

@@ -115,6 +115,8 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                 f"Reproducer, to hand upstream: `{folder}/` (the whole method and its real inputs, the smallest "
                 f"program found to fail; the stack's own packages only). Run from the report folder, "
                 f"`{python or 'python'} {folder}/repro.py` exits 1 as lowered (no remedy was found)."))
+        if method.remedy_found_in:  # the program-wide lines another method's search found, tried here as written
+            blocks += _carried_blocks(method, shipped_bytes)
         return blocks
     if found.keeps_float:
         skipped = found.stage("remedy")
@@ -189,6 +191,19 @@ def _attributed(model: ModelResults, stack: str, method: str, search: str) -> li
                           f"lowering may add up to ×{LOWERING_FACTOR:g} the quantization's error; docs/report.md). "
                           "The operators behind the lowering were searched first, on the quantized program.")]
     return [Paragraph(f"The quantization, not the lowering, departs: {found.said()}.")]
+
+
+def _carried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:
+    """A method the search did not answer, lowered with the remedy another method's search found (the lines act on
+    the whole program): its own check, said as such."""
+    if method.remedy_error:
+        return [Paragraph(f"The change found for `{method.remedy_found_in}` ({method.remedy_kind}), tried on this "
+                          f"method as written, {mark('FAILED')} does not work here: {method.remedy_error}.")]
+    verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+    measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
+    return [Paragraph(f"The change found for `{method.remedy_found_in}` ({method.remedy_kind}) acts on the whole "
+                      f"program; tried on this method as written, checked: the whole method lowered with the same "
+                      f"lines gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}.")]
 
 
 def _with_remedy(method: MethodDiagnosis) -> str:

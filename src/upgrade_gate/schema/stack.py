@@ -245,6 +245,9 @@ class MethodDiagnosis:
     reproducer_runs: tuple[tuple[str, int, str], ...] = ()
     issue: str | None = None  # ISSUE.md beside it: the text to file upstream
     remedy_code: str | None = None
+    # Where the search found nothing to keep out: the method whose remedy was tried here, as written (compat/culprit.py
+    # carried_over), else empty.
+    remedy_found_in: str = ""
     remedy_kind: str = ""  # what the chosen remedy does (one of ``remedies_tried``)
     remedies_tried: tuple[TriedRemedy, ...] = ()  # in the order tried, the chosen one among them
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
@@ -334,6 +337,7 @@ class Diagnosis(StagesOf, codec.Record):
                                       for r in repro.get("runs", ())),
                 issue=repro.get("issue"),
                 remedy_code=remedy.get("code"), remedy_kind=str(remedy.get("remedy", "")),
+                remedy_found_in=str(remedy.get("found_in") or ""),
                 remedies_tried=tuple(TriedRemedy.from_details(t) for t in remedy.get("tried", ())),
                 remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
