@@ -207,7 +207,8 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     else:
         assert "(inconclusive)" in said, remedy.conditions
     # With the export failure beside it exported by draft_export (its own test, below), every hard failure has
-    # a remedy; the headline says what the verdict would be only when that one passes too.
+    # a remedy (this one, the planted fusion's and the export's); the headline says what the verdict would be only
+    # when that one passes too.
     report = (out / "report.md").read_text()
     exported = next(r for r in verdict.remedies if r.model == "data-dependent-branch")
     # On a machine others keep busy the latency gates are "machine busy", so what the remedies make of it is
@@ -215,7 +216,7 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     busy = bool(verdict.incomplete) and all(r.startswith(("machine busy: ", "run `")) for r in verdict.incomplete)
     if exported.passes:
         after = "INCOMPLETE" if busy else "GO-WITH-CONDITIONS"
-        assert f"**NO-GO** as configured; **{after}** with 2 remedies (Way out)" in report, report[:3000]
+        assert f"**NO-GO** as configured; **{after}** with 3 remedies (Way out)" in report, report[:3000]
     else:  # draft_export specialized the other branch: no headline with remedies, the plain verdict
         assert "**NO-GO** as configured;" not in report, report[:3000]
         assert "- **candidate** vs baseline **legacy**: **NO-GO** — " in report, report[:3000]
