@@ -179,7 +179,7 @@ class Diagnoses(Protocol):
         """A lowered program serialized and run in the stack's runtime: its outputs, as ``run`` gives them."""
 
     def remedy_options(self, lowerable: Any, culprits: list[tuple[str, str]], *,
-                       fused: list[str] = ()) -> list[tuple[str, str, bool]]:
+                       fused: Sequence[str] = ()) -> list[tuple[str, str, bool]]:
         """The remedies a team would try for the culprits (kind, key of its first part), the one expected
         cheapest first, each ``(what it does, Python that binds REMEDY_NAME, tried only when none before it
         passed)``; the last keeps every culprit out, as the search did. ``fused``: the kinds of a pair the

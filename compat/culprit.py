@@ -13,7 +13,8 @@ compared with eager, the LiteRT culprit finder's approach:
    lowering. The first kind whose exclusion brings the artifact within the threshold is the culprit.
 2. Its calls are narrowed: a single call that alone brings the artifact within the threshold is the
    culprit by itself; otherwise all calls of the kind are (each call's share of the error is said). A kind
-   of more than ``MAX_NARROWED`` calls, or one the budget stops narrowing, is the culprit as a whole.
+   of more than ``MAX_NARROWED`` calls, one of quantized calls, or one the budget stops narrowing, is the
+   culprit as a whole.
 3. No single kind is enough: kinds are added in the order of what each took off the error until the
    artifact passes — the smallest set found, said as such; if every part kept out still fails, no
    bisection can pin it, and the report says so.
@@ -135,6 +136,10 @@ def narrow(calls: list[dict[str, Any]], search: Search, whole: float) -> list[di
     if len(calls) == 1:
         return calls
     if len(calls) > MAX_NARROWED:  # one call at a time would spend the budget; the kind is the culprit found
+        return calls
+    # A quantized call kept out alone leaves the dynamic quantization it shares with the others half in the delegate:
+    # ExecuTorch 0.7's runtime aborts running that (one linear of a one-layer llama's prefill), taking the search down.
+    if any(call.get("quantized") for call in calls):
         return calls
     shares = []
     for call in calls:

@@ -5,7 +5,7 @@ some kept out, the lines of an export script that keep the culprit out, and the 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,7 @@ def _rewrite_code(rewrites: list[tuple[str, str, str]]) -> str:
 
 
 def remedy_options(exported: Any, culprits: list[tuple[str, str]], *,
-                   fused: list[str] = ()) -> list[tuple[str, str, bool]]:
+                   fused: Sequence[str] = ()) -> list[tuple[str, str, bool]]:
     """The remedies a team would try, the one expected cheapest first: in a quantized program whose dynamically
     quantized inputs are shared, each call given its own quantization; for a fused pair, its activation written
     as the operator the delegate does not fuse; each culprit rewritten into operators the delegate takes (where

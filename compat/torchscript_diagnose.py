@@ -6,6 +6,7 @@ and the reproducer the traced method itself (TorchScript: it loads without the m
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def run_lowered(lowered: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
 
 
 def remedy_options(traced: Any, culprits: list[tuple[str, str]], *,
-                   fused: list[str] = ()) -> list[tuple[str, str, bool]]:
+                   fused: Sequence[str] = ()) -> list[tuple[str, str, bool]]:
     """One remedy: the blocklist that keeps the culprit passes out of ``optimize_for_mobile`` (a pass is no fused
     pair of operators: ``fused`` is never given here)."""
     return [("passes kept out", _blocklist_code(culprits), False)]
