@@ -25,6 +25,10 @@ from .torchscript_diagnose import (  # noqa: F401 - the adapter's members
 
 SUFFIX = ".ptl"
 
+# Imported once per stack by the fork server of the phases that export (compat/worker.py PRELOADS): FX
+# quantization, which the int8 recipe imports.
+PRELOAD = ("torch.ao.quantization.quantize_fx",)
+
 # Quantization recipes by variant name: what a team on this stack ships as INT8.
 QUANTIZATIONS = {
     "int8": "FX static, qnnpack (dynamic Linear where FX cannot trace the model)",

@@ -14,6 +14,8 @@ boundary, because the two sides run different torch versions. The commands:
   (diagnose_phase.py); for a quantized variant, the layers to keep in float (precision_phase.py); for a
   failed export, the export API's other options (export_remedy_phase.py)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
+* ``fork-server`` — imports torch and the stack's packages once, then forks a child per ``export``,
+  ``runtime`` or ``diagnose`` job the parent sends it (fork_server.py)
 
 Nothing of this repository is on sys.path (``-P``): a user's own package called
 ``models`` or ``compat`` (the project root is on sys.path for its factories)
@@ -36,6 +38,8 @@ from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The process this one dies with (run/supervisor.py sets it; a forked child's is the fork server).
+PARENT_PID_ENV = "UPGRADE_GATE_PARENT_PID"
 # compat/ is loaded under this name (a team's adapter file imports ours from it).
 COMPAT_PACKAGE = "upgrade_gate_compat"
 
@@ -67,13 +71,60 @@ def load_adapter(name: str) -> ModuleType:
 def die_with_parent() -> None:
     """SIGKILL this process when the thread that started it goes away (Linux):
     a ``kill -9`` of the run must not leave an export writing into its folder."""
-    parent = os.environ.get("UPGRADE_GATE_PARENT_PID")
+    parent = os.environ.get(PARENT_PID_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, 9, 0, 0, 0)
     if os.getppid() != int(parent):  # the parent died before the request took effect
         os._exit(1)
+
+
+def _load_ours(job: dict[str, Any]) -> Any:
+    """compat/ and models/ under their private names (once: a forked child has them); compat's common."""
+    if COMPAT_PACKAGE not in sys.modules:
+        _register_package(COMPAT_PACKAGE, REPO_ROOT / "compat")
+    common = ours("common")
+    if common.MODELS_PACKAGE not in sys.modules:
+        _register_package(common.MODELS_PACKAGE, REPO_ROOT / "models")
+    if job.get("assets_dir"):
+        os.environ["UPGRADE_GATE_ASSETS"] = job["assets_dir"]
+    return common
+
+
+# What a fork server imports once (the job's "imports"), beyond the adapter module: for the runtime
+# phase, an app that has only the artifacts, what a fresh worker would before loading one (the adapter
+# contract's ``load``: nothing of the exporter); for the phases that export, their modules and the
+# exporter's (the adapter's ``PRELOAD``).
+PRELOADS = {
+    "app": ("runtime_phase",),
+    "exporter": ("export_phase", "diagnose_phase", "precision_phase", "quantized_lowering_phase",
+                 "export_remedy_phase"),
+}
+
+
+def fork_server(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The stack's packages imported once, then a child forked per request (fork_server.py): the request
+    in each child, None in the server when the parent is done. An import that fails here is left to
+    the phase that needs it, which records it as a fresh worker would."""
+    _load_ours(job)
+    preloaded: dict[str, str] = {}
+    try:
+        adapter = load_adapter(job["adapter"])
+    except Exception as error:  # noqa: BLE001 - each phase's own load records it
+        adapter, preloaded[job["adapter"]] = None, f"{type(error).__name__}: {error}"
+    names = [f"{COMPAT_PACKAGE}.{name}" for name in PRELOADS[job["imports"]]]
+    if job["imports"] == "exporter":
+        names += list(getattr(adapter, "PRELOAD", ()))
+    for name in names:
+        try:
+            importlib.import_module(name)
+            preloaded[name] = "ok"
+        except Exception as error:  # noqa: BLE001 - as above
+            preloaded[name] = f"{type(error).__name__}: {error}"
+    # The pipes to the parent, named as measure_server.py's are (and not passed on to a child).
+    requests_fd, events_fd = (int(fd) for fd in os.environ.pop("UPGRADE_GATE_CONTROL_FDS").split(","))
+    return ours("fork_server").serve(requests_fd, events_fd, preloaded)
 
 
 def ours(name: str) -> Any:
@@ -83,20 +134,24 @@ def ours(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
-    parser.add_argument("command", choices=("probe", "check", "export", "runtime", "diagnose", "measure"))
+    parser.add_argument("command", choices=("probe", "check", "export", "runtime", "diagnose", "measure",
+                                            "fork-server"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     die_with_parent()
+    if args.command == "fork-server":
+        request = fork_server(json.loads(args.job.read_text(encoding="utf-8")))
+        if request is None:  # the server, done
+            return 0
+        args = parser.parse_args(request["argv"])  # a child: it dies with the server, which dies with the parent
+        os.environ[PARENT_PID_ENV] = str(request["server_pid"])
+        die_with_parent()
     # Where it was: a crash (segfault, abort) or the supervisor's SIGTERM (a deadline, a stopped run)
     # writes every thread's Python stack into the log (stderr), whose tail the parent records.
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     job = json.loads(args.job.read_text(encoding="utf-8"))
-    _register_package(COMPAT_PACKAGE, REPO_ROOT / "compat")
-    common = ours("common")
-    _register_package(common.MODELS_PACKAGE, REPO_ROOT / "models")
-    if job.get("assets_dir"):
-        os.environ["UPGRADE_GATE_ASSETS"] = job["assets_dir"]
+    common = _load_ours(job)
 
     if args.command == "probe":
         try:

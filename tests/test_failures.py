@@ -74,6 +74,11 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
         assert killed["error"]["message"].startswith("worker killed by signal SIGKILL from outside (not by upgrade-gate, "
                                                      "and the kernel counted no out-of-memory kill; peak resident ")
 
+        # Every worker was forked by the stack's fork server (worker-start = "fork"), and caught as a fresh one is.
+        for model in ("hang", "segfault", "memory-hog", "killed-from-outside", "vit-smoke"):
+            record = json.loads((out / "stacks" / stack / "models" / model / "export.json").read_text())
+            assert record["facts"]["supervisor"]["forked"] is True, (stack, model)
+
         for phase in ("export", "runtime"):
             found = stages(out, stack, "vit-smoke", phase)
             assert {s["status"] for name, s in found.items() if name not in EXPLAINING} == {"ok"}

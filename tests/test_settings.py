@@ -163,7 +163,7 @@ def test_unknown_setting(project):
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, candidates, diagnose-budget, "
         "envs, export-jobs, extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, profile, project, rounds, stop-early, suite, "
         "threads, "
-        "time-budget, timeouts, variants, warmup"
+        "time-budget, timeouts, variants, warmup, worker-start"
     )
 
 

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import supervisor, workers
+
+COMPAT = TOOL_ROOT / "compat"
 
 # A stand-in for the worker: records a running stage the way compat/worker.py does, then behaves.
 WORKER = textwrap.dedent('''
@@ -27,6 +30,13 @@ WORKER = textwrap.dedent('''
         json.dump(record, f)
     os.replace(phase_file + ".tmp", phase_file)
     held = []
+    # What an earlier child of the same fork server did to its copy of the server's state, if it shows here.
+    server = sys.modules.get("fork_server")
+    record["tainted"] = "TAINTED" in os.environ or getattr(server, "REAP_S", None) == 99
+    if behaviour == "taint":
+        os.environ["TAINTED"] = "1"
+        server.REAP_S = 99
+        behaviour = "quick"
     if behaviour == "hang":
         time.sleep(600)
     elif behaviour == "grow":
@@ -40,34 +50,83 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def supervise(tmp_path: Path, stage: str, behaviour: str, *, deadlines: dict[str, float],
-              memory_limit: int = 2**40) -> supervisor.Outcome:
+# A stand-in for the fork server (compat/worker.py fork-server): the real serve() of compat/fork_server.py,
+# whose children run the stand-in worker.
+FORK_SERVER = textwrap.dedent('''
+    import importlib.util, os, runpy, sys
+    spec = importlib.util.spec_from_file_location("fork_server", sys.argv[1])
+    fork_server = sys.modules["fork_server"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fork_server)
+    if len(sys.argv) > 3:  # a thread started at import, as a library might
+        import threading
+        threading.Thread(target=lambda: __import__("time").sleep(600), daemon=True).start()
+    requests_fd, events_fd = (int(fd) for fd in os.environ.pop("UPGRADE_GATE_CONTROL_FDS").split(","))
+    request = fork_server.serve(requests_fd, events_fd, {})
+    if request is not None:
+        sys.argv = [sys.argv[2], *request["argv"]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+''')
+
+
+def stand_in(tmp_path: Path) -> Path:
     script = tmp_path / "stand_in.py"
     script.write_text(WORKER)
-    phase_file = tmp_path / "phase.json"
-    return supervisor.run_supervised(
-        [sys.executable, str(script), str(phase_file), stage, behaviour],
-        env={}, cwd=tmp_path, log_file=tmp_path / "log", phase_file=phase_file,
-        deadline_for=lambda name: deadlines.get(name, deadlines["default"]), memory_limit_bytes=memory_limit,
+    return script
+
+
+@pytest.fixture(params=["fresh", "forked"])
+def start(request, tmp_path):
+    """How the worker starts: a fresh process, or a child of a fork server (None: fresh)."""
+    if request.param == "fresh":
+        yield None
+        return
+    server = fork_server(tmp_path)
+    yield server
+    server.close()
+
+
+def fork_server(tmp_path: Path, *, threaded: bool = False) -> supervisor.ForkServer:
+    (tmp_path / "fork_server_stand_in.py").write_text(FORK_SERVER)
+    script = stand_in(tmp_path)
+    return supervisor.ForkServer(
+        [sys.executable, str(tmp_path / "fork_server_stand_in.py"), str(COMPAT / "fork_server.py"), str(script),
+         *(["threaded"] if threaded else [])],
+        serves=[sys.executable, str(script)], commands=[str(tmp_path / "phase.json")], env={}, cwd=tmp_path,
+        log_file=tmp_path / "fork-server.log", ready_deadline_s=60, control_env=supervisor.CONTROL_FDS_ENV,
     )
 
 
-def test_a_stage_past_its_deadline_is_killed_and_named(tmp_path):
-    outcome = supervise(tmp_path, "eager", "hang", deadlines={"default": 600, "eager": 1.0})
+def supervise(tmp_path: Path, stage: str, behaviour: str, *, deadlines: dict[str, float],
+              memory_limit: int = 2**40, start: supervisor.ForkServer | None = None,
+              env: dict[str, str] | None = None) -> supervisor.Outcome:
+    phase_file = tmp_path / "phase.json"
+    return supervisor.run_supervised(
+        [sys.executable, str(stand_in(tmp_path)), str(phase_file), stage, behaviour],
+        env=env or {}, cwd=tmp_path, log_file=tmp_path / "log", phase_file=phase_file,
+        deadline_for=lambda name: deadlines.get(name, deadlines["default"]), memory_limit_bytes=memory_limit,
+        fork_server=start,
+    )
+
+
+def test_a_stage_past_its_deadline_is_killed_and_named(tmp_path, start):
+    outcome = supervise(tmp_path, "eager", "hang", deadlines={"default": 600, "eager": 1.0}, start=start)
+    assert outcome.forked is (start is not None)
     assert outcome.cause == "timeout" and outcome.stage == "eager" and outcome.deadline_s == 1.0
     assert 1.0 < outcome.stage_elapsed_s < 10 and outcome.returncode == -15  # SIGTERM took it
     assert not outcome.finished
 
 
-def test_the_memory_limit_kills_the_worker_and_reports_its_peak(tmp_path):
+def test_the_memory_limit_kills_the_worker_and_reports_its_peak(tmp_path, start):
     limit = 300 * 2**20
-    outcome = supervise(tmp_path, "export", "grow", deadlines={"default": 600}, memory_limit=limit)
+    outcome = supervise(tmp_path, "export", "grow", deadlines={"default": 600}, memory_limit=limit, start=start)
+    assert outcome.forked is (start is not None)
     assert outcome.cause == "out-of-memory" and outcome.stage == "export"
     assert limit < outcome.peak_rss_bytes < 2**30 and outcome.returncode == -9
 
 
-def test_a_worker_that_finishes_is_left_alone(tmp_path):
-    outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60})
+def test_a_worker_that_finishes_is_left_alone(tmp_path, start):
+    outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=start)
+    assert outcome.forked is (start is not None)
     assert outcome.finished and outcome.cause is None and outcome.stage == "finish"
     assert json.loads((tmp_path / "phase.json").read_text())["stages"][0]["status"] == "ok"
     assert outcome.peak_rss_bytes >= 0
@@ -103,9 +162,10 @@ def run_not_stopped(monkeypatch):
     monkeypatch.setattr(supervisor, "_INTERRUPTED", threading.Event())
 
 
-def test_a_kill_9_from_outside_is_the_machines_not_the_models(tmp_path, run_not_stopped):
+def test_a_kill_9_from_outside_is_the_machines_not_the_models(tmp_path, run_not_stopped, start):
     killer = kill_9_when_running(tmp_path)
-    outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600})
+    outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600}, start=start)
+    assert outcome.forked is (start is not None)
     killer.join()
     assert outcome.returncode == -9 and outcome.cause is None and outcome.stage == "export"
     assert outcome.oom_kills == 0  # this machine's counter can be read, and nothing was killed for memory
@@ -129,6 +189,71 @@ def test_a_kill_9_while_the_kernel_counts_an_out_of_memory_kill_is_out_of_memory
     assert status == "out-of-memory"
     assert message.startswith("stage export: worker killed by the kernel's out-of-memory killer (SIGKILL; it "
                               "counted 1 out-of-memory kill(s) while the worker ran; peak resident memory "), message
+
+
+def test_a_fork_server_killed_from_outside_takes_its_child_and_says_so(tmp_path, run_not_stopped):
+    server = fork_server(tmp_path)
+    try:
+        def kill_the_server() -> None:
+            pid_file = tmp_path / "phase.json.pid"
+            while not (pid_file.exists() and pid_file.read_text()):
+                time.sleep(0.05)
+            os.kill(server.ready["pid"], signal.SIGKILL)
+        killer = threading.Thread(target=kill_the_server)
+        killer.start()
+        outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600}, start=server)
+        killer.join()
+        assert outcome.forked and outcome.returncode == -9 and outcome.stage == "export"
+        assert workers.cause(outcome, plan=None)[0] == "killed"  # type: ignore[arg-type]
+        child = int((tmp_path / "phase.json.pid").read_text())
+        for _ in range(100):  # its PR_SET_PDEATHSIG, or the parent's SIGKILL: gone within moments
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the fork server's child {child} outlived it")
+        # The next worker starts fresh, and the server says why it stopped forking.
+        again = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=server)
+        assert again.finished and not again.forked and server.broken.startswith("it ended (exit status -9")
+    finally:
+        server.close()
+
+
+def test_each_child_starts_from_the_servers_state_not_from_the_last_childs(tmp_path):
+    server = fork_server(tmp_path)
+    try:
+        first = supervise(tmp_path, "export", "taint", deadlines={"default": 60}, start=server)
+        assert first.finished and first.forked
+        second = supervise(tmp_path, "export", "quick", deadlines={"default": 60}, start=server)
+        assert second.finished and second.forked
+        assert json.loads((tmp_path / "phase.json").read_text())["tainted"] is False
+    finally:
+        server.close()
+    # The stand-in sees a taint where there is one: the check can fail.
+    tainted = supervise(tmp_path, "export", "quick", deadlines={"default": 60}, env={"TAINTED": "1"})
+    assert json.loads((tmp_path / "phase.json").read_text())["tainted"] is True and not tainted.forked
+
+
+def test_a_fork_server_with_threads_refuses_and_the_worker_starts_fresh(tmp_path):
+    server = fork_server(tmp_path, threaded=True)
+    try:
+        outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=server)
+        assert outcome.finished and not outcome.forked
+        assert server.broken == "the fork server has 2 threads; forking is safe with one"
+    finally:
+        server.close()
+
+
+def test_a_worker_the_fork_server_was_not_started_for_starts_fresh(tmp_path):
+    server = fork_server(tmp_path)
+    try:
+        # Another environment than the server's: the child would not be what a fresh process is.
+        outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=server, env={"OTHER": "1"})
+        assert outcome.finished and not outcome.forked and server.broken is None and server.ready is None
+    finally:
+        server.close()
 
 
 def test_the_kernels_out_of_memory_kills_are_read_where_they_are_counted():

@@ -619,8 +619,29 @@ def run_parts(report: Path, export_jobs: int) -> dict[str, Any]:
     candidates = [name for name in stacks if name != results.baseline.name]
     export_s = sum(totals[name]["export"] for name in candidates)
     return {"report": str(report), "export_jobs": export_jobs, "stacks": stacks, "totals": totals,
+            "start_up": worker_start_up(report),
             "candidate_export_floor_s": export_s / max(1, export_jobs),
             "measure": {"measurements": measurements, "timed_calls_s": timed_ms / 1000, "warm_up_s": warm_ms / 1000}}
+
+
+def worker_start_up(report: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """Per stack and phase, the workers' seconds outside their stages — the interpreter's start and the
+    imports before the first stage, the exit after the last — summed over the phases a worker ran (the
+    supervisor's ``elapsed_s`` less the stages' durations), and how many of those workers were forked
+    by the stack's fork server (``worker-start``) or started fresh."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for path in sorted(report.glob("stacks/*/models/*/*.json")) + sorted(report.glob("stacks/*/models/*/diagnose/diagnose.json")):
+        if path.stem not in PHASE_COLUMNS:
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        watched = (record.get("facts") or {}).get("supervisor")
+        if not watched:  # reused from the cache: no worker ran
+            continue
+        stack = path.relative_to(report).parts[1]
+        phase = found.setdefault(stack, {}).setdefault(path.stem, {"start_up_s": 0.0, "forked": 0, "fresh": 0})
+        phase["start_up_s"] += watched["elapsed_s"] - sum(s.get("duration_s") or 0.0 for s in record["stages"])
+        phase["forked" if watched.get("forked") else "fresh"] += 1
+    return found
 
 
 def stages(report: Path, out: Path, log: Any) -> int:
@@ -633,6 +654,10 @@ def stages(report: Path, out: Path, log: Any) -> int:
             lines.append(f"| {name} | {model} | " + " | ".join(f"{phases[p]:.0f}" for p in PHASE_COLUMNS) + " |")
         lines.append(f"| {name} | **all** | " + " | ".join(f"**{parts['totals'][name][p]:.0f}**"
                                                           for p in PHASE_COLUMNS) + " |")
+    lines += ["", "| stack | phase | workers forked | fresh | seconds outside their stages (start, imports, exit) |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {name} | {phase} | {n['forked']} | {n['fresh']} | {n['start_up_s']:.0f} |"
+              for name, by_phase in parts["start_up"].items() for phase, n in by_phase.items()]
     measured = parts["measure"]
     lines += ["", f"Candidate exports' floor on {parts['export_jobs']} workers: "
                   f"{parts['candidate_export_floor_s'] / 60:.1f} min.",

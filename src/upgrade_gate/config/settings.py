@@ -97,6 +97,10 @@ OPTIONS = (
            help="intra-op thread counts: latency is measured at each, set identically in every stack"),
     Option(key="export-jobs", attribute="export_jobs", default=2, kind=integer_kind(1),
            help="export phases at once (each is one busy core); nothing runs beside a measurement"),
+    # ≈ 5 s of imports per ExecuTorch phase with warm bytecode, 13 s cold (docs/benchmarks.md); the same results.
+    Option(key="worker-start", attribute="worker_start", default="fork", kind=text_kind(("fork", "fresh")),
+           help="fork: each stack's phases are forked from one process that imported its packages once; "
+                "fresh: a new interpreter per phase"),
     # At least 10 warm-up and 50 timed runs: fewer say nothing on a noisy machine.
     Option(key="warmup", attribute="warmup", default=10, kind=integer_kind(10),
            help="untimed runs per measurement process, before its first round (at least 10)"),
@@ -161,6 +165,7 @@ class Settings:
     # Intra-op thread counts: every latency measurement is made at each, in every stack.
     threads: tuple[int, ...]
     export_jobs: int
+    worker_start: str
     warmup: int
     iterations: int
     time_budget_s: float

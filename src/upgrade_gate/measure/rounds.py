@@ -55,7 +55,6 @@ from upgrade_gate.schema import measured
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
 
-CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"  # compat/measure_server.py reads the same name
 # The code that decides how a measurement is made (the stop rule's ratios: stats, measured): part of its cache key.
 MEASURE_CODE = [Path(str(module.__file__)).resolve()
                 for module in (sys.modules[__name__], supervisor, _contention, stats, measured)]
@@ -333,7 +332,8 @@ def start_server(
     server = supervisor.Server(
         workers.worker_argv(bin_dir, "measure", job_file), env=workers.worker_env(bin_dir), cwd=TOOL_ROOT,
         log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
-        memory_limit_bytes=settings.memory_limit_bytes, control_env=CONTROL_FDS_ENV, deadline_key=settings.timeout_key,
+        memory_limit_bytes=settings.memory_limit_bytes, control_env=supervisor.CONTROL_FDS_ENV,
+        deadline_key=settings.timeout_key,
     )
     try:
         ready = server.request(None, "ready")

@@ -11,6 +11,7 @@ goes on with the next model.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
@@ -48,9 +49,12 @@ class StackRun:
     # Spec, installed distributions, worker and adapter code: the part of every key this stack shares.
     digest: str
     store: cache.ResultCache
+    # What forks each phase's worker with the stack's packages imported (workers.fork_servers); none: fresh.
+    fork_servers: dict[str, supervisor.ForkServer] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress) -> StackRun:
+    def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress,
+              fork_servers: dict[str, supervisor.ForkServer] | None = None) -> StackRun:
         digest = cache.digest_of({
             "python": spec.python,
             "requirements": [str(r) for r in spec.requirements],
@@ -59,7 +63,7 @@ class StackRun:
             "worker": cache.worker_code_digest(spec.adapter),
         })
         return cls(plan=plan, spec=spec, bin_dir=bin_dir, progress=progress, digest=digest,
-                   store=cache.ResultCache(plan.settings.cache_dir))
+                   store=cache.ResultCache(plan.settings.cache_dir), fork_servers=fork_servers or {})
 
 
 def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | None:
@@ -86,8 +90,10 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
 
 def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
     """Export and run every model of the plan in the stack (probed first: probe_stack)."""
-    with Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress:
-        stack = StackRun.start(plan, spec, bin_dir, progress)
+    with (Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress,
+          workers.fork_servers(plan, bin_dir, spec.adapter, layout.stack_dir(plan.settings.out_dir, spec.name),
+                               progress.log) as forks):
+        stack = StackRun.start(plan, spec, bin_dir, progress, forks)
         # Exports are single-threaded Python (graph capture, partitioning,
         # serialization): `export-jobs` of them share the machine. The runtime
         # phases check the artifacts one at a time; latency is measured later, by
@@ -317,6 +323,7 @@ def _run_worker(run: PhaseRun) -> tuple[bool, float]:
             run.stack.bin_dir, run.phase, job, job_file=run.dir / f"{run.phase}-job.json",
             log_file=run.dir / f"{run.phase}.log", plan=run.stack.plan, phase_file=run.file,
             on_stage=lambda stage: run.stack.progress.stage(run.label, stage),
+            fork_server=run.stack.fork_servers.get(run.phase),
         )
     except KeyboardInterrupt:
         workers.mark_interrupted(run.file, job, run.phase)

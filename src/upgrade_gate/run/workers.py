@@ -4,13 +4,15 @@ that did not finish leaves on its phase's record: the stage that was running, wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.layout import TOOL_ROOT
@@ -25,19 +27,61 @@ LOG_TAIL_LINES = 20
 def start_worker(
     bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
     phase_file: Path | None = None, first_stage: str = "start", on_stage: Callable[[str], Any] | None = None,
+    fork_server: supervisor.ForkServer | None = None,
 ) -> supervisor.Outcome:
-    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor."""
+    """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor (forked by the
+    stack's ``fork_server`` where one is given)."""
     write_json_atomic(job_file, job)
     settings = plan.settings
     return supervisor.run_supervised(
         worker_argv(bin_dir, command, job_file), env=worker_env(bin_dir), cwd=TOOL_ROOT, log_file=log_file,
         phase_file=phase_file, deadline_for=settings.timeout_s, memory_limit_bytes=settings.memory_limit_bytes,
-        first_stage=first_stage, on_stage=on_stage,
+        first_stage=first_stage, on_stage=on_stage, fork_server=fork_server,
     )
 
 
 def worker_argv(bin_dir: Path, command: str, job_file: Path) -> list[str]:
-    return [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "worker.py"), command, str(job_file)]
+    return [*_worker_command(bin_dir), command, str(job_file)]
+
+
+def _worker_command(bin_dir: Path) -> list[str]:
+    return [str(bin_dir / "python"), "-P", str(TOOL_ROOT / "compat" / "worker.py")]
+
+
+# The fork server each phase's worker is forked from (workers.fork_servers), by what it imported once.
+# The runtime phase is an app that has only the artifacts (the adapter contract's ``load``): its server
+# imported no more than a fresh worker would before loading one; the phases that export, the exporter too.
+FORKED_FROM = {"runtime": "app", "export": "exporter", layout.DIAGNOSE: "exporter"}
+
+
+@contextlib.contextmanager
+def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
+                 log: Callable[[str], Any]) -> Iterator[dict[str, supervisor.ForkServer]]:
+    """The stack's fork servers for one run's phases, by phase (``worker-start``; none for "fresh": a new
+    interpreter each). Each starts with the first worker it forks (a run whose phases all come from the
+    cache imports nothing), and all are closed when the block ends."""
+    if plan.settings.worker_start != "fork":
+        yield {}
+        return
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    servers = {}
+    for imports in sorted(set(FORKED_FROM.values())):
+        job_file = stack_dir / f"fork-server-{imports}-job.json"
+        write_json_atomic(job_file, {"adapter": adapter, "imports": imports})
+        servers[imports] = supervisor.ForkServer(
+            worker_argv(bin_dir, "fork-server", job_file), serves=_worker_command(bin_dir),
+            commands=[phase for phase, server in FORKED_FROM.items() if server == imports], env=worker_env(bin_dir),
+            cwd=TOOL_ROOT, log_file=stack_dir / f"fork-server-{imports}.log",
+            ready_deadline_s=plan.settings.timeout_s("start"), control_env=supervisor.CONTROL_FDS_ENV,
+        )
+    try:
+        yield {phase: servers[imports] for phase, imports in FORKED_FROM.items()}
+    finally:
+        for imports, server in servers.items():
+            if server.broken is not None and not supervisor.interrupted():
+                log(f"{stack_dir.name}: the fork server of the {imports} stopped forking: {server.broken}; each "
+                    "phase after it started an interpreter of its own")
+            server.close()
 
 
 def venv_env(bin_dir: Path) -> dict[str, str]:
@@ -86,6 +130,7 @@ def record_outcome(
         "elapsed_s": round(outcome.elapsed_s, 3),
         "peak_rss_bytes": outcome.peak_rss_bytes,
         "memory_limit_bytes": outcome.memory_limit_bytes,
+        "forked": outcome.forked,
     }
     finished = bool(data.get("complete")) and outcome.finished
     if not finished:
