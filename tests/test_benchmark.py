@@ -54,6 +54,17 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     assert parts["measure"]["measurements"] == 4  # two stacks at two thread counts
     assert parts["measure"]["timed_calls_s"] == pytest.approx(4 * 7 * 8 * 2.0 / 1000)
 
+    # A worker's seconds outside its stages: what the supervisor saw of it, less its stages' durations.
+    for stack, phase, outside, forked in (("candidate", "export", 3.0, True), ("legacy", "runtime", 1.5, False)):
+        record_file = out / "stacks" / stack / "models" / "vit-smoke" / f"{phase}.json"
+        record = json.loads(record_file.read_text())
+        inside = sum(s["duration_s"] for s in record["stages"])
+        record.setdefault("facts", {})["supervisor"] = {"elapsed_s": inside + outside, "forked": forked}
+        record_file.write_text(json.dumps(record))
+    assert benchmark.worker_start_up(out) == {
+        "candidate": {"export": {"start_up_s": pytest.approx(3.0), "forked": 1, "fresh": 0}},
+        "legacy": {"runtime": {"start_up_s": pytest.approx(1.5), "forked": 0, "fresh": 1}}}
+
 
 def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(project, tmp_path):
     """A run measured with fixed rounds, played again through rounds.run_rounds with its stop rule: a candidate

@@ -59,7 +59,20 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
     # Not a terminal: progress is one line per event, with done/total and the time so far.
     log = result.stderr
     assert re.search(r"\[\d+/16 \d+:\d\d\] candidate: vit-smoke@int8-dynamic: export: quantize\n", log), log[-3000:]
-    assert re.search(r"\[16/16 \d+:\d\d\] candidate: nanovlm-smoke: runtime done in ", log), log[-3000:]
+    assert re.search(r"\[16/16 \d+:\d\d\] candidate: \S+: runtime done in ", log), log[-3000:]
+    # Each model's runtime phase starts when its export is done, beside the other exports, one at a time; every
+    # worker was forked by the stack's fork servers (worker-start = "fork").
+    for stack in ("legacy", "candidate"):
+        spans: dict[str, list[tuple[float, float]]] = {"export": [], "runtime": []}
+        for phase in spans:
+            for record in (out / "stacks" / stack / "models").glob(f"*/{phase}.json"):
+                data = json.loads(record.read_text())
+                assert data["facts"]["supervisor"]["forked"] is True, record
+                stages = data["stages"]
+                spans[phase].append((stages[0]["started_at"], stages[-1]["started_at"] + stages[-1]["duration_s"]))
+        runtimes = sorted(spans["runtime"])
+        assert all(end <= later_start for (_, end), (later_start, _) in zip(runtimes, runtimes[1:])), (stack, runtimes)
+        assert runtimes[0][0] < max(end for _, end in spans["export"]), stack
     assert re.search(r"\[\d+/8 \d+:\d\d\] measure: vit-smoke: 1 thread\(s\): round [1-9]/9\n", log), log[-3000:]
 
     results = load(out, "results.json")

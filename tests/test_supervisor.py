@@ -156,9 +156,9 @@ def kill_9_when_running(tmp_path: Path, before_kill=lambda: None) -> threading.T
     return thread
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def run_not_stopped(monkeypatch):
-    """A run that is not being stopped (another test may have stopped "the run")."""
+    """A run that is not being stopped (another test may have stopped "the run"): every test here."""
     monkeypatch.setattr(supervisor, "_INTERRUPTED", threading.Event())
 
 

@@ -34,6 +34,12 @@ tests/benchmarks/, which the wheel does not carry.
   runs, per shard), its ``upgrade-gate`` commands timed, its cache saved back; then the report job.
   The jobs' times, the saved caches' and the shard folders' sizes. Run it again for an unchanged
   pull request, or after editing a model.
+* ``worker-start`` — the export and runtime phases of ``--models`` (default: the default suite) run twice
+  through both stacks, each time with a result cache of its own: with the fork servers
+  (``worker-start = "fork"``) and with a fresh interpreter per phase (``"fresh"``). Each way's time,
+  its workers' seconds outside their stages (the start and the imports: ``stages``' table), and every
+  file the phases left in the two caches compared by SHA-256 (artifacts, eager and runtime outputs).
+  Target: every file identical.
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -73,7 +79,8 @@ import numpy as np
 
 from benchmarks import scripted
 from upgrade_gate import layout
-from upgrade_gate._atomic import write_json_atomic, write_text_atomic
+from upgrade_gate._atomic import sha256_file, write_json_atomic, write_text_atomic
+from upgrade_gate._confined import remove_tree
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
@@ -93,7 +100,7 @@ from upgrade_gate.stats import (
 )
 
 BENCHMARKS = Path(__file__).resolve().parent  # noise/, sensitivity/: their stacks and configuration
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow", "worker-start")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -141,6 +148,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return stop_early(args.report.resolve(), out, log)
     if args.name == "workflow":
         return workflow(out, (args.carried or out / "actions-cache").resolve(), log)
+    if args.name == "worker-start":
+        return worker_start(out, args.models, log)
     loads = list(LOADS) if args.load == "all" else [args.load]
     missed = [load for load in loads
               if repeated_compare(args.name, out, args.models or MODELS, args.repeat, load, log)]
@@ -668,6 +677,61 @@ def stages(report: Path, out: Path, log: Any) -> int:
     write_text_atomic(out / "stages.md", "\n".join(lines) + "\n")
     log("\n".join(lines))
     return 0
+
+
+WORKER_STARTS = ("fork", "fresh")
+
+
+def worker_start(out: Path, models: str | None, log: Any) -> int:
+    """The same phases with each ``worker-start``: time, start-up seconds, and whether every file is the same."""
+    stacks = ("legacy", "candidate")
+    subprocess.run([sys.executable, "-m", "nox", "--noxfile", str(NOXFILE), "--no-color", "-s", "assets"], check=True)
+    seconds, digests = {}, {}
+    for how in WORKER_STARTS:
+        folder = out / how
+        if folder.exists():
+            remove_tree(folder, within=out)
+        folder.mkdir()
+        config = folder / "pyproject.toml"
+        config.write_text(f'[tool.upgrade-gate]\nenvs = "{NOXFILE.parent / "envs"}"\ncache = "cache"\n'
+                          f'diagnose-budget = 0\nworker-start = "{how}"\n')
+        start = time.monotonic()
+        ran = subprocess.run(
+            [sys.executable, "-m", "nox", "--noxfile", str(NOXFILE), "--no-color", "-s", *(f"run({s})" for s in stacks),
+             "--", "--out", str(folder / "report"), *(("--models", models) if models else ())],
+            env={**os.environ, "UPGRADE_GATE_CONFIG": str(config)}, capture_output=True, text=True)
+        seconds[how] = time.monotonic() - start
+        if ran.returncode != 0:
+            log(ran.stderr[-3000:])
+            return 1
+        digests[how] = phase_files(folder / "cache")
+    fork, fresh = digests["fork"], digests["fresh"]
+    differ = sorted(name for name in fork.keys() | fresh.keys() if fork.get(name) != fresh.get(name))
+    start_up = {how: worker_start_up(out / how / "report") for how in WORKER_STARTS}
+    lines = [f"# Fork servers against a fresh interpreter per phase: {models or 'the default suite'}", "",
+             "| worker-start | run sessions | " + " | ".join(f"{s} {p} start-up s" for s in stacks for p in layout.PHASES)
+             + " |", "|---|---|" + "---|" * 2 * len(layout.PHASES)]
+    for how in WORKER_STARTS:
+        cells = [f"{start_up[how].get(s, {}).get(p, {}).get('start_up_s', 0):.0f}" for s in stacks for p in layout.PHASES]
+        lines.append(f"| {how} | {seconds[how] / 60:.1f} min | " + " | ".join(cells) + " |")
+    lines += ["", f"Files the phases left in each cache (artifacts, outputs): {len(fork)}; identical: "
+                  f"{len(fork) - len(differ)}; different or missing: {len(differ)}" + "".join(f"\n- {n}" for n in differ)]
+    write_json_atomic(out / "worker-start.json", {"seconds": seconds, "start_up": start_up, "files": len(fork),
+                                                  "differ": differ})
+    write_text_atomic(out / "worker-start.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 1 if differ else 0
+
+
+def phase_files(cache_dir: Path) -> dict[str, str]:
+    """Every artifact and tensor file of a result cache, by stack, model, phase and name (not key: a runtime
+    phase's key holds its export's record, whose durations differ run to run), and its SHA-256."""
+    found = {}
+    for path in sorted(cache_dir.rglob("*")):
+        parts = path.relative_to(cache_dir).parts
+        if path.is_file() and path.suffix in (".pte", ".ptl", ".npz", ".pt") and len(parts) > 4:
+            found["/".join((*parts[:3], *parts[4:]))] = sha256_file(path)
+    return found
 
 
 def stop_early(report: Path, out: Path, log: Any) -> int:

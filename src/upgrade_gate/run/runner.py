@@ -11,6 +11,7 @@ goes on with the next model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -51,6 +52,8 @@ class StackRun:
     store: cache.ResultCache
     # What forks each phase's worker with the stack's packages imported (workers.fork_servers); none: fresh.
     fork_servers: dict[str, supervisor.ForkServer] = dataclasses.field(default_factory=dict)
+    # Held by the runtime phase that runs: one at a time, beside the exports (_export_then_runtime).
+    runtime_turn: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
     def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress,
@@ -95,9 +98,10 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
                                progress.log) as forks):
         stack = StackRun.start(plan, spec, bin_dir, progress, forks)
         # Exports are single-threaded Python (graph capture, partitioning,
-        # serialization): `export-jobs` of them share the machine. The runtime
-        # phases check the artifacts one at a time; latency is measured later, by
-        # the measure session, when no stack has anything else to do.
+        # serialization): `export-jobs` of them share the machine. A model's runtime
+        # phase follows its export at once, beside the other exports, one runtime
+        # phase at a time (StackRun.runtime_turn); latency is measured later, by the
+        # measure session, when no stack has anything else to do.
         remove_file(layout.stopped_file(plan.settings.out_dir, spec.name), within=plan.settings.out_dir)
         if plan.fail_fast and spec.name != plan.baseline.name:
             # Each model's checks right after its export, and no model started after a hard gate failed.
@@ -112,9 +116,7 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
                 shards.describe(plan, spec.name)
                 return
         else:
-            _in_parallel(plan, export_order(plan, spec.name), lambda model: run_phase(stack, model, "export"))
-            for model in plan.models:
-                run_phase(stack, model, "runtime")
+            _in_parallel(plan, export_order(plan, spec.name), functools.partial(_export_then_runtime, stack))
         # Where an artifact departs from its own eager model: the operators behind it (after every
         # runtime phase, so the checks that decide come first). Up to `export-jobs` at once, as exports:
         # each is lowerings and quantizations, and its remedy's timing alternates remedied and shipped
@@ -153,6 +155,17 @@ def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
     return known + [m for m in plan.models if costs[m.name] is None]
 
 
+def _export_then_runtime(stack: StackRun, model: ModelEntry) -> None:
+    """A model's export phase, then its runtime phase as soon as the export is done (the critical path
+    had every runtime phase after the last export), one runtime phase of the stack at a time: its
+    ``profile`` stage times operators, and two profiles never share the machine."""
+    run_phase(stack, model, "export")
+    if supervisor.interrupted():  # Ctrl-C: no new worker
+        return
+    with stack.runtime_turn:
+        run_phase(stack, model, "runtime")
+
+
 def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str], model: ModelEntry) -> None:
     """``--fail-fast``: one model's export and runtime phases, then its hard gates against the baseline's
     records; the first that fails is written down (``stopped.json``) and stops the run."""
@@ -160,7 +173,8 @@ def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str],
     for phase in ("export", "runtime"):
         if stop.is_set() or supervisor.interrupted():  # another model failed, or Ctrl-C: no new worker
             return
-        run_phase(stack, model, phase)
+        with stack.runtime_turn if phase == "runtime" else contextlib.nullcontext():
+            run_phase(stack, model, phase)
     failed = None if supervisor.interrupted() else first_hard_failure(stack.plan, stack.spec, model)
     with _STOPPING:
         if failed is None or stop.is_set():

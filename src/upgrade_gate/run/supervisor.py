@@ -115,10 +115,20 @@ def run_supervised(
     with open(log_file, "wb") as log:
         # Its own process group, so a kill takes the worker and any child it started.
         forked = fork_server.start(argv, env=env, cwd=cwd, log_file=log_file) if fork_server is not None else None
+        # A phase's worker (the runner's, which has a fork server) that would start as the run is being stopped —
+        # it waited for the server while stop_all ran, or started after stop_all took its list — starts not, or stops.
+        phase_of_run = fork_server is not None
+        if phase_of_run and forked is None and _INTERRUPTED.is_set():
+            return Outcome(returncode=None, cause="interrupted", stage=first_stage, stage_elapsed_s=0.0,
+                           deadline_s=deadline_for(first_stage), elapsed_s=time.monotonic() - start, peak_rss_bytes=0,
+                           memory_limit_bytes=memory_limit_bytes)
         process: Process = forked or subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         with _LIVE_LOCK:
             _LIVE.add(process)
+            stopping = phase_of_run and _INTERRUPTED.is_set()
+        if stopping:
+            stop_group(process)
         try:
             while True:
                 try:
@@ -537,6 +547,9 @@ class ForkServer:
         self._answers: dict[int, tuple[threading.Event, list[ForkedProcess | None]]] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._thread: threading.Thread | None = None
+        # The stack's other fork servers: launched with this one, so that a run that needs one needs the others
+        # soon, and their imports overlap.
+        self.siblings: list[ForkServer] = []
 
     def start(self, argv: list[str], *, env: dict[str, str], cwd: Path, log_file: Path) -> ForkedProcess | None:
         """``argv`` run as a child of the server, or None: start a fresh process instead."""
@@ -545,11 +558,8 @@ class ForkServer:
         if prefix != self.serves or command[0:1] == [] or command[0] not in self.commands or own != self.env \
                 or self.broken is not None:
             return None
-        with self._lock:
-            if self._thread is None:
-                _FORK_SERVERS.add(self)
-                self._thread = threading.Thread(target=self._run, name="fork-server", daemon=True)
-                self._thread.start()
+        for server in (self, *self.siblings):  # they import at once, each on its own core if there is one
+            server.launch()
         if not self._started.wait(self.ready_deadline_s) and self.broken is None:
             self._fail(f"it was not ready within {self.ready_deadline_s:.0f} s (timeouts.start)")
         if self.broken is not None:
@@ -566,6 +576,14 @@ class ForkServer:
                 pass  # the server is gone: its end answers every request with None
         answered.wait()
         return slot[0] if slot else None
+
+    def launch(self) -> None:
+        """Start the server (its imports), if it is not started: ``start`` waits for it to be ready."""
+        with self._lock:
+            if self._thread is None:
+                _FORK_SERVERS.add(self)
+                self._thread = threading.Thread(target=self._run, name="fork-server", daemon=True)
+                self._thread.start()
 
     def close(self) -> None:
         """No more workers: the server reaps its children and exits (killed if it does not)."""

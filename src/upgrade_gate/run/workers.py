@@ -74,6 +74,8 @@ def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
             cwd=TOOL_ROOT, log_file=stack_dir / f"fork-server-{imports}.log",
             ready_deadline_s=plan.settings.timeout_s("start"), control_env=supervisor.CONTROL_FDS_ENV,
         )
+    for server in servers.values():
+        server.siblings = [other for other in servers.values() if other is not server]
     try:
         yield {phase: servers[imports] for phase, imports in FORKED_FROM.items()}
     finally:
