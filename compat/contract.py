@@ -192,7 +192,7 @@ class Diagnoses(Protocol):
         when the remedy fixes it)."""
 
     def method_reproducer(self, lowerable: Any, inputs: tuple[Any, ...], folder: Path, *, kind: str,
-                          threshold: float, remedy: str, found_in: str, fails_with: str = "") -> None:
+                          threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "") -> None:
         """Where the culprit does not fail alone: the whole method (a file the stack's packages load without
         the model's code), its inputs and ``repro.py`` written in ``folder``, with the same exits; ``fails_with``,
         where the method did not lower at all, the lowering's error, which then reads as "reproduces"."""

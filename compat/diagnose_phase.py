@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +37,8 @@ class DiagnosePhase:
         self.threshold = float(job.get("threshold", "nan"))  # the numerics gate's; a variant's search has its own
         # A quantized program's lowering: each method's own (upgrade_gate.run.diagnosis), from its quantization's error.
         self.thresholds: dict[str, float] = {m: float(v) for m, v in (job.get("thresholds") or {}).items()}
+        # ... and each of its outputs' own (``output_1`` → its allowance), where they differ output by output.
+        self.output_thresholds: dict[str, dict[str, float]] = job.get("output_thresholds") or {}
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
         self.fusions: dict[str, dict[str, Any]] = {}  # method → the fused pair that fails alone (code, tensors, error)
@@ -64,6 +67,13 @@ class DiagnosePhase:
         """The relative L2 error against eager the method's lowering may have."""
         return self.thresholds.get(method, self.threshold)
 
+    def limits_of(self, method: str, outputs: int) -> list[float]:
+        """What each of the method's ``outputs`` (in order) may depart by: its own allowance where the job gives
+        one (output ``output_<i>``), else the method's threshold."""
+        own = {int(m.group(1)): float(v) for name, v in self.output_thresholds.get(method, {}).items()
+               if (m := re.match(r"output_(\d+)", name))}
+        return [own.get(i, self.threshold_of(method)) for i in range(outputs)]
+
     def not_offered(self):
         raise StageSkipped(self.NOT_OFFERED)
 
@@ -80,10 +90,21 @@ class DiagnosePhase:
             return {name: flat(methods[name].module(*inputs[name])) for name in self.methods}, None
 
     def error_of(self, lowered: Any, method: str) -> float:
-        """The worst relative L2 error of a lowering's outputs against eager, as the gate measures it."""
+        """The worst relative L2 error of a lowering's outputs against eager, as the gate measures it. Where the
+        outputs have allowances of their own (a quantized program's), each is weighed by the method's threshold
+        over its own, so that the figure is within the method's threshold exactly when every output is within
+        its own allowance (the most lenient output's figure is its relative L2 as it is)."""
         _, inputs = self.log.results["build"]
-        outputs = flat(self.adapter.run_lowered(lowered, inputs[method]))
-        return max(culprit.rel_l2(a, e) for a, e in zip(outputs, self.log.results["eager"][method]))
+        return self.error_against_eager(flat(self.adapter.run_lowered(lowered, inputs[method])), method)
+
+    def error_against_eager(self, outputs: list[Any], method: str) -> float:
+        """``error_of`` for outputs already run (a remedy's)."""
+        errors = [culprit.rel_l2(a, e) for a, e in zip(outputs, self.log.results["eager"][method])]
+        if method not in self.output_thresholds:
+            return max(errors)
+        threshold = self.threshold_of(method)
+        # An allowance is never 0: the float rule's threshold is its floor (judge/attribution.py).
+        return max(error * threshold / limit for error, limit in zip(errors, self.limits_of(method, len(errors))))
 
     def parts(self):
         methods, inputs = self.log.results["build"]
@@ -202,7 +223,8 @@ class DiagnosePhase:
                 scope, note = "fusion" if method in self.fusions else "operator", ""
             else:
                 exported, _ = self.log.results["parts"][method]
-                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind, threshold=threshold,
+                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind,
+                                               threshold=self.reproducer_limit(method),
                                                remedy=remedy, found_in=found_in, fails_with=failed_as_found(finding))
                 scope = "method"
                 note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
@@ -225,7 +247,7 @@ class DiagnosePhase:
         folder = self.model_dir / REPRO_DIR / method
         folder.mkdir(parents=True, exist_ok=True)
         self.adapter.method_reproducer(
-            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.threshold_of(method),
+            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.reproducer_limit(method),
             remedy=self.adapter.remedy_options(exported, [])[-1][1],
             found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
                      "it within the threshold, so this is the whole method (no remedy found)")
@@ -265,12 +287,24 @@ class DiagnosePhase:
             title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
             what = (f"Lowered through the {backend}, {operator}, gives outputs that differ from eager PyTorch on the "
                     f"same inputs ({self.PROGRAM}{self.MADE}). Found in {self.job['model']}'s {method}.")
-        within = f"within relative L2 {self.threshold_of(method):.3g} of eager's on the same inputs."
+        within = (f"each within its own relative L2 of eager's on the same inputs ({self.said_limits(method)})."
+                  if method in self.output_thresholds else
+                  f"within relative L2 {self.threshold_of(method):.3g} of eager's on the same inputs.")
         issue_text.write_issue(
             folder, title=title, what=what,
             expected=f"The method lowers, its outputs {within}" if fails_with else
             f"The lowered program's outputs {within}",
             runs=runs, remedy=code, remedy_judged=judged, machine=machine)
+
+    def reproducer_limit(self, method: str) -> float | list[float]:
+        """What the whole-method reproducer holds the lowering to: each output's allowance, where they differ."""
+        if method not in self.output_thresholds:
+            return self.threshold_of(method)
+        return self.limits_of(method, len(self.log.results["eager"][method]))
+
+    def said_limits(self, method: str) -> str:
+        return ", ".join(f"output {i}: {limit:.3g}" for i, limit in enumerate(self.limits_of(
+            method, len(self.log.results["eager"][method]))))
 
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
         finding = self.log.results["search"][method]
@@ -350,7 +384,7 @@ class DiagnosePhase:
         except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
             return {"remedy": what, "code": code, "passes": False,
                     "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
-        error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
+        error = self.error_against_eager(flat(ran), method)
         passes = error <= self.threshold_of(method)
         latency = (self.timed_against_shipped(method, program) if passes
                    else {"status": "not timed", "reason": "it does not pass against eager"})

@@ -34,6 +34,9 @@ def test_an_output_the_lowering_breaks_is_not_hidden_by_another_the_recipe_quant
     assert found.lowering_departs and found.output == "forward.output_0"
     assert found.lowering_rel_l2 == pytest.approx(1.0) and found.quantization_rel_l2 == pytest.approx(0.03)
     assert found.search_threshold == pytest.approx(LOWERING_FACTOR * 0.6)
+    # Each output's own allowance, for the search to hold it to (the logits' is not the cache's).
+    assert dict(found.allowances) == {"output_0": pytest.approx(LOWERING_FACTOR * 0.03),
+                                      "output_1": pytest.approx(LOWERING_FACTOR * 0.6)}
     assert "forward.output_0 is at SNR 0.0 dB" in found.said() and "quantization is at SNR 30.5 dB" in found.said()
 
 

@@ -139,6 +139,7 @@ def test_a_quantized_variant_whose_lowering_departs_more_than_its_quantization_i
     job = diagnosis.diagnose_job(plan, "candidate", variant)
     assert job is not None and job["search"] == "quantized-lowering" and job["methods"] == ["forward"]
     assert job["thresholds"] == {"forward": pytest.approx(2 * 0.03)}
+    assert job["output_thresholds"] == {"forward": {"output_0": pytest.approx(2 * 0.03)}}
     (found,) = diagnosis.lowering_departures(plan, "candidate", variant).values()
     assert found.lowering_rel_l2 == pytest.approx(2.0) and found.quantization_rel_l2 == pytest.approx(0.03)
     assert "SNR -6.0 dB against its own quantized model run eagerly" in found.said()

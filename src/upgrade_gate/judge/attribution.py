@@ -33,6 +33,9 @@ class Attribution:
     lowering_rel_l2: float  # the artifact, against the quantized model run eagerly
     floor: float  # the float numerics gate's max-rel-l2: what any lowering may add
     method_threshold: float = 0.0  # the largest any output of the method allows (attributions)
+    # What each output of the method may depart by, by its name after the method's (``output_1``): the search
+    # holds each to its own, so that one output's lenient allowance does not pass another that departs.
+    allowances: tuple[tuple[str, float], ...] = ()
 
     @property
     def threshold(self) -> float:
@@ -41,8 +44,8 @@ class Attribution:
 
     @property
     def search_threshold(self) -> float:
-        """What the search on the whole method may leave of the lowering's worst output: the most its outputs allow
-        (the others' rounding stays within it; the remedy is judged against float by the quantized gates)."""
+        """The most any output of the method allows: the scale the search's figures are said in, each output's
+        error weighed by it over the output's own allowance (``allowances``; compat/diagnose_phase.py)."""
         return max(self.method_threshold, self.threshold)
 
     @property
@@ -68,17 +71,18 @@ def attributions(quantization: list[OutputMetrics], lowering: list[OutputMetrics
     method may leave of the lowering's error."""
     quantized = {o.name: _rel_l2(o) for o in quantization}
     found: dict[str, Attribution] = {}
-    lenient: dict[str, float] = {}
+    allowed: dict[str, dict[str, float]] = {}
     for output in lowering:
         if output.name not in quantized:
             continue
         one = Attribution(method=method_of(output.name), output=output.name, quantization_rel_l2=quantized[output.name],
                           lowering_rel_l2=_rel_l2(output), floor=floor)
-        lenient[one.method] = max(lenient.get(one.method, 0.0), one.threshold)
+        allowed.setdefault(one.method, {})[output.name.partition(".")[2]] = one.threshold
         kept = found.get(one.method)
         if kept is None or _over(one) > _over(kept):
             found[one.method] = one
-    return {method: replace(one, method_threshold=lenient[method]) for method, one in found.items()}
+    return {method: replace(one, method_threshold=max(allowed[method].values()),
+                            allowances=tuple(allowed[method].items())) for method, one in found.items()}
 
 
 def _rel_l2(output: OutputMetrics) -> float:

@@ -128,7 +128,8 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             below = below_gate_methods(plan, stack, model)
             methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below}
             searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
-                        "thresholds": {m: lowered[m].search_threshold for m in methods}}
+                        "thresholds": {m: lowered[m].search_threshold for m in methods},
+                        "output_thresholds": {m: dict(lowered[m].allowances) for m in methods}}
         else:
             methods = below_gate_methods(plan, stack, model)
             searched = {"search": "keep-float", "variant": model.variant, **gates}

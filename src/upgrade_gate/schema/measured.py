@@ -308,8 +308,8 @@ class BusyRounds(codec.Record):
 
 # The target every figure is measured on today: the machine that runs the tool.
 LOCAL = "local"
-# platform.machine() of the x86-64 hosts: their XNNPACK kernels are not the ones a phone runs.
-X86_64 = ("x86_64", "amd64", "i686", "i386")
+# platform.machine() of x86 hosts, 64- and 32-bit: their XNNPACK kernels are not the ones a phone runs.
+X86_MACHINES = ("x86_64", "amd64", "i686", "i386")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -324,7 +324,7 @@ class Target(codec.Record):
 
     @property
     def x86(self) -> bool:
-        return self.architecture.lower() in X86_64
+        return self.architecture.lower() in X86_MACHINES
 
     @property
     def described(self) -> str:
