@@ -4,7 +4,6 @@ with a listing of the folders around the run before and after."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.compat_package import compat_module
 from helpers.runs import nox, user_project
 
 from upgrade_gate import layout
@@ -255,12 +255,7 @@ def test_prune_cache_refuses_while_another_run_uses_the_cache(tmp_path):
 
 def _phases_module():
     """compat/phases.py as the worker loads it (a package of compat/'s own), with the standard library only."""
-    package = importlib.util.spec_from_file_location("vanished_compat", TOOL_ROOT / "compat" / "__init__.py",
-                                                     submodule_search_locations=[str(TOOL_ROOT / "compat")])
-    module = importlib.util.module_from_spec(package)
-    sys.modules[package.name] = module
-    package.loader.exec_module(module)
-    return importlib.import_module("vanished_compat.phases")
+    return compat_module("vanished_compat", "phases")
 
 
 def test_a_provided_file_that_vanished_under_a_stage_is_unfinished_and_a_models_own_missing_file_a_failure(tmp_path):

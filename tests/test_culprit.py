@@ -7,6 +7,7 @@ import importlib.util
 import sys
 
 import pytest
+from helpers.compat_package import compat_module
 
 from upgrade_gate.layout import TOOL_ROOT
 
@@ -190,23 +191,13 @@ def test_a_kind_of_quantized_calls_is_the_culprit_whole_without_keeping_one_out_
     assert record["status"] == "found" and [c["key"] for c in found_kind["calls"]] == ["linear_0", "linear_1", "linear_2"]
 
 
-def _diagnose_phase_module():
-    """compat/diagnose_phase.py as the worker loads it (a package of compat/'s own): the standard library at import."""
-    package = importlib.util.spec_from_file_location("weighed_compat", TOOL_ROOT / "compat" / "__init__.py",
-                                                     submodule_search_locations=[str(TOOL_ROOT / "compat")])
-    module = importlib.util.module_from_spec(package)
-    sys.modules[package.name] = module
-    package.loader.exec_module(module)
-    return importlib.import_module("weighed_compat.diagnose_phase")
-
-
 @pytest.mark.parametrize(("strict_output", "passes"), [(0.09, True), (0.3, False)])
 def test_each_output_is_held_to_its_own_allowance_not_the_most_lenient_one(monkeypatch, strict_output, passes):
     """A quantized program's method whose value cache may depart by 2.0 (its quantization's own error, doubled) and
     whose logits by 0.1: a lowering that leaves the logits 0.3 away does not pass for being within the cache's 2.0
     (nanoVLM's prefill_decoder was "does not reproduce" at rel. L2 1 so). The figure is said in the most lenient
     output's terms: within the method's threshold exactly when every output is within its own."""
-    diagnose_phase = _diagnose_phase_module()
+    diagnose_phase = compat_module("weighed_compat", "diagnose_phase")
     monkeypatch.setattr(diagnose_phase.culprit, "rel_l2", lambda actual, expected: abs(actual - expected))
 
     class Log:
