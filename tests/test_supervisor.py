@@ -92,7 +92,7 @@ def fork_server(tmp_path: Path, *, threaded: bool = False) -> supervisor.ForkSer
         [sys.executable, str(tmp_path / "fork_server_stand_in.py"), str(COMPAT / "fork_server.py"), str(script),
          *(["threaded"] if threaded else [])],
         serves=[sys.executable, str(script)], commands=[str(tmp_path / "phase.json")], env={}, cwd=tmp_path,
-        log_file=tmp_path / "fork-server.log", ready_deadline_s=60, control_env=supervisor.CONTROL_FDS_ENV,
+        log_file=tmp_path / "fork-server.log", ready_deadline_s=60,
     )
 
 

@@ -39,7 +39,6 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_KEEP_BYTES = 2**20
 
 
-
 class Process(Protocol):
     """A worker as the supervisor watches it: a ``subprocess.Popen``, or a fork server's child (ForkedProcess).
     Either leads its own process group, whose id is its pid."""
@@ -532,10 +531,10 @@ class ForkServer:
     """
 
     def __init__(self, argv: list[str], *, serves: list[str], commands: Collection[str], env: dict[str, str],
-                 cwd: Path, log_file: Path, ready_deadline_s: float, control_env: str) -> None:
+                 cwd: Path, log_file: Path, ready_deadline_s: float) -> None:
         # ``serves`` + one of ``commands`` + its arguments: the workers it forks.
         self.argv, self.serves, self.commands, self.env, self.cwd = argv, serves, frozenset(commands), env, cwd
-        self.log_file, self.ready_deadline_s, self.control_env = log_file, ready_deadline_s, control_env
+        self.log_file, self.ready_deadline_s = log_file, ready_deadline_s
         # Why it forks no more (None while it does): for the caller's log.
         self.broken: str | None = None
         self.ready: dict[str, Any] | None = None
@@ -554,8 +553,8 @@ class ForkServer:
     def start(self, argv: list[str], *, env: dict[str, str], cwd: Path, log_file: Path) -> ForkedProcess | None:
         """``argv`` run as a child of the server, or None: start a fresh process instead."""
         own = {key: value for key, value in env.items() if key != PARENT_PID_ENV}
-        prefix, command = argv[:len(self.serves)], argv[len(self.serves):len(self.serves) + 1]
-        if prefix != self.serves or command[0:1] == [] or command[0] not in self.commands or own != self.env \
+        command = argv[len(self.serves):len(self.serves) + 1]
+        if argv[:len(self.serves)] != self.serves or not set(command) & self.commands or own != self.env \
                 or self.broken is not None:
             return None
         for server in (self, *self.siblings):  # they import at once, each on its own core if there is one
@@ -609,7 +608,7 @@ class ForkServer:
     def _run(self) -> None:
         requests_read, requests_write = os.pipe()
         events_read, events_write = os.pipe()
-        env = {**self.env, PARENT_PID_ENV: str(os.getpid()), self.control_env: f"{requests_read},{events_write}"}
+        env = {**self.env, PARENT_PID_ENV: str(os.getpid()), CONTROL_FDS_ENV: f"{requests_read},{events_write}"}
         try:
             with open(self.log_file, "wb") as log:
                 process = subprocess.Popen(self.argv, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,

@@ -72,7 +72,7 @@ def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
             worker_argv(bin_dir, "fork-server", job_file), serves=_worker_command(bin_dir),
             commands=[phase for phase, server in FORKED_FROM.items() if server == imports], env=worker_env(bin_dir),
             cwd=TOOL_ROOT, log_file=stack_dir / f"fork-server-{imports}.log",
-            ready_deadline_s=plan.settings.timeout_s("start"), control_env=supervisor.CONTROL_FDS_ENV,
+            ready_deadline_s=plan.settings.timeout_s("start"),
         )
     for server in servers.values():
         server.siblings = [other for other in servers.values() if other is not server]
