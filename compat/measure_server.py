@@ -95,7 +95,8 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
 
     channel.send("stage", stage="load")
     start = time.perf_counter_ns()
-    files = saved_files(export_stages(model_dir))
+    # A remedied side's: the remedied methods' files (relative to the model's folder) in place of the shipped ones.
+    files = {**saved_files(export_stages(model_dir)), **(job.get("artifacts") or {})}
     # Each method's call and its loaded artifact (a multi-method program is loaded once).
     calls = load_methods(adapter, model_dir, {name: files[name] for name in methods})
     load_ms = (time.perf_counter_ns() - start) / 1e6

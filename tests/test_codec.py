@@ -203,7 +203,8 @@ def test_keys_and_their_order_are_the_files():
     assert list(MEASURED.to_dict()) == ["status", "problem", "latency", "rounds", "cold_start", "memory",
                                         "image_input", "host"]
     assert list(STACK_RESULTS.to_dict()) == ["record_dir", "stages", "measured", "export_peak_rss_bytes",
-                                             "runtime_phase_peak_rss_bytes", "cache", "damaged", "diagnosis", "artifact",
+                                             "runtime_phase_peak_rss_bytes", "cache", "damaged", "diagnosis",
+                                             "remedied_measured", "artifact",
                                              "planned_memory_bytes", "runtime_memory_bytes"]
     assert list(STACK_RESULTS.to_dict()["measured"]) == ["2", "1"]
     assert list(STACK_INFO.to_dict()) == ["spec", "installed", "extra_requirements", "packages"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.stack_records import add_round_loads, write_stack_model
+from helpers.stack_records import add_round_loads, write_remedied, write_stack_model
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import to_json
@@ -319,6 +319,59 @@ def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
                       latency_ms=noisy_rounds(1.0, spread))
     gates, overall = results_by_gate(plan)
     assert gates["latency"].status is status and overall is verdict
+
+
+@pytest.mark.parametrize(("remedied_ms", "status", "said"), [
+    # Every round ×1.31 the baseline's: wholly over 1.05, a failure.
+    (noisy_rounds(1.31, [1.0, 0.99, 1.01, 1.0, 1.02, 0.98, 1.0]), GateStatus.FAILED, "ratio = 1.310"),
+    # Rounds from 0.95 to 1.15: the interval straddles 1.05.
+    (noisy_rounds(1.0, [0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97]), GateStatus.INCONCLUSIVE, "straddles 1.05"),
+    # The same rounds on a 0.01 ms call: at most 0.05 ms slower at the interval's top, so it passes.
+    ([[v / 1000 for v in r] for r in noisy_rounds(1.0, [0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97])],
+     GateStatus.PASSED, "ratio = "),
+    # Not timed: incomplete, never judged on the shipped candidate's figures.
+    (None, GateStatus.INCOMPLETE, "the remedied artifacts were not timed in the measure session"),
+])
+def test_a_remedys_latency_is_the_latency_gate_on_the_candidate_timed_with_it(plan, remedied_ms, status, said):
+    """Issue 39, item 4: the candidate with its remedy, timed in the measure session's rounds against the baseline,
+    judged by the latency gate's own code — every thread count, min-delta-ms, "inconclusive" when it straddles;
+    the shipped candidate's own latency (it passes here) decides nothing about the remedy's."""
+    out = plan.settings.out_dir
+    legacy_ms = 10.0 if remedied_ms is None or remedied_ms[0][0] > 1 else 0.01
+    write_pair(out, candidate_artifact=[REFERENCE + 0.5], legacy_ms=legacy_ms, candidate_ms=legacy_ms)
+    write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], latency_ms=remedied_ms,
+                   threads=plan.settings.threads)
+    record = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in record.gates}
+    assert gates["numerics"].status is GateStatus.FAILED and gates["latency"].status is GateStatus.PASSED
+    (remedy,) = record.remedies
+    assert remedy.latency_gate is not None and remedy.latency_gate.status is status
+    assert remedy.latency_gate.gate == "latency" and remedy.latency_gate.stack == "candidate+remedy"
+    assert said in remedy.latency_gate.measured_text
+    # The latency gate is soft here: the remedy passes the numerics gate it answers, its latency a condition.
+    assert remedy.passes
+    if status is GateStatus.PASSED:
+        assert remedy.conditions == () and with_remedies(record, "candidate") == (Verdict.GO, 1)
+    else:
+        assert remedy.conditions == (f"the latency gate with the remedy: {status.value} "
+                                     f"({remedy.latency_gate.measured_against_rule})",)
+        assert with_remedies(record, "candidate") == (Verdict.GO_WITH_CONDITIONS, 1)
+
+
+def test_a_remedy_over_a_hard_latency_gate_does_not_pass(project: Path):
+    """Where the latency gate is hard, a remedy the gate fails on is no remedy: the headline claims nothing."""
+    with open(project / "pyproject.toml", "a") as config:
+        config.write('\n[tool.upgrade-gate.gates.latency]\nseverity = "hard"\n')
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE + 0.5])
+    write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], threads=plan.settings.threads,
+                   latency_ms=noisy_rounds(1.31, [1.0, 0.99, 1.01, 1.0, 1.02, 0.98, 1.0]))
+    record = evaluate(plan, gather(plan))
+    (remedy,) = record.remedies
+    assert not remedy.passes and remedy.note.startswith("the latency gate with the remedy: failed (ratio = 1.310")
+    assert with_remedies(record, "candidate") is None
 
 
 # -- quantized variants and delegation ------------------------------------------

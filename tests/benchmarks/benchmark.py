@@ -537,7 +537,7 @@ def overhead(out: Path, models: str, log: Any) -> int:
             for threads in plan.settings.threads:
                 folder = layout.measurement_dir(out, model.name)
                 folder.mkdir(parents=True, exist_ok=True)
-                server, record = rounds.start_server(plan, model, spec, bin_dir, threads,
+                server, record = rounds.start_server(plan, model, rounds.Side(spec.name, spec, bin_dir), threads,
                                                       folder / f"threads-{threads}.json")
                 if server is None:
                     raise SystemExit(f"benchmark overhead: {model.name} in {spec.name}: {record.get('error')}")

@@ -11,6 +11,7 @@ import numpy as np
 from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.measure._contention import Load
+from upgrade_gate.schema.measured import remedied
 from upgrade_gate.schema.records import RECORDS_VERSION
 
 # An eager output: 16 distinct values, so a relative error means something.
@@ -109,6 +110,39 @@ def write_stack_model(
     for count in threads:
         add_measurement(out, model, count, stack, entry)
     return directory
+
+
+def write_remedied(out: Path, stack: str, model: str, *, remedy_outputs: list[np.ndarray],
+                   latency_ms: list[list[float]] | None, threads: tuple[int, ...] = (1, 2)) -> None:
+    """A diagnose phase that found a culprit in ``forward`` and a remedy that passes against eager, as the worker
+    records them, with the remedied artifact's outputs; and, unless ``latency_ms`` is None, the measure session's
+    rounds of the candidate timed with its remedy (measured.remedied)."""
+    directory = layout.diagnose_dir(out, stack, model)
+    (directory / "remedy").mkdir(parents=True, exist_ok=True)
+    (directory / "remedy" / "forward.pte").write_bytes(b"remedied")
+    np.savez(directory / "remedy.npz", **{f"forward.output_{i}": t for i, t in enumerate(remedy_outputs)})
+    culprit = {"operator": "aten.gelu.default", "backend": "XNNPACK delegate", "share": 1.0,
+               "calls": [{"key": "gelu", "module": "act", "source": "m.py:1 in forward"}]}
+    chosen = {"remedy": "kept out of the delegate", "code": "partitioner = P()\n", "rel_l2": 1e-7, "passes": True,
+              "file": "remedy/forward.pte", "bytes": 8}
+    stages = [
+        {"stage": "build", "status": "ok", "duration_s": 1.0, "details": {"methods": ["forward"]}},
+        {"stage": "search", "status": "ok", "duration_s": 1.0, "details": {"methods": {"forward": {
+            "status": "found", "rel_l2": 0.3, "culprits": [culprit], "tried": [{}, {}]}}}},
+        {"stage": "remedy", "status": "ok", "duration_s": 1.0, "details": {
+            "methods": {"forward": {**chosen, "tried": [chosen]}}, "outputs": "remedy.npz"}},
+    ]
+    (directory / f"{layout.DIAGNOSE}.json").write_text(json.dumps({
+        "schema_version": str(RECORDS_VERSION), "phase": layout.DIAGNOSE, "stack": stack, "model": model,
+        "stages": stages, "facts": {}, "complete": True}))
+    if latency_ms is None:
+        return
+    entry = {"status": "ok", "cold": {"load_ms": 5.0, "first_ms": {"forward": 20.0}},
+             "idle_memory": {"rss_bytes": 400 * 2**20, "peak_rss_bytes": 400 * 2**20},
+             "input_shapes": {"forward": [[1, 3, 32, 32]]},
+             "rounds": [{"round": i + 1, "samples_ms": {"forward": samples}} for i, samples in enumerate(latency_ms)]}
+    for count in threads:
+        add_measurement(out, model, count, remedied(stack), entry)
 
 
 def _artifact(directory: Path, size: int) -> str:

@@ -1,19 +1,24 @@
 """The remedies a candidate's diagnose phase found, judged as the stack is: one per failed hard numerics
 gate whose model has one, and one per failed quantized-numerics gate whose variant has layers to leave in
 float (judged by that gate's SNR and cosine). The remedied methods' outputs against the reference (judge/gather.py), the
-other methods' as they shipped, by the gate's own threshold; the latency against the shipped artifact's;
-the size. The verdict as configured stands; the report says what the remedies would make of it."""
+other methods' as they shipped, by the gate's own threshold; the latency by the latency gate's own code on the
+candidate timed with its remedy in the measure session's rounds (measure/rounds.py); the size. The verdict as
+configured stands; the report says what the remedies would make of it."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge._gates import Gates
+from upgrade_gate.judge._latency_gates import latency_gate
 from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.judge.numerics import method_of
 from upgrade_gate.schema.comparison import Side
+from upgrade_gate.schema.measured import Measured, remedied
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.stack import MethodDiagnosis, StackResults
+from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
@@ -85,14 +90,13 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
     timed = [m for m in remedied if m.latency is not None]
     slowest = max(timed, key=lambda m: m.latency.median if m.latency else 0.0, default=None)
     conditions: list[str] = conditions_of_export
-    latency_gate = plan.settings.gates["latency"]
-    if latency_gate.severity != "off":
-        # Each remedied method against the shipped artifact by the latency gate's own rule (RatioEstimate.outcome:
-        # max-ratio, min-delta-ms, inconclusive when the interval straddles): a failure or an undecided one is a
-        # condition of a soft gate, and keeps a hard gate's remedy from passing.
-        costs = [cost for m in timed if (cost := _latency_cost(m, latency_gate["max-ratio"],
-                                                               latency_gate["min-delta-ms"]))]
-        (notes if latency_gate.severity == "hard" else conditions).extend(costs)
+    severity = plan.settings.gates["latency"].severity
+    latency = remedied_latency_gate(plan, model, stack, severity) if severity != "off" else None
+    if latency is not None and latency.status not in (GateStatus.PASSED, GateStatus.BLOCKED):
+        # Failed, inconclusive or not timed: a condition of a soft gate; a hard gate's keeps the remedy from passing.
+        # (Blocked: the candidate did not export, so nothing shipped to time; with_remedies makes that a condition.)
+        said = f"the latency gate with the remedy: {latency.status.value} ({latency.measured_against_rule})"
+        (notes if severity == "hard" else conditions).append(said)
     return Remedy(
         stack=stack, model=model.name, gate=gate, min_snr_db=min_snr, min_cosine=min_cosine,
         cosine=min(cosines.values(), default=None) if min_cosine is not None else None,
@@ -102,6 +106,7 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         passes=not notes,
         rel_l2=max((v for v in worst.values() if not math.isnan(v)), default=None), threshold=threshold,
         latency_ratio=slowest.latency if slowest else None, threads=slowest.latency_threads if slowest else None,
+        latency_gate=latency,
         bytes=sum(m.remedy_bytes or 0 for m in remedied) if all(m.remedy_bytes for m in remedied) else None,
         shipped_bytes=sum(b or 0 for b in shipped_bytes) if all(shipped_bytes) else None,
         code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied if m.remedy_code)),
@@ -109,14 +114,19 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         note="; ".join(notes), conditions=tuple(conditions))
 
 
-def _latency_cost(method: MethodDiagnosis, max_ratio: float, min_delta_ms: float) -> str:
-    """What the latency gate's rule says of a remedied method against the shipped artifact, when not "passed"."""
-    r = method.latency
-    if r is None:
-        return ""
-    outcome = r.outcome(max_ratio, method.latency_shipped_ms or 0.0, min_delta_ms)
-    if outcome == "passed":
-        return ""
-    said = (f"over the latency gate's max-ratio {max_ratio:g}" if outcome == "failed"
-            else f"not told apart from the latency gate's max-ratio {max_ratio:g} (inconclusive)")
-    return f"{method.method} ×{r.median:.3f} [{r.low:.3f}, {r.high:.3f}] against the shipped artifact, {said}"
+# A candidate whose remedy was not timed: its latency gate is incomplete, never passed on the shipped one's figures.
+NOT_TIMED = Measured(status="not measured", problem="the remedied artifacts were not timed in the measure session "
+                                                    "(`--remeasure` times them)")
+
+
+def remedied_latency_gate(plan: Plan, model: ModelResults, stack: str, severity: str) -> GateResult | None:
+    """The latency gate, by its own code (judge/_latency_gates.py), on the candidate with its remedy: the
+    remedied side's rounds (measured.remedied) against the baseline's, every thread count and method, the same
+    intervals, min-delta-ms, contention check and "inconclusive" as the stack's own latency gate."""
+    own = model.stacks[stack]
+    side = remedied(stack)
+    measured = own.remedied_measured or {threads: NOT_TIMED for threads in own.measured}
+    found = Gates(plan=plan, model=replace(model, stacks={**model.stacks, side: replace(own, measured=measured)}),
+                  stack=side, root="export")
+    latency_gate(found, severity)
+    return found.results[0] if found.results else None

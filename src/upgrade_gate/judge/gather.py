@@ -32,6 +32,7 @@ from upgrade_gate.schema.measured import (
     RoundLoad,
     RoundsEnded,
     ratio_by_rounds,
+    remedied,
     summarize,
 )
 from upgrade_gate.schema.records import (
@@ -150,13 +151,20 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     contention = {threads: _contention(threads, data, layout.measurement_file(out, model.name, threads)
                                        .relative_to(out).as_posix())
                   for threads, data in measurements.items() if data}
+    def measured_side(name: str) -> dict[int, Measured]:
+        """A side's summaries per thread count (a stack's, or a candidate's remedied one), its samples kept."""
+        found: dict[int, Measured] = {}
+        for threads, data in measurements.items():
+            entry = (data.get("stacks") or {}).get(name)
+            found[threads], samples.setdefault(name, {})[threads] = (
+                measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
+        return found
+
     for spec in plan.stacks:
         record = records[spec.name] = load_stack_model(out, spec.name, model.name)
-        measured: dict[int, Measured] = {}
-        for threads, data in measurements.items():
-            entry = (data.get("stacks") or {}).get(spec.name)
-            measured[threads], samples.setdefault(spec.name, {})[threads] = (
-                measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
+        measured = measured_side(spec.name)
+        timed_remedied = any(remedied(spec.name) in (data.get("stacks") or {}) for data in measurements.values())
+        with_remedy = measured_side(remedied(spec.name)) if timed_remedied else {}
         stacks[spec.name] = StackResults(
             record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured,
             export_peak_rss_bytes=record.peak_rss_bytes("export"),
@@ -164,12 +172,17 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
             cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
                    for phase, c in record.cache.items()},
             damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)),
-            diagnosis=_diagnosis(plan, spec.name, model.name))
+            diagnosis=_diagnosis(plan, spec.name, model.name),
+            remedied_measured=with_remedy)
     ratios, busy_rounds = [], []
     base = plan.baseline.name
-    for spec in plan.candidates:
-        for threads, by_method in samples[spec.name].items():
-            if not (stacks[spec.name].measured[threads].status == stacks[base].measured[threads].status == "ok"):
+    # Each candidate's ratios, and its remedied side's where it was timed: the latency gate's rows of each.
+    sides = [(spec.name, stacks[spec.name].measured) for spec in plan.candidates]
+    sides += [(remedied(spec.name), stacks[spec.name].remedied_measured) for spec in plan.candidates
+              if stacks[spec.name].remedied_measured]
+    for side, side_measured in sides:
+        for threads, by_method in samples[side].items():
+            if not (side_measured[threads].status == stacks[base].measured[threads].status == "ok"):
                 continue  # a measurement that did not finish gives no ratio: never a part presented as whole
             machine = contention.get(threads)
             quiet = machine.quiet_rounds() if machine is not None else None
@@ -184,12 +197,12 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                 estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common],
                                            confidence=confidence, planned=planned)
                 if estimate is not None:
-                    ratios.append(LatencyRatio(stack=spec.name, threads=threads, method=method, estimate=estimate))
+                    ratios.append(LatencyRatio(stack=side, threads=threads, method=method, estimate=estimate))
                 if machine is not None and machine.busy:  # every round tried, disturbed or not: no judgement
                     every = ratio_by_rounds([rounds[n] for n in sorted(rounds) if n in theirs],
                                             [theirs[n] for n in sorted(rounds) if n in theirs])
                     if every is not None:
-                        busy_rounds.append(BusyRounds(stack=spec.name, threads=threads, method=method,
+                        busy_rounds.append(BusyRounds(stack=side, threads=threads, method=method,
                                                       per_round=every.per_round))
     kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
 

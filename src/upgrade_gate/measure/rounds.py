@@ -18,6 +18,9 @@ For each model and each thread count:
    the rounds stop at a look of the sequential design (upgrade_gate.stats.sequential_looks)
    once every candidate's interval lies wholly on one side of the latency threshold. The
    file says why the rounds ended (schema.measured.RoundsEnded).
+   A candidate whose diagnose phase chose a remedy is timed twice in each round: as shipped, and with the
+   remedied artifacts in place of the shipped ones (``Side``, schema.measured.remedied), so that the latency
+   gate judges the remedy with the same rounds, stop rule and contention check as the stack.
 3. Each server exits with its peak resident memory: what loading and running
    the model took is that peak minus the memory it had with only the runtime
    started.
@@ -36,6 +39,7 @@ import platform
 import socket
 import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -53,7 +57,14 @@ from upgrade_gate.run import artifacts, cache, supervisor, workers
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.schema import measured
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded, ratio_by_rounds
-from upgrade_gate.schema.records import RECORDS_VERSION, load_stack_info, load_stack_model, read_key_record
+from upgrade_gate.schema.records import (
+    RECORDS_VERSION,
+    load_diagnosis,
+    load_stack_info,
+    load_stack_model,
+    read_key_record,
+)
+from upgrade_gate.schema.stack import Diagnosis
 
 # The code that decides how a measurement is made (the stop rule's ratios: stats, measured): part of its cache key.
 MEASURE_CODE = [Path(str(module.__file__)).resolve()
@@ -88,7 +99,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     for stale in out_file.parent.glob(f"threads-{threads}.*"):  # an earlier run's, which this one replaces
         stale.unlink()
     runnable, skipped = runnable_stacks(plan, model)
-    key = _measurement_key(plan, model, threads, runnable)
+    sides = remedied_sides(plan, model, runnable)
+    key = _measurement_key(plan, model, threads, runnable, sides)
     store = cache.ResultCache(settings.cache_dir)
     names = "+".join(spec.name for spec, _ in runnable) or "none"
     phase = f"measure-t{threads}"
@@ -105,18 +117,20 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     intervals = gate_intervals(plan, model, runnable)
     confidence = stats.interval_confidence(intervals)
     log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds of "
-        f"{', '.join(spec.name for spec, _ in runnable) or 'no stack'}")
+        f"{', '.join([spec.name for spec, _ in runnable] + [side.name for side in sides]) or 'no stack'}")
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
     try:
         # One after the other: a cold start timed beside another one would time both.
-        for spec, bin_dir in runnable:
-            server, stacks[spec.name] = start_server(plan, model, spec, bin_dir, threads, out_file)
+        for side in [Side(spec.name, spec, bin_dir) for spec, bin_dir in runnable] + sides:
+            server, stacks[side.name] = start_server(plan, model, side, threads, out_file)
             if server is not None:
-                servers[spec.name] = server
+                servers[side.name] = server
         gate = settings.gates["latency"]
-        clear = functools.partial(clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates],
+        # The rounds go on until the remedied sides are decided too: their latency gate is judged as the stack's is.
+        clear = functools.partial(clear_of_threshold, plan.baseline.name,
+                                  [spec.name for spec in plan.candidates] + [side.name for side in sides],
                                   stacks, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"],
                                   planned=settings.rounds, confidence=confidence) if settings.stop_early else None
         looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
@@ -141,7 +155,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                      "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early,
                      # The intervals the model's latency gate judges: they share its 5% (stats.interval_confidence).
                      "intervals": intervals},
-        "order": [spec.name for spec, _ in runnable],
+        "order": [spec.name for spec, _ in runnable],  # the stacks measured (their cache entry's name)
+        "remedied": {side.name: side.artifacts for side in sides},
         "key": key,
         # Timings of another machine are not this one's: the cache key has the machine too.
         "machine": machine(),
@@ -156,7 +171,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     # part of the key: which stacks ran is (``names``).
     # Only a whole measurement is kept: one cut short, or of a busy machine, is made again next time.
     whole = ended in (RoundsEnded.PLANNED, RoundsEnded.DECIDED)
-    if key is not None and whole and all(stacks[spec.name]["status"] == "ok" for spec, _ in runnable):
+    timed = [spec.name for spec, _ in runnable] + [side.name for side in sides]
+    if key is not None and whole and all(stacks[name]["status"] == "ok" for name in timed):
         logs = sorted(out_file.parent.glob(f"threads-{threads}.*.log"))
         store.store(names, model.name, phase, key, [out_file, *logs], {})
     summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
@@ -306,14 +322,49 @@ CORES = os.cpu_count() or 1
 REPEAT_BUDGET = 2
 
 
+@dataclass(frozen=True)
+class Side:
+    """What one server of a round times: a stack's artifacts as it shipped them, or — a remedied side
+    (``measured.remedied``) — with some methods' files replaced, relative to the model's folder."""
+
+    name: str
+    spec: StackSpec
+    bin_dir: Path
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+
+def remedied_sides(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> list[Side]:
+    """Each runnable candidate whose diagnose phase chose, for every method it remedied, a remedy that passes
+    against its eager model, with those remedied artifacts in place of the shipped ones: the remedy the report
+    judges, timed in the same rounds as the stacks, so that the latency gate judges it as it judges the stack."""
+    out = plan.settings.out_dir
+    sides = []
+    for spec, bin_dir in runnable:
+        found = load_diagnosis(out, spec.name, model.name) if spec.name != plan.baseline.name else None
+        if found is None:
+            continue
+        diagnosis = Diagnosis(record_dir=layout.diagnose_dir(out, spec.name, model.name).relative_to(out).as_posix(),
+                              stages=found[0])
+        chosen = [method for method in diagnosis.findings if method.remedy_code is not None]
+        files = {method.method: out / method.remedy_file for method in chosen if method.remedy_file}
+        if not chosen or not all(m.remedy_passes and m.method in files and files[m.method].is_file() for m in chosen):
+            continue  # a remedy that fails its own check is judged without timing; one without its file, too
+        model_dir = layout.model_dir(out, spec.name, model.name)
+        sides.append(Side(measured.remedied(spec.name), spec, bin_dir,
+                          {name: file.relative_to(model_dir).as_posix() for name, file in files.items()}))
+    return sides
+
+
 def start_server(
-    plan: Plan, model: ModelEntry, spec: StackSpec, bin_dir: Path, threads: int, out_file: Path
+    plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path
 ) -> tuple[supervisor.Server | None, dict[str, Any]]:
-    """Start one stack's server and wait for its cold start and warm-up; the stack's record so far."""
+    """Start one side's server and wait for its cold start and warm-up; the side's record so far."""
     settings = plan.settings
+    spec, bin_dir = side.spec, side.bin_dir
     model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
     job = {
         "stack": spec.name,
+        "artifacts": side.artifacts,
         "model": model.name,
         "adapter": spec.adapter,
         "model_dir": str(model_dir),
@@ -327,11 +378,11 @@ def start_server(
         "shortest_part_s": _contention.SHORTEST_PART_S,
     }
     stem = out_file.with_suffix("")
-    job_file = stem.with_name(f"{stem.name}.{spec.name}-job.json")
+    job_file = stem.with_name(f"{stem.name}.{side.name}-job.json")
     write_json_atomic(job_file, job)
     server = supervisor.Server(
         workers.worker_argv(bin_dir, "measure", job_file), env=workers.worker_env(bin_dir), cwd=TOOL_ROOT,
-        log_file=stem.with_name(f"{stem.name}.{spec.name}.log"), deadline_for=settings.timeout_s,
+        log_file=stem.with_name(f"{stem.name}.{side.name}.log"), deadline_for=settings.timeout_s,
         memory_limit_bytes=settings.memory_limit_bytes, control_env=supervisor.CONTROL_FDS_ENV,
         deadline_key=settings.timeout_key,
     )
@@ -385,21 +436,29 @@ def runnable_stacks(plan: Plan, model: ModelEntry) -> tuple[list[tuple[StackSpec
     return runnable, skipped
 
 
-def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list[tuple[StackSpec, Path]]) -> str | None:
-    """The runtime keys of the stacks measured and how they are measured; None if one is not known."""
+def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list[tuple[StackSpec, Path]],
+                     sides: Sequence[Side] = ()) -> str | None:
+    """The runtime keys of the stacks measured, the diagnose keys of the remedied sides (what made their files)
+    and how they are measured; None if one is not known."""
     runtime_keys = {}
     for spec, _ in runnable:
         record = read_key_record(layout.model_dir(plan.settings.out_dir, spec.name, model.name), "runtime")
         if not record or not record.get("stored") or not record.get("key"):
             return None
         runtime_keys[spec.name] = record["key"]
+    for side in sides:
+        record = read_key_record(layout.diagnose_dir(plan.settings.out_dir, side.spec.name, model.name),
+                                 layout.DIAGNOSE)
+        if not record or not record.get("stored") or not record.get("key"):
+            return None
+        runtime_keys[side.name] = [record["key"], side.artifacts]
     if not runtime_keys:
         return None
     settings = plan.settings
     return cache.digest_of({
         "machine": machine(),
         "runtime": runtime_keys,
-        "order": [spec.name for spec, _ in runnable],
+        "order": [spec.name for spec, _ in runnable] + [side.name for side in sides],
         "threads": threads,
         "rounds": settings.rounds,
         # The intervals the gate judges set each interval's rank (and where the rounds may stop).

@@ -30,6 +30,7 @@ from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.run import cache
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.measured import remedied
 from upgrade_gate.schema.records import Reader
 
 MANIFEST = layout.MANIFEST
@@ -173,7 +174,7 @@ def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]])
                 continue
             merged: dict[str, Any] = {**found[0][2], "stacks": {}, "merged_from": {}}
             for folder, manifest, data in found:
-                for stack in manifest.stacks:
+                for stack in (*manifest.stacks, *map(remedied, manifest.stacks)):  # a candidate's remedied side too
                     record = (data.get("stacks") or {}).get(stack)
                     if record is not None:
                         merged["stacks"][stack] = record
@@ -200,7 +201,8 @@ def _merge_rounds(parts: list[tuple[dict[str, Any], tuple[str, ...]]]) -> list[d
             if len(parts) == 1:  # stacks timed in separate jobs took no turns
                 joined["order"] = list(entry.get("order", []))
             joined["disturbed"] = joined["disturbed"] or bool(entry.get("disturbed"))
-            joined["load"].update({stack: load for stack, load in (entry.get("load") or {}).items() if stack in stacks})
+            joined["load"].update({stack: load for stack, load in (entry.get("load") or {}).items()
+                                   if stack in {*stacks, *map(remedied, stacks)}})
     return [by_number[n] for n in sorted(by_number)]
 
 

@@ -17,6 +17,13 @@ from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, m
 
 TRIM_FRACTION = 0.1  # drop the fastest and slowest 10% for the trimmed mean
 
+
+def remedied(stack: str) -> str:
+    """A candidate measured with its remedies (the diagnose phase's remedied artifacts in place of the shipped
+    ones): its entry in a measurement file and its ratios' stack, judged by the latency gate as the candidate is.
+    "+" is in no stack's name (layout.NAME_SHAPE), so it names no stack of its own."""
+    return f"{stack}+remedy"
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LatencySummary(codec.Record):
     DERIVED = (codec.derived("per_second"),)  # for readers of the file

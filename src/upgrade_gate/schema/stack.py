@@ -368,6 +368,9 @@ class StackResults(StagesOf, codec.Record):
     damaged: tuple[str, ...] = ()
     # Where the artifact departed from its own eager model: the operators behind it (None: not run).
     diagnosis: Diagnosis | None = None
+    # A candidate measured with its remedy (measured.remedied), per thread count: judged by the latency gate as
+    # ``measured`` is (judge/_remedies.py); empty where it was not timed.
+    remedied_measured: dict[int, Measured] = field(default_factory=dict)
 
     # Derived, for readers of the file; not read back.
     DERIVED = (codec.derived("artifact"), codec.derived("planned_memory_bytes"), codec.derived("runtime_memory_bytes"))

@@ -29,7 +29,9 @@ from upgrade_gate.schema.records import Reader
 # 2.6: why a measurement's rounds ended, the rounds asked for and the intervals its gate judges
 # (`contention[].ended`, `.planned`, `.intervals`; each interval's `confidence` is its share of the gate's), and
 # a busy thread count's every-round ratios (`busy_rounds`) (2.5 files read as one interval per gate).
-RESULTS_VERSION = Version("2.6")
+# 2.7: a remedy's latency gate (`remedies[].latency_gate`), judged on the candidate timed with its remedy
+# (`stacks.*.remedied_measured`, its ratios under the stack "<candidate>+remedy") (2.6 files read without them).
+RESULTS_VERSION = Version("2.7")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
@@ -198,6 +200,12 @@ class GateResult(codec.Record):
         return shown + "".join(f" ⚠ {warning}" for warning in self.warnings)
 
     @property
+    def measured_against_rule(self) -> str:
+        """The number and the threshold it was held to, without the rule's conditions (a remedy's row says it)."""
+        rule = f"; {self.metric} {self.op} {self.threshold}" if self.threshold is not None else ""
+        return self.measured_text + rule
+
+    @property
     def threshold_text(self) -> str:
         if self.threshold is None:
             return self.condition
@@ -255,8 +263,8 @@ class BaselineFinding(codec.Record):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Remedy(codec.Record):
     """The change that avoids one failed hard gate of a candidate, found by its diagnose phase and judged as the
-    stack is: the remedied artifact against the reference with the gate's threshold, its latency against the
-    shipped artifact's (calls in turns, in one process), its size. The verdict as configured stands."""
+    stack is: the remedied artifact against the reference with the gate's threshold, the latency gate on the
+    candidate timed with it, its cost against the shipped artifact, its size. The verdict as configured stands."""
 
     stack: str
     model: str
@@ -266,8 +274,10 @@ class Remedy(codec.Record):
     passes: bool  # every method within the gate's threshold against the reference
     rel_l2: float | None  # the worst method's, against the reference
     threshold: float
-    latency_ratio: RatioEstimate | None = None  # remedied / shipped, the slowest method's
+    latency_ratio: RatioEstimate | None = None  # remedied / shipped, the slowest method's (calls in turns, one process)
     threads: int | None = None
+    # The latency gate on the candidate timed with the remedy in the measure session (None: the gate is off).
+    latency_gate: GateResult | None = None
     bytes: int | None = None  # the remedied artifacts'
     shipped_bytes: int | None = None
     code: str = ""  # the lines of an export script
