@@ -2,7 +2,7 @@
 stack's eager outputs: the operators behind it (culprit.py), a reproducer to file upstream, and the
 remedies a team would try, each checked on the same real inputs and the cheapest that passes chosen, then a
 reproducer whose --with-remedy is that one — one method per stage: build → eager → parts → alone → search →
-remedy → reproducer, for each method that failed."""
+remedy → task → reproducer, for each method that failed (task: a generator's loop on the remedied artifact)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,18 @@ from typing import Any
 from . import culprit, issue_text
 from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
-from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
+from .phases import PhaseLog, StageSkipped, method_outputs, run_task, save_arrays
 
 REPRO_DIR = "repro"
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
 REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
+REMEDY_TASK = "remedy-task.npz"  # a generator's loop run on it: tokens and step logits, as the runtime's task stage
 # Calls per side and round of the remedied-against-shipped timing (the budget decides between them).
 MIN_CALLS, MAX_CALLS = 3, 200
 
 
 class DiagnosePhase:
-    """The diagnose phase: build → eager → parts → alone → search → remedy → reproducer."""
+    """The diagnose phase: build → eager → parts → alone → search → remedy → task → reproducer."""
 
     def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
         # Diagnoses' members, once run_stages has checked the adapter has them.
@@ -51,7 +52,7 @@ class DiagnosePhase:
     NOT_OFFERED = "this stack's adapter has no culprit search (compat/contract.py Diagnoses)"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("build", ()), ("eager", ("build",)), ("parts", ("eager",)), ("alone", ("parts",)),
-        ("search", ("alone",)), ("remedy", ("search",)), ("reproducer", ("search",)))
+        ("search", ("alone",)), ("remedy", ("search",)), ("task", ("remedy",)), ("reproducer", ("search",)))
 
     def run_stages(self) -> None:
         self.adapter.set_threads(self.job["threads"])  # torch's and the runtime's, before any load: the remedy is timed
@@ -79,6 +80,7 @@ class DiagnosePhase:
 
     def build(self):
         case, inputs, _ = load_case(self.job)
+        self.case = case  # its task's loop, for the remedy's (``task``)
         methods = case.entry_points()
         return (methods, inputs), {"methods": self.methods}
 
@@ -359,6 +361,29 @@ class DiagnosePhase:
         if outputs:
             save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
         return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+
+    def task(self):
+        """A generator's end-to-end loop (its greedy decode, models/case.py) run as the runtime phase runs the
+        artifact's, with the chosen remedies' files in place of the shipped methods' and the others as shipped:
+        the parent judges the remedy's token agreement with it as it judges the stack's (judge/_remedies.py)."""
+        if self.case.task.drive is None:
+            raise StageSkipped("no generation loop: the task is judged from the remedied artifact's outputs")
+        chosen = {method: checked["file"] for method, checked in self.log.results["remedy"].items()
+                  if checked.get("passes") and checked.get("file")}
+        if not chosen:
+            raise StageSkipped("no remedy passes against eager")
+        shipped = {m: file for m, file in (self.job.get("artifacts") or {}).items() if m not in chosen}
+        missing = sorted(set(self.case.entry_points()) - set(chosen) - set(shipped))
+        if missing:
+            raise StageSkipped(f"no artifact of {', '.join(missing)} to run the loop with")
+        calls = load_methods(self.adapter, self.model_dir.parent, shipped)
+        calls.update({m: (self.adapter.run, self.adapter.load(self.model_dir / file)) for m, file in chosen.items()})
+
+        def call(name: str, *args: Any) -> list[Any]:
+            run, program = calls[name]
+            return flatten_outputs(run(program, args))
+
+        return run_task(self.case, call, self.model_dir / REMEDY_TASK)
 
     def try_remedy(self, method: str, number: int, what: str, code: str) -> dict[str, Any]:
         """One remedy lowered, saved, loaded and run; timed against the shipped artifact when it passes. A remedy

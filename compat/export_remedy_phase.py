@@ -1,6 +1,6 @@
 """The diagnose phase of a float model whose export failed, in a stack's worker: each method exported again
 with the export API's other options, in order (the adapter's EXPORT_REMEDIES: strict tracing, draft_export),
-lowered, saved, loaded and run as an artifact is — one method per stage: build → eager → search → remedy.
+lowered, saved, loaded and run as an artifact is — one method per stage: build → eager → search → remedy → task.
 
 Its records are the diagnose phase's (diagnose_phase.py): the search stage holds every try, the remedy stage
 the lines that export each method and the artifact they make, compared with eager; the parent judges it
@@ -9,7 +9,12 @@ against the reference (judge/_remedies.py). Nothing is timed: no artifact shippe
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from . import culprit
@@ -19,6 +24,27 @@ from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
 from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
 
 SEARCH = "export"  # the job's and the build stage's "search"
+# Where draft_export writes its structured trace (torch.export._draft_export.CaptureStructuredTrace); without it,
+# the system's temporary folder (/tmp/export_<user>): outside the report folder and the cache.
+DTRACE_ENV = "TORCH_DTRACE"
+TRACE_DIR = "export-trace"  # in the phase's folder, for the length of one export
+
+
+@contextlib.contextmanager
+def trace_inside(folder: Path) -> Iterator[None]:
+    """torch's structured trace of one export written in ``folder`` (the phase's own), and removed after: the
+    worker writes nothing outside the report folder and the cache, whatever the export API logs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    before = os.environ.get(DTRACE_ENV)
+    os.environ[DTRACE_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(DTRACE_ENV, None)
+        else:
+            os.environ[DTRACE_ENV] = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class ExportRemedyPhase(DiagnosePhase):
@@ -26,7 +52,8 @@ class ExportRemedyPhase(DiagnosePhase):
 
     CAPABILITY = ReExports
     NOT_OFFERED = "this stack's adapter tries no other export options (compat/contract.py ReExports)"
-    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)))
+    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
+              ("task", ("remedy",)))
 
     def build(self):
         built, details = super().build()
@@ -42,7 +69,8 @@ class ExportRemedyPhase(DiagnosePhase):
             for name, code in self.adapter.EXPORT_REMEDIES:
                 start, step = time.monotonic(), "export"
                 try:
-                    exported, assumed = self.adapter.export_with(methods[method].module, inputs[method], code)
+                    with trace_inside(self.model_dir / TRACE_DIR):
+                        exported, assumed = self.adapter.export_with(methods[method].module, inputs[method], code)
                     step = "lowering"
                     lowered = self.adapter.lower_keeping_out(exported, frozenset())
                 except Exception as error:  # noqa: BLE001 - the option's outcome: the next one is tried

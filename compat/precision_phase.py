@@ -34,7 +34,8 @@ class PrecisionPhase(DiagnosePhase):
 
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
-    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)))
+    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
+              ("task", ("remedy",)))
 
     def build(self):
         (methods, inputs), details = super().build()

@@ -91,6 +91,7 @@ def explained_run(tmp_path_factory):
     planted fusion (a multiply and a ReLU, each right alone, wrong fused)."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
+    (folder / "started").touch()  # when the run started: what it wrote elsewhere is newer (tests/test_diagnose.py)
     # The team's own model (tests/data/team_outlier.py), declared as a team declares one.
     shutil.copy(DATA / "team_outlier.py", folder / "team_outlier.py")
     team = '[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = ["int8-dynamic"]\n'

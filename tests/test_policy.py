@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.stack_records import add_round_loads, write_remedied, write_stack_model
+from helpers.stack_records import add_round_loads, add_task, write_remedied, write_stack_model
 
 from upgrade_gate import layout
 from upgrade_gate._atomic import to_json
@@ -372,6 +372,40 @@ def test_a_remedy_over_a_hard_latency_gate_does_not_pass(project: Path):
     (remedy,) = record.remedies
     assert not remedy.passes and remedy.note.startswith("the latency gate with the remedy: failed (ratio = 1.310")
     assert with_remedies(record, "candidate") is None
+
+
+@pytest.mark.parametrize(("remedy_tokens", "passes", "note"), [
+    # The loop run with the remedy decodes the reference's tokens: the task gate passes with it, so the remedy does.
+    ([[1, 2, 3, 4], [5, 6, 7, 1]], True, ""),
+    # It diverges from the second step of one prompt: token agreement 5/8 under the hard task gate's 0.9.
+    ([[1, 2, 3, 4], [5, 2, 2, 2]], False, "the task-generation gate with the remedy: failed (token agreement = "
+                                          "0.625 (1/2 prompts identical, first divergence [None, 1]"),
+    # The loop did not run with the remedy: nothing judged, nothing claimed.
+    (None, False, "the task-generation gate with the remedy: failed (the remedy's loop did not run"),
+])
+def test_a_generators_remedy_is_judged_by_its_loop_run_with_the_remedy(plan, remedy_tokens, passes, note):
+    """Issue 39, item 4: the task-agreement gate re-judged with the remedy — a generator's token agreement from its
+    loop run with the remedied artifact (the diagnose phase's task stage), by the stack's own task gate."""
+    out = plan.settings.out_dir
+    reference = [[1, 2, 3, 4], [5, 6, 7, 1]]
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], task="generation",
+                      latency_ms=10.0)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE + 0.5], task="generation",
+                      latency_ms=10.0)
+    add_task(out, "legacy", "vit-smoke", "eager", reference)
+    add_task(out, "candidate", "vit-smoke", "artifact", [[1, 7, 7, 7], [5, 6, 7, 1]])  # the shipped one diverges
+    write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], task_tokens=remedy_tokens,
+                   latency_ms=noisy_rounds(1.0, [1.0] * 7), threads=plan.settings.threads)
+    record = evaluate(plan, gather(plan))
+    gates = {g.gate: g for g in record.gates}
+    assert gates["task-generation"].status is GateStatus.FAILED and gates["numerics"].status is GateStatus.FAILED
+    (remedy,) = record.remedies
+    judged = {g.gate: g for g in remedy.gates}
+    assert judged["numerics"].status is GateStatus.PASSED and judged["numerics"].stack == "candidate+remedy"
+    assert judged["task-generation"].status is (GateStatus.PASSED if passes else GateStatus.FAILED)
+    assert remedy.passes is passes and remedy.note.startswith(note)
+    # A remedy that passes answers both failed hard gates it was judged by: numerics and the task's.
+    assert with_remedies(record, "candidate") == ((Verdict.GO, 1) if passes else None)
 
 
 # -- quantized variants and delegation ------------------------------------------

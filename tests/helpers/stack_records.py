@@ -112,11 +112,35 @@ def write_stack_model(
     return directory
 
 
+def add_task(out: Path, stack: str, model: str, which: str, tokens: list[list[int]]) -> None:
+    """A generator's loop as its stage records it (compat/phases.py run_task): ``eager`` (the export phase's
+    ``eager-task``) or ``artifact`` (the runtime phase's ``task``); step logits that pick each token."""
+    directory = layout.model_dir(out, stack, model)
+    phase, stage = ("export", "eager-task") if which == "eager" else ("runtime", "task")
+    record = json.loads((directory / f"{phase}.json").read_text())
+    record["stages"].append({"stage": stage, "status": "ok", "duration_s": 0.1, "details": task_details(
+        directory / f"{which}-task.npz", tokens)})
+    (directory / f"{phase}.json").write_text(json.dumps(record))
+
+
+def task_details(path: Path, tokens: list[list[int]], vocab: int = 8) -> dict:
+    """The loop's file (tokens, and logits peaked at each token) and its stage's details."""
+    logits = np.zeros((len(tokens), max(map(len, tokens)), vocab), dtype=np.float32)
+    for row, sequence in enumerate(tokens):
+        for step, token in enumerate(sequence):
+            logits[row, step, token] = 1.0
+    np.savez(path, tokens=np.array(tokens, dtype=np.int64), step_logits=logits)
+    return {"file": path.name, "prompts": [f"prompt {i}" for i in range(len(tokens))], "tokens": tokens,
+            "text": [" ".join(map(str, sequence)) for sequence in tokens]}
+
+
 def write_remedied(out: Path, stack: str, model: str, *, remedy_outputs: list[np.ndarray],
-                   latency_ms: list[list[float]] | None, threads: tuple[int, ...] = (1, 2)) -> None:
+                   latency_ms: list[list[float]] | None, threads: tuple[int, ...] = (1, 2),
+                   task_tokens: list[list[int]] | None = None) -> None:
     """A diagnose phase that found a culprit in ``forward`` and a remedy that passes against eager, as the worker
-    records them, with the remedied artifact's outputs; and, unless ``latency_ms`` is None, the measure session's
-    rounds of the candidate timed with its remedy (measured.remedied)."""
+    records them, with the remedied artifact's outputs (and, with ``task_tokens``, a generator's loop run with
+    it: the phase's ``task`` stage); and, unless ``latency_ms`` is None, the measure session's rounds of the
+    candidate timed with its remedy (measured.remedied)."""
     directory = layout.diagnose_dir(out, stack, model)
     (directory / "remedy").mkdir(parents=True, exist_ok=True)
     (directory / "remedy" / "forward.pte").write_bytes(b"remedied")
@@ -132,6 +156,9 @@ def write_remedied(out: Path, stack: str, model: str, *, remedy_outputs: list[np
         {"stage": "remedy", "status": "ok", "duration_s": 1.0, "details": {
             "methods": {"forward": {**chosen, "tried": [chosen]}}, "outputs": "remedy.npz"}},
     ]
+    if task_tokens is not None:
+        stages.append({"stage": "task", "status": "ok", "duration_s": 1.0,
+                       "details": task_details(directory / "remedy-task.npz", task_tokens)})
     (directory / f"{layout.DIAGNOSE}.json").write_text(json.dumps({
         "schema_version": str(RECORDS_VERSION), "phase": layout.DIAGNOSE, "stack": stack, "model": model,
         "stages": stages, "facts": {}, "complete": True}))

@@ -40,10 +40,7 @@ def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRe
     _root_gate(found, gates["export"].severity, "every stage ok (build → export → save → load → run)", record_path)
     _delegation_gate(found, record_path, gates["delegation"].severity)
     _size_gate(found, record_path, gates["artifact-size"].severity)
-    comparison = _numerics_gate(found, gates["numerics"].severity)
-    if model.task_kind in HEADLINE:
-        _task_gate(found, comparison, f"task-{model.task_kind}", gates["task"].severity,
-                   embedding_ranking=model.task_kind == "embedding")
+    output_gates(found)
     latency_gate(found, gates["latency"].severity)
     memory_gate(found, gates["memory"].severity)
     budget = dict(gates.budgets).get(name)
@@ -88,6 +85,35 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
     severity = gates["quantized"].severity
     _root_gate(found, severity, f"every stage ok (quantize ({model.variant}) → export → save → load → run)",
                record_path)
+    output_gates(found)
+    _size_gate(found, record_path, gates["artifact-size"].severity)
+    _delegation_gate(found, record_path, gates["delegation"].severity)
+    if not found.baseline.skipped_variant:
+        # Against the baseline's own variant: what the team could ship quantized today.
+        latency_gate(found, gates["latency"].severity)
+        memory_gate(found, gates["memory"].severity)
+
+
+def output_gates(found: Gates) -> None:
+    """What the artifact computes, against the reference: its numerics and its task's agreement — a quantized
+    variant's by its own thresholds and the one severity of its gates. A stack's and a remedy's alike (the
+    remedy's comparison: judge/_remedies.py)."""
+    gates, model = found.plan.settings.gates, found.model
+    if model.quantized:
+        severity = gates["quantized"].severity
+        comparison = quantized_numerics_gate(found, severity)
+        if model.task_kind in ("classification", "generation"):
+            task_gate(found, comparison, f"quantized-task-{model.task_kind}", severity)
+        return
+    comparison = numerics_gate(found, gates["numerics"].severity)
+    if model.task_kind in HEADLINE:
+        task_gate(found, comparison, f"task-{model.task_kind}", gates["task"].severity,
+                  embedding_ranking=model.task_kind == "embedding")
+
+
+def quantized_numerics_gate(found: Gates, severity: str) -> Comparison | None:
+    """A quantized variant's artifact against the reference: the worst output's SNR and cosine."""
+    gates, model = found.plan.settings.gates, found.model
     comparison = _reference_comparison(found)
     min_snr, min_cosine = gates.for_model(model.name, "min-snr-db"), gates.for_model(model.name, "min-cosine")
     rule = Rule(metric="SNR", op="≥", threshold=Quantity(value=min_snr, unit=Unit.DB),
@@ -96,25 +122,18 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
     why = _comparison_missing(found, comparison)
     if why is not None:
         found.missing("quantized-numerics", severity, rule, why)
-    else:
-        assert comparison is not None
-        outputs = comparison.comparable_outputs
-        worst_snr = min(outputs, key=lambda o: o.snr_db if o.snr_db is not None else float("inf"))
-        worst_cos = min(outputs, key=lambda o: o.cosine if o.cosine is not None else 1.0)
-        snr = worst_snr.snr_db if worst_snr.snr_db is not None else float("inf")
-        cosine = worst_cos.cosine if worst_cos.cosine is not None else 1.0
-        found.add("quantized-numerics", severity, snr >= min_snr and cosine >= min_cosine, rule,
-                  measured=Quantity(value=snr, unit=Unit.DB),
-                  note=f"{worst_snr.name}; cosine {cosine:.5f} ({worst_cos.name})",
-                  warnings=_degenerate_warnings(comparison))
-    if model.task_kind in ("classification", "generation"):
-        _task_gate(found, comparison, f"quantized-task-{model.task_kind}", severity)
-    _size_gate(found, record_path, gates["artifact-size"].severity)
-    _delegation_gate(found, record_path, gates["delegation"].severity)
-    if not found.baseline.skipped_variant:
-        # Against the baseline's own variant: what the team could ship quantized today.
-        latency_gate(found, gates["latency"].severity)
-        memory_gate(found, gates["memory"].severity)
+        return comparison
+    assert comparison is not None
+    outputs = comparison.comparable_outputs
+    worst_snr = min(outputs, key=lambda o: o.snr_db if o.snr_db is not None else float("inf"))
+    worst_cos = min(outputs, key=lambda o: o.cosine if o.cosine is not None else 1.0)
+    snr = worst_snr.snr_db if worst_snr.snr_db is not None else float("inf")
+    cosine = worst_cos.cosine if worst_cos.cosine is not None else 1.0
+    found.add("quantized-numerics", severity, snr >= min_snr and cosine >= min_cosine, rule,
+              measured=Quantity(value=snr, unit=Unit.DB),
+              note=f"{worst_snr.name}; cosine {cosine:.5f} ({worst_cos.name})",
+              warnings=_degenerate_warnings(comparison))
+    return comparison
 
 
 def _reference_comparison(found: Gates) -> Comparison | None:
@@ -161,7 +180,7 @@ def _against(comparison: Comparison, found: Gates) -> str:
     return f"against its own eager model: {found.baseline_missing().note}"
 
 
-def _numerics_gate(found: Gates, severity: str) -> Comparison | None:
+def numerics_gate(found: Gates, severity: str) -> Comparison | None:
     comparison = _reference_comparison(found)
     tolerance = found.plan.settings.gates.for_model(found.model.name, "max-rel-l2")
     rule = Rule(metric="rel_l2", op="≤", threshold=Quantity(value=tolerance, unit=Unit.REL_L2),
@@ -189,7 +208,7 @@ def _degenerate_warnings(comparison: Comparison) -> tuple[str, ...]:
                  for output in comparison.comparable_outputs if (why := output.degenerate_reference))
 
 
-def _task_gate(found: Gates, comparison: Comparison | None, gate: str, severity: str, *,
+def task_gate(found: Gates, comparison: Comparison | None, gate: str, severity: str, *,
                embedding_ranking: bool = False) -> None:
     """The task's headline agreement with the reference; an encoder must also keep its similarity ranking."""
     model = found.model

@@ -8,6 +8,7 @@ no thresholds. What they build are the records of the results schema
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,13 @@ from upgrade_gate.schema.records import (
     DamagedFile,
     Reader,
     StackModelRecord,
+    TaskResult,
     load_diagnosis,
     load_measurement,
     load_stack_info,
     load_stack_model,
     read_arrays,
+    read_task_result,
     released,
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
@@ -223,7 +226,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                                           missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
             continue
         try:
-            task, task_missing = _task_agreement(kind, records, actual, reference, actual_out, reference_out)
+            task, task_missing = _task_agreement(kind, actual, reference, actual_out, reference_out,
+                                                 lambda side: records[side.stack].task_result(side.kind))
             damaged = None
         except DamagedFile as damage:
             task, task_missing = None, _damage(out, damage)
@@ -242,8 +246,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     reference = reference_side(plan)
     for name, own in stacks.items():
         if own.diagnosis is not None:
-            stacks[name] = replace(own, diagnosis=_remedy_judged(own.diagnosis, out, records[reference.stack],
-                                                                 reference, extents))
+            stacks[name] = replace(own, diagnosis=_remedy_compared(own.diagnosis, out, kind, name, records,
+                                                                   reference, extents))
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds))
@@ -259,28 +263,58 @@ def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
                      cache=CacheUse(key=cache.get("key"), reused_from=cache.get("reused_from")) if cache else None)
 
 
-def _remedy_judged(diagnosis: Diagnosis, out: Path, reference_record: StackModelRecord, reference: Side,
-                   extents: dict[str, tuple[int, int]]) -> Diagnosis:
-    """The remedied artifact's outputs against the reference, as the numerics gate compares the shipped one's:
-    each method's worst relative L2 and cosine (the worker compared them with its own eager model only)."""
-    remedied = diagnosis.remedy_outputs_file
-    if remedied is None or not (out / remedied).is_file():
+# What a remedied comparison is: the candidate as the team would ship it remedied, against the reference.
+REMEDIED = "candidate with its remedy vs reference"
+
+
+def _remedy_compared(diagnosis: Diagnosis, out: Path, kind: str, stack: str, records: dict[str, StackModelRecord],
+                     reference: Side, extents: dict[str, tuple[int, int]]) -> Diagnosis:
+    """The candidate as the team would ship it remedied — the remedied methods' outputs (the diagnose phase's
+    remedy.npz), the others' as shipped, a generator's loop run with the remedy (its ``task`` stage) — against
+    the reference, as the shipped artifact's comparison is made: the comparison the remedy's gates judge
+    (judge/_remedies.py), and each remedied method's worst relative L2 and cosine for its rows."""
+    remedied_file = diagnosis.remedy_outputs_file
+    if remedied_file is None or not (out / remedied_file).is_file():
         return diagnosis
+    actual = Side(stack=remedied(stack), kind="artifact")
     try:
-        actual, expected = read_arrays(out / remedied), reference_record.outputs(reference.kind)
-    except DamagedFile:
-        return diagnosis  # the report shows the worker's own comparison, and the gate names the damage
+        remedy_out = read_arrays(out / remedied_file)
+        shipped, expected = records[stack].outputs("artifact") or {}, records[reference.stack].outputs(reference.kind)
+    except DamagedFile as damage:
+        return replace(diagnosis, remedy_comparison=Comparison(
+            purpose=REMEDIED, actual=actual, reference=reference, outputs=None, missing=_damage(out, damage),
+            damaged=_damage(out, damage)))
     if expected is None:
-        return diagnosis
-    methods = {method_of(name) for name in actual}
-    own = {name: array for name, array in expected.items() if method_of(name) in methods}
-    compared = compare_outputs(actual, own, extents)
+        return replace(diagnosis, remedy_comparison=Comparison(
+            purpose=REMEDIED, actual=actual, reference=reference, outputs=None, absent=(reference,),
+            missing=f"no outputs from {reference}"))
+    methods = {method_of(name) for name in remedy_out}
+    outputs = {**{name: array for name, array in shipped.items() if method_of(name) not in methods}, **remedy_out}
+    task_stage = diagnosis.stage("task")
+    task_file = out / diagnosis.record_dir / str((task_stage.details if task_stage else {}).get("file", ""))
+    try:
+        task, task_missing = _task_agreement(
+            kind, actual, reference, outputs, expected,
+            lambda side: read_task_result(task_stage, task_file) if side == actual
+            else records[side.stack].task_result(side.kind))
+        damaged = None
+    except DamagedFile as damage:
+        task, task_missing = None, _damage(out, damage)
+        damaged = task_missing
+    if kind == "generation" and (task_stage is None or not task_stage.ok):
+        task_missing = ("the remedy's loop did not run ("
+                        f"{task_stage.explain() if task_stage else 'the diagnose phase recorded none'})")
+    compared = compare_outputs(outputs, expected, extents)
+    own = [output for output in compared if method_of(output.name) in methods]
     cosine: dict[str, float] = {}
-    for output in compared:  # a kept-float remedy is judged by the quantized gate's cosine too
+    for output in own:  # a kept-float remedy is judged by the quantized gate's cosine too
         method = method_of(output.name)
         cosine[method] = min(cosine.get(method, 1.0), output.cosine if output.cosine is not None else -1.0)
     return replace(diagnosis, remedy_against=str(reference),
-                   remedy_rel_l2=worst_rel_l2_by_method(compared, incomparable=math.inf), remedy_cosine=cosine)
+                   remedy_rel_l2=worst_rel_l2_by_method(own, incomparable=math.inf), remedy_cosine=cosine,
+                   remedy_comparison=Comparison(purpose=REMEDIED, actual=actual, reference=reference,
+                                                outputs=tuple(compared), task=task, task_missing=task_missing,
+                                                damaged=damaged))
 
 
 def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:
@@ -338,10 +372,11 @@ def _damage(out: Path, damage: DamagedFile) -> str:
 
 
 def _task_agreement(
-    kind: str, records: dict[str, StackModelRecord], actual: Side, reference: Side,
-    actual_out: dict[str, np.ndarray], reference_out: dict[str, np.ndarray],
+    kind: str, actual: Side, reference: Side, actual_out: dict[str, np.ndarray], reference_out: dict[str, np.ndarray],
+    task_of: Callable[[Side], TaskResult | None],
 ) -> tuple[TaskAgreement | None, str | None]:
-    """The task metric for one comparison; the first output carries logits or embeddings."""
+    """The task metric for one comparison; the first output carries logits or embeddings, a generator's loop
+    (``task_of`` each side) its tokens and logits."""
     if kind in ("classification", "embedding"):
         first = sorted(reference_out)[0]
         a, r = actual_out.get(first), reference_out.get(first)
@@ -351,8 +386,7 @@ def _task_agreement(
     if kind == "generation":
         if "quantized" in (actual.kind, reference.kind):
             return None, "the quantized model is run on the method's inputs, not through a generation loop"
-        a_task = records[actual.stack].task_result(actual.kind)
-        r_task = records[reference.stack].task_result(reference.kind)
+        a_task, r_task = task_of(actual), task_of(reference)
         if a_task is None or r_task is None:
             absent = [str(side) for side, t in ((actual, a_task), (reference, r_task)) if t is None]
             return None, f"no generation from {' and '.join(absent)}"

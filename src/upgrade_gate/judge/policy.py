@@ -107,7 +107,9 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     hard_gates = {(g.model, g.gate) for g in hard}
     # A remedy of a soft gate (a quantized variant's layers in float) lifts a condition, not the NO-GO.
     passing = [r for r in verdict.remedies if r.stack == stack and r.passes and (r.model, r.gate) in hard_gates]
-    answered = {(r.model, r.gate) for r in passing}
+    # A passing remedy answers the gate it was found for, and every other gate it was judged by and passes.
+    answered = {(r.model, gate) for r in passing
+                for gate in (r.gate, *(g.gate for g in r.gates if g.status is GateStatus.PASSED))}
     if not hard or any((g.model, g.gate) not in answered for g in hard):
         return None
     after = decide([g for g in own if (g.model, g.gate) not in answered])

@@ -82,11 +82,12 @@ def _judged(remedy: Remedy) -> Paragraph:
         worst = f"rel. L2 {_rel_l2(remedy.rel_l2)} ≤ {_rel_l2(remedy.threshold)}" if remedy.passes else \
             f"threshold {_rel_l2(remedy.threshold)}"
     conditions = "".join(f" A condition: {condition}." for condition in remedy.conditions)
-    latency = remedy.latency_gate
-    # Said here when it passed; otherwise the outcome's note or a condition says it.
-    timed = (f" {mark('passed')} The latency gate passes with the remedy, timed in the measure session's rounds "
-             f"against the baseline's: {latency.measured_against_rule}."
-             if latency is not None and latency.status is GateStatus.PASSED else "")
+    # The other gates it was judged by, said here when they pass; otherwise the outcome's note or a condition does.
+    timed = "".join(
+        f" {mark('passed')} The {g.gate} gate passes with the remedy"
+        + (", timed in the measure session's rounds against the baseline's" if g.gate == "latency" else "")
+        + f": {g.measured_against_rule}." for g in remedy.gates
+        if g.status is GateStatus.PASSED and g.gate not in ("numerics", "quantized-numerics"))
     return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
                      f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference)."
                      + timed + conditions)

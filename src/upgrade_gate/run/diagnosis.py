@@ -149,6 +149,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
     return {**searched, "methods": sorted(methods),
             "budget_s": settings.diagnose_budget_s,
             # The shipped artifact's files, by name (the key holds no report folder's path): the remedy is
-            # timed against them, in turns, over the measure session's rounds and budget.
-            "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items() if m in methods},
+            # timed against them, in turns, over the measure session's rounds and budget; a generator's loop
+            # runs the methods not remedied from them.
+            "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items()},
             "rounds": settings.rounds, "time_budget_s": settings.time_budget_s}

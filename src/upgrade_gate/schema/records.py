@@ -208,6 +208,22 @@ class TaskResult:
     step_logits: np.ndarray  # [prompts, steps, vocab]
 
 
+def read_task_result(stage: Stage | None, path: Path) -> TaskResult | None:
+    """A task stage's loop (compat/phases.py run_task): its tokens and text, and the logits in ``path``; None
+    where the stage did not finish."""
+    if stage is None or not stage.ok:
+        return None
+    logits = read_arrays(path).get("step_logits")
+    if logits is None:
+        raise DamagedFile(path, "no step_logits in it")
+    return TaskResult(
+        prompts=[str(t) for t in stage.details.get("prompts", [])],
+        tokens=[[int(t) for t in seq] for seq in stage.details.get("tokens", [])],
+        text=[str(t) for t in stage.details.get("text", [])],
+        step_logits=logits,
+    )
+
+
 class StagesOf:
     """What a stack's stages for a model say, for the record read from disk and the results
     made of it alike."""
@@ -290,19 +306,8 @@ class StackModelRecord(StagesOf):
 
     def task_result(self, which: str) -> TaskResult | None:
         """The end-to-end loop's tokens, text and logits: ``eager`` or ``artifact``."""
-        stage = self.stage("eager-task" if which == "eager" else "task")
-        path = self.directory / f"{which}-task.npz"
-        if stage is None or not stage.ok:
-            return None
-        logits = read_arrays(path).get("step_logits")
-        if logits is None:
-            raise DamagedFile(path, "no step_logits in it")
-        return TaskResult(
-            prompts=[str(t) for t in stage.details.get("prompts", [])],
-            tokens=[[int(t) for t in seq] for seq in stage.details.get("tokens", [])],
-            text=[str(t) for t in stage.details.get("text", [])],
-            step_logits=logits,
-        )
+        return read_task_result(self.stage("eager-task" if which == "eager" else "task"),
+                                self.directory / f"{which}-task.npz")
 
     def peak_rss_bytes(self, phase: str) -> int | None:
         """The phase's peak resident memory: the worker's own figure, or what the

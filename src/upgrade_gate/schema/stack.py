@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from upgrade_gate.schema import codec
+from upgrade_gate.schema.comparison import Comparison
 from upgrade_gate.schema.measured import LatencySummary, Measured, RatioEstimate, ratio_by_rounds
 from upgrade_gate.schema.records import Stage, StagesOf
 
@@ -278,6 +279,9 @@ class Diagnosis(StagesOf, codec.Record):
     remedy_against: str | None = None
     remedy_rel_l2: dict[str, float] = field(default_factory=dict)
     remedy_cosine: dict[str, float] = field(default_factory=dict)  # each method's worst
+    # The candidate as the team would ship it remedied (the remedied methods' outputs, the others' as shipped,
+    # a generator's loop run with the remedy) against the reference: what the remedy's gates judge.
+    remedy_comparison: Comparison | None = None
 
     @property
     def search(self) -> str:

@@ -29,8 +29,9 @@ from upgrade_gate.schema.records import Reader
 # 2.6: why a measurement's rounds ended, the rounds asked for and the intervals its gate judges
 # (`contention[].ended`, `.planned`, `.intervals`; each interval's `confidence` is its share of the gate's), and
 # a busy thread count's every-round ratios (`busy_rounds`) (2.5 files read as one interval per gate).
-# 2.7: a remedy's latency gate (`remedies[].latency_gate`), judged on the candidate timed with its remedy
-# (`stacks.*.remedied_measured`, its ratios under the stack "<candidate>+remedy") (2.6 files read without them).
+# 2.7: a remedy's gates (`remedies[].gates`), judged on the candidate with its remedy: its comparison with the
+# reference (`diagnosis.remedy_comparison`) and its rounds in the measure session (`stacks.*.remedied_measured`, its
+# ratios under the stack "<candidate>+remedy") (2.6 files read without them).
 RESULTS_VERSION = Version("2.7")
 
 
@@ -276,8 +277,9 @@ class Remedy(codec.Record):
     threshold: float
     latency_ratio: RatioEstimate | None = None  # remedied / shipped, the slowest method's (calls in turns, one process)
     threads: int | None = None
-    # The latency gate on the candidate timed with the remedy in the measure session (None: the gate is off).
-    latency_gate: GateResult | None = None
+    # The candidate's gates with the remedy, each judged by the stack's own code (judge/_remedies.remedied_gates):
+    # its numerics (or a quantized variant's), its task's agreement, its latency timed in the measure session.
+    gates: tuple[GateResult, ...] = ()
     bytes: int | None = None  # the remedied artifacts'
     shipped_bytes: int | None = None
     code: str = ""  # the lines of an export script
@@ -290,6 +292,11 @@ class Remedy(codec.Record):
     min_cosine: float | None = None
     # What a soft gate would say of the remedied artifact (its latency against the shipped one): conditions.
     conditions: tuple[str, ...] = ()
+
+    @property
+    def latency_gate(self) -> GateResult | None:
+        """The latency gate on the candidate timed with the remedy (None: off, or not judged)."""
+        return next((g for g in self.gates if g.gate == "latency"), None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
