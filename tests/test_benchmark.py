@@ -54,6 +54,19 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     assert parts["measure"]["measurements"] == 4  # two stacks at two thread counts
     assert parts["measure"]["timed_calls_s"] == pytest.approx(4 * 7 * 8 * 2.0 / 1000)
 
+    # The family's minutes: both stacks' phases and the measurements' wall time — their calls where a file has no
+    # elapsed_s (from before it was recorded), else that; its suite cost beside them; one family, one part of two.
+    phases_s = sum(sum(parts["stacks"][stack]["vit-smoke"].values()) for stack in ("legacy", "candidate"))
+    costs = benchmark.family_costs(out, parts)
+    assert costs["families"] == [{"family": "vit-smoke", "cost": 1.0,
+                                  "minutes": pytest.approx((phases_s + 4 * 7 * 8 * 2.0 / 1000) / 60)}]
+    for threads in (1, 2):
+        path = out / "measurements" / "vit-smoke" / f"threads-{threads}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "elapsed_s": 30.0}))
+    costs = benchmark.family_costs(out, parts)
+    assert costs["families"][0]["minutes"] == pytest.approx((phases_s + 60.0) / 60)
+    assert costs["shards_by_suite_costs"] == costs["shards_by_these_minutes"] == [pytest.approx((phases_s + 60) / 60), 0]
+
     # A worker's seconds outside its stages: what the supervisor saw of it, less its stages' durations.
     for stack, phase, outside, forked in (("candidate", "export", 3.0, True), ("legacy", "runtime", 1.5, False)):
         record_file = out / "stacks" / stack / "models" / "vit-smoke" / f"{phase}.json"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import numpy as np
 import pytest
 from helpers.runs import plan_for
-from helpers.stack_records import write_stack_model
+from helpers.stack_records import write_remedied, write_stack_model
 
 from upgrade_gate.run import cache, diagnosis, runner
 
@@ -44,8 +45,12 @@ def test_exports_share_the_machine_and_an_exclusive_one_runs_alone(project):
 def test_the_costliest_exports_start_first_by_the_other_stacks_build_records(project):
     plan = plan_for(project, "--models", "mobilenet-v3-small,vit-smoke,llama-smoke")
     suite_order = [m.name for m in plan.models]
+
+    def order(stack: str, phase: str = "export") -> list[str]:
+        return [m.name for m in runner.phase_order(plan, stack, plan.models, phase)]
+
     # Nothing built yet: suite order.
-    assert [m.name for m in runner.export_order(plan, "candidate")] == suite_order
+    assert order("candidate") == suite_order
     sizes = {"mobilenet-v3-small": (2_500_000, 1), "vit-smoke": (50_000, 1), "llama-smoke": (100_000, 2)}
     for model in plan.models:
         if model.name == "vit-smoke@int8-dynamic":
@@ -53,11 +58,45 @@ def test_the_costliest_exports_start_first_by_the_other_stacks_build_records(pro
         parameters, methods = sizes[model.base]
         write_stack_model(plan.settings.out_dir, "legacy", model.name, eager=[REFERENCE], artifact=[REFERENCE],
                           build_details={"parameters": parameters, "methods": ["m"] * methods})
-    assert [m.name for m in runner.export_order(plan, "candidate")] == [
+    assert order("candidate") == [
         "mobilenet-v3-small", "mobilenet-v3-small@int8", "llama-smoke", "llama-smoke@8da4w", "vit-smoke",
         "vit-smoke@int8-dynamic"]
-    # A stack's own records are not its cost: the legacy stack has no other stack's.
-    assert [m.name for m in runner.export_order(plan, "legacy")] == suite_order
+    # The legacy stack's own records cover all but one model, and no other stack built any: suite order.
+    assert order("legacy") == suite_order
+
+
+def test_a_stacks_last_run_orders_its_phases_by_their_seconds(project):
+    """Issue 40, item 3: where this stack's last run in the report folder recorded the phase for every model, the
+    seconds it took order it (a diagnose phase by its own, which the exports' sizes say nothing of)."""
+    plan = plan_for(project, "--models", "vit-smoke,llama-smoke")
+    out = plan.settings.out_dir
+    took = {"vit-smoke": 0.3, "vit-smoke@int8-dynamic": 9.0, "llama-smoke": 2.0, "llama-smoke@8da4w": 0.1}
+    for model in plan.models:
+        directory = write_stack_model(out, "candidate", model.name, eager=[REFERENCE], artifact=[REFERENCE],
+                                      build_details={"parameters": 1000, "methods": ["m"]})
+        record = json.loads((directory / "export.json").read_text())
+        for stage in record["stages"]:
+            stage["duration_s"] = took[model.name] / len(record["stages"])
+        (directory / "export.json").write_text(json.dumps(record))
+    assert [m.name for m in runner.phase_order(plan, "candidate", plan.models, "export")] == [
+        "vit-smoke@int8-dynamic", "llama-smoke", "vit-smoke", "llama-smoke@8da4w"]
+    # The diagnose phase of two models, only one of which was diagnosed last time: not every model has its
+    # seconds, so the sizes order them (all equal here: suite order).
+    diagnosed = [m for m in plan.models if m.name in ("vit-smoke", "llama-smoke")]
+    write_remedied(out, "candidate", "llama-smoke", remedy_outputs=[REFERENCE], latency_ms=None)
+    assert [m.name for m in runner.phase_order(plan, "candidate", diagnosed, "diagnose")] == ["vit-smoke",
+                                                                                             "llama-smoke"]
+    write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], latency_ms=None)
+    record_file = out / "stacks/candidate/models/vit-smoke/diagnose/diagnose.json"
+    record = json.loads(record_file.read_text())
+    record["stages"][0]["duration_s"] = 60.0  # vit-smoke's diagnose took 62 s, llama-smoke's 3 s
+    record_file.write_text(json.dumps(record))
+    assert [m.name for m in runner.phase_order(plan, "candidate", diagnosed, "diagnose")] == ["vit-smoke",
+                                                                                             "llama-smoke"]
+    record["stages"][0]["duration_s"] = 0.5
+    record_file.write_text(json.dumps(record))
+    assert [m.name for m in runner.phase_order(plan, "candidate", diagnosed, "diagnose")] == ["llama-smoke",
+                                                                                             "vit-smoke"]
 
 
 def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eager_model(project):

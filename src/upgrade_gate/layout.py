@@ -60,6 +60,7 @@ CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 ASSET_BUILDERS = TOOL_ROOT / "models" / "sources"
 ASSET_SOURCES = tuple(sorted(p.stem for p in ASSET_BUILDERS.glob("*.py") if p.stem not in ("build", "__init__")))
 PHASES = ("export", "runtime")
+EXPORT, RUNTIME = PHASES
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"
 

@@ -81,7 +81,8 @@ from benchmarks import scripted
 from upgrade_gate import layout
 from upgrade_gate._atomic import sha256_file, write_json_atomic, write_text_atomic
 from upgrade_gate._confined import remove_tree
-from upgrade_gate.config.plan import load_plan
+from upgrade_gate.config import catalog
+from upgrade_gate.config.plan import Shard, load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
@@ -653,8 +654,49 @@ def worker_start_up(report: Path) -> dict[str, dict[str, dict[str, float]]]:
     return found
 
 
+def measure_seconds(path: Path) -> float:
+    """A measurement's wall time (its ``elapsed_s``); a file from before it recorded one: its calls, timed,
+    warmed up and first (the servers' start left out)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("elapsed_s") is not None:
+        return float(data["elapsed_s"])
+    warmup, ms = int((data.get("settings") or {}).get("warmup") or 0), 0.0
+    for stack in (data.get("stacks") or {}).values():
+        for round_ in stack.get("rounds") or ():
+            calls = round_.get("calls") or {}
+            ms += sum(statistics.fmean(samples) * calls.get(method, len(samples))
+                      for method, samples in (round_.get("samples_ms") or {}).items() if samples)
+        ms += sum((warmup + 1) * float(mean) for mean in (stack.get("warm_mean_ms") or {}).values())
+    return ms / 1000
+
+
+def family_costs(report: Path, parts: dict[str, Any]) -> dict[str, Any]:
+    """Each model family's minutes in a finished run — its models' and variants' export, runtime and diagnose
+    phases in every stack (``run_parts``: one from the cache counts 0) and their measurements' wall time —
+    beside its ``cost`` in models/suite.toml, which ``--shard`` splits by (issue 40: the costs were the exports'
+    minutes only); and the minutes each part of ``--shard K/2`` would take, split by the suite's costs and by
+    this run's minutes."""
+    results = Results.load(report)
+    known = {**catalog.load_catalog(), **{entry.name: entry for entry in results.settings.project_models}}
+    minutes: dict[str, float] = {}
+    for model in results.models:
+        phases = sum(sum(by_model.get(model.name, {}).values()) for by_model in parts["stacks"].values())
+        measured = sum(measure_seconds(path)
+                       for path in layout.measurement_dir(report, model.name).glob("threads-*.json"))
+        minutes[model.base] = minutes.get(model.base, 0.0) + (phases + measured) / 60
+    families = list(minutes)
+    rows = [{"family": f, "cost": known[f].cost if f in known else 1.0, "minutes": minutes[f]} for f in families]
+
+    def split(costs: list[float]) -> list[float]:
+        return [sum(minutes[families[i]] for i in Shard(part, 2).families(costs)) for part in (1, 2)]
+
+    return {"families": rows, "shards_by_suite_costs": split([row["cost"] for row in rows]),
+            "shards_by_these_minutes": split([row["minutes"] for row in rows])}
+
+
 def stages(report: Path, out: Path, log: Any) -> int:
     parts = run_parts(report, Results.load(report).settings.export_jobs)
+    parts["costs"] = family_costs(report, parts)
     lines = [f"# Where the run's time went: {report}", "",
              "| stack | model | " + " | ".join(f"{phase} phase s" for phase in PHASE_COLUMNS) + " |",
              "|---|---|" + "---|" * len(PHASE_COLUMNS)]
@@ -673,6 +715,14 @@ def stages(report: Path, out: Path, log: Any) -> int:
               f"Measure session's model calls: {measured['measurements']} stack measurements, "
               f"{measured['timed_calls_s']:.0f} s of timed calls + {measured['warm_up_s']:.0f} s of warm-up "
               "and first calls."]
+    costs = parts["costs"]
+    lines += ["", "| family | cost (models/suite.toml) | minutes in this run (phases of every stack, measure) |",
+              "|---|---|---|"]
+    lines += [f"| {row['family']} | {row['cost']:g} | {row['minutes']:.1f} |" for row in costs["families"]]
+    lines += ["", "`--shard 1/2`, `2/2` by the suite's costs: "
+                  + " / ".join(f"{m:.1f} min" for m in costs["shards_by_suite_costs"])
+                  + "; by this run's minutes: " + " / ".join(f"{m:.1f} min" for m in costs["shards_by_these_minutes"])
+                  + "."]
     write_json_atomic(out / "stages.json", parts)
     write_text_atomic(out / "stages.md", "\n".join(lines) + "\n")
     log("\n".join(lines))

@@ -38,6 +38,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
             log(f"{label}: reused from the cache (entry {key[:12]})")
             return out_file
 
+    started = time.monotonic()
     intervals = gate_intervals(plan, model, runnable)
     confidence = stats.interval_confidence(intervals)
     log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds of "
@@ -163,6 +165,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         # Every round tried: the stacks' order, what the rest of the machine did, whether it counts.
         "rounds": rounds,
         "ended": ended.value,
+        # Its wall time, servers' start to exit: what the model costs the measure session (a family's cost).
+        "elapsed_s": round(time.monotonic() - started, 2),
         "stacks": stacks,
     }
     # Compact: indented, the samples took a line each and the file more than twice the room (nanoVLM's 954 KB).

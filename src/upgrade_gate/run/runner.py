@@ -17,7 +17,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,8 @@ from upgrade_gate.judge.fail_fast import first_hard_failure
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor, workers
 from upgrade_gate.run.asset_build import assets_dir
 from upgrade_gate.run.progress import Progress
-from upgrade_gate.schema.records import RecordError, load_stack_model, read_key_record
+from upgrade_gate.schema.records import RecordError, load_diagnosis, load_stack_model, read_key_record
+from upgrade_gate.stages import RUNTIME_STAGES
 
 # Calls of each method under the runtime phase's per-operator profiler (after one untimed call).
 PROFILE_RUNS = 5
@@ -106,7 +107,7 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
         if plan.fail_fast and spec.name != plan.baseline.name:
             # Each model's checks right after its export, and no model started after a hard gate failed.
             stop, started = threading.Event(), set[str]()
-            _in_parallel(plan, export_order(plan, spec.name),
+            _in_parallel(plan, phase_order(plan, spec.name, plan.models, layout.EXPORT),
                          functools.partial(_export_and_check, stack, stop, started), stop=stop)
             if stop.is_set():
                 for model in plan.models:  # an earlier run's records of a model not reached are not this run's
@@ -116,7 +117,8 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
                 shards.describe(plan, spec.name)
                 return
         else:
-            _in_parallel(plan, export_order(plan, spec.name), functools.partial(_export_then_runtime, stack))
+            _in_parallel(plan, phase_order(plan, spec.name, plan.models, layout.EXPORT),
+                         functools.partial(_export_then_runtime, stack))
         # Where an artifact departs from its own eager model: the operators behind it (after every
         # runtime phase, so the checks that decide come first). Up to `export-jobs` at once, as exports:
         # each is lowerings and quantizations, and its remedy's timing alternates remedied and shipped
@@ -125,34 +127,54 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
                 if (job := diagnosis.diagnose_job(plan, spec.name, model)) is not None}
         for _ in jobs:
             progress.add()
-        _in_parallel(plan, [m for m in export_order(plan, spec.name) if m.name in jobs],
+        _in_parallel(plan, phase_order(plan, spec.name, [m for m in plan.models if m.name in jobs], layout.DIAGNOSE),
                      lambda model: run_phase(stack, model, layout.DIAGNOSE, extra=jobs[model.name]))
     shards.describe(plan, spec.name)
 
 
-def export_order(plan: Plan, stack: str) -> list[ModelEntry]:
-    """The plan's models, costliest export first, so that the ``export-jobs`` workers finish
-    together: a long export started last runs alone while the other cores idle.
+def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str) -> list[ModelEntry]:
+    """``models``, costliest ``phase`` (export or diagnose) first, so that the ``export-jobs`` workers finish
+    together: a long phase started last runs alone while the other cores idle.
 
-    The cost is parameters × methods, from the build records another stack left in the report
-    folder (the baseline runs first, so the candidate, whose exports are the long ones, has
-    them); models no other stack has built follow in suite order.
+    The cost is the seconds the phase took for each model when this stack last ran it — its record in the
+    report folder, whose stages keep their durations when the phase came from the result cache — where every
+    model has one (issue 40: SmolLM2's diagnose phase outlasts its export many times over). Otherwise it is
+    parameters × methods, from the build records another stack left in the report folder (the baseline runs
+    first, so the candidate, whose exports are the long ones, has them); models no other stack has built
+    follow in suite order.
     """
-    def cost(model: ModelEntry) -> int | None:
+    out = plan.settings.out_dir
+
+    def seconds(model: ModelEntry) -> float | None:
+        try:
+            if phase == layout.DIAGNOSE:
+                found = load_diagnosis(out, stack, model.name)
+                stages = list(found[0]) if found else []
+            else:
+                record = load_stack_model(out, stack, model.name)
+                ran = layout.EXPORT in record.facts  # its file is there (a missing phase reads as a stage "not-run")
+                stages = [s for s in record.stages if s.stage not in RUNTIME_STAGES] if ran else []
+        except RecordError:
+            return None  # a damaged record orders nothing; the report names it
+        return sum(s.duration_s for s in stages) if stages else None
+
+    def size(model: ModelEntry) -> int | None:
         for other in plan.stacks:
             if other.name == stack:
                 continue
             try:
-                build = load_stack_model(plan.settings.out_dir, other.name, model.name).stage("build")
+                build = load_stack_model(out, other.name, model.name).stage("build")
             except RecordError:
-                continue  # a damaged record orders nothing; the report names it
+                continue
             if build is not None and build.ok and isinstance(build.details.get("parameters"), int):
                 return int(build.details["parameters"]) * max(1, len(build.details.get("methods") or ()))
         return None
 
-    costs = {model.name: cost(model) for model in plan.models}
-    known = sorted((m for m in plan.models if costs[m.name] is not None), key=lambda m: -(costs[m.name] or 0))
-    return known + [m for m in plan.models if costs[m.name] is None]
+    timed = {model.name: seconds(model) for model in models}
+    costs: dict[str, float | int | None] = (dict(timed) if None not in timed.values()
+                                            else {model.name: size(model) for model in models})
+    known = sorted((m for m in models if costs[m.name] is not None), key=lambda m: -(costs[m.name] or 0))
+    return known + [m for m in models if costs[m.name] is None]
 
 
 def _export_then_runtime(stack: StackRun, model: ModelEntry) -> None:
