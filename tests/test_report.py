@@ -48,7 +48,8 @@ def test_report_files_verdict_first(plan, capsys):
     assert lines[2] == "## Verdict: **NO-GO**"
     assert "- **candidate** vs baseline **legacy**: **NO-GO** — hard: numerics (vit-smoke)" in report
     # The gates that did not pass, right under the verdict.
-    failing = report[report.index("### Gates that did not pass"):report.index("## Decision matrix")]
+    start = report.index("### Gates that did not pass")
+    failing = report[start:report.index("\n## ", start)]
     assert ("| FAILED | hard | candidate | vit-smoke | numerics | rel_l2 = 1.00e-02 | rel_l2 ≤ 1.00e-04 | "
             "artifact(candidate) vs eager(legacy) |") in failing
     assert "latency" not in failing

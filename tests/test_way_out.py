@@ -192,3 +192,51 @@ def test_every_remedy_tried_is_a_row_and_the_reproducer_claims_only_what_was_jud
     text = markdown(Diagnosis(record_dir=found.record_dir, stages=(*found.stages, repro)), "forward")
     assert "0 with `--with-remedy`" not in text and "Remedies tried" not in text
     assert "exits 1 as lowered, and 1 with `--with-remedy` too: the remedy below does not bring it within" in text
+
+
+def test_a_latency_gate_that_fails_says_where_the_candidates_time_goes():
+    """Issue 39, item 6 (its first half): a failed or undecided latency gate's entry names the portable kernels —
+    outside the delegate — that take the candidate's time, with their share and calls, what the export left
+    undelegated, and what a team would try; the baseline's time beside it."""
+    from upgrade_gate.report._way_out_section import latency_blocks
+    from upgrade_gate.schema.stack import StackResults
+    from upgrade_gate.schema.verdict import Quantity, Unit
+
+    def profiled(operators: list[dict], export: dict | None = None) -> StackResults:
+        stages = [Stage(stage="profile", status="ok", duration_s=1.0,
+                        details={"methods": {"forward": {"operators": operators}}})]
+        if export is not None:
+            stages.append(Stage(stage="export", status="ok", duration_s=1.0, details={"methods": {"forward": export}}))
+        return StackResults(record_dir="r", stages=tuple(stages), measured={})
+
+    candidate = profiled(
+        [{"name": "aten::_native_batch_norm_legit_no_training.out", "calls": 48, "total_ms": 6.39, "share": 0.639},
+         {"name": "XNNPACK delegate", "calls": 1, "total_ms": 3.0, "share": 0.3},
+         {"name": "aten::add.out", "calls": 4, "total_ms": 0.41, "share": 0.041},
+         {"name": "executorch interpreter (dispatch, copies)", "calls": 0, "total_ms": 0.2, "share": 0.02}],
+        export={"delegate": "XnnpackBackend", "delegate_partitions": 9, "delegated_nodes": 120, "portable_nodes": 52,
+                "portable_ops": {"aten._native_batch_norm_legit_no_training.default": 48, "aten.add.Tensor": 4}})
+    legacy = profiled([{"name": "prepacked::conv2d_clamp_run", "calls": 40, "total_ms": 4.5, "share": 0.9},
+                       {"name": "aten::add", "calls": 4, "total_ms": 0.5, "share": 0.1}])
+    model = ModelResults(name="levit", factory="f:m", description="", source="built-in", variant="fp32",
+                         task_kind="classification", stacks={"legacy": legacy, "candidate": candidate}, comparisons=())
+    gate = GateResult(gate="latency", stack="candidate", model="levit", severity=Severity.SOFT,
+                      status=GateStatus.FAILED, metric="ratio", op="≤", threshold=Quantity(value=1.05, unit=Unit.RATIO),
+                      measured=Quantity(value=2.067, unit=Unit.RATIO, low=2.042, high=2.106), note="1 thread(s)")
+    text = to_markdown(latency_blocks(model, gate, "legacy"))
+    assert "### `levit` · latency in candidate" in text
+    assert "[FAILED] The latency gate fails: ratio = 2.067" in text and "; ratio ≤ 1.050." in text
+    assert ("10.000 ms per call profiled in candidate against 5.000 ms in legacy; 68.0% of it in ExecuTorch's "
+            "portable kernels, outside the delegate:") in text
+    assert ("- `aten::_native_batch_norm_legit_no_training.out`: 63.9%, 6.390 ms over 48 call(s) per call — fold the "
+            "batch norm into the convolution or linear before it") in text
+    assert "- `aten::add.out`: 4.1%, 0.410 ms over 4 call(s) per call\n" in text
+    assert ("- left out of the delegate at export: aten._native_batch_norm_legit_no_training.default ×48, "
+            "aten.add.Tensor ×4") in text
+    assert "XNNPACK delegate" not in text.split("outside the delegate:")[1]  # the delegate's own time is not a fallback
+    assert "No remedy is lowered and timed for a latency gate yet" in text
+    # Without the candidate's profile there is nothing to say where the time goes, and the entry says so.
+    bare = ModelResults(name="levit", factory="f:m", description="", source="built-in", variant="fp32",
+                        task_kind="classification", comparisons=(),
+                        stacks={"legacy": legacy, "candidate": StackResults(record_dir="r", stages=(), measured={})})
+    assert "No per-operator profile of candidate" in to_markdown(latency_blocks(bare, gate, "legacy"))

@@ -12,7 +12,7 @@ from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Para
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
-from upgrade_gate.schema.verdict import GateStatus, Remedy, Severity, Unit, VerdictRecord
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Unit, VerdictRecord
 from upgrade_gate.text import size
 
 INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
@@ -22,7 +22,9 @@ INTRO = ("Where an artifact departs from its own stack's eager model beyond the 
          "lowering the whole method with it. Where a candidate's quantized variant is below its quantized-numerics "
          "gate, the recipe is run again with layers left in float, ranked by the noise each adds, until the "
          "variant meets the gate; the lines that leave them so are checked the same way. Where a candidate's model "
-         "does not export, each method is exported again with the export API's other options, in order.")
+         "does not export, each method is exported again with the export API's other options, in order. Where a "
+         "candidate's latency gate fails or cannot tell, its entry says where the candidate's time goes, from both "
+         "stacks' per-operator profiles.")
 NOT_FOUND = {
     "not pinned": "not pinned to operators",
     "spread": "no remedy: spread over the model",
@@ -33,18 +35,28 @@ NOT_FOUND = {
 
 
 def way_out_blocks(results: Results) -> list[Block]:
-    """The section, where any stack's artifact was diagnosed or would have been had the search been on."""
-    diagnosed = sorted(((model, stack, found) for model in results.models for stack, own in model.stacks.items()
-                        if (found := own.diagnosis) is not None),
-                       key=lambda entry: decides_first(results.verdict, entry[0].name, entry[1]))
+    """The section, where any stack's artifact was diagnosed or would have been had the search been on, and
+    where a candidate's latency gate failed or could not tell (where its time goes)."""
+    by_name = {model.name: model for model in results.models}
+    entries: list[tuple[tuple[int, int], str, str, Diagnosis | GateResult]] = [
+        (decides_first(results.verdict, model.name, stack), model.name, stack, own.diagnosis)
+        for model in results.models for stack, own in model.stacks.items() if own.diagnosis is not None]
+    entries += [(decides_first(results.verdict, gate.model, gate.stack), gate.model, gate.stack, gate)
+                for gate in results.verdict.gates if gate.gate == "latency" and gate.stack != results.verdict.baseline
+                and gate.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE) and gate.model in by_name]
+    entries.sort(key=lambda entry: entry[0])  # stable: the suite's order among equals, a model's search first
     departed = [model for model in results.models if _departs(results, model)]
-    if not diagnosed and not departed:
+    if not entries and not departed:
         return []
     blocks: list[Block] = [Heading(2, "Way out", anchor="way-out"), Paragraph(INTRO)]
     if not results.settings.diagnose_budget_s and departed:
         blocks.append(Paragraph("The search is turned off (`diagnose-budget = 0`); these artifacts depart from their "
                                 f"own eager models: {', '.join(f'`{m.name}`' for m in departed)}."))
-    for model, stack, found in diagnosed:
+    for _, name, stack, found in entries:
+        model = by_name[name]
+        if isinstance(found, GateResult):
+            blocks += latency_blocks(model, found, results.verdict.baseline)
+            continue
         python = results.stacks[stack].installed
         stopped = found.first_problem() or next((s for s in found.stages if s.status == "skipped"), None)
         if not found.methods and stopped is not None:  # the search did not start: say why, once
@@ -56,6 +68,68 @@ def way_out_blocks(results: Results) -> list[Block]:
         if remedy is not None:
             blocks.append(_judged(remedy))
     return blocks
+
+
+# What a team would try for a portable kernel the delegate left a share of the time to (issue 39, item 6): by a
+# part of the operator's name. Said, not tried: no latency remedy is lowered and timed yet.
+LATENCY_ADVICE = (
+    ("batch_norm", "fold the batch norm into the convolution or linear that precedes it, before export "
+                   "(`torch.nn.utils.fusion.fuse_conv_bn_eval`, `fuse_linear_bn_eval`): XNNPACK then runs one "
+                   "operator; a batch norm with nothing to fold into stays a portable kernel"),
+    ("native_layer_norm", "a layer norm XNNPACK does not take in this release: its portable kernel runs it"),
+    ("gelu", "GELU written as its formula (`0.5*x*(1+tanh(...))`) stays in the delegate"),
+)
+
+
+def latency_blocks(model: ModelResults, gate: GateResult, baseline: str) -> list[Block]:
+    """A candidate's latency gate that failed or could not tell: where the candidate's time goes, method by method,
+    from both stacks' per-operator profiles (the runtime phase's profile stage) — its share in ExecuTorch's
+    portable kernels, outside the delegate, each with its calls and what the export left undelegated — and what
+    a team would try for each. The gate's interval is the measure session's; the profile's times are another
+    run's, to say where the time goes, not how much."""
+    stack = gate.stack
+    failed = gate.status is GateStatus.FAILED
+    outcome = "fails" if failed else "cannot tell (its interval straddles the threshold)"
+    blocks: list[Block] = [
+        Heading(3, f"{code_span(model.name)} · latency in {stack}",
+                anchor=f"way-out-{model_anchor(model.name)}-latency"),
+        Paragraph(f"{mark('FAILED' if failed else 'inconclusive')} The latency gate {outcome}: "
+                  f"{gate.measured_against_rule}.")]
+    own, theirs = model.stacks[stack].profile, model.stacks[baseline].profile if baseline in model.stacks else {}
+    if not own:
+        return blocks + [Paragraph(f"No per-operator profile of {stack} (`profile = false`, or its profile stage did "
+                                   "not run): nothing says where its time goes.")]
+    undelegated = model.stacks[stack].delegation
+    for method, operators in own.items():
+        portable = [op for op in operators if op.name.startswith(PORTABLE_PREFIX)]
+        theirs_ms = sum(op.total_ms for op in theirs.get(method, []))
+        where = "" if method == "forward" else f"{code_span(method)}: "
+        against = f" against {theirs_ms:.3f} ms in {baseline}" if theirs_ms else ""
+        said = (f"{where}{sum(op.total_ms for op in operators):.3f} ms per call profiled in {stack}{against}; "
+                f"{sum(op.share for op in portable):.1%} of it in ExecuTorch's portable kernels, outside the delegate")
+        items = [f"{code_span(op.name)}: {op.share:.1%}, {op.total_ms:.3f} ms over {op.calls} call(s) per call"
+                 + (f" — {advice}" if (advice := _advice(op.name)) else "") for op in portable[:LATENCY_TOP]]
+        left = undelegated.get(method)
+        if left is not None and left.portable_ops:
+            items.append(f"left out of the delegate at export: {left.portable_summary()}")
+        blocks += [Paragraph(said + (":" if items else ".")), bullets_of(items)] if items else [Paragraph(said + ".")]
+    blocks.append(Paragraph("No remedy is lowered and timed for a latency gate yet: the lines above say where the "
+                            "time goes and what a team would try; the [profiles](#"
+                            f"{model_anchor(model.name)}) side by side are in the model's section."))
+    return blocks
+
+
+# An ExecuTorch profile's kernel (compat/executorch_profile.py: "aten::<op>.<overload>"), not the delegate's time.
+PORTABLE_PREFIX = "aten::"
+LATENCY_TOP = 5  # portable kernels named per method
+
+
+def _advice(operator: str) -> str:
+    return next((advice for part, advice in LATENCY_ADVICE if part in operator), "")
+
+
+def bullets_of(items: list[str]) -> Block:
+    return Bullets([Item(text) for text in items])
 
 
 def decides_first(verdict: VerdictRecord, model: str, stack: str) -> tuple[int, int]:
