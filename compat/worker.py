@@ -12,7 +12,8 @@ boundary, because the two sides run different torch versions. The commands:
 * ``export``, ``runtime`` — one phase of one model (export_phase.py, runtime_phase.py; phases.py records it)
 * ``diagnose`` — where an artifact departed from eager: the operators behind it, a reproducer, a remedy
   (diagnose_phase.py); for a quantized variant, the layers to keep in float (precision_phase.py); for a
-  failed export, the export API's other options (export_remedy_phase.py)
+  failed export, the export API's other options (export_remedy_phase.py); for an exact model whose time goes to
+  portable batch norms, the lines that fold them before export (latency_phase.py)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
 * ``fork-server`` — imports torch and the stack's packages once, then forks a child per ``export``,
   ``runtime`` or ``diagnose`` job the parent sends it (fork_server.py)
@@ -99,7 +100,7 @@ def _load_ours(job: dict[str, Any]) -> Any:
 PRELOADS = {
     "app": ("runtime_phase",),
     "exporter": ("export_phase", "diagnose_phase", "precision_phase", "quantized_lowering_phase",
-                 "export_remedy_phase"),
+                 "export_remedy_phase", "latency_phase"),
 }
 
 
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         phase = ours("quantized_lowering_phase").run_quantized_lowering_phase
     elif job.get("search") == "export":  # a failed export: the export API's other options
         phase = ours("export_remedy_phase").run_export_remedy_phase
+    elif job.get("search") == "latency":  # exact, its time in portable batch norms: fold them before export
+        phase = ours("latency_phase").run_latency_phase
     else:  # an artifact that departs from eager: the operators behind it
         phase = ours("diagnose_phase").run_diagnose_phase
     phase(job, adapter, log)

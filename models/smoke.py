@@ -257,3 +257,39 @@ class SharedProjections(nn.Module):
 def planted_quantized_export() -> ModelCase:
     torch.manual_seed(7)
     return ModelCase(SharedProjections().eval(), (torch.randn(1, 16, 64),))
+
+
+class LinearNorm(nn.Module):
+    """A linear layer and a batch norm over its channels, as LeViT writes them: the tokens flattened into the
+    norm's batch. ExecuTorch 0.7's XNNPACK takes the linear and leaves the batch norm, which has no convolution
+    before it to fold into, to the portable kernel."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear, self.norm = nn.Linear(width, width), nn.BatchNorm1d(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        return self.norm(y.flatten(0, 1)).reshape_as(y)
+
+
+class PlantedLatency(nn.Module):
+    """Twelve LinearNorm blocks with ReLUs over 1024 tokens of width 32: the portable batch norms take more than
+    half the candidate's time (×2.5 the same program with each folded into its linear, measured here)."""
+
+    def __init__(self, width: int = 32, depth: int = 12) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(LinearNorm(width) for _ in range(depth))
+        for block in self.blocks:  # running statistics a trained model would have, not the identity's
+            block.norm.running_mean.uniform_(-1.0, 1.0)
+            block.norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.relu(block(x))
+        return x
+
+
+def planted_latency() -> ModelCase:
+    torch.manual_seed(13)
+    return ModelCase(PlantedLatency().eval(), (torch.randn(1, 1024, 32),))

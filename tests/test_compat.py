@@ -256,7 +256,7 @@ def test_each_diagnose_search_runs_the_phase_that_records_it():
             call = node.body[0].value.value  # phase = ours("precision_phase").run_precision_phase
             picked[node.test.comparators[0].value] = call.args[0].value
     assert picked == {"keep-float": "precision_phase", "quantized-lowering": "quantized_lowering_phase",
-                      "export": "export_remedy_phase"}
+                      "export": "export_remedy_phase", "latency": "latency_phase"}
     for search, module in picked.items():
         assert search == string_constants_of(COMPAT / f"{module}.py")["SEARCH"], module
 

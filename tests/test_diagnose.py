@@ -488,3 +488,52 @@ def test_a_fusion_no_operator_of_which_fails_alone_is_named_and_its_cheap_remedy
     assert "- **`aten.mul.Tensor fused with the following aten.relu.default`** (XNNPACK delegate): keeping " \
            "`aten.mul.Tensor` out takes 100.0% of the error off" in entry
     assert "(the two operators alone, as the delegate fuses them, on the real tensors that reached them;" in entry
+
+
+LATENCY = "planted-latency"
+
+
+def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_timed_and_judged(explained_run):
+    """Issue 39, item 6: an exact model whose candidate profile spends its time in the portable batch norm
+    (twelve after linear layers: ExecuTorch 0.7's XNNPACK takes the linears, not the norms) is searched for the
+    batch norms to fold; the lines that fold them are run as written, lowered, checked against eager and timed
+    against the shipped artifact, and the measure session times the remedied artifact in the same rounds as the
+    stacks, for the latency gate to judge."""
+    out, result = explained_run
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == LATENCY)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
+    assert {name: s["status"] for name, s in stages.items()} == {
+        "build": "ok", "eager": "ok", "search": "ok", "remedy": "ok", "task": "skipped"}, result.stderr[-3000:]
+    assert stages["build"]["details"]["search"] == "latency"
+    assert model["stacks"]["legacy"]["diagnosis"] is None
+    found = stages["search"]["details"]["methods"]["forward"]
+    assert found["pairs"] == [[f"blocks.{i}.linear", f"blocks.{i}.norm"] for i in range(12)]
+    (culprit,) = found["culprits"]
+    assert "batch_norm" in culprit["operator"] and culprit["share"] >= 0.25  # the profile's portable share
+    assert culprit["calls"][0]["source"].startswith("smoke.py:") and "self.norm(" in culprit["calls"][0]["source"]
+    remedy = stages["remedy"]["details"]["methods"]["forward"]
+    assert remedy["passes"] and remedy["rel_l2"] < 1e-5 and "fold_batch_norm(model, into, norm)" in remedy["code"]
+    # Faster than the shipped artifact in the phase's own rounds (×0.15 here, quiet or not: both in one process).
+    rounds = remedy["latency"]["rounds"]
+    assert statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds) < 0.8
+    measurement = load(out, f"measurements/{LATENCY}/threads-1.json")
+    assert measurement["remedied"] == {"candidate+remedy": {"forward": "diagnose/remedy/forward.pte"}}
+    assert measurement["stacks"]["candidate+remedy"]["status"] == "ok"
+    verdict = verdict_of(out)
+    gate = next(g for g in verdict.gates if (g.stack, g.model, g.gate) == ("candidate", LATENCY, "latency"))
+    if gate.status is GateStatus.INCOMPLETE:  # a machine others keep busy times nothing: only that hides it
+        assert "machine busy" in gate.note, gate
+        return
+    assert gate.status is GateStatus.FAILED and gate.measured.low > 1.05, gate  # the regression, on a quiet machine
+    (judged,) = (r for r in verdict.remedies if r.model == LATENCY)
+    with_remedy = judged.latency_gate
+    assert judged.gate == "latency" and with_remedy is not None and with_remedy.stack == "candidate+remedy"
+    if with_remedy.status is GateStatus.INCOMPLETE:
+        assert "machine busy" in with_remedy.note and not judged.passes, judged
+    else:
+        assert with_remedy.status is GateStatus.PASSED and judged.passes, judged
+    way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
+    entry = way_out.split(f"### `{LATENCY}` · latency in candidate")[1].split(f"### `{LATENCY}` · `forward`")[0]
+    assert "of its time in ExecuTorch's portable kernels, outside the delegate:" in entry, entry
+    assert "fold the batch norm into the convolution or linear that precedes it" in entry, entry
+    assert "fold_batch_norm(model, into, norm)" in way_out.split(f"### `{LATENCY}` · `forward` in candidate")[1]

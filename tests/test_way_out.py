@@ -223,20 +223,20 @@ def test_a_latency_gate_that_fails_says_where_the_candidates_time_goes():
     gate = GateResult(gate="latency", stack="candidate", model="levit", severity=Severity.SOFT,
                       status=GateStatus.FAILED, metric="ratio", op="≤", threshold=Quantity(value=1.05, unit=Unit.RATIO),
                       measured=Quantity(value=2.067, unit=Unit.RATIO, low=2.042, high=2.106), note="1 thread(s)")
-    text = to_markdown(latency_blocks(model, gate, "legacy"))
+    text = to_markdown(latency_blocks(model, gate, "legacy", searched=False))
     assert "### `levit` · latency in candidate" in text
     assert "[FAILED] The latency gate fails: ratio = 2.067" in text and "; ratio ≤ 1.050." in text
-    assert ("10.000 ms per call profiled in candidate against 5.000 ms in legacy; 68.0% of it in ExecuTorch's "
-            "portable kernels, outside the delegate:") in text
+    assert "candidate's profile: 68.0% of its time in ExecuTorch's portable kernels, outside the delegate:" in text
     assert ("- `aten::_native_batch_norm_legit_no_training.out`: 63.9%, 6.390 ms over 48 call(s) per call — fold the "
-            "batch norm into the convolution or linear before it") in text
+            "batch norm into the convolution or linear that precedes it, before export") in text
     assert "- `aten::add.out`: 4.1%, 0.410 ms over 4 call(s) per call\n" in text
     assert ("- left out of the delegate at export: aten._native_batch_norm_legit_no_training.default ×48, "
             "aten.add.Tensor ×4") in text
     assert "XNNPACK delegate" not in text.split("outside the delegate:")[1]  # the delegate's own time is not a fallback
-    assert "No remedy is lowered and timed for a latency gate yet" in text
+    assert "- legacy's most time: `prepacked::conv2d_clamp_run` 90.0%, `aten::add` 10.0%" in text
+    assert "No remedy was lowered and timed for it: a latency search runs where a portable batch norm takes" in text
     # Without the candidate's profile there is nothing to say where the time goes, and the entry says so.
     bare = ModelResults(name="levit", factory="f:m", description="", source="built-in", variant="fp32",
                         task_kind="classification", comparisons=(),
                         stacks={"legacy": legacy, "candidate": StackResults(record_dir="r", stages=(), measured={})})
-    assert "No per-operator profile of candidate" in to_markdown(latency_blocks(bare, gate, "legacy"))
+    assert "No per-operator profile of candidate" in to_markdown(latency_blocks(bare, gate, "legacy", searched=False))

@@ -685,13 +685,14 @@ def family_costs(report: Path, parts: dict[str, Any]) -> dict[str, Any]:
                        for path in layout.measurement_dir(report, model.name).glob("threads-*.json"))
         minutes[model.base] = minutes.get(model.base, 0.0) + (phases + measured) / 60
     families = list(minutes)
-    rows = [{"family": f, "cost": known[f].cost if f in known else 1.0, "minutes": minutes[f]} for f in families]
+    suite_costs = [known[f].cost if f in known else 1.0 for f in families]
+    rows = [{"family": f, "cost": cost, "minutes": minutes[f]} for f, cost in zip(families, suite_costs)]
 
     def split(costs: list[float]) -> list[float]:
         return [sum(minutes[families[i]] for i in Shard(part, 2).families(costs)) for part in (1, 2)]
 
-    return {"families": rows, "shards_by_suite_costs": split([row["cost"] for row in rows]),
-            "shards_by_these_minutes": split([row["minutes"] for row in rows])}
+    return {"families": rows, "shards_by_suite_costs": split(suite_costs),
+            "shards_by_these_minutes": split([minutes[f] for f in families])}
 
 
 def stages(report: Path, out: Path, log: Any) -> int:

@@ -21,7 +21,9 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
 # already), a quantized variant's (soft by default: its remedy lifts a condition).
 NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
-GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT}
+LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/latency_phase.py)
+GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT,
+                  "latency": LATENCY}
 # A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
 # numerics, or its export (a variant that did not lower: quantized-lowering, from the lowering's error).
 QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)
@@ -30,6 +32,9 @@ QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)
 def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
     failed = {(g.stack, g.model, g.gate) for g in gates if g.status is GateStatus.FAILED
               and (g.gate in QUANTIZED_GATES or g.severity is Severity.HARD)}
+    # A latency gate that failed or could not tell, of either severity: what a latency search answers.
+    failed |= {(g.stack, g.model, g.gate) for g in gates
+               if g.gate == LATENCY and g.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE)}
     found = []
     for model in models:
         for stack, own in model.stacks.items():
@@ -55,7 +60,8 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
     # One measure for both gates: an SNR of s dB is a relative L2 of 10^(−s/20).
     threshold = 10 ** (-min_snr / 20) if min_snr is not None else gates.for_model(model.name, "max-rel-l2")
     judged = remedied_gates(plan, model, stack)
-    answers = {NUMERICS, QUANTIZED}  # the numerics gate of the model's kind: what every remedy must pass
+    # The numerics gate of the model's kind: what every remedy must pass; a latency search's, the latency gate too.
+    answers = {NUMERICS, QUANTIZED, *([LATENCY] if gate == LATENCY else [])}
     notes: list[str] = []
     conditions: list[str] = []
     for result in judged:

@@ -11,7 +11,7 @@ from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
 from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
-from upgrade_gate.schema.stack import Diagnosis, MethodDiagnosis
+from upgrade_gate.schema.stack import PORTABLE_SHARE, Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Unit, VerdictRecord
 from upgrade_gate.text import size
 
@@ -38,12 +38,18 @@ def way_out_blocks(results: Results) -> list[Block]:
     """The section, where any stack's artifact was diagnosed or would have been had the search been on, and
     where a candidate's latency gate failed or could not tell (where its time goes)."""
     by_name = {model.name: model for model in results.models}
+    slow = {(gate.model, gate.stack): gate for gate in results.verdict.gates
+            if gate.gate == "latency" and gate.stack != results.verdict.baseline and gate.model in by_name
+            and gate.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE)}
+    # A latency search is said where its gate failed or could not tell, with where the time goes; where the gate
+    # passed, what it found is not needed.
     entries: list[tuple[tuple[int, int], str, str, Diagnosis | GateResult]] = [
         (decides_first(results.verdict, model.name, stack), model.name, stack, own.diagnosis)
-        for model in results.models for stack, own in model.stacks.items() if own.diagnosis is not None]
-    entries += [(decides_first(results.verdict, gate.model, gate.stack), gate.model, gate.stack, gate)
-                for gate in results.verdict.gates if gate.gate == "latency" and gate.stack != results.verdict.baseline
-                and gate.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE) and gate.model in by_name]
+        for model in results.models for stack, own in model.stacks.items() if own.diagnosis is not None
+        and (own.diagnosis.search != "latency" or (model.name, stack) in slow)]
+    searched = {(name, stack) for _, name, stack, _ in entries}
+    entries += [(decides_first(results.verdict, model, stack), model, stack, gate)
+                for (model, stack), gate in slow.items() if (model, stack) not in searched]
     entries.sort(key=lambda entry: entry[0])  # stable: the suite's order among equals, a model's search first
     departed = [model for model in results.models if _departs(results, model)]
     if not entries and not departed:
@@ -55,9 +61,11 @@ def way_out_blocks(results: Results) -> list[Block]:
     for _, name, stack, found in entries:
         model = by_name[name]
         if isinstance(found, GateResult):
-            blocks += latency_blocks(model, found, results.verdict.baseline)
+            blocks += latency_blocks(model, found, results.verdict.baseline, searched=False)
             continue
         python = results.stacks[stack].installed
+        if found.search == "latency":
+            blocks += latency_blocks(model, slow[(name, stack)], results.verdict.baseline, searched=True)
         stopped = found.first_problem() or next((s for s in found.stages if s.status == "skipped"), None)
         if not found.methods and stopped is not None:  # the search did not start: say why, once
             blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
@@ -81,19 +89,20 @@ LATENCY_ADVICE = (
 )
 
 
-def latency_blocks(model: ModelResults, gate: GateResult, baseline: str) -> list[Block]:
+def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, searched: bool) -> list[Block]:
     """A candidate's latency gate that failed or could not tell: where the candidate's time goes, method by method,
-    from both stacks' per-operator profiles (the runtime phase's profile stage) — its share in ExecuTorch's
-    portable kernels, outside the delegate, each with its calls and what the export left undelegated — and what
-    a team would try for each. The gate's interval is the measure session's; the profile's times are another
-    run's, to say where the time goes, not how much."""
+    from its per-operator profile (the runtime phase's profile stage) — its share in ExecuTorch's portable
+    kernels, outside the delegate, each with its calls and what the export left undelegated — and what a team
+    would try for each; the baseline's top operators beside it. The gate's interval is the measure session's;
+    each stack's profile is its own tool's (perf samples, the Lite Interpreter's profiler), to say where the time
+    goes, not how much (``searched``: a latency search follows with its remedy)."""
     stack = gate.stack
     failed = gate.status is GateStatus.FAILED
     outcome = "fails" if failed else "cannot tell (its interval straddles the threshold)"
     blocks: list[Block] = [
         Heading(3, f"{code_span(model.name)} · latency in {stack}",
                 anchor=f"way-out-{model_anchor(model.name)}-latency"),
-        Paragraph(f"{mark('FAILED' if failed else 'inconclusive')} The latency gate {outcome}: "
+        Paragraph(f"{mark('FAILED' if failed else 'incomplete')} The latency gate {outcome}: "
                   f"{gate.measured_against_rule}.")]
     own, theirs = model.stacks[stack].profile, model.stacks[baseline].profile if baseline in model.stacks else {}
     if not own:
@@ -101,26 +110,26 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str) -> list
                                    "not run): nothing says where its time goes.")]
     undelegated = model.stacks[stack].delegation
     for method, operators in own.items():
-        portable = [op for op in operators if op.name.startswith(PORTABLE_PREFIX)]
-        theirs_ms = sum(op.total_ms for op in theirs.get(method, []))
-        where = "" if method == "forward" else f"{code_span(method)}: "
-        against = f" against {theirs_ms:.3f} ms in {baseline}" if theirs_ms else ""
-        said = (f"{where}{sum(op.total_ms for op in operators):.3f} ms per call profiled in {stack}{against}; "
-                f"{sum(op.share for op in portable):.1%} of it in ExecuTorch's portable kernels, outside the delegate")
+        portable = [op for op in operators if op.portable]
+        where = "" if method == "forward" else f" ({code_span(method)})"
+        said = (f"{stack}'s profile{where}: {sum(op.share for op in portable):.1%} of its time in ExecuTorch's "
+                "portable kernels, outside the delegate")
         items = [f"{code_span(op.name)}: {op.share:.1%}, {op.total_ms:.3f} ms over {op.calls} call(s) per call"
                  + (f" — {advice}" if (advice := _advice(op.name)) else "") for op in portable[:LATENCY_TOP]]
         left = undelegated.get(method)
         if left is not None and left.portable_ops:
             items.append(f"left out of the delegate at export: {left.portable_summary()}")
+        top = theirs.get(method, [])[:3]
+        if top:
+            items.append(f"{baseline}'s most time: " + ", ".join(f"{code_span(op.name)} {op.share:.1%}" for op in top))
         blocks += [Paragraph(said + (":" if items else ".")), bullets_of(items)] if items else [Paragraph(said + ".")]
-    blocks.append(Paragraph("No remedy is lowered and timed for a latency gate yet: the lines above say where the "
-                            "time goes and what a team would try; the [profiles](#"
-                            f"{model_anchor(model.name)}) side by side are in the model's section."))
+    if not searched:
+        blocks.append(Paragraph("No remedy was lowered and timed for it: a latency search runs where a portable batch "
+                                f"norm takes at least {PORTABLE_SHARE:.0%} of a method's profiled time; the profiles "
+                                "side by side are in the model's section."))
     return blocks
 
 
-# An ExecuTorch profile's kernel (compat/executorch_profile.py: "aten::<op>.<overload>"), not the delegate's time.
-PORTABLE_PREFIX = "aten::"
 LATENCY_TOP = 5  # portable kernels named per method
 
 
@@ -182,6 +191,8 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
     if found.search == "export":
         return blocks + _export_blocks(method)
+    if found.search == "latency":
+        return blocks + _folded_blocks(method, shipped_bytes)
     if model.quantized:
         blocks += _attributed(model, stack, method.method, found.search)
     tries = "quantizations" if found.keeps_float else "lowerings"
@@ -271,6 +282,32 @@ def _attributed(model: ModelResults, stack: str, method: str, search: str) -> li
                           f"lowering may add up to ×{LOWERING_FACTOR:g} the quantization's error; docs/report.md). "
                           "The operators behind the lowering were searched first, on the quantized program.")]
     return [Paragraph(f"The quantization, not the lowering, departs: {found.said()}.")]
+
+
+def _folded_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:
+    """A latency search's finding: the batch norms the portable kernel runs that fold into the layer before them,
+    and the lines that fold them before export, checked against eager (the latency gate judges it below)."""
+    if not method.culprits:
+        return [Paragraph(f"{mark('incomplete')} {NOT_FOUND.get(method.status, method.status)}: "
+                          f"{method.reason or 'no reason recorded'}.")]
+    culprit = method.culprits[0]
+    modules = [call.module or "?" for call in culprit.calls]
+    shown = ", ".join(code_span(m) for m in modules[:4]) + (f", … ({len(modules) - 4} more)"
+                                                            if len(modules) > 4 else "")
+    where = next((call.source for call in culprit.calls if call.source), "")
+    blocks: list[Block] = [Paragraph(
+        f"**{code_span(culprit.operator)}** ({culprit.backend}, {culprit.share:.1%} of the profiled time in portable "
+        f"kernels): {len(modules)} batch norm(s) after a linear or a convolution, which folding would hand to the "
+        f"delegate — {shown}" + (f"; at {where}" if where else "") + ".")]
+    if method.remedy_error:
+        return blocks + [Paragraph(f"The lines that fold them {mark('FAILED')} do not work as written: "
+                                   f"{method.remedy_error}.")]
+    verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+    measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
+    return blocks + [
+        Paragraph(f"The change that avoids it ({method.remedy_kind}), checked: the model exported and lowered with "
+                  f"these lines gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
+        Code((method.remedy_code or "").splitlines())]
 
 
 def _carried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:

@@ -10,6 +10,11 @@ beyond its quantized-numerics gate's SNR or cosine — the gate's own measure, a
 model for the same reason: where its lowering departs from its own quantized model run eagerly by more than
 the quantization does from float (judge/attribution.py), the operators behind the lowering
 (compat/quantized_lowering_phase.py); otherwise which layers to leave in float (compat/precision_phase.py).
+
+A candidate's float model that is exact, but whose per-operator profile has a portable batch norm taking at least
+PORTABLE_SHARE of a method's time, is searched for the batch norms to fold before export (compat/latency_phase.py):
+before the measure session, which times the remedy beside the stacks; the report says it where the latency gate
+failed or could not tell.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from upgrade_gate.judge.attribution import Attribution, attributions
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import OutputMetrics
 from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
+from upgrade_gate.schema.stack import PORTABLE_SHARE, operator_profile
 
 
 def compared(plan: Plan, stack: str, model: ModelEntry, *pairs: tuple[str, str]) -> list[list[OutputMetrics]] | None:
@@ -105,6 +111,24 @@ def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str
     return [str(m) for m in build.details.get("methods") or ()]
 
 
+def portable_heavy_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
+    """Each float method whose per-operator profile (the runtime phase's profile stage) has at least
+    PORTABLE_SHARE of its time in a portable batch norm kernel: its share in portable kernels."""
+    if model.quantized:
+        return {}
+    try:
+        profiled = load_stack_model(plan.settings.out_dir, stack, model.name).stage("profile")
+    except (DamagedFile, RecordError):
+        return {}
+    profile = operator_profile(profiled.details) if profiled is not None and profiled.ok else {}
+    heavy = {}
+    for method, operators in profile.items():
+        portable = [op for op in operators if op.portable]
+        if sum(op.share for op in portable if "batch_norm" in op.name) >= PORTABLE_SHARE:
+            heavy[method] = round(sum(op.share for op in portable), 4)
+    return heavy
+
+
 def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | None:
     """What the diagnose phase's job adds for this model in this stack, or None when it does not run:
     nothing departs, the model is a quantized variant of the baseline (its gates judge candidates only),
@@ -143,6 +167,10 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             return None
         methods = departed_methods(plan, stack, model)
         searched = {"threshold": settings.gates.for_model(model.name, "max-rel-l2")}
+        if not methods and stack != plan.baseline.name and settings.gates["latency"].severity != "off":
+            # Exact, but its profile's time goes to portable kernels: the batch norms to fold before export.
+            methods = portable_heavy_methods(plan, stack, model)
+            searched = {**searched, "search": "latency", "portable_share": methods}
     if not methods:
         return None
     saved = load_stack_model(settings.out_dir, stack, model.name).artifact or {}

@@ -45,12 +45,32 @@ class Delegation:
                    portable_ops={str(k): int(v) for k, v in (details.get("portable_ops") or {}).items()})
 
 
+# A kernel in the candidate's profile (compat/executorch_profile.py: "aten::<op>.<overload>"): ExecuTorch's portable
+# kernel, outside the delegate.
+PORTABLE_KERNEL = "aten::"
+# A float method whose portable batch norms take at least this share of its profiled time gets a latency search
+# (upgrade_gate.run.diagnosis, compat/latency_phase.py): folding them before export hands them to the delegate.
+PORTABLE_SHARE = 0.25
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OperatorTime:
     name: str
     calls: int
     total_ms: float
     share: float  # of the profiled run's time
+
+    @property
+    def portable(self) -> bool:
+        """An ExecuTorch kernel outside the delegate (in a candidate's profile)."""
+        return self.name.startswith(PORTABLE_KERNEL)
+
+
+def operator_profile(details: dict[str, Any]) -> dict[str, list[OperatorTime]]:
+    """The runtime phase's profile stage's details: per method, its operators by time."""
+    return {name: [OperatorTime(name=str(op["name"]), calls=int(op["calls"]), total_ms=float(op["total_ms"]),
+                                share=float(op["share"])) for op in found.get("operators", [])]
+            for name, found in details.get("methods", {}).items() if isinstance(found, dict)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -463,9 +483,7 @@ class StackResults(StagesOf, codec.Record):
     @property
     def profile(self) -> dict[str, list[OperatorTime]]:
         """Per method, operators by time in the stack's own runtime (the runtime phase's profile stage)."""
-        return {name: [OperatorTime(name=str(op["name"]), calls=int(op["calls"]), total_ms=float(op["total_ms"]),
-                                    share=float(op["share"])) for op in found.get("operators", [])]
-                for name, found in self._details("profile").get("methods", {}).items() if isinstance(found, dict)}
+        return operator_profile(self._details("profile"))
 
     @property
     def other_backends(self) -> dict[str, dict[str, BackendTry]]:

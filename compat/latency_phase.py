@@ -1,0 +1,161 @@
+"""The diagnose phase of a float model that is exact but whose profile's time goes to portable kernels, in a
+stack's worker: the batch norms the delegate left out because nothing before them was folded into, found in the
+exported graph (each after a linear or a convolution, through views only), and the lines that fold each into
+the layer before it before export — the model exported, lowered, saved, loaded and run as the artifact is,
+compared with eager and timed against the shipped artifact; the measure session then times it beside the
+stacks and the latency gate judges it (judge/_remedies.py). One method per stage: build → eager → search →
+remedy → task. (issue 39, item 6: levit_128s ran ×2.07 slower, 64% of it in the portable batch norm.)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import culprit
+from .common import load_npz_tensors, named_like_reference, named_outputs
+from .contract import Adapter, ReExports
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
+from .export_errors import source_line
+from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
+
+SEARCH = "latency"  # the job's and the build stage's "search"
+# What a batch norm's input may pass through after the layer it folds into: views that keep its channels.
+VIEWS = ("view", "reshape", "flatten", "_unsafe_view", "clone", "alias")
+EXPORT = "program = torch.export.export(model, example_inputs)"
+# The lines a team adds to its export script: each batch norm folded into the layer before it, in eval mode.
+FOLD = '''from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+
+
+def fold_batch_norm(model, into, norm):
+    """The batch norm at ``norm`` folded into the linear or convolution at ``into`` before it: one operator,
+    which XNNPACK runs, where the batch norm alone is left to ExecuTorch's portable kernel."""
+    layer = model.get_submodule(into)
+    fuse = fuse_linear_bn_eval if isinstance(layer, torch.nn.Linear) else fuse_conv_bn_eval
+    for path, module in ((into, fuse(layer, model.get_submodule(norm))), (norm, torch.nn.Identity())):
+        parent, _, name = path.rpartition(".")
+        setattr(model.get_submodule(parent), name, module)
+
+
+for into, norm in [
+{pairs}
+]:
+    fold_batch_norm(model, into, norm)
+''' + EXPORT
+
+
+class LatencyPhase(DiagnosePhase):
+    """build → eager → search → remedy → task: the batch norms to fold, and the model exported with them folded."""
+
+    CAPABILITY = ReExports
+    NOT_OFFERED = "this stack's adapter exports no module again (compat/contract.py ReExports)"
+    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
+              ("task", ("remedy",)))
+
+    def build(self):
+        built, details = super().build()
+        return built, {**details, "search": SEARCH}
+
+    def search(self):
+        """Each method's batch norms after a linear or a convolution (through views), by module, from its
+        exported graph: what the portable kernel runs that folding would hand the delegate."""
+        import torch
+
+        methods, inputs = self.log.results["build"]
+        shares = self.job.get("portable_share") or {}
+        found: dict[str, dict[str, Any]] = {}
+        for method in self.methods:
+            module = methods[method].module
+            exported, _ = self.adapter.export_with(module, inputs[method], EXPORT)
+            pairs, calls = [], []
+            for node in exported.graph.nodes:
+                if node.op != "call_function" or "batch_norm" not in str(node.target):
+                    continue
+                source = node.args[0]
+                while getattr(source, "op", None) == "call_function" and any(v in str(source.target) for v in VIEWS):
+                    source = source.args[0]
+                if getattr(source, "op", None) != "call_function" or not any(
+                        kind in str(source.target) for kind in ("linear", "convolution")):
+                    continue
+                into, norm = module_path(source), module_path(node)
+                layer, batch_norm = submodule(module, into), submodule(module, norm)
+                if not (isinstance(layer, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d))
+                        and isinstance(batch_norm, torch.nn.modules.batchnorm._BatchNorm)):
+                    continue  # a functional call, or a layer the fuser does not take: nothing to fold by module
+                pairs.append((into, norm))
+                calls.append({"key": culprit.source_key(node), "module": norm,
+                              "source": source_line(node.meta.get("stack_trace") or "", {}) or ""})
+            if not pairs:
+                found[method] = {"status": "not pinned", "tried": [],
+                                 "reason": "no batch norm after a linear or a convolution to fold into it"}
+                continue
+            found[method] = {"status": "found", "tried": [{}], "pairs": pairs, "culprits": [{
+                "operator": str(next(n.target for n in exported.graph.nodes if "batch_norm" in str(n.target))),
+                "backend": "ExecuTorch's portable kernel", "share": float(shares.get(method, 0.0)),
+                "rel_l2_without": 0.0, "calls": calls}]}
+        return found, {"methods": found}
+
+    def remedy(self):
+        """Each method with its batch norms folded, exported, lowered, saved, loaded from its file and run as
+        the artifact is, against eager; timed against the shipped artifact (the measure session times it too)."""
+        import torch
+
+        methods, inputs = self.log.results["build"]
+        reference = self.model_dir.parent / "eager.npz"
+        names = load_npz_tensors(reference) if reference.is_file() else {}
+        checked: dict[str, dict[str, Any]] = {}
+        outputs: dict[str, Any] = {}
+        for method, finding in self.log.results["search"].items():
+            if finding.get("status") != "found":
+                continue
+            code = FOLD.format(pairs="\n".join(f"    ({into!r}, {norm!r})," for into, norm in finding["pairs"]))
+            what = f"each of the {len(finding['pairs'])} batch norm(s) folded into the layer before it, before export"
+            step = "its code"
+            try:
+                scope: dict[str, Any] = {"torch": torch, "model": copy.deepcopy(methods[method].module),
+                                         "example_inputs": inputs[method]}
+                exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
+                step = "lowering"
+                lowered = self.adapter.lower_keeping_out(scope["program"], frozenset())
+                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                step = "saving"
+                self.adapter.save(lowered, path)
+                step = "loading and running"
+                program = self.adapter.load(path)
+                ran = self.adapter.run(program, inputs[method])
+            except Exception as failure:  # noqa: BLE001 - that method's row, with its step
+                tried = {"remedy": what, "code": code, "passes": False,
+                         "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                checked[method] = {**tried, "tried": [tried]}
+                continue
+            error = self.error_against_eager(flat(ran), method)
+            outputs[method] = named_like_reference(method, named_outputs(ran), names)
+            tried = {"remedy": what, "code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
+                     "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
+                     "latency": self.timed_against_shipped(method, program)}
+            checked[method] = {**tried, "tried": [tried]}
+        if not checked:
+            raise StageSkipped("no batch norm to fold")
+        if outputs:
+            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
+        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+
+
+def module_path(node: Any) -> str:
+    """The module a graph node's call was made in (``blocks.0.norm``), from the exporter's module stack."""
+    stack = list(node.meta.get("nn_module_stack", {}).values())
+    return str(stack[-1][0]) if stack else ""
+
+
+def submodule(module: Any, path: str) -> Any:
+    try:
+        return module.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def run_latency_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
+    """The batch norms to fold where the portable kernel takes the time (the worker's ``diagnose``,
+    ``search = "latency"``)."""
+    LatencyPhase(job, adapter, log).run_stages()
