@@ -1,9 +1,9 @@
-"""The remedies a candidate's diagnose phase found, judged as the stack is: one per failed hard numerics
-gate whose model has one, and one per failed quantized-numerics gate whose variant has layers to leave in
-float (judged by that gate's SNR and cosine). The remedied methods' outputs against the reference (judge/gather.py), the
-other methods' as they shipped, by the gate's own threshold; the latency by the latency gate's own code on the
-candidate timed with its remedy in the measure session's rounds (measure/rounds.py); the size. The verdict as
-configured stands; the report says what the remedies would make of it."""
+"""The remedies a candidate's diagnose phase found, judged as the stack is: one per failed gate a search answers —
+a hard numerics or export gate, a quantized variant's gates, a latency gate that failed or could not tell — each
+judged by the gates' own code on the candidate as the team would ship it remedied (``remedied_gates``): its
+comparison with the reference (judge/gather.py) by the numerics and task gates, its rounds in the measure session
+(measure/rounds.py) by the latency gate; its size beside the shipped artifact's. The verdict as configured stands;
+the report says what the remedies would make of it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
-# already), a quantized variant's (soft by default: its remedy lifts a condition).
+# already), a quantized variant's (soft by default: its remedy lifts a condition), the latency gate.
 NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
 LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/latency_phase.py)
 GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT,
