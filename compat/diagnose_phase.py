@@ -17,11 +17,15 @@ from typing import Any
 from . import culprit, issue_text
 from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
-from .phases import PhaseLog, StageSkipped, method_outputs, run_task, save_arrays
+from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
 
 REPRO_DIR = "repro"
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
 REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
+# The stages of a search over the whole model (the precision, export-remedy and latency phases: no parts, no
+# operator alone, no reproducer).
+WHOLE_MODEL_STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
+                      ("task", ("remedy",)))
 REMEDY_TASK = "remedy-task.npz"  # a generator's loop run on it: tokens and step logits, as the runtime's task stage
 # Calls per side and round of the remedied-against-shipped timing (the budget decides between them).
 MIN_CALLS, MAX_CALLS = 3, 200
@@ -408,7 +412,7 @@ class DiagnosePhase:
             ran = self.adapter.run(program, inputs[method])
         except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
             return {"remedy": what, "code": code, "passes": False,
-                    "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                    "error": failed_at(step, failure)}
         error = self.error_against_eager(flat(ran), method)
         passes = error <= self.threshold_of(method)
         latency = (self.timed_against_shipped(method, program) if passes

@@ -20,8 +20,8 @@ from typing import Any
 from . import culprit
 from .common import load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, ReExports
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
+from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 
 SEARCH = "export"  # the job's and the build stage's "search"
 # Where draft_export writes its structured trace (torch.export._draft_export.CaptureStructuredTrace); without it,
@@ -52,8 +52,7 @@ class ExportRemedyPhase(DiagnosePhase):
 
     CAPABILITY = ReExports
     NOT_OFFERED = "this stack's adapter tries no other export options (compat/contract.py ReExports)"
-    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
-              ("task", ("remedy",)))
+    STAGES = WHOLE_MODEL_STAGES
 
     def build(self):
         built, details = super().build()
@@ -106,7 +105,7 @@ class ExportRemedyPhase(DiagnosePhase):
                 ran = self.adapter.run(self.adapter.load(path), inputs[method])
             except Exception as failure:  # noqa: BLE001 - that method's row
                 checked[method] = {"code": finding["code"], "passes": False,
-                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                                   "error": failed_at(step, failure)}
                 continue
             error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
             outputs[method] = named_like_reference(method, named_outputs(ran), names)

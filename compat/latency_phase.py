@@ -15,9 +15,9 @@ from typing import Any
 from . import culprit
 from .common import load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, ReExports
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
 from .export_errors import source_line
-from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
+from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 
 SEARCH = "latency"  # the job's and the build stage's "search"
 # What a batch norm's input may pass through after the layer it folds into: views that keep its channels.
@@ -49,8 +49,7 @@ class LatencyPhase(DiagnosePhase):
 
     CAPABILITY = ReExports
     NOT_OFFERED = "this stack's adapter exports no module again (compat/contract.py ReExports)"
-    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
-              ("task", ("remedy",)))
+    STAGES = WHOLE_MODEL_STAGES
 
     def build(self):
         built, details = super().build()
@@ -126,7 +125,7 @@ class LatencyPhase(DiagnosePhase):
                 ran = self.adapter.run(program, inputs[method])
             except Exception as failure:  # noqa: BLE001 - that method's row, with its step
                 tried = {"remedy": what, "code": code, "passes": False,
-                         "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                         "error": failed_at(step, failure)}
                 checked[method] = {**tried, "tried": [tried]}
                 continue
             error = self.error_against_eager(flat(ran), method)

@@ -155,6 +155,11 @@ def check_like_reference(outputs: dict[str, Any], reference: dict[str, Any]) -> 
                                  "where the eager model's are finite")
 
 
+def failed_at(step: str, failure: Exception) -> str:
+    """A remedy's row where it did not lower, save, load or run: the step, and the error."""
+    return f"{step}: {type(failure).__name__}: {str(failure)[:500]}"
+
+
 def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[bool, dict[str, Any]]:
     """A generation task's end-to-end loop; its tokens and logits go to ``path``."""
     import torch

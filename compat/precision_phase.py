@@ -15,8 +15,8 @@ from typing import Any
 from . import precision
 from .common import load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, KeepsFloat
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, method_outputs, save_arrays
+from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
+from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 
 SEARCH = "keep-float"  # the job's and the build stage's "search"
 # Units the sensitivity ranking may try: at most what half the method's budget buys at the time one
@@ -34,8 +34,7 @@ class PrecisionPhase(DiagnosePhase):
 
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
-    STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
-              ("task", ("remedy",)))
+    STAGES = WHOLE_MODEL_STAGES
 
     def build(self):
         (methods, inputs), details = super().build()
@@ -138,7 +137,7 @@ class PrecisionPhase(DiagnosePhase):
                 ran = self.adapter.run(program, inputs[method])
             except Exception as failure:  # noqa: BLE001 - recorded with its step; the other methods go on
                 checked[method] = {"code": code, "passes": False,
-                                   "error": f"{step}: {type(failure).__name__}: {str(failure)[:500]}"}
+                                   "error": failed_at(step, failure)}
                 continue
             found = self.departure(ran, method)
             outputs[method] = named_like_reference(method, named_outputs(ran), names)
