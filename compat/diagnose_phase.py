@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import culprit, issue_text
+from . import culprit, issue_text, program_source
 from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
 from .contract import Adapter, Diagnoses, require_whole
 from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
@@ -27,8 +27,7 @@ REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names t
 WHOLE_MODEL_STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
                       ("task", ("remedy",)))
 REMEDY_TASK = "remedy-task.npz"  # a generator's loop run on it: tokens and step logits, as the runtime's task stage
-# Calls per side and round of the remedied-against-shipped timing (the budget decides between them).
-MIN_CALLS, MAX_CALLS = 3, 200
+MIN_CALLS, MAX_CALLS = 3, 200  # per side and round of the remedied-against-shipped timing (the budget decides)
 
 
 class DiagnosePhase:
@@ -236,11 +235,10 @@ class DiagnosePhase:
                 note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
                         if alone else f"{kind} is not run alone")
             runs = [issue_text.run_reproducer(folder), issue_text.run_reproducer(folder, "--with-remedy")]
+            runs += program_source.checked(folder, runs[0])
             self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs, failed_as_found(finding))
-            written[method] = {"status": "written", "folder": str(folder.relative_to(self.model_dir)),
-                               "operator": kind, "scope": scope, "reason": note,
-                               "rel_l2": alone["rel_l2"] if alone else None, "runs": runs, "issue": issue_text.ISSUE,
-                               "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+            written[method] = self.written(folder, runs, operator=kind, scope=scope, reason=note,
+                                           rel_l2=alone["rel_l2"] if alone else None)
         if not written:
             raise StageSkipped("no culprit found")
         return written, {"methods": written}
@@ -258,12 +256,16 @@ class DiagnosePhase:
             found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
                      "it within the threshold, so this is the whole method (no remedy found)")
         runs = [issue_text.run_reproducer(folder)]  # there is no remedy to run it with
+        runs += program_source.checked(folder, runs[0])
         backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
         self.write_issue(folder, method, "not pinned to an operator", backend, "method", runs)
-        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), "operator": None,
-                "scope": "method", "reason": "not pinned: no part kept out brings it within the threshold",
-                "rel_l2": None, "runs": runs, "issue": issue_text.ISSUE,
-                "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+        return self.written(folder, runs, operator=None, scope="method", rel_l2=None,
+                            reason="not pinned: no part kept out brings it within the threshold")
+
+    def written(self, folder: Path, runs: list[dict[str, Any]], **found: Any) -> dict[str, Any]:
+        """A reproducer's record: where it is, what it found (``found``), its runs here and its files' size."""
+        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), **found, "runs": runs,
+                "issue": issue_text.ISSUE, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
     def write_issue(self, folder: Path, method: str, kind: str, backend: str, scope: str,
                     runs: list[dict[str, Any]], fails_with: str = "") -> None:
@@ -411,8 +413,7 @@ class DiagnosePhase:
             program = self.adapter.load(path)
             ran = self.adapter.run(program, inputs[method])
         except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
-            return {"remedy": what, "code": code, "passes": False,
-                    "error": failed_at(step, failure)}
+            return {"remedy": what, "code": code, "passes": False, "error": failed_at(step, failure)}
         error = self.error_against_eager(flat(ran), method)
         passes = error <= self.threshold_of(method)
         latency = (self.timed_against_shipped(method, program) if passes

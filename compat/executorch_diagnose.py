@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import culprit, issue_text
+from . import culprit, issue_text, program_source
 from .executorch_runtime import binding
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
@@ -349,11 +349,14 @@ that has torch and executorch:
 
     python repro.py                  # exit 1: the lowered method differs from eager (or fails as found); 0: not
     python repro.py --with-remedy    # the same, lowered with the remedy below: exit 0 when it fixes it
+    python repro.py --from-source    # the method rebuilt from program.py and exported again (with either)
 
-Exit 3: it could not run (a torch that cannot load program.pt2, a lowering or runtime failure, the error
-printed): no answer either way.
+program.pt2 loads in the torch that saved it ({saved_by}) and the releases that keep its format; where
+it does not load, the method is rebuilt from program.py, when there is one ({source_note}).
+Exit 3: it could not run (a lowering or runtime failure, the error printed): no answer either way.
 """
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -363,6 +366,25 @@ THRESHOLD = {threshold!r}
 # Where the method did not lower at all when found: its error, which the lowering reproduces when it raises it.
 FAILS_WITH = {fails_with!r}
 FAILS = {fails_as_found!r}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
+SAVED_BY = {saved_by!r}  # the torch that saved program.pt2
+
+
+def load_program(torch, here, inputs):
+    """program.pt2, where this torch loads it, else the method rebuilt from program.py and exported again;
+    and what the printed line says of it."""
+    if "--from-source" not in sys.argv:
+        try:
+            return torch.export.load(here / "program.pt2"), ""
+        except Exception as failure:
+            if not (here / "program.py").exists():
+                raise
+            why = f"program.pt2, saved by torch {{SAVED_BY}}, does not load here: {{type(failure).__name__}}"
+    else:
+        why = "as asked"
+    spec = importlib.util.spec_from_file_location("program_source", here / "program.py")
+    source = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(source)
+    return torch.export.export(source.Method(), inputs), f" (rebuilt from program.py: {{why}})"
 
 
 def remedy(program):
@@ -384,8 +406,8 @@ def main():
         except ImportError:
             pass
     here = Path(__file__).parent
-    program = torch.export.load(here / "program.pt2")
     inputs = tuple(torch.load(here / "inputs.pt"))
+    program, rebuilt = load_program(torch, here, inputs)
     eager = torch.utils._pytree.tree_leaves(program.module()(*inputs))
     program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())
     how = "with the remedy" if "--with-remedy" in sys.argv else "to XNNPACK"
@@ -394,8 +416,8 @@ def main():
     except Exception as failure:
         if not FAILS_WITH or FAILS_WITH not in str(failure):
             raise  # another failure than the one found: no answer either way (exit 3)
-        print(f"torch {{torch.__version__}}: the method lowered {{how}} {{FAILS}}: {{type(failure).__name__}}: "
-              f"{{FAILS_WITH}}")
+        print(f"torch {{torch.__version__}}: the method lowered {{how}}{{rebuilt}} {{FAILS}}: "
+              f"{{type(failure).__name__}}: {{FAILS_WITH}}")
         return 1
     outputs = _load_for_executorch_from_buffer(buffer).forward(inputs)
     errors = [(torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
@@ -403,7 +425,7 @@ def main():
     limits = THRESHOLD if isinstance(THRESHOLD, list) else [THRESHOLD] * len(errors)
     # The output furthest past what it may depart by (NaN furthest of all); it fails if any is past its own.
     worst = max(range(len(errors)), key=lambda i: errors[i] / limits[i] if errors[i] == errors[i] else float("inf"))
-    print(f"torch {{torch.__version__}}: the method lowered {{how}}: "
+    print(f"torch {{torch.__version__}}: the method lowered {{how}}{{rebuilt}}: "
           f"relative L2 error {{errors[worst]:.3g}} against eager (threshold {{limits[worst]:g}})")
     return 0 if all(e <= t for e, t in zip(errors, limits)) else 1
 
@@ -418,9 +440,12 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
     from importlib.metadata import version
 
     torch.export.save(exported, folder / "program.pt2")
+    unwritten = program_source.write(exported, folder, f"{found_in.split(':')[0]}, as exported")
+    source_note = f"no program.py: {unwritten}" if unwritten else "`--from-source` checks it"
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
                              found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with,
-                             fails_as_found=issue_text.FAILS_AS_FOUND)
+                             fails_as_found=issue_text.FAILS_AS_FOUND, saved_by=torch.__version__,
+                             source_note=source_note)
 
 
 # A method whose export failed is exported again with the export API's other options, in order, as an export

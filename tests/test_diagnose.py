@@ -387,13 +387,23 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
         # The lowering may add twice the quantization's own error (judge/attribution.py), no more.
         assert found["rel_l2"] > found["threshold"] > found["culprits"][0]["rel_l2_without"]
         written = stages["reproducer"]["details"]["methods"][method]
-        assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+        assert [(run["args"], run["exit"]) for run in written["runs"]] == [
+            ([], 1), (["--with-remedy"], 0), (["--from-source"], 1)], written
         folder = out / "stacks/candidate/models" / LLM / "diagnose" / written["folder"]
-        assert {p.name for p in folder.iterdir()} == {"repro.py", "program.pt2", "inputs.pt", "ISSUE.md"}
+        assert {p.name for p in folder.iterdir()} == {"repro.py", "program.pt2", "program.py", "weights.pt",
+                                                      "inputs.pt", "ISSUE.md"}
         remedy = stages["remedy"]["details"]["methods"][method]
-        assert remedy["passes"] and remedy["remedy"].startswith("each call given its own dynamic quantization"), remedy
+        split = next(t for t in remedy["tried"] if t["remedy"].startswith("each call given its own dynamic quantization"))
         kept_out = next(t for t in remedy["tried"] if t["remedy"] == "kept out of the delegate")
-        assert kept_out["passes"]  # what the search proved also passes, at a higher latency cost
+        assert remedy["passes"] and split["passes"] and kept_out["passes"], remedy  # and what the search proved
+
+        def cost(tried: dict) -> float:  # the median over rounds of remedied over shipped, in the phase's rounds
+            return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
+                                     for r in tried["latency"]["rounds"])
+        # The one printed is the passing remedy that costs least latency. On one layer the two are within a few
+        # percent of each other and of the shipped artifact (on two, keeping the linears out cost ×1.4), so either
+        # may be it: the rule is what is checked.
+        assert remedy["remedy"] == min((split, kept_out), key=cost)["remedy"], (cost(split), cost(kept_out))
     # Judged as the stack is: the remedied artifacts against the float reference, by the quantized gate's own code
     # on the side candidate+remedy (prefill remedied), and its latency by the latency gate's.
     (judged,) = (r for r in verdict_of(out).remedies if r.model == LLM)
@@ -407,13 +417,14 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
     assert re.match(r"\[FAILED\] \*\*The lowering, not the quantization, departs\*\*: the artifact's prefill\.output_\d "
                     r"is at SNR -?\d+\.\d dB against its own quantized model run eagerly, whose quantization is at SNR "
                     r"\d+\.\d dB against the float model", entry.lstrip()), entry
-    assert "split_dynamic_quantization(program.graph_module)" in entry
+    printed = stages["remedy"]["details"]["methods"]["prefill"]["code"].strip().splitlines()[-1]
+    assert printed in entry, (printed, entry)
 
 
 PLANTED_EXPORT = "planted-quantized-export@int8-dynamic"
 
 
-def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_and_a_remedy(explained_run):
+def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_and_a_remedy(explained_run, tmp_path):
     """q, k and v reading one dynamic quantization of their input do not lower in ExecuTorch 0.7 ("Weight and
     Input should both be quantized", minilm-l6@int8-dynamic's failure): the search on the quantized program names
     the linears, its reproducer fails as found (exit 1) and lowers with the remedy (exit 0), and the remedy is
@@ -429,9 +440,25 @@ def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_
     assert "Weight and Input should both be quantized" in found["tried"][0]["error"]
     assert [c["module"] for c in found["culprits"][0]["calls"]] == ["q", "k", "v"]
     written = stages["reproducer"]["details"]["methods"]["forward"]
-    assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+    # The method rebuilt from program.py (torch.export's code for its graph) answers as program.pt2 does.
+    assert [(run["args"], run["exit"]) for run in written["runs"]] == [
+        ([], 1), (["--with-remedy"], 0), (["--from-source"], 1)], written
     assert "fails as found: RuntimeError: Weight and Input should both be quantized" in written["runs"][0]["said"]
-    issue = (out / "stacks/candidate/models" / PLANTED_EXPORT / "diagnose" / written["folder"] / "ISSUE.md").read_text()
+    folder = out / "stacks/candidate/models" / PLANTED_EXPORT / "diagnose" / written["folder"]
+    assert {p.name for p in folder.iterdir()} == {"repro.py", "program.pt2", "program.py", "weights.pt", "inputs.pt",
+                                                  "ISSUE.md"}
+    # A torch whose torch.export.load cannot read program.pt2 (its format is not kept across releases): a copy
+    # without it, in a folder with a space, run in the candidate venv, rebuilds the method and still reproduces.
+    copy = tmp_path / "a copy"
+    shutil.copytree(folder, copy)
+    (copy / "program.pt2").write_bytes(b"a format this torch does not read")
+    python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
+    ran = subprocess.run([python, str(copy / "repro.py")], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert ran.returncode == 1, ran.stdout + ran.stderr[-2000:]
+    assert re.search(r"rebuilt from program\.py: program\.pt2, saved by torch 2\.8\.0\S*, does not load here: \w+\) fails as "
+                     r"found: RuntimeError: Weight and Input should both be quantized", ran.stdout), ran.stdout
+    issue = (folder / "ISSUE.md").read_text()
     assert issue.startswith("# [XNNPACK delegate] the int8-dynamic quantized program does not lower: Weight and Input")
     (judged,) = (r for r in verdict_of(out).remedies if r.model == PLANTED_EXPORT)
     assert judged.gate == "quantized-export" and judged.passes and judged.min_snr_db == 20

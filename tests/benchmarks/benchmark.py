@@ -101,7 +101,8 @@ from upgrade_gate.stats import (
 )
 
 BENCHMARKS = Path(__file__).resolve().parent  # noise/, sensitivity/: their stacks and configuration
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "stages", "stop-early", "workflow", "worker-start")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "looks", "stages", "stop-early", "workflow",
+         "worker-start")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -143,6 +144,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return coverage(out, log)
     if args.name == "gate":
         return gate_coverage(out, log)
+    if args.name == "looks":
+        return looks(out, log)
     if args.name == "stages":
         return stages(args.report.resolve(), out, log)
     if args.name == "stop-early":
@@ -401,15 +404,16 @@ def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool
 
 
 def simulated_gate(threads: int, methods: int, true_ratio: float, threshold: float, intervals: int,
-                   stop_early: bool, rng: np.random.Generator, trials: int = GATE_TRIALS) -> dict[str, float]:
+                   stop_early: bool, rng: np.random.Generator, trials: int = GATE_TRIALS,
+                   planned: int = GATE_ROUNDS) -> dict[str, float]:
     """``trials`` gates measured and judged by the code that runs (scripted.measure: rounds.run_rounds, the gate's
     rule), every interval's true ratio ``true_ratio``, each at its share of a gate of ``intervals``: the share
     that failed, that called any interval clear, that passed, and the rounds each measurement took on average."""
     failed = clear = passed = taken = 0
     for _ in range(trials):
         measured = [scripted.measure(
-            (true_ratio * np.exp(GATE_SPREAD * rng.standard_normal((methods, GATE_ROUNDS)))).tolist(),
-            threshold=threshold, planned=GATE_ROUNDS, stop_early=stop_early, intervals=intervals)
+            (true_ratio * np.exp(GATE_SPREAD * rng.standard_normal((methods, planned)))).tolist(),
+            threshold=threshold, planned=planned, stop_early=stop_early, intervals=intervals)
             for _ in range(threads)]
         outcome = scripted.gate(measured)
         failed += outcome == "failed"
@@ -487,6 +491,56 @@ def gate_coverage(out: Path, log: Any) -> int:
                      f"{before['faster']['rounds']:.2f} | {now['faster']['rounds']:.2f} |")
     write_text_atomic(out / "gate.md", "\n".join(lines) + "\n")
     log((out / "gate.md").read_text())
+    return 0 if met else 1
+
+
+# Issue 40 item 4: rounds that go on past the default's 9 only while an interval straddles the threshold
+# (stop-early with more rounds at most). The designs compared: their most rounds (9: today's default).
+LOOKS_DESIGNS = (9, 12, 15)
+# True ratios near the threshold, as a multiple of it: where today's 9 rounds leave the gate inconclusive.
+LOOKS_DISTANCES = (1.03, 1.05, 1.08, 1 / 1.03, 1 / 1.05, 1 / 1.08)
+LOOKS_SHAPES = ((1, 1), (2, 1), (2, 2), (2, 6))
+LOOKS_TRIALS = 1_000
+
+
+def looks(out: Path, log: Any) -> int:
+    """Decide the near-threshold gates: each design's looks, its exact error rate at the threshold (it must stay
+    within 5%: every sign sequence, as ``gate``), and, simulated through the measure session's loop and the gate's
+    rule, how often a gate whose true ratio is near the threshold decides (rightly) and the rounds it takes."""
+    rng = np.random.default_rng(41)
+    threshold = 1.05
+    rows: list[dict[str, Any]] = []
+    met = True
+    for threads, methods in LOOKS_SHAPES:
+        intervals = threads * methods
+        confidence = interval_confidence(intervals)
+        for planned in LOOKS_DESIGNS:
+            wrong = exact_gate_errors(threads, methods, planned, True, confidence)
+            met = met and max(wrong) <= GATE_TARGET
+            near = {f"{d:.3f}": simulated_gate(threads, methods, threshold * d, threshold, intervals, True, rng,
+                                               LOOKS_TRIALS, planned) for d in LOOKS_DISTANCES}
+            rows.append({"threads": threads, "methods": methods, "planned": planned,
+                         "looks": sequential_looks(planned, confidence), "exact_at_threshold": wrong, "near": near})
+        log(f"benchmark looks: {threads} thread count(s) × {methods} method(s) done")
+    write_json_atomic(out / "looks.json", {"benchmark": "looks", "threshold": threshold, "spread": GATE_SPREAD,
+                                           "trials": LOOKS_TRIALS, "target": GATE_TARGET, "met": met, "rows": rows})
+    heads = " | ".join(f"×{d:.3f}" for d in LOOKS_DISTANCES)
+    lines = [f"# looks: rounds past 9 only while an interval straddles — coverage {'kept' if met else 'MISSED'} "
+             f"(exact error at the threshold ≤ {GATE_TARGET:.0%})", "",
+             f"Per-round ratios log-normal, σ = {GATE_SPREAD}; threshold {threshold}; a cell: the share of "
+             f"{LOOKS_TRIALS} gates that decided rightly (failed above the threshold, passed below) · mean rounds.", "",
+             f"| thread counts × methods | most rounds | looks (rank) | exact: wrongly failed / clear | {heads} |",
+             "|---|---|---|---|" + "---|" * len(LOOKS_DISTANCES)]
+    for r in rows:
+        cells = []
+        for d in LOOKS_DISTANCES:
+            sim = r["near"][f"{d:.3f}"]
+            cells.append(f"{sim['failed' if d > 1 else 'passed']:.1%} · {sim['rounds']:.1f}")
+        lines.append(f"| {r['threads']} × {r['methods']} | {r['planned']} | "
+                     f"{', '.join(f'{n} ({k})' for n, k in r['looks'].items())} | "
+                     f"{r['exact_at_threshold'][0]:.2%} / {r['exact_at_threshold'][1]:.2%} | {' | '.join(cells)} |")
+    write_text_atomic(out / "looks.md", "\n".join(lines) + "\n")
+    log((out / "looks.md").read_text())
     return 0 if met else 1
 
 

@@ -336,8 +336,13 @@ def _ran_here(method: MethodDiagnosis) -> str:
     """What the reproducer did when the phase ran it where it wrote it, as a check of what the line above says."""
     if not method.reproducer_runs:
         return ""
-    said = "; ".join(f"`{('repro.py ' + args).strip()}` exit {code}" for args, code, _ in method.reproducer_runs)
+    said = "; ".join(f"`{('repro.py ' + args).strip()}` exit {code}{RUN_MEANS.get(args, '')}"
+                     for args, code, _ in method.reproducer_runs)
     return f" Run here as written: {said}."
+
+
+# What a reproducer's run with these arguments checks, where the arguments do not say it.
+RUN_MEANS = {"--from-source": " (the method rebuilt from `program.py`, as a torch that cannot load `program.pt2` does)"}
 
 
 def _tried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Block]:

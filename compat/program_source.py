@@ -1,0 +1,110 @@
+"""An exported program as source: its graph's ATen calls (torch.export's own code for them) in ``program.py`` and
+the tensors it reads in ``weights.pt``, so that a whole-method reproducer runs in a torch that cannot load the
+``program.pt2`` it was found with (torch.export.save's format is not kept across releases: a torch 2.8 program
+does not load in 2.11). The method is rebuilt from the source and exported again by the torch that runs it.
+
+Only a graph of plain calls is written: one that calls submodules (control flow), mutates a buffer or an
+input, or needs a name the header below does not define has no source, and says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SOURCE = "program.py"
+WEIGHTS = "weights.pt"
+# What torch.fx's code for a graph may name besides torch (its python_code globals), defined in the header.
+HEADER = '''import torch
+from math import inf, nan
+from torch import device
+import torch.fx._pytree as fx_pytree
+import torch.utils._pytree as pytree
+
+NoneType = type(None)
+'''
+DEFINED = {"torch", "inf", "nan", "device", "fx_pytree", "pytree", "NoneType"}
+
+PROGRAM = '''"""{what}, as source: torch.export's code for its graph (torch {saved_by}) and {weights}, the tensors
+it reads. repro.py rebuilds the method from here where program.pt2 does not load, and exports it again."""
+
+{header}
+from pathlib import Path
+
+# The graph's lifted inputs in order, each (placeholder, kind): a parameter, a buffer or a constant tensor.
+LIFTED = {lifted!r}
+
+
+class Method(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        saved = torch.load(Path(__file__).with_name("{weights}"))
+        for name, kind in LIFTED:
+            if kind == "PARAMETER":
+                self.register_parameter(name, torch.nn.Parameter(saved[name], requires_grad=False))
+            elif kind == "BUFFER":
+                self.register_buffer(name, saved[name])
+            else:  # a plain tensor attribute: torch.export lifts it as a constant, as it was
+                setattr(self, name, saved[name])
+
+    def forward(self, *inputs):
+        return graph(*(getattr(self, name) for name, _ in LIFTED), *inputs)
+
+
+{code}
+'''
+
+
+def unwritable(exported: Any) -> str:
+    """Why ``exported`` has no source ("" when it has one)."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = exported.graph_signature
+    kept = {InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.USER_INPUT}
+    if any(spec.kind not in kept for spec in signature.input_specs):
+        return "it has inputs other than tensors and weights (a custom object or a token)"
+    if any(spec.kind != OutputKind.USER_OUTPUT for spec in signature.output_specs):
+        return "it mutates a buffer or an input"
+    if any(node.op in ("get_attr", "call_module") for node in exported.graph_module.graph.nodes):
+        return "it calls submodules (control flow)"
+    named = set(exported.graph_module.graph.python_code(root_module="self").globals) - DEFINED
+    return f"its code names {', '.join(sorted(named))}" if named else ""
+
+
+def write(exported: Any, folder: Path, what: str) -> str:
+    """``program.py`` and ``weights.pt`` for ``exported`` in ``folder``; "" when written, else why not."""
+    from torch.export.graph_signature import InputKind
+
+    reason = unwritable(exported)
+    if reason:
+        return reason
+    tensors = {**exported.state_dict, **exported.constants}
+    lifted, weights = [], {}
+    for spec in exported.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            lifted.append((spec.arg.name, spec.kind.name))
+            weights[spec.arg.name] = tensors[spec.target].detach().clone()
+    code = exported.graph_module.graph.python_code(root_module="self").src
+    # The graph's function takes the lifted tensors and the inputs, in the signature's order.
+    code = code.strip().replace("def forward(self, ", "def graph(", 1).replace("def forward(self)", "def graph()", 1)
+    torch.save(weights, folder / WEIGHTS)
+    (folder / SOURCE).write_text(PROGRAM.format(what=what, saved_by=torch.__version__, weights=WEIGHTS,
+                                                header=HEADER.strip(), lifted=lifted, code=code), encoding="utf-8")
+    return ""
+
+
+def checked(folder: Path, as_found: dict[str, Any]) -> list[dict[str, Any]]:
+    """``repro.py --from-source`` run here beside ``as_found`` (its run from program.pt2), when there is a
+    program.py: kept only where the rebuilt method answers as program.pt2 does, else removed (a source that
+    answers otherwise would mislead a release that cannot load program.pt2) and its run says so."""
+    from .issue_text import run_reproducer
+
+    if not (folder / SOURCE).exists():
+        return []
+    run = run_reproducer(folder, "--from-source")
+    if run["exit"] != as_found["exit"]:
+        (folder / SOURCE).unlink()
+        (folder / WEIGHTS).unlink()
+        run["said"] = f"{run['said']} — not as program.pt2 (exit {as_found['exit']}): program.py removed"[:500]
+    return [run]
