@@ -3,8 +3,9 @@ the tensors it reads in ``weights.pt``, so that a whole-method reproducer runs i
 ``program.pt2`` it was found with (torch.export.save's format is not kept across releases: a torch 2.8 program
 does not load in 2.11). The method is rebuilt from the source and exported again by the torch that runs it.
 
-Only a graph of plain calls is written: one that calls submodules (control flow), mutates a buffer or an
-input, or needs a name the header below does not define has no source, and says why."""
+Only a graph of plain calls is written (an in-place call is one): one that calls submodules (control flow), writes a
+buffer or an input back (a functionalized mutation) or needs a name the header below does not define has no
+source, and says why."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def unwritable(exported: Any) -> str:
     if any(spec.kind not in kept for spec in signature.input_specs):
         return "it has inputs other than tensors and weights (a custom object or a token)"
     if any(spec.kind != OutputKind.USER_OUTPUT for spec in signature.output_specs):
-        return "it mutates a buffer or an input"
+        return "it writes a buffer or an input back (a functionalized mutation)"
     if any(node.op in ("get_attr", "call_module") for node in exported.graph_module.graph.nodes):
         return "it calls submodules (control flow)"
     named = set(exported.graph_module.graph.python_code(root_module="self").globals) - DEFINED

@@ -564,3 +564,65 @@ def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_time
     assert "of its time in ExecuTorch's portable kernels, outside the delegate:" in entry, entry
     assert "fold the batch norm into the convolution or linear that precedes it" in entry, entry
     assert "fold_batch_norm(model, into, norm)" in way_out.split(f"### `{LATENCY}` · `forward` in candidate")[1]
+
+
+PROGRAM_SOURCE_CHECK = '''
+import sys, tempfile
+from pathlib import Path
+import torch
+from compat import program_source
+
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.register_buffer("shift", torch.full((4,), 0.5))
+        self.scale = torch.tensor(3.0)  # a plain tensor attribute: a lifted constant
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * self.scale + self.shift, x.sum()
+
+class Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+    def forward(self, x):
+        self.calls.add_(1)
+        return x * 2
+
+class Branching(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+
+x = torch.randn(2, 8)
+folder = Path(tempfile.mkdtemp())
+exported = torch.export.export(Plain().eval(), (x,))
+assert program_source.write(exported, folder, "Plain's forward") == ""
+spec = __import__("importlib.util").util.spec_from_file_location("rebuilt", folder / "program.py")
+rebuilt = __import__("importlib.util").util.module_from_spec(spec)
+spec.loader.exec_module(rebuilt)
+again = torch.export.export(rebuilt.Method(), (x,))
+kinds = sorted(s.kind.name for s in again.graph_signature.input_specs)
+same = all(torch.equal(a, b) for a, b in zip(again.module()(x), exported.module()(x)))
+print("plain", same, kinds)
+# As exported, Counting's add_ is a call in its graph, which the rebuilt method makes again; functionalized
+# (run_decompositions), it is an output that writes the buffer back, which a graph function cannot say.
+functional = torch.export.export(Counting(), (x,)).run_decompositions({})
+print("Counting", "|", program_source.write(torch.export.export(Counting(), (x,)), folder, "m") or "written",
+      "|", program_source.write(functional, folder, "m"))
+print("Branching", "|", program_source.write(torch.export.export(Branching(), (x,)), folder, "m"))
+'''
+
+
+def test_a_method_written_as_source_rebuilds_the_same_program_and_says_when_it_cannot(explained_run, tmp_path):
+    """compat/program_source.py in the candidate's torch: a method with a parameter, a buffer and a constant is
+    rebuilt from program.py with the same outputs and the same kinds of lifted inputs; one whose functionalized
+    graph writes a buffer back, or that branches (torch.cond), has no program.py, and says why."""
+    out, _ = explained_run
+    python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
+    ran = subprocess.run([python, "-c", PROGRAM_SOURCE_CHECK], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.strip().splitlines()
+    assert lines[0] == "plain True ['BUFFER', 'CONSTANT_TENSOR', 'PARAMETER', 'PARAMETER', 'USER_INPUT']", lines
+    assert lines[1] == "Counting | written | it writes a buffer or an input back (a functionalized mutation)", lines
+    assert lines[2] == "Branching | it calls submodules (control flow)", lines
