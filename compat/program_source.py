@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 SOURCE = "program.py"
 WEIGHTS = "weights.pt"
 # What torch.fx's code for a graph may name besides torch (its python_code globals), defined in the header.
@@ -75,6 +73,7 @@ def unwritable(exported: Any) -> str:
 
 def write(exported: Any, folder: Path, what: str) -> str:
     """``program.py`` and ``weights.pt`` for ``exported`` in ``folder``; "" when written, else why not."""
+    import torch  # here: the phase modules that import this one are read without torch too (tests/test_culprit.py)
     from torch.export.graph_signature import InputKind
 
     reason = unwritable(exported)
