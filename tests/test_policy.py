@@ -621,6 +621,22 @@ def test_rounds_ended_by_a_busy_machine_are_not_said_to_be_decided(plan):
     assert "decided" not in latency.note
 
 
+@pytest.mark.parametrize(("threads", "rounds", "ended", "advised"), [
+    ((1, 2), 9, "planned", True),  # every round ran and it straddles: more rounds would decide it more often
+    ((1, 2), 15, "planned", False),  # it had them
+    ((1, 2), 9, "repeats ran out", False),  # a busy machine, not the rounds, left it undecided
+])
+def test_a_gate_that_straddles_after_every_round_says_which_rounds_would_decide_it(plan, threads, rounds, ended,
+                                                                                    advised):
+    """docs/benchmarks.md's looks benchmark: stop-early to 15 rounds decides gates of up to 4 intervals that 9 leave
+    straddling more often; the note says so where every planned round ran."""
+    candidate = [[10.0 * (1.0 if n % 2 else 1.1)] * 8 for n in range(1, rounds + 1)]
+    latency = measured_as(plan, candidate, [QUIET] * rounds, ended, rounds=rounds, threads=threads)
+    assert latency.status is GateStatus.INCONCLUSIVE
+    said = f"the interval straddles 1.05 after all {rounds} rounds (`rounds = 15` goes on only while an interval straddles"
+    assert (said in latency.note) is advised, latency.note
+
+
 def test_a_gate_of_more_intervals_needs_more_quiet_rounds(plan):
     """Each of a gate's 12 intervals (6 methods at 2 thread counts) may miss 5%/12: [min, max] of 8 rounds
     (99.2%) falls short of 99.58%. A busy machine that left 8 is 'machine busy'; 8 rounds asked for and all

@@ -18,6 +18,12 @@ from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
 from upgrade_gate.text import size
 
 
+# Where a gate still straddles after every planned round, the rounds that would decide it more often: stop-early's
+# looks to 15 rounds, simulated in `nox -s benchmark -- looks` (docs/benchmarks.md). They help a gate of up to 4
+# intervals (one in 1.5 to 2.5 more decided 3-8% from the threshold); a gate of more decides no more often at 15.
+MORE_ROUNDS, MORE_ROUNDS_HELP = 15, 4
+
+
 def latency_gate(found: Gates, severity: str) -> None:
     """Over every thread count and method: the deciding row's ratio and its interval.
 
@@ -89,6 +95,10 @@ def latency_gate(found: Gates, severity: str) -> None:
             where += f" (set `rounds` to at least {machine.needs})"
     elif outcome == "inconclusive":
         where += f"; the interval straddles {max_ratio:.2f}"
+        if (machine is not None and machine.ended is RoundsEnded.PLANNED and plan.settings.stop_early
+                and machine.planned < MORE_ROUNDS and machine.intervals <= MORE_ROUNDS_HELP):
+            where += (f" after all {machine.planned} rounds (`rounds = {MORE_ROUNDS}` goes on only while an interval "
+                      f"straddles and decides such a gate more often: docs/benchmarks.md, near-threshold gates)")
     if estimate.dropped:
         where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
     if machine is not None and machine.ended in (RoundsEnded.DECIDED, RoundsEnded.REPEATS_RAN_OUT):
