@@ -17,10 +17,9 @@ from upgrade_gate.schema.verdict import (
 from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
 from upgrade_gate.text import size
 
-
 # Where a gate still straddles after every planned round, the rounds that would decide it more often: stop-early's
 # looks to 15 rounds, simulated in `nox -s benchmark -- looks` (docs/benchmarks.md). They help a gate of up to 4
-# intervals (one in 1.5 to 2.5 more decided 3-8% from the threshold); a gate of more decides no more often at 15.
+# intervals (1.5 to 2.5 times as many decided 3-8% from the threshold); a gate of more decides no more often at 15.
 MORE_ROUNDS, MORE_ROUNDS_HELP = 15, 4
 
 
