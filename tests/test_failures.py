@@ -43,7 +43,8 @@ def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
 
 
 def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes(tmp_path):
-    env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 20\n')
+    # A 10 s deadline: the other models' eager stages take well under a second; each stack waits it out once.
+    env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 10\n')
     out = tmp_path / "report"
     result = nox("-s", "compare", "--", "--out", str(out), "--models",
                  "hang,segfault,memory-hog,killed-from-outside,vit-smoke@fp32", env=env)
@@ -51,9 +52,9 @@ def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes
 
     for stack in ("legacy", "candidate"):
         hang = stages(out, stack, "hang", "export")["eager"]
-        assert hang["status"] == "timeout" and 20 <= hang["duration_s"] < 60
-        assert hang["error"]["message"].startswith("stage eager ran 2")
-        assert hang["error"]["message"].endswith(" s, past its deadline of 20 s (timeouts.eager); worker killed")
+        assert hang["status"] == "timeout" and 10 <= hang["duration_s"] < 50
+        assert re.match(r"stage eager ran (1|2)\d s", hang["error"]["message"]), hang["error"]["message"]
+        assert hang["error"]["message"].endswith(" s, past its deadline of 10 s (timeouts.eager); worker killed")
         # Where it hung: the worker's Python stack when the deadline stopped it, from its log.
         assert any("smoke.py" in line and "in forward" in line for line in hang["error"]["traceback_tail"]), hang
 
