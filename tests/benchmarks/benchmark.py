@@ -366,6 +366,7 @@ GATE_ROUNDS = 9  # the default
 GATE_TRIALS = 4_000  # simulated gates per shape and design, through the measure session's loop
 GATE_SPREAD = 0.1  # per-round ratios log-normal with this σ, as in ``coverage``
 GATE_TARGET = 0.05
+GATE_THRESHOLD = 1.05  # the latency gate's default max-ratio: the simulations' threshold
 
 
 def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool,
@@ -429,7 +430,7 @@ def gate_coverage(out: Path, log: Any) -> int:
     simulated, every interval at 95% (before) and at its share of the gate's 95% (now); and the cost of the
     shares: the fewest rounds per number of intervals, and how often a gate decides 20% from the threshold."""
     rng = np.random.default_rng(37)
-    threshold = 1.05
+    threshold = GATE_THRESHOLD
     rows: list[dict[str, Any]] = []
     met = True
     for threads, methods in GATE_SHAPES:
@@ -508,7 +509,7 @@ def looks(out: Path, log: Any) -> int:
     within 5%: every sign sequence, as ``gate``), and, simulated through the measure session's loop and the gate's
     rule, how often a gate whose true ratio is near the threshold decides (rightly) and the rounds it takes."""
     rng = np.random.default_rng(41)
-    threshold = 1.05
+    threshold = GATE_THRESHOLD
     rows: list[dict[str, Any]] = []
     met = True
     for threads, methods in LOOKS_SHAPES:
