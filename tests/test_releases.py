@@ -436,6 +436,30 @@ def test_a_reproducer_that_could_not_run_is_no_answer():
     assert answer(-11, "") == "could not run" and answer(None, "did not finish in 900 s") == "did not finish"
 
 
+def test_a_release_that_cannot_load_the_saved_program_is_said_to_have_run_it_rebuilt():
+    """Issue 39, item 7: a whole method's reproducer saved with torch 2.8 (program.pt2) runs in a release whose
+    torch cannot load it from program.py; the page says which releases loaded the saved program and which ran
+    the rebuilt one, beside each answer."""
+    from upgrade_gate.releases._reproducers import ReproducerRun
+    from upgrade_gate.releases._upgrade_path import _answer, _answers
+
+    script = "stacks/candidate/models/m/diagnose/repro/prefill/repro.py"
+    loaded = "torch 2.8.0: the method lowered to XNNPACK: relative L2 error 1.2 against eager (threshold 0.1)"
+    rebuilt = ("torch 2.11.0: the method lowered to XNNPACK (rebuilt from program.py: program.pt2, saved by torch "
+               "2.8.0, does not load here: RuntimeError): relative L2 error 0.01 against eager (threshold 0.1)")
+    runs = {"executorch-0.7.0": ReproducerRun(model="m", method="prefill", script=script, exit_code=1, said=loaded),
+            "executorch-1.2.0": ReproducerRun(model="m", method="prefill", script=script, exit_code=0, said=rebuilt),
+            "executorch-1.5.1": ReproducerRun(model="m", method="prefill", script=script, exit_code=3,
+                                              said="could not run: RuntimeError: compileModel failed: 0x11")}
+    assert [run.rebuilt for run in runs.values()] == [False, True, False]
+    assert _answers(runs) == ("reproduces in 0.7.0; fixed in 1.2.0; could not run in 1.5.1 (program.pt2 loaded in "
+                              "0.7.0; rebuilt from program.py in 1.2.0)")
+    assert _answer(runs["executorch-1.2.0"]) == "fixed (exit 0; rebuilt from program.py)"
+    assert _answer(runs["executorch-0.7.0"]) == "reproduces (exit 1)"
+    # An operator's reproducer has no saved program: nothing is said of one.
+    assert "program.pt2" not in _answers({"executorch-0.7.0": runs["executorch-0.7.0"]})
+
+
 def test_each_reproducers_issue_text_says_what_the_releases_said_of_it(tmp_path):
     """Issue 39, item 8: with `nox -s releases` run on the same folder, ISSUE.md names the releases it reproduces
     in and the first that fixes it; run again, the section is replaced, not repeated; a file outside the

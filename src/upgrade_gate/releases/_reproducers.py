@@ -27,6 +27,9 @@ TIMEOUT_S = 900
 ANSWERS = {0: "fixed", 1: "reproduces"}
 # What a reproducer prints when it answers: the error it measured, or the lowering's failure as found.
 MEASURED = ("relative L2 error", "fails as found")
+# What a whole-method reproducer prints where the release's torch could not load the program.pt2 it was found
+# with and it ran the method rebuilt from program.py (compat/executorch_diagnose.py METHOD_REPRODUCER).
+REBUILT = "rebuilt from program.py"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +47,11 @@ class ReproducerRun(codec.Record):
         code = data.get("exit_code")
         return cls(model=str(data["model"]), method=str(data["method"]), script=str(data["script"]),
                    exit_code=None if code is None else int(code), said=str(data.get("said", "")))
+
+    @property
+    def rebuilt(self) -> bool:
+        """It ran the method rebuilt from program.py: this release's torch could not load program.pt2."""
+        return REBUILT in self.said
 
     @property
     def answer(self) -> str:

@@ -291,16 +291,25 @@ def _answer(run: ReproducerRun | None) -> str:
     if run is None:
         return "—"
     if run.answer in ("fixed", "reproduces"):
-        return f"{run.answer} (exit {run.exit_code})"
+        return f"{run.answer} (exit {run.exit_code}{'; rebuilt from program.py' if run.rebuilt else ''})"
     return f"{run.answer}" + (f" (exit {run.exit_code})" if run.exit_code is not None else "") + f": {run.said}"
 
 
 def _answers(runs: dict[str, ReproducerRun]) -> str:
-    """"reproduces in 0.7.0, 1.0.0; fixed in 1.5.1" — release by release, grouped by answer in order."""
+    """"reproduces in 0.7.0, 1.0.0; fixed in 1.5.1" — release by release, grouped by answer in order; and, for a
+    whole method's reproducer, the releases that loaded its program.pt2 and those that ran it rebuilt from
+    program.py (torch.export.save's format is not kept across releases)."""
     groups: dict[str, list[str]] = {}
     for name, run in runs.items():
         groups.setdefault(run.answer, []).append(name.removeprefix("executorch-"))
-    return "; ".join(f"{answer} in {', '.join(names)}" for answer, names in groups.items())
+    said = "; ".join(f"{answer} in {', '.join(names)}" for answer, names in groups.items())
+    answered = {name.removeprefix("executorch-"): run.rebuilt for name, run in runs.items()
+                if run.answer in ("fixed", "reproduces")}
+    if any(answered.values()):
+        loaded = [name for name, rebuilt in answered.items() if not rebuilt]
+        said += (f" (program.pt2 loaded in {', '.join(loaded) or 'none'}; rebuilt from program.py in "
+                 f"{', '.join(name for name, rebuilt in answered.items() if rebuilt)})")
+    return said
 
 
 ISSUE_RELEASES = "## In ExecuTorch's releases"
