@@ -24,6 +24,9 @@ import torch.utils._pytree as pytree
 NoneType = type(None)
 '''
 DEFINED = {"torch", "inf", "nan", "device", "fx_pytree", "pytree", "NoneType"}
+# The most weights.pt may hold: it repeats program.pt2's tensors, and a reproducer stays in the report folder a team
+# hands on (an LLM's quantized program is 545-655 MB: its reproducer would double). Above it, no program.py.
+WEIGHTS_MAX_BYTES = 256 * 2**20
 
 PROGRAM = '''"""{what}, as source: torch.export's code for its graph (torch {saved_by}) and {weights}, the tensors
 it reads. repro.py rebuilds the method from here where program.pt2 does not load, and exports it again."""
@@ -72,25 +75,37 @@ def unwritable(exported: Any) -> str:
 
 
 def write(exported: Any, folder: Path, what: str) -> str:
-    """``program.py`` and ``weights.pt`` for ``exported`` in ``folder``; "" when written, else why not."""
+    """``program.py`` and ``weights.pt`` for ``exported`` in ``folder``; "" when written, else why not. The
+    reproducer stands without them (program.pt2 is the method as found): a failure here is a reason, not an error."""
+    try:
+        reason = unwritable(exported) or _write(exported, folder, what)
+    except Exception as failure:  # noqa: BLE001 - said in the reproducer's docstring, and no program.py is left
+        reason = f"writing it failed: {type(failure).__name__}: {' '.join(str(failure).split())[:200]}"
+    if reason:
+        for name in (SOURCE, WEIGHTS):
+            (folder / name).unlink(missing_ok=True)
+    return reason
+
+
+def _write(exported: Any, folder: Path, what: str) -> str:
     import torch  # here: the phase modules that import this one are read without torch too (tests/test_culprit.py)
     from torch.export.graph_signature import InputKind
 
-    reason = unwritable(exported)
-    if reason:
-        return reason
     tensors = {**exported.state_dict, **exported.constants}
-    lifted, weights = [], {}
-    for spec in exported.graph_signature.input_specs:
-        if spec.kind != InputKind.USER_INPUT:
-            lifted.append((spec.arg.name, spec.kind.name))
-            weights[spec.arg.name] = tensors[spec.target].detach().clone()
+    lifted = [(spec.arg.name, spec.kind.name, spec.target) for spec in exported.graph_signature.input_specs
+              if spec.kind != InputKind.USER_INPUT]
+    size = sum(tensors[target].numel() * tensors[target].element_size() for _, _, target in lifted)
+    if size > WEIGHTS_MAX_BYTES:
+        return (f"its weights are {size / 2**20:.0f} MiB, more than the {WEIGHTS_MAX_BYTES // 2**20} MiB a reproducer "
+                "may repeat beside program.pt2")
+    weights = {name: tensors[target].detach().clone() for name, _, target in lifted}
     code = exported.graph_module.graph.python_code(root_module="self").src
     # The graph's function takes the lifted tensors and the inputs, in the signature's order.
     code = code.strip().replace("def forward(self, ", "def graph(", 1).replace("def forward(self)", "def graph()", 1)
     torch.save(weights, folder / WEIGHTS)
     (folder / SOURCE).write_text(PROGRAM.format(what=what, saved_by=torch.__version__, weights=WEIGHTS,
-                                                header=HEADER.strip(), lifted=lifted, code=code), encoding="utf-8")
+                                                header=HEADER.strip(), lifted=[(n, k) for n, k, _ in lifted],
+                                                code=code), encoding="utf-8")
     return ""
 
 
