@@ -13,12 +13,16 @@ from pathlib import Path
 
 import nox.virtualenv
 import pytest
+from helpers.readers import validate_junit, verdict_of
+from helpers.runs import load
 from helpers.sample_project import copy_sample_project
 
 from upgrade_gate import cli
+from upgrade_gate.schema.verdict import GateStatus, Severity
 
 REPO = Path(__file__).resolve().parents[1]
 UV = nox.virtualenv.find_uv()[1]
+BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"  # the team's test the candidate breaks
 
 
 def outside_this_checkout() -> dict[str, str]:
@@ -70,6 +74,45 @@ def test_an_installed_upgrade_gate_judges_a_teams_repository(tmp_path):
     recipes = [json.loads(path.read_text()) for path in (team / ".nox").glob("*/upgrade-gate-recipe.json")]
     assert sorted(r["requirements"][0] for r in recipes) == ["torch==2.2.2", "torch==2.2.2", "torch==2.8.0",
                                                             "torch==2.8.0"]
+
+    # What the compare says of the team's project, as tests/test_project_compat.py's compat session says it: the
+    # same report a checkout's `nox -s compare` writes (one run of the team's tests in both stacks serves both).
+    out = team / "report"
+    gates = verdict_of(out).gates
+    hard = [(g.model, g.gate) for g in gates if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
+    assert hard == [("project", "project-tests")], hard
+    scan = next(g for g in gates if g.gate == "api-scan")
+    assert (scan.status, scan.severity) == (GateStatus.FAILED, Severity.SOFT)  # the migration's to-do list
+    # The team's model went through both stacks like a built-in one.
+    assert {g.gate for g in gates if g.model == "edge-classifier" and g.status is GateStatus.PASSED} >= {
+        "export", "numerics", "same-inputs"}
+    tests = next(g for g in gates if g.gate == "project-tests")
+    assert tests.measured.value == 1
+    assert tests.note.startswith(f"{BREAKS} (_pickle.UnpicklingError: Weights only load failed.")
+
+    results = load(out, "results.json")
+    project = results["project"]
+    for stack in ("legacy", "candidate"):
+        run = project["stacks"][stack]["run"]
+        assert run["status"] == "ran" and run["exit_code"] == 1, run  # pytest: a test failed
+        assert (out / "project" / stack / "junit.xml").is_file() and (out / "project" / stack / "test.log").is_file()
+    report = (out / "report.md").read_text()
+    assert "## Project compatibility" in report
+    assert f"| `{BREAKS}` | passed | failed | _pickle.UnpicklingError: Weights only load failed." in report
+    assert re.search(r"\| Project compatibility: the team's tests; calls to migrate \| 7/9 tests passed \| "
+                     r"8/9 tests passed; 1 newly failing, 1 newly passing; \d+ calls to migrate "
+                     r"\[FAILED\] \[condition\] \|", report)
+    # The model stacks: every package that differs, and the extra requirement with its version.
+    assert results["package_differences"]["torch"] == {"legacy": "2.2.2", "candidate": "2.8.0"}
+    assert results["package_differences"]["executorch"] == {"legacy": None, "candidate": "0.7.0"}
+    for stack in ("legacy", "candidate"):
+        assert results["stacks"][stack]["extra_requirements"] == [
+            {"requirement": "-e .", "distribution": "edge-app", "version": "0.3.0"}]
+    assert "- extra requirements ([tool.upgrade-gate.extra-requirements]): `-e .` (edge-app 0.3.0)" in report
+    assert "| torch | 2.2.2 | 2.8.0 |" in report[report.index("## Stacks"):]
+    cases = {(c.get("classname"), c.get("name")): c for c in validate_junit(out / "junit.xml").iter("testcase")}
+    assert cases[("candidate.project", "project-tests")].find("failure").get("type") == "hard gate"
+    assert "id='model-project'" in (out / "report.html").read_text()
 
 
 def test_the_command_runs_the_sessions_it_is_given_with_its_own_noxfile(tmp_path):
