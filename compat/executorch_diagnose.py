@@ -441,7 +441,8 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
 
     torch.export.save(exported, folder / "program.pt2")
     unwritten = program_source.write(exported, folder, f"{found_in.split(':')[0]}, as exported")
-    source_note = f"no program.py: {unwritten}" if unwritten else "`--from-source` checks it"
+    source_note = (f"no program.py: {unwritten}" if unwritten
+                   else "the compare kept it only where `--from-source` answered as program.pt2 does")
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
                              found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with,
                              fails_as_found=issue_text.FAILS_AS_FOUND, saved_by=torch.__version__,

@@ -58,8 +58,8 @@ class Method(torch.nn.Module):
 '''
 
 
-def unwritable(exported: Any) -> str:
-    """Why ``exported`` has no source ("" when it has one)."""
+def unwritable(exported: Any, code: Any) -> str:
+    """Why ``exported`` has no source ("" when it has one); ``code``: torch.fx's code for its graph."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     signature = exported.graph_signature
@@ -70,7 +70,7 @@ def unwritable(exported: Any) -> str:
         return "it writes a buffer or an input back (a functionalized mutation)"
     if any(node.op in ("get_attr", "call_module") for node in exported.graph_module.graph.nodes):
         return "it calls submodules (control flow)"
-    named = set(exported.graph_module.graph.python_code(root_module="self").globals) - DEFINED
+    named = set(code.globals) - DEFINED
     return f"its code names {', '.join(sorted(named))}" if named else ""
 
 
@@ -78,16 +78,22 @@ def write(exported: Any, folder: Path, what: str) -> str:
     """``program.py`` and ``weights.pt`` for ``exported`` in ``folder``; "" when written, else why not. The
     reproducer stands without them (program.pt2 is the method as found): a failure here is a reason, not an error."""
     try:
-        reason = unwritable(exported) or _write(exported, folder, what)
+        code = exported.graph_module.graph.python_code(root_module="self")
+        reason = unwritable(exported, code) or _write(exported, code.src, folder, what)
     except Exception as failure:  # noqa: BLE001 - said in the reproducer's docstring, and no program.py is left
         reason = f"writing it failed: {type(failure).__name__}: {' '.join(str(failure).split())[:200]}"
     if reason:
-        for name in (SOURCE, WEIGHTS):
-            (folder / name).unlink(missing_ok=True)
+        remove(folder)
     return reason
 
 
-def _write(exported: Any, folder: Path, what: str) -> str:
+def remove(folder: Path) -> None:
+    """No source in ``folder``: program.py and its weights, whichever are there."""
+    for name in (SOURCE, WEIGHTS):
+        (folder / name).unlink(missing_ok=True)
+
+
+def _write(exported: Any, code: str, folder: Path, what: str) -> str:
     import torch  # here: the phase modules that import this one are read without torch too (tests/test_culprit.py)
     from torch.export.graph_signature import InputKind
 
@@ -99,7 +105,6 @@ def _write(exported: Any, folder: Path, what: str) -> str:
         return (f"its weights are {size / 2**20:.0f} MiB, more than the {WEIGHTS_MAX_BYTES // 2**20} MiB a reproducer "
                 "may repeat beside program.pt2")
     weights = {name: tensors[target].detach().clone() for name, _, target in lifted}
-    code = exported.graph_module.graph.python_code(root_module="self").src
     # The graph's function takes the lifted tensors and the inputs, in the signature's order.
     code = code.strip().replace("def forward(self, ", "def graph(", 1).replace("def forward(self)", "def graph()", 1)
     torch.save(weights, folder / WEIGHTS)
@@ -119,7 +124,6 @@ def checked(folder: Path, as_found: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     run = run_reproducer(folder, "--from-source")
     if run["exit"] != as_found["exit"]:
-        (folder / SOURCE).unlink()
-        (folder / WEIGHTS).unlink()
+        remove(folder)
         run["said"] = f"{run['said']} — not as program.pt2 (exit {as_found['exit']}): program.py removed"[:500]
     return [run]

@@ -567,7 +567,8 @@ def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_time
 
 
 PROGRAM_SOURCE_CHECK = '''
-import sys, tempfile
+import importlib.util
+import tempfile
 from pathlib import Path
 import torch
 from compat import program_source
@@ -597,8 +598,8 @@ x = torch.randn(2, 8)
 folder = Path(tempfile.mkdtemp())
 exported = torch.export.export(Plain().eval(), (x,))
 assert program_source.write(exported, folder, "Plain's forward") == ""
-spec = __import__("importlib.util").util.spec_from_file_location("rebuilt", folder / "program.py")
-rebuilt = __import__("importlib.util").util.module_from_spec(spec)
+spec = importlib.util.spec_from_file_location("rebuilt", folder / "program.py")
+rebuilt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rebuilt)
 again = torch.export.export(rebuilt.Method(), (x,))
 kinds = sorted(s.kind.name for s in again.graph_signature.input_specs)

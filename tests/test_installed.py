@@ -15,14 +15,13 @@ import nox.virtualenv
 import pytest
 from helpers.readers import validate_junit, verdict_of
 from helpers.runs import load
-from helpers.sample_project import copy_sample_project
+from helpers.sample_project import BREAKS, copy_sample_project
 
 from upgrade_gate import cli
 from upgrade_gate.schema.verdict import GateStatus, Severity
 
 REPO = Path(__file__).resolve().parents[1]
 UV = nox.virtualenv.find_uv()[1]
-BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"  # the team's test the candidate breaks
 
 
 def outside_this_checkout() -> dict[str, str]:

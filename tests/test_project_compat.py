@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from helpers.readers import verdict_of
 from helpers.runs import load, nox
-from helpers.sample_project import PLANTED, copy_sample_project, where_planted
+from helpers.sample_project import BREAKS, PLANTED, copy_sample_project, where_planted
 
 from upgrade_gate.schema.verdict import GateStatus
 
 pytestmark = pytest.mark.integration
 
-BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
 BFLOAT16 = "tests/test_model.py::test_bfloat16_scores_stay_close_to_float"
 AUTOCAST_DEPRECATED = ("`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', "
                        "args...)` instead.")

@@ -7,14 +7,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_PROJECT = REPO / "tests" / "sample_project"
-
-
-SAMPLE = REPO / "tests" / "sample_project"
+# The team's test that passes on the baseline and fails on the candidate (torch.load's weights_only default).
+BREAKS = "tests/test_checkpoint.py::test_checkpoint_round_trip"
 
 
 def copy_sample_project(folder: Path) -> Path:
     root = folder / "edge-app"
-    shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "report"))
+    shutil.copytree(SAMPLE_PROJECT, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "report"))
     return root
 
 
