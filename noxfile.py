@@ -242,6 +242,23 @@ def report(session: nox.Session) -> None:
 
 @nox.session(python=False, default=False)
 @guard.guarded
+def bundle(session: nox.Session) -> None:
+    """A device bundle of a report folder's artifacts, to time both stacks on a phone or board (docs/device.md)."""
+    plan = pipeline.bundle_plan_or_exit(session.posargs, session.invoked_from)
+    pipeline.bundle(plan, log=session.log)
+
+
+@nox.session(python=False, name="device-results", default=False)
+@guard.guarded
+def device_results(session: nox.Session) -> None:
+    """A device's rounds (the bundle's run-on-device.sh) read into the report and judged: `-- FILE --out DIR`."""
+    results, options = pipeline.results_file_or_exit(session.posargs, session.invoked_from)
+    plan = pipeline.plan_or_exit(options, session.invoked_from, reporting=True)
+    _exit_with(pipeline.device_results(plan, results))
+
+
+@nox.session(python=False, default=False)
+@guard.guarded
 def releases(session: nox.Session) -> None:
     """Which release to move to: every ExecuTorch release in range against the baseline (docs/releases.md)."""
     from upgrade_gate.releases import explore

@@ -14,7 +14,6 @@ import importlib
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -24,11 +23,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The ISA extensions that change which kernels a CPU backend picks (XNNPACK dispatches on them): x86 and Arm names
-# as /proc/cpuinfo gives them.
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-             "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimd", "asimddp", "fphp", "asimdhp", "i8mm", "bf16",
-             "sve", "sve2", "sme")
+# The bundle carries device_runner.py alone, so the machine's description is defined there, once.
+from .device_runner import ISA_FLAGS, cpu_and_isa  # noqa: F401 - re-exported for probe.py and issue_text.py
+
 # The records' version; the parent's upgrade_gate.schema.records checks it.
 RECORDS_VERSION = "1.0"
 TRACEBACK_TAIL_LINES = 12
@@ -286,20 +283,3 @@ def named_like_reference(method: str, named: list[tuple[str, Any]], reference: d
     if len(names) != len(named) or any("[" in name for name, _ in named):
         return named
     return [(name, tensor) for name, (_, tensor) in zip(names, named)]
-
-
-def cpu_and_isa() -> tuple[str, list[str]]:
-    """This machine's CPU by model name, and the ISA extensions of ``ISA_FLAGS`` it has (/proc/cpuinfo; on a
-    machine without it, the platform's name for the processor and none)."""
-    model, flags = platform.processor() or platform.machine() or "unknown", set()
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
-            model = value.strip()
-        elif key.strip() in ("flags", "Features"):
-            flags |= set(value.split())
-    return model, [flag for flag in ISA_FLAGS if flag in flags]

@@ -3,18 +3,14 @@
 
 It is imported directly: the public wrapper (executorch.extension.pybindings.portable_lib) only
 re-exports it, after importing executorch.exir for a warning class, which costs ~20 s per process
-here. A phone app has no exir either.
+here. A phone app has no exir either. The import itself is the device bundle's runner's (device_runner.py),
+which runs where nothing of upgrade-gate is installed.
 """
 
 from __future__ import annotations
 
-import torch  # noqa: F401 - first: the extension links against torch's libraries
+from .device_runner import executorch_binding
 
-# isort: split
-# `import a.b as c`, not `from a import b`: only the first raises ModuleNotFoundError for a missing module.
-try:
-    import executorch.extension.pybindings._portable_lib as binding
-except ModuleNotFoundError:  # executorch 1.5 renamed the compiled module _C
-    import executorch.extension.pybindings._C as binding
+binding = executorch_binding()
 
 __all__ = ["binding"]

@@ -15,6 +15,7 @@ boundary, because the two sides run different torch versions. The commands:
   failed export, the export API's other options (export_remedy_phase.py); for an exact model whose time goes to
   portable batch norms, the lines that fold them before export (latency_phase.py)
 * ``measure`` — the server for the parent's interleaved latency rounds (measure_server.py)
+* ``bundle`` — a model's artifacts as a device runs them, checked here first (bundle_phase.py; ``nox -s bundle``)
 * ``fork-server`` — imports torch and the stack's packages once, then forks a child per ``export``,
   ``runtime`` or ``diagnose`` job the parent sends it (fork_server.py)
 
@@ -136,7 +137,7 @@ def ours(name: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
     parser.add_argument("command", choices=("probe", "check", "export", "runtime", "diagnose", "measure",
-                                            "fork-server"))
+                                            "bundle", "fork-server"))
     parser.add_argument("job", type=Path, help="job JSON written by the parent")
     args = parser.parse_args(argv)
     die_with_parent()
@@ -175,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - the parent records it on the stack's measurement
             channel.send("error", **common.error_record(error))
             return 1
+        return 0
+    if args.command == "bundle":  # its record says what it wrote or why it could not
+        ours("bundle_phase").run_bundle_phase(job, adapter)
         return 0
     phases = ours("phases")
     log = phases.PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)

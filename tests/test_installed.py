@@ -123,6 +123,9 @@ def test_the_command_runs_the_sessions_it_is_given_with_its_own_noxfile(tmp_path
     assert cli.nox_arguments(["-l"], config)[4:] == ["-l"]
     assert cli.nox_arguments(["report", "--no-color", "--", "shards/a"], config)[4:] == [
         "--sessions", "report", "--no-color", "--", "shards/a"]
+    # A results file first, then its options: all of them the command's own, with or without `--`.
+    for typed in (["device-results", "r.jsonl", "--out", "rep"], ["device-results", "--", "r.jsonl", "--out", "rep"]):
+        assert cli.nox_arguments(typed, config)[4:] == ["--sessions", "device-results", "--", "r.jsonl", "--out", "rep"]
 
 
 def test_the_command_finds_the_nearest_pyproject_or_says_there_is_none(tmp_path):
@@ -187,8 +190,8 @@ def test_a_session_that_does_not_exist_is_a_usage_error_listing_them(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
         "upgrade-gate: error: no command 'nosuchsession'; the commands: compare, compat, assets, run(legacy), "
-        "run(candidate), project(legacy), project(candidate), scan, compat-report, measure, prune-cache, report, releases, "
-        "upgrade-path, diff, benchmark (`upgrade-gate --help` says what each does)")
+        "run(candidate), project(legacy), project(candidate), scan, compat-report, measure, prune-cache, report, bundle, "
+        "device-results, releases, upgrade-path, diff, benchmark (`upgrade-gate --help` says what each does)")
     assert cli.unknown_sessions(["run(legacy)", "compare"], [("run", ["run(legacy)"]), ("compare", [])]) is None
 
 

@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -390,6 +391,79 @@ def upgrade_gate_commands(job: dict, **matrix: object) -> list[str]:
 def run_as_workflow(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """One of those commands, as the workflow's shell runs it, with the venvs the other tests use."""
     return run_workflow_command(command, cwd, env, envdir=REPO / ".nox", timeout=1800)
+
+
+def test_a_device_bundle_is_verified_run_where_it_is_copied_and_its_rounds_judged(smoke_run, tmp_path):
+    """Issue 41, item 3, the path without adb: `nox -s bundle` writes vit-smoke's artifacts as a device runs them
+    (the .pte as a BundledProgram ExecuTorch verified), the bundle copied elsewhere runs both stacks in alternating
+    rounds with their Python runtimes, and `device-results` judges the rounds by the latency gate's rule. A changed
+    .bpte, a changed results line and a stopped run are each one message and an exit status, never a verdict."""
+    out, compared = smoke_run
+    env = {"UPGRADE_GATE_CONFIG": str(out.parent / "pyproject.toml")}
+    report = tmp_path / "report"  # a copy: the module's other tests read the smoke run's own report
+    shutil.copytree(out, report, ignore=shutil.ignore_patterns(".upgrade-gate.lock"))
+    made = nox("-s", "bundle", "--", "--out", str(report), "--models", "vit-smoke", env=env)
+    assert made.returncode == 0, made.stderr[-3000:]
+    manifest = load(report / "bundle", "manifest.json")
+    assert list(manifest["models"]) == ["vit-smoke"]
+    stacks = manifest["models"]["vit-smoke"]["stacks"]
+    assert stacks["candidate"]["runtime"] == "executorch-bundled"
+    assert stacks["candidate"]["verified"]["by"] == "executorch bundled-program verification"
+    assert stacks["legacy"]["runtime"] == "lite-interpreter"
+    bpte = report / "bundle" / "vit-smoke" / "candidate" / "forward.bpte"
+    assert bpte.read_bytes()[4:8] == b"BP08"  # a BundledProgram's flatbuffer identifier, not the .pte's ET12
+
+    device = tmp_path / "on the device"  # a path with spaces, away from the report
+    shutil.copytree(report / "bundle", device)
+    results = tmp_path / "device results.jsonl"
+    ran = subprocess.run([str(device / "run-on-device.sh"), "--host", "--rounds", "6", "--out", str(results)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [line["record"] for line in lines[:2]] == ["bundle", "target"] and lines[-1]["record"] == "end"
+    rounds = [line for line in lines if line["record"] == "round"]
+    assert len(rounds) == 12 and not [line for line in lines if line["record"] == "failed"]
+    # The stacks take turns, the order reversed every other round.
+    assert [line["stack"] for line in rounds[:4]] == ["legacy", "candidate", "candidate", "legacy"]
+    # The device checked the candidate's outputs against the ones bundled with it, every round.
+    assert all(line["verified"] is True for line in rounds if line["stack"] == "candidate")
+    by_round = {(line["stack"], line["round"]): line["samples_ms"]["forward"] for line in rounds}
+    assert all(len(samples) == manifest["rounds"]["calls"] and min(samples) > 0 for samples in by_round.values())
+
+    read = nox("-s", "device-results", "--", str(results), "--out", str(report), env=env)
+    # The device's gate is the latency gate's severity (soft): the smoke run's verdict stands.
+    assert read.returncode == compared.returncode, read.stderr[-3000:]
+    (row,) = [row for model in load(report, "results.json")["models"] if model["model"] == "vit-smoke"
+              for row in model["device_latency"]]
+    # The ratio, as the rounds give it: each round's candidate median over the baseline's, their median.
+    ratios = [statistics.median(by_round[("candidate", n)]) / statistics.median(by_round[("legacy", n)])
+              for n in range(1, 7)]
+    assert row["estimate"]["median"] == pytest.approx(statistics.median(ratios)) and row["rounds"] == 6
+    assert row["target"]["name"] == lines[1]["name"] and row["target"]["architecture"] == platform.machine()
+    (gate,) = [g for g in load(report, "verdict.json")["gates"] if g["gate"] == "device-latency"
+               and g["model"] == "vit-smoke"]
+    assert gate["measured"]["value"] == pytest.approx(statistics.median(ratios))
+    low, high, threshold = gate["measured"]["low"], gate["measured"]["high"], gate["threshold"]["value"]
+    # Wholly beyond the threshold fails, wholly within passes; a straddling interval passes only by min-delta-ms.
+    assert gate["status"] == ("failed" if low > threshold else "passed" if high <= threshold else
+                              gate["status"] if gate["status"] in ("passed", "inconclusive") else "?"), gate
+    assert f"on {lines[1]['name']}" in (report / "report.md").read_text()
+
+    changed = tmp_path / "changed"  # one round's number, edited
+    changed.write_text(results.read_text().replace('"round": 3, "calls"', '"round": 4, "calls"', 1))
+    stopped = tmp_path / "stopped.jsonl"  # the rounds so far, as a stopped run leaves them
+    stopped.write_text("".join(results.read_text().splitlines(keepends=True)[:-1]))
+    for bad, status, said in ((changed, 2, "changed since run-on-device.sh wrote it"),
+                              (stopped, 3, "run-on-device.sh was stopped before every round ran")):
+        refused = nox("-s", "device-results", "--", str(bad), "--out", str(report), env=env)
+        assert refused.returncode == status and said in refused.stderr, refused.stderr[-2000:]
+        assert "Traceback" not in refused.stderr
+    with bpte.open("ab") as artifact:  # the bundle's .bpte, changed after it was verified
+        artifact.write(b"\0")
+    tampered = subprocess.run([str(report / "bundle" / "run-on-device.sh"), "--host", "--out", str(tmp_path / "x")],
+                              capture_output=True, text=True, timeout=60)
+    assert tampered.returncode == 2 and "vit-smoke/candidate/forward.bpte" in tampered.stderr, tampered.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_workflows_are_valid_github_workflows(tmp_path):

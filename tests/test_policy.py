@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import replace
@@ -13,6 +14,7 @@ from upgrade_gate import layout
 from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
+from upgrade_gate.judge._device_rounds import manifest_file, runtime_key
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedies
 from upgrade_gate.report._verdict_section import verdict_blocks
@@ -319,6 +321,56 @@ def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
                       latency_ms=noisy_rounds(1.0, spread))
     gates, overall = results_by_gate(plan)
     assert gates["latency"].status is status and overall is verdict
+
+
+def device_rounds(out: Path, candidate: list[list[float]], *, failed: str = "", stale: bool = False) -> None:
+    """A device's rounds of vit-smoke read into the report folder, as `device-results` keeps them: the baseline at
+    10 ms a call, the candidate's rounds as given; ``failed``: the candidate's last round gave none."""
+    lines = [{"record": "bundle", "manifest_sha256": "ab" * 32, "format": 1, "rounds": len(candidate)},
+             {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64", "cores": 9,
+              "isa": ["asimd", "asimddp", "i8mm"], "runner": "adb"}]
+    for number, samples in enumerate(candidate, start=1):
+        for stack, ms in (("legacy", [10.0] * len(samples)), ("candidate", samples)):
+            if failed and stack == "candidate" and number == len(candidate):
+                lines.append({"record": "failed", "model": "vit-smoke", "stack": stack, "threads": 1, "round": number,
+                              "error": failed})
+                continue
+            lines.append({"record": "round", "model": "vit-smoke", "stack": stack, "threads": 1, "round": number,
+                          "samples_ms": {"forward": ms}})
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    text += json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"
+    kept = layout.device_results_file(out, "device:Pixel 8")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text)
+    keys = {stack: runtime_key(out, stack, "vit-smoke") for stack in ("legacy", "candidate")}
+    if stale:
+        keys["candidate"] = "an earlier export's"
+    manifest_file(kept).write_text(json.dumps({"models": {"vit-smoke": {
+        "methods": ["forward"], "threads": [1], "stacks": {s: {"runtime_key": k} for s, k in keys.items()}}}}))
+
+
+@pytest.mark.parametrize(("candidate", "failed", "stale", "status", "said"), [
+    # Every round 20% slower on the phone, whatever the host said: wholly over 1.05.
+    (noisy_rounds(1.2, [1.0, 0.99, 1.01, 1.0, 1.02, 0.98, 1.0]), "", False, GateStatus.FAILED,
+     "device:Pixel 8, 1 thread(s): 12.000 ms / 10.000 ms over 7 rounds (Tensor G3, aarch64, 9 cores; ISA asimd"),
+    (noisy_rounds(1.0, [0.95, 1.0, 1.15, 1.08, 1.02, 1.12, 0.97]), "", False, GateStatus.INCONCLUSIVE,
+     "the interval straddles 1.05"),
+    (noisy_rounds(0.5, [1.0, 0.99, 1.01, 1.0, 1.02, 0.98, 1.0]), "", False, GateStatus.PASSED, "5.000 ms / 10.000 ms"),
+    # The device could not give a round: not the candidate's failure — the device or its setup may be at fault.
+    (noisy_rounds(1.2, [1.0] * 7), "Killed", False, GateStatus.INCOMPLETE, "candidate, round 7: Killed"),
+    # Rounds of artifacts the report no longer judges: never a ratio of these.
+    (noisy_rounds(1.2, [1.0] * 7), "", True, GateStatus.INCOMPLETE, "candidate's artifacts of an earlier export"),
+])
+def test_a_devices_rounds_are_judged_by_the_latency_gates_rule(plan, candidate, failed, stale, status, said):
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])  # on the host: the same latency
+    device_rounds(out, candidate, failed=failed, stale=stale)
+    gates, _ = results_by_gate(plan)
+    assert gates["latency"].status is GateStatus.PASSED
+    device = gates["device-latency"]
+    assert device.status is status and said in device.note, device.note
+    assert device.severity is gates["latency"].severity and device.threshold == gates["latency"].threshold
+    assert "no contention check on the device" in device.evidence
 
 
 @pytest.mark.parametrize(("remedied_ms", "status", "said"), [

@@ -36,6 +36,8 @@ commands:
   report              judge a report folder again (-- SHARD_DIR ... merges shard folders)
   diff                what changed between two reports: {CLI} diff -- OLD NEW
   releases            which ExecuTorch release to move to: {CLI} releases -- --from 0.7.0 --to 1.0.1
+  bundle              the report's artifacts as a phone or board runs them: {CLI} bundle -- --out report
+  device-results      a device's rounds read into the report: {CLI} device-results FILE --out report
   -l                  every command, with the stacks' own ("run(<stack>)", "project(<stack>)", ...)
 
 Options after `--` go to the command, e.g. {CLI} compare -- --out DIR --suite none --models my-model
@@ -56,10 +58,19 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+# Commands whose words after their name are all their own (a file first), not sessions or nox's options.
+OWN_WORDS = ("device-results",)
+
+
 def nox_arguments(argv: list[str], config: Path) -> list[str]:
-    """``compare report -- --out X`` → nox's own command line, with upgrade-gate's noxfile."""
-    sessions = requested_sessions(argv)
-    rest = argv[len(sessions):]
+    """``compare report -- --out X`` → nox's own command line, with upgrade-gate's noxfile; ``device-results FILE
+    --out X`` → ``--sessions device-results -- FILE --out X``."""
+    if argv and argv[0] in OWN_WORDS:
+        words = argv[1:]
+        sessions, rest = argv[:1], ["--", *(words[1:] if words[:1] == ["--"] else words)]
+    else:
+        sessions = requested_sessions(argv)
+        rest = argv[len(sessions):]
     # Given first, so that a user's own --envdir (nox takes the last) still wins.
     return ["--noxfile", str(NOXFILE), "--envdir", str(config.parent / ".nox"),
             *(["--sessions", *sessions] if sessions else []), *rest]

@@ -26,6 +26,9 @@ every run on a machine, and every file of a run in its report folder.
               repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
+      bundle/  (docs/device.md)                        `nox -s bundle`, the device bundle: manifest.json,
+          run-on-device.sh  device_runner.py  …        SHA256SUMS, plan.tsv, <model>/inputs.npz, <model>/<stack>/…
+      device/<target>.jsonl  <target>.manifest.json    `device-results`: a device's rounds, and the bundle they ran
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
       project/<stack>/tests.cache.json                 the run's cache key and entry (upgrade_gate.project.session)
@@ -141,6 +144,21 @@ def measurement_dir(out: Path, model: str) -> Path:
 
 def measurement_file(out: Path, model: str, threads: int) -> Path:
     return measurement_dir(out, model) / f"threads-{threads}.json"
+
+
+def bundle_dir(out: Path) -> Path:
+    """``nox -s bundle``'s device bundle: the artifacts, inputs and runner a phone or board times (docs/device.md)."""
+    return out / "bundle"
+
+
+def device_results_file(out: Path, target: str) -> Path:
+    """A device's rounds as `upgrade-gate device-results` read them in, by the target's name (``device:Pixel 8``
+    → ``device-Pixel-8.jsonl``: a name from a device cannot make a path)."""
+    return out / "device" / f"{re.sub(r'[^A-Za-z0-9_]+', '-', target).strip('-')[:64] or 'device'}.jsonl"
+
+
+def device_results_files(out: Path) -> list[Path]:
+    return sorted((out / "device").glob("*.jsonl"))
 
 
 # A stack's files in project/<stack>/ (project_dir), beside run.json.

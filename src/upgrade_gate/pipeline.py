@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge.gather import gather, stack_info
 from upgrade_gate.judge.policy import evaluate, headline
+from upgrade_gate.measure import device
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
@@ -244,6 +245,50 @@ def report(plan: Plan) -> int:
     results = judge_or_exit(plan)
     paths = write(results, plan.settings.out_dir)
     return _announce("Verdict", results.verdict, paths)
+
+
+def bundle_plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
+    """The report folder's plan (plan_or_exit); ``--models`` picks which of the models it holds to bundle (a phone's
+    minutes are dear), where the report session would refuse a selection that is not what the folder holds."""
+    args, wanted = list(posargs), None
+    for index, word in enumerate(args):
+        if word == "--models" and index + 1 < len(args):
+            wanted, args = args[index + 1], args[:index] + args[index + 2:]
+            break
+        if word.startswith("--models="):
+            wanted, args = word.partition("=")[2], args[:index] + args[index + 1:]
+            break
+    plan = plan_or_exit(args, invoked_from, reporting=True)
+    if wanted is None:
+        return plan
+    held = {model.name: model for model in plan.models}
+    names = [name.strip() for name in wanted.split(",") if name.strip()]
+    unknown = [name for name in names if name not in held]
+    if unknown or not names:
+        fail_usage(f"--models: {', '.join(unknown) or 'no model named'}: {plan.settings.out_dir} holds "
+                   f"{', '.join(held)}; name models it holds")
+    return replace(plan, models=tuple(held[name] for name in names))
+
+
+def bundle(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    """`nox -s bundle`: the report folder's artifacts as a device runs them (measure/device.py, docs/device.md)."""
+    folder = device.write_bundle(plan, log)
+    log(f"bundle: {folder}: run {folder / 'run-on-device.sh'} with a phone attached over adb, or with --host on the "
+        f"machine to measure; then `{command('device-results', f'FILE --out {plan.settings.out_dir}')}`")
+
+
+def results_file_or_exit(posargs: list[str], invoked_from: str | Path) -> tuple[Path, list[str]]:
+    """`device-results FILE [OPTION ...]`: the results file (from where the command was typed) and the options."""
+    if not posargs or posargs[0].startswith("-"):
+        fail_usage(f"device-results takes the file run-on-device.sh wrote first: "
+                   f"`{command('device-results', 'FILE --out REPORT')}`")
+    return Path(invoked_from) / posargs[0], list(posargs[1:])
+
+
+def device_results(plan: Plan, results: Path) -> int:
+    """`upgrade-gate device-results FILE`: a device's rounds read into the report, judged again; the exit status."""
+    device.read_in(plan, results)
+    return report(plan)
 
 
 def compare(plan: Plan, venvs: dict[str, Path], log: Callable[[str], Any] = print) -> Results | AdapterProblem:

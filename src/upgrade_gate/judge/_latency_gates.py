@@ -110,6 +110,47 @@ def latency_gate(found: Gates, severity: str) -> None:
                                 level=estimate.level), note=where)
 
 
+def device_latency_gate(found: Gates, severity: str) -> None:
+    """The latency gate's rule on each device the report read rounds from (`upgrade-gate device-results`): per
+    target, thread count and method, the ratio's interval against ``max-ratio``, ``min-delta-ms`` as on the host,
+    the worst row deciding. A device's rounds are fixed in number (no stop-early) and have no contention check:
+    the note says so. A row the device could not give (a failed round, artifacts of an earlier export) is
+    incomplete, never a failure of the candidate: the device, its setup or the bundle may be at fault."""
+    rows = [row for row in found.model.device_latency if row.stack == found.stack]
+    if not rows:
+        return
+    gates = found.plan.settings.gates
+    max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
+    targets = list(dict.fromkeys(row.target.name for row in rows))
+    rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
+                condition=f"on {', '.join(targets)}: the median's whole interval, per thread count and method; "
+                          f"methods at most {min_delta:g} ms slower at its top pass",
+                evidence=f"device/*.jsonl (run-on-device.sh: {max(row.planned for row in rows)} rounds, the order "
+                         "alternating; no contention check on the device)")
+    judged: list[Row] = []
+    for row in rows:
+        where = f"{row.target.name}, {row.threads} thread(s){'' if row.method == 'forward' else f', {row.method}'}"
+        if row.estimate is None or row.baseline_p50_ms is None:
+            judged.append(("incomplete", f"{where}: {row.missing or 'not measured'}", None, row.threads))
+            continue
+        where += f": {row.candidate_p50_ms:.3f} ms / {row.baseline_p50_ms:.3f} ms over {row.rounds} rounds"
+        judged.append((row.estimate.outcome(max_ratio, row.baseline_p50_ms, min_delta), where, row.estimate,
+                       row.threads))
+    decided = deciding(judged)
+    outcome, where, estimate, _ = decided
+    where += f" ({rows[judged.index(decided)].target.described.split(': ', 1)[-1]})"  # its name is said first
+    if estimate is None:
+        found.missing("device-latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note=where))
+        return
+    if outcome == "inconclusive":
+        where += (f"; the interval straddles {max_ratio:.2f}" if estimate.holds else
+                  f"; only {len(estimate.per_round)} rounds: the interval covers {estimate.level:.1%}, short of the "
+                  f"{estimate.confidence:.2%} it needs (run-on-device.sh --rounds)")
+    found.add("device-latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
+              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
+                                level=estimate.level), note=where)
+
+
 # The outcomes of a gate's rows, worst first: the worst decides the gate.
 OUTCOME_ORDER = {"failed": 0, "incomplete": 1, "inconclusive": 2, "passed": 3}
 # A gate's row: its outcome, where (the note), its ratio (None: not measured) and its thread count.

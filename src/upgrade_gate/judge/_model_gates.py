@@ -7,7 +7,7 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge._gates import Gates, Missing, Rule
-from upgrade_gate.judge._latency_gates import budget_gates, latency_gate, memory_gate
+from upgrade_gate.judge._latency_gates import budget_gates, device_latency_gate, latency_gate, memory_gate
 from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
@@ -42,6 +42,7 @@ def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRe
     _size_gate(found, record_path, gates["artifact-size"].severity)
     output_gates(found)
     latency_gate(found, gates["latency"].severity)
+    device_latency_gate(found, gates["latency"].severity)
     memory_gate(found, gates["memory"].severity)
     budget = dict(gates.budgets).get(name)
     if budget is not None:
@@ -91,6 +92,7 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
     if not found.baseline.skipped_variant:
         # Against the baseline's own variant: what the team could ship quantized today.
         latency_gate(found, gates["latency"].severity)
+        device_latency_gate(found, gates["latency"].severity)
         memory_gate(found, gates["memory"].severity)
 
 

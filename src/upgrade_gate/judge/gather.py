@@ -23,6 +23,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
+from upgrade_gate.judge._device_rounds import device_latency
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
 from upgrade_gate.schema.measured import (
@@ -250,7 +251,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
                                                                    reference, extents))
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
-                        ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds))
+                        ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
+                        device_latency=device_latency(plan, model))
 
 
 def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:

@@ -365,15 +365,9 @@ def start_server(
     """Start one side's server and wait for its cold start and warm-up; the side's record so far."""
     settings = plan.settings
     spec, bin_dir = side.spec, side.bin_dir
-    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
     job = {
-        "stack": spec.name,
+        **artifacts_job(plan, model, spec),
         "artifacts": side.artifacts,
-        "model": model.name,
-        "adapter": spec.adapter,
-        "model_dir": str(model_dir),
-        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
-        "methods": _methods(plan, spec, model),
         "threads": threads,
         "warmup": settings.warmup,
         "iterations": settings.iterations,
@@ -407,6 +401,20 @@ def start_server(
         "runs_per_round": ready["runs_per_round"],
         "input_shapes": ready["input_shapes"],
         "rounds": [],
+    }
+
+
+def artifacts_job(plan: Plan, model: ModelEntry, spec: StackSpec) -> dict[str, Any]:
+    """What a worker needs to load and run a stack's artifacts of a model with the fixture's inputs: the measure
+    server's job, and the device bundle's (measure/device.py)."""
+    settings = plan.settings
+    return {
+        "stack": spec.name,
+        "model": model.name,
+        "adapter": spec.adapter,
+        "model_dir": str(layout.model_dir(settings.out_dir, spec.name, model.name)),
+        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
+        "methods": _methods(plan, spec, model),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from upgrade_gate.invocation import command
 from upgrade_gate.judge.fail_fast import not_reached
 from upgrade_gate.judge.policy import with_remedies
 from upgrade_gate.report.render import (
@@ -16,7 +17,7 @@ from upgrade_gate.report.render import (
 )
 from upgrade_gate.report.render import mark as status_mark
 from upgrade_gate.schema.comparison import Side
-from upgrade_gate.schema.measured import Target
+from upgrade_gate.schema.measured import RatioEstimate, Target
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults, Results, StackInfo
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, VerdictRecord
@@ -48,9 +49,10 @@ def failures_line(gates: tuple[GateResult, ...]) -> str:
 
 
 def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
-                   measured_on: Target | None = None) -> list[Block]:
+                   measured_on: Target | None = None, devices: list[Target] | None = None) -> list[Block]:
     """The verdict, each candidate's with the gates that did not pass, and those gates' table; ``measured_on``, where
-    its latency was measured: an x86-64 host gets one short note, since a phone runs other kernels."""
+    its latency was measured: an x86-64 host gets one short note, since a phone runs other kernels, which names the
+    ``devices`` its rounds were also read from."""
     blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
                                    style=f"verdict {VERDICT_STYLE.get(verdict.verdict.value, '')}")]
     lines = []
@@ -78,7 +80,8 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
                           f"{'remedy' if count == 1 else 'remedies'} ([Way out](#way-out))")
         else:
             value_text = f"**{value}**"
-        host = (f"; latency measured on an {measured_on.architecture} host, not a phone ([where](#{WHERE_MEASURED}))"
+        also = f", and on {', '.join(d.name for d in devices)}" if devices else ", not a phone"
+        host = (f"; latency measured on an {measured_on.architecture} host{also} ([where](#{WHERE_MEASURED}))"
                 if measured_on is not None and measured_on.x86 else "")
         lines.append(f"**{name}** vs baseline **{verdict.baseline}**: {value_text} — {summary}{host}")
     blocks.append(bullets(*lines))
@@ -164,6 +167,12 @@ def matrix_rows(results: Results) -> list[list[str]]:
     for threads in results.settings.threads:
         rows.append([f"Latency at {threads} thread(s){on}, candidate/baseline per method ([table](#latency))", *[
             ("" if n == base else _latency_summary(results.models, n, threads)) + mark(n, "latency") for n in names]])
+    for device in results.device_targets:
+        for threads in sorted({d.threads for m in results.models for d in m.device_latency
+                               if d.target.name == device.name}):
+            rows.append([f"Latency at {threads} thread(s) on {device.name} ([where](#{WHERE_MEASURED}))", *[
+                ("" if n == base else _device_summary(results.models, n, device.name, threads))
+                + mark(n, "device-latency") for n in names]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
     if task_gates:
         rows.append(["Task agreement (vs reference; worst model)", *[
@@ -245,14 +254,29 @@ def _latency_summary(models: tuple[ModelResults, ...], stack: str, threads: int)
     estimates = [e for m in models if m.busy_at(threads) is None for e in m.ratios_of(stack, threads)]
     busy = sum(1 for m in models if m.busy_at(threads) is not None and m.ratios_of(stack, threads))
     aside = f"; {busy} model{'s' if busy > 1 else ''} not timed: machine busy" if busy else ""
+    return _typical(estimates) + aside
+
+
+def _device_summary(models: tuple[ModelResults, ...], stack: str, target: str, threads: int) -> str:
+    """A candidate's latency on a device at a thread count, as the host's line says it; what was not judged."""
+    rows = [d for m in models for d in m.device_latency
+            if (d.stack, d.target.name, d.threads) == (stack, target, threads)]
+    estimates = [d.estimate for d in rows if d.estimate is not None]
+    unjudged = len(rows) - len(estimates)
+    return _typical(estimates) + (f"; {unjudged} method{'s' if unjudged > 1 else ''} not judged" if unjudged else "")
+
+
+def _typical(estimates: list[RatioEstimate]) -> str:
+    """The typical ratio (geometric mean of the medians) and how many intervals call the candidate faster, slower
+    or not told apart."""
     if not estimates:
-        return "no ratio" + aside
+        return "no ratio"
     typical = math.exp(sum(math.log(e.median) for e in estimates) / len(estimates))
     faster = sum(1 for e in estimates if e.holds and e.high < 1)
     slower = sum(1 for e in estimates if e.holds and e.low > 1)
     unsure = len(estimates) - faster - slower
     methods = f"{len(estimates)} method{'s' if len(estimates) > 1 else ''}"
-    return f"×{typical:.2f} typical over {methods}: {faster} faster, {slower} slower, {unsure} not told apart" + aside
+    return f"×{typical:.2f} typical over {methods}: {faster} faster, {slower} slower, {unsure} not told apart"
 
 
 def _task_summary(gates: list[GateResult]) -> str:
@@ -322,7 +346,15 @@ def where_measured_blocks(results: Results) -> list[Block]:
                  "dot-product, i8mm) and the two stacks can rank differently there (ExecuTorch issue #4005: "
                  "MobileNetV3-Small at ~30 ms on ExecuTorch against ~8 ms on PyTorch Mobile, Galaxy S20). Read the "
                  "latency ratios as this host's, a proxy for the device, not a measurement of it.")
-    return [Heading(3, "Where it measured", anchor=WHERE_MEASURED), Paragraph(said)]
+    blocks: list[Block] = [Heading(3, "Where it measured", anchor=WHERE_MEASURED), Paragraph(said)]
+    for device in results.device_targets:
+        blocks.append(Paragraph(
+            f"Latency on **{device.name}** (`{command('device-results')}`, docs/device.md): {device.cpu}, "
+            f"{device.architecture or 'architecture unknown'}{f', {device.cores} cores' if device.cores else ''}; ISA "
+            f"extensions: {', '.join(device.isa) or 'not read'}. Its rounds ran the bundle's artifacts "
+            "(`nox -s bundle`), the stacks in turn as here, and the `device-latency` gate judges them by the latency "
+            "gate's rule; the device has no contention check, so run it with nothing else running."))
+    return blocks
 
 
 def _backends_summary(models: list[ModelResults], stack: str) -> str:

@@ -339,3 +339,20 @@ class Target(codec.Record):
         cores = f", {self.cores} cores" if self.cores else ""
         isa = f"; ISA {' '.join(self.isa)}" if self.isa else "; ISA extensions not read"
         return f"{self.name}: {self.cpu}, {self.architecture or 'architecture unknown'}{cores}{isa}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceLatency(codec.Record):
+    """A candidate's latency against the baseline's for one method at one thread count on a device
+    (`upgrade-gate device-results`): the same ratio by rounds as the host's, or why there is none."""
+
+    target: Target
+    stack: str
+    threads: int
+    method: str
+    rounds: int  # rounds both stacks gave samples in
+    planned: int  # rounds run-on-device.sh was asked for
+    candidate_p50_ms: float | None = None
+    baseline_p50_ms: float | None = None
+    estimate: RatioEstimate | None = None
+    missing: str = ""  # why it was not judged (a failed round, a stale bundle); "" when it was

@@ -32,7 +32,15 @@ from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import Comparison, Side
-from upgrade_gate.schema.measured import LOCAL, BusyRounds, Contention, LatencyRatio, RatioEstimate, Target
+from upgrade_gate.schema.measured import (
+    LOCAL,
+    BusyRounds,
+    Contention,
+    DeviceLatency,
+    LatencyRatio,
+    RatioEstimate,
+    Target,
+)
 from upgrade_gate.schema.project import Differences, ProjectResults, differing
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.stack import StackResults
@@ -63,6 +71,8 @@ class ModelResults(codec.Record):
         read=lambda r, key: {c.threads: c for c in map(Contention.from_reader, r.opt_children(key) or ())}))
     # Where a busy machine left a thread count unjudged: every round's ratio, disturbed or not.
     busy_rounds: tuple[BusyRounds, ...] = ()
+    # On devices (`upgrade-gate device-results`): each candidate's ratio per target, thread count and method.
+    device_latency: tuple[DeviceLatency, ...] = ()
 
     DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 
@@ -208,6 +218,12 @@ class Results(codec.Record):
             return None
         return Target(name=LOCAL, cpu=probed.cpu, architecture=probed.architecture, cores=probed.cpu_count,
                       isa=probed.isa)
+
+    @property
+    def device_targets(self) -> list[Target]:
+        """The devices whose rounds were read into this report (`upgrade-gate device-results`), each once."""
+        found = {d.target.name: d.target for m in self.models for d in m.device_latency}
+        return list(found.values())
 
     @property
     def package_differences(self) -> Differences:

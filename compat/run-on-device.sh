@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# A device bundle's rounds (written by `nox -s bundle`; docs/device.md): both stacks' artifacts timed in
+# alternating rounds (A B, B A, …) on one machine, into one results file for `upgrade-gate device-results`.
+#
+#   ./run-on-device.sh [--host] [--install DIR | --python STACK=PATH …] [--rounds N] [--out FILE]
+#
+# With adb and a device attached (and no --host), the files go to the phone and ExecuTorch's executor_runner
+# (EXECUTOR_RUNNER=path, built with bundled IO) and PyTorch Mobile's speed_benchmark_torch (SPEED_BENCHMARK_TORCH=path,
+# a Lite Interpreter build) run there; the tests do not exercise this path. Otherwise the rounds run on this
+# machine (an ARM board, a CI runner) with each stack's Python runtime: the venvs the bundle was made with
+# (pythons.tsv), --python STACK=PATH, or --install DIR, which builds each stack there with uv from its spec
+# (stacks/<stack>.txt): a stack with no wheels for this platform gives no rounds, and every one of its rounds says
+# why (its gate is incomplete, never failed).
+#
+# Exit 0: the results file is whole. 2: the bundle or the command is wrong (a file changed since it was written,
+# an unknown option, no Python for a stack). 3: stopped before every round ran (the partial file is kept).
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+say() { printf 'run-on-device.sh: %s\n' "$*" >&2; }
+usage_error() { say "$*"; exit 2; }
+
+host_only=0
+install_dir=""
+out="$PWD/device-results.jsonl"
+declare -A python_of=() cannot_run=()
+rounds_override=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --host) host_only=1 ;;
+        --python) [ $# -ge 2 ] && [[ "$2" == *=* ]] || usage_error "--python takes STACK=PATH (e.g. --python candidate=/opt/et/bin/python3)"
+                  python_of["${2%%=*}"]="${2#*=}"; shift ;;
+        --install) [ $# -ge 2 ] || usage_error "--install takes a folder for the stacks' venvs"
+                   install_dir="$2"; shift ;;
+        --rounds) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage_error "--rounds takes a whole number ≥ 1"
+                  rounds_override="$2"; shift ;;
+        --out) [ $# -ge 2 ] || usage_error "--out takes a file name"; out="$2"; shift ;;
+        -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --out FILE)" ;;
+    esac
+    shift
+done
+
+# Every file as nox -s bundle wrote it: a changed artifact would be timed and judged as the one the report judged.
+if command -v sha256sum >/dev/null; then check=(sha256sum --quiet -c SHA256SUMS); else check=(shasum -a 256 --quiet -c SHA256SUMS); fi
+if ! changed="$(cd "$here" && "${check[@]}" 2>&1)"; then
+    usage_error "the bundle in $here is not as nox -s bundle wrote it: ${changed//$'\n'/; }. Write it again with nox -s bundle"
+fi
+
+# shellcheck source=/dev/null
+. "$here/settings.env"  # ROUNDS WARMUP CALLS THREADS RTOL ATOL MANIFEST_SHA256, written by nox -s bundle
+rounds="${rounds_override:-$ROUNDS}"
+while IFS=$'\t' read -r stack python; do
+    [ -n "${python_of[$stack]:-}" ] || python_of["$stack"]="$python"
+done < "$here/pythons.tsv"
+
+# --install: each stack's venv built here with uv, from its spec's Python and requirements.
+if [ -n "$install_dir" ]; then
+    command -v uv >/dev/null || usage_error "--install needs uv (python3 -m pip install uv)"
+    mkdir -p "$install_dir" || usage_error "cannot make $install_dir"
+    install_dir="$(cd "$install_dir" && pwd)"
+    while IFS=$'\t' read -r stack _; do
+        venv="$install_dir/$stack" log="$install_dir/$stack.install.log"
+        version="$(sed -n 's/^# python //p' "$here/stacks/$stack.txt")"
+        if uv venv -q --allow-existing --python "$version" "$venv" > "$log" 2>&1 \
+            && uv pip install -q --python "$venv/bin/python" -r "$here/stacks/$stack.txt" >> "$log" 2>&1; then
+            python_of["$stack"]="$venv/bin/python"
+        else  # uv's own words, as one line a JSON string can hold
+            cannot_run["$stack"]="$stack does not install on $(uname -s) $(uname -m): $(grep -v '^ *$' "$log" | tail -3 | tr -d '"\\' | tr '\n\t' '  ')"
+            say "${cannot_run[$stack]} (log: $log)"
+        fi
+    done < "$here/pythons.tsv"
+fi
+
+partial="$out.partial"
+: > "$partial" || usage_error "cannot write $partial"
+printf '{"record": "bundle", "manifest_sha256": "%s", "format": 1, "rounds": %d}\n' "$MANIFEST_SHA256" "$rounds" >> "$partial"
+trap 'say "stopped: the rounds so far are in $partial; run the same command again"; exit 3' INT TERM
+
+failed_line() {  # model stack threads round message: a round whose runner gave no line of its own
+    printf '{"record": "failed", "model": "%s", "stack": "%s", "threads": %d, "round": %d, "error": "%s"}\n' \
+        "$1" "$2" "$3" "$4" "$5" >> "$partial"
+}
+
+# -- on this machine, with each stack's Python runtime ----------------------------------------------------
+host_round() {  # model stack runtime artifact methods threads round
+    if [ -n "${cannot_run[$2]:-}" ]; then failed_line "$1" "$2" "$6" "$7" "${cannot_run[$2]}"; return; fi
+    local python="${python_of[$2]:-}"
+    if [ -z "$python" ] || [ ! -x "$python" ]; then
+        usage_error "no Python for stack $2 ('${python}' is not an executable): give one with --python $2=PATH"
+    fi
+    local artifact="$here/$1/$2/$4"
+    "$python" "$here/device_runner.py" round --runtime "$3" --artifact "$artifact" --inputs "$here/$1/inputs.npz" \
+        --methods "$5" --model "$1" --stack "$2" --round "$7" --threads "$6" --warmup "$WARMUP" --calls "$CALLS" \
+        --rtol "$RTOL" --atol "$ATOL" < /dev/null >> "$partial" 2>> "$out.log" \
+        || failed_line "$1" "$2" "$6" "$7" "the runner exited with status $? (its output: $out.log)"
+}
+
+# -- on an Android device over adb (not exercised by the tests: docs/device.md) ----------------------------
+device_dir=/data/local/tmp/upgrade-gate
+android_round() {  # model stack runtime artifact methods threads round
+    local where="$device_dir/$1/$2" text value
+    if [ "$5" != forward ]; then
+        failed_line "$1" "$2" "$6" "$7" "the Android path runs single-method models only (methods: $5)"; return
+    fi
+    if [ "$3" = executorch-bundled ]; then
+        text="$(adb shell "$device_dir/executor_runner --model_path $where/$4 --num_executions $CALLS --cpu_threads $6" < /dev/null 2>&1)"
+        value="$(printf '%s\n' "$text" | sed -n 's/.*Model executed successfully [0-9]* time(s) in \([0-9.]*\) ms.*/\1/p' | tail -1)"
+        [ -n "$value" ] || { failed_line "$1" "$2" "$6" "$7" "executor_runner printed no time"; return; }
+        printf '{"record": "round", "model": "%s", "stack": "%s", "threads": %d, "round": %d, "calls": %d, "verified": true, "samples_ms": {"forward": [%s]}}\n' \
+            "$1" "$2" "$6" "$7" "$CALLS" "$(awk -v t="$value" -v n="$CALLS" 'BEGIN { printf "%.6f", t / n }')" >> "$partial"
+    else
+        text="$(adb shell "$device_dir/speed_benchmark_torch --model=$where/forward.ptl --use_bundled_input=-1 --input_dims=\"$(cat "$here/$1/input_dims.txt")\" --input_type=\"$(cat "$here/$1/input_types.txt")\" --warmup=$WARMUP --iter=$CALLS --report_pep=true" < /dev/null 2>&1)"
+        value="$(printf '%s\n' "$text" | sed -n 's/.*"metric": "latency", "value": "\([0-9.]*\)".*/\1/p' | awk '{ printf "%s%.6f", sep, $1 / 1000; sep = ", " }')"
+        [ -n "$value" ] || { failed_line "$1" "$2" "$6" "$7" "speed_benchmark_torch printed no time"; return; }
+        printf '{"record": "round", "model": "%s", "stack": "%s", "threads": %d, "round": %d, "calls": %d, "verified": null, "samples_ms": {"forward": [%s]}}\n' \
+            "$1" "$2" "$6" "$7" "$CALLS" "$value" >> "$partial"
+    fi
+}
+
+any_python="$(command -v python3 || cut -f2 "$here/pythons.tsv" | head -1)"  # the runner's `target`: stdlib only
+if [ "$host_only" = 0 ] && command -v adb >/dev/null && [ "$(adb get-state 2>/dev/null)" = device ]; then
+    : "${EXECUTOR_RUNNER:?set EXECUTOR_RUNNER to an executor_runner built for the device (docs/device.md)}"
+    : "${SPEED_BENCHMARK_TORCH:?set SPEED_BENCHMARK_TORCH to a speed_benchmark_torch built for the device (docs/device.md)}"
+    adb shell "mkdir -p $device_dir" && adb push "$here/." "$device_dir/" >/dev/null \
+        && adb push "$EXECUTOR_RUNNER" "$device_dir/executor_runner" >/dev/null \
+        && adb push "$SPEED_BENCHMARK_TORCH" "$device_dir/speed_benchmark_torch" >/dev/null \
+        || { say "adb push failed"; exit 3; }
+    cpuinfo="$(mktemp)"; adb shell cat /proc/cpuinfo > "$cpuinfo"
+    "$any_python" "$here/device_runner.py" target "device:$(adb shell getprop ro.product.model | tr -d '\r')" \
+        --cpuinfo "$cpuinfo" --machine "$(adb shell uname -m | tr -d '\r')" --cores "$(adb shell nproc | tr -d '\r')" \
+        --runner adb >> "$partial"
+    rm -f "$cpuinfo"
+    one_round=android_round
+else
+    "$any_python" "$here/device_runner.py" target "device:$(uname -n)" >> "$partial"
+    one_round=host_round
+fi
+
+# The stacks take turns, the order reversed every other round, as the measure session's rounds do.
+for threads in $THREADS; do
+    for model in $(cut -f1 "$here/plan.tsv" | uniq); do
+        for ((round = 1; round <= rounds; round++)); do
+            lines="$(awk -F'\t' -v m="$model" '$1 == m' "$here/plan.tsv")"
+            if [ $((round % 2)) = 0 ]; then lines="$(printf '%s\n' "$lines" | tac 2>/dev/null || printf '%s\n' "$lines" | tail -r)"; fi
+            while IFS=$'\t' read -r _ stack runtime artifact methods; do
+                "$one_round" "$model" "$stack" "$runtime" "$artifact" "$methods" "$threads" "$round"
+            done <<< "$lines"
+        done
+    done
+done
+# The last line: the digest of every line before it (a file edited afterwards does not read; one without it was stopped).
+digest="$( (sha256sum 2>/dev/null || shasum -a 256) < "$partial" | cut -d' ' -f1)"
+printf '{"record": "end", "sha256": "%s"}\n' "$digest" >> "$partial"
+mv -f "$partial" "$out"
+say "wrote $out: read it into the report with upgrade-gate device-results $out --out REPORT"

@@ -1,0 +1,93 @@
+"""A device's rounds (`upgrade-gate device-results`, docs/device.md) → each candidate's latency ratio on that
+device, per thread count and method: the same ratio by rounds, interval and coverage as the host's.
+
+The device ran the bundle's artifacts; the ratio is of the report's only while they are the ones the report
+judged: the bundle's manifest (kept beside the results when they were read in) names each stack's runtime key,
+and a key that has changed since (the model exported again) leaves the device's figures unjudged, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate.config.catalog import ModelEntry
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.errors import RecordError
+from upgrade_gate.schema.device import DeviceRun, read_device_results
+from upgrade_gate.schema.measured import DeviceLatency, ratio_by_rounds, summarize
+from upgrade_gate.schema.records import read_key_record
+from upgrade_gate.stats import interval_confidence
+
+
+def manifest_file(results_file: Path) -> Path:
+    """The bundle's manifest as it was when the results were read in, beside them."""
+    return results_file.with_suffix(".manifest.json")
+
+
+def runtime_key(out: Path, stack: str, model: str) -> str | None:
+    """What identifies the artifacts a stack's runtime phase ran: a new export, a new key."""
+    record = read_key_record(layout.model_dir(out, stack, model), "runtime") or {}
+    key = record.get("key")
+    return key if isinstance(key, str) else None
+
+
+def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
+    out = plan.settings.out_dir
+    found: list[DeviceLatency] = []
+    for file in layout.device_results_files(out):
+        where = file.relative_to(out).as_posix()
+        run = read_device_results(file, where)
+        try:
+            manifest = json.loads(manifest_file(file).read_text(encoding="utf-8"))
+            bundled: dict[str, Any] = manifest["models"].get(model.name) or {}
+        except (OSError, ValueError, KeyError, AttributeError) as error:
+            raise RecordError(f"{manifest_file(file).relative_to(out).as_posix()}: unreadable ({error}); read the "
+                              "results in again with `upgrade-gate device-results`") from error
+        if plan.baseline.name not in bundled.get("stacks", {}):
+            continue  # the bundle did not hold this model (or not its baseline): nothing to say here
+        for spec in plan.candidates:
+            if spec.name in bundled["stacks"]:
+                found += _ratios(plan, model, run, bundled, spec.name)
+    return tuple(found)
+
+
+def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, Any],
+            stack: str) -> list[DeviceLatency]:
+    out, base = plan.settings.out_dir, plan.baseline.name
+    methods, thread_counts = list(bundled["methods"]), list(bundled["threads"])
+    stale = [name for name in (stack, base)
+             if bundled["stacks"][name].get("runtime_key") != runtime_key(out, name, model.name)]
+    confidence = interval_confidence(len(methods) * len(thread_counts))
+    rows = []
+    for threads in thread_counts:
+        def rounds_of(name: str, method: str, at: int = threads) -> dict[int, list[float]]:
+            return {r.round: list(r.samples_ms.get(method, ())) for r in run.rounds
+                    if (r.model, r.stack, r.threads) == (model.name, name, at)}
+
+        failed = [f for f in run.failures
+                  if f.model == model.name and f.stack in (stack, base) and f.threads == threads]
+        for method in methods:
+            mine, theirs = rounds_of(stack, method), rounds_of(base, method)
+            common = sorted(set(mine) & set(theirs))
+            estimate = ratio_by_rounds([mine[n] for n in common], [theirs[n] for n in common], confidence=confidence)
+            mine_p50 = summarize([s for n in common for s in mine[n]])
+            theirs_p50 = summarize([s for n in common for s in theirs[n]])
+            if stale:
+                missing = (f"the device timed {' and '.join(stale)}'s artifacts of an earlier export; write the bundle "
+                           "again (nox -s bundle) and run it")
+            elif failed:
+                first = failed[0]
+                missing = f"{first.stack}, round {first.round}: {first.error}"
+            elif estimate is None:
+                missing = "no round in which both stacks gave samples"
+            else:
+                missing = ""
+            rows.append(DeviceLatency(
+                target=run.target, stack=stack, threads=threads, method=method, rounds=len(common),
+                planned=run.planned_rounds, candidate_p50_ms=mine_p50.p50_ms if mine_p50 else None,
+                baseline_p50_ms=theirs_p50.p50_ms if theirs_p50 else None,
+                estimate=None if missing else estimate, missing=missing))
+    return rows

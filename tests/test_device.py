@@ -1,0 +1,97 @@
+"""A device's results file (compat/run-on-device.sh, compat/device_runner.py) read back: whole, untouched and of
+one machine, or one message naming the line; the real bundle, run and read in end to end, is
+tests/test_integration.py's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from upgrade_gate import layout
+from upgrade_gate.errors import RecordError
+from upgrade_gate.schema.device import RESULTS_FORMAT, UnfinishedResults, read_device_results
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64", "cores": 9,
+          "isa": ["asimd", "asimddp", "i8mm"], "runner": "adb"}
+
+
+def round_line(stack: str, number: int, samples: list[float]) -> dict:
+    return {"record": "round", "model": "vit", "stack": stack, "threads": 1, "round": number, "calls": len(samples),
+            "verified": True if stack == "candidate" else None, "samples_ms": {"forward": samples}}
+
+
+def results_file(path: Path, lines: list[dict], *, end: bool = True) -> Path:
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    if end:  # as run-on-device.sh ends a whole run: the digest of every line before
+        text += json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"
+    path.write_text(text)
+    return path
+
+
+def whole_run() -> list[dict]:
+    return [{"record": "bundle", "manifest_sha256": "ab" * 32, "format": RESULTS_FORMAT, "rounds": 2}, TARGET,
+            round_line("legacy", 1, [2.0, 2.2]), round_line("candidate", 1, [1.0, 1.1]),
+            round_line("candidate", 2, [1.2, 1.0]),
+            {"record": "failed", "model": "vit", "stack": "legacy", "threads": 1, "round": 2, "error": "Killed"}]
+
+
+def test_a_whole_results_file_reads_as_the_device_wrote_it(tmp_path):
+    run = read_device_results(results_file(tmp_path / "r.jsonl", whole_run()))
+    assert (run.manifest_sha256, run.planned_rounds) == ("ab" * 32, 2)
+    assert run.target.name == "device:Pixel 8" and run.target.isa == ("asimd", "asimddp", "i8mm")
+    assert not run.target.x86  # an Arm phone: its kernels are the ones the team ships on
+    assert [(r.stack, r.round, r.samples_ms["forward"]) for r in run.rounds] == [
+        ("legacy", 1, (2.0, 2.2)), ("candidate", 1, (1.0, 1.1)), ("candidate", 2, (1.2, 1.0))]
+    assert [(f.stack, f.round, f.error) for f in run.failures] == [("legacy", 2, "Killed")]
+
+
+def test_a_results_file_changed_or_cut_short_does_not_read(tmp_path):
+    whole = results_file(tmp_path / "r.jsonl", whole_run())
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(whole.read_text().replace("[1.0, 1.1]", "[0.5, 0.6]"))
+    with pytest.raises(RecordError, match=r"edited.jsonl: changed since run-on-device.sh wrote it"):
+        read_device_results(edited)
+    with pytest.raises(UnfinishedResults, match=r"no end line: run-on-device.sh was stopped"):
+        read_device_results(results_file(tmp_path / "stopped.jsonl", whole_run(), end=False))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda lines: lines[1:], r"line 1: the first line names the bundle"),
+    (lambda lines: [lines[0], *lines[2:]], r"0 target lines; a results file is of one machine"),
+    (lambda lines: [*lines, {**TARGET, "name": "device:other"}], r"2 target lines"),
+    (lambda lines: [*lines[:2], {**lines[2], "threads": "1"}], r"Unexpected type str \(expected int\) in 'r.jsonl line 3.threads'"),
+    (lambda lines: [*lines[:2], {**lines[2], "samples_ms": {"forward": []}}], r"line 3: a round without samples"),
+    (lambda lines: [{**lines[0], "format": RESULTS_FORMAT + 1}, *lines[1:]], r"line 1: format 2; this upgrade-gate reads format 1"),
+    (lambda lines: [*lines, {"record": "reboot"}], r"line 7: unknown record 'reboot'"),
+])
+def test_a_results_file_that_is_not_one_device_s_rounds_names_its_line(tmp_path, change, message):
+    with pytest.raises(RecordError, match=message):
+        read_device_results(results_file(tmp_path / "r.jsonl", change(whole_run())))
+
+
+def test_a_device_s_name_never_makes_a_path_outside_the_report(tmp_path):
+    for name in ("device:../../etc/passwd", "device:/root", "device:Pixel 8", ":", "device:" + "x" * 200):
+        kept = layout.device_results_file(tmp_path, name)
+        assert kept.parent == tmp_path / "device" and kept.name.endswith(".jsonl") and len(kept.name) <= 70, kept
+        assert ".." not in kept.name and "/" not in kept.name.removesuffix(".jsonl")
+
+
+def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
+    """The Android path: /proc/cpuinfo as adb read it, described the way the tool describes this machine."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp "
+                       "cpuid asimdrdm lrcpc dcpop asimddp i8mm bf16\nHardware\t: Tensor G3\n")
+    printed = subprocess.run([sys.executable, str(REPO / "compat" / "device_runner.py"), "target", "device:Pixel 8",
+                              "--cpuinfo", str(cpuinfo), "--machine", "aarch64", "--cores", "9", "--runner", "adb"],
+                             capture_output=True, text=True, check=True).stdout
+    described = json.loads(printed)
+    # Of the Features line, the extensions XNNPACK dispatches on; the rest (aes, crc32, …) is no kernel choice.
+    assert set(described.pop("isa")) == {"asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16"}
+    assert described == {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64",
+                         "cores": 9, "runner": "adb"}
