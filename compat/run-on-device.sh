@@ -23,13 +23,13 @@ usage_error() { say "$*"; exit 2; }
 host_only=0
 install_dir=""
 out="$PWD/device-results.jsonl"
-declare -A python_of=() cannot_run=()
+overrides=""  # --python STACK=PATH, a line each
 rounds_override=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --host) host_only=1 ;;
         --python) [ $# -ge 2 ] && [[ "$2" == *=* ]] || usage_error "--python takes STACK=PATH (e.g. --python candidate=/opt/et/bin/python3)"
-                  python_of["${2%%=*}"]="${2#*=}"; shift ;;
+                  overrides+="${2%%=*}"$'\t'"${2#*=}"$'\n'; shift ;;
         --install) [ $# -ge 2 ] || usage_error "--install takes a folder for the stacks' venvs"
                    install_dir="$2"; shift ;;
         --rounds) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage_error "--rounds takes a whole number ≥ 1"
@@ -50,9 +50,14 @@ fi
 # shellcheck source=/dev/null
 . "$here/settings.env"  # ROUNDS WARMUP CALLS THREADS RTOL ATOL MANIFEST_SHA256, written by nox -s bundle
 rounds="${rounds_override:-$ROUNDS}"
-while IFS=$'\t' read -r stack python; do
-    [ -n "${python_of[$stack]:-}" ] || python_of["$stack"]="$python"
-done < "$here/pythons.tsv"
+
+# Each stack's Python, the last line for a stack winning: the bundle's venvs, then --install's, then --python's.
+# (Files, not bash 4's associative arrays: macOS's /bin/bash is 3.2.)
+state="$(mktemp -d)"
+trap 'rm -rf "$state"' EXIT
+cp "$here/pythons.tsv" "$state/pythons"
+python_of() { awk -F'\t' -v s="$1" '$1 == s { p = $2 } END { print p }' "$state/pythons"; }
+cannot_run() { cat "$state/cannot-run.$1" 2>/dev/null; }  # why a stack has no Python here ("" when it has)
 
 # --install: each stack's venv built here with uv, from its spec's Python and requirements.
 if [ -n "$install_dir" ]; then
@@ -64,18 +69,20 @@ if [ -n "$install_dir" ]; then
         version="$(sed -n 's/^# python //p' "$here/stacks/$stack.txt")"
         if uv venv -q --allow-existing --python "$version" "$venv" > "$log" 2>&1 \
             && uv pip install -q --python "$venv/bin/python" -r "$here/stacks/$stack.txt" >> "$log" 2>&1; then
-            python_of["$stack"]="$venv/bin/python"
+            printf '%s\t%s\n' "$stack" "$venv/bin/python" >> "$state/pythons"
         else  # uv's own words, as one line a JSON string can hold
-            cannot_run["$stack"]="$stack does not install on $(uname -s) $(uname -m): $(grep -v '^ *$' "$log" | tail -3 | tr -d '"\\' | tr '\n\t' '  ')"
-            say "${cannot_run[$stack]} (log: $log)"
+            printf '%s does not install on %s %s: %s' "$stack" "$(uname -s)" "$(uname -m)" \
+                "$(grep -v '^ *$' "$log" | tail -3 | tr -d '"\\' | tr '\n\t' '  ')" > "$state/cannot-run.$stack"
+            say "$(cannot_run "$stack") (log: $log)"
         fi
     done < "$here/pythons.tsv"
 fi
+printf '%s' "$overrides" >> "$state/pythons"
 
 partial="$out.partial"
 : > "$partial" || usage_error "cannot write $partial"
 printf '{"record": "bundle", "manifest_sha256": "%s", "format": 1, "rounds": %d}\n' "$MANIFEST_SHA256" "$rounds" >> "$partial"
-trap 'say "stopped: the rounds so far are in $partial; run the same command again"; exit 3' INT TERM
+trap 'say "stopped: the rounds so far are in $partial; run the same command again"; exit 3' INT TERM  # EXIT cleans up
 
 failed_line() {  # model stack threads round message: a round whose runner gave no line of its own
     printf '{"record": "failed", "model": "%s", "stack": "%s", "threads": %d, "round": %d, "error": "%s"}\n' \
@@ -84,8 +91,12 @@ failed_line() {  # model stack threads round message: a round whose runner gave 
 
 # -- on this machine, with each stack's Python runtime ----------------------------------------------------
 host_round() {  # model stack runtime artifact methods threads round
-    if [ -n "${cannot_run[$2]:-}" ]; then failed_line "$1" "$2" "$6" "$7" "${cannot_run[$2]}"; return; fi
-    local python="${python_of[$2]:-}"
+    local python why
+    why="$(cannot_run "$2")"
+    if [ -n "$why" ] && [ -z "$(printf '%s' "$overrides" | awk -F'\t' -v s="$2" '$1 == s')" ]; then
+        failed_line "$1" "$2" "$6" "$7" "$why"; return
+    fi
+    python="$(python_of "$2")"
     if [ -z "$python" ] || [ ! -x "$python" ]; then
         usage_error "no Python for stack $2 ('${python}' is not an executable): give one with --python $2=PATH"
     fi
