@@ -1,18 +1,20 @@
-"""A device bundle's runner (``nox -s bundle``: upgrade_gate.measure.device): one round of one stack's artifact
-on the machine it runs on, with a stack's Python runtime — ExecuTorch's bundled-program loader for a ``.bpte``,
-the Lite Interpreter for a ``.ptl`` — one JSON line on stdout for ``run-on-device.sh`` to append to its results.
+"""A device bundle's runner (``nox -s bundle``: upgrade_gate.measure.device): one stack's artifact of one model on
+the machine it runs on, with the stack's Python runtime — ExecuTorch's bundled-program loader for a ``.bpte``, the
+Lite Interpreter for a ``.ptl`` — loaded once and timed a round at a time as ``run-on-device.sh`` asks, one JSON
+line per round on stdout for the script to append to its results.
 
 It is copied into the bundle alone: standard library at the top, the runtime imported by the command that needs
 it, nothing of upgrade-gate. compat/common.py takes the machine's description from here, so that the bundle and
 the tool describe a CPU the same way.
 
     python3 device_runner.py target NAME             the machine, as a results line
-    python3 device_runner.py round --runtime … …     one round: load, verify (.bpte), warm up, time each method
+    python3 device_runner.py serve --runtime … …     load, verify (.bpte), warm up; then a round per `round N`
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -92,10 +94,10 @@ def _time(call: Any, warmup: int, calls: int) -> list[float]:
     return samples
 
 
-def executorch_round(args: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
-    """Load the bundled program, check every method against the outputs bundled with it (ExecuTorch's own
-    verification, in the order the bundle recorded them: a method may read what an earlier one wrote), then time
-    each method on the fixture's inputs."""
+def executorch_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load the bundled program and check every method against the outputs bundled with it (ExecuTorch's own
+    verification, in the order the bundle recorded them: a method may read what an earlier one wrote); each
+    method's call on the fixture's inputs, and what the load said."""
     binding = executorch_binding()
     binding._unsafe_reset_threadpool(args.threads)  # before any load (compat/executorch_xnnpack.py set_threads)
     start = time.perf_counter_ns()
@@ -106,42 +108,71 @@ def executorch_round(args: argparse.Namespace, methods: list[str]) -> dict[str, 
         module.load_bundled_input(bundle, method, 0)
         module.plan_execute(method)
         module.verify_result_with_bundled_expected_output(bundle, method, 0, args.rtol, args.atol)
-    samples = {}
-    for method in methods:
-        inputs = _inputs(Path(args.inputs), method)
-        samples[method] = _time(lambda m=method, i=inputs: module.run_method(m, i), args.warmup, args.calls)
-    return {"load_ms": load_ms, "verified": True, "samples_ms": samples}
+    inputs = {method: _inputs(Path(args.inputs), method) for method in methods}
+    calls = {method: functools.partial(module.run_method, method, inputs[method]) for method in methods}
+    return calls, {"load_ms": load_ms, "verified": True}
 
 
-def lite_round(args: argparse.Namespace, methods: list[str]) -> dict[str, Any]:
-    """Load each method's ``.ptl`` in the Lite Interpreter and time it on the fixture's inputs."""
+def lite_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load each method's ``.ptl`` in the Lite Interpreter; its call on the fixture's inputs."""
     import torch
     from torch.jit.mobile import _load_for_lite_interpreter
 
     torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
     torch.backends.quantized.engine = QUANTIZED_ENGINE
-    folder, load_ms, samples = Path(args.artifact), 0.0, {}
+    folder, load_ms, calls = Path(args.artifact), 0.0, {}
     for method in methods:
         start = time.perf_counter_ns()
         program = _load_for_lite_interpreter(str(folder / f"{method}.ptl"))
         load_ms += (time.perf_counter_ns() - start) / 1e6
-        inputs = _inputs(Path(args.inputs), method)
-        with torch.no_grad():
-            samples[method] = _time(lambda p=program, i=inputs: p(*i), args.warmup, args.calls)
-    return {"load_ms": load_ms, "verified": None, "samples_ms": samples}
+        calls[method] = functools.partial(program, *_inputs(Path(args.inputs), method))
+    return calls, {"load_ms": load_ms, "verified": None}
 
 
-def one_round(args: argparse.Namespace) -> dict[str, Any]:
+def _failed(line: dict[str, Any], error: Exception) -> dict[str, Any]:
+    tail = traceback.format_exception(error)[-3:]
+    return {**line, "record": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
+            "traceback_tail": [text.rstrip() for text in tail]}
+
+
+def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
+    """Load once, warm up, then one round per request (``round N`` on stdin; anything else ends it), as the
+    measure session's servers do: each round calls every method once untimed (the other stack ran since), then
+    times ``--calls`` calls of it. One JSON line per round on stdout; a load or a round that fails is a
+    ``failed`` line, and the server ends."""
     methods = args.methods.split(",")
-    line = {"record": "round", "model": args.model, "stack": args.stack, "threads": args.threads,
-            "round": args.round, "calls": args.calls}
+    line = {"record": "round", "model": args.model, "stack": args.stack, "threads": args.threads, "calls": args.calls}
+
+    def say(data: dict[str, Any]) -> None:
+        answer.write(json.dumps(data) + "\n")
+        answer.flush()
+
     try:
-        found = (executorch_round if args.runtime == RUNTIMES[".bpte"] else lite_round)(args, methods)
-    except Exception as error:  # noqa: BLE001 - a round that fails is a line saying how, never a silent gap
-        tail = traceback.format_exception(error)[-3:]
-        return {**line, "record": "failed", "error": f"{type(error).__name__}: {error}"[:2000],
-                "traceback_tail": [text.rstrip() for text in tail]}
-    return {**line, **found}
+        calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
+        for call in calls.values():
+            _time(call, args.warmup, 0)
+    except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
+        failure = _failed({**line, "round": 0}, error)
+        for request in requests:
+            if not request.startswith("round "):
+                return 1
+            say({**failure, "round": int(request.split()[1])})
+        return 1
+    for request in requests:
+        if not request.startswith("round "):
+            break
+        number = int(request.split()[1])
+        try:
+            samples = {}
+            for method, call in calls.items():
+                call()
+                samples[method] = _time(call, 0, args.calls)
+        except Exception as error:  # noqa: BLE001 - as above
+            say(_failed({**line, "round": number}, error))
+            return 1
+        say({**line, "round": number, **loaded, "samples_ms": samples})
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,22 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     machine.add_argument("--machine", default="")
     machine.add_argument("--cores", type=int, default=0)
     machine.add_argument("--runner", default="python", choices=("python", "adb"))
-    rounds = commands.add_parser("round")
+    rounds = commands.add_parser("serve")
     rounds.add_argument("--runtime", choices=sorted(RUNTIMES.values()), required=True)
     rounds.add_argument("--artifact", required=True, help="the .bpte, or the folder of a stack's .ptl files")
     rounds.add_argument("--inputs", required=True, help="the model's inputs.npz")
     rounds.add_argument("--methods", required=True)
     rounds.add_argument("--model", required=True)
     rounds.add_argument("--stack", required=True)
-    rounds.add_argument("--round", type=int, required=True)
     rounds.add_argument("--threads", type=int, required=True)
     rounds.add_argument("--warmup", type=int, required=True)
     rounds.add_argument("--calls", type=int, required=True)
     rounds.add_argument("--rtol", type=float, required=True)
     rounds.add_argument("--atol", type=float, required=True)
     args = parser.parse_args(argv)
-    line = target(args) if args.command == "target" else one_round(args)
-    sys.stdout.write(json.dumps(line) + "\n")
+    if args.command == "serve":
+        return serve(args, sys.stdin, sys.stdout)
+    sys.stdout.write(json.dumps(target(args)) + "\n")
     return 0
 
 

@@ -54,7 +54,7 @@ rounds="${rounds_override:-$ROUNDS}"
 # Each stack's Python, the last line for a stack winning: the bundle's venvs, then --install's, then --python's.
 # (Files, not bash 4's associative arrays: macOS's /bin/bash is 3.2.)
 state="$(mktemp -d)"
-trap 'rm -rf "$state"' EXIT
+trap 'stop_servers 2>/dev/null; rm -rf "$state"' EXIT
 cp "$here/pythons.tsv" "$state/pythons"
 python_of() { awk -F'\t' -v s="$1" '$1 == s { p = $2 } END { print p }' "$state/pythons"; }
 cannot_run() { cat "$state/cannot-run.$1" 2>/dev/null; }  # why a stack has no Python here ("" when it has)
@@ -90,21 +90,57 @@ failed_line() {  # model stack threads round message: a round whose runner gave 
 }
 
 # -- on this machine, with each stack's Python runtime ----------------------------------------------------
+# One server per stack and model (device_runner.py serve): it loads, verifies and warms up once, then answers
+# `round N` on its FIFO with one line, as the measure session's servers do.
+trap '' PIPE  # a server that died is a write that fails (its round says so), not the end of this script
+ROUND_TIMEOUT_S=600
+start_servers() {  # model threads lines
+    local index=0 stack runtime artifact methods python why
+    while IFS=$'\t' read -r _ stack runtime artifact methods; do
+        index=$((index + 1))
+        why="$(cannot_run "$stack")"
+        if [ -n "$why" ] && [ -z "$(printf '%s' "$overrides" | awk -F'\t' -v s="$stack" '$1 == s')" ]; then
+            continue  # its rounds each say why (host_round)
+        fi
+        rm -f "$state/cannot-run.$stack"  # a --python given for it
+        python="$(python_of "$stack")"
+        if [ -z "$python" ] || [ ! -x "$python" ]; then
+            usage_error "no Python for stack $stack ('${python}' is not an executable): give one with --python $stack=PATH"
+        fi
+        # File descriptors 3 to 8, two a stack: bash keeps 10 and up for its own redirections.
+        [ "$index" -le 3 ] || usage_error "the host path runs at most 3 stacks of a model ($1 has more in plan.tsv)"
+        mkfifo "$state/in.$stack" "$state/out.$stack"
+        "$python" "$here/device_runner.py" serve --runtime "$runtime" --artifact "$here/$1/$stack/$artifact" \
+            --inputs "$here/$1/inputs.npz" --methods "$methods" --model "$1" --stack "$stack" --threads "$2" \
+            --warmup "$WARMUP" --calls "$CALLS" --rtol "$RTOL" --atol "$ATOL" \
+            < "$state/in.$stack" > "$state/out.$stack" 2>> "$out.log" &
+        echo "$! $((1 + 2 * index)) $((2 + 2 * index))" > "$state/server.$stack"
+        eval "exec $((1 + 2 * index))>\"\$state/in.\$stack\" $((2 + 2 * index))<\"\$state/out.\$stack\""
+    done <<< "$3"
+}
+
+stop_servers() {
+    local file pid to from
+    for file in "$state"/server.*; do
+        [ -e "$file" ] || continue
+        read -r pid to from < "$file"
+        printf 'exit\n' >&"$to" 2>/dev/null
+        eval "exec $to>&- $from<&-"
+        wait "$pid" 2>/dev/null
+        rm -f "$file" "$state/in.${file##*/server.}" "$state/out.${file##*/server.}"
+    done
+}
+
 host_round() {  # model stack runtime artifact methods threads round
-    local python why
-    why="$(cannot_run "$2")"
-    if [ -n "$why" ] && [ -z "$(printf '%s' "$overrides" | awk -F'\t' -v s="$2" '$1 == s')" ]; then
-        failed_line "$1" "$2" "$6" "$7" "$why"; return
+    local pid to from answer
+    if [ -n "$(cannot_run "$2")" ]; then failed_line "$1" "$2" "$6" "$7" "$(cannot_run "$2")"; return; fi
+    read -r pid to from < "$state/server.$2"
+    if printf 'round %d\n' "$7" >&"$to" 2>/dev/null && IFS= read -r -t "$ROUND_TIMEOUT_S" answer <&"$from" \
+            && [ -n "$answer" ]; then
+        printf '%s\n' "$answer" >> "$partial"
+    else
+        failed_line "$1" "$2" "$6" "$7" "the runner (pid $pid) gave no answer to round $7: it ended or took over ${ROUND_TIMEOUT_S} s; the last it wrote: $(grep -v '^ *$' "$out.log" 2>/dev/null | tail -1 | tr -d '"\\' | cut -c1-300) (all of it: $out.log)"
     fi
-    python="$(python_of "$2")"
-    if [ -z "$python" ] || [ ! -x "$python" ]; then
-        usage_error "no Python for stack $2 ('${python}' is not an executable): give one with --python $2=PATH"
-    fi
-    local artifact="$here/$1/$2/$4"
-    "$python" "$here/device_runner.py" round --runtime "$3" --artifact "$artifact" --inputs "$here/$1/inputs.npz" \
-        --methods "$5" --model "$1" --stack "$2" --round "$7" --threads "$6" --warmup "$WARMUP" --calls "$CALLS" \
-        --rtol "$RTOL" --atol "$ATOL" < /dev/null >> "$partial" 2>> "$out.log" \
-        || failed_line "$1" "$2" "$6" "$7" "the runner exited with status $? (its output: $out.log)"
 }
 
 # -- on an Android device over adb (not exercised by the tests: docs/device.md) ----------------------------
@@ -151,6 +187,7 @@ fi
 # The stacks take turns, the order reversed every other round, as the measure session's rounds do.
 for threads in $THREADS; do
     for model in $(cut -f1 "$here/plan.tsv" | uniq); do
+        [ "$one_round" = host_round ] && start_servers "$model" "$threads" "$(awk -F'\t' -v m="$model" '$1 == m' "$here/plan.tsv")"
         for ((round = 1; round <= rounds; round++)); do
             lines="$(awk -F'\t' -v m="$model" '$1 == m' "$here/plan.tsv")"
             if [ $((round % 2)) = 0 ]; then lines="$(printf '%s\n' "$lines" | tac 2>/dev/null || printf '%s\n' "$lines" | tail -r)"; fi
@@ -158,6 +195,7 @@ for threads in $THREADS; do
                 "$one_round" "$model" "$stack" "$runtime" "$artifact" "$methods" "$threads" "$round"
             done <<< "$lines"
         done
+        [ "$one_round" = host_round ] && stop_servers
     done
 done
 # The last line: the digest of every line before it (a file edited afterwards does not read; one without it was stopped).
