@@ -90,6 +90,8 @@ def compare(session: nox.Session) -> None:
     if plan.settings.project is not None:
         _notify_project_sessions(session, plan)
     session.notify("measure", session.posargs)
+    if plan.settings.targets:
+        session.notify("targets", session.posargs)
     session.notify("report", session.posargs)
 
 
@@ -246,6 +248,14 @@ def bundle(session: nox.Session) -> None:
     """A device bundle of a report folder's artifacts, to time both stacks on a phone or board (docs/device.md)."""
     plan = pipeline.bundle_plan_or_exit(session.posargs, session.invoked_from)
     pipeline.bundle(plan, log=session.log)
+
+
+@nox.session(python=False, default=False)
+@guard.guarded
+def targets(session: nox.Session) -> None:
+    """Latency on each machine of [tool.upgrade-gate.targets], over ssh, from the report's device bundle."""
+    plan = pipeline.bundle_plan_or_exit(session.posargs, session.invoked_from)
+    pipeline.targets(plan, log=session.log)
 
 
 @nox.session(python=False, name="device-results", default=False)

@@ -2,7 +2,7 @@
 # A device bundle's rounds (written by `nox -s bundle`; docs/device.md): both stacks' artifacts timed in
 # alternating rounds (A B, B A, …) on one machine, into one results file for `upgrade-gate device-results`.
 #
-#   ./run-on-device.sh [--host] [--install DIR | --python STACK=PATH …] [--rounds N] [--out FILE]
+#   ./run-on-device.sh [--host] [--install DIR | --python STACK=PATH …] [--rounds N] [--name NAME] [--out FILE]
 #
 # With adb and a device attached (and no --host), the files go to the phone and ExecuTorch's executor_runner
 # (EXECUTOR_RUNNER=path, built with bundled IO) and PyTorch Mobile's speed_benchmark_torch (SPEED_BENCHMARK_TORCH=path,
@@ -21,6 +21,7 @@ say() { printf 'run-on-device.sh: %s\n' "$*" >&2; }
 usage_error() { say "$*"; exit 2; }
 
 host_only=0
+name=""  # the target's name in the report: device:<model> over adb, device:<hostname> here, unless given
 install_dir=""
 out="$PWD/device-results.jsonl"
 overrides=""  # --python STACK=PATH, a line each
@@ -35,8 +36,9 @@ while [ $# -gt 0 ]; do
         --rounds) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage_error "--rounds takes a whole number ≥ 1"
                   rounds_override="$2"; shift ;;
         --out) [ $# -ge 2 ] || usage_error "--out takes a file name"; out="$2"; shift ;;
+        --name) [ $# -ge 2 ] || usage_error "--name takes the target's name"; name="$2"; shift ;;
         -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --out FILE)" ;;
+        *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --name NAME, --out FILE)" ;;
     esac
     shift
 done
@@ -174,13 +176,13 @@ if [ "$host_only" = 0 ] && command -v adb >/dev/null && [ "$(adb get-state 2>/de
         && adb push "$SPEED_BENCHMARK_TORCH" "$device_dir/speed_benchmark_torch" >/dev/null \
         || { say "adb push failed"; exit 3; }
     cpuinfo="$(mktemp)"; adb shell cat /proc/cpuinfo > "$cpuinfo"
-    "$any_python" "$here/device_runner.py" target "device:$(adb shell getprop ro.product.model | tr -d '\r')" \
+    "$any_python" "$here/device_runner.py" target "${name:-device:$(adb shell getprop ro.product.model | tr -d '\r')}" \
         --cpuinfo "$cpuinfo" --machine "$(adb shell uname -m | tr -d '\r')" --cores "$(adb shell nproc | tr -d '\r')" \
         --runner adb >> "$partial"
     rm -f "$cpuinfo"
     one_round=android_round
 else
-    "$any_python" "$here/device_runner.py" target "device:$(uname -n)" >> "$partial"
+    "$any_python" "$here/device_runner.py" target "${name:-device:$(uname -n)}" >> "$partial"
     one_round=host_round
 fi
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from upgrade_gate import layout
-from upgrade_gate.errors import RecordError
+from upgrade_gate.config.settings import Settings, load_settings
+from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.schema.device import RESULTS_FORMAT, UnfinishedResults, read_device_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,3 +97,32 @@ def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     assert set(described.pop("isa")) == {"asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16"}
     assert described == {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64",
                          "cores": 9, "runner": "adb"}
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ('pi5 = "ftp://ci@pi5.lab"', "tool.upgrade-gate.targets.pi5: unknown scheme 'ftp': targets are reached over ssh; "
+                                 'write ssh://[user@]host[:port], e.g. "ssh://ci@pi5.lab:22"'),
+    ('pi5 = "ssh://ci@"', "tool.upgrade-gate.targets.pi5: not an address 'ssh://ci@'"),
+    ('pi5 = "ssh://ci@pi5.lab:70000"', "tool.upgrade-gate.targets.pi5: port 70000 is not a port (1 to 65535)"),
+    ('pi5 = "pi5.lab"', "tool.upgrade-gate.targets.pi5: not an address 'pi5.lab'"),
+    ("pi5 = 22", "tool.upgrade-gate.targets.pi5: expected an address"),
+    ('pi5 = { address = "ssh://pi5.lab", key = "k" }', "tool.upgrade-gate.targets.pi5.key: unknown key"),
+    ('local = "ssh://pi5.lab"', "tool.upgrade-gate.targets.local: a target's name is"),
+    ('"../up" = "ssh://pi5.lab"', "tool.upgrade-gate.targets.../up: a target's name is"),
+])
+def test_a_target_that_is_not_an_ssh_address_names_its_key(tmp_path, entry, message):
+    (tmp_path / "pyproject.toml").write_text(f"[tool.upgrade-gate.targets]\n{entry}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(tmp_path / "pyproject.toml")
+
+
+def test_targets_read_as_written_and_back(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.upgrade-gate.targets]\npi5 = "ssh://ci@pi5.lab:2222"\nlab = { address = "ssh://[fe80::1]", '
+        'identity = "keys/ci" }\nbare = "ssh://board"\n')
+    settings = load_settings(tmp_path / "pyproject.toml")
+    assert [(t.name, t.user, t.host, t.port, t.identity) for t in settings.targets] == [
+        ("pi5", "ci", "pi5.lab", 2222, None), ("lab", None, "[fe80::1]", 22, (tmp_path / "keys" / "ci").resolve()),
+        ("bare", None, "board", 22, None)]
+    again = Settings.from_dict(settings.to_dict(), path=tmp_path / "pyproject.toml")
+    assert again.targets == settings.targets

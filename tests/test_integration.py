@@ -3,6 +3,7 @@ exporters write .ptl and .pte files, the real runtimes load and run them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -11,6 +12,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 from benchmarks.benchmark import link_tree, run_workflow_command
 from helpers.readers import colours, render, validate_junit, verdict_of
 from helpers.runs import EXPLAINING, EXPLAINING_OFF, REPO, ended_as, load, nox, user_project
+from helpers.sshd import Sshd
 from packaging.version import Version
 
 from upgrade_gate import layout
@@ -450,7 +453,8 @@ def test_a_device_bundle_is_verified_run_where_it_is_copied_and_its_rounds_judge
     assert f"on {lines[1]['name']}" in (report / "report.md").read_text()
 
     changed = tmp_path / "changed"  # one round's number, edited
-    changed.write_text(results.read_text().replace('"round": 3, "calls"', '"round": 4, "calls"', 1))
+    changed.write_text(results.read_text().replace('"round": 3, ', '"round": 4, ', 1))
+    assert changed.read_text() != results.read_text()
     stopped = tmp_path / "stopped.jsonl"  # the rounds so far, as a stopped run leaves them
     stopped.write_text("".join(results.read_text().splitlines(keepends=True)[:-1]))
     for bad, status, said in ((changed, 2, "changed since run-on-device.sh wrote it"),
@@ -464,6 +468,85 @@ def test_a_device_bundle_is_verified_run_where_it_is_copied_and_its_rounds_judge
                               capture_output=True, text=True, timeout=60)
     assert tampered.returncode == 2 and "vit-smoke/candidate/forward.bpte" in tampered.stderr, tampered.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_target_over_ssh_is_built_timed_and_judged_and_a_lost_connection_is_incomplete_until_resumed(
+        smoke_run, tmp_path):
+    """Issue 41, item 2: [tool.upgrade-gate.targets] with a real sshd on 127.0.0.1. The target gets the bundle, builds
+    both stacks with uv and times them; its device-latency gate is judged. A refused key and a connection dropped
+    mid-round each leave the gate incomplete, naming the target and what ssh said, and the same command resumes."""
+    out, compared = smoke_run
+    report = tmp_path / "report"
+    shutil.copytree(out, report, ignore=shutil.ignore_patterns(".upgrade-gate.lock"))
+    server = Sshd(tmp_path / "sshd")
+    remote_root = Path.home() / ".cache" / "upgrade-gate-targets"  # the target is this machine's root account
+
+    def configured(identity: Path) -> dict[str, str]:
+        config = tmp_path / "pyproject.toml"
+        config.write_text((out.parent / "pyproject.toml").read_text() + "[tool.upgrade-gate.targets]\n"
+                          f'loop = {{ address = "{server.address}", identity = "{identity}" }}\n')
+        return {"UPGRADE_GATE_CONFIG": str(config)}
+
+    def measured(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        done = nox("-s", "targets", "--", "--out", str(report), "--models", "vit-smoke", env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    def judged(env: dict[str, str]) -> dict:
+        done = nox("-s", "report", "--", "--out", str(report), env=env)
+        assert done.returncode == compared.returncode, done.stderr[-3000:]  # a NO-GO stands whatever a target says
+        (gate,) = [g for g in load(report, "verdict.json")["gates"]
+                   if g["gate"] == "device-latency" and g["model"] == "vit-smoke"]
+        return gate
+
+    # What the target keeps of this test: its bundle's folder (its venvs stay, as uv's cache does).
+    before = set(remote_root.glob("*"))
+    server.start()
+    try:
+        env = configured(server.other_key)  # a key the server does not know
+        measured(env)
+        gate = judged(env)
+        assert gate["status"] == "incomplete" and "no rounds from loop: ssh " in gate["note"], gate
+        assert "Permission denied" in gate["note"], gate["note"]
+
+        env = configured(server.user_key)
+        said = measured(env).stderr
+        assert "targets: loop: copying the bundle" in said and " rounds read in (loop: " in said, said[-3000:]
+        gate = judged(env)
+        assert gate["status"] in ("passed", "failed", "inconclusive") and gate["note"].startswith("loop, 1 thread(s)")
+        (row,) = [r for m in load(report, "results.json")["models"] if m["model"] == "vit-smoke"
+                  for r in m["device_latency"]]
+        assert row["target"]["name"] == "loop" and row["target"]["architecture"] == platform.machine()
+        assert row["rounds"] == row["planned"] and row["estimate"]["median"] == gate["measured"]["value"]
+
+        # The connection lost mid-round: the server and its sessions killed once the rounds have begun there.
+        digest = hashlib.sha256((report / "bundle" / "manifest.json").read_bytes()).hexdigest()
+        partial = remote_root / digest[:16] / "results.jsonl.partial"
+        running = subprocess.Popen([sys.executable, "-m", "nox", "--noxfile", str(REPO / "noxfile.py"), "-s", "targets",
+                                    "--", "--out", str(report), "--models", "vit-smoke"],
+                                   env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        deadline = time.monotonic() + 300
+        while not (partial.is_file() and '"record": "round"' in partial.read_text()):
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()[0][-3000:]
+            time.sleep(0.1)
+        server.stop()
+        said = running.communicate(timeout=300)[0]
+        assert running.returncode == 0 and "targets: loop: no rounds: ssh " in said, said[-3000:]
+        gate = judged(env)
+        assert gate["status"] == "incomplete" and "no rounds from loop: ssh " in gate["note"], gate
+        assert not (report / "device" / "loop.jsonl").exists()  # the target's last try is what the report shows
+
+        server.start()  # back: the same command resumes
+        measured(env)
+        assert judged(env)["status"] in ("passed", "failed", "inconclusive")
+        assert not (report / "device" / "loop.failed.json").exists()
+    finally:
+        server.stop()
+        for made in set(remote_root.glob("*")) - before - {remote_root / "venvs"}:
+            shutil.rmtree(made, ignore_errors=True)
+        subprocess.run(["ssh-keygen", "-R", f"[127.0.0.1]:{server.port}", "-f",
+                        str(layout.cache_root() / "results" / "known_hosts")], capture_output=True)
 
 
 def test_the_workflows_are_valid_github_workflows(tmp_path):

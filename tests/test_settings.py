@@ -162,7 +162,7 @@ def test_unknown_setting(project):
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, candidates, diagnose-budget, "
         "envs, export-jobs, extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, profile, project, rounds, stop-early, suite, "
-        "threads, "
+        "targets, threads, "
         "time-budget, timeouts, variants, warmup, worker-start"
     )
 

@@ -38,6 +38,7 @@ commands:
   releases            which ExecuTorch release to move to: {CLI} releases -- --from 0.7.0 --to 1.0.1
   bundle              the report's artifacts as a phone or board runs them: {CLI} bundle -- --out report
   device-results      a device's rounds read into the report: {CLI} device-results FILE --out report
+  targets             latency on [tool.upgrade-gate.targets] over ssh (compare runs it after measure)
   -l                  every command, with the stacks' own ("run(<stack>)", "project(<stack>)", ...)
 
 Options after `--` go to the command, e.g. {CLI} compare -- --out DIR --suite none --models my-model

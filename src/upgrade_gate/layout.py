@@ -29,6 +29,7 @@ every run on a machine, and every file of a run in its report folder.
       bundle/  (docs/device.md)                        `nox -s bundle`, the device bundle: manifest.json,
           run-on-device.sh  device_runner.py  …        SHA256SUMS, plan.tsv, <model>/inputs.npz, <model>/<stack>/…
       device/<target>.jsonl  <target>.manifest.json    `device-results`: a device's rounds, and the bundle they ran
+      device/<target>.failed.json                      a target of [tool.upgrade-gate.targets] that gave none: why
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
       project/<stack>/tests.cache.json                 the run's cache key and entry (upgrade_gate.project.session)
@@ -159,6 +160,15 @@ def device_results_file(out: Path, target: str) -> Path:
 
 def device_results_files(out: Path) -> list[Path]:
     return sorted((out / "device").glob("*.jsonl"))
+
+
+def device_failed_file(out: Path, target: str) -> Path:
+    """Why a target of ``[tool.upgrade-gate.targets]`` gave no rounds this time (ssh's words), beside its results."""
+    return device_results_file(out, target).with_suffix(".failed.json")
+
+
+def device_failed_files(out: Path) -> list[Path]:
+    return sorted((out / "device").glob("*.failed.json"))
 
 
 # A stack's files in project/<stack>/ (project_dir), beside run.json.

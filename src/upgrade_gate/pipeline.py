@@ -29,6 +29,7 @@ from upgrade_gate.judge.gather import gather, stack_info
 from upgrade_gate.judge.policy import evaluate, headline
 from upgrade_gate.measure import device
 from upgrade_gate.measure.rounds import measure_all
+from upgrade_gate.measure.targets import measure_targets
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import artifacts, asset_build, cache, runner, shards
@@ -283,6 +284,14 @@ def results_file_or_exit(posargs: list[str], invoked_from: str | Path) -> tuple[
         fail_usage(f"device-results takes the file run-on-device.sh wrote first: "
                    f"`{command('device-results', 'FILE --out REPORT')}`")
     return Path(invoked_from) / posargs[0], list(posargs[1:])
+
+
+def targets(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    """`nox -s targets`: latency on each machine of [tool.upgrade-gate.targets], over ssh (measure/targets.py)."""
+    if not plan.settings.targets:
+        fail_usage(f"{plan.settings.config_path}: no [tool.upgrade-gate.targets]; add one, e.g. "
+                   'pi5 = "ssh://ci@pi5.lab:22" (docs/device.md)')
+    measure_targets(plan, log)
 
 
 def device_results(plan: Plan, results: Path) -> int:

@@ -43,6 +43,7 @@ from upgrade_gate.config._kinds import (
 from upgrade_gate.config.catalog import QUANTIZED_VARIANTS, SUITES, ModelEntry
 from upgrade_gate.config.gate_settings import GATE_OPTIONS, GateSettings, load_gates
 from upgrade_gate.config.project_settings import ProjectSettings, load_project
+from upgrade_gate.config.targets import RemoteTarget, load_targets
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import cache_root
@@ -135,7 +136,7 @@ OPTIONS = (
 )
 OPTION = {option.key: option for option in OPTIONS}
 # Sub-tables, each read by its own function below.
-TABLES = ("timeouts", "gates", "models", "extra-requirements", "project")
+TABLES = ("timeouts", "gates", "models", "extra-requirements", "project", "targets")
 
 # Deadlines in seconds per worker stage.
 TIMEOUT_KEYS = ("default", "start", *EXPORT_STAGES, *RUNTIME_STAGES, *MEASURE_STAGES)
@@ -185,6 +186,8 @@ class Settings:
     extra_requirements: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The team's own tests and code ([tool.upgrade-gate.project]); None when not configured.
     project: ProjectSettings | None = field(default=None)
+    # Machines besides this one where latency is measured, over ssh ([tool.upgrade-gate.targets], docs/device.md).
+    targets: tuple[RemoteTarget, ...] = ()
 
     def timeout_key(self, stage: str) -> str:
         """The ``timeouts`` entry that applies to a stage: its own, else ``default``."""
@@ -202,6 +205,8 @@ class Settings:
         table["extra-requirements"] = {stack: list(reqs) for stack, reqs in self.extra_requirements}
         if self.project is not None:
             table["project"] = self.project.to_dict()
+        if self.targets:
+            table["targets"] = {target.name: target.to_toml() for target in self.targets}
         return table
 
     @classmethod
@@ -247,6 +252,7 @@ def _load(table: Table, config_path: Path, *, check_files: bool) -> Settings:
         project_models=catalog.load_project_models(table.get_table("models"), project_root=base.resolve()),
         extra_requirements=tuple((stack, tuple(extra.get_str_list(stack, []))) for stack in extra.data),
         project=load_project(table.get_table("project"), base, check_files) if "project" in table.data else None,
+        targets=load_targets(table.get_table("targets"), base),
     )
 
 

@@ -17,7 +17,7 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema.device import DeviceRun, read_device_results
-from upgrade_gate.schema.measured import DeviceLatency, ratio_by_rounds, summarize
+from upgrade_gate.schema.measured import DeviceLatency, Target, ratio_by_rounds, summarize
 from upgrade_gate.schema.records import read_key_record
 from upgrade_gate.stats import interval_confidence
 
@@ -51,7 +51,34 @@ def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
         for spec in plan.candidates:
             if spec.name in bundled["stacks"]:
                 found += _ratios(plan, model, run, bundled, spec.name)
-    return tuple(found)
+    return tuple(found) + _failed_targets(plan, model)
+
+
+def _failed_targets(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
+    """Each target of [tool.upgrade-gate.targets] whose last try gave no rounds (measure/targets.py): a row per
+    candidate, thread count and method the bundle holds for the model, incomplete with the target's reason."""
+    out = plan.settings.out_dir
+    try:
+        bundled = json.loads((layout.bundle_dir(out) / "manifest.json").read_text(encoding="utf-8"))["models"]
+    except (OSError, ValueError, KeyError):
+        bundled = {}
+    held = bundled.get(model.name) if isinstance(bundled, dict) else None
+    rows: list[DeviceLatency] = []
+    for file in layout.device_failed_files(out):
+        try:
+            failed = json.loads(file.read_text(encoding="utf-8"))
+            name, error = str(failed["target"]), str(failed["error"])
+        except (OSError, ValueError, KeyError, TypeError) as damaged:
+            raise RecordError(f"{file.relative_to(out).as_posix()}: unreadable ({damaged}); run the compare again: "
+                              "it tries the target again") from damaged
+        if not held or plan.baseline.name not in held.get("stacks", {}):
+            continue
+        target = Target(name=name, cpu="not reached", architecture="", cores=None, isa=())
+        rows += [DeviceLatency(target=target, stack=spec.name, threads=threads, method=method, rounds=0, planned=0,
+                               missing=f"no rounds from {name}: {error}")
+                 for spec in plan.candidates if spec.name in held["stacks"]
+                 for threads in held["threads"] for method in held["methods"]]
+    return tuple(rows)
 
 
 def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, Any],

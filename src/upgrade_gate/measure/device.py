@@ -27,7 +27,7 @@ import numpy as np
 
 from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import sha256_file, write_json_atomic, write_text_atomic
-from upgrade_gate._confined import remove_tree
+from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
@@ -36,7 +36,7 @@ from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.measure.rounds import artifacts_job, runnable_stacks
 from upgrade_gate.run import workers
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
-from upgrade_gate.schema.device import UnfinishedResults, read_device_results
+from upgrade_gate.schema.device import DeviceRun, UnfinishedResults, read_device_results
 
 # ExecuTorch's bundled verification of the device's outputs against this machine's: the tolerances of its own
 # example runner (examples/devtools/example_runner), as kernels of another ISA round differently.
@@ -100,7 +100,7 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path:
                               + "".join(f"{requirement}\n" for requirement in spec.requirements))
     write_json_atomic(staging / MANIFEST, {
         "format": 1, "tool_version": __version__, "report": str(out), "baseline": plan.baseline.name,
-        "models": models,
+        "requested": [model.name for model in plan.models], "models": models,
         "rounds": {"rounds": settings.rounds, "warmup": settings.warmup, "calls": _calls(plan),
                    "threads": list(settings.threads), "rtol": VERIFY_RTOL, "atol": VERIFY_ATOL},
     })
@@ -162,27 +162,57 @@ def _inputs(job: dict[str, Any], methods: list[str], folder: Path) -> None:
                       ";".join(BENCHMARK_INPUT_TYPES.get(str(a.dtype), str(a.dtype)) for a in forward) + "\n")
 
 
-def read_in(plan: Plan, results: Path) -> Path:
-    """A device's results file checked and kept in the report folder; exit 2 when it is not a whole, untouched
-    file of this folder's bundle, 3 when its rounds did not all run."""
-    out = plan.settings.out_dir
+class ResultsRefused(Exception):
+    """A results file that is not a whole, untouched file of this folder's bundle (``stopped``: its rounds did not
+    all run)."""
+
+    def __init__(self, message: str, *, stopped: bool = False) -> None:
+        super().__init__(message)
+        self.stopped = stopped
+
+
+def checked_results(out: Path, results: Path) -> DeviceRun:
+    """The results file read, whole and of this report folder's bundle, or ResultsRefused saying why."""
     manifest = layout.bundle_dir(out) / MANIFEST
     if not manifest.is_file():
-        fail_usage(f"{out}: no device bundle (bundle/{MANIFEST}); write one with "
-                   f"`{command('bundle', f'--out {out}')}` and run its run-on-device.sh first")
+        raise ResultsRefused(f"{out}: no device bundle (bundle/{MANIFEST}); write one with "
+                             f"`{command('bundle', f'--out {out}')}` and run its run-on-device.sh first")
     if not results.is_file():
-        fail_usage(f"{results}: no such results file; give the file run-on-device.sh wrote (device-results.jsonl)")
+        raise ResultsRefused(f"{results}: no such results file; give the file run-on-device.sh wrote")
     try:
         run = read_device_results(results, str(results))
     except UnfinishedResults as error:
-        fail_incomplete(f"{error}; run it again (the same command) and read in the file it writes")
+        raise ResultsRefused(f"{error}; run it again (the same command) and read in the file it writes",
+                             stopped=True) from error
     except RecordError as error:
-        fail_usage(f"{error}; run run-on-device.sh again and read in the file it writes")
+        raise ResultsRefused(f"{error}; run run-on-device.sh again and read in the file it writes") from error
     if run.manifest_sha256 != sha256_file(manifest):
-        fail_usage(f"{results}: the rounds of another bundle (manifest {run.manifest_sha256[:12]}; {out}/bundle's is "
-                   f"{sha256_file(manifest)[:12]}); run {out}/bundle/run-on-device.sh and read in its file")
+        raise ResultsRefused(f"{results}: the rounds of another bundle (manifest {run.manifest_sha256[:12]}; "
+                             f"{out}/bundle's is {sha256_file(manifest)[:12]}); run {out}/bundle/run-on-device.sh "
+                             "and read in its file")
+    return run
+
+
+def keep(out: Path, results: Path, run: DeviceRun) -> Path:
+    """The checked results in the report folder, with the manifest of the bundle they ran; no earlier failure of
+    the same target stands beside them."""
     kept = layout.device_results_file(out, run.target.name)
     kept.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(kept, results.read_text(encoding="utf-8"))
-    write_text_atomic(manifest_file(kept), manifest.read_text(encoding="utf-8"))
+    write_text_atomic(manifest_file(kept), (layout.bundle_dir(out) / MANIFEST).read_text(encoding="utf-8"))
+    failed = layout.device_failed_file(out, run.target.name)
+    if failed.exists():
+        remove_file(failed, within=out)
     return kept
+
+
+def read_in(plan: Plan, results: Path) -> Path:
+    """`device-results`: a device's results file checked and kept in the report folder; exit 2 when it is not a
+    whole, untouched file of this folder's bundle, 3 when its rounds did not all run."""
+    try:
+        run = checked_results(plan.settings.out_dir, results)
+    except ResultsRefused as refused:
+        if refused.stopped:
+            fail_incomplete(str(refused))
+        fail_usage(str(refused))
+    return keep(plan.settings.out_dir, results, run)

@@ -1,0 +1,142 @@
+"""``[tool.upgrade-gate.targets]``: latency measured on other machines, over ssh (docs/device.md, config/targets.py).
+
+For each target, after the measure session: the report's device bundle (measure/device.py; written again only
+when the report's artifacts are not the ones it holds) is copied to ``~/.cache/upgrade-gate-targets/<manifest
+digest>/`` there, unless a whole copy is there already (its SHA256SUMS check), and run there by
+``run-on-device.sh --host --install``: each stack built on the target with uv from its spec, the stacks timed in
+alternating rounds, one runner per stack. Its results file comes back and is read in as the target's, judged by
+the ``device-latency`` gate.
+
+ssh's failures — an unreachable host, a refused key, a connection dropped mid-round — and a target that cannot run
+the bundle (no uv there) are the target's, never the candidate's: the target's gates are incomplete with ssh's
+words (``device/<target>.failed.json``), and what the other targets measured stays. The same command tries again.
+Host keys are trusted on first use and kept in the result cache's ``known_hosts``; a changed one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from upgrade_gate import layout
+from upgrade_gate._atomic import sha256_file, write_json_atomic
+from upgrade_gate._confined import remove_file
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.config.targets import RemoteTarget
+from upgrade_gate.judge._device_rounds import runtime_key
+from upgrade_gate.measure import device
+from upgrade_gate.text import size
+
+# Where a target keeps bundles and the stacks' venvs, relative to the remote user's home.
+REMOTE_ROOT = ".cache/upgrade-gate-targets"
+# ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
+SSH_FAILED = 255
+# A target that says nothing for this long is gone (ServerAliveInterval × ServerAliveCountMax).
+ALIVE_S, ALIVE_COUNT = 15, 4
+
+
+class TargetFailed(Exception):
+    """Why a target gave no rounds: ssh's words, or the target's."""
+
+
+def measure_targets(plan: Plan, log: Callable[[str], Any] = print) -> None:
+    """Every target of the settings, in turn; each one's rounds read in, or why there are none kept."""
+    if not plan.settings.targets:
+        return
+    out = plan.settings.out_dir
+    bundle = current_bundle(plan, log)
+    for target in plan.settings.targets:
+        log(f"targets: {target.name} ({target.address}) …")
+        try:
+            results = run_on(target, plan, bundle, log)
+            run = device.checked_results(out, results)
+        except (TargetFailed, device.ResultsRefused) as error:
+            log(f"targets: {target.name}: no rounds: {error}")
+            stale = layout.device_results_file(out, target.name)
+            for file in (stale, device.manifest_file(stale)):
+                if file.exists():
+                    remove_file(file, within=out)
+            write_json_atomic(layout.device_failed_file(out, target.name),
+                              {"target": target.name, "address": target.address, "error": str(error)})
+            continue
+        device.keep(out, results, run)
+        remove_file(results, within=out)
+        log(f"targets: {target.name}: {len(run.rounds)} rounds read in ({run.target.described})")
+
+
+def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path:
+    """The report's bundle: as it is when it holds this run's models and their artifacts, else written again."""
+    out = plan.settings.out_dir
+    folder = layout.bundle_dir(out)
+    manifest = folder / device.MANIFEST
+    if manifest.is_file():
+        held = json.loads(manifest.read_text(encoding="utf-8"))
+        if held.get("requested") == [m.name for m in plan.models] and all(
+                entry.get("runtime_key") == runtime_key(out, stack, model)
+                for model, bundled in held.get("models", {}).items()
+                for stack, entry in bundled.get("stacks", {}).items()):
+            log(f"targets: the bundle in {folder} holds this run's artifacts")
+            return folder
+    return device.write_bundle(plan, log)
+
+
+def ssh_command(target: RemoteTarget, plan: Plan) -> list[str]:
+    command = ["ssh", "-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+               "-o", f"UserKnownHostsFile={plan.settings.cache_dir / 'known_hosts'}", "-o", "ConnectTimeout=20",
+               "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
+    if target.identity is not None:
+        command += ["-i", str(target.identity), "-o", "IdentitiesOnly=yes"]
+    return [*command, f"{target.user}@{target.host}" if target.user else target.host.strip("[]")]
+
+
+def _ssh(target: RemoteTarget, plan: Plan, remote: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """One remote command; ssh's own failure raised as the target's."""
+    done = subprocess.run([*ssh_command(target, plan), remote], capture_output=True, **kwargs)
+    if done.returncode == SSH_FAILED:
+        words = done.stderr.decode(errors="replace").strip().splitlines()
+        raise TargetFailed(f"ssh {target.address}: {words[-1] if words else 'the connection failed'}")
+    return done
+
+
+def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], Any]) -> Path:
+    """The bundle run on the target; the results file fetched into the report folder."""
+    digest = sha256_file(bundle / device.MANIFEST)
+    remote = f"{REMOTE_ROOT}/{digest[:16]}"
+    there = shlex.quote(f"{remote}/bundle")
+    whole = _ssh(target, plan, f"cd {there} 2>/dev/null && (sha256sum --quiet -c SHA256SUMS || "
+                               "shasum -a 256 --quiet -c SHA256SUMS) >/dev/null 2>&1")
+    if whole.returncode != 0:
+        log(f"targets: {target.name}: copying the bundle ({_size(bundle)})")
+        with tempfile.TemporaryFile() as archive:
+            subprocess.run(["tar", "-C", str(bundle.parent), "-cf", "-", bundle.name], stdout=archive, check=True)
+            archive.seek(0)
+            put = _ssh(target, plan, f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)} && "
+                                     f"tar -C {shlex.quote(remote)} -xf -", stdin=archive)
+        if put.returncode != 0:
+            raise TargetFailed(f"the bundle could not be written there: {_last_words(put)}")
+    log(f"targets: {target.name}: the stacks built there with uv, then the rounds")
+    ran = _ssh(target, plan, f"{there}/run-on-device.sh --host --install {shlex.quote(REMOTE_ROOT + '/venvs')} "
+                             f"--name {shlex.quote(target.name)} --out {shlex.quote(remote + '/results.jsonl')}")
+    if ran.returncode != 0:
+        raise TargetFailed(f"run-on-device.sh ended with status {ran.returncode}: {_last_words(ran)}")
+    fetched = _ssh(target, plan, f"cat {shlex.quote(remote + '/results.jsonl')}")
+    if fetched.returncode != 0:
+        raise TargetFailed(f"the results could not be read there: {_last_words(fetched)}")
+    incoming = layout.device_results_file(plan.settings.out_dir, target.name).with_suffix(".incoming")
+    incoming.parent.mkdir(parents=True, exist_ok=True)
+    incoming.write_bytes(fetched.stdout)
+    return incoming
+
+
+def _last_words(done: subprocess.CompletedProcess[bytes]) -> str:
+    lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "nothing said"
+
+
+def _size(folder: Path) -> str:
+    return size(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()))
