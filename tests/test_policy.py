@@ -373,6 +373,19 @@ def test_a_devices_rounds_are_judged_by_the_latency_gates_rule(plan, candidate, 
     assert "no contention check on the device" in device.evidence
 
 
+def test_a_model_the_bundle_could_not_hold_is_incomplete_on_the_device_never_left_out(plan):
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])
+    device_rounds(out, noisy_rounds(1.0, [1.0] * 7))
+    kept = layout.device_results_file(out, "device:Pixel 8")
+    manifest_file(kept).write_text(json.dumps({"models": {}, "not_bundled": {
+        "vit-smoke": "candidate: ValueError: no device runtime for .xyz artifacts"}}))
+    gates, _ = results_by_gate(plan)
+    device = gates["device-latency"]
+    assert device.status is GateStatus.INCOMPLETE
+    assert "device:Pixel 8, 1 thread(s), every method: not in the bundle: candidate: ValueError" in device.note
+
+
 @pytest.mark.parametrize(("remedied_ms", "status", "said"), [
     # Every round ×1.31 the baseline's: wholly over 1.05, a failure.
     (noisy_rounds(1.31, [1.0, 0.99, 1.01, 1.0, 1.02, 0.98, 1.0]), GateStatus.FAILED, "ratio = 1.310"),

@@ -274,6 +274,9 @@ def bundle_plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:
 def bundle(plan: Plan, log: Callable[[str], Any] = print) -> None:
     """`nox -s bundle`: the report folder's artifacts as a device runs them (measure/device.py, docs/device.md)."""
     folder = device.write_bundle(plan, log)
+    if folder is None:
+        fail_usage(f"{plan.settings.out_dir}: no model both stacks ran to bundle (the reasons above); run "
+                   f"`{command('compare', f'--out {plan.settings.out_dir}')}` first")
     log(f"bundle: {folder}: run {folder / 'run-on-device.sh'} with a phone attached over adb, or with --host on the "
         f"machine to measure; then `{command('device-results', f'FILE --out {plan.settings.out_dir}')}`")
 

@@ -46,8 +46,14 @@ def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
         except (OSError, ValueError, KeyError, AttributeError) as error:
             raise RecordError(f"{manifest_file(file).relative_to(out).as_posix()}: unreadable ({error}); read the "
                               "results in again with `upgrade-gate device-results`") from error
+        why = (manifest.get("not_bundled") or {}).get(model.name)
+        if why:  # the device timed the bundle, and the bundle could not hold this model: said, never left out
+            found += [DeviceLatency(target=run.target, stack=spec.name, threads=threads, method="every method",
+                                    rounds=0, planned=run.planned_rounds, missing=f"not in the bundle: {why}")
+                      for spec in plan.candidates for threads in plan.settings.threads]
+            continue
         if plan.baseline.name not in bundled.get("stacks", {}):
-            continue  # the bundle did not hold this model (or not its baseline): nothing to say here
+            continue  # the bundle did not hold this model (--models left it out): nothing to say here
         for spec in plan.candidates:
             if spec.name in bundled["stacks"]:
                 found += _ratios(plan, model, run, bundled, spec.name)

@@ -48,9 +48,9 @@ MANIFEST, SUMS = "manifest.json", "SHA256SUMS"
 BENCHMARK_INPUT_TYPES = {"float32": "float", "uint8": "uint8_t", "int64": "int64"}
 
 
-def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path:
-    """The bundle of every model both the baseline and a candidate ran in this report folder; exit 2 when
-    there is none."""
+def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path | None:
+    """The bundle of every model both the baseline and a candidate ran in this report folder; None when there is
+    none (each reason logged)."""
     out, settings = plan.settings.out_dir, plan.settings
     staging = out / ".bundle.partial"
     if staging.exists():
@@ -58,17 +58,21 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path:
     staging.mkdir()
     models: dict[str, Any] = {}
     lines, pythons, skipped = [], {}, []
+    not_bundled: list[tuple[str, str]] = []  # kept in the manifest: a target's gate says why the model is not timed
     for model in plan.models:
         runnable, not_run = runnable_stacks(plan, model)
         names = [spec.name for spec, _ in runnable]
         if plan.baseline.name not in names or len(names) < 2:
-            skipped.append(f"{model.name} ({'; '.join(f'{k}: {v}' for k, v in not_run.items()) or 'one stack'})")
+            why = "; ".join(f"{k}: {v}" for k, v in not_run.items()) or "one stack"
+            skipped.append(f"{model.name} ({why})")
+            not_bundled.append((model.name, why))
             continue
         parts = {}
         for spec, bin_dir in runnable:
             part = _bundle_part(plan, model, spec, bin_dir, staging / model.name / spec.name)
             if isinstance(part, str):
                 skipped.append(f"{model.name} ({spec.name}: {part})")
+                not_bundled.append((model.name, f"{spec.name}: {part}"))
                 break
             parts[spec.name] = part
             pythons[spec.name] = str(bin_dir / "python")
@@ -87,8 +91,7 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path:
         log(f"bundle: not bundled: {reason}")
     if not models:
         remove_tree(staging, within=out)
-        fail_usage(f"{out}: no model both stacks ran to bundle ({'; '.join(skipped) or 'no models'}); run "
-                   f"`{command('compare', f'--out {out}')}` first")
+        return None
     for name in CARRIED:
         shutil.copyfile(TOOL_ROOT / "compat" / name, staging / name)
     (staging / "run-on-device.sh").chmod(0o755)
@@ -101,6 +104,7 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path:
     write_json_atomic(staging / MANIFEST, {
         "format": 1, "tool_version": __version__, "report": str(out), "baseline": plan.baseline.name,
         "requested": [model.name for model in plan.models], "models": models,
+        "not_bundled": dict(not_bundled),
         "rounds": {"rounds": settings.rounds, "warmup": settings.warmup, "calls": _calls(plan),
                    "threads": list(settings.threads), "rtol": VERIFY_RTOL, "atol": VERIFY_ATOL},
     })

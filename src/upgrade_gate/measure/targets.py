@@ -50,6 +50,9 @@ def measure_targets(plan: Plan, log: Callable[[str], Any] = print) -> None:
         return
     out = plan.settings.out_dir
     bundle = current_bundle(plan, log)
+    if bundle is None:  # the host's gates say why no model ran in both stacks; no target has anything to time
+        log("targets: skipped: no model both stacks ran, so nothing to time on a target")
+        return
     for target in plan.settings.targets:
         log(f"targets: {target.name} ({target.address}) …")
         try:
@@ -69,7 +72,7 @@ def measure_targets(plan: Plan, log: Callable[[str], Any] = print) -> None:
         log(f"targets: {target.name}: {len(run.rounds)} rounds read in ({run.target.described})")
 
 
-def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path:
+def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path | None:
     """The report's bundle: as it is when it holds this run's models and their artifacts, else written again."""
     out = plan.settings.out_dir
     folder = layout.bundle_dir(out)
