@@ -14,12 +14,11 @@ from upgrade_gate import layout
 from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
-from upgrade_gate.judge._device_rounds import manifest_file, runtime_key
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedies
 from upgrade_gate.report._verdict_section import verdict_blocks
 from upgrade_gate.report.render import Bullets
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.records import Reader, runtime_key
 from upgrade_gate.schema.verdict import (
     GateResult,
     GateStatus,
@@ -345,7 +344,7 @@ def device_rounds(out: Path, candidate: list[list[float]], *, failed: str = "", 
     keys = {stack: runtime_key(out, stack, "vit-smoke") for stack in ("legacy", "candidate")}
     if stale:
         keys["candidate"] = "an earlier export's"
-    manifest_file(kept).write_text(json.dumps({"models": {"vit-smoke": {
+    layout.device_manifest_file(kept).write_text(json.dumps({"models": {"vit-smoke": {
         "methods": ["forward"], "threads": [1], "stacks": {s: {"runtime_key": k} for s, k in keys.items()}}}}))
 
 
@@ -378,7 +377,7 @@ def test_a_model_the_bundle_could_not_hold_is_incomplete_on_the_device_never_lef
     write_pair(out, candidate_artifact=[REFERENCE])
     device_rounds(out, noisy_rounds(1.0, [1.0] * 7))
     kept = layout.device_results_file(out, "device:Pixel 8")
-    manifest_file(kept).write_text(json.dumps({"models": {}, "not_bundled": {
+    layout.device_manifest_file(kept).write_text(json.dumps({"models": {}, "not_bundled": {
         "vit-smoke": "candidate: ValueError: no device runtime for .xyz artifacts"}}))
     gates, _ = results_by_gate(plan)
     device = gates["device-latency"]

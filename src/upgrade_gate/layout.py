@@ -158,6 +158,11 @@ def device_results_file(out: Path, target: str) -> Path:
     return out / "device" / f"{re.sub(r'[^A-Za-z0-9_]+', '-', target).strip('-')[:64] or 'device'}.jsonl"
 
 
+def device_manifest_file(results: Path) -> Path:
+    """The bundle's manifest as it was when a device's results were read in, beside them."""
+    return results.with_suffix(".manifest.json")
+
+
 def device_results_files(out: Path) -> list[Path]:
     return sorted((out / "device").glob("*.jsonl"))
 

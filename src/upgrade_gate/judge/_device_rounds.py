@@ -9,7 +9,6 @@ and a key that has changed since (the model exported again) leaves the device's 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout
@@ -18,20 +17,8 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema.device import DeviceRun, read_device_results
 from upgrade_gate.schema.measured import DeviceLatency, Target, ratio_by_rounds, summarize
-from upgrade_gate.schema.records import read_key_record
+from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.stats import interval_confidence
-
-
-def manifest_file(results_file: Path) -> Path:
-    """The bundle's manifest as it was when the results were read in, beside them."""
-    return results_file.with_suffix(".manifest.json")
-
-
-def runtime_key(out: Path, stack: str, model: str) -> str | None:
-    """What identifies the artifacts a stack's runtime phase ran: a new export, a new key."""
-    record = read_key_record(layout.model_dir(out, stack, model), "runtime") or {}
-    key = record.get("key")
-    return key if isinstance(key, str) else None
 
 
 def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
@@ -41,11 +28,12 @@ def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
         where = file.relative_to(out).as_posix()
         run = read_device_results(file, where)
         try:
-            manifest = json.loads(manifest_file(file).read_text(encoding="utf-8"))
+            manifest = json.loads(layout.device_manifest_file(file).read_text(encoding="utf-8"))
             bundled: dict[str, Any] = manifest["models"].get(model.name) or {}
         except (OSError, ValueError, KeyError, AttributeError) as error:
-            raise RecordError(f"{manifest_file(file).relative_to(out).as_posix()}: unreadable ({error}); read the "
-                              "results in again with `upgrade-gate device-results`") from error
+            where = layout.device_manifest_file(file).relative_to(out).as_posix()
+            raise RecordError(f"{where}: unreadable ({error}); read the results in again with "
+                              "`upgrade-gate device-results`") from error
         why = (manifest.get("not_bundled") or {}).get(model.name)
         if why:  # the device timed the bundle, and the bundle could not hold this model: said, never left out
             found += [DeviceLatency(target=run.target, stack=spec.name, threads=threads, method="every method",

@@ -31,12 +31,12 @@ from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
-from upgrade_gate.judge._device_rounds import manifest_file, runtime_key
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.measure.rounds import artifacts_job, runnable_stacks
 from upgrade_gate.run import workers
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.schema.device import DeviceRun, UnfinishedResults, read_device_results
+from upgrade_gate.schema.records import runtime_key
 
 # ExecuTorch's bundled verification of the device's outputs against this machine's: the tolerances of its own
 # example runner (examples/devtools/example_runner), as kernels of another ISA round differently.
@@ -203,7 +203,8 @@ def keep(out: Path, results: Path, run: DeviceRun) -> Path:
     kept = layout.device_results_file(out, run.target.name)
     kept.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(kept, results.read_text(encoding="utf-8"))
-    write_text_atomic(manifest_file(kept), (layout.bundle_dir(out) / MANIFEST).read_text(encoding="utf-8"))
+    manifest = (layout.bundle_dir(out) / MANIFEST).read_text(encoding="utf-8")
+    write_text_atomic(layout.device_manifest_file(kept), manifest)
     failed = layout.device_failed_file(out, run.target.name)
     if failed.exists():
         remove_file(failed, within=out)

@@ -28,8 +28,8 @@ from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.targets import RemoteTarget
-from upgrade_gate.judge._device_rounds import runtime_key
 from upgrade_gate.measure import device
+from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.text import size
 
 # Where a target keeps bundles and the stacks' venvs, relative to the remote user's home.
@@ -61,7 +61,7 @@ def measure_targets(plan: Plan, log: Callable[[str], Any] = print) -> None:
         except (TargetFailed, device.ResultsRefused) as error:
             log(f"targets: {target.name}: no rounds: {error}")
             stale = layout.device_results_file(out, target.name)
-            for file in (stale, device.manifest_file(stale)):
+            for file in (stale, layout.device_manifest_file(stale)):
                 if file.exists():
                     remove_file(file, within=out)
             write_json_atomic(layout.device_failed_file(out, target.name),

@@ -388,6 +388,12 @@ def read_key_record(phase_dir: Path, phase: str) -> dict[str, Any] | None:
         return None
 
 
+def runtime_key(out: Path, stack: str, model: str) -> str | None:
+    """What identifies the artifacts a stack's runtime phase ran (its cache key): a new export, a new key."""
+    key = (read_key_record(layout.model_dir(out, stack, model), "runtime") or {}).get("key")
+    return key if isinstance(key, str) else None
+
+
 RELEASED = "released"  # the key record's list of artifacts left in the result cache (run/artifacts.py)
 
 
