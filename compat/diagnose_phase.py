@@ -207,9 +207,9 @@ class DiagnosePhase:
         written = {}
         for method, finding in self.log.results["search"].items():
             culprits = finding.get("culprits") or []
-            if not culprits:
-                if finding.get("status") == "not pinned":
-                    written[method] = self.unpinned_reproducer(method)
+            if not culprits:  # not pinned, or the budget stopped the search: the whole method is what fails
+                if finding.get("status") in culprit.CARRIED_TO:
+                    written[method] = self.unpinned_reproducer(method, finding["status"])
                 continue
             kind = culprit.named(culprits[0])
             folder = self.model_dir / REPRO_DIR / method
@@ -243,24 +243,24 @@ class DiagnosePhase:
             raise StageSkipped("no culprit found")
         return written, {"methods": written}
 
-    def unpinned_reproducer(self, method: str) -> dict[str, Any]:
-        """A failure no part kept out explains: the smallest program found to fail is the whole method, lowered
-        as the artifact was; its ``--with-remedy`` lowers it the same way (there is no remedy to offer)."""
+    def unpinned_reproducer(self, method: str, status: str) -> dict[str, Any]:
+        """A failure no part kept out explains, or one whose search the budget stopped: the smallest program known
+        to fail is the whole method, lowered as the artifact was; its ``--with-remedy`` lowers it the same way."""
         _, inputs = self.log.results["build"]
         exported, _ = self.log.results["parts"][method]
         folder = self.model_dir / REPRO_DIR / method
         folder.mkdir(parents=True, exist_ok=True)
+        why = ("no part kept out of the lowering, alone or together, brings it within the threshold"
+               if status == "not pinned" else "the search stopped at its budget before it pinned an operator")
         self.adapter.method_reproducer(
             exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.reproducer_limit(method),
             remedy=self.adapter.remedy_options(exported, [])[-1][1],
-            found_in=f"{self.job['model']}'s {method}: no part kept out of the lowering, alone or together, brings "
-                     "it within the threshold, so this is the whole method (no remedy found)")
+            found_in=f"{self.job['model']}'s {method}: {why}, so this is the whole method (no remedy found)")
         runs = [issue_text.run_reproducer(folder)]  # there is no remedy to run it with
         runs += program_source.checked(folder, runs[0])
         backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
         self.write_issue(folder, method, "not pinned to an operator", backend, "method", runs)
-        return self.written(folder, runs, operator=None, scope="method", rel_l2=None,
-                            reason="not pinned: no part kept out brings it within the threshold")
+        return self.written(folder, runs, operator=None, scope="method", rel_l2=None, reason=f"{status}: {why}")
 
     def written(self, folder: Path, runs: list[dict[str, Any]], **found: Any) -> dict[str, Any]:
         """A reproducer's record: where it is, what it found (``found``), its runs here and its files' size."""
