@@ -259,7 +259,7 @@ class DiagnosePhase:
         runs = [issue_text.run_reproducer(folder)]  # there is no remedy to run it with
         runs += program_source.checked(folder, runs[0])
         backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
-        self.write_issue(folder, method, "not pinned to an operator", backend, "method", runs)
+        self.write_issue(folder, method, f"the whole {method} (not pinned to an operator)", backend, "method", runs)
         return self.written(folder, runs, operator=None, scope="method", rel_l2=None, reason=f"{status}: {why}")
 
     def written(self, folder: Path, runs: list[dict[str, Any]], **found: Any) -> dict[str, Any]:
