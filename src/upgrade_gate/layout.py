@@ -152,6 +152,11 @@ def bundle_dir(out: Path) -> Path:
     return out / "bundle"
 
 
+def bundle_manifest_file(out: Path) -> Path:
+    """What the bundle holds (measure/device.py writes it; its SHA-256 names the bundle in a device's results)."""
+    return bundle_dir(out) / "manifest.json"
+
+
 def device_results_file(out: Path, target: str) -> Path:
     """A device's rounds as `upgrade-gate device-results` read them in, by the target's name (``device:Pixel 8``
     → ``device-Pixel-8.jsonl``: a name from a device cannot make a path)."""

@@ -53,7 +53,7 @@ def _failed_targets(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
     candidate, thread count and method the bundle holds for the model, incomplete with the target's reason."""
     out = plan.settings.out_dir
     try:
-        bundled = json.loads((layout.bundle_dir(out) / "manifest.json").read_text(encoding="utf-8"))["models"]
+        bundled = json.loads(layout.bundle_manifest_file(out).read_text(encoding="utf-8"))["models"]
     except (OSError, ValueError, KeyError):
         bundled = {}
     held = bundled.get(model.name) if isinstance(bundled, dict) else None

@@ -43,7 +43,7 @@ from upgrade_gate.schema.records import runtime_key
 VERIFY_RTOL, VERIFY_ATOL = 1e-3, 1e-5
 # What the bundle carries of compat/: the runner and the script, and nothing that needs upgrade-gate.
 CARRIED = ("device_runner.py", "run-on-device.sh")
-MANIFEST, SUMS = "manifest.json", "SHA256SUMS"
+MANIFEST, SUMS = layout.bundle_manifest_file(Path()).name, "SHA256SUMS"  # the manifest named once, in layout
 # speed_benchmark_torch's --input_type names, by numpy dtype (the Android path: docs/device.md).
 BENCHMARK_INPUT_TYPES = {"float32": "float", "uint8": "uint8_t", "int64": "int64"}
 
@@ -177,7 +177,7 @@ class ResultsRefused(Exception):
 
 def checked_results(out: Path, results: Path) -> DeviceRun:
     """The results file read, whole and of this report folder's bundle, or ResultsRefused saying why."""
-    manifest = layout.bundle_dir(out) / MANIFEST
+    manifest = layout.bundle_manifest_file(out)
     if not manifest.is_file():
         raise ResultsRefused(f"{out}: no device bundle (bundle/{MANIFEST}); write one with "
                              f"`{command('bundle', f'--out {out}')}` and run its run-on-device.sh first")
@@ -190,9 +190,10 @@ def checked_results(out: Path, results: Path) -> DeviceRun:
                              stopped=True) from error
     except RecordError as error:
         raise ResultsRefused(f"{error}; run run-on-device.sh again and read in the file it writes") from error
-    if run.manifest_sha256 != sha256_file(manifest):
+    digest = sha256_file(manifest)
+    if run.manifest_sha256 != digest:
         raise ResultsRefused(f"{results}: the rounds of another bundle (manifest {run.manifest_sha256[:12]}; "
-                             f"{out}/bundle's is {sha256_file(manifest)[:12]}); run {out}/bundle/run-on-device.sh "
+                             f"{out}/bundle's is {digest[:12]}); run {out}/bundle/run-on-device.sh "
                              "and read in its file")
     return run
 
@@ -203,7 +204,7 @@ def keep(out: Path, results: Path, run: DeviceRun) -> Path:
     kept = layout.device_results_file(out, run.target.name)
     kept.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(kept, results.read_text(encoding="utf-8"))
-    manifest = (layout.bundle_dir(out) / MANIFEST).read_text(encoding="utf-8")
+    manifest = layout.bundle_manifest_file(out).read_text(encoding="utf-8")
     write_text_atomic(layout.device_manifest_file(kept), manifest)
     failed = layout.device_failed_file(out, run.target.name)
     if failed.exists():

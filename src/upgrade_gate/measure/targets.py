@@ -76,7 +76,7 @@ def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path | None:
     """The report's bundle: as it is when it holds this run's models and their artifacts, else written again."""
     out = plan.settings.out_dir
     folder = layout.bundle_dir(out)
-    manifest = folder / device.MANIFEST
+    manifest = layout.bundle_manifest_file(out)
     if manifest.is_file():
         held = json.loads(manifest.read_text(encoding="utf-8"))
         if held.get("requested") == [m.name for m in plan.models] and all(
@@ -101,14 +101,13 @@ def _ssh(target: RemoteTarget, plan: Plan, remote: str, **kwargs: Any) -> subpro
     """One remote command; ssh's own failure raised as the target's."""
     done = subprocess.run([*ssh_command(target, plan), remote], capture_output=True, **kwargs)
     if done.returncode == SSH_FAILED:
-        words = done.stderr.decode(errors="replace").strip().splitlines()
-        raise TargetFailed(f"ssh {target.address}: {words[-1] if words else 'the connection failed'}")
+        raise TargetFailed(f"ssh {target.address}: {_last_words(done, 'the connection failed')}")
     return done
 
 
 def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], Any]) -> Path:
     """The bundle run on the target; the results file fetched into the report folder."""
-    digest = sha256_file(bundle / device.MANIFEST)
+    digest = sha256_file(layout.bundle_manifest_file(plan.settings.out_dir))
     remote = f"{REMOTE_ROOT}/{digest[:16]}"
     there = shlex.quote(f"{remote}/bundle")
     whole = _ssh(target, plan, f"cd {there} 2>/dev/null && (sha256sum --quiet -c SHA256SUMS || "
@@ -136,9 +135,10 @@ def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], 
     return incoming
 
 
-def _last_words(done: subprocess.CompletedProcess[bytes]) -> str:
+def _last_words(done: subprocess.CompletedProcess[bytes], silent: str = "nothing said") -> str:
+    """The last line a remote command (or ssh itself) wrote to stderr; ``silent`` where it wrote none."""
     lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1] if lines else "nothing said"
+    return lines[-1].strip() if lines else silent
 
 
 def _size(folder: Path) -> str:
