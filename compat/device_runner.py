@@ -9,6 +9,11 @@ the tool describe a CPU the same way.
 
     python3 device_runner.py target NAME             the machine, as a results line
     python3 device_runner.py serve --runtime … …     load, verify (.bpte), warm up; then a round per `round N`
+
+With ``--measure`` the server is the measure session's on a target over ssh (upgrade_gate.measure.targets): it
+says when it is ready, with its cold start and memory, spreads its calls over the rounds as the host's servers do,
+and reads the machine's CPU accounting around each round's timed part, for the parent to tell a disturbed round
+(upgrade_gate.measure._contention holds the rule; this only reads the counters it needs).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
+import resource
 import sys
 import time
 import traceback
@@ -35,6 +42,56 @@ RESULTS_FORMAT = 1
 RUNTIMES = {".bpte": "executorch-bundled", ".ptl": "lite-interpreter"}
 # The Lite Interpreter's quantized kernels, set before a quantized .ptl loads (compat/torchscript_mobile.py).
 QUANTIZED_ENGINE = "qnnpack"
+# A round of a call that takes microseconds would otherwise be millions of calls long.
+MAX_RUNS_PER_ROUND = 100_000
+
+
+def runs_per_round(rounds: int, iterations: int, time_budget_s: float, shortest_part_s: float,
+                   warm_mean_ms: float) -> int:
+    """``iterations`` spread over the rounds, or more when that is less than the time budget (a round's share of
+    it, and never less than the shortest part the parent can judge): the measure server's and this one's."""
+    by_count = math.ceil(iterations / rounds)
+    seconds = max(time_budget_s / rounds, shortest_part_s)
+    by_time = math.ceil(seconds * 1000.0 / max(warm_mean_ms, 1e-3))
+    return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
+
+
+def memory_status() -> dict[str, int]:
+    """This process's resident memory now (VmRSS) and at its peak so far (VmHWM), in bytes; where there is no
+    /proc (macOS), the peak alone, for both."""
+    found = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return {"rss_bytes": found.get("VmRSS", found.get("VmHWM", peak)), "peak_rss_bytes": found.get("VmHWM", peak)}
+
+
+def counters() -> dict[str, Any] | None:
+    """The machine's CPU accounting now, this process's CPU time and its threads' run-queue wait, as
+    upgrade_gate.measure._contention.Snapshot holds them (field for field); None without /proc."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+        fields = [int(v) for v in lines[0].split()[1:]]
+        own = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    waited = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            waited += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return {"wall_s": time.monotonic(), "busy_ticks": user + nice + system + irq + softirq, "steal_ticks": steal,
+            "total_ticks": sum(fields[:8]), "ours_ticks": int(own[11]) + int(own[12]),
+            "runnable": next((int(line.split()[1]) for line in lines if line.startswith("procs_running")), 0),
+            "waited_ns": waited}
 
 
 def cpu_and_isa(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
@@ -58,7 +115,8 @@ def target(args: argparse.Namespace) -> dict[str, Any]:
     """The machine the rounds run on: this one, or (``--cpuinfo`` …) a phone as adb read it."""
     cpu, isa = cpu_and_isa(Path(args.cpuinfo))
     return {"record": "target", "name": args.name, "cpu": cpu, "architecture": args.machine or platform.machine(),
-            "cores": args.cores or os.cpu_count(), "isa": isa, "runner": args.runner}
+            "cores": args.cores or os.cpu_count(), "isa": isa, "runner": args.runner,
+            "system": "android" if args.runner == "adb" else platform.system().lower()}
 
 
 def executorch_binding() -> Any:
@@ -94,40 +152,56 @@ def _time(call: Any, warmup: int, calls: int) -> list[float]:
     return samples
 
 
+_KEPT_ALIVE: list[Any] = []
+
+
 def executorch_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load the bundled program and check every method against the outputs bundled with it (ExecuTorch's own
     verification, in the order the bundle recorded them: a method may read what an earlier one wrote); each
-    method's call on the fixture's inputs, and what the load said."""
+    method's call on the fixture's inputs, and what the load said: its time, each method's first run (the
+    verification's), and the memory of the runtime alone, before the load."""
     binding = executorch_binding()
     binding._unsafe_reset_threadpool(args.threads)  # before any load (compat/executorch_xnnpack.py set_threads)
+    idle = memory_status()
     start = time.perf_counter_ns()
-    bundle = binding._load_bundled_program_from_buffer(Path(args.artifact).read_bytes())
+    buffer = Path(args.artifact).read_bytes()
+    bundle = binding._load_bundled_program_from_buffer(buffer)
     module = binding._load_for_executorch_from_bundled_program(bundle)
+    # The loaded program reads the bundle's bytes in place, not a copy: they live as long as the server (freed,
+    # a later call read reused memory and crashed in Program::method_meta).
+    _KEPT_ALIVE.extend((buffer, bundle))
     load_ms = (time.perf_counter_ns() - start) / 1e6
+    first_ms = {}
     for method in methods:
         module.load_bundled_input(bundle, method, 0)
+        start = time.perf_counter_ns()
         module.plan_execute(method)
+        first_ms[method] = (time.perf_counter_ns() - start) / 1e6
         module.verify_result_with_bundled_expected_output(bundle, method, 0, args.rtol, args.atol)
     inputs = {method: _inputs(Path(args.inputs), method) for method in methods}
     calls = {method: functools.partial(module.run_method, method, inputs[method]) for method in methods}
-    return calls, {"load_ms": load_ms, "verified": True}
+    return calls, {"load_ms": load_ms, "verified": True, "first_ms": first_ms, "idle": idle}
 
 
 def lite_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load each method's ``.ptl`` in the Lite Interpreter; its call on the fixture's inputs."""
+    """Load each method's ``.ptl`` in the Lite Interpreter; its call on the fixture's inputs, and what the load
+    said (as executorch_calls)."""
     import torch
     from torch.jit.mobile import _load_for_lite_interpreter
 
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     torch.backends.quantized.engine = QUANTIZED_ENGINE
-    folder, load_ms, calls = Path(args.artifact), 0.0, {}
+    idle = memory_status()
+    folder, load_ms, calls, first_ms = Path(args.artifact), 0.0, {}, {}
     for method in methods:
         start = time.perf_counter_ns()
         program = _load_for_lite_interpreter(str(folder / f"{method}.ptl"))
         load_ms += (time.perf_counter_ns() - start) / 1e6
         calls[method] = functools.partial(program, *_inputs(Path(args.inputs), method))
-    return calls, {"load_ms": load_ms, "verified": None}
+    for method, call in calls.items():
+        first_ms[method] = _time(call, 0, 1)[0]
+    return calls, {"load_ms": load_ms, "verified": None, "first_ms": first_ms, "idle": idle}
 
 
 def _failed(line: dict[str, Any], error: Exception) -> dict[str, Any]:
@@ -139,10 +213,11 @@ def _failed(line: dict[str, Any], error: Exception) -> dict[str, Any]:
 def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
     """Load once, warm up, then one round per request (``round N`` on stdin; anything else ends it), as the
     measure session's servers do: each round calls every method once untimed (the other stack ran since), then
-    times ``--calls`` calls of it. One JSON line per round on stdout; a load or a round that fails is a
-    ``failed`` line, and the server ends."""
+    times ``--calls`` calls of it (``--measure``: as many as runs_per_round gives). One JSON line per round on
+    stdout; a load or a round that fails is a ``failed`` line, and the server ends. With ``--measure``, a
+    ``ready`` line (or the load's ``failed`` one) comes first and an ``exit`` line with the peak memory last."""
     methods = args.methods.split(",")
-    line = {"record": "round", "model": args.model, "stack": args.stack, "threads": args.threads, "calls": args.calls}
+    line = {"record": "round", "model": args.model, "stack": args.stack, "threads": args.threads}
 
     def say(data: dict[str, Any]) -> None:
         answer.write(json.dumps(data) + "\n")
@@ -150,28 +225,47 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
 
     try:
         calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
-        for call in calls.values():
-            _time(call, args.warmup, 0)
+        after_first = memory_status()
+        warm_mean_ms = {}
+        for method, call in calls.items():
+            warm = _time(call, 0, args.warmup)
+            warm_mean_ms[method] = sum(warm) / max(1, len(warm))
     except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
         failure = _failed({**line, "round": 0}, error)
+        if args.measure:
+            say(failure)
+            return 1
         for request in requests:
             if not request.startswith("round "):
                 return 1
             say({**failure, "round": int(request.split()[1])})
         return 1
+    if args.measure:
+        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, args.shortest_part, mean)
+                for method, mean in warm_mean_ms.items()}
+        say({**line, "record": "ready", "cold": {"load_ms": loaded["load_ms"], "first_ms": loaded["first_ms"]},
+             "idle": loaded["idle"], "after_first_run": after_first, "warm_mean_ms": warm_mean_ms,
+             "runs_per_round": runs, "verified": loaded["verified"]})
+    else:
+        runs = {method: args.calls for method in calls}
     for request in requests:
         if not request.startswith("round "):
             break
         number = int(request.split()[1])
         try:
             samples = {}
+            before = counters() if args.measure else None
             for method, call in calls.items():
                 call()
-                samples[method] = _time(call, 0, args.calls)
+                samples[method] = _time(call, 0, runs[method])
+            timed = {"counters": {"before": before, "after": counters()}} if args.measure else {}
         except Exception as error:  # noqa: BLE001 - as above
             say(_failed({**line, "round": number}, error))
             return 1
-        say({**line, "round": number, **loaded, "samples_ms": samples})
+        say({**line, "round": number, "calls": runs if args.measure else args.calls, "load_ms": loaded["load_ms"],
+             "verified": loaded["verified"], "samples_ms": samples, **timed})
+    if args.measure:
+        say({**line, "record": "exit", "memory": memory_status()})
     return 0
 
 
@@ -193,12 +287,23 @@ def main(argv: list[str] | None = None) -> int:
     rounds.add_argument("--stack", required=True)
     rounds.add_argument("--threads", type=int, required=True)
     rounds.add_argument("--warmup", type=int, required=True)
-    rounds.add_argument("--calls", type=int, required=True)
+    rounds.add_argument("--calls", type=int, default=0, help="timed calls a round (without --measure)")
+    rounds.add_argument("--measure", action="store_true", help="the measure session's server over ssh: a ready line, "
+                        "calls spread by --iterations/--rounds/--time-budget/--shortest-part, counters each round")
+    rounds.add_argument("--iterations", type=int, default=0)
+    rounds.add_argument("--rounds", type=int, default=1)
+    rounds.add_argument("--time-budget", type=float, default=0.0)
+    rounds.add_argument("--shortest-part", type=float, default=0.0)
     rounds.add_argument("--rtol", type=float, required=True)
     rounds.add_argument("--atol", type=float, required=True)
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return serve(args, sys.stdin, sys.stdout)
+        if not args.measure:
+            return serve(args, sys.stdin, sys.stdout)
+        # Answers on a copy of stdout; what the runtime or the model prints goes to stderr (the log), not among them.
+        answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)
+        return serve(args, sys.stdin, answers)
     sys.stdout.write(json.dumps(target(args)) + "\n")
     return 0
 

@@ -20,26 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_methods, peak_rss_bytes, saved_files
+from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_methods, saved_files
 from .contract import Adapter, require
+
+# Shared with the device bundle's runner, which times a target's rounds the same way (and is copied alone).
+from .device_runner import memory_status, runs_per_round
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
-# A round of a call that takes microseconds would otherwise be millions of calls long.
-MAX_RUNS_PER_ROUND = 100_000
-
-
-def memory_status() -> dict[str, int]:
-    """This process's resident memory now (VmRSS) and at its peak so far (VmHWM), in bytes."""
-    found = {}
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return {"rss_bytes": found.get("VmRSS", 0), "peak_rss_bytes": found.get("VmHWM", peak_rss_bytes())}
 
 
 def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int) -> list[float]:
@@ -53,16 +41,6 @@ def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: i
         run(program, inputs)
         samples[index] = (clock() - start) / 1e6
     return samples
-
-
-def runs_per_round(job: dict[str, Any], warm_mean_ms: float) -> int:
-    """``iterations`` spread over the rounds, or more when that is less than the time budget
-    (a round's share of it, and never less than the shortest part the parent can judge)."""
-    rounds = job["rounds"]
-    by_count = math.ceil(job["iterations"] / rounds)
-    seconds = max(job["time_budget_s"] / rounds, job["shortest_part_s"])
-    by_time = math.ceil(seconds * 1000.0 / max(warm_mean_ms, 1e-3))
-    return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
 
 
 class Channel:
@@ -110,7 +88,8 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     for name in methods:
         warm = time_runs(*calls[name], args[name], job["warmup"])
         warm_mean_ms[name] = sum(warm) / len(warm)
-        runs[name] = runs_per_round(job, warm_mean_ms[name])
+        runs[name] = runs_per_round(job["rounds"], job["iterations"], job["time_budget_s"], job["shortest_part_s"],
+                                    warm_mean_ms[name])
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
                  warm_mean_ms=warm_mean_ms, runs_per_round=runs,
                  input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})

@@ -3,6 +3,7 @@
 # alternating rounds (A B, B A, …) on one machine, into one results file for `upgrade-gate device-results`.
 #
 #   ./run-on-device.sh [--host] [--install DIR | --python STACK=PATH …] [--rounds N] [--name NAME] [--out FILE]
+#   ./run-on-device.sh --install DIR --stacks-only     build the stacks; a line each: STACK, its Python, why not
 #
 # With adb and a device attached (and no --host), the files go to the phone and ExecuTorch's executor_runner
 # (EXECUTOR_RUNNER=path, built with bundled IO) and PyTorch Mobile's speed_benchmark_torch (SPEED_BENCHMARK_TORCH=path,
@@ -21,6 +22,7 @@ say() { printf 'run-on-device.sh: %s\n' "$*" >&2; }
 usage_error() { say "$*"; exit 2; }
 
 host_only=0
+stacks_only=0  # --stacks-only: the measure session times the rounds itself, over ssh (measure/targets.py)
 name=""  # the target's name in the report: device:<model> over adb, device:<hostname> here, unless given
 install_dir=""
 out="$PWD/device-results.jsonl"
@@ -29,6 +31,7 @@ rounds_override=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --host) host_only=1 ;;
+        --stacks-only) stacks_only=1 ;;
         --python) [ $# -ge 2 ] && [[ "$2" == *=* ]] || usage_error "--python takes STACK=PATH (e.g. --python candidate=/opt/et/bin/python3)"
                   overrides+="${2%%=*}"$'\t'"${2#*=}"$'\n'; shift ;;
         --install) [ $# -ge 2 ] || usage_error "--install takes a folder for the stacks' venvs"
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
         --out) [ $# -ge 2 ] || usage_error "--out takes a file name"; out="$2"; shift ;;
         --name) [ $# -ge 2 ] || usage_error "--name takes the target's name"; name="$2"; shift ;;
         -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --name NAME, --out FILE)" ;;
+        *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --name NAME, --out FILE, --stacks-only)" ;;
     esac
     shift
 done
@@ -80,6 +83,12 @@ if [ -n "$install_dir" ]; then
     done < "$here/pythons.tsv"
 fi
 printf '%s' "$overrides" >> "$state/pythons"
+if [ "$stacks_only" = 1 ]; then
+    while IFS=$'\t' read -r stack _; do
+        printf '%s\t%s\t%s\n' "$stack" "$(python_of "$stack")" "$(cannot_run "$stack")"
+    done < "$here/pythons.tsv"
+    exit 0
+fi
 
 partial="$out.partial"
 : > "$partial" || usage_error "cannot write $partial"

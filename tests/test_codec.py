@@ -30,6 +30,7 @@ from upgrade_gate.schema.measured import (
     BusyRounds,
     Contention,
     DeviceLatency,
+    DeviceMemory,
     LatencyRatio,
     LatencySummary,
     Measured,
@@ -121,13 +122,15 @@ STACK_RESULTS = StackResults(record_dir="stacks/candidate/models/vit", stages=ST
 TARGET = Target(name="local", cpu="Some CPU", architecture="aarch64", cores=8, isa=("asimd", "i8mm"))
 DEVICE = DeviceLatency(target=dataclasses.replace(TARGET, name="device:Pixel 8"), stack="candidate", threads=1,
                        method="forward", rounds=9, planned=9, candidate_p50_ms=1.5, baseline_p50_ms=2.0,
-                       estimate=ESTIMATE)
+                       estimate=ESTIMATE, ended="decided", disturbed=2)
+DEVICE_MEMORY = DeviceMemory(target=TARGET, stack="candidate", threads=1, candidate_bytes=3 << 20,
+                             baseline_bytes=None, candidate_cold_ms=12.5, baseline_cold_ms=40.0)
 UNJUDGED = DeviceLatency(target=TARGET, stack="candidate", threads=2, method="decode", rounds=0, planned=9,
                          missing="candidate, round 1: Killed")
 MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="ViT", source="built-in",
                      variant="int8", task_kind="classification", stacks={"candidate": STACK_RESULTS},
                      comparisons=(COMPARISON,), ratios=(RATIO,), contention={2: CONTENTION}, busy_rounds=(BUSY,),
-                     device_latency=(DEVICE, UNJUDGED))
+                     device_latency=(DEVICE, UNJUDGED), device_memory=(DEVICE_MEMORY,))
 INSTALLED = Installed(python="3.12.1", executable="/venv/bin/python", platform="linux", cpu="x86_64", cpu_count=None,
                       architecture="x86_64", isa=("avx2", "fma"), torch_version="2.8.0",
                       distributions={"torch": "2.8.0", "timm": None})
@@ -160,7 +163,7 @@ RESULTS = Results(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00"
 RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8.0", torchvision="0.23.0", torchao=None,
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
-         CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
+         CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, DEVICE_MEMORY, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
          SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
@@ -195,7 +198,7 @@ def test_every_record_of_the_schema_is_round_tripped_here():
 def test_keys_and_their_order_are_the_files():
     assert list(MODEL.to_dict()) == ["model", "factory", "description", "source", "variant", "task", "fixtures",
                                      "stacks", "comparisons", "latency_ratios", "contention", "busy_rounds",
-                                     "device_latency"]
+                                     "device_latency", "device_memory"]
     assert MODEL.to_dict()["contention"] == [CONTENTION.to_dict()]
     assert list(CONTENTION.to_dict()) == ["threads", "cores", "cpu", "rounds", "planned", "ended", "intervals"]
     assert CONTENTION.to_dict()["ended"] == "repeats ran out"

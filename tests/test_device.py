@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     # Of the Features line, the extensions XNNPACK dispatches on; the rest (aes, crc32, …) is no kernel choice.
     assert set(described.pop("isa")) == {"asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16"}
     assert described == {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64",
-                         "cores": 9, "runner": "adb"}
+                         "cores": 9, "runner": "adb", "system": "android"}
 
 
 @pytest.mark.parametrize(("entry", "message"), [
@@ -126,3 +127,52 @@ def test_targets_read_as_written_and_back(tmp_path):
         ("bare", None, "board", 22, None)]
     again = Settings.from_dict(settings.to_dict(), path=tmp_path / "pyproject.toml")
     assert again.targets == settings.targets
+
+
+def test_a_targets_counters_are_judged_by_the_hosts_contention_rule():
+    """Issue 41, item 2: the runner on a target reads the counters the host's contention check reads (field for
+    field: a real reading makes a Snapshot), and a part during which the target's other processes kept its cores
+    busy while the timed thread waited is disturbed, as it would be here."""
+    from compat import device_runner
+    from upgrade_gate.measure import _contention
+    from upgrade_gate.measure.target_rounds import remote_watch
+
+    assert isinstance(_contention.Snapshot(**device_runner.counters()), _contention.Snapshot)
+
+    class Server:  # what remote_watch reads of a RemoteServer: its pid and its last answer
+        def __init__(self, after: dict) -> None:
+            self.process = type("P", (), {"pid": 7})()
+            before = {"wall_s": 100.0, "busy_ticks": 0, "steal_ticks": 0, "total_ticks": 0, "ours_ticks": 0,
+                      "runnable": 1, "waited_ns": 0}
+            self.last = {"counters": {"before": before, "after": {**before, **after}}}
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    # One second: the runner itself used one core (its own ticks); the target's others used the second core too.
+    busy = Server({"wall_s": 101.0, "busy_ticks": 2 * ticks, "total_ticks": 2 * ticks, "ours_ticks": ticks,
+                   "runnable": 3, "waited_ns": 300_000_000})
+    quiet = Server({"wall_s": 101.0, "busy_ticks": ticks, "total_ticks": 2 * ticks, "ours_ticks": ticks,
+                    "waited_ns": 1_000_000})
+    for server, disturbed in ((busy, False), (quiet, False)):  # one thread of two cores: the second is free to use
+        load = remote_watch({"s": server}, threads=1, cores=2)([7], 7)()
+        assert load is not None and load.disturbed is disturbed
+    load = remote_watch({"s": busy}, threads=2, cores=2)([7], 7)()  # two threads: the others took one of them
+    assert load is not None and load.disturbed and load.others_cores == pytest.approx(1.0)
+    assert remote_watch({"s": quiet}, threads=2, cores=2)([7], 7)().disturbed is False
+
+
+@pytest.mark.integration  # asks the package index, as uv does when it builds a stack
+def test_a_stack_without_a_wheel_for_a_targets_platform_names_the_pin_and_the_first_release_that_has_one():
+    """Issue 41, item 2: executorch 0.7.0 has wheels for Linux x86-64 and macOS arm64, none for Linux aarch64 (those
+    start at 1.0.0: checked with pip download --platform, docs/ci.md). torch 2.8.0 has all three."""
+    from packaging.requirements import Requirement
+
+    from upgrade_gate.config.specs import StackSpec
+    from upgrade_gate.measure._wheels import missing_wheels
+
+    spec = StackSpec(name="candidate", path=Path("candidate.toml"), description="", python="3.11",
+                     requirements=(Requirement("torch==2.8.0"), Requirement("executorch==0.7.0")),
+                     adapter="executorch_xnnpack", exporter="", runtime="", is_baseline=False)
+    assert missing_wheels(spec, "Linux", "aarch64") == [
+        "executorch 0.7.0: no wheel for linux aarch64; 1.0.0 is the first"]
+    assert missing_wheels(spec, "Darwin", "arm64") == [] and missing_wheels(spec, "linux", "x86_64") == []
+    assert missing_wheels(spec, "linux", "riscv64") == []  # a platform uv has no name for: nothing claimed

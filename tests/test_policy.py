@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers.stack_records import add_round_loads, add_task, write_remedied, write_stack_model
 
-from upgrade_gate import layout
+from upgrade_gate import layout, pipeline
 from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
@@ -322,9 +322,11 @@ def test_latency_gate_judges_the_interval(plan, spread, status, verdict):
     assert gates["latency"].status is status and overall is verdict
 
 
-def device_rounds(out: Path, candidate: list[list[float]], *, failed: str = "", stale: bool = False) -> None:
+def device_rounds(out: Path, candidate: list[list[float]], *, failed: str = "", stale: bool = False,
+                  disturbed: frozenset[int] = frozenset(), more: tuple[dict, ...] = ()) -> None:
     """A device's rounds of vit-smoke read into the report folder, as `device-results` keeps them: the baseline at
-    10 ms a call, the candidate's rounds as given; ``failed``: the candidate's last round gave none."""
+    10 ms a call, the candidate's rounds as given; ``failed``: the candidate's last round gave none; ``disturbed``:
+    the rounds a target timed over ssh found busy; ``more``: lines only such a target's file has."""
     lines = [{"record": "bundle", "manifest_sha256": "ab" * 32, "format": 1, "rounds": len(candidate)},
              {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64", "cores": 9,
               "isa": ["asimd", "asimddp", "i8mm"], "runner": "adb"}]
@@ -335,7 +337,8 @@ def device_rounds(out: Path, candidate: list[list[float]], *, failed: str = "", 
                               "error": failed})
                 continue
             lines.append({"record": "round", "model": "vit-smoke", "stack": stack, "threads": 1, "round": number,
-                          "samples_ms": {"forward": ms}})
+                          "samples_ms": {"forward": ms}, "disturbed": number in disturbed})
+    lines += more
     text = "".join(json.dumps(line) + "\n" for line in lines)
     text += json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"
     kept = layout.device_results_file(out, "device:Pixel 8")
@@ -370,6 +373,44 @@ def test_a_devices_rounds_are_judged_by_the_latency_gates_rule(plan, candidate, 
     assert device.status is status and said in device.note, device.note
     assert device.severity is gates["latency"].severity and device.threshold == gates["latency"].threshold
     assert "no contention check on the device" in device.evidence
+
+
+def server_line(stack: str, peak_mib: float | None) -> dict:
+    return {"record": "server", "model": "vit-smoke", "stack": stack, "threads": 1, "load_ms": 20.0,
+            "first_ms": {"forward": 5.0}, "idle_rss_bytes": 100 << 20, "after_first_run_rss_bytes": 150 << 20,
+            "peak_rss_bytes": None if peak_mib is None else int((100 + peak_mib) * 2**20)}
+
+
+@pytest.mark.parametrize(("candidate_mib", "status", "said"), [
+    (300.0, GateStatus.FAILED, "device:Pixel 8, 1 thread(s): 300.0 MiB / 100.0 MiB"),
+    (105.0, GateStatus.PASSED, "105.0 MiB / 100.0 MiB"),
+    (None, GateStatus.INCOMPLETE, "gave no peak"),
+])
+def test_a_target_timed_over_ssh_is_judged_as_the_host_is(plan, candidate_mib, status, said):
+    """Issue 41, item 2: a target's rounds timed from here leave out the rounds its own accounting found busy (here
+    ×3, which would fail the gate), say they ran with the stop rule and contention check, judge each interval by
+    the sequential design they stopped with, and judge the target's memory by the memory gate's rule."""
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE])
+    busy = noisy_rounds(3.0, [1.0, 1.0])
+    device_rounds(out, noisy_rounds(1.0, [0.99, 1.0, 1.01, 1.0, 0.98, 1.0, 1.02]) + busy, disturbed=frozenset({8, 9}),
+                  more=({"record": "rounds", "model": "vit-smoke", "threads": 1, "ended": "planned", "stop_early": True,
+                         "tried": 9, "counted": 7}, server_line("legacy", 100.0), server_line("candidate", candidate_mib)))
+    gates, _ = results_by_gate(plan)
+    device = gates["device-latency"]
+    assert device.status is GateStatus.PASSED, device.note
+    assert "over 7 rounds (2 more left out, the target busy)" in device.note
+    assert "the stop rule, the contention check" in device.evidence
+    assert device.measured is not None and device.measured.value == pytest.approx(1.0, abs=0.02)
+    memory = gates["device-memory"]
+    assert memory.status is status and said in memory.note, memory.note
+    assert memory.severity is gates["memory"].severity
+    pipeline.report(plan)  # the page: a column per target in the latency table, a row of memory and cold start
+    report = (out / "report.md").read_text()
+    assert "| candidate/legacy on device:Pixel 8, 1t |" in report and "| 1.000 [" in report
+    assert "| Runtime memory and cold start on device:Pixel 8 (where) |" in report
+    assert "cold start up to 25 ms against 25 ms (vit-smoke)" in report
+    assert "timed from here over ssh" in report
 
 
 def test_a_model_the_bundle_could_not_hold_is_incomplete_on_the_device_never_left_out(plan):

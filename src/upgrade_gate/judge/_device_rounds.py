@@ -16,17 +16,41 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema.device import DeviceRun, read_device_results
-from upgrade_gate.schema.measured import DeviceLatency, Target, ratio_by_rounds, summarize
+from upgrade_gate.schema.measured import DeviceLatency, DeviceMemory, Target, ratio_by_rounds, summarize
 from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.stats import interval_confidence
 
 
-def device_latency(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
+def device_runs(plan: Plan) -> list[DeviceRun]:
+    """Every device's results file the report folder keeps, read."""
+    out = plan.settings.out_dir
+    return [read_device_results(file, file.relative_to(out).as_posix()) for file in layout.device_results_files(out)]
+
+
+def device_memory(plan: Plan, model: ModelEntry, runs: list[DeviceRun]) -> tuple[DeviceMemory, ...]:
+    """Each candidate's runtime memory and cold start against the baseline's on each target whose rounds were
+    timed over ssh (a ``server`` line per stack: run-on-device.sh's rounds have none), per thread count."""
+    found = []
+    for run in runs:
+        for threads in sorted({s.threads for s in run.servers if s.model == model.name}):
+            servers = {s.stack: s for s in run.servers if (s.model, s.threads) == (model.name, threads)}
+            theirs = servers.get(plan.baseline.name)
+            for spec in plan.candidates:
+                mine = servers.get(spec.name)
+                if mine is None or theirs is None:
+                    continue
+                found.append(DeviceMemory(
+                    target=run.target, stack=spec.name, threads=threads,
+                    candidate_bytes=mine.runtime_memory_bytes, baseline_bytes=theirs.runtime_memory_bytes,
+                    candidate_cold_ms=mine.load_ms + sum(mine.first_ms.values()),
+                    baseline_cold_ms=theirs.load_ms + sum(theirs.first_ms.values())))
+    return tuple(found)
+
+
+def device_latency(plan: Plan, model: ModelEntry, runs: list[DeviceRun]) -> tuple[DeviceLatency, ...]:
     out = plan.settings.out_dir
     found: list[DeviceLatency] = []
-    for file in layout.device_results_files(out):
-        where = file.relative_to(out).as_posix()
-        run = read_device_results(file, where)
+    for file, run in zip(layout.device_results_files(out), runs):
         try:
             manifest = json.loads(layout.device_manifest_file(file).read_text(encoding="utf-8"))
             bundled: dict[str, Any] = manifest["models"].get(model.name) or {}
@@ -86,14 +110,18 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
     for threads in thread_counts:
         def rounds_of(name: str, method: str, at: int = threads) -> dict[int, list[float]]:
             return {r.round: list(r.samples_ms.get(method, ())) for r in run.rounds
-                    if (r.model, r.stack, r.threads) == (model.name, name, at)}
+                    if (r.model, r.stack, r.threads) == (model.name, name, at) and not r.disturbed}
 
         failed = [f for f in run.failures
                   if f.model == model.name and f.stack in (stack, base) and f.threads == threads]
+        ended = run.ended_of(model.name, threads)
+        # Rounds that could stop early are judged by the sequential design they ran with, as on the host.
+        planned = run.planned_rounds if ended is not None and ended.stop_early else 0
         for method in methods:
             mine, theirs = rounds_of(stack, method), rounds_of(base, method)
             common = sorted(set(mine) & set(theirs))
-            estimate = ratio_by_rounds([mine[n] for n in common], [theirs[n] for n in common], confidence=confidence)
+            estimate = ratio_by_rounds([mine[n] for n in common], [theirs[n] for n in common], confidence=confidence,
+                                       planned=planned)
             mine_p50 = summarize([s for n in common for s in mine[n]])
             theirs_p50 = summarize([s for n in common for s in theirs[n]])
             if stale:
@@ -103,12 +131,14 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
                 first = failed[0]
                 missing = f"{first.stack}, round {first.round}: {first.error}"
             elif estimate is None:
-                missing = "no round in which both stacks gave samples"
+                missing = "no round in which both stacks gave samples" + (
+                    f" undisturbed ({ended.tried} tried, the target busy in the others)" if ended else "")
             else:
                 missing = ""
             rows.append(DeviceLatency(
                 target=run.target, stack=stack, threads=threads, method=method, rounds=len(common),
                 planned=run.planned_rounds, candidate_p50_ms=mine_p50.p50_ms if mine_p50 else None,
                 baseline_p50_ms=theirs_p50.p50_ms if theirs_p50 else None,
-                estimate=None if missing else estimate, missing=missing))
+                estimate=None if missing else estimate, missing=missing,
+                ended=ended.ended if ended else "", disturbed=ended.tried - ended.counted if ended else 0))
     return rows

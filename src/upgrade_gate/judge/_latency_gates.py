@@ -111,10 +111,11 @@ def latency_gate(found: Gates, severity: str) -> None:
 
 
 def device_latency_gate(found: Gates, severity: str) -> None:
-    """The latency gate's rule on each device the report read rounds from (`upgrade-gate device-results`): per
-    target, thread count and method, the ratio's interval against ``max-ratio``, ``min-delta-ms`` as on the host,
-    the worst row deciding. A device's rounds are fixed in number (no stop-early) and have no contention check:
-    the note says so. A row the device could not give (a failed round, artifacts of an earlier export) is
+    """The latency gate's rule on each device the report read rounds from (a target of
+    [tool.upgrade-gate.targets], `upgrade-gate device-results`): per target, thread count and method, the ratio's
+    interval against ``max-ratio``, ``min-delta-ms`` as on the host, the worst row deciding. A target timed over ssh
+    had the host's stop rule and contention check; run-on-device.sh's rounds are fixed in number and unchecked: the
+    evidence says which. A row the device could not give (a failed round, artifacts of an earlier export) is
     incomplete, never a failure of the candidate: the device, its setup or the bundle may be at fault."""
     rows = [row for row in found.model.device_latency if row.stack == found.stack]
     if not rows:
@@ -122,18 +123,24 @@ def device_latency_gate(found: Gates, severity: str) -> None:
     gates = found.plan.settings.gates
     max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
     targets = list(dict.fromkeys(row.target.name for row in rows))
+    checked = [row for row in rows if row.ended]
+    how = (f"timed from here over ssh as the host is: up to {max(row.planned for row in rows)} alternating rounds, "
+           "the stop rule, the contention check" if len(checked) == len(rows) else
+           f"run-on-device.sh: {max(row.planned for row in rows)} rounds, the order alternating; no contention "
+           "check on the device" if not checked else
+           "over ssh with the host's stop rule and contention check, and run-on-device.sh's fixed rounds, unchecked")
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"on {', '.join(targets)}: the median's whole interval, per thread count and method; "
                           f"methods at most {min_delta:g} ms slower at its top pass",
-                evidence=f"device/*.jsonl (run-on-device.sh: {max(row.planned for row in rows)} rounds, the order "
-                         "alternating; no contention check on the device)")
+                evidence=f"device/*.jsonl ({how})")
     judged: list[Row] = []
     for row in rows:
         where = f"{row.target.name}, {row.threads} thread(s){'' if row.method == 'forward' else f', {row.method}'}"
         if row.estimate is None or row.baseline_p50_ms is None:
             judged.append(("incomplete", f"{where}: {row.missing or 'not measured'}", None, row.threads))
             continue
-        where += f": {row.candidate_p50_ms:.3f} ms / {row.baseline_p50_ms:.3f} ms over {row.rounds} rounds"
+        where += f": {row.candidate_p50_ms:.3f} ms / {row.baseline_p50_ms:.3f} ms over {row.rounds} rounds" + (
+            f" ({row.disturbed} more left out, the target busy)" if row.disturbed else "")
         judged.append((row.estimate.outcome(max_ratio, row.baseline_p50_ms, min_delta), where, row.estimate,
                        row.threads))
     decided = deciding(judged)
@@ -254,6 +261,33 @@ def memory_gate(found: Gates, severity: str) -> None:
     ratio = mine / theirs if theirs else float("inf")
     found.add("memory", severity, ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta, rule,
               measured=Quantity(value=ratio, unit=Unit.RATIO), note=f"{size(mine)} / {size(theirs)}")
+
+
+def device_memory_gate(found: Gates, severity: str) -> None:
+    """The memory gate's rule on each target timed over ssh: per target and thread count, the candidate's runtime
+    memory over the baseline's, the worst row deciding; a row whose server gave no peak is incomplete."""
+    rows = [row for row in found.model.device_memory if row.stack == found.stack]
+    if not rows:
+        return
+    gates = found.plan.settings.gates
+    max_ratio, min_delta = gates["memory"].threshold, gates["memory"]["min-delta-mb"]
+    rule = Rule(metric="memory ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
+                condition=f"on {', '.join(dict.fromkeys(row.target.name for row in rows))}, per thread count; or at "
+                          f"most {min_delta:g} MiB more",
+                evidence="device/*.jsonl (each server's peak RSS of load → run minus its started runtime, on the "
+                         "target)")
+    judged = []
+    for row in rows:
+        where = f"{row.target.name}, {row.threads} thread(s)"
+        if row.candidate_bytes is None or row.baseline_bytes is None:
+            found.missing("device-memory", severity, rule, Missing(
+                status=GateStatus.INCOMPLETE, note=f"{where}: a server there gave no peak (it did not end cleanly)"))
+            return
+        ratio = row.candidate_bytes / row.baseline_bytes if row.baseline_bytes else float("inf")
+        passes = ratio <= max_ratio or (row.candidate_bytes - row.baseline_bytes) / 2**20 <= min_delta
+        judged.append((passes, ratio, f"{where}: {size(row.candidate_bytes)} / {size(row.baseline_bytes)}"))
+    passes, ratio, note = min(judged, key=lambda j: (j[0], -j[1]))
+    found.add("device-memory", severity, passes, rule, measured=Quantity(value=ratio, unit=Unit.RATIO), note=note)
 
 
 def budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:

@@ -7,7 +7,13 @@ from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge._gates import Gates, Missing, Rule
-from upgrade_gate.judge._latency_gates import budget_gates, device_latency_gate, latency_gate, memory_gate
+from upgrade_gate.judge._latency_gates import (
+    budget_gates,
+    device_latency_gate,
+    device_memory_gate,
+    latency_gate,
+    memory_gate,
+)
 from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
@@ -44,6 +50,7 @@ def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRe
     latency_gate(found, gates["latency"].severity)
     device_latency_gate(found, gates["latency"].severity)
     memory_gate(found, gates["memory"].severity)
+    device_memory_gate(found, gates["memory"].severity)
     budget = dict(gates.budgets).get(name)
     if budget is not None:
         budget_gates(found, budget.latency_p50_ms, budget.peak_rss_mb, budget.severity)
@@ -94,6 +101,7 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
         latency_gate(found, gates["latency"].severity)
         device_latency_gate(found, gates["latency"].severity)
         memory_gate(found, gates["memory"].severity)
+        device_memory_gate(found, gates["memory"].severity)
 
 
 def output_gates(found: Gates) -> None:

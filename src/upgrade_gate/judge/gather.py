@@ -23,7 +23,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
-from upgrade_gate.judge._device_rounds import device_latency
+from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
 from upgrade_gate.schema.measured import (
@@ -155,6 +155,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     contention = {threads: _contention(threads, data, layout.measurement_file(out, model.name, threads)
                                        .relative_to(out).as_posix())
                   for threads, data in measurements.items() if data}
+    runs = device_runs(plan)
+
     def measured_side(name: str) -> dict[int, Measured]:
         """A side's summaries per thread count (a stack's, or a candidate's remedied one), its samples kept."""
         found: dict[int, Measured] = {}
@@ -252,7 +254,8 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
-                        device_latency=device_latency(plan, model))
+                        device_latency=device_latency(plan, model, runs),
+                        device_memory=device_memory(plan, model, runs))
 
 
 def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:

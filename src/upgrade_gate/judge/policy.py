@@ -79,7 +79,8 @@ from upgrade_gate.schema.verdict import (
 # Every gate a model can have, by the name its results carry (the project's: project-tests, api-scan);
 # tests/test_releases.py checks each name model_gates.py and latency_gates.py give a gate is here.
 MODEL_GATES = ("same-inputs", "export", "delegation", "artifact-size", "numerics",
-               *(f"task-{kind}" for kind in HEADLINE), "latency", "device-latency", "memory", "budget-latency",
+               *(f"task-{kind}" for kind in HEADLINE), "latency", "device-latency", "memory", "device-memory",
+               "budget-latency",
                "budget-memory",
                "quantized-export", "quantized-numerics", *(f"quantized-task-{kind}" for kind in HEADLINE))
 

@@ -2,10 +2,11 @@
 
 For each target, after the measure session: the report's device bundle (measure/device.py; written again only
 when the report's artifacts are not the ones it holds) is copied to ``~/.cache/upgrade-gate-targets/<manifest
-digest>/`` there, unless a whole copy is there already (its SHA256SUMS check), and run there by
-``run-on-device.sh --host --install``: each stack built on the target with uv from its spec, the stacks timed in
-alternating rounds, one runner per stack. Its results file comes back and is read in as the target's, judged by
-the ``device-latency`` gate.
+digest>/`` there, unless a whole copy is there already (its SHA256SUMS check); ``run-on-device.sh --install
+--stacks-only`` builds each stack there with uv from its spec; then the rounds are timed from here as the host's
+are (measure/target_rounds.py: a runner per stack over ssh, the same order, stop rule and contention check, the
+cold start and memory). They are written as the target's results file and read in, judged by the
+``device-latency`` gate.
 
 ssh's failures — an unreachable host, a refused key, a connection dropped mid-round — and a target that cannot run
 the bundle (no uv there) are the target's, never the candidate's: the target's gates are incomplete with ssh's
@@ -24,18 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout
-from upgrade_gate._atomic import sha256_file, write_json_atomic
+from upgrade_gate._atomic import sha256_file, write_json_atomic, write_text_atomic
 from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.targets import RemoteTarget
-from upgrade_gate.measure import device
+from upgrade_gate.measure import _wheels, device, target_rounds
+from upgrade_gate.schema.device import RESULTS_FORMAT
 from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.text import size
 
 # Where a target keeps bundles and the stacks' venvs, relative to the remote user's home.
 REMOTE_ROOT = ".cache/upgrade-gate-targets"
-# ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
-SSH_FAILED = 255
 # A target that says nothing for this long is gone (ServerAliveInterval × ServerAliveCountMax).
 ALIVE_S, ALIVE_COUNT = 15, 4
 
@@ -100,7 +100,7 @@ def ssh_command(target: RemoteTarget, plan: Plan) -> list[str]:
 def _ssh(target: RemoteTarget, plan: Plan, remote: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     """One remote command; ssh's own failure raised as the target's."""
     done = subprocess.run([*ssh_command(target, plan), remote], capture_output=True, **kwargs)
-    if done.returncode == SSH_FAILED:
+    if done.returncode == target_rounds.SSH_FAILED:
         raise TargetFailed(f"ssh {target.address}: {_last_words(done, 'the connection failed')}")
     return done
 
@@ -121,17 +121,46 @@ def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], 
                                      f"tar -C {shlex.quote(remote)} -xf -", stdin=archive)
         if put.returncode != 0:
             raise TargetFailed(f"the bundle could not be written there: {_last_words(put)}")
-    log(f"targets: {target.name}: the stacks built there with uv, then the rounds")
-    ran = _ssh(target, plan, f"{there}/run-on-device.sh --host --install {shlex.quote(REMOTE_ROOT + '/venvs')} "
-                             f"--name {shlex.quote(target.name)} --out {shlex.quote(remote + '/results.jsonl')}")
-    if ran.returncode != 0:
-        raise TargetFailed(f"run-on-device.sh ended with status {ran.returncode}: {_last_words(ran)}")
-    fetched = _ssh(target, plan, f"cat {shlex.quote(remote + '/results.jsonl')}")
-    if fetched.returncode != 0:
-        raise TargetFailed(f"the results could not be read there: {_last_words(fetched)}")
+    log(f"targets: {target.name}: the stacks built there with uv")
+    venvs = shlex.quote(f"{REMOTE_ROOT}/venvs")
+    built = _ssh(target, plan, f"{there}/run-on-device.sh --install {venvs} --stacks-only")
+    if built.returncode != 0:
+        raise TargetFailed(f"run-on-device.sh ended with status {built.returncode}: {_last_words(built)}")
+    pythons, cannot_run = {}, {}
+    for line in built.stdout.decode(errors="replace").splitlines():
+        stack, python, why = (line.split("\t") + ["", ""])[:3]
+        if why or not python:
+            cannot_run[stack] = why or f"no Python for {stack} there"
+            log(f"targets: {target.name}: {cannot_run[stack]}")
+        else:
+            pythons[stack] = python
+    described = _ssh(target, plan, f"cd {there} && {shlex.quote(next(iter(pythons.values()), 'python3'))} "
+                                   f"device_runner.py target {shlex.quote(target.name)}")
+    try:
+        target_line = json.loads(described.stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (ValueError, IndexError) as error:
+        raise TargetFailed(f"device_runner.py could not describe the machine: {_last_words(described)}") from error
+    for stack in list(cannot_run):  # uv's resolver error there, said as which pin lacks a wheel and which has one
+        spec = next(spec for spec in plan.stacks if spec.name == stack)
+        missing = _wheels.missing_wheels(spec, str(target_line.get("system", "")),
+                                         str(target_line.get("architecture", "")))
+        if missing:
+            cannot_run[stack] = f"{'; '.join(missing)} (uv's words: {venvs}/{stack}.install.log there)"
+            log(f"targets: {target.name}: {stack}: {cannot_run[stack]}")
+    log(f"targets: {target.name}: the rounds, timed from here ({target_line.get('cpu')}, "
+        f"{target_line.get('cores')} cores)")
+    logs = layout.device_results_file(plan.settings.out_dir, target.name).with_suffix(".logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    manifest_digest = sha256_file(layout.bundle_manifest_file(plan.settings.out_dir))
+    lines = [{"record": "bundle", "manifest_sha256": manifest_digest, "format": RESULTS_FORMAT,
+              "rounds": plan.settings.rounds}, target_line]
+    try:
+        lines += target_rounds.time_on_target(plan, ssh_command(target, plan), f"{remote}/bundle", pythons,
+                                              cannot_run, target_line, logs, log)
+    except target_rounds.ConnectionLost as lost:
+        raise TargetFailed(f"ssh {target.address}: {lost}") from lost
     incoming = layout.device_results_file(plan.settings.out_dir, target.name).with_suffix(".incoming")
-    incoming.parent.mkdir(parents=True, exist_ok=True)
-    incoming.write_bytes(fetched.stdout)
+    write_text_atomic(incoming, target_rounds.results_text(lines))
     return incoming
 
 

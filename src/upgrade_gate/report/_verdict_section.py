@@ -173,6 +173,10 @@ def matrix_rows(results: Results) -> list[list[str]]:
             rows.append([f"Latency at {threads} thread(s) on {device.name} ([where](#{WHERE_MEASURED}))", *[
                 ("" if n == base else _device_summary(results.models, n, device.name, threads))
                 + mark(n, "device-latency") for n in names]])
+        if any(d.target.name == device.name for m in results.models for d in m.device_memory):
+            rows.append([f"Runtime memory and cold start on {device.name} ([where](#{WHERE_MEASURED}))", *[
+                ("" if n == base else _device_memory_summary(results.models, n, device.name))
+                + mark(n, "device-memory") for n in names]])
     task_gates = sorted({g.gate for g in gates if g.gate.startswith("task-")})
     if task_gates:
         rows.append(["Task agreement (vs reference; worst model)", *[
@@ -266,6 +270,19 @@ def _device_summary(models: tuple[ModelResults, ...], stack: str, target: str, t
     return _typical(estimates) + (f"; {unjudged} method{'s' if unjudged > 1 else ''} not judged" if unjudged else "")
 
 
+def _device_memory_summary(models: tuple[ModelResults, ...], stack: str, target: str) -> str:
+    """A candidate's largest memory ratio on a target and its slowest cold start against the baseline's there."""
+    rows = [(m.name, d) for m in models for d in m.device_memory if (d.stack, d.target.name) == (stack, target)]
+    ratios = [(d.candidate_bytes / d.baseline_bytes, name) for name, d in rows
+              if d.candidate_bytes is not None and d.baseline_bytes]
+    said = [f"memory up to ×{max(ratios)[0]:.2f} ({max(ratios)[1]})" if ratios else "memory not read"]
+    if rows:
+        name, slowest = max(rows, key=lambda row: row[1].candidate_cold_ms)
+        said.append(f"cold start up to {slowest.candidate_cold_ms:.0f} ms against {slowest.baseline_cold_ms:.0f} ms "
+                    f"({name})")
+    return "; ".join(said)
+
+
 def _typical(estimates: list[RatioEstimate]) -> str:
     """The typical ratio (geometric mean of the medians) and how many intervals call the candidate faster, slower
     or not told apart."""
@@ -300,13 +317,16 @@ def _slowest_cold_start(models: tuple[ModelResults, ...], stack: str) -> str:
 
 
 def latency_table(results: Results) -> list[Block]:
-    """Every model's methods by stack and thread count: p50 per stack, each candidate's ratio with its interval."""
+    """Every model's methods by stack and thread count: p50 per stack, each candidate's ratio with its interval; a
+    column per target the report read rounds from (issue 41), with the candidate's ratio there."""
     base = results.baseline.name
     candidates = [n for n in results.stacks if n != base]
     threads = results.settings.threads
+    targets = [target.name for target in results.device_targets]
     header = ["model · method"]
     for count in threads:
         header += [f"{n} p50, {count}t" for n in results.stacks] + [f"{n}/{base}, {count}t" for n in candidates]
+        header += [f"{n}/{base} on {target}, {count}t" for target in targets for n in candidates]
     rows = []
     for model in results.models:
         methods = list(dict.fromkeys(method for stack in model.stacks.values() for count in threads
@@ -322,6 +342,7 @@ def latency_table(results: Results) -> list[Block]:
                     ratio = model.ratio(n, count, method)
                     row.append("machine busy" if model.busy_at(count) is not None
                                else f"{ratio.median:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "—")
+                row += [_device_cell(model, n, target, count, method) for target in targets for n in candidates]
             rows.append(row)
     if not rows:
         return []
@@ -330,6 +351,17 @@ def latency_table(results: Results) -> list[Block]:
                       "coverage each interval holds is in the model's section; the latency gate's intervals hold "
                       "95% together). Below 1 the candidate is faster.", style="meta"),
             Table(header, rows)]
+
+
+def _device_cell(model: ModelResults, stack: str, target: str, threads: int, method: str) -> str:
+    """A candidate's ratio for one method on a target, or that it was not judged there (the gate's note says why)."""
+    row = next((d for d in model.device_latency if (d.stack, d.target.name, d.threads) == (stack, target, threads)
+                and d.method in (method, "every method")), None)
+    if row is None:
+        return "—"
+    if row.estimate is None:
+        return "not judged"
+    return f"{row.estimate.median:.3f} [{row.estimate.low:.3f}, {row.estimate.high:.3f}]"
 
 
 def where_measured_blocks(results: Results) -> list[Block]:
@@ -348,12 +380,19 @@ def where_measured_blocks(results: Results) -> list[Block]:
                  "latency ratios as this host's, a proxy for the device, not a measurement of it.")
     blocks: list[Block] = [Heading(3, "Where it measured", anchor=WHERE_MEASURED), Paragraph(said)]
     for device in results.device_targets:
+        over_ssh = any(d.ended for m in results.models for d in m.device_latency if d.target.name == device.name)
+        how = ("Its rounds were timed from here over ssh (`[tool.upgrade-gate.targets]`) on the bundle's artifacts "
+               "(`nox -s bundle`) as this machine's are: the stacks in turn, the stop rule, and the contention check "
+               "on the target's own CPU accounting (a disturbed round is repeated and left out). The "
+               "`device-latency` and `device-memory` gates judge them by the latency and memory gates' rules"
+               if over_ssh else
+               "Its rounds ran the bundle's artifacts (`nox -s bundle`), the stacks in turn as here, and the "
+               "`device-latency` gate judges them by the latency gate's rule; run-on-device.sh has no contention "
+               "check, so run it with nothing else running")
         blocks.append(Paragraph(
             f"Latency on **{device.name}** (`{command('device-results')}`, docs/device.md): {device.cpu}, "
             f"{device.architecture or 'architecture unknown'}{f', {device.cores} cores' if device.cores else ''}; ISA "
-            f"extensions: {', '.join(device.isa) or 'not read'}. Its rounds ran the bundle's artifacts "
-            "(`nox -s bundle`), the stacks in turn as here, and the `device-latency` gate judges them by the latency "
-            "gate's rule; the device has no contention check, so run it with nothing else running."))
+            f"extensions: {', '.join(device.isa) or 'not read'}. {how}."))
     return blocks
 
 

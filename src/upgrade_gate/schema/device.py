@@ -5,6 +5,10 @@ The first line names the bundle it ran (its manifest's SHA-256) and the rounds a
 (``target``); then one line per stack, model, thread count and round: its samples per method (``round``) or why
 there are none (``failed``); the last (``end``), written when every round has run, the SHA-256 of the lines before
 it: a file edited since does not read, and one without it is of rounds that were stopped.
+
+A target's rounds timed over ssh (measure/target_rounds.py) say more: each round whether the target was busy
+(``disturbed``: it does not count), each server's cold start and memory (``server``), and per model and thread
+count why its rounds ended (``rounds``: the stop rule's looks, as the host's).
 """
 
 from __future__ import annotations
@@ -44,6 +48,38 @@ class DeviceRound(codec.Record):
     round: int
     samples_ms: dict[str, tuple[float, ...]]
     verified: bool | None = None  # ExecuTorch's bundled verification passed (None: the runtime has none)
+    disturbed: bool = False  # the target's other processes held it back (measure/_contention.py's rule)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceServer(codec.Record):
+    """One stack's server for one model and thread count on a target: its cold start and memory."""
+
+    model: str
+    stack: str
+    threads: int
+    load_ms: float
+    first_ms: dict[str, float]  # each method's first call after the load
+    idle_rss_bytes: int  # resident with the runtime started, nothing loaded
+    after_first_run_rss_bytes: int
+    peak_rss_bytes: int | None = None  # at its end (None: it gave no end)
+
+    @property
+    def runtime_memory_bytes(self) -> int | None:
+        """What loading and running the model took: the peak less the started runtime, as on the host."""
+        return None if self.peak_rss_bytes is None else max(0, self.peak_rss_bytes - self.idle_rss_bytes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceRoundsEnded(codec.Record):
+    """Why one model's rounds at one thread count ended (schema.measured.RoundsEnded's values)."""
+
+    model: str
+    threads: int
+    ended: str
+    stop_early: bool
+    tried: int
+    counted: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +102,11 @@ class DeviceRun:
     target: Target
     rounds: tuple[DeviceRound, ...]
     failures: tuple[DeviceFailure, ...]
+    servers: tuple[DeviceServer, ...] = ()
+    ended: tuple[DeviceRoundsEnded, ...] = ()  # empty: run-on-device.sh's fixed rounds, no contention check
+
+    def ended_of(self, model: str, threads: int) -> DeviceRoundsEnded | None:
+        return next((e for e in self.ended if (e.model, e.threads) == (model, threads)), None)
 
 
 def read_device_results(path: Path, name: str | None = None) -> DeviceRun:
@@ -101,7 +142,7 @@ def read_device_results(path: Path, name: str | None = None) -> DeviceRun:
     if len(targets) != 1:
         raise RecordError(f"{name}: {len(targets)} target lines; a results file is of one machine")
     target = targets[0]
-    rounds, failures = [], []
+    rounds, failures, servers, ended = [], [], [], []
     for (number, reader), kind in zip(parsed[1:], kinds[1:]):
         if kind == "round":
             found = DeviceRound.from_reader(reader)
@@ -110,12 +151,16 @@ def read_device_results(path: Path, name: str | None = None) -> DeviceRun:
             rounds.append(found)
         elif kind == "failed":
             failures.append(DeviceFailure.from_reader(reader))
+        elif kind == "server":
+            servers.append(DeviceServer.from_reader(reader))
+        elif kind == "rounds":
+            ended.append(DeviceRoundsEnded.from_reader(reader))
         elif kind != "target":
             raise RecordError(f"{name} line {number}: unknown record {kind!r}")
     return DeviceRun(
         manifest_sha256=bundle.manifest_sha256, planned_rounds=bundle.rounds,
         target=Target.from_reader(target),
-        rounds=tuple(rounds), failures=tuple(failures))
+        rounds=tuple(rounds), failures=tuple(failures), servers=tuple(servers), ended=tuple(ended))
 
 
 def _check_end(raw: bytes, name: str) -> None:

@@ -356,3 +356,22 @@ class DeviceLatency(codec.Record):
     baseline_p50_ms: float | None = None
     estimate: RatioEstimate | None = None
     missing: str = ""  # why it was not judged (a failed round, a stale bundle); "" when it was
+    # Timed over ssh from the host (measure/target_rounds.py): why the rounds ended (RoundsEnded's value) and how
+    # many the target's other work disturbed; "" where run-on-device.sh ran its fixed rounds, unchecked.
+    ended: str = ""
+    disturbed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeviceMemory(codec.Record):
+    """A candidate's runtime memory and cold start against the baseline's at one thread count on a target timed
+    over ssh: memory as on the host (the peak less the started runtime), the cold start as the load and each
+    method's first call."""
+
+    target: Target
+    stack: str
+    threads: int
+    candidate_bytes: int | None
+    baseline_bytes: int | None
+    candidate_cold_ms: float
+    baseline_cold_ms: float

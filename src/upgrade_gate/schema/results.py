@@ -37,6 +37,7 @@ from upgrade_gate.schema.measured import (
     BusyRounds,
     Contention,
     DeviceLatency,
+    DeviceMemory,
     LatencyRatio,
     RatioEstimate,
     Target,
@@ -73,6 +74,8 @@ class ModelResults(codec.Record):
     busy_rounds: tuple[BusyRounds, ...] = ()
     # On devices (`upgrade-gate device-results`): each candidate's ratio per target, thread count and method.
     device_latency: tuple[DeviceLatency, ...] = ()
+    # On targets timed over ssh: each candidate's runtime memory and cold start per target and thread count.
+    device_memory: tuple[DeviceMemory, ...] = ()
 
     DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 

@@ -1,0 +1,230 @@
+"""A target's rounds timed as the host's are: one server per stack and model over its own ssh connection
+(compat/device_runner.py ``serve --measure``), driven by the host's round loop (measure/rounds.py ``run_rounds``).
+
+The same alternating order, the same stop rule (the sequential looks, ``stop-early``), the same contention check —
+the target's CPU accounting read by the runner around each timed part, judged by measure/_contention.py's rule, a
+disturbed round repeated and left out — and each server's cold start (load, first call) and memory (resident with
+the runtime alone, after the first call, at its peak). What comes back is written as a device results file
+(schema/device.py), the lines run-on-device.sh writes and those only this path has (``server``, ``rounds``), and is
+read in as any device's is.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from upgrade_gate import layout, stats
+from upgrade_gate.config.plan import Plan
+from upgrade_gate.measure import _contention
+from upgrade_gate.measure.rounds import Watch, clear_of_threshold, run_rounds
+from upgrade_gate.run.supervisor import ServerFailed
+
+# ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
+SSH_FAILED = 255
+
+
+class ConnectionLost(Exception):
+    """ssh itself ended (exit status 255): the target's fault, not a stack's; what ssh said last."""
+
+
+class RemoteServer:
+    """A ``device_runner.py serve --measure`` on a target, over one ssh connection: a measure/rounds.py RoundServer.
+    Its stderr goes to ``log``; a request without an answer within its stage's deadline is a timeout."""
+
+    def __init__(self, argv: list[str], log: IO[bytes], deadline_s: Callable[[str], float]) -> None:
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        start_new_session=True)
+        self.deadline_s = deadline_s
+        self.log_name = getattr(log, "name", "its log")
+        self.last: dict[str, Any] = {}
+
+    def _answer(self, stage: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        deadline = self.deadline_s(stage)
+        ready, _, _ = select.select([self.process.stdout], [], [], deadline)
+        if not ready:
+            raise ServerFailed("timeout", stage, f"no answer within {deadline:g} s (timeouts.{stage})")
+        line = self.process.stdout.readline()
+        if not line:
+            if self.process.wait() == SSH_FAILED:
+                raise ConnectionLost(f"the connection was lost at the {stage} ({_last_line(self.log_name)})")
+            raise ServerFailed("crashed", stage, f"the runner or its connection ended (ssh exit status "
+                                                 f"{self.process.returncode}; {_last_line(self.log_name)})")
+        data = json.loads(line)
+        if data.get("record") == "failed":
+            raise ServerFailed("failed", stage, str(data.get("error")), list(data.get("traceback_tail") or []))
+        self.last = data
+        return data
+
+    def _say(self, text: str, stage: str) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(text.encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError as error:
+            if self.process.wait() == SSH_FAILED:
+                raise ConnectionLost(f"the connection was lost at the {stage} ({_last_line(self.log_name)})") from error
+            raise ServerFailed("crashed", stage, f"the runner or its connection ended ({error})") from error
+
+    def ready(self) -> dict[str, Any]:
+        return self._answer("load")
+
+    def request(self, command: dict[str, Any] | None, until: str) -> dict[str, Any]:
+        assert command is not None
+        self._say(f"round {command['round']}", until)
+        return self._answer(until)
+
+    def close(self) -> dict[str, Any] | None:
+        """Ask it to end; its ``exit`` line (the peak memory), or None when it gave none."""
+        try:
+            self._say("exit", "exit")
+            goodbye = self._answer("exit")
+        except ServerFailed:
+            goodbye = None
+        self.stop()
+        return goodbye
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+
+
+def _last_line(log_name: str) -> str:
+    try:
+        lines = [line for line in Path(log_name).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    return f"last said: {lines[-1].strip()[:300]}" if lines else "nothing said"
+
+
+def remote_watch(servers: dict[str, RemoteServer], threads: int, cores: int) -> Watch:
+    """The contention check of a target's part of a round: the counters its runner read around the part (on the
+    target), judged by the host's rule (_contention.load_between, Load.disturbed)."""
+    by_pid = {server.process.pid: server for server in servers.values()}
+
+    def watch(_ours: list[int], timed: int) -> Callable[[], _contention.Load | None]:
+        def done() -> _contention.Load | None:
+            read = by_pid[timed].last.get("counters") or {}
+            if not read.get("before") or not read.get("after"):
+                return None  # no /proc there (macOS): nothing judged disturbed, as on such a host
+            return _contention.load_between(_contention.Snapshot(**read["before"]),
+                                            _contention.Snapshot(**read["after"]), threads, cores)
+        return done
+    return watch
+
+
+def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict[str, str],
+                   cannot_run: dict[str, str], target_line: dict[str, Any], logs: Path,
+                   log: Callable[[str], Any]) -> list[dict[str, Any]]:
+    """Every model of the bundle at every thread count, its stacks timed on the target; the results file's lines
+    between its ``target`` line and its ``end`` line."""
+    settings, out = plan.settings, plan.settings.out_dir
+    manifest = json.loads(layout.bundle_manifest_file(out).read_text(encoding="utf-8"))
+    served = [line.split("\t") for line in (layout.bundle_dir(out) / "plan.tsv").read_text().splitlines() if line]
+    baseline, candidates = plan.baseline.name, [spec.name for spec in plan.candidates]
+    gate = settings.gates["latency"]
+    cores = int(target_line.get("cores") or 1)
+    lines: list[dict[str, Any]] = []
+    for threads in settings.threads:
+        for model, held in manifest["models"].items():
+            rows = [row for row in served if row[0] == model]
+            intervals = len(settings.threads) * max(1, len(held["methods"]))
+            confidence = stats.interval_confidence(intervals)
+            stacks: dict[str, dict[str, Any]] = {}
+            servers: dict[str, RemoteServer] = {}
+            try:
+                for _, stack, runtime, artifact, methods in rows:
+                    where = {"model": model, "stack": stack, "threads": threads}
+                    if stack in cannot_run or not pythons.get(stack):
+                        lines.append({"record": "failed", **where, "round": 1,
+                                      "error": cannot_run.get(stack) or f"no Python for {stack} there"})
+                        continue
+                    argv = [*ssh, f"cd {shlex.quote(remote_bundle)} && exec {shlex.quote(pythons[stack])} "
+                                  "device_runner.py serve --measure " + shlex.join([
+                                      "--runtime", runtime, "--artifact", f"{model}/{stack}/{artifact}",
+                                      "--inputs", f"{model}/inputs.npz", "--methods", methods, "--model", model,
+                                      "--stack", stack, "--threads", str(threads), "--warmup", str(settings.warmup),
+                                      "--iterations", str(settings.iterations), "--rounds", str(settings.rounds),
+                                      "--time-budget", str(settings.time_budget_s),
+                                      "--shortest-part", str(_contention.SHORTEST_PART_S),
+                                      "--rtol", str(manifest["rounds"]["rtol"]),
+                                      "--atol", str(manifest["rounds"]["atol"])])]
+                    with open(logs / f"{model}.{stack}.threads-{threads}.log", "ab") as log_file:
+                        server = RemoteServer(argv, log_file, settings.timeout_s)
+                    try:
+                        ready = server.ready()
+                    except ServerFailed as failure:
+                        server.stop()
+                        lines.append({"record": "failed", **where, "round": 1, "error": f"{failure.stage}: "
+                                      f"{failure.message}"})
+                        continue
+                    servers[stack], stacks[stack] = server, {"status": "ok", "rounds": [], "ready": ready}
+                if len(servers) < len(rows):
+                    continue  # a stack that cannot run here: its line says why; no ratio to be had
+                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds")
+                clear = functools.partial(
+                    clear_of_threshold, baseline, candidates, stacks, threshold=gate.threshold,
+                    min_delta_ms=gate["min-delta-ms"], planned=settings.rounds, confidence=confidence,
+                ) if settings.stop_early else None
+                looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
+                tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
+                                          watch=remote_watch(servers, threads, cores))
+                goodbyes = {name: server.close() for name, server in servers.items()}
+                servers.clear()
+            finally:
+                for server in servers.values():
+                    server.stop()
+            lines += _round_lines(model, threads, stacks, tried)
+            for name, record in stacks.items():
+                ready, goodbye = record["ready"], goodbyes.get(name) or {}
+                lines.append({"record": "server", "model": model, "stack": name, "threads": threads,
+                              "load_ms": ready["cold"]["load_ms"], "first_ms": ready["cold"]["first_ms"],
+                              "idle_rss_bytes": ready["idle"]["rss_bytes"],
+                              "after_first_run_rss_bytes": ready["after_first_run"]["rss_bytes"],
+                              "peak_rss_bytes": (goodbye.get("memory") or {}).get("peak_rss_bytes"),
+                              "runs_per_round": ready["runs_per_round"]})
+            lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
+                          "stop_early": settings.stop_early, "tried": len(tried),
+                          "counted": sum(1 for entry in tried if not entry["disturbed"])})
+    return lines
+
+
+def _round_lines(model: str, threads: int, stacks: dict[str, dict[str, Any]],
+                 tried: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stack's part of each round tried, with whether the round was disturbed and the part's load; a
+    stack's failure as its ``failed`` line."""
+    disturbed = {entry["round"]: entry["disturbed"] for entry in tried}
+    loads = {entry["round"]: entry["load"] for entry in tried}
+    lines = []
+    for name, record in stacks.items():
+        where = {"model": model, "stack": name, "threads": threads}
+        for part in record["rounds"]:
+            number = part["round"]
+            lines.append({"record": "round", **where, "round": number, "calls": part["calls"],
+                          "verified": record["ready"].get("verified"), "samples_ms": part["samples_ms"],
+                          "disturbed": disturbed.get(number, False), "load": (loads.get(number) or {}).get(name)})
+        if record["status"] != "ok":
+            error = record.get("error") or {}
+            lines.append({"record": "failed", **where, "round": len(record["rounds"]) + 1,
+                          "error": f"{error.get('stage')}: {error.get('message')}"})
+    return lines
+
+
+def results_text(lines: list[dict[str, Any]]) -> str:
+    """The lines as a results file: one JSON object each, then the digest of them all (schema/device.py)."""
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    return text + json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"
