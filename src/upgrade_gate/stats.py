@@ -49,6 +49,11 @@ CONFIDENCE = 0.95
 SAMPLES_KEPT = 201
 
 
+def gate_intervals(thread_counts: int, methods: int) -> int:
+    """The intervals a latency gate judges, on this machine or a device: one per thread count and method."""
+    return thread_counts * max(1, methods)
+
+
 def interval_confidence(intervals: int, confidence: float = CONFIDENCE) -> float:
     """What each of a gate's ``intervals`` intervals must cover for all of them to hold their true
     ratios together with at least ``confidence``: the chance that any one misses is at most the sum

@@ -18,7 +18,7 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.schema.device import DeviceRun, read_device_results
 from upgrade_gate.schema.measured import DeviceLatency, DeviceMemory, Target, ratio_by_rounds, summarize
 from upgrade_gate.schema.records import runtime_key
-from upgrade_gate.stats import interval_confidence
+from upgrade_gate.stats import gate_intervals, interval_confidence
 
 
 def device_runs(plan: Plan) -> list[DeviceRun]:
@@ -105,7 +105,7 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
     methods, thread_counts = list(bundled["methods"]), list(bundled["threads"])
     stale = [name for name in (stack, base)
              if bundled["stacks"][name].get("runtime_key") != runtime_key(out, name, model.name)]
-    confidence = interval_confidence(len(methods) * len(thread_counts))
+    confidence = interval_confidence(gate_intervals(len(thread_counts), len(methods)))
     rows = []
     for threads in thread_counts:
         def rounds_of(name: str, method: str, at: int = threads) -> dict[int, list[float]]:

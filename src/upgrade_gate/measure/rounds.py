@@ -266,7 +266,7 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
 def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> int:
     """The intervals the model's latency gate judges: one per thread count and method."""
     methods = {method for spec, _ in runnable for method in _methods(plan, spec, model)}
-    return len(plan.settings.threads) * max(1, len(methods))
+    return stats.gate_intervals(len(plan.settings.threads), len(methods))
 
 
 def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int], *,

@@ -142,8 +142,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
     for threads in settings.threads:
         for model, held in manifest["models"].items():
             rows = [row for row in served if row[0] == model]
-            intervals = len(settings.threads) * max(1, len(held["methods"]))
-            confidence = stats.interval_confidence(intervals)
+            confidence = stats.interval_confidence(stats.gate_intervals(len(settings.threads), len(held["methods"])))
             stacks: dict[str, dict[str, Any]] = {}
             servers: dict[str, RemoteServer] = {}
             try:
