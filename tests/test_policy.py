@@ -405,12 +405,36 @@ def test_a_target_timed_over_ssh_is_judged_as_the_host_is(plan, candidate_mib, s
     memory = gates["device-memory"]
     assert memory.status is status and said in memory.note, memory.note
     assert memory.severity is gates["memory"].severity
+    assert "device-budget-latency" not in gates  # no budget for the model: none judged anywhere
     pipeline.report(plan)  # the page: a column per target in the latency table, a row of memory and cold start
     report = (out / "report.md").read_text()
     assert "| candidate/legacy on device:Pixel 8, 1t |" in report and "| 1.000 [" in report
     assert "| Runtime memory and cold start on device:Pixel 8 (where) |" in report
     assert "cold start up to 25 ms against 25 ms (vit-smoke)" in report
     assert "timed from here over ssh" in report
+
+
+@pytest.mark.parametrize(("budgets", "latency", "memory"), [
+    # The team's budget is the phone's: 10 ms passes on the target (its p50 there is 10 ms), 250 MiB of 300 fails.
+    ("latency-p50-ms = 10\npeak-rss-mb = 250\n", GateStatus.PASSED, GateStatus.FAILED),
+    ("latency-p50-ms = 9\npeak-rss-mb = 400\n", GateStatus.FAILED, GateStatus.PASSED),
+])
+def test_a_models_budget_is_judged_on_each_target(project, budgets, latency, memory):
+    (project / "pyproject.toml").write_text(f"[tool.upgrade-gate.gates.budgets.vit-smoke]\n{budgets}")
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_pair(out, candidate_artifact=[REFERENCE], candidate_ms=5.0)  # the host is fast: within every budget
+    device_rounds(out, noisy_rounds(1.0, [1.0] * 7), more=(
+        {"record": "rounds", "model": "vit-smoke", "threads": 1, "ended": "planned", "stop_early": True, "tried": 7,
+         "counted": 7}, server_line("legacy", 280.0), server_line("candidate", 300.0)))
+    gates, _ = results_by_gate(plan)
+    assert gates["budget-latency"].status is GateStatus.PASSED
+    assert gates["device-budget-latency"].status is latency
+    assert gates["device-budget-latency"].measured.value == pytest.approx(10.0)
+    assert gates["device-budget-latency"].note == "on device:Pixel 8"
+    assert gates["device-budget-memory"].status is memory
+    assert gates["device-budget-memory"].measured.value == pytest.approx(300.0)
 
 
 def test_a_model_the_bundle_could_not_hold_is_incomplete_on_the_device_never_left_out(plan):

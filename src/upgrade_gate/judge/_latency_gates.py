@@ -290,6 +290,48 @@ def device_memory_gate(found: Gates, severity: str) -> None:
     found.add("device-memory", severity, passes, rule, measured=Quantity(value=ratio, unit=Unit.RATIO), note=note)
 
 
+def device_budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:
+    """The team's budgets for the model on each target it was timed on (a budget is usually the phone's): the
+    candidate's p50, every method summed at the first thread count, and its runtime memory there; the target
+    furthest over (or nearest) its budget decides, and a target that gave no figure leaves the gate incomplete."""
+    threads = found.plan.settings.threads[0]
+    if latency_ms is not None:
+        rows = [row for row in found.model.device_latency if row.stack == found.stack and row.threads == threads]
+        rule = Rule(metric="p50", op="≤", threshold=Quantity(value=latency_ms, unit=Unit.MS),
+                    condition=f"on each target, every method summed, at {threads} thread(s)",
+                    evidence="device/*.jsonl")
+        by_target: dict[str, list[float | None]] = {}
+        for row in rows:
+            by_target.setdefault(row.target.name, []).append(row.candidate_p50_ms if not row.missing else None)
+        _budget_on_targets(found, "device-budget-latency", severity, rule, latency_ms, Unit.MS, {
+            target: (None if None in p50s else sum(p50 for p50 in p50s if p50 is not None))
+            for target, p50s in by_target.items()})
+    if memory_mib is not None:
+        used: dict[str, float | None] = {}
+        for held in found.model.device_memory:
+            if held.stack == found.stack:
+                mib = None if held.candidate_bytes is None else held.candidate_bytes / 2**20
+                before = used.get(held.target.name, 0.0)
+                used[held.target.name] = None if mib is None or before is None else max(before, mib)
+        rule = Rule(metric="runtime memory", op="≤", threshold=Quantity(value=memory_mib, unit=Unit.MIB),
+                    condition="on each target, at every thread count",
+                    evidence="device/*.jsonl (each server's peak RSS of load → run minus its started runtime)")
+        _budget_on_targets(found, "device-budget-memory", severity, rule, memory_mib, Unit.MIB, used)
+
+
+def _budget_on_targets(found: Gates, gate: str, severity: str, rule: Rule, budget: float, unit: Unit,
+                       figures: dict[str, float | None]) -> None:
+    if not figures:
+        return
+    unread = [target for target, value in figures.items() if value is None]
+    if unread:
+        found.missing(gate, severity, rule, Missing(status=GateStatus.INCOMPLETE,
+                                                    note=f"{unread[0]}: no figure (its device gates say why)"))
+        return
+    target, value = max(((t, v) for t, v in figures.items() if v is not None), key=lambda item: item[1])
+    found.add(gate, severity, value <= budget, rule, measured=Quantity(value=value, unit=unit), note=f"on {target}")
+
+
 def budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:
     """The candidate alone against the team's budgets for the model."""
     name, threads = found.model.name, found.plan.settings.threads[0]

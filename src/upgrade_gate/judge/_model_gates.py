@@ -9,6 +9,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.judge._latency_gates import (
     budget_gates,
+    device_budget_gates,
     device_latency_gate,
     device_memory_gate,
     latency_gate,
@@ -54,6 +55,7 @@ def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateRe
     budget = dict(gates.budgets).get(name)
     if budget is not None:
         budget_gates(found, budget.latency_p50_ms, budget.peak_rss_mb, budget.severity)
+        device_budget_gates(found, budget.latency_p50_ms, budget.peak_rss_mb, budget.severity)
     return found.results
 
 

@@ -80,8 +80,7 @@ from upgrade_gate.schema.verdict import (
 # tests/test_releases.py checks each name model_gates.py and latency_gates.py give a gate is here.
 MODEL_GATES = ("same-inputs", "export", "delegation", "artifact-size", "numerics",
                *(f"task-{kind}" for kind in HEADLINE), "latency", "device-latency", "memory", "device-memory",
-               "budget-latency",
-               "budget-memory",
+               "budget-latency", "budget-memory", "device-budget-latency", "device-budget-memory",
                "quantized-export", "quantized-numerics", *(f"quantized-task-{kind}" for kind in HEADLINE))
 
 # What to do about incomplete evidence: the result cache keeps what finished (the command as the user types it).
