@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
                   rounds_override="$2"; shift ;;
         --out) [ $# -ge 2 ] || usage_error "--out takes a file name"; out="$2"; shift ;;
         --name) [ $# -ge 2 ] || usage_error "--name takes the target's name"; name="$2"; shift ;;
-        -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) usage_error "unknown option $1 (options: --host, --install DIR, --python STACK=PATH, --rounds N, --name NAME, --out FILE, --stacks-only)" ;;
     esac
     shift
