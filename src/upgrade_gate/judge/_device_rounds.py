@@ -9,6 +9,7 @@ and a key that has changed since (the model exported again) leaves the device's 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from upgrade_gate import layout
@@ -21,17 +22,18 @@ from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.stats import gate_intervals, interval_confidence
 
 
-def device_runs(plan: Plan) -> list[DeviceRun]:
-    """Every device's results file the report folder keeps, read."""
+def device_runs(plan: Plan) -> list[tuple[Path, DeviceRun]]:
+    """Every device's results file the report folder keeps, with what it reads as."""
     out = plan.settings.out_dir
-    return [read_device_results(file, file.relative_to(out).as_posix()) for file in layout.device_results_files(out)]
+    return [(file, read_device_results(file, file.relative_to(out).as_posix()))
+            for file in layout.device_results_files(out)]
 
 
-def device_memory(plan: Plan, model: ModelEntry, runs: list[DeviceRun]) -> tuple[DeviceMemory, ...]:
+def device_memory(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRun]]) -> tuple[DeviceMemory, ...]:
     """Each candidate's runtime memory and cold start against the baseline's on each target whose rounds were
     timed over ssh (a ``server`` line per stack: run-on-device.sh's rounds have none), per thread count."""
     found = []
-    for run in runs:
+    for _, run in runs:
         for threads in sorted({s.threads for s in run.servers if s.model == model.name}):
             servers = {s.stack: s for s in run.servers if (s.model, s.threads) == (model.name, threads)}
             theirs = servers.get(plan.baseline.name)
@@ -47,10 +49,10 @@ def device_memory(plan: Plan, model: ModelEntry, runs: list[DeviceRun]) -> tuple
     return tuple(found)
 
 
-def device_latency(plan: Plan, model: ModelEntry, runs: list[DeviceRun]) -> tuple[DeviceLatency, ...]:
+def device_latency(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRun]]) -> tuple[DeviceLatency, ...]:
     out = plan.settings.out_dir
     found: list[DeviceLatency] = []
-    for file, run in zip(layout.device_results_files(out), runs):
+    for file, run in runs:
         try:
             manifest = json.loads(layout.device_manifest_file(file).read_text(encoding="utf-8"))
             bundled: dict[str, Any] = manifest["models"].get(model.name) or {}

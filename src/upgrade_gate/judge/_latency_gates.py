@@ -258,9 +258,16 @@ def memory_gate(found: Gates, severity: str) -> None:
         return
     mine, theirs = found.candidate.runtime_memory_bytes, found.baseline.runtime_memory_bytes
     assert mine is not None and theirs is not None
+    passes, ratio = memory_rule(mine, theirs, max_ratio, min_delta)
+    found.add("memory", severity, passes, rule, measured=Quantity(value=ratio, unit=Unit.RATIO),
+              note=f"{size(mine)} / {size(theirs)}")
+
+
+def memory_rule(mine: int, theirs: int, max_ratio: float, min_delta_mib: float) -> tuple[bool, float]:
+    """The memory gate's rule, here and on a target: whether the candidate's runtime memory passes against the
+    baseline's (at most ``max_ratio`` times, or at most ``min_delta_mib`` more), and the ratio."""
     ratio = mine / theirs if theirs else float("inf")
-    found.add("memory", severity, ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta, rule,
-              measured=Quantity(value=ratio, unit=Unit.RATIO), note=f"{size(mine)} / {size(theirs)}")
+    return ratio <= max_ratio or (mine - theirs) / 2**20 <= min_delta_mib, ratio
 
 
 def device_memory_gate(found: Gates, severity: str) -> None:
@@ -283,8 +290,7 @@ def device_memory_gate(found: Gates, severity: str) -> None:
             found.missing("device-memory", severity, rule, Missing(
                 status=GateStatus.INCOMPLETE, note=f"{where}: a server there gave no peak (it did not end cleanly)"))
             return
-        ratio = row.candidate_bytes / row.baseline_bytes if row.baseline_bytes else float("inf")
-        passes = ratio <= max_ratio or (row.candidate_bytes - row.baseline_bytes) / 2**20 <= min_delta
+        passes, ratio = memory_rule(row.candidate_bytes, row.baseline_bytes, max_ratio, min_delta)
         judged.append((passes, ratio, f"{where}: {size(row.candidate_bytes)} / {size(row.baseline_bytes)}"))
     passes, ratio, note = min(judged, key=lambda j: (j[0], -j[1]))
     found.add("device-memory", severity, passes, rule, measured=Quantity(value=ratio, unit=Unit.RATIO), note=note)

@@ -26,6 +26,7 @@ from upgrade_gate.judge import agreement
 from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
+from upgrade_gate.schema.device import DeviceRun
 from upgrade_gate.schema.measured import (
     BusyRounds,
     Contention,
@@ -146,7 +147,9 @@ def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Sid
     return pairs
 
 
-def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
+def gather_model(plan: Plan, model: ModelEntry,
+                 runs: list[tuple[Path, DeviceRun]] | None = None) -> ModelResults:
+    """One model's results; ``runs``: the devices' results files, read once for every model (device_runs)."""
     out = plan.settings.out_dir
     measurements = {t: load_measurement(out, model.name, t) or {} for t in plan.settings.threads}
     records: dict[str, StackModelRecord] = {}
@@ -155,7 +158,7 @@ def gather_model(plan: Plan, model: ModelEntry) -> ModelResults:
     contention = {threads: _contention(threads, data, layout.measurement_file(out, model.name, threads)
                                        .relative_to(out).as_posix())
                   for threads, data in measurements.items() if data}
-    runs = device_runs(plan)
+    runs = device_runs(plan) if runs is None else runs
 
     def measured_side(name: str) -> dict[int, Measured]:
         """A side's summaries per thread count (a stack's, or a candidate's remedied one), its samples kept."""
@@ -402,4 +405,5 @@ def _task_agreement(
 
 
 def gather(plan: Plan) -> list[ModelResults]:
-    return [gather_model(plan, model) for model in plan.models]
+    runs = device_runs(plan)
+    return [gather_model(plan, model, runs) for model in plan.models]

@@ -12,7 +12,6 @@ read in as any device's is.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import select
@@ -135,49 +134,24 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
     settings, out = plan.settings, plan.settings.out_dir
     manifest = json.loads(layout.bundle_manifest_file(out).read_text(encoding="utf-8"))
     served = [line.split("\t") for line in (layout.bundle_dir(out) / "plan.tsv").read_text().splitlines() if line]
-    baseline, candidates = plan.baseline.name, [spec.name for spec in plan.candidates]
     gate = settings.gates["latency"]
     cores = int(target_line.get("cores") or 1)
     lines: list[dict[str, Any]] = []
     for threads in settings.threads:
         for model, held in manifest["models"].items():
-            rows = [row for row in served if row[0] == model]
             confidence = stats.interval_confidence(stats.gate_intervals(len(settings.threads), len(held["methods"])))
-            stacks: dict[str, dict[str, Any]] = {}
+            rows = [row for row in served if row[0] == model]
             servers: dict[str, RemoteServer] = {}
             try:
-                for _, stack, runtime, artifact, methods in rows:
-                    where = {"model": model, "stack": stack, "threads": threads}
-                    if stack in cannot_run or not pythons.get(stack):
-                        lines.append({"record": "failed", **where, "round": 1,
-                                      "error": cannot_run.get(stack) or f"no Python for {stack} there"})
-                        continue
-                    argv = [*ssh, f"cd {shlex.quote(remote_bundle)} && exec {shlex.quote(pythons[stack])} "
-                                  "device_runner.py serve --measure " + shlex.join([
-                                      "--runtime", runtime, "--artifact", f"{model}/{stack}/{artifact}",
-                                      "--inputs", f"{model}/inputs.npz", "--methods", methods, "--model", model,
-                                      "--stack", stack, "--threads", str(threads), "--warmup", str(settings.warmup),
-                                      "--iterations", str(settings.iterations), "--rounds", str(settings.rounds),
-                                      "--time-budget", str(settings.time_budget_s),
-                                      "--shortest-part", str(_contention.SHORTEST_PART_S),
-                                      "--rtol", str(manifest["rounds"]["rtol"]),
-                                      "--atol", str(manifest["rounds"]["atol"])])]
-                    with open(logs / f"{model}.{stack}.threads-{threads}.log", "ab") as log_file:
-                        server = RemoteServer(argv, log_file, settings.timeout_s)
-                    try:
-                        ready = server.ready()
-                    except ServerFailed as failure:
-                        server.stop()
-                        lines.append({"record": "failed", **where, "round": 1, "error": f"{failure.stage}: "
-                                      f"{failure.message}"})
-                        continue
-                    servers[stack], stacks[stack] = server, {"status": "ok", "rounds": [], "ready": ready}
+                stacks = _start_servers(plan, ssh, remote_bundle, pythons, cannot_run, manifest, rows, threads, logs,
+                                        servers, lines)
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds")
                 clear = functools.partial(
-                    clear_of_threshold, baseline, candidates, stacks, threshold=gate.threshold,
-                    min_delta_ms=gate["min-delta-ms"], planned=settings.rounds, confidence=confidence,
+                    clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates], stacks,
+                    threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], planned=settings.rounds,
+                    confidence=confidence,
                 ) if settings.stop_early else None
                 looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
                 tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
@@ -188,18 +162,58 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                 for server in servers.values():
                     server.stop()
             lines += _round_lines(model, threads, stacks, tried)
-            for name, record in stacks.items():
-                ready, goodbye = record["ready"], goodbyes.get(name) or {}
-                lines.append({"record": "server", "model": model, "stack": name, "threads": threads,
-                              "load_ms": ready["cold"]["load_ms"], "first_ms": ready["cold"]["first_ms"],
-                              "idle_rss_bytes": ready["idle"]["rss_bytes"],
-                              "after_first_run_rss_bytes": ready["after_first_run"]["rss_bytes"],
-                              "peak_rss_bytes": (goodbye.get("memory") or {}).get("peak_rss_bytes"),
-                              "runs_per_round": ready["runs_per_round"]})
+            lines += [_server_line(model, name, threads, record["ready"], goodbyes.get(name))
+                      for name, record in stacks.items()]
             lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
                           "stop_early": settings.stop_early, "tried": len(tried),
                           "counted": sum(1 for entry in tried if not entry["disturbed"])})
     return lines
+
+
+def _start_servers(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict[str, str],
+                   cannot_run: dict[str, str], manifest: dict[str, Any], rows: list[list[str]], threads: int,
+                   logs: Path, servers: dict[str, RemoteServer], lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """One server per stack of a model (its plan.tsv ``rows``), one after the other, each ready (loaded, verified,
+    warmed up) before the next starts, into ``servers``; each stack's record so far. A stack that cannot run there
+    gets its ``failed`` line in ``lines``."""
+    settings = plan.settings
+    stacks: dict[str, dict[str, Any]] = {}
+    for model, stack, runtime, artifact, methods in rows:
+        where = {"model": model, "stack": stack, "threads": threads}
+        if stack in cannot_run or not pythons.get(stack):
+            lines.append({"record": "failed", **where, "round": 1,
+                          "error": cannot_run.get(stack) or f"no Python for {stack} there"})
+            continue
+        argv = [*ssh, f"cd {shlex.quote(remote_bundle)} && exec {shlex.quote(pythons[stack])} "
+                      "device_runner.py serve --measure " + shlex.join([
+                          "--runtime", runtime, "--artifact", f"{model}/{stack}/{artifact}",
+                          "--inputs", f"{model}/inputs.npz", "--methods", methods, "--model", model,
+                          "--stack", stack, "--threads", str(threads), "--warmup", str(settings.warmup),
+                          "--iterations", str(settings.iterations), "--rounds", str(settings.rounds),
+                          "--time-budget", str(settings.time_budget_s),
+                          "--shortest-part", str(_contention.SHORTEST_PART_S),
+                          "--rtol", str(manifest["rounds"]["rtol"]), "--atol", str(manifest["rounds"]["atol"])])]
+        with open(logs / f"{model}.{stack}.threads-{threads}.log", "ab") as log_file:
+            server = RemoteServer(argv, log_file, settings.timeout_s)
+        try:
+            ready = server.ready()
+        except ServerFailed as failure:
+            server.stop()
+            lines.append({"record": "failed", **where, "round": 1, "error": f"{failure.stage}: {failure.message}"})
+            continue
+        servers[stack], stacks[stack] = server, {"status": "ok", "rounds": [], "ready": ready}
+    return stacks
+
+
+def _server_line(model: str, stack: str, threads: int, ready: dict[str, Any],
+                 goodbye: dict[str, Any] | None) -> dict[str, Any]:
+    """A server's cold start and memory (schema/device.py DeviceServer): its ready line's, and its exit's peak."""
+    return {"record": "server", "model": model, "stack": stack, "threads": threads,
+            "load_ms": ready["cold"]["load_ms"], "first_ms": ready["cold"]["first_ms"],
+            "idle_rss_bytes": ready["idle"]["rss_bytes"],
+            "after_first_run_rss_bytes": ready["after_first_run"]["rss_bytes"],
+            "peak_rss_bytes": ((goodbye or {}).get("memory") or {}).get("peak_rss_bytes"),
+            "runs_per_round": ready["runs_per_round"]}
 
 
 def _round_lines(model: str, threads: int, stacks: dict[str, dict[str, Any]],
@@ -221,9 +235,3 @@ def _round_lines(model: str, threads: int, stacks: dict[str, dict[str, Any]],
             lines.append({"record": "failed", **where, "round": len(record["rounds"]) + 1,
                           "error": f"{error.get('stage')}: {error.get('message')}"})
     return lines
-
-
-def results_text(lines: list[dict[str, Any]]) -> str:
-    """The lines as a results file: one JSON object each, then the digest of them all (schema/device.py)."""
-    text = "".join(json.dumps(line) + "\n" for line in lines)
-    return text + json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"

@@ -30,7 +30,7 @@ from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.targets import RemoteTarget
 from upgrade_gate.measure import _wheels, device, target_rounds
-from upgrade_gate.schema.device import RESULTS_FORMAT
+from upgrade_gate.schema.device import RESULTS_FORMAT, results_text
 from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.text import size
 
@@ -151,8 +151,7 @@ def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], 
         f"{target_line.get('cores')} cores)")
     logs = layout.device_results_file(plan.settings.out_dir, target.name).with_suffix(".logs")
     logs.mkdir(parents=True, exist_ok=True)
-    manifest_digest = sha256_file(layout.bundle_manifest_file(plan.settings.out_dir))
-    lines = [{"record": "bundle", "manifest_sha256": manifest_digest, "format": RESULTS_FORMAT,
+    lines = [{"record": "bundle", "manifest_sha256": digest, "format": RESULTS_FORMAT,
               "rounds": plan.settings.rounds}, target_line]
     try:
         lines += target_rounds.time_on_target(plan, ssh_command(target, plan), f"{remote}/bundle", pythons,
@@ -160,7 +159,7 @@ def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], 
     except target_rounds.ConnectionLost as lost:
         raise TargetFailed(f"ssh {target.address}: {lost}") from lost
     incoming = layout.device_results_file(plan.settings.out_dir, target.name).with_suffix(".incoming")
-    write_text_atomic(incoming, target_rounds.results_text(lines))
+    write_text_atomic(incoming, results_text(lines))
     return incoming
 
 

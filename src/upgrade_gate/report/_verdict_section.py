@@ -341,7 +341,7 @@ def latency_table(results: Results) -> list[Block]:
                 for n in candidates:
                     ratio = model.ratio(n, count, method)
                     row.append("machine busy" if model.busy_at(count) is not None
-                               else f"{ratio.median:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]" if ratio else "—")
+                               else _ratio_cell(ratio) if ratio else "—")
                 row += [_device_cell(model, n, target, count, method) for target in targets for n in candidates]
             rows.append(row)
     if not rows:
@@ -359,9 +359,11 @@ def _device_cell(model: ModelResults, stack: str, target: str, threads: int, met
                 and d.method in (method, "every method")), None)
     if row is None:
         return "—"
-    if row.estimate is None:
-        return "not judged"
-    return f"{row.estimate.median:.3f} [{row.estimate.low:.3f}, {row.estimate.high:.3f}]"
+    return "not judged" if row.estimate is None else _ratio_cell(row.estimate)
+
+
+def _ratio_cell(ratio: RatioEstimate) -> str:
+    return f"{ratio.median:.3f} [{ratio.low:.3f}, {ratio.high:.3f}]"
 
 
 def where_measured_blocks(results: Results) -> list[Block]:

@@ -17,6 +17,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema import codec
@@ -161,6 +162,13 @@ def read_device_results(path: Path, name: str | None = None) -> DeviceRun:
         manifest_sha256=bundle.manifest_sha256, planned_rounds=bundle.rounds,
         target=Target.from_reader(target),
         rounds=tuple(rounds), failures=tuple(failures), servers=tuple(servers), ended=tuple(ended))
+
+
+def results_text(lines: list[dict[str, Any]]) -> str:
+    """Lines as a results file is written (run-on-device.sh writes the same in bash): one JSON object each, then
+    the end line with the digest of them all, which _check_end checks."""
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    return text + json.dumps({"record": "end", "sha256": hashlib.sha256(text.encode()).hexdigest()}) + "\n"
 
 
 def _check_end(raw: bytes, name: str) -> None:
