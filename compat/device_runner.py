@@ -46,13 +46,25 @@ QUANTIZED_ENGINE = "qnnpack"
 MAX_RUNS_PER_ROUND = 100_000
 
 
+def warm_up(time_calls: Any, count: int, least_s: float) -> list[float]:
+    """``count`` timed calls (``time_calls(n)`` gives n calls' times in ms), and more until ``least_s`` has
+    passed: enough calls for their fastest to size a round (runs_per_round), even on a busy machine."""
+    samples = list(time_calls(count))
+    while sum(samples) < least_s * 1000.0 and len(samples) < MAX_RUNS_PER_ROUND:
+        samples += time_calls(max(1, len(samples)))
+    return samples
+
+
 def runs_per_round(rounds: int, iterations: int, time_budget_s: float, shortest_part_s: float,
-                   warm_mean_ms: float) -> int:
+                   warm_ms: list[float]) -> int:
     """``iterations`` spread over the rounds, or more when that is less than the time budget (a round's share of
-    it, and never less than the shortest part the parent can judge): the measure server's and this one's."""
+    it, and never less than the shortest part the parent can judge): the measure server's and this one's.
+    The time is reckoned at the fastest warm call, not their mean: a warm-up slowed by other work (or one slow
+    call) would give too few calls, and a part shorter than the shortest the parent's contention check can
+    judge (measure/_contention.py: one clock tick reads as a third of a core over 30 ms)."""
     by_count = math.ceil(iterations / rounds)
     seconds = max(time_budget_s / rounds, shortest_part_s)
-    by_time = math.ceil(seconds * 1000.0 / max(warm_mean_ms, 1e-3))
+    by_time = math.ceil(seconds * 1000.0 / max(min(warm_ms, default=1e-3), 1e-3))
     return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
 
 
@@ -226,10 +238,9 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
     try:
         calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
         after_first = memory_status()
-        warm_mean_ms = {}
-        for method, call in calls.items():
-            warm = _time(call, 0, args.warmup)
-            warm_mean_ms[method] = sum(warm) / max(1, len(warm))
+        warm = {method: warm_up(functools.partial(_time, call, 0), args.warmup, args.shortest_part)
+                for method, call in calls.items()}
+        warm_mean_ms = {method: sum(times) / max(1, len(times)) for method, times in warm.items()}
     except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
         failure = _failed({**line, "round": 0}, error)
         if args.measure:
@@ -241,8 +252,8 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
             say({**failure, "round": int(request.split()[1])})
         return 1
     if args.measure:
-        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, args.shortest_part, mean)
-                for method, mean in warm_mean_ms.items()}
+        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, args.shortest_part, times)
+                for method, times in warm.items()}
         say({**line, "record": "ready", "cold": {"load_ms": loaded["load_ms"], "first_ms": loaded["first_ms"]},
              "idle": loaded["idle"], "after_first_run": after_first, "warm_mean_ms": warm_mean_ms,
              "runs_per_round": runs, "verified": loaded["verified"]})

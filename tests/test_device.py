@@ -160,6 +160,36 @@ def test_a_targets_counters_are_judged_by_the_hosts_contention_rule():
     assert remote_watch({"s": quiet}, threads=2, cores=2)([7], 7)().disturbed is False
 
 
+def test_a_round_is_sized_to_last_the_shortest_part_the_contention_check_can_judge():
+    """The measure servers' warm-up (compat/device_runner.py, used by compat/measure_server.py too): one begun on a
+    busy machine (its first calls 20 ms, then 0.5 ms) still sizes a part that lasts at least the shortest part the
+    contention check judges once the calls are fast. Sized at the warm-up's mean, it lasted a tenth of that, and
+    one stray clock tick read as a third of a core busy (a flake of the busy-machine test, tests/test_failures.py)."""
+    import time
+
+    from compat.device_runner import runs_per_round, warm_up
+    from upgrade_gate.measure._contention import SHORTEST_PART_S
+
+    slow_calls = [3]
+
+    def time_calls(count: int) -> list[float]:
+        found = []
+        for _ in range(count):
+            start = time.perf_counter()
+            time.sleep(0.02 if slow_calls[0] > 0 else 0.0005)
+            slow_calls[0] -= 1
+            found.append((time.perf_counter() - start) * 1000.0)
+        return found
+
+    warm = warm_up(time_calls, 3, SHORTEST_PART_S)
+    assert sum(warm) >= SHORTEST_PART_S * 1000.0 and len(warm) > 3
+    runs = runs_per_round(6, 6, 0.0, SHORTEST_PART_S, warm)
+    part_ms = sum(time_calls(runs))
+    assert part_ms >= SHORTEST_PART_S * 1000.0 * 0.95, (runs, part_ms)  # 5 %: sleep's own jitter under the fastest
+    # Sized at the mean of the warm-up's first six calls (the old sizing), the part had a tenth of those calls.
+    assert runs_per_round(6, 6, 0.0, SHORTEST_PART_S, [sum(warm[:6]) / 6]) < runs / 5
+
+
 @pytest.mark.integration  # asks the package index, as uv does when it builds a stack
 def test_a_stack_without_a_wheel_for_a_targets_platform_names_the_pin_and_the_first_release_that_has_one():
     """Issue 41, item 2: executorch 0.7.0 has wheels for Linux x86-64 and macOS arm64, none for Linux aarch64 (those
