@@ -58,14 +58,16 @@ def warm_up(time_calls: Any, count: int, least_s: float) -> list[float]:
 def runs_per_round(rounds: int, iterations: int, time_budget_s: float, shortest_part_s: float,
                    warm_ms: list[float]) -> int:
     """``iterations`` spread over the rounds, or more when that is less than the time budget (a round's share of
-    it, and never less than the shortest part the parent can judge): the measure server's and this one's.
-    The time is reckoned at the fastest warm call, not their mean: a warm-up slowed by other work (or one slow
-    call) would give too few calls, and a part shorter than the shortest the parent's contention check can
-    judge (measure/_contention.py: one clock tick reads as a third of a core over 30 ms)."""
+    it), and never less than ``shortest_part_s`` (the method's share of the shortest part the parent can judge, a
+    part being every method's calls): the measure server's and this one's.
+    The budget is reckoned at the warm-up's mean, as the setting means it; the floor at its fastest call, so that a
+    part lasts it however fast the calls become: a warm-up slowed by other work (or by one slow call) had given a
+    part of 0.03 s, where one clock tick read as a third of a core (measure/_contention.py)."""
     by_count = math.ceil(iterations / rounds)
-    seconds = max(time_budget_s / rounds, shortest_part_s)
-    by_time = math.ceil(seconds * 1000.0 / max(min(warm_ms, default=1e-3), 1e-3))
-    return int(min(max(by_count, by_time), MAX_RUNS_PER_ROUND))
+    mean_ms = sum(warm_ms) / len(warm_ms) if warm_ms else 1e-3
+    by_budget = math.ceil(time_budget_s / rounds * 1000.0 / max(mean_ms, 1e-3))
+    by_floor = math.ceil(shortest_part_s * 1000.0 / max(min(warm_ms, default=1e-3), 1e-3))
+    return int(min(max(by_count, by_budget, by_floor), MAX_RUNS_PER_ROUND))
 
 
 def memory_status() -> dict[str, int]:
@@ -238,7 +240,8 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
     try:
         calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
         after_first = memory_status()
-        warm = {method: warm_up(functools.partial(_time, call, 0), args.warmup, args.shortest_part)
+        shortest_s = args.shortest_part / max(1, len(calls))  # every method shares the part and its floor
+        warm = {method: warm_up(functools.partial(_time, call, 0), args.warmup, shortest_s)
                 for method, call in calls.items()}
         warm_mean_ms = {method: sum(times) / max(1, len(times)) for method, times in warm.items()}
     except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
@@ -252,7 +255,7 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
             say({**failure, "round": int(request.split()[1])})
         return 1
     if args.measure:
-        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, args.shortest_part, times)
+        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, shortest_s, times)
                 for method, times in warm.items()}
         say({**line, "record": "ready", "cold": {"load_ms": loaded["load_ms"], "first_ms": loaded["first_ms"]},
              "idle": loaded["idle"], "after_first_run": after_first, "warm_mean_ms": warm_mean_ms,

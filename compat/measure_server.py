@@ -85,11 +85,11 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
 
     channel.send("stage", stage="warm-up")
     warm_mean_ms, runs = {}, {}
+    shortest_s = job["shortest_part_s"] / len(methods)  # the part is every method's calls: their share of its floor
     for name in methods:
-        warm = warm_up(functools.partial(time_runs, *calls[name], args[name]), job["warmup"], job["shortest_part_s"])
+        warm = warm_up(functools.partial(time_runs, *calls[name], args[name]), job["warmup"], shortest_s)
         warm_mean_ms[name] = sum(warm) / len(warm)
-        runs[name] = runs_per_round(job["rounds"], job["iterations"], job["time_budget_s"], job["shortest_part_s"],
-                                    warm)
+        runs[name] = runs_per_round(job["rounds"], job["iterations"], job["time_budget_s"], shortest_s, warm)
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
                  warm_mean_ms=warm_mean_ms, runs_per_round=runs,
                  input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})
