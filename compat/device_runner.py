@@ -28,6 +28,7 @@ import resource
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ QUANTIZED_ENGINE = "qnnpack"
 MAX_RUNS_PER_ROUND = 100_000
 
 
-def warm_up(time_calls: Any, count: int, least_s: float) -> list[float]:
+def warm_up(time_calls: Callable[[int], list[float]], count: int, least_s: float) -> list[float]:
     """``count`` timed calls (``time_calls(n)`` gives n calls' times in ms), and more until ``least_s`` has
     passed: enough calls for their fastest to size a round (runs_per_round), even on a busy machine."""
     samples = list(time_calls(count))

@@ -85,7 +85,7 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
 
     channel.send("stage", stage="warm-up")
     warm_mean_ms, runs = {}, {}
-    shortest_s = job["shortest_part_s"] / len(methods)  # the part is every method's calls: their share of its floor
+    shortest_s = job["shortest_part_s"] / max(1, len(methods))  # every method shares the part and its floor
     for name in methods:
         warm = warm_up(functools.partial(time_runs, *calls[name], args[name]), job["warmup"], shortest_s)
         warm_mean_ms[name] = sum(warm) / len(warm)
