@@ -28,7 +28,7 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,25 +47,31 @@ QUANTIZED_ENGINE = "qnnpack"
 MAX_RUNS_PER_ROUND = 100_000
 
 
-def warm_up(time_calls: Callable[[int], list[float]], count: int, least_s: float) -> list[float]:
-    """``count`` timed calls (``time_calls(n)`` gives n calls' times in ms), and more until ``least_s`` has
-    passed: enough calls for their fastest to size a round (runs_per_round), even on a busy machine."""
-    samples = list(time_calls(count))
-    while sum(samples) < least_s * 1000.0 and len(samples) < MAX_RUNS_PER_ROUND:
-        samples += time_calls(max(1, len(samples)))
-    return samples
+def warm_up(time_calls: Mapping[str, Callable[[int], list[float]]], count: int, *, rounds: int, iterations: int,
+            time_budget_s: float, shortest_part_s: float) -> tuple[dict[str, float], dict[str, int]]:
+    """Each method's warm-up (``time_calls[method](n)`` gives n calls' times in ms): ``count`` calls, and more until
+    the method's share of ``shortest_part_s`` has passed (a part is every method's calls, and the floor is the
+    part's), enough for their fastest to size a round even on a busy machine. Each method's mean warm call and its
+    calls per round (runs_per_round): the measure server's and this one's."""
+    shortest_s = shortest_part_s / max(1, len(time_calls))
+    means, runs = {}, {}
+    for method, timed in time_calls.items():
+        samples = list(timed(count))
+        while sum(samples) < shortest_s * 1000.0 and len(samples) < MAX_RUNS_PER_ROUND:
+            samples += timed(max(1, len(samples)))
+        means[method] = sum(samples) / len(samples) if samples else 1e-3
+        runs[method] = runs_per_round(rounds, iterations, time_budget_s, shortest_s, samples, means[method])
+    return means, runs
 
 
 def runs_per_round(rounds: int, iterations: int, time_budget_s: float, shortest_part_s: float,
-                   warm_ms: list[float]) -> int:
+                   warm_ms: list[float], mean_ms: float) -> int:
     """``iterations`` spread over the rounds, or more when that is less than the time budget (a round's share of
-    it), and never less than ``shortest_part_s`` (the method's share of the shortest part the parent can judge, a
-    part being every method's calls): the measure server's and this one's.
+    it), and never less than ``shortest_part_s`` (the method's share of the shortest part the parent can judge).
     The budget is reckoned at the warm-up's mean, as the setting means it; the floor at its fastest call, so that a
     part lasts it however fast the calls become: a warm-up slowed by other work (or by one slow call) had given a
     part of 0.03 s, where one clock tick read as a third of a core (measure/_contention.py)."""
     by_count = math.ceil(iterations / rounds)
-    mean_ms = sum(warm_ms) / len(warm_ms) if warm_ms else 1e-3
     by_budget = math.ceil(time_budget_s / rounds * 1000.0 / max(mean_ms, 1e-3))
     by_floor = math.ceil(shortest_part_s * 1000.0 / max(min(warm_ms, default=1e-3), 1e-3))
     return int(min(max(by_count, by_budget, by_floor), MAX_RUNS_PER_ROUND))
@@ -241,10 +247,9 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
     try:
         calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
         after_first = memory_status()
-        shortest_s = args.shortest_part / max(1, len(calls))  # every method shares the part and its floor
-        warm = {method: warm_up(functools.partial(_time, call, 0), args.warmup, shortest_s)
-                for method, call in calls.items()}
-        warm_mean_ms = {method: sum(times) / max(1, len(times)) for method, times in warm.items()}
+        warm_calls = {method: functools.partial(_time, call, 0) for method, call in calls.items()}
+        warm_mean_ms, sized_runs = warm_up(warm_calls, args.warmup, rounds=args.rounds, iterations=args.iterations,
+                                           time_budget_s=args.time_budget, shortest_part_s=args.shortest_part)
     except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
         failure = _failed({**line, "round": 0}, error)
         if args.measure:
@@ -256,8 +261,7 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
             say({**failure, "round": int(request.split()[1])})
         return 1
     if args.measure:
-        runs = {method: runs_per_round(args.rounds, args.iterations, args.time_budget, shortest_s, times)
-                for method, times in warm.items()}
+        runs = sized_runs
         say({**line, "record": "ready", "cold": {"load_ms": loaded["load_ms"], "first_ms": loaded["first_ms"]},
              "idle": loaded["idle"], "after_first_run": after_first, "warm_mean_ms": warm_mean_ms,
              "runs_per_round": runs, "verified": loaded["verified"]})

@@ -24,7 +24,7 @@ from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_me
 from .contract import Adapter, require
 
 # Shared with the device bundle's runner, which times a target's rounds the same way (and is copied alone).
-from .device_runner import memory_status, runs_per_round, warm_up
+from .device_runner import memory_status, warm_up
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
@@ -84,12 +84,9 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     after_first = memory_status()
 
     channel.send("stage", stage="warm-up")
-    warm_mean_ms, runs = {}, {}
-    shortest_s = job["shortest_part_s"] / max(1, len(methods))  # every method shares the part and its floor
-    for name in methods:
-        warm = warm_up(functools.partial(time_runs, *calls[name], args[name]), job["warmup"], shortest_s)
-        warm_mean_ms[name] = sum(warm) / len(warm)
-        runs[name] = runs_per_round(job["rounds"], job["iterations"], job["time_budget_s"], shortest_s, warm)
+    warm_mean_ms, runs = warm_up({name: functools.partial(time_runs, *calls[name], args[name]) for name in methods},
+                                 job["warmup"], rounds=job["rounds"], iterations=job["iterations"],
+                                 time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
                  warm_mean_ms=warm_mean_ms, runs_per_round=runs,
                  input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})

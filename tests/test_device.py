@@ -181,13 +181,22 @@ def test_a_round_is_sized_to_last_the_shortest_part_the_contention_check_can_jud
             found.append((time.perf_counter() - start) * 1000.0)
         return found
 
-    warm = warm_up(time_calls, 3, SHORTEST_PART_S)
+    warm = []
+
+    def warm_calls(count: int) -> list[float]:  # the warm-up's calls, kept to be read
+        warm.extend(time_calls(count))
+        return warm[-count:]
+
+    means, sized = warm_up({"forward": warm_calls}, 3, rounds=6, iterations=6, time_budget_s=0.0,
+                           shortest_part_s=SHORTEST_PART_S)
     assert sum(warm) >= SHORTEST_PART_S * 1000.0 and len(warm) > 3
-    runs = runs_per_round(6, 6, 0.0, SHORTEST_PART_S, warm)
+    assert means["forward"] == pytest.approx(sum(warm) / len(warm))
+    runs = sized["forward"]
     part_ms = sum(time_calls(runs))
     assert part_ms >= SHORTEST_PART_S * 1000.0 * 0.95, (runs, part_ms)  # 5 %: sleep's own jitter under the fastest
     # Sized at the mean of the warm-up's first six calls (the old sizing), the part had a tenth of those calls.
-    assert runs_per_round(6, 6, 0.0, SHORTEST_PART_S, [sum(warm[:6]) / 6]) < runs / 5
+    old_mean = sum(warm[:6]) / 6
+    assert runs_per_round(6, 6, 0.0, SHORTEST_PART_S, [old_mean], old_mean) < runs / 5
 
 
 @pytest.mark.integration  # asks the package index, as uv does when it builds a stack
