@@ -253,6 +253,7 @@ def test_a_record_that_does_not_fit_names_its_own_path(tmp_path, small_disk):
     assert list(record.parent.iterdir()) == []
 
 
+@pytest.mark.shares_machine
 @pytest.mark.integration
 def test_a_reused_venv_holds_its_recipe_and_nothing_left_over(tmp_path):
     # Real uv, a real venv, real distributions from the index (small ones: uv links them from its cache).
@@ -289,6 +290,18 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
     assert venvs.venv_recipe(spec, ["-e", ".[test]"], tmp_path) != before  # timm dropped: the venv is made again
     assert venvs.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}
 
+
+
+def test_a_venv_without_installs_is_the_same_recipe_from_any_folder(tmp_path):
+    """Two teams' folders (or two tests') run the spec alone: one venv serves both, as it is, where each run
+    from another folder had emptied and reinstalled it (and two at once refused each other). A relative
+    install is read from the folder, so there the folder is part of the recipe."""
+    from upgrade_gate.config.specs import load_spec
+
+    spec = load_spec(REPO / "envs" / "candidate.toml", adapters_dir=REPO / "compat", is_baseline=False)
+    one, other = tmp_path / "one", tmp_path / "other"
+    assert venvs.venv_recipe(spec, [], one) == venvs.venv_recipe(spec, [], other)
+    assert venvs.venv_recipe(spec, ["-e", "."], one) != venvs.venv_recipe(spec, ["-e", "."], other)
 
 def test_a_venv_another_run_uses_is_not_emptied_under_it(tmp_path, capsys):
     """Two runs sharing a venvs folder: while one uses a stack's venv (a shared lock, held by its process), a

@@ -104,8 +104,10 @@ def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, An
                 local[str((folder / name).resolve())] = sha256_file(folder / name)
     if "--group" in installs and (cwd / "pyproject.toml").is_file():  # uv reads [dependency-groups] from it
         local[str((cwd / "pyproject.toml").resolve())] = sha256_file(cwd / "pyproject.toml")
+    # The folder only matters to the installs' relative paths: without installs, a run from another
+    # folder (each team's project, each test's) reuses the venv as it is, where it had emptied it.
     return {"python": spec.python, "requirements": [str(r) for r in spec.requirements], "installs": installs,
-            "from": str(cwd), "local": local}
+            "from": str(cwd) if installs else None, "local": local}
 
 
 
