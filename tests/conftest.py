@@ -16,10 +16,18 @@ COSTLY_TIERS = ("integration", "browser", "lint")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test not in a costlier tier is a unit test: `-m unit` is the fast tier, with no venv, browser or
-    type checker, and a new test lands there unless it says otherwise."""
+    type checker, and a new test lands there unless it says otherwise.
+
+    A test that needs the machine to itself is `alone`: one that reads real CPU accounting (`quiet`), and an
+    integration test, whose runs time latency, unless it says its subject is something else
+    (`shares_machine`). The README's test command runs the `alone` tests one at a time, then the others two
+    at a time (pytest-xdist), so that no test's timing shares the cores with another test."""
     for item in items:
         if not any(item.get_closest_marker(tier) for tier in COSTLY_TIERS):
             item.add_marker(pytest.mark.unit)
+        if item.get_closest_marker("quiet") or (item.get_closest_marker("integration")
+                                                and not item.get_closest_marker("shares_machine")):
+            item.add_marker(pytest.mark.alone)
 
 
 @pytest.fixture(autouse=True)

@@ -199,6 +199,7 @@ def test_a_round_is_sized_to_last_the_shortest_part_the_contention_check_can_jud
     assert runs_per_round(6, 6, 0.0, SHORTEST_PART_S, [old_mean], old_mean) < runs / 5
 
 
+@pytest.mark.shares_machine
 @pytest.mark.integration  # asks the package index, as uv does when it builds a stack
 def test_a_stack_without_a_wheel_for_a_targets_platform_names_the_pin_and_the_first_release_that_has_one():
     """Issue 41, item 2: executorch 0.7.0 has wheels for Linux x86-64 and macOS arm64, none for Linux aarch64 (those

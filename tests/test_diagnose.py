@@ -252,6 +252,7 @@ def test_the_same_model_without_the_operator_has_no_way_out(explained_run):
     assert f"`{MODEL}-removed`" not in (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
 
 
+@pytest.mark.shares_machine
 def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_path):
     """The baseline's own finding: optimize_for_mobile's conv-BN fold breaks MobileNetV3-Small's .ptl. Its
     search is over the passes (torchscript_diagnose.py), its reproducer the traced method."""

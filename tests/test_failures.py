@@ -42,6 +42,7 @@ def stages(out: Path, stack: str, model: str, phase: str) -> dict[str, dict]:
     return {s["stage"]: s for s in record["stages"]}
 
 
+@pytest.mark.shares_machine
 def test_a_hang_a_crash_and_a_runaway_are_recorded_and_the_other_model_completes(tmp_path):
     # A 10 s deadline: the other models' eager stages take well under a second; each stack waits it out once.
     env = user_project(tmp_path, CONFIG + 'memory-limit = "2 GiB"\n[tool.upgrade-gate.timeouts]\neager = 10\n')
@@ -108,6 +109,7 @@ def save(lowered, path):
 '''
 
 
+@pytest.mark.shares_machine
 def test_an_exporter_that_writes_an_empty_artifact_fails_its_save_stage(tmp_path):
     env = user_project(tmp_path, CONFIG)
     use_adapter(tmp_path, "candidate", "empty_exporter.py", EMPTY_EXPORTER)
@@ -151,6 +153,7 @@ NAMES = ("vit-smoke", "llama-smoke")
 MODELS = ",".join(f"{name}@fp32" for name in NAMES)
 
 
+@pytest.mark.shares_machine
 def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     env = user_project(tmp_path, CONFIG)
     out = tmp_path / "report"
@@ -236,6 +239,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
             if name not in EXPLAINING} == {"ok"}
 
 
+@pytest.mark.shares_machine
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_path, stop):
     env = user_project(tmp_path, CONFIG)
@@ -279,6 +283,7 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     assert verdict_of(out).verdict.value in (("INCOMPLETE",) if busy else ("GO", "GO-WITH-CONDITIONS", "NO-GO"))
 
 
+@pytest.mark.shares_machine
 def test_a_full_disk_is_incomplete_naming_it_and_leaves_no_half_file(tmp_path, small_disk):
     env = user_project(tmp_path, CONFIG)
     out = small_disk / "report"
@@ -302,6 +307,7 @@ from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, run, save, set_
 '''
 
 
+@pytest.mark.shares_machine
 def test_an_adapter_that_does_not_keep_the_contract_is_named_before_any_export(tmp_path):
     env = user_project(tmp_path, CONFIG)
     spec = use_adapter(tmp_path, "candidate", "lacking.py", LACKING_ADAPTER)
@@ -330,6 +336,7 @@ from upgrade_gate_compat.torchscript_mobile import quantize as quantise  # noqa:
 '''
 
 
+@pytest.mark.shares_machine
 def test_a_capability_offered_in_part_fails_the_stage_that_needs_it_naming_what_is_missing(tmp_path):
     env = user_project(tmp_path, CONFIG.replace("profile = false", "profile = true"))  # the legacy's: 0.2 s
     use_adapter(tmp_path, "legacy", "misspelt.py", MISSPELT_ADAPTER)

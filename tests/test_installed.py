@@ -29,6 +29,7 @@ def outside_this_checkout() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "UPGRADE_GATE_CONFIG")}
 
 
+@pytest.mark.shares_machine
 @pytest.mark.integration
 def test_an_installed_upgrade_gate_judges_a_teams_repository(tmp_path):
     # The sdist, then the wheel built from it: what `pip install upgrade-gate` or a git URL gets.

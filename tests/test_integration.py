@@ -556,6 +556,7 @@ def test_a_target_over_ssh_is_built_timed_and_judged_and_a_lost_connection_is_in
                         str(layout.cache_root() / "results" / "known_hosts")], capture_output=True)
 
 
+@pytest.mark.shares_machine
 def test_the_workflows_are_valid_github_workflows(tmp_path):
     # GitHub's workflow schema, as check-jsonschema carries it (no network); a broken copy is refused.
     schema = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
@@ -747,6 +748,7 @@ def localized(out: Path, name: str) -> dict:
     return next(m for m in load(out, "results.json")["models"] if m["model"] == name)
 
 
+@pytest.mark.shares_machine
 def test_an_export_failure_is_localized_to_its_submodule(localized_run):
     out, result = localized_run
     assert result.returncode == 1, result.stderr[-4000:]
@@ -768,6 +770,7 @@ def test_an_export_failure_is_localized_to_its_submodule(localized_run):
                      r"if y\.mean\(\) &gt; 0:</li>", page)
 
 
+@pytest.mark.shares_machine
 def test_a_failing_submodule_called_with_mask_none_is_localized_to_the_users_line(localized_run):
     # Issue 18: each block calls its FX-traced mixer as third-party attention is called,
     # `mixer(h, mask=None, scale=0.5)`; the middle one's generated code fails to export.
@@ -825,6 +828,7 @@ def test_an_unexportable_model_is_a_record_and_a_no_go(explained_run):
 
 
 
+@pytest.mark.shares_machine
 def test_a_version_that_does_not_exist_names_the_spec(tmp_path):
     env = user_project(tmp_path, "[tool.upgrade-gate]\nsuite = \"smoke\"\n")
     spec = tmp_path / "envs" / "broken.toml"

@@ -15,7 +15,7 @@ from helpers.sample_project import BREAKS, PLANTED, copy_sample_project, where_p
 
 from upgrade_gate.schema.verdict import GateStatus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]
 
 BFLOAT16 = "tests/test_model.py::test_bfloat16_scores_stay_close_to_float"
 AUTOCAST_DEPRECATED = ("`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', "

@@ -79,6 +79,7 @@ def test_a_group_found_nowhere_says_where_it_was_looked_for_and_what_to_write(tm
         "install")
 
 
+@pytest.mark.shares_machine
 @pytest.mark.integration
 @pytest.mark.parametrize("declared", [GROUPED, PDM_GROUPED], ids=["dependency-groups", "pdm-dev-dependencies"])
 def test_uv_installs_the_group_the_project_table_names(tmp_path, declared):

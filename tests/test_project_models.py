@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.runs import EXPLAINING, QUICK, ended_as, nox, user_project
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]
 
 # The user's package is called `models`, like this repository's suite, and a
 # sibling is called `compat`: both must import as the user's, not ours.

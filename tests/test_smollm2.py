@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 from upgrade_gate.run.asset_build import PYTHON, REQUIREMENTS
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]
 
 
 # --- fixtures: the two interpreters ----------------------------------------------------------------
