@@ -137,6 +137,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                                   planned=settings.rounds, confidence=confidence) if settings.stop_early else None
         looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
         rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks)
+        for server in servers.values():  # nothing is timed any more: they end together
+            server.ask_to_exit()
         for name, server in servers.items():
             goodbye = server.close()
             record = stacks[name]
