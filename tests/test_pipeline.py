@@ -291,7 +291,6 @@ def test_a_local_projects_metadata_is_part_of_its_venvs_recipe(tmp_path):
     assert venvs.venv_recipe(spec, ["timm==1.0.9"], tmp_path)["local"] == {}
 
 
-
 def test_a_venv_without_installs_is_the_same_recipe_from_any_folder(tmp_path):
     """Two teams' folders (or two tests') run the spec alone: one venv serves both, as it is, where each run
     from another folder had emptied and reinstalled it (and two at once refused each other). A relative
@@ -302,6 +301,7 @@ def test_a_venv_without_installs_is_the_same_recipe_from_any_folder(tmp_path):
     one, other = tmp_path / "one", tmp_path / "other"
     assert venvs.venv_recipe(spec, [], one) == venvs.venv_recipe(spec, [], other)
     assert venvs.venv_recipe(spec, ["-e", "."], one) != venvs.venv_recipe(spec, ["-e", "."], other)
+
 
 def test_a_venv_another_run_uses_is_not_emptied_under_it(tmp_path, capsys):
     """Two runs sharing a venvs folder: while one uses a stack's venv (a shared lock, held by its process), a
