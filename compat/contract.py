@@ -192,10 +192,22 @@ class Diagnoses(Protocol):
         when the remedy fixes it)."""
 
     def method_reproducer(self, lowerable: Any, inputs: tuple[Any, ...], folder: Path, *, kind: str,
-                          threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "") -> None:
-        """Where the culprit does not fail alone: the whole method (a file the stack's packages load without
-        the model's code), its inputs and ``repro.py`` written in ``folder``, with the same exits; ``fails_with``,
-        where the method did not lower at all, the lowering's error, which then reads as "reproduces"."""
+                          threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "",
+                          program: str = "the whole method") -> None:
+        """Where the culprit does not fail alone: the whole method, or the block of it the search ran on (what
+        ``program`` says), as a file the stack's packages load without the model's code, its inputs and
+        ``repro.py`` written in ``folder``, with the same exits; ``fails_with``, where the method did not lower at
+        all, the lowering's error, which then reads as "reproduces"."""
+
+
+@runtime_checkable
+class SearchesBlocks(Protocol):
+    """A Diagnoses whose lowering starts from a ``torch.export`` program: the search may run on the method's first
+    repeated block as a program of its own (compat/blocks.py), a fraction of a lowering of the whole method, where
+    that block departs as lowered. The remedies are still judged on the whole method."""
+
+    def lowering_start(self, module: Any, inputs: tuple[Any, ...]) -> Any:
+        """What ``lowering_parts`` starts from (the exported program), without lowering it."""
 
 
 @runtime_checkable
@@ -233,7 +245,8 @@ class ReExports(Protocol):
         of the example inputs (each decision specialized to their values), said for the report."""
 
 
-# What the report calls each capability. ProfilerCheck is no capability: it refines Profiles.
+# What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
+# Diagnoses.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
                                  "keep-float": KeepsFloat, "re-export": ReExports}
@@ -311,5 +324,6 @@ if TYPE_CHECKING:
     _candidate_profiler_check: ProfilerCheck = executorch_xnnpack
     _candidate_backends: OtherBackends = executorch_xnnpack
     _candidate_diagnoses: Diagnoses = executorch_xnnpack
+    _candidate_searches_blocks: SearchesBlocks = executorch_xnnpack
     _candidate_keeps_float: KeepsFloat = executorch_xnnpack
     _candidate_re_exports: ReExports = executorch_xnnpack

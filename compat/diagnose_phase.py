@@ -11,26 +11,46 @@ import os
 import re
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import culprit, issue_text, program_source
+from . import blocks, culprit
 from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, Diagnoses, require_whole
+from .contract import Adapter, Diagnoses, SearchesBlocks, require_whole
+from .diagnose_reproducer import Reproducers
 from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
 
-REPRO_DIR = "repro"
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
 REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
 # The stages of a search over the whole model (the precision, export-remedy and latency phases: no parts, no
 # operator alone, no reproducer).
 WHOLE_MODEL_STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
                       ("task", ("remedy",)))
+FOUND = ("found", "combination")  # a search's statuses that name culprits
 REMEDY_TASK = "remedy-task.npz"  # a generator's loop run on it: tokens and step logits, as the runtime's task stage
 MIN_CALLS, MAX_CALLS = 3, 200  # per side and round of the remedied-against-shipped timing (the budget decides)
 
 
-class DiagnosePhase:
+@dataclass
+class Block:
+    """A method's first repeated block as a program of its own, where the search runs when it departs as lowered
+    (compat/blocks.py): its path, how many blocks the method has, its real inputs and eager outputs, and its share
+    of the method's threshold (the threshold over the blocks: blocks each within their share keep the method
+    within about its threshold, so a method past it has a block past its share)."""
+
+    path: str
+    of: int
+    module: Any
+    inputs: tuple[Any, ...]
+    eager: list[Any]
+    threshold: float
+
+    def said(self) -> str:
+        return f"{self.path} (one of the method's {self.of} blocks) as a program of its own"
+
+
+class DiagnosePhase(Reproducers):
     """The diagnose phase: build → eager → parts → alone → search → remedy → task → reproducer."""
 
     def __init__(self, job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
@@ -46,6 +66,8 @@ class DiagnosePhase:
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
         self.fusions: dict[str, dict[str, Any]] = {}  # method → the fused pair that fails alone (code, tensors, error)
+        self.blocks: dict[str, Block] = {}  # method → the block the search runs on, where it does not run on the method
+        self.whole: dict[str, Any] = {}  # method → what its lowering starts from: the remedies are judged on it
 
     # What the adapter must offer, what the report says when it does not, and the stages in order with the
     # stages each needs: the subclasses (precision_phase.py, export_remedy_phase.py: each its own entry, which
@@ -99,11 +121,23 @@ class DiagnosePhase:
         outputs have allowances of their own (a quantized program's), each is weighed by the method's threshold
         over its own, so that the figure is within the method's threshold exactly when every output is within
         its own allowance (the most lenient output's figure is its relative L2 as it is)."""
+        inputs, eager = self.searched(method)
+        outputs = flat(self.adapter.run_lowered(lowered, inputs))
+        if method in self.blocks:  # a block's outputs are no method's outputs: held to the method's threshold
+            return max(culprit.rel_l2(a, e) for a, e in zip(outputs, eager))
+        return self.error_against_eager(outputs, method)
+
+    def searched(self, method: str) -> tuple[tuple[Any, ...], list[Any]]:
+        """The real inputs and eager outputs of what the search lowers: the method's block, or the method."""
+        block = self.blocks.get(method)
+        if block is not None:
+            return block.inputs, block.eager
         _, inputs = self.log.results["build"]
-        return self.error_against_eager(flat(self.adapter.run_lowered(lowered, inputs[method])), method)
+        return inputs[method], self.log.results["eager"][method]
 
     def error_against_eager(self, outputs: list[Any], method: str) -> float:
-        """``error_of`` for outputs already run (a remedy's)."""
+        """The worst relative L2 error of the whole method's outputs against eager (a remedy's), as the gate
+        measures it."""
         errors = [culprit.rel_l2(a, e) for a, e in zip(outputs, self.log.results["eager"][method])]
         if method not in self.output_thresholds:
             return max(errors)
@@ -112,14 +146,59 @@ class DiagnosePhase:
         return max(error * threshold / limit for error, limit in zip(errors, self.limits_of(method, len(errors))))
 
     def parts(self):
+        """What the lowering takes of each method, or of its first block where that block, lowered alone, departs
+        from the block run eagerly (each try of the search then lowers the block, not the method)."""
         methods, inputs = self.log.results["build"]
-        found = {name: self.adapter.lowering_parts(methods[name].module, inputs[name])
-                 for name in self.methods}
-        return found, {"parts": {name: len(parts) for name, (_, parts) in found.items()}}
+        found, searched = {}, {}
+        for name in self.methods:
+            module = methods[name].module
+            if isinstance(self.adapter, SearchesBlocks):
+                self.whole[name] = self.adapter.lowering_start(module, inputs[name])
+                searched[name] = self.departing_block(name)
+            block = self.blocks.get(name)
+            found[name] = (self.adapter.lowering_parts(block.module, block.inputs) if block
+                           else self.adapter.lowering_parts(module, inputs[name]))
+            self.whole.setdefault(name, found[name][0])
+        return found, {"parts": {name: len(parts) for name, (_, parts) in found.items()}, "blocks": searched}
+
+    def departing_block(self, method: str) -> dict[str, Any]:
+        """The method's first repeated block lowered alone and run on the real tensors that reached it; where it
+        departs from the block run eagerly beyond the method's threshold, the search's program from here on
+        (``self.blocks``). The record says what was found either way."""
+        import torch
+
+        _, inputs = self.log.results["build"]
+        first = blocks.first_block(self.whole[method])
+        if first is None:
+            return {"searched": "the method", "reason": "no module list of two blocks or more"}
+        path, members = first
+        try:
+            made = blocks.block_program(self.whole[method], inputs[method], path)
+            if made is None:
+                return {"searched": "the method", "block": path, "reason": "a value reaching the block is no tensor"}
+            module, block_inputs = made
+            with torch.no_grad():
+                eager = flat(module(*block_inputs))
+            lowered = self.adapter.lower_keeping_out(self.adapter.lowering_start(module, block_inputs), frozenset())
+            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(self.adapter.run_lowered(lowered, block_inputs)),
+                                                              eager))
+        except Exception as failure:  # noqa: BLE001 - a block that will not export or lower alone: the method
+            return {"searched": "the method", "block": path,
+                    "reason": f"the block alone: {type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
+        share = self.threshold_of(method) / members
+        if not error > share:
+            return {"searched": "the method", "block": path, "rel_l2": error, "threshold": share,
+                    "reason": "the block lowered alone is within its share of the method's threshold"}
+        self.blocks[method] = Block(path, members, module, block_inputs, eager, share)
+        return {"searched": "the block", "block": path, "of": members, "rel_l2": error, "threshold": share}
+
+    def search_threshold(self, method: str) -> float:
+        """What the search holds its program to: the block's share of the method's threshold, or the method's."""
+        block = self.blocks.get(method)
+        return block.threshold if block else self.threshold_of(method)
 
     def alone(self):
         """Each kind as a one-operator program on the real tensors of its first call."""
-        _, inputs = self.log.results["build"]
         found: dict[str, dict[str, Any]] = {}
         failures: dict[str, dict[str, str]] = {}
         for method, (exported, parts) in self.log.results["parts"].items():
@@ -129,7 +208,7 @@ class DiagnosePhase:
                     first.setdefault(part["kind"], part["key"])
             if not first:
                 continue
-            calls = culprit.capture_node_inputs(exported, inputs[method], set(first.values()))
+            calls = culprit.capture_node_inputs(exported, self.searched(method)[0], set(first.values()))
             for kind, key in first.items():
                 if key not in calls:
                     continue
@@ -165,11 +244,32 @@ class DiagnosePhase:
                 return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
 
             alone = {kind: v["rel_l2"] for kind, v in self.log.results["alone"].get(method, {}).items()}
-            search = culprit.Search(error_of=error_of, threshold=self.threshold_of(method),
+            search = culprit.Search(error_of=error_of, threshold=self.search_threshold(method),
                                     budget_s=self.job["budget_s"] / len(self.methods))
             found[method] = culprit.find(parts, search, alone)
+            block = self.blocks.get(method)
+            if block is not None and found[method]["status"] in FOUND:
+                found[method]["block"] = {"path": block.path, "of": block.of}
+            elif block is not None:  # nothing pinned in the block: the method searched as it was before blocks
+                found[method] = {**self.search_whole(method, alone),
+                                 "block_searched": {"path": block.path, "status": found[method]["status"],
+                                                    "lowerings": len(found[method]["tried"])}}
             self.fused_pair(method, found[method])
         return found, {"methods": found}
+
+    def search_whole(self, method: str, alone: dict[str, float]) -> dict[str, Any]:
+        """The search on the whole method, where its block's found no culprit: the method's parts from here on."""
+        methods, inputs = self.log.results["build"]
+        del self.blocks[method]
+        exported, parts = self.log.results["parts"][method] = self.adapter.lowering_parts(methods[method].module,
+                                                                                           inputs[method])
+
+        def error_of(keep_out: frozenset[str]) -> float:
+            return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
+
+        search = culprit.Search(error_of=error_of, threshold=self.threshold_of(method),
+                                budget_s=self.job["budget_s"] / len(self.methods))
+        return culprit.find(parts, search, alone)
 
     def fused_pair(self, method: str, finding: dict[str, Any]) -> None:
         """A culprit kind that passes alone yet fixes the method kept out is likely one the backend fuses with a
@@ -178,16 +278,16 @@ class DiagnosePhase:
         fusion, and is the reproducer."""
         if finding.get("status") != "found":
             return
-        threshold = self.threshold_of(method)
+        threshold = self.search_threshold(method)
         found = finding["culprits"][0]
         if found.get("rel_l2_alone") is None or found["rel_l2_alone"] > threshold:  # it fails alone, or never ran so
             return
         exported, parts = self.log.results["parts"][method]
-        _, inputs = self.log.results["build"]
         kinds = {part["key"]: part["kind"] for part in parts}
         for position, producer, consumer in culprit.fused_neighbours(exported, found["calls"][0]["key"], set(kinds)):
             try:
-                ran = self.run_alone(*culprit.chained_call_code(exported, inputs[method], producer, consumer))
+                ran = self.run_alone(*culprit.chained_call_code(exported, self.searched(method)[0], producer,
+                                                                consumer))
             except Exception:  # noqa: BLE001 - a pair that will not run alone names nothing
                 continue
             if ran["rel_l2"] > threshold:
@@ -198,129 +298,14 @@ class DiagnosePhase:
                 self.fusions[method] = ran
                 return
 
-    def reproducer(self):
-        """For each method's first culprit: the operator alone on its real inputs, when that fails alone;
-        else the whole method as the lowering starts from it (the smallest program known to fail)."""
-        import torch
-
-        _, inputs = self.log.results["build"]
-        written = {}
-        for method, finding in self.log.results["search"].items():
-            culprits = finding.get("culprits") or []
-            if not culprits:  # not pinned, or the budget stopped the search: the whole method is what fails
-                if finding.get("status") in culprit.CARRIED_TO:
-                    written[method] = self.unpinned_reproducer(method, finding["status"])
-                continue
-            kind = culprit.named(culprits[0])
-            folder = self.model_dir / REPRO_DIR / method
-            folder.mkdir(parents=True, exist_ok=True)
-            remedy = self.remedy_code(method)
-            found_in = f"{self.job['model']}'s {method}:\n{where(culprits[0])}."
-            # A fused pair that fails alone is the reproducer, as an operator that fails alone is.
-            alone = self.fusions.get(method) or self.log.results["alone"].get(method, {}).get(culprits[0]["operator"])
-            threshold = self.threshold_of(method)
-            if alone is not None and alone["rel_l2"] > threshold:
-                torch.save(tuple(alone["tensors"]), folder / "inputs.pt")
-                source = self.adapter.reproducer_source(
-                    kind=kind, call=alone["code"], arguments=len(alone["tensors"]), threshold=threshold,
-                    remedy=remedy, found_in=found_in)
-                (folder / "repro.py").write_text(source, encoding="utf-8")
-                scope, note = "fusion" if method in self.fusions else "operator", ""
-            else:
-                exported, _ = self.log.results["parts"][method]
-                self.adapter.method_reproducer(exported, inputs[method], folder, kind=kind,
-                                               threshold=self.reproducer_limit(method),
-                                               remedy=remedy, found_in=found_in, fails_with=failed_as_found(finding))
-                scope = "method"
-                note = (f"{kind} alone on its real inputs is within the threshold (rel. L2 {alone['rel_l2']:.3g})"
-                        if alone else f"{kind} is not run alone")
-            runs = [issue_text.run_reproducer(folder), issue_text.run_reproducer(folder, "--with-remedy")]
-            runs += program_source.checked(folder, runs[0])
-            self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs, failed_as_found(finding))
-            written[method] = self.written(folder, runs, operator=kind, scope=scope, reason=note,
-                                           rel_l2=alone["rel_l2"] if alone else None)
-        if not written:
-            raise StageSkipped("no culprit found")
-        return written, {"methods": written}
-
-    def unpinned_reproducer(self, method: str, status: str) -> dict[str, Any]:
-        """A failure no part kept out explains, or one whose search the budget stopped: the smallest program known
-        to fail is the whole method, lowered as the artifact was; its ``--with-remedy`` lowers it the same way."""
-        _, inputs = self.log.results["build"]
-        exported, _ = self.log.results["parts"][method]
-        folder = self.model_dir / REPRO_DIR / method
-        folder.mkdir(parents=True, exist_ok=True)
-        why = ("no part kept out of the lowering, alone or together, brings it within the threshold"
-               if status == "not pinned" else "the search stopped at its budget before it pinned an operator")
-        self.adapter.method_reproducer(
-            exported, inputs[method], folder, kind="not pinned to an operator", threshold=self.reproducer_limit(method),
-            remedy=self.adapter.remedy_options(exported, [])[-1][1],
-            found_in=f"{self.job['model']}'s {method}: {why}, so this is the whole method (no remedy found)")
-        runs = [issue_text.run_reproducer(folder)]  # there is no remedy to run it with
-        runs += program_source.checked(folder, runs[0])
-        backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
-        self.write_issue(folder, method, f"the whole {method} (not pinned to an operator)", backend, "method", runs)
-        return self.written(folder, runs, operator=None, scope="method", rel_l2=None, reason=f"{status}: {why}")
-
-    def written(self, folder: Path, runs: list[dict[str, Any]], **found: Any) -> dict[str, Any]:
-        """A reproducer's record: where it is, what it found (``found``), its runs here and its files' size."""
-        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), **found, "runs": runs,
-                "issue": issue_text.ISSUE, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
-
-    def write_issue(self, folder: Path, method: str, kind: str, backend: str, scope: str,
-                    runs: list[dict[str, Any]], fails_with: str = "") -> None:
-        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py); ``fails_with``: the
-        lowering's error, where the method did not lower at all."""
-        remedy = (self.log.results.get("remedy") or {}).get(method)
-        if remedy is None:
-            judged, code = "No remedy was found to bring it within the threshold.", ""
-        else:
-            what = remedy.get("remedy", "the remedy")
-            found = (f"gives rel. L2 {remedy['rel_l2']:.3g} against eager — "
-                     f"{'passes' if remedy.get('passes') else 'still fails'}" if "rel_l2" in remedy
-                     else f"does not work as written ({remedy.get('error', '')})")
-            judged, code = f"{what[:1].upper()}{what[1:]}: the whole method lowered with these lines {found}.", \
-                remedy["code"]
-        operator = {"operator": "the operator alone on the real tensors that reached its first call",
-                    "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached "
-                              "them (each on its own is within the threshold)",
-                    "method": "the whole method on its real inputs"}[scope]
-        machine = issue_text.environment(("torch", "executorch"))
-        if fails_with:
-            title = f"[{backend}] {self.PROGRAM} does not lower: {fails_with} ({machine[0]})"
-            what = (f"Lowering {operator} through the {backend} raises {fails_with!r} ({self.PROGRAM}{self.MADE}); "
-                    f"with {kind} kept out of the delegate it lowers and runs. Found in {self.job['model']}'s "
-                    f"{method}.")
-        else:
-            title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
-            what = (f"Lowered through the {backend}, {operator}, gives outputs that differ from eager PyTorch on the "
-                    f"same inputs ({self.PROGRAM}{self.MADE}). Found in {self.job['model']}'s {method}.")
-        within = (f"each within its own relative L2 of eager's on the same inputs ({self.said_limits(method)})."
-                  if method in self.output_thresholds else
-                  f"within relative L2 {self.threshold_of(method):.3g} of eager's on the same inputs.")
-        issue_text.write_issue(
-            folder, title=title, what=what,
-            expected=f"The method lowers, its outputs {within}" if fails_with else
-            f"The lowered program's outputs {within}",
-            runs=runs, remedy=code, remedy_judged=judged, machine=machine)
-
-    def reproducer_limit(self, method: str) -> float | list[float]:
-        """What the whole-method reproducer holds the lowering to: each output's allowance, where they differ."""
-        if method not in self.output_thresholds:
-            return self.threshold_of(method)
-        return self.limits_of(method, len(self.log.results["eager"][method]))
-
-    def said_limits(self, method: str) -> str:
-        return ", ".join(f"output {i}: {limit:.3g}" for i, limit in enumerate(self.limits_of(
-            method, len(self.log.results["eager"][method]))))
-
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
         finding = self.log.results["search"][method]
-        exported, _ = self.log.results["parts"][method]
         culprits = finding.get("culprits") or []
         found = [(c["operator"], c["calls"][0]["key"]) for c in culprits]
         fused = [kind for c in culprits if "fused_with" in c for kind in (c["operator"], c["fused_with"]["operator"])]
-        return self.adapter.remedy_options(exported, found, fused=fused)
+        # The whole method's: a team's export script lowers the method (a culprit found in a block is named by its
+        # kind there).
+        return self.adapter.remedy_options(self.whole[method], found, fused=fused)
 
     def remedy_code(self, method: str) -> str:
         """The chosen remedy's lines; where the remedy stage did not run, the last option's (it keeps the culprits
@@ -397,10 +382,9 @@ class DiagnosePhase:
         _, inputs = self.log.results["build"]
         step = "its code"
         try:
-            exported, _ = self.log.results["parts"][method]
             # A copy: a remedy's lines may rewrite the program in place, and the next remedy and the reproducer
             # start from the program as exported.
-            scope: dict[str, Any] = {"program": copy.deepcopy(exported)}
+            scope: dict[str, Any] = {"program": copy.deepcopy(self.whole[method])}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
             step = "lowering"
             lowered = self.adapter.lower_with_remedy(scope)
@@ -476,23 +460,8 @@ def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(best)  # a copy: the caller takes its outputs out
 
 
-def failed_as_found(finding: dict[str, Any]) -> str:
-    """The lowering's error where the method as found did not lower at all (the search's first try), the
-    message its reproducer matches; empty where it lowered."""
-    first = (finding.get("tried") or [{}])[0]
-    error = str(first.get("error") or "")
-    return error.partition(": ")[2][:120] if error else ""
-
-
 def flat(value: Any) -> list[Any]:
     return [t.detach() for t in flatten_outputs(value)]
-
-
-def where(found: dict[str, Any]) -> str:
-    call = found["calls"][0]
-    if not call.get("module") and not call.get("source"):
-        return f"the whole method ({found['backend']} {found['operator']})"
-    return f"{call.get('module') or 'the model itself'}, at {call.get('source') or 'a line torch did not record'}"
 
 
 def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

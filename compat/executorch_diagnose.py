@@ -28,7 +28,7 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) ->
     every call is a part."""
     from .export_errors import source_line
 
-    exported = torch.export.export(module, inputs)
+    exported = lowering_start(module, inputs)
     try:
         lowered = lower_keeping_out(exported, frozenset())
     except Exception:  # noqa: BLE001 - a program that does not lower: any call may be behind it (the search says)
@@ -51,6 +51,11 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) ->
                       "module": modules[-1][0] if modules else "",
                       "source": source_line(node.meta.get("stack_trace") or "", {}) or ""})
     return exported, parts
+
+
+def lowering_start(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """What the lowering starts from: the exported program."""
+    return torch.export.export(module, inputs)
 
 
 def quantized(node: Any) -> bool:
@@ -242,8 +247,12 @@ def _kept_out_code(exported: Any, culprits: list[tuple[str, str]], *, narrowed: 
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
 
-    nodes = {culprit.source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
-    kinds = [(kind, nodes[key]) for kind, key in culprits if key in nodes]
+    calls = [n for n in exported.graph.nodes if n.op == "call_function"]
+    nodes = {culprit.source_key(n): n for n in calls}
+    first_of: dict[str, Any] = {}  # a culprit found in a block of the method: its kind's first call in the method
+    for node in calls:
+        first_of.setdefault(operator_kind(node), node)
+    kinds = [(kind, node) for kind, key in culprits if (node := nodes.get(key, first_of.get(kind))) is not None]
     by_target = {config.target_name: config for config in ALL_PARTITIONER_CONFIGS}
     lines = ["from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS"]
     replaced: dict[str, str] = {}
@@ -343,9 +352,9 @@ def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float,
 METHOD_REPRODUCER = '''"""{kind}: ExecuTorch {executorch}'s XNNPACK lowering of a method differs from eager.
 
 Found by upgrade-gate in {found_in}
-The operator alone on its real inputs does not show it, so this is the whole method: program.pt2 is
-its exported program (torch.export.save), inputs.pt its real inputs. Run with the Python of a venv
-that has torch and executorch:
+The operator alone on its real inputs does not show it, so this is {program}:
+program.pt2 is its exported program (torch.export.save), inputs.pt its real inputs. Run with the
+Python of a venv that has torch and executorch:
 
     python repro.py                  # exit 1: the lowered method differs from eager (or fails as found); 0: not
     python repro.py --with-remedy    # the same, lowered with the remedy below: exit 0 when it fixes it
@@ -433,10 +442,11 @@ def main():
 
 
 def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str,
-                      threshold: float | list[float],
-                      remedy: str, found_in: str, fails_with: str = "") -> None:
-    """Where the culprit does not fail alone: the whole method's exported program, its inputs and a
-    standalone script (torch and executorch only) in ``folder``, with the same exits."""
+                      threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "",
+                      program: str = "the whole method") -> None:
+    """Where the culprit does not fail alone: the exported program of the whole method (or of ``program``, a
+    block of it), its inputs and a standalone script (torch and executorch only) in ``folder``, with the same
+    exits."""
     from importlib.metadata import version
 
     torch.export.save(exported, folder / "program.pt2")
@@ -446,7 +456,7 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
                              found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with,
                              fails_as_found=issue_text.FAILS_AS_FOUND, saved_by=torch.__version__,
-                             source_note=source_note)
+                             source_note=source_note, program=program)
 
 
 # A method whose export failed is exported again with the export API's other options, in order, as an export

@@ -20,6 +20,7 @@ from .executorch_diagnose import (  # noqa: F401 - the adapter's members
     lower_keeping_out,
     lower_with_remedy,
     lowering_parts,
+    lowering_start,
     method_reproducer,
     remedy_options,
     reproducer_source,

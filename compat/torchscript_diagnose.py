@@ -119,10 +119,11 @@ def main():
 
 
 def method_reproducer(traced: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str,
-                      threshold: float | list[float],
-                      remedy: str, found_in: str, fails_with: str = "") -> None:
+                      threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "",
+                      program: str = "the whole method") -> None:
     """The traced method, its inputs and a standalone script (torch only) in ``folder`` (``fails_with``: the
-    Lite Interpreter's passes do not fail to lower, so it is not read)."""
+    Lite Interpreter's passes do not fail to lower, so it is not read; ``program``: the Lite Interpreter's search
+    runs on the whole method, compat/contract.py SearchesBlocks)."""
     torch.jit.save(traced, str(folder / "model.pt"))
     culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, torch_version=torch.__version__,
                              found_in=found_in, threshold=threshold, remedy=remedy)

@@ -366,7 +366,9 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
     returns the prefill's KV cache as zeros; tests/benchmarks/llm_dynamic_lowering.py found it by hand), while
     the quantization alone is close to float: the lowering's finding, said first, with the operator searched
     on the quantized program, a reproducer the tool wrote that fails as lowered and passes with the remedy, and
-    the cheapest remedy (each linear its own dynamic quantization of its input) judged by the quantized gate."""
+    the cheapest remedy (each linear its own dynamic quantization of its input) judged by the quantized gate. The
+    search and the reproducer run on the first of the prefill's two layers as a program of its own (it departs as
+    the method does); the remedies are lowered and judged on the whole method."""
     out, result = explained_run
     model = next(m for m in load(out, "results.json")["models"] if m["model"] == LLM)
     comparisons = {c["purpose"]: c for c in model["comparisons"]}
@@ -385,14 +387,23 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
     assert set(searched) == {"prefill"}
     for method, found in searched.items():
         assert found["status"] == "found" and found["culprits"][0]["operator"] == "aten.linear.default", found
+        assert found["block"] == {"path": "llama.layers.0", "of": 2}, found
+        block = stages["parts"]["details"]["blocks"][method]
+        assert block["searched"] == "the block" and block["rel_l2"] > found["threshold"], block
+        assert all(call["module"].startswith("llama.layers.0.") for call in found["culprits"][0]["calls"]), found
         # The lowering may add twice the quantization's own error (judge/attribution.py), no more.
         assert found["rel_l2"] > found["threshold"] > found["culprits"][0]["rel_l2_without"]
         written = stages["reproducer"]["details"]["methods"][method]
+        assert written["scope"] == "block", written
         assert [(run["args"], run["exit"]) for run in written["runs"]] == [
             ([], 1), (["--with-remedy"], 0), (["--from-source"], 1)], written
         folder = out / "stacks/candidate/models" / LLM / "diagnose" / written["folder"]
         assert {p.name for p in folder.iterdir()} == {"repro.py", "program.pt2", "program.py", "weights.pt",
                                                       "inputs.pt", "ISSUE.md"}
+        assert "so this is llama.layers.0 (one of the method's 2 blocks) as a program of its own" in " ".join(
+            (folder / "repro.py").read_text().split())
+        # The issue text says which program it hands on.
+        assert "llama.layers.0 (one of the method's 2 blocks)" in (folder / "ISSUE.md").read_text()
         remedy = stages["remedy"]["details"]["methods"][method]
         split = next(t for t in remedy["tried"] if t["remedy"].startswith("each call given its own dynamic quantization"))
         kept_out = next(t for t in remedy["tried"] if t["remedy"] == "kept out of the delegate")

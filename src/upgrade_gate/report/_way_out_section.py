@@ -233,13 +233,19 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         items.append(Item(f"**{code_span(culprit.named)}** ({culprit.backend}): keeping {kept} out takes "
                           f"{culprit.share:.1%} of the error off ({span}){alone}", calls))
     what = "fusion" if any(c.fused_with for c in method.culprits) else "operator"
+    searched = (f" of `{method.block}`, the first of the method's {method.blocks} blocks, lowered as a program of its "
+                "own (lowered alone, it departs past its share of the method's threshold; a lowering of the whole "
+                "method costs many times more)"
+                if method.block else "")
     blocks += [Paragraph(f"The {what}{'s' if combined else ''} behind it{combined}, found in "
-                         f"{method.lowerings} lowerings:"), Bullets(items)]
+                         f"{method.lowerings} lowerings{searched}:"), Bullets(items)]
     if method.reproducer:
         folder = f"{found.record_dir}/{method.reproducer}"
         run = f"{python or 'python'} {folder}/repro.py"
         what = {"operator": "the operator alone on the real tensors that reached it",
                 "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached them",
+                "block": f"`{method.block or 'a block of the method'}` as a program of its own, on the real tensors "
+                         "that reached it",
                 }.get(method.reproducer_scope, f"the whole method and its real inputs ({method.reproducer_note})")
         issue = f", with `{method.issue}`, the issue text to file (versions, CPU, what it printed here)" \
             if method.issue else ""
@@ -325,6 +331,10 @@ def _carried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[
 
 def _with_remedy(method: MethodDiagnosis) -> str:
     """What the reproducer's ``--with-remedy`` does, said only as far as the remedy was judged."""
+    ran = dict((args, code) for args, code, _ in method.reproducer_runs).get("--with-remedy")
+    if method.remedy_passes and method.reproducer_scope == "block" and ran == 1:
+        return ("and 1 with `--with-remedy` too: the remedy below brings the whole method within its threshold, "
+                "not the block within its share of it")
     if method.remedy_passes:
         return "0 with `--with-remedy`"
     if method.remedy_code is None or method.remedy_error:

@@ -249,6 +249,10 @@ class MethodDiagnosis:
     rel_l2: float | None = None  # the artifact lowered again, as found
     culprits: tuple[CulpritOperator, ...] = ()
     lowerings: int = 0  # lowerings the search tried (a kept-float search: quantizations)
+    # Where the search lowered the method's first repeated block as a program of its own (compat/blocks.py): its
+    # path and how many blocks the method has; empty where it lowered the whole method.
+    block: str = ""
+    blocks: int = 0
     # A kept-float search's: the layers the recipe quantizes, and the units it ranked (parent modules of
     # several layers where the budget could not try each).
     layers: int = 0
@@ -259,9 +263,10 @@ class MethodDiagnosis:
     assumed: tuple[str, ...] = ()
     export_tries: tuple[str, ...] = ()
     reproducer: str | None = None  # its folder, relative to the diagnose folder
-    # "operator" (alone on its real tensors), "fusion" (a fused pair alone on them) or "method" (the whole method)
+    # "operator" (alone on its real tensors), "fusion" (a fused pair alone on them), "block" (the block searched) or
+    # "method" (the whole method)
     reproducer_scope: str = ""
-    reproducer_note: str = ""  # why it is the whole method
+    reproducer_note: str = ""  # why it is the whole method, or the block
     # The reproducer run where it was written: (its arguments, exit status, last line printed), as lowered first.
     reproducer_runs: tuple[tuple[str, int, str], ...] = ()
     issue: str | None = None  # ISSUE.md beside it: the text to file upstream
@@ -344,6 +349,7 @@ class Diagnosis(StagesOf, codec.Record):
                                              reason=stopped.explain() if stopped else ""))
                 continue
             repro, remedy = written.get(method) or {}, checked.get(method) or {}
+            searched_block = result.get("block") or {}
             timing = remedy.get("latency") or {}
             latency = _remedy_latency(remedy)
             found.append(MethodDiagnosis(
@@ -351,6 +357,7 @@ class Diagnosis(StagesOf, codec.Record):
                 rel_l2=_number(result.get("rel_l2")),
                 culprits=tuple(CulpritOperator.from_details(c) for c in result.get("culprits", [])),
                 lowerings=len(result.get("tried", [])), layers=int(result.get("layers", 0)),
+                block=str(searched_block.get("path", "")), blocks=int(searched_block.get("of", 0)),
                 units=len(result.get("units", [])), export_option=result.get("option"),
                 assumed=tuple(str(a) for a in result.get("assumed", ())),
                 export_tries=tuple(f"{t.get('option')}: {t.get('step')}: {t.get('error')}"
