@@ -7,6 +7,7 @@ remedy → task → reproducer, for each method that failed (task: a generator's
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import statistics
@@ -172,6 +173,8 @@ class DiagnosePhase(Reproducers):
         if first is None:
             return {"searched": "the method", "reason": "no module list of two blocks or more"}
         path, members = first
+        # A method that shipped no artifact did not lower: its block stands for it only where it fails to lower too.
+        lowers = method in (self.job.get("artifacts") or {})
         try:
             made = blocks.block_program(self.whole[method], inputs[method], path)
             if made is None:
@@ -179,12 +182,20 @@ class DiagnosePhase(Reproducers):
             module, block_inputs = made
             with torch.no_grad():
                 eager = flat(module(*block_inputs))
-            lowered = self.adapter.lower_keeping_out(self.adapter.lowering_start(module, block_inputs), frozenset())
+            start = self.adapter.lowering_start(module, block_inputs)
+        except Exception as failure:  # noqa: BLE001 - a block that will not run or export alone: the method
+            return {"searched": "the method", "block": path, "reason": f"the block alone: {said(failure)}"}
+        try:
+            lowered = self.adapter.lower_keeping_out(start, frozenset())
             error = max(culprit.rel_l2(a, e) for a, e in zip(flat(self.adapter.run_lowered(lowered, block_inputs)),
                                                               eager))
-        except Exception as failure:  # noqa: BLE001 - a block that will not export or lower alone: the method
-            return {"searched": "the method", "block": path,
-                    "reason": f"the block alone: {type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
+        except Exception as failure:  # noqa: BLE001 - it fails as the method does only where the method did not lower
+            if lowers:
+                return {"searched": "the method", "block": path, "reason": f"the block alone: {said(failure)}"}
+            error = math.inf
+        if not lowers and math.isfinite(error):
+            return {"searched": "the method", "block": path, "rel_l2": error,
+                    "reason": "the method does not lower, and the block lowered alone does"}
         share = self.threshold_of(method) / members
         if not error > share:
             return {"searched": "the method", "block": path, "rel_l2": error, "threshold": share,
@@ -458,6 +469,10 @@ def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
     best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
                             else tried[-1])
     return dict(best)  # a copy: the caller takes its outputs out
+
+
+def said(failure: Exception) -> str:
+    return f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"
 
 
 def flat(value: Any) -> list[Any]:
