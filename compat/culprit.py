@@ -60,9 +60,14 @@ class Search:
             value = self.error_of(keys)
         except Exception as failure:  # noqa: BLE001 - a lowering that does not lower or run passes nothing
             value = math.inf
-            tried["error"] = f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"
+            tried["error"] = said(failure)
         self.tried.append({**tried, "rel_l2": value, "seconds": round(time.monotonic() - start, 2)})
         return value
+
+
+def said(failure: Exception) -> str:
+    """An exception as a record says it: its type and its message on one line, cut at 300 characters."""
+    return f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"
 
 
 def kinds_of(parts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

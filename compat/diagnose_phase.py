@@ -164,7 +164,7 @@ class DiagnosePhase(Reproducers):
 
     def departing_block(self, method: str) -> dict[str, Any]:
         """The method's first repeated block lowered alone and run on the real tensors that reached it; where it
-        departs from the block run eagerly beyond the method's threshold, the search's program from here on
+        departs from the block run eagerly beyond its share of the method's threshold, the search's program from here on
         (``self.blocks``). The record says what was found either way."""
         import torch
 
@@ -184,14 +184,14 @@ class DiagnosePhase(Reproducers):
                 eager = flat(module(*block_inputs))
             start = self.adapter.lowering_start(module, block_inputs)
         except Exception as failure:  # noqa: BLE001 - a block that will not run or export alone: the method
-            return {"searched": "the method", "block": path, "reason": f"the block alone: {said(failure)}"}
+            return {"searched": "the method", "block": path, "reason": f"the block alone: {culprit.said(failure)}"}
         try:
             lowered = self.adapter.lower_keeping_out(start, frozenset())
             error = max(culprit.rel_l2(a, e) for a, e in zip(flat(self.adapter.run_lowered(lowered, block_inputs)),
                                                               eager))
         except Exception as failure:  # noqa: BLE001 - it fails as the method does only where the method did not lower
             if lowers:
-                return {"searched": "the method", "block": path, "reason": f"the block alone: {said(failure)}"}
+                return {"searched": "the method", "block": path, "reason": f"the block alone: {culprit.said(failure)}"}
             error = math.inf
         if not lowers and math.isfinite(error):
             return {"searched": "the method", "block": path, "rel_l2": error,
@@ -251,13 +251,8 @@ class DiagnosePhase(Reproducers):
     def search(self):
         found = {}
         for method, (exported, parts) in self.log.results["parts"].items():
-            def error_of(keep_out: frozenset[str], exported: Any = exported, method: str = method) -> float:
-                return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
-
             alone = {kind: v["rel_l2"] for kind, v in self.log.results["alone"].get(method, {}).items()}
-            search = culprit.Search(error_of=error_of, threshold=self.search_threshold(method),
-                                    budget_s=self.job["budget_s"] / len(self.methods))
-            found[method] = culprit.find(parts, search, alone)
+            found[method] = self.find(method, exported, parts, alone)
             block = self.blocks.get(method)
             if block is not None and found[method]["status"] in FOUND:
                 found[method]["block"] = {"path": block.path, "of": block.of}
@@ -268,19 +263,22 @@ class DiagnosePhase(Reproducers):
             self.fused_pair(method, found[method])
         return found, {"methods": found}
 
+    def find(self, method: str, exported: Any, parts: list[dict[str, Any]], alone: dict[str, float]) -> dict[str, Any]:
+        """One method's culprit search (culprit.find) on ``exported``: its block's, or the whole method's."""
+        def error_of(keep_out: frozenset[str]) -> float:
+            return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
+
+        search = culprit.Search(error_of=error_of, threshold=self.search_threshold(method),
+                                budget_s=self.job["budget_s"] / len(self.methods))
+        return culprit.find(parts, search, alone)
+
     def search_whole(self, method: str, alone: dict[str, float]) -> dict[str, Any]:
         """The search on the whole method, where its block's found no culprit: the method's parts from here on."""
         methods, inputs = self.log.results["build"]
         del self.blocks[method]
         exported, parts = self.log.results["parts"][method] = self.adapter.lowering_parts(methods[method].module,
                                                                                            inputs[method])
-
-        def error_of(keep_out: frozenset[str]) -> float:
-            return self.error_of(self.adapter.lower_keeping_out(exported, keep_out), method)
-
-        search = culprit.Search(error_of=error_of, threshold=self.threshold_of(method),
-                                budget_s=self.job["budget_s"] / len(self.methods))
-        return culprit.find(parts, search, alone)
+        return self.find(method, exported, parts, alone)
 
     def fused_pair(self, method: str, finding: dict[str, Any]) -> None:
         """A culprit kind that passes alone yet fixes the method kept out is likely one the backend fuses with a
@@ -469,10 +467,6 @@ def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
     best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
                             else tried[-1])
     return dict(best)  # a copy: the caller takes its outputs out
-
-
-def said(failure: Exception) -> str:
-    return f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"
 
 
 def flat(value: Any) -> list[Any]:
