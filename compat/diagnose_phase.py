@@ -1,8 +1,9 @@
-"""The diagnose phase in a stack's worker, run where an artifact's outputs departed from the same
-stack's eager outputs: the operators behind it (culprit.py), a reproducer to file upstream, and the
-remedies a team would try, each checked on the same real inputs and the cheapest that passes chosen, then a
-reproducer whose --with-remedy is that one — one method per stage: build → eager → parts → alone → search →
-remedy → task → reproducer, for each method that failed (task: a generator's loop on the remedied artifact)."""
+"""The diagnose phase in a stack's worker, run where an artifact's outputs departed from the same stack's eager
+outputs: the operators behind it (culprit.py), a reproducer to file upstream, and the remedies a team would try,
+expected cheapest first, each checked on the same real inputs until one passes at no more latency than the gate
+allows, the cheapest that passes chosen, then a reproducer whose --with-remedy is that one — one method per stage:
+build → eager → parts → alone → search → remedy → task → reproducer, for each method that failed (task: a
+generator's loop on the remedied artifact)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import copy
 import math
 import os
 import re
-import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, 
 from .contract import Adapter, Diagnoses, SearchesBlocks, require_whole
 from .diagnose_reproducer import Reproducers
 from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
+from .remedy_choice import cheapest, why_not_tried
 
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
 REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
@@ -326,8 +328,9 @@ class DiagnosePhase(Reproducers):
     def remedy(self):
         """Each remedy a team would try, run as its lines are written: the whole method lowered with them, saved,
         loaded from its file and run as the artifact is, against eager; each that passes timed against the shipped
-        artifact. The one chosen — of those that pass, the least slowdown (the first where none is timed); where
-        none passes, the closest — keeps its outputs for the parent to judge against the reference as the gate
+        artifact; once one passes within the latency gate's ratio, the options after it are listed, not tried
+        (why_not_tried). The one chosen — of those that pass, the least slowdown (the first where none is timed);
+        where none passes, the closest — keeps its outputs for the parent to judge against the reference as the gate
         does; the others stay as rows of what was tried. A method whose search found nothing to keep out (the budget
         stopped it, or no part was pinned) is then tried with the remedy that passes for another method
         (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
@@ -335,24 +338,29 @@ class DiagnosePhase(Reproducers):
         names = load_npz_tensors(reference) if reference.is_file() else {}
         checked, outputs = {}, {}
 
-        def keep(method: str, tried: list[dict[str, Any]], **found_in: str) -> None:
+        def keep(method: str, tried: list[dict[str, Any]], not_tried: Sequence[dict[str, str]] = (),
+                 **found_in: str) -> None:
             chosen = cheapest(tried)
             self.remedies[method] = chosen["code"]
             ran = chosen.pop("outputs", None)
             if ran is not None:
                 outputs[method] = named_like_reference(method, named_outputs(ran), names)
             checked[method] = {**chosen, **found_in,
-                               "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried]}
+                               "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried],
+                               "not_tried": list(not_tried)}
 
         search = self.log.results["search"]
         for method, finding in search.items():
             if not finding.get("culprits"):
                 continue
             tried: list[dict[str, Any]] = []
+            not_tried: list[dict[str, str]] = []
             for number, (what, code, fallback) in enumerate(self.remedy_options(method)):
-                if not (fallback and any(t["passes"] for t in tried)):
+                if reason := why_not_tried(tried, fallback, self.job.get("max_slowdown")):
+                    not_tried.append({"remedy": what, "reason": reason})
+                else:
                     tried.append(self.try_remedy(method, number, what, code))
-            keep(method, tried)
+            keep(method, tried, not_tried)
         for method, source in culprit.carried_over(search, checked).items():
             keep(method, [self.try_remedy(method, 0, checked[source]["remedy"], checked[source]["code"])],
                  found_in=source)
@@ -444,29 +452,6 @@ class DiagnosePhase(Reproducers):
                 entry[side] = times
             samples.append(entry)
         return {"status": "ok", "threads": self.job["threads"], "rounds": samples, "load_average": os.getloadavg()}
-
-
-def slowdown(tried: dict[str, Any]) -> float | None:
-    """A remedy's cost in the worker's own terms: the median over rounds of each round's remedied over shipped
-    median call (the parent judges the chosen one's interval as the stack is)."""
-    rounds = (tried.get("latency") or {}).get("rounds") or []
-    ratios = [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
-              if r.get("remedied") and r.get("shipped")]
-    return statistics.median(ratios) if ratios else None
-
-
-def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
-    """The remedy to print: of those that pass, the least slowdown (options come cheapest-expected first, so
-    the first where none is timed); where none passes, the one closest to eager, else the last."""
-    def cost(remedy: dict[str, Any]) -> tuple[bool, float]:
-        ratio = slowdown(remedy)
-        return ratio is None, ratio or 0.0
-
-    passing = [t for t in tried if t["passes"]]
-    ran = [t for t in tried if "rel_l2" in t]
-    best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
-                            else tried[-1])
-    return dict(best)  # a copy: the caller takes its outputs out
 
 
 def flat(value: Any) -> list[Any]:

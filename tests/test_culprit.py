@@ -97,7 +97,7 @@ def test_the_remedy_printed_is_the_one_that_passes_at_the_least_latency():
     least slowdown against the shipped artifact is printed, measured not assumed from the order tried."""
     sys.path.insert(0, str(TOOL_ROOT))
     try:
-        from compat.diagnose_phase import cheapest, slowdown
+        from compat.remedy_choice import cheapest, slowdown
     finally:
         sys.path.remove(str(TOOL_ROOT))
 
@@ -119,6 +119,37 @@ def test_the_remedy_printed_is_the_one_that_passes_at_the_least_latency():
     # None passes: the closest to eager, so the reproducer's --with-remedy shows the best that was found.
     assert cheapest([tried("a", 5e-3), tried("b", 5e-4), tried("c", None, error="saving: OSError")])["remedy"] == "b"
     assert cheapest([tried("a", None, error="e1"), tried("b", None, error="e2")])["remedy"] == "b"
+
+
+def test_the_options_after_a_remedy_that_passes_within_the_latency_gate_are_not_lowered():
+    """Issue 40: a remedy that passes against eager at no more than the latency gate's ratio of the shipped
+    artifact ends the tries (each later option keeps more out of the delegate and costs a whole lowering); one
+    slower than that, one not timed, or one that fails does not, and the gate off ends nothing."""
+    sys.path.insert(0, str(TOOL_ROOT))
+    try:
+        from compat.remedy_choice import why_not_tried
+    finally:
+        sys.path.remove(str(TOOL_ROOT))
+
+    def tried(name: str, passes: bool, ratio: float | None) -> dict:
+        rounds = [{"remedied": [ratio * t for t in (1.0, 1.2, 0.8)], "shipped": [1.0, 1.2, 0.8]}] * 5 if ratio else []
+        return {"remedy": name, "passes": passes, "latency": {"status": "ok", "rounds": rounds}}
+
+    split = tried("each call given its own dynamic quantization", True, 1.004)
+    assert why_not_tried([split], False, 1.05) == (
+        "\"each call given its own dynamic quantization\" passes at ×1.004 the shipped artifact's latency, within "
+        "the latency gate's ×1.05")
+    assert why_not_tried([tried("rewritten", False, 1.0), split], True, 1.05).startswith('"each call given')
+    # At the gate's ratio it ends the tries; past it, the next option may be cheaper and is lowered.
+    assert why_not_tried([tried("rewritten", True, 1.05)], False, 1.05)
+    assert why_not_tried([tried("rewritten", True, 1.31)], False, 1.05) == ""
+    assert why_not_tried([tried("rewritten", False, 0.9)], False, 1.05) == ""  # fails against eager: not a remedy
+    assert why_not_tried([tried("rewritten", True, None)], False, 1.05) == ""  # not timed: its cost is not known
+    assert why_not_tried([split], False, None) == ""  # the latency gate off: every option, with its cost
+    assert why_not_tried([], False, 1.05) == ""
+    # A fallback (every call of the kind kept out) is lowered only where nothing before it passes.
+    assert why_not_tried([tried("kept out", True, 12.6)], True, 1.05) == "tried only where no option before it passes"
+    assert why_not_tried([tried("kept out", False, None)], True, 1.05) == ""
 
 
 def test_in_a_quantized_program_the_quantizers_calls_are_tried_before_a_kind_that_fails_more_alone():

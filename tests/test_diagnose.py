@@ -38,6 +38,35 @@ def shipped_bytes(out: Path, model: str) -> int:
     save = next(s for s in export["stages"] if s["stage"] == "save")
     return save["details"]["methods"]["forward"]["bytes"]
 
+# The latency gate's documented default max-ratio (docs/report.md, the gates' table); the explained run keeps it.
+LATENCY_MAX_RATIO = 1.05
+
+
+def cost(tried: dict) -> float:
+    """A remedy's slowdown: the median over its rounds of remedied over shipped median call, as timed in turns."""
+    return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
+                             for r in tried["latency"]["rounds"])
+
+
+def options_in_order(remedy: dict) -> list[str]:
+    """The remedy options of a method, as lowered until one passed within the latency gate's ratio of the shipped
+    artifact, then listed not lowered (issue 40): checked against the rounds each was timed in."""
+    tried, not_tried = remedy["tried"], remedy.get("not_tried", [])
+    cheap = [t for t in tried if t["passes"] and (t.get("latency") or {}).get("rounds")
+             and cost(t) <= LATENCY_MAX_RATIO]
+    if cheap:  # the first that passes within the ratio is the last lowered, and each option after it says why
+        assert cheap == [tried[-1]] and not_tried, remedy
+        assert all(n["reason"].startswith(f'"{tried[-1]["remedy"]}" passes at ×{cost(tried[-1]):.3f} the shipped '
+                                          f"artifact's latency, within the latency gate's ×{LATENCY_MAX_RATIO:g}") for n in not_tried)
+    else:
+        assert all(n["reason"] == "tried only where no option before it passes" for n in not_tried), remedy
+    # The one printed is, of those lowered that pass, the least slowdown.
+    passing = [t for t in tried if t["passes"] and (t.get("latency") or {}).get("rounds")]
+    if passing:
+        assert remedy["remedy"] == min(passing, key=cost)["remedy"], [(t["remedy"], cost(t)) for t in passing]
+    return [t["remedy"] for t in tried + not_tried]
+
+
 def planted(out: Path) -> dict:
     return next(m for m in load(out, "results.json")["models"] if m["model"] == MODEL)
 
@@ -87,30 +116,30 @@ def test_the_remedy_is_code_that_passes_when_run_as_written(explained_run):
     out, _ = explained_run
     remedy = stages_of(out)["remedy"]["details"]["methods"]["forward"]
     assert remedy["passes"] and remedy["rel_l2"] < 1e-6
-    # Two remedies tried, each lowered, saved, run from its file as the artifact is, and passing against eager: the
-    # tanh GELU rewritten as its formula (all of it delegated), and the delegate's GELU config narrowed to the calls
-    # that are wrong (the portable kernel runs them; the exact GELU stays delegated).
-    rewritten, kept_out = remedy["tried"]
-    assert (rewritten["remedy"], kept_out["remedy"]) == ("rewritten into operators the delegate takes",
-                                                         "kept out of the delegate")
+    # The options, expected cheapest first: the tanh GELU rewritten as its formula (all of it delegated), then the
+    # delegate's GELU config narrowed to the calls that are wrong (the portable kernel runs them; the exact GELU
+    # stays delegated) — lowered unless the first passes within the latency gate's ratio — and last, listed, every
+    # GELU kept out (only where nothing before it passes).
+    assert options_in_order(remedy) == ["rewritten into operators the delegate takes", "kept out of the delegate",
+                                        "every call of the kind kept out of the delegate"]
+    rewritten = remedy["tried"][0]
     assert "program = program.run_decompositions({torch.ops.aten.gelu.default: tanh_gelu})" in rewritten["code"]
     assert "0.044715 * x * x * x" in rewritten["code"]
-    assert "class GeluConfigKeepingOut(GeluConfig):" in kept_out["code"]
-    assert "if node.kwargs.get('approximate') == 'tanh':" in kept_out["code"]
-    assert kept_out["code"].rstrip().endswith(
-        "partitioner = XnnpackPartitioner(configs=[GeluConfigKeepingOut if c is GeluConfig else c "
-        "for c in ALL_PARTITIONER_CONFIGS])")
+    if len(remedy["tried"]) == 2:
+        kept_out = remedy["tried"][1]
+        assert "class GeluConfigKeepingOut(GeluConfig):" in kept_out["code"]
+        assert "if node.kwargs.get('approximate') == 'tanh':" in kept_out["code"]
+        assert kept_out["code"].rstrip().endswith(
+            "partitioner = XnnpackPartitioner(configs=[GeluConfigKeepingOut if c is GeluConfig else c "
+            "for c in ALL_PARTITIONER_CONFIGS])")
+    # Each lowered, saved, run from its file as the artifact is, passing against eager, and timed.
     folder = out / "stacks" / "candidate" / "models" / MODEL / "diagnose"
-    assert [t["file"] for t in remedy["tried"]] == ["remedy/forward.pte", "remedy/forward-1.pte"]
+    assert [t["file"] for t in remedy["tried"]] == ["remedy/forward.pte", "remedy/forward-1.pte"][:len(remedy["tried"])]
     for tried in remedy["tried"]:
         assert tried["passes"] and tried["rel_l2"] < 1e-6 and tried["bytes"] == (folder / tried["file"]).stat().st_size
         assert len(tried["latency"]["rounds"]) == 6, tried["latency"]
-    # The one printed is the cheaper in latency against the shipped artifact, by the rounds both were timed in.
-    def median_ratio(tried: dict) -> float:
-        return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
-                                 for r in tried["latency"]["rounds"])
-    cheaper = min(remedy["tried"], key=median_ratio)
-    assert (remedy["remedy"], remedy["code"], remedy["file"]) == (cheaper["remedy"], cheaper["code"], cheaper["file"])
+    chosen = next(t for t in remedy["tried"] if t["remedy"] == remedy["remedy"])
+    assert (remedy["code"], remedy["file"]) == (chosen["code"], chosen["file"])
 
 
 def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
@@ -130,9 +159,13 @@ def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
     chosen = stages_of(out)["remedy"]["details"]["methods"]["forward"]
     assert chosen["code"].splitlines()[-1] in section and "[passed] passes" in section
     assert f"The change that avoids it ({chosen['remedy']}), checked:" in section
-    assert "Remedies tried (2, each lowered, saved, loaded and run as the artifact is;" in section
+    lowered = len(stages_of(out)["remedy"]["details"]["methods"]["forward"]["tried"])
+    assert f"Remedies tried ({lowered} of 3, expected cheapest first; each lowered, saved, loaded and run" in section
     assert re.search(r"^- \[passed\] kept out of the delegate: rel\. L2 \d\.\d\de-0[6-9] against eager, latency "
-                     r"×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], size ×\d\.\d{3}", section, re.MULTILINE), section
+                     r"×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], size ×\d\.\d{3}" if lowered == 2 else
+                     r"^- not tried: kept out of the delegate \(\"rewritten into operators the delegate takes\" passes "
+                     r"at ×\d\.\d{3} the shipped artifact's latency, within the latency gate's ×1\.05\)$",
+                     section, re.MULTILINE), section
 
 
 def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_run, tmp_path):
@@ -405,17 +438,13 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
         # The issue text says which program it hands on.
         assert "llama.layers.0 (one of the method's 2 blocks)" in (folder / "ISSUE.md").read_text()
         remedy = stages["remedy"]["details"]["methods"][method]
-        split = next(t for t in remedy["tried"] if t["remedy"].startswith("each call given its own dynamic quantization"))
-        kept_out = next(t for t in remedy["tried"] if t["remedy"] == "kept out of the delegate")
-        assert remedy["passes"] and split["passes"] and kept_out["passes"], remedy  # and what the search proved
-
-        def cost(tried: dict) -> float:  # the median over rounds of remedied over shipped, in the phase's rounds
-            return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
-                                     for r in tried["latency"]["rounds"])
-        # The one printed is the passing remedy that costs least latency. On one layer the two are within a few
-        # percent of each other and of the shipped artifact (on two, keeping the linears out cost ×1.4), so either
-        # may be it: the rule is what is checked.
-        assert remedy["remedy"] == min((split, kept_out), key=cost)["remedy"], (cost(split), cost(kept_out))
+        # Each linear its own dynamic quantization first, then the linears kept out of the delegate: lowered unless
+        # the first passes within the latency gate's ratio. On two small layers the two are within a few percent
+        # of the shipped artifact's latency, so either may be printed: the rule is what is checked.
+        options = options_in_order(remedy)
+        assert options[0].startswith("each call given its own dynamic quantization"), options
+        assert options[1] == "kept out of the delegate", options
+        assert remedy["passes"] and all(t["passes"] for t in remedy["tried"]), remedy  # and what the search proved
     # Judged as the stack is: the remedied artifacts against the float reference, by the quantized gate's own code
     # on the side candidate+remedy (prefill remedied), and its latency by the latency gate's.
     (judged,) = (r for r in verdict_of(out).remedies if r.model == LLM)
@@ -514,11 +543,9 @@ def test_a_fusion_no_operator_of_which_fails_alone_is_named_and_its_cheap_remedy
     assert remedy["remedy"] == "the activation written as a clamp, which the delegate runs without fusing it"
     assert remedy["passes"] and "program.run_decompositions({torch.ops.aten.relu.default: relu_unfused})" in (
         remedy["code"])
-    # The clamp stays in the delegate; the multiply kept out goes to the portable kernel: the printed one is cheaper.
-    kept_out = next(t for t in remedy["tried"] if t["remedy"] == "kept out of the delegate")
-    ratios = {t["remedy"]: statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
-                                             for r in t["latency"]["rounds"]) for t in (remedy, kept_out)}
-    assert ratios[remedy["remedy"]] < ratios[kept_out["remedy"]], ratios
+    # The clamp stays in the delegate; the multiply kept out goes to the portable kernel: where both were lowered,
+    # the printed one is the cheaper (options_in_order).
+    assert options_in_order(remedy)[:2] == [remedy["remedy"], "kept out of the delegate"], remedy
     (judged,) = (r for r in verdict_of(out).remedies if r.model == FUSION)
     assert judged.passes and judged.operators == ("aten.mul.Tensor fused with the following aten.relu.default",)
     way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]

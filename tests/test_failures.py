@@ -283,6 +283,71 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     assert verdict_of(out).verdict.value in (("INCOMPLETE",) if busy else ("GO", "GO-WITH-CONDITIONS", "NO-GO"))
 
 
+# A team's model whose file is saved while the run uses it: its factory, at its n-th call in the candidate's stack
+# (the one with executorch; n in `save-at` beside it), appends a line to its own file, as a developer saving it
+# mid-run would. The first call is the candidate's check of its models, after the legacy stack's phases; the
+# second, its export.
+EDITED_MID_RUN = '''import importlib.util
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def edited_mid_run():
+    me = Path(__file__)
+    calls, save_at = me.with_name("calls"), me.with_name("save-at")
+    if importlib.util.find_spec("executorch") is not None and save_at.is_file():
+        calls.write_text(str(int(calls.read_text() if calls.is_file() else 0) + 1))
+        if calls.read_text() == save_at.read_text():
+            me.write_text(me.read_text() + "# saved " + "mid-run\\n")
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval(), (torch.randn(4, 16),)
+'''
+
+
+@pytest.mark.shares_machine
+@pytest.mark.parametrize(("save_at", "when"), [(1, "after legacy's runtime phase ran"),
+                                               (2, "while candidate's export phase ran")],
+                         ids=["between-stacks", "during-a-phase"])
+def test_a_model_edited_while_the_run_uses_it_stops_the_run_incomplete_and_the_next_run_redoes_it(
+        tmp_path, save_at, when):
+    """Every phase of a model in one run must use one version of its code (the candidate's export would take other
+    inputs than the baseline's; a runtime phase read its export's inputs under the new code's digest, did not find
+    them, and the candidate was charged a failure): the run stops, exit 3, saying which model and what to do,
+    whether the file is saved between phases or while one runs; nothing made with either version is stored; the
+    next run redoes the model in both stacks."""
+    (tmp_path / "team_edit.py").write_text(EDITED_MID_RUN)
+    (tmp_path / "save-at").write_text(str(save_at))
+    team = '[tool.upgrade-gate.models.team-edit]\nfactory = "team_edit:edited_mid_run"\n'
+    env = user_project(tmp_path, CONFIG + team)
+    out = tmp_path / "report"
+    stopped = nox("-s", "compare", "--", "--out", str(out), "--models", "team-edit@fp32", env=env)
+    assert stopped.returncode == 3, stopped.stderr[-3000:]
+    (message,) = [line for line in stopped.stderr.splitlines() if line.startswith("upgrade-gate: incomplete:")]
+    assert message == (
+        "upgrade-gate: incomplete: team-edit: its code (team_edit:edited_mid_run and the files it imports) changed "
+        f"{when}; the phases of one run must use one version of it. What finished is kept: run the same command "
+        "again and it redoes this model with the code as it is now"), message
+    assert "Traceback" not in stopped.stderr and not (out / "verdict.json").exists()
+    export = out / "stacks/candidate/models/team-edit/export.cache.json"
+    if save_at == 1:  # no candidate phase was started
+        assert not export.parent.exists() or not export.exists()
+    else:  # its files are there, said not stored: no key names a result of either version
+        record = json.loads(export.read_text())
+        assert record["stored"] is False and record["code"], record
+    assert not (tmp_path / "cache" / "candidate" / "team-edit").exists()
+
+    resumed = nox("-s", "compare", "--", "--out", str(out), "--models", "team-edit@fp32", env=env)
+    ended_as(resumed, out, 0, 1)
+    log = resumed.stderr + resumed.stdout
+    for stack in ("legacy", "candidate"):  # the legacy export, of the code as it was, is redone too
+        assert f"{stack}: team-edit: export done in" in log, log[-4000:]
+    assert (tmp_path / "team_edit.py").read_text().count("\n# saved mid-run\n") == 1
+    assert {s["status"] for s in stages(out, "candidate", "team-edit", "runtime").values()
+            if s["stage"] not in EXPLAINING} == {"ok"}
+
+
 @pytest.mark.shares_machine
 def test_a_full_disk_is_incomplete_naming_it_and_leaves_no_half_file(tmp_path, small_disk):
     env = user_project(tmp_path, CONFIG)

@@ -114,7 +114,7 @@ def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eag
     assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke"]) == {
         "threshold": threshold, "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s,
         "artifacts": {"forward": "forward.pte"}, "rounds": plan.settings.rounds,
-        "time_budget_s": plan.settings.time_budget_s}
+        "time_budget_s": plan.settings.time_budget_s, "max_slowdown": 1.05}  # the latency gate's max-ratio
     # Within the threshold; no records.
     assert diagnosis.diagnose_job(plan, "candidate", models["mobilenet-v3-small"]) is None
     assert diagnosis.diagnose_job(plan, "legacy", models["vit-smoke"]) is None
@@ -126,7 +126,7 @@ def test_the_diagnose_phase_runs_where_a_float_artifact_departs_from_its_own_eag
     assert diagnosis.diagnose_job(plan, "candidate", models["vit-smoke@int8-dynamic"]) == {
         "search": "keep-float", "variant": "int8-dynamic", "min_snr_db": 20, "min_cosine": 0.99,
         "methods": ["forward"], "budget_s": plan.settings.diagnose_budget_s, "artifacts": {"forward": "forward.pte"},
-        "rounds": plan.settings.rounds, "time_budget_s": plan.settings.time_budget_s}
+        "rounds": plan.settings.rounds, "time_budget_s": plan.settings.time_budget_s, "max_slowdown": 1.05}
     # ... which the baseline's never does (the quantized gates judge candidates); nor one within the gate (40 dB).
     write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=[departed * 1.5],
                       quantize="dynamic")

@@ -176,7 +176,8 @@ def test_every_remedy_tried_is_a_row_and_the_reproducer_claims_only_what_was_jud
     text = markdown(found, "forward")
     assert "The change that avoids it (rewritten into operators the delegate takes), checked:" in text
     assert "program = f(program)" in text and "partitioner = P()" not in text  # the code printed is the chosen one's
-    assert "Remedies tried (3, each lowered, saved, loaded and run as the artifact is;" in text
+    assert ("Remedies tried (3 of 3, expected cheapest first; each lowered, saved, loaded and run as the artifact "
+            "is;") in text
     assert ("- [passed] rewritten into operators the delegate takes: rel. L2 3.00e-07 against eager, latency ×1.300 "
             "[1.300, 1.300], size ×1.010 — printed above") in text
     assert ("- [passed] kept out of the delegate: rel. L2 2.00e-07 against eager, latency ×4.000 [4.000, 4.000], "
@@ -185,6 +186,16 @@ def test_every_remedy_tried_is_a_row_and_the_reproducer_claims_only_what_was_jud
     assert ("exits 1 as lowered, 0 with `--with-remedy`. Run here as written: `repro.py` exit 1; "
             "`repro.py --with-remedy` exit 0.") in text
     assert ", with `ISSUE.md`, the issue text to file (versions, CPU, what it printed here)." in text
+    # A remedy that passes within the latency gate ends the tries: the options after it are rows, not lowered.
+    cheap = {**rewritten, "latency": {"status": "ok", "threads": 1,
+                                      "rounds": [{"remedied": [1.01], "shipped": [1.0]}] * 6}}
+    reason = '"rewritten into operators the delegate takes" passes at ×1.010 the shipped artifact\'s latency, within …'
+    found = diagnosis({"forward": {"status": "found", "rel_l2": 2e-4, "culprits": [CULPRIT], "tried": [{}, {}]}},
+                      {"forward": {**cheap, "tried": [cheap],
+                                   "not_tried": [{"remedy": "kept out of the delegate", "reason": reason}]}})
+    text = markdown(Diagnosis(record_dir=found.record_dir, stages=(*found.stages, repro)), "forward")
+    assert "Remedies tried (1 of 2, expected cheapest first;" in text
+    assert f"- not tried: kept out of the delegate ({reason})" in text
     # The remedy printed judged failing: the reproducer is not said to pass with it.
     failing = {**kept_out, "rel_l2": 3e-4, "passes": False, "latency": {"status": "not timed"}}
     found = diagnosis({"forward": {"status": "found", "rel_l2": 2e-4, "culprits": [CULPRIT], "tried": [{}]}},

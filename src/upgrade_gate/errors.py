@@ -22,5 +22,10 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class RunIncomplete(RuntimeError):
+    """The evidence could not be gathered, by no fault of the candidate (a model's code changed under the run):
+    exits 3 with this message, what finished kept."""
+
+
 class RecordError(ValueError):
     """A record file that does not have the shape this version writes."""

@@ -63,6 +63,7 @@ from upgrade_gate.schema.records import (
     load_diagnosis,
     load_stack_info,
     load_stack_model,
+    phase_code,
     read_key_record,
 )
 from upgrade_gate.schema.stack import Diagnosis
@@ -410,12 +411,15 @@ def artifacts_job(plan: Plan, model: ModelEntry, spec: StackSpec) -> dict[str, A
     """What a worker needs to load and run a stack's artifacts of a model with the fixture's inputs: the measure
     server's job, and the device bundle's (measure/device.py)."""
     settings = plan.settings
+    model_dir = layout.model_dir(settings.out_dir, spec.name, model.name)
+    code = phase_code(model_dir, "export") or cache.model_code_digest(model)
     return {
         "stack": spec.name,
         "model": model.name,
         "adapter": spec.adapter,
-        "model_dir": str(layout.model_dir(settings.out_dir, spec.name, model.name)),
-        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, cache.model_code_digest(model))),
+        "model_dir": str(model_dir),
+        # The inputs the artifacts were exported with, whatever the model's code is now.
+        "fixtures_dir": str(layout.fixtures_dir(settings.cache_dir, model.base, code)),
         "methods": _methods(plan, spec, model),
     }
 

@@ -263,7 +263,7 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         blocks += [Paragraph(f"The change that avoids it{kind}, checked: the whole method lowered with these lines "
                              f"gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}."),
                    Code(method.remedy_code.splitlines())]
-    if len(method.remedies_tried) > 1:
+    if len(method.remedies_tried) > 1 or method.remedies_not_tried:
         blocks += _tried_blocks(method, shipped_bytes)
     return blocks
 
@@ -371,8 +371,11 @@ def _tried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Bl
         bytes_ = (f", size ×{tried.bytes / shipped_bytes:.3f}" if tried.bytes is not None and shipped_bytes else "")
         items.append(Item(f"{outcome} {tried.remedy}: rel. L2 {_rel_l2(tried.rel_l2)} against eager{latency}"
                           f"{bytes_}{chosen}"))
-    return [Paragraph(f"Remedies tried ({len(items)}, each lowered, saved, loaded and run as the artifact is; the "
-                      "one printed is, of those that pass, the least latency against the shipped artifact):"),
+    items += [Item(f"not tried: {remedy} ({reason})") for remedy, reason in method.remedies_not_tried]
+    options = len(method.remedies_tried) + len(method.remedies_not_tried)
+    return [Paragraph(f"Remedies tried ({len(method.remedies_tried)} of {options}, expected cheapest first; each "
+                      "lowered, saved, loaded and run as the artifact is; the one printed is, of those that pass, the "
+                      "least latency against the shipped artifact):"),
             Bullets(items)]
 
 

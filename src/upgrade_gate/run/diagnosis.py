@@ -180,4 +180,8 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             # timed against them, in turns, over the measure session's rounds and budget; a generator's loop
             # runs the methods not remedied from them.
             "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items()},
-            "rounds": settings.rounds, "time_budget_s": settings.time_budget_s}
+            "rounds": settings.rounds, "time_budget_s": settings.time_budget_s,
+            # A remedy that passes within the latency gate's ratio of the shipped artifact ends the tries: the
+            # options after it keep more out of the delegate (compat/diagnose_phase.py why_not_tried).
+            "max_slowdown": (settings.gates["latency"].threshold if settings.gates["latency"].severity != "off"
+                             else None)}

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import nox.command
 
 from upgrade_gate import layout
-from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError
+from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RunIncomplete
 from upgrade_gate.run import _folder_lock, supervisor
 from upgrade_gate.text import size
 
@@ -64,6 +64,9 @@ def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as error:  # bad input met during the run: a planted link, a name (exit 2)
             stop_writers()
             fail_usage(error)
+        except RunIncomplete as error:  # not the candidate's doing, nor the tool's: said as it is
+            stop_writers()
+            fail_incomplete(str(error))
         except KeyboardInterrupt:
             stop_writers()
             fail_incomplete("the run was stopped (Ctrl-C or SIGTERM); what finished is kept: run the same command "

@@ -29,6 +29,7 @@ from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.errors import RunIncomplete
 from upgrade_gate.judge.fail_fast import first_hard_failure
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor, workers
 from upgrade_gate.run.asset_build import assets_dir
@@ -299,6 +300,9 @@ class PhaseRun:
 def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str, Any] | None = None) -> None:
     """One model's phase in one stack: from the cache if it holds it, else by a worker."""
     run = PhaseRun(stack=stack, model=model, phase=phase, extra=extra or {})
+    ran, earlier = _CODE_IN_RUN.get((str(run.out), model.name), (run.code, ""))
+    if ran != run.code:
+        raise code_changed(model, f"after {earlier} ran")
     run.dir.mkdir(parents=True, exist_ok=True)
     key = run.key()
     if key is not None and not stack.plan.fresh and _reused(run, key):
@@ -312,6 +316,23 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
     stack.progress.finish(run.label, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
 
 
+# The phase whose files a phase reads (its key includes that phase's key).
+PHASE_BEFORE = {"runtime": "export", layout.DIAGNOSE: "runtime"}
+# (report folder, model) → the digest of the model's code this process's phases ran with, and the last of them:
+# every stack's phases of a model in one run use one version of its code (session after session: nox runs
+# `compare`'s in one process).
+_CODE_IN_RUN: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def code_changed(model: ModelEntry, when: str) -> RunIncomplete:
+    """A model's code edited while the run used it: the phases after would run other code than those before
+    (the candidate's export other inputs than the baseline's, the runtime phase would look for the export's inputs
+    under the new code's digest), so the run stops rather than charge that to the candidate."""
+    return RunIncomplete(f"{model.name}: its code ({model.factory} and the files it imports) changed {when}; the "
+                         "phases of one run must use one version of it. What finished is kept: run the same command "
+                         "again and it redoes this model with the code as it is now")
+
+
 def _reused(run: PhaseRun, key: str) -> bool:
     """The phase's files copied from the cache entry its key names, if there is a verified one."""
     hit, problem = run.stack.store.lookup(run.stack.spec.name, run.model.name, run.phase, key)
@@ -323,7 +344,8 @@ def _reused(run: PhaseRun, key: str) -> bool:
     for file in hit.files:
         (run.dir / file).parent.mkdir(parents=True, exist_ok=True)
         cache.copy_file(hit.path / file, run.dir / file)
-    _write_key_record(run.dir, run.phase, key, hit.files, stored=True, reused_from=hit.path)
+    _write_key_record(run.dir, run.phase, key, hit.files, stored=True, reused_from=hit.path, code=run.code)
+    _CODE_IN_RUN[(str(run.out), run.model.name)] = (run.code, f"{run.stack.spec.name}'s {run.phase} phase")
     stored_at = _ago(hit.manifest.get("stored_at"))
     run.stack.progress.finish(run.label, f"reused from the cache (entry {key[:12]}, {stored_at})")
     return True
@@ -373,11 +395,16 @@ def _store(run: PhaseRun, cacheable: bool, seconds: float) -> None:
     files = _phase_files(run.dir, run.phase)
     key = run.key()  # the fixtures exist now if they did not before: the key that names this result includes them
     manifest = {f.relative_to(run.dir).as_posix(): {"bytes": f.stat().st_size} for f in files}
-    stored = cacheable and key is not None
+    # Edited while the worker ran: its result may be of either version, so no key names it.
+    changed = cache.model_code_digest(run.model) != run.code
+    stored = cacheable and key is not None and not changed
     if stored and key is not None:
         manifest = run.stack.store.store(run.stack.spec.name, run.model.name, run.phase, key, files,
                                          {"seconds": round(seconds, 3)}, base=run.dir).files
-    _write_key_record(run.dir, run.phase, key, manifest, stored=stored)
+    _write_key_record(run.dir, run.phase, key, manifest, stored=stored, code=run.code)
+    if changed:
+        raise code_changed(run.model, f"while {run.stack.spec.name}'s {run.phase} phase ran")
+    _CODE_IN_RUN[(str(run.out), run.model.name)] = (run.code, f"{run.stack.spec.name}'s {run.phase} phase")
 
 
 def _phase_key(
@@ -396,7 +423,7 @@ def _phase_key(
         "fixtures": cache.fixtures_digest(fixtures_dir),
     }
     # Each later phase reads the files of the one before it (whose key includes the one before that).
-    before = {"runtime": "export", layout.DIAGNOSE: "runtime"}.get(phase)
+    before = PHASE_BEFORE.get(phase)
     if before is not None:
         record = read_key_record(model_dir, before)
         if record is None or not record.get("stored"):
@@ -411,10 +438,12 @@ def _phase_key(
 
 
 def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[str, Any], *, stored: bool,
-                      reused_from: Path | None = None) -> None:
-    """Which key a phase's files in the report folder belong to, and whether they came from the cache."""
+                      reused_from: Path | None = None, code: str | None = None) -> None:
+    """Which key a phase's files in the report folder belong to, whether they came from the cache, and the
+    model code's digest they were made with (schema.records.phase_code)."""
     write_json_atomic(layout.key_record_file(model_dir, phase), {
         "key": key, "stored": stored, "reused_from": str(reused_from) if reused_from else None, "files": files,
+        **({"code": code} if code is not None else {}),
     })
 
 

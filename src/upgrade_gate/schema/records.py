@@ -394,6 +394,13 @@ def runtime_key(out: Path, stack: str, model: str) -> str | None:
     return key if isinstance(key, str) else None
 
 
+def phase_code(model_dir: Path, phase: str) -> str | None:
+    """The digest of the model's code a phase ran with (cache.model_code_digest), from its key record; None for a
+    record written before it was kept."""
+    code = (read_key_record(model_dir, phase) or {}).get("code")
+    return code if isinstance(code, str) else None
+
+
 RELEASED = "released"  # the key record's list of artifacts left in the result cache (run/artifacts.py)
 
 

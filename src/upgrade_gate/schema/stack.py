@@ -276,6 +276,8 @@ class MethodDiagnosis:
     remedy_found_in: str = ""
     remedy_kind: str = ""  # what the chosen remedy does (one of ``remedies_tried``)
     remedies_tried: tuple[TriedRemedy, ...] = ()  # in the order tried, the chosen one among them
+    # The options after them, not lowered: (what it does, why not: one before it passes within the latency gate).
+    remedies_not_tried: tuple[tuple[str, str], ...] = ()
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
     remedy_error: str = ""  # the remedy's code did not lower, save, load or run: the step and the error
@@ -370,6 +372,8 @@ class Diagnosis(StagesOf, codec.Record):
                 remedy_code=remedy.get("code"), remedy_kind=str(remedy.get("remedy", "")),
                 remedy_found_in=str(remedy.get("found_in") or ""),
                 remedies_tried=tuple(TriedRemedy.from_details(t) for t in remedy.get("tried", ())),
+                remedies_not_tried=tuple((str(t.get("remedy", "?")), str(t.get("reason", "")))
+                                         for t in remedy.get("not_tried", ())),
                 remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,

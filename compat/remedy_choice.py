@@ -1,0 +1,45 @@
+"""Which remedy options the diagnose phase lowers and which one it prints (compat/diagnose_phase.py ``remedy``),
+from the rows it has tried: each that passes against eager was timed against the shipped artifact, in turns."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def slowdown(tried: dict[str, Any]) -> float | None:
+    """A remedy's cost in the worker's own terms: the median over rounds of each round's remedied over shipped
+    median call (the parent judges the chosen one's interval as the stack is)."""
+    rounds = (tried.get("latency") or {}).get("rounds") or []
+    ratios = [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
+              if r.get("remedied") and r.get("shipped")]
+    return statistics.median(ratios) if ratios else None
+
+
+def why_not_tried(tried: list[dict[str, Any]], fallback: bool, max_slowdown: float | None) -> str:
+    """Why the next remedy option is not lowered (empty: it is). Options come expected cheapest first, the later
+    keeping more out of the delegate: after one that passes within the latency gate's ``max-ratio`` of the shipped
+    artifact, each would cost a whole lowering (minutes for an LLM) to lift no condition. A fallback (every call of
+    the kind kept out) is tried only where none before it passes."""
+    for earlier in tried:
+        ratio = slowdown(earlier)
+        if earlier["passes"] and ratio is not None and max_slowdown is not None and ratio <= max_slowdown:
+            return (f"\"{earlier['remedy']}\" passes at ×{ratio:.3f} the shipped artifact's latency, within the "
+                    f"latency gate's ×{max_slowdown:g}")
+    if fallback and any(t["passes"] for t in tried):
+        return "tried only where no option before it passes"
+    return ""
+
+
+def cheapest(tried: list[dict[str, Any]]) -> dict[str, Any]:
+    """The remedy to print: of those that pass, the least slowdown (options come cheapest-expected first, so
+    the first where none is timed); where none passes, the one closest to eager, else the last."""
+    def cost(remedy: dict[str, Any]) -> tuple[bool, float]:
+        ratio = slowdown(remedy)
+        return ratio is None, ratio or 0.0
+
+    passing = [t for t in tried if t["passes"]]
+    ran = [t for t in tried if "rel_l2" in t]
+    best: dict[str, Any] = (min(passing, key=cost) if passing else min(ran, key=lambda t: t["rel_l2"]) if ran
+                            else tried[-1])
+    return dict(best)  # a copy: the caller takes its outputs out
