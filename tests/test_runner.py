@@ -67,7 +67,8 @@ def test_the_costliest_exports_start_first_by_the_other_stacks_build_records(pro
 
 def test_a_stacks_last_run_orders_its_phases_by_their_seconds(project):
     """Issue 40, item 3: where this stack's last run in the report folder recorded the phase for every model, the
-    seconds it took order it (a diagnose phase by its own, which the exports' sizes say nothing of)."""
+    seconds it took order it (a diagnose phase by its own, which the exports' sizes say nothing of; an export with
+    the diagnose phase that follows it)."""
     plan = plan_for(project, "--models", "vit-smoke,llama-smoke")
     out = plan.settings.out_dir
     took = {"vit-smoke": 0.3, "vit-smoke@int8-dynamic": 9.0, "llama-smoke": 2.0, "llama-smoke@8da4w": 0.1}
@@ -93,6 +94,9 @@ def test_a_stacks_last_run_orders_its_phases_by_their_seconds(project):
     record_file.write_text(json.dumps(record))
     assert [m.name for m in runner.phase_order(plan, "candidate", diagnosed, "diagnose")] == ["vit-smoke",
                                                                                              "llama-smoke"]
+    # An export's job goes on with the model's diagnose phase: its cost counts both (0.3 + 62 s before 9 s).
+    assert [m.name for m in runner.phase_order(plan, "candidate", plan.models, "export")] == [
+        "vit-smoke", "vit-smoke@int8-dynamic", "llama-smoke", "llama-smoke@8da4w"]
     record["stages"][0]["duration_s"] = 0.5
     record_file.write_text(json.dumps(record))
     assert [m.name for m in runner.phase_order(plan, "candidate", diagnosed, "diagnose")] == ["llama-smoke",

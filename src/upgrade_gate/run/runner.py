@@ -95,15 +95,16 @@ def probe_stack(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, Any] | 
 
 def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> None:
     """Export and run every model of the plan in the stack (probed first: probe_stack)."""
-    with (Progress(f"{spec.name}: export and runtime phases", 2 * len(plan.models), log=log) as progress,
+    with (Progress(f"{spec.name}: model phases", 2 * len(plan.models), log=log) as progress,
           workers.fork_servers(plan, bin_dir, spec.adapter, layout.stack_dir(plan.settings.out_dir, spec.name),
                                progress.log) as forks):
         stack = StackRun.start(plan, spec, bin_dir, progress, forks)
         # Exports are single-threaded Python (graph capture, partitioning,
         # serialization): `export-jobs` of them share the machine. A model's runtime
         # phase follows its export at once, beside the other exports, one runtime
-        # phase at a time (StackRun.runtime_turn); latency is measured later, by the
-        # measure session, when no stack has anything else to do.
+        # phase at a time (StackRun.runtime_turn), then its diagnose phase where its
+        # artifact departs; latency is measured later, by the measure session, when no
+        # stack has anything else to do.
         remove_file(layout.stopped_file(plan.settings.out_dir, spec.name), within=plan.settings.out_dir)
         if plan.fail_fast and spec.name != plan.baseline.name:
             # Each model's checks right after its export, and no model started after a hard gate failed.
@@ -117,19 +118,17 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
                                     within=plan.settings.out_dir)
                 shards.describe(plan, spec.name)
                 return
+            # The operators behind the departures after every runtime phase: the checks that decide come first.
+            jobs = {model.name: job for model in plan.models
+                    if (job := diagnosis.diagnose_job(plan, spec.name, model)) is not None}
+            for _ in jobs:
+                progress.add()
+            _in_parallel(plan, phase_order(plan, spec.name, [m for m in plan.models if m.name in jobs],
+                                           layout.DIAGNOSE),
+                         lambda model: run_phase(stack, model, layout.DIAGNOSE, extra=jobs[model.name]))
         else:
             _in_parallel(plan, phase_order(plan, spec.name, plan.models, layout.EXPORT),
-                         functools.partial(_export_then_runtime, stack))
-        # Where an artifact departs from its own eager model: the operators behind it (after every
-        # runtime phase, so the checks that decide come first). Up to `export-jobs` at once, as exports:
-        # each is lowerings and quantizations, and its remedy's timing alternates remedied and shipped
-        # calls at one thread in one process, so a neighbour on the other core weighs on both sides alike.
-        jobs = {model.name: job for model in plan.models
-                if (job := diagnosis.diagnose_job(plan, spec.name, model)) is not None}
-        for _ in jobs:
-            progress.add()
-        _in_parallel(plan, phase_order(plan, spec.name, [m for m in plan.models if m.name in jobs], layout.DIAGNOSE),
-                     lambda model: run_phase(stack, model, layout.DIAGNOSE, extra=jobs[model.name]))
+                         functools.partial(_model_phases, stack))
     shards.describe(plan, spec.name)
 
 
@@ -139,7 +138,8 @@ def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str
 
     The cost is the seconds the phase took for each model when this stack last ran it — its record in the
     report folder, whose stages keep their durations when the phase came from the result cache — where every
-    model has one (issue 40: SmolLM2's diagnose phase outlasts its export many times over). Otherwise it is
+    model has one; an export's with the diagnose phase that follows it in the same job (issue 40: SmolLM2's
+    diagnose phase outlasts its export many times over). Otherwise it is
     parameters × methods, from the build records another stack left in the report folder (the baseline runs
     first, so the candidate, whose exports are the long ones, has them); models no other stack has built
     follow in suite order.
@@ -155,6 +155,8 @@ def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str
                 record = load_stack_model(out, stack, model.name)
                 ran = layout.EXPORT in record.facts  # its file is there (a missing phase reads as a stage "not-run")
                 stages = [s for s in record.stages if s.stage not in RUNTIME_STAGES] if ran else []
+                diagnosed = load_diagnosis(out, stack, model.name) if stages else None
+                stages += list(diagnosed[0]) if diagnosed else []
         except RecordError:
             return None  # a damaged record orders nothing; the report names it
         return sum(s.duration_s for s in stages) if stages else None
@@ -178,15 +180,25 @@ def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str
     return known + [m for m in models if costs[m.name] is None]
 
 
-def _export_then_runtime(stack: StackRun, model: ModelEntry) -> None:
+def _model_phases(stack: StackRun, model: ModelEntry) -> None:
     """A model's export phase, then its runtime phase as soon as the export is done (the critical path
     had every runtime phase after the last export), one runtime phase of the stack at a time: its
-    ``profile`` stage times operators, and two profiles never share the machine."""
+    ``profile`` stage times operators, and two profiles never share the machine. Then, where its artifact
+    departs from its own eager model, its diagnose phase, in the same one of the ``export-jobs`` (issue 40:
+    after every runtime phase, the diagnoses waited for the last export while a core idled). Each is lowerings
+    and quantizations, and its remedy's timing alternates remedied and shipped calls at one thread in one
+    process, so a neighbour on the other core weighs on both sides alike."""
     run_phase(stack, model, "export")
     if supervisor.interrupted():  # Ctrl-C: no new worker
         return
     with stack.runtime_turn:
         run_phase(stack, model, "runtime")
+    if supervisor.interrupted():
+        return
+    job = diagnosis.diagnose_job(stack.plan, stack.spec.name, model)
+    if job is not None:
+        stack.progress.add()
+        run_phase(stack, model, layout.DIAGNOSE, extra=job)
 
 
 def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str], model: ModelEntry) -> None:
