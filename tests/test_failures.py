@@ -510,9 +510,12 @@ def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     busy_run = json.loads(measurement.read_text())
     assert len(busy_run["rounds"]) == 12  # six wanted, as many again tried
     assert sum(not r["disturbed"] for r in busy_run["rounds"]) < 6
-    # What disturbed them: others took cores the measurement needed (it leaves none free), and
-    # the timed threads waited for them.
-    assert all(any(load["others_cores"] > 0.5 and load["waited_share"] > 0.05 for load in r["load"].values() if load)
+    # What disturbed them, by the rule docs/report.md states: others took more than the cores the measurement left
+    # free (cores − 2 threads, plus 0.15 of a core for stray ticks), and the timed threads waited over 5% of their
+    # time for them. (A part of a round once had others at 0.496 of a core beside four busy loops: what these parts
+    # see of the loops varies, the rule's margin does not.)
+    free = max(0, (os.cpu_count() or 1) - 2) + 0.15
+    assert all(any(load["others_cores"] > free and load["waited_share"] > 0.05 for load in r["load"].values() if load)
                for r in busy_run["rounds"] if r["disturbed"])
     report = (out / "report.md").read_text()
     assert "rounds quiet (disturbed: round " in report and "other processes kept " in report
