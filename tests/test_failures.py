@@ -227,10 +227,9 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     # The report folder has copies of its own: what happens to the cache does not reach it.
     assert reported.read_bytes() == before
     repaired = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
-    if busy:
-        ended_as(repaired, out, 0, 1)
-    else:
-        assert repaired.returncode == resumed.returncode, repaired.stderr[-4000:]
+    # As the resumed run ended, unless this one's measurement (the rebuilt artifact is timed again) met a busy
+    # machine: then exactly the designed INCOMPLETE (a test beside it in pass 2 once did).
+    ended_as(repaired, out, *((0, 1) if busy else (resumed.returncode,)))
     log = repaired.stderr + repaired.stdout
     assert f"legacy: vit-smoke: export: cache entry {entry} is corrupt (forward.ptl does not match its SHA-256)" in log
     assert "legacy: vit-smoke: export done in" in log
