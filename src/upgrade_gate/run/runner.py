@@ -328,8 +328,6 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
     stack.progress.finish(run.label, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
 
 
-# The phase whose files a phase reads (its key includes that phase's key).
-PHASE_BEFORE = {"runtime": "export", layout.DIAGNOSE: "runtime"}
 # (report folder, model) → the digest of the model's code this process's phases ran with, and the last of them:
 # every stack's phases of a model in one run use one version of its code (session after session: nox runs
 # `compare`'s in one process).
@@ -345,6 +343,11 @@ def code_changed(model: ModelEntry, when: str) -> RunIncomplete:
                          "again and it redoes this model with the code as it is now")
 
 
+def _ran_with_its_code(run: PhaseRun) -> None:
+    """The phase, reused or run, used the model's code as it was when it started: the phases after it must too."""
+    _CODE_IN_RUN[(str(run.out), run.model.name)] = (run.code, f"{run.stack.spec.name}'s {run.phase} phase")
+
+
 def _reused(run: PhaseRun, key: str) -> bool:
     """The phase's files copied from the cache entry its key names, if there is a verified one."""
     hit, problem = run.stack.store.lookup(run.stack.spec.name, run.model.name, run.phase, key)
@@ -357,7 +360,7 @@ def _reused(run: PhaseRun, key: str) -> bool:
         (run.dir / file).parent.mkdir(parents=True, exist_ok=True)
         cache.copy_file(hit.path / file, run.dir / file)
     _write_key_record(run.dir, run.phase, key, hit.files, stored=True, reused_from=hit.path, code=run.code)
-    _CODE_IN_RUN[(str(run.out), run.model.name)] = (run.code, f"{run.stack.spec.name}'s {run.phase} phase")
+    _ran_with_its_code(run)
     stored_at = _ago(hit.manifest.get("stored_at"))
     run.stack.progress.finish(run.label, f"reused from the cache (entry {key[:12]}, {stored_at})")
     return True
@@ -416,7 +419,7 @@ def _store(run: PhaseRun, cacheable: bool, seconds: float) -> None:
     _write_key_record(run.dir, run.phase, key, manifest, stored=stored, code=run.code)
     if changed:
         raise code_changed(run.model, f"while {run.stack.spec.name}'s {run.phase} phase ran")
-    _CODE_IN_RUN[(str(run.out), run.model.name)] = (run.code, f"{run.stack.spec.name}'s {run.phase} phase")
+    _ran_with_its_code(run)
 
 
 def _phase_key(
@@ -435,7 +438,7 @@ def _phase_key(
         "fixtures": cache.fixtures_digest(fixtures_dir),
     }
     # Each later phase reads the files of the one before it (whose key includes the one before that).
-    before = PHASE_BEFORE.get(phase)
+    before = {"runtime": "export", layout.DIAGNOSE: "runtime"}.get(phase)
     if before is not None:
         record = read_key_record(model_dir, before)
         if record is None or not record.get("stored"):
