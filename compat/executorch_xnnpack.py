@@ -49,6 +49,31 @@ PRELOAD = ("torch.export", "executorch.exir", "executorch.backends.xnnpack.parti
            "executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "torchao.quantization.pt2e.quantize_pt2e",
            "executorch.devtools.backend_debug")
 
+
+def warm_up() -> None:
+    """What every process's first lowering builds and then keeps (lru_cache): the pattern graphs XNNPACK's
+    ConvertToUpsampleBilinear2d and ConvertToSDPA passes match against, 3.3 s of that lowering here. The
+    fork server of the phases that export builds them once per stack (compat/worker.py) and each child
+    inherits them. On one thread, so that no thread pool is started before the server forks (it checks), and
+    with tqdm's monitor thread off meanwhile; both settings are put back."""
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+    try:
+        from tqdm import tqdm  # type: ignore[import-untyped]
+    except ImportError:  # then nothing here draws a progress bar
+        tqdm = None
+    threads, monitor = torch.get_num_threads(), getattr(tqdm, "monitor_interval", 0)
+    torch.set_num_threads(1)
+    if tqdm is not None:
+        tqdm.monitor_interval = 0
+    try:
+        bilinear_2d.get_graphs_dict()
+        sdpa.get_graphs()
+    finally:
+        torch.set_num_threads(threads)
+        if tqdm is not None:
+            tqdm.monitor_interval = monitor
+
 # Quantization recipes by variant name: ExecuTorch's own for XNNPACK.
 QUANTIZATIONS = {
     "int8": "PT2E static, XNNPACKQuantizer (per-channel int8 weights, per-tensor int8 activations)",

@@ -9,12 +9,13 @@ stdout and stderr, the environment and working folder the parent asked for, SIGK
 goes (``PR_SET_PDEATHSIG``, re-armed in the child by worker.py), and its exit status (a signal as
 ``-N``, as ``subprocess`` says it) sent to the parent, which cannot wait for a process it did not start.
 
-Why a child cannot corrupt the server or the next phase: the server never runs a model, a torch
-operator or a thread pool (it imports, then only reads requests and reaps); every child is forked from
-that pristine state, and what a child does to its memory is its own copy (copy on write). A child
-closes the server's pipes before it runs anything, so it cannot speak for the server. The server forks
-only while it has one thread (a thread another library started at import would be copied as a lock
-held by nobody): with more, it refuses, and the parent starts fresh workers instead.
+Why a child cannot corrupt the server or the next phase: the server never runs a model or a thread
+pool (it imports, builds what the adapter's ``warm_up`` says every first lowering builds, on one thread,
+then only reads requests and reaps); every child is forked from that state, and what a child does to its
+memory is its own copy (copy on write). A child closes the server's pipes before it runs anything, so it
+cannot speak for the server. The server forks only while it has one Python thread and no more threads
+than its imports left (a thread another library started would be copied as a lock held by nobody): with
+more, it refuses, and the parent starts fresh workers instead.
 
 Standard library only: this runs in a stack's venv before anything of the stack is imported.
 """
@@ -31,9 +32,12 @@ from typing import Any
 REAP_S = 0.05
 
 
-def serve(requests_fd: int, events_fd: int, preloaded: dict[str, str]) -> dict[str, Any] | None:
+def serve(requests_fd: int, events_fd: int, preloaded: dict[str, str],
+          os_threads: int | None = None) -> dict[str, Any] | None:
     """Answer the parent's requests until it closes its end; None then. Returns in each forked child,
-    with the request it is to run (already in its process group, log, folder and environment)."""
+    with the request it is to run (already in its process group, log, folder and environment). With
+    ``os_threads``, the server also refuses to fork while it has more threads than that, counting those
+    Python's ``threading`` does not see (a native pool)."""
     send(events_fd, "ready", pid=os.getpid(), threads=threading.active_count(), preloaded=preloaded)
     children: set[int] = set()
     buffer = b""
@@ -50,9 +54,9 @@ def serve(requests_fd: int, events_fd: int, preloaded: dict[str, str]) -> dict[s
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
-            if threading.active_count() > 1:
-                send(events_fd, "refused", id=request["id"],
-                     why=f"the fork server has {threading.active_count()} threads; forking is safe with one")
+            why = _unsafe_to_fork(os_threads)
+            if why:
+                send(events_fd, "refused", id=request["id"], why=why)
                 continue
             request["server_pid"] = os.getpid()
             pid = os.fork()
@@ -65,6 +69,25 @@ def serve(requests_fd: int, events_fd: int, preloaded: dict[str, str]) -> dict[s
                 pass  # the child already did, or already ended
             children.add(pid)
             send(events_fd, "started", id=request["id"], pid=pid)
+
+
+def os_threads() -> int | None:
+    """This process's threads as the kernel counts them (Linux), or None where it cannot tell."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def _unsafe_to_fork(allowed: int | None) -> str:
+    """Why forking now would copy a thread's locks into the child, or ''."""
+    if threading.active_count() > 1:
+        return f"the fork server has {threading.active_count()} threads; forking is safe with one"
+    now = os_threads()
+    if allowed is not None and now is not None and now > allowed:
+        return (f"the fork server has {now} threads, {allowed} after its imports: something it ran since started "
+                "a thread, and forking is safe with none")
+    return ""
 
 
 def _become(request: dict[str, Any], requests_fd: int, events_fd: int) -> None:

@@ -35,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -124,9 +125,28 @@ def fork_server(job: dict[str, Any]) -> dict[str, Any] | None:
             preloaded[name] = "ok"
         except Exception as error:  # noqa: BLE001 - as above
             preloaded[name] = f"{type(error).__name__}: {error}"
+    server = ours("fork_server")
+    # The threads the imports left: the server forks with no more than these (a warm-up that started a pool
+    # would be copied as locks held by nobody).
+    threads = server.os_threads()
+    if job["imports"] == "exporter" and callable(warm_up := getattr(adapter, "warm_up", None)):
+        preloaded["warm_up"] = _warmed(warm_up)
+    print(f"imported and built once for every child: {json.dumps(preloaded)}", flush=True)  # the server's log
     # The pipes to the parent, named as measure_server.py's are (and not passed on to a child).
     requests_fd, events_fd = (int(fd) for fd in os.environ.pop("UPGRADE_GATE_CONTROL_FDS").split(","))
-    return ours("fork_server").serve(requests_fd, events_fd, preloaded)
+    return server.serve(requests_fd, events_fd, preloaded, os_threads=threads)
+
+
+def _warmed(warm_up: Any) -> str:
+    """The adapter's ``warm_up``: what its exporter builds in every process's first lowering and keeps, built
+    once in the fork server for every child (compat/executorch_xnnpack.py). A failure is only said: each
+    child then builds it itself, as a fresh worker does."""
+    start = time.perf_counter()
+    try:
+        warm_up()
+    except Exception as error:  # noqa: BLE001 - recorded in the server's ready event
+        return f"{type(error).__name__}: {error}"
+    return f"ok in {time.perf_counter() - start:.1f} s"
 
 
 def ours(name: str) -> Any:

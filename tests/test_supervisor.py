@@ -57,11 +57,15 @@ FORK_SERVER = textwrap.dedent('''
     spec = importlib.util.spec_from_file_location("fork_server", sys.argv[1])
     fork_server = sys.modules["fork_server"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fork_server)
-    if len(sys.argv) > 3:  # a thread started at import, as a library might
+    threads = fork_server.os_threads()
+    if sys.argv[3:] == ["threaded"]:  # a thread started at import, as a library might
         import threading
         threading.Thread(target=lambda: __import__("time").sleep(600), daemon=True).start()
+    if sys.argv[3:] == ["native"]:  # a thread Python's threading does not see (a native pool), after the imports
+        import _thread
+        _thread.start_new_thread(__import__("time").sleep, (600,))
     requests_fd, events_fd = (int(fd) for fd in os.environ.pop("UPGRADE_GATE_CONTROL_FDS").split(","))
-    request = fork_server.serve(requests_fd, events_fd, {})
+    request = fork_server.serve(requests_fd, events_fd, {}, os_threads=threads)
     if request is not None:
         sys.argv = [sys.argv[2], *request["argv"]]
         runpy.run_path(sys.argv[0], run_name="__main__")
@@ -85,12 +89,12 @@ def start(request, tmp_path):
     server.close()
 
 
-def fork_server(tmp_path: Path, *, threaded: bool = False) -> supervisor.ForkServer:
+def fork_server(tmp_path: Path, *, threads: str = "") -> supervisor.ForkServer:
     (tmp_path / "fork_server_stand_in.py").write_text(FORK_SERVER)
     script = stand_in(tmp_path)
     return supervisor.ForkServer(
         [sys.executable, str(tmp_path / "fork_server_stand_in.py"), str(COMPAT / "fork_server.py"), str(script),
-         *(["threaded"] if threaded else [])],
+         *([threads] if threads else [])],
         serves=[sys.executable, str(script)], commands=[str(tmp_path / "phase.json")], env={}, cwd=tmp_path,
         log_file=tmp_path / "fork-server.log", ready_deadline_s=60,
     )
@@ -237,11 +241,24 @@ def test_each_child_starts_from_the_servers_state_not_from_the_last_childs(tmp_p
 
 
 def test_a_fork_server_with_threads_refuses_and_the_worker_starts_fresh(tmp_path):
-    server = fork_server(tmp_path, threaded=True)
+    server = fork_server(tmp_path, threads="threaded")
     try:
         outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=server)
         assert outcome.finished and not outcome.forked
         assert server.broken == "the fork server has 2 threads; forking is safe with one"
+    finally:
+        server.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the kernel's threads (Linux /proc)")
+def test_a_fork_server_that_started_a_thread_python_does_not_see_refuses(tmp_path):
+    # What the server checks after an adapter's warm-up (compat/worker.py): a native pool it started.
+    server = fork_server(tmp_path, threads="native")
+    try:
+        outcome = supervise(tmp_path, "load", "quick", deadlines={"default": 60}, start=server)
+        assert outcome.finished and not outcome.forked
+        assert server.broken is not None and server.broken.endswith(
+            "after its imports: something it ran since started a thread, and forking is safe with none"), server.broken
     finally:
         server.close()
 
