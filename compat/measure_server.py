@@ -61,8 +61,8 @@ class Channel:
 
 
 def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
-    """Start, load, warm up, then answer the parent's requests until it says exit. What raises
-    (an adapter without part of the contract too) is the worker's to send as an "error" event."""
+    """Start, wait for the word to load, then load, warm up and answer the parent's requests until it says
+    exit. What raises (an adapter without part of the contract too) is the worker's to send as an "error" event."""
     require(adapter, job["adapter"])
     model_dir, methods = Path(job["model_dir"]), job["methods"]
     adapter.set_threads(job["threads"])
@@ -70,6 +70,12 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     # "The same process doing nothing but starting the runtime": imports done,
     # threads set, inputs in memory; what loading and running adds is the model's.
     idle = memory_status()
+    # The parent starts every side's server at once, so that their imports run side by side, and tells each to
+    # load when the others wait idle: a cold start timed beside another server's start would time both.
+    channel.send("started")
+    if channel.receive()["command"] != "load":
+        channel.send("exit", memory=memory_status())
+        return
 
     channel.send("stage", stage="load")
     start = time.perf_counter_ns()

@@ -4,10 +4,10 @@ Runs after every stack has exported and checked its artifacts, when the tool
 has nothing else to do: nothing is timed while anything of ours runs beside it.
 For each model and each thread count:
 
-1. One fresh server process per stack (compat/worker.py ``measure``), started
-   one after the other: each starts its runtime, notes its resident memory,
-   loads the artifacts and runs every method once — the cold start — then
-   warms up.
+1. One fresh server process per stack (compat/worker.py ``measure``), all started
+   at once: each imports its stack, starts its runtime and notes its resident
+   memory; then, one after the other while the others wait idle, each loads the
+   artifacts and runs every method once — the cold start — then warms up.
 2. Rounds, the stacks in turn and the order reversed every other counted round
    (A B, B A, …): in each round every stack times each method ``iterations / rounds``
    times or for ``time-budget / rounds`` seconds, whichever is more. A round's
@@ -125,11 +125,20 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                                          for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
     try:
-        # One after the other: a cold start timed beside another one would time both.
-        for side in [Side(spec.name, spec, bin_dir) for spec, bin_dir in runnable] + sides:
-            server, stacks[side.name] = start_server(plan, model, side, threads, out_file)
-            if server is not None:
-                servers[side.name] = server
+        every_side = [Side(spec.name, spec, bin_dir) for spec, bin_dir in runnable] + sides
+        # Started together, so that their imports run side by side; then loaded one after the other, the others
+        # waiting idle: a cold start timed beside another server's start or load would time both.
+        for side in every_side:
+            servers[side.name] = launch_server(plan, model, side, threads, out_file)
+        for side in every_side:
+            if (failed := server_started(servers[side.name])) is not None:
+                stacks[side.name] = failed
+                servers.pop(side.name)
+        for side in every_side:
+            if side.name in servers:
+                stacks[side.name] = load_server(servers[side.name], side, out_file)
+                if stacks[side.name]["status"] != "ok":
+                    servers.pop(side.name)
         gate = settings.gates["latency"]
         # The rounds go on until the remedied sides are decided too: their latency gate is judged as the stack's is.
         clear = functools.partial(clear_of_threshold, plan.baseline.name,
@@ -365,7 +374,21 @@ def remedied_sides(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec
 def start_server(
     plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path
 ) -> tuple[supervisor.Server | None, dict[str, Any]]:
-    """Start one side's server and wait for its cold start and warm-up; the side's record so far."""
+    """Start one side's server and wait for its cold start and warm-up; the side's record so far (a benchmark's
+    one server: ``measure_model`` starts every side's at once)."""
+    server = launch_server(plan, model, side, threads, out_file)
+    failed = server_started(server)
+    record = failed if failed is not None else load_server(server, side, out_file)
+    return (server if record["status"] == "ok" else None), record
+
+
+def _job_file(out_file: Path, side: Side) -> Path:
+    stem = out_file.with_suffix("")
+    return stem.with_name(f"{stem.name}.{side.name}-job.json")
+
+
+def launch_server(plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path) -> supervisor.Server:
+    """Start one side's server: it imports its stack, says "started" and waits for ``load_server``."""
     settings = plan.settings
     spec, bin_dir = side.spec, side.bin_dir
     job = {
@@ -378,22 +401,36 @@ def start_server(
         "time_budget_s": settings.time_budget_s,
         "shortest_part_s": _contention.SHORTEST_PART_S,
     }
-    stem = out_file.with_suffix("")
-    job_file = stem.with_name(f"{stem.name}.{side.name}-job.json")
+    job_file = _job_file(out_file, side)
     write_json_atomic(job_file, job)
-    server = supervisor.Server(
+    stem = out_file.with_suffix("")
+    return supervisor.Server(
         workers.worker_argv(bin_dir, "measure", job_file), env=workers.worker_env(bin_dir), cwd=TOOL_ROOT,
         log_file=stem.with_name(f"{stem.name}.{side.name}.log"), deadline_for=settings.timeout_s,
         memory_limit_bytes=settings.memory_limit_bytes, control_env=supervisor.CONTROL_FDS_ENV,
         deadline_key=settings.timeout_key,
     )
+
+
+def server_started(server: supervisor.Server) -> dict[str, Any] | None:
+    """Wait until the server has imported its stack: None, or the side's record of why it could not."""
     try:
-        ready = server.request(None, "ready")
+        server.request(None, "started")
     except supervisor.ServerFailed as failure:
         server.stop()
-        return None, {**_failed(failure), "rounds": []}
-    job_file.unlink(missing_ok=True)
-    return server, {
+        return {**_failed(failure), "rounds": []}
+    return None
+
+
+def load_server(server: supervisor.Server, side: Side, out_file: Path) -> dict[str, Any]:
+    """Tell a started server to load its artifacts, time their cold start and warm up; the side's record so far."""
+    try:
+        ready = server.request({"command": "load"}, "ready")
+    except supervisor.ServerFailed as failure:
+        server.stop()
+        return {**_failed(failure), "rounds": []}
+    _job_file(out_file, side).unlink(missing_ok=True)
+    return {
         "status": "ok",
         # Times from two machines do not compare: a merge of sharded runs checks this.
         "host": socket.gethostname(),
