@@ -328,12 +328,12 @@ class DiagnosePhase(Reproducers):
     def remedy(self):
         """Each remedy a team would try, run as its lines are written: the whole method lowered with them, saved,
         loaded from its file and run as the artifact is, against eager; each that passes timed against the shipped
-        artifact; once one passes within the latency gate's ratio, the options after it are listed, not tried
-        (why_not_tried). The one chosen — of those that pass, the least slowdown (the first where none is timed);
-        where none passes, the closest — keeps its outputs for the parent to judge against the reference as the gate
-        does; the others stay as rows of what was tried. A method whose search found nothing to keep out (the budget
-        stopped it, or no part was pinned) is then tried with the remedy that passes for another method
-        (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
+        artifact; once one passes, not clearly slower than the latency gate's ratio, the options after it are
+        listed, not tried (why_not_tried). The one chosen — of those that pass, the least slowdown (the first where
+        none is timed); where none passes, the closest — keeps its outputs for the parent to judge against the
+        reference as the gate does; the others stay as rows of what was tried. A method whose search found nothing
+        to keep out (the budget stopped it, or no part was pinned) is then tried with the remedy that passes for
+        another method (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
         reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
         names = load_npz_tensors(reference) if reference.is_file() else {}
         checked, outputs = {}, {}

@@ -30,17 +30,40 @@ from .device_runner import memory_status, warm_up
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
 
 
-def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int) -> list[float]:
+# A round's part is its calls, or stops once it has lasted this many times its planned length (and at least
+# PART_LIMIT_MIN_S): on a crowded machine a 2-thread call can be a thousand times slower than its fastest warm call
+# (0.03 ms to 28-84 ms), and a part of the calls sized at that fastest call then lasted minutes. A part cut short
+# disturbs its round.
+PART_LIMIT_FACTOR = 10
+PART_LIMIT_MIN_S = 2.0
+
+
+def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int,
+              deadline_ns: float = math.inf) -> list[float]:
     """The harness: ``run(program, inputs)`` as a bare loop would call it, with
     one clock read before and after (its cost against the bare loop is
-    benchmarked: docs/benchmarks.md)."""
+    benchmarked: docs/benchmarks.md); fewer calls where one ends past ``deadline_ns``
+    (``time.perf_counter_ns``)."""
     clock = time.perf_counter_ns
     samples = [0.0] * runs
     for index in range(runs):
         start = clock()
         run(program, inputs)
-        samples[index] = (clock() - start) / 1e6
+        end = clock()
+        samples[index] = (end - start) / 1e6
+        if end > deadline_ns:
+            return samples[:index + 1]
     return samples
+
+
+def part_limit_s(warm_mean_ms: dict[str, float], *, rounds: int, iterations: int, time_budget_s: float,
+                 shortest_part_s: float) -> float:
+    """How long a round's part may last: PART_LIMIT_FACTOR times its planned length, each method's share of the
+    time budget or of the iterations at the warm-up's mean call, whichever is longer, and at least the shortest
+    part (runs_per_round's terms but its floor at the fastest call, which a crowded machine multiplies)."""
+    planned_s = sum(max(time_budget_s / rounds, math.ceil(iterations / rounds) * mean_ms / 1000.0)
+                    for mean_ms in warm_mean_ms.values())
+    return max(PART_LIMIT_FACTOR * max(planned_s, shortest_part_s), PART_LIMIT_MIN_S)
 
 
 class Channel:
@@ -103,12 +126,15 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
             channel.send("overhead", blocks=harness_overhead(calls, args, warm_mean_ms, request["pairs"],
                                                              request["block_s"]))
             continue
-        samples = {}
+        samples, limit_s = {}, part_limit_s(warm_mean_ms, rounds=job["rounds"], iterations=job["iterations"],
+                                            time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
+        deadline_ns = time.perf_counter_ns() + limit_s * 1e9
         for name in methods:
             run, program = calls[name]
             run(program, args[name])  # untimed: the other stack ran since this method's last call
-            samples[name] = time_runs(run, program, args[name], runs[name])
-        channel.send("round", round=request["round"], samples_ms=samples)
+            samples[name] = time_runs(run, program, args[name], runs[name], deadline_ns)
+        cut = any(len(samples[name]) < runs[name] for name in methods)
+        channel.send("round", round=request["round"], samples_ms=samples, **({"cut_after_s": limit_s} if cut else {}))
     channel.send("exit", memory=memory_status())
 
 

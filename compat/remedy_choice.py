@@ -3,29 +3,53 @@ from the rows it has tried: each that passes against eager was timed against the
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
+
+# A later option is lowered past one that passes only when that one is slower than the latency gate with this
+# confidence: its rounds' ratios, a sign test against the gate's ratio (one noisy median must not cost a lowering).
+CLEARLY_SLOWER_CONFIDENCE = 0.95
+
+
+def round_ratios(tried: dict[str, Any]) -> list[float]:
+    """Each round's remedied over shipped median call, as timed in turns."""
+    rounds = (tried.get("latency") or {}).get("rounds") or []
+    return [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
+            if r.get("remedied") and r.get("shipped")]
 
 
 def slowdown(tried: dict[str, Any]) -> float | None:
     """A remedy's cost in the worker's own terms: the median over rounds of each round's remedied over shipped
     median call (the parent judges the chosen one's interval as the stack is)."""
-    rounds = (tried.get("latency") or {}).get("rounds") or []
-    ratios = [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in rounds
-              if r.get("remedied") and r.get("shipped")]
+    ratios = round_ratios(tried)
     return statistics.median(ratios) if ratios else None
+
+
+def clearly_slower(ratios: list[float], max_ratio: float) -> bool:
+    """The sign test: so few rounds at or under ``max_ratio`` that, were the median ratio there or under, as few
+    would come with a probability of at most 1 − CLEARLY_SLOWER_CONFIDENCE."""
+    under = sum(ratio <= max_ratio for ratio in ratios)
+    chance = sum(math.comb(len(ratios), k) for k in range(under + 1)) / 2 ** len(ratios)
+    return bool(ratios) and chance <= 1 - CLEARLY_SLOWER_CONFIDENCE
 
 
 def why_not_tried(tried: list[dict[str, Any]], fallback: bool, max_slowdown: float | None) -> str:
     """Why the next remedy option is not lowered (empty: it is). Options come expected cheapest first, the later
-    keeping more out of the delegate: after one that passes within the latency gate's ``max-ratio`` of the shipped
-    artifact, each would cost a whole lowering (minutes for an LLM) to lift no condition. A fallback (every call of
-    the kind kept out) is tried only where none before it passes."""
+    keeping more out of the delegate: after one that passes and is not clearly slower than the latency gate's
+    ``max-ratio`` of the shipped artifact, each would cost a whole lowering (minutes for an LLM) to lift no
+    condition. A fallback (every call of the kind kept out) is tried only where none before it passes."""
     for earlier in tried:
-        ratio = slowdown(earlier)
-        if earlier["passes"] and ratio is not None and max_slowdown is not None and ratio <= max_slowdown:
-            return (f"\"{earlier['remedy']}\" passes at ×{ratio:.3f} the shipped artifact's latency, within the "
-                    f"latency gate's ×{max_slowdown:g}")
+        ratio, ratios = slowdown(earlier), round_ratios(earlier)
+        if not earlier["passes"] or ratio is None or max_slowdown is None:
+            continue
+        said = f"\"{earlier['remedy']}\" passes at ×{ratio:.3f} the shipped artifact's latency"
+        if ratio <= max_slowdown:
+            return f"{said}, within the latency gate's ×{max_slowdown:g}"
+        if not clearly_slower(ratios, max_slowdown):
+            under = sum(r <= max_slowdown for r in ratios)
+            return (f"{said}, not clearly slower than the latency gate's ×{max_slowdown:g} ({under} of its "
+                    f"{len(ratios)} rounds at or under it)")
     if fallback and any(t["passes"] for t in tried):
         return "tried only where no option before it passes"
     return ""

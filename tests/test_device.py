@@ -216,3 +216,27 @@ def test_a_stack_without_a_wheel_for_a_targets_platform_names_the_pin_and_the_fi
         "executorch 0.7.0: no wheel for linux aarch64; 1.0.0 is the first"]
     assert missing_wheels(spec, "Darwin", "arm64") == [] and missing_wheels(spec, "linux", "x86_64") == []
     assert missing_wheels(spec, "linux", "riscv64") == []  # a platform uv has no name for: nothing claimed
+
+
+def test_a_part_stops_once_it_has_lasted_far_longer_than_its_calls_took_warm():
+    """On a crowded machine a 2-thread call can be a thousand times slower than warm: a part sized at the warm
+    calls then lasted seconds (the busy-machine test once took 532 s for 60). The server's part stops after
+    PART_LIMIT_FACTOR times its warm time (at least PART_LIMIT_MIN_S), with the calls it made."""
+    import time
+
+    from compat.measure_server import PART_LIMIT_FACTOR, PART_LIMIT_MIN_S, part_limit_s, time_runs
+
+    # The defaults' part (2 s over 9 rounds) and the shortest part: its limit, whatever a crowded warm-up's mean.
+    defaults = {"rounds": 9, "iterations": 50, "time_budget_s": 2.0, "shortest_part_s": 0.2}
+    assert part_limit_s({"forward": 0.03}, **defaults) == pytest.approx(PART_LIMIT_FACTOR * 2.0 / 9)
+    assert part_limit_s({"forward": 20.0}, **defaults) == pytest.approx(PART_LIMIT_FACTOR * 2.0 / 9)
+    # Six methods, each its share; a method of 1 s calls, its six iterations a round; never under the minimum.
+    assert part_limit_s(dict.fromkeys("abcdef", 0.03), **defaults) == pytest.approx(PART_LIMIT_FACTOR * 6 * 2.0 / 9)
+    assert part_limit_s({"forward": 1000.0}, **defaults) == pytest.approx(PART_LIMIT_FACTOR * 6.0)
+    assert part_limit_s({"forward": 0.03}, **{**defaults, "time_budget_s": 0.0, "shortest_part_s": 0.05}) == \
+        PART_LIMIT_MIN_S
+    slow = lambda program, inputs: time.sleep(0.01)  # noqa: E731 - a call 10 ms long
+    start = time.perf_counter_ns()
+    made = time_runs(slow, None, None, 1000, deadline_ns=start + 0.05e9)
+    assert 3 <= len(made) <= 6 and all(ms >= 9.0 for ms in made), made  # stopped after about 50 ms, not 10 s
+    assert len(time_runs(slow, None, None, 3)) == 3  # no deadline: every call

@@ -42,22 +42,34 @@ def shipped_bytes(out: Path, model: str) -> int:
 LATENCY_MAX_RATIO = 1.05
 
 
+def ratios(tried: dict) -> list[float]:
+    """Each round's remedied over shipped median call, as timed in turns."""
+    return [statistics.median(r["remedied"]) / statistics.median(r["shipped"]) for r in tried["latency"]["rounds"]]
+
+
 def cost(tried: dict) -> float:
-    """A remedy's slowdown: the median over its rounds of remedied over shipped median call, as timed in turns."""
-    return statistics.median(statistics.median(r["remedied"]) / statistics.median(r["shipped"])
-                             for r in tried["latency"]["rounds"])
+    """A remedy's slowdown: the median over its rounds of remedied over shipped median call."""
+    return statistics.median(ratios(tried))
+
+
+def clearly_slower(tried: dict) -> bool:
+    """Slower than the latency gate at 95% by the sign test: were its median ratio the gate's, as few of its rounds
+    at or under the gate would come with a probability of at most 5%."""
+    n, under = len(ratios(tried)), sum(r <= LATENCY_MAX_RATIO for r in ratios(tried))
+    return sum(math.comb(n, k) for k in range(under + 1)) / 2 ** n <= 0.05
 
 
 def options_in_order(remedy: dict) -> list[str]:
-    """The remedy options of a method, as lowered until one passed within the latency gate's ratio of the shipped
-    artifact, then listed not lowered (issue 40): checked against the rounds each was timed in."""
+    """The remedy options of a method, as lowered until one passed not clearly slower than the latency gate's ratio
+    of the shipped artifact, then listed not lowered (issue 40): checked against the rounds each was timed in."""
     tried, not_tried = remedy["tried"], remedy.get("not_tried", [])
-    cheap = [t for t in tried if t["passes"] and (t.get("latency") or {}).get("rounds")
-             and cost(t) <= LATENCY_MAX_RATIO]
-    if cheap:  # the first that passes within the ratio is the last lowered, and each option after it says why
-        assert cheap == [tried[-1]] and not_tried, remedy
-        assert all(n["reason"].startswith(f'"{tried[-1]["remedy"]}" passes at ×{cost(tried[-1]):.3f} the shipped '
-                                          f"artifact's latency, within the latency gate's ×{LATENCY_MAX_RATIO:g}") for n in not_tried)
+    ending = [t for t in tried if t["passes"] and (t.get("latency") or {}).get("rounds") and not clearly_slower(t)]
+    if ending:  # the first that passes not clearly slower is the last lowered, and each option after it says why
+        assert ending == [tried[-1]] and not_tried, remedy
+        said = f'"{tried[-1]["remedy"]}" passes at ×{cost(tried[-1]):.3f} the shipped artifact\'s latency, '
+        within = (f"within the latency gate's ×{LATENCY_MAX_RATIO:g}" if cost(tried[-1]) <= LATENCY_MAX_RATIO else
+                  f"not clearly slower than the latency gate's ×{LATENCY_MAX_RATIO:g}")
+        assert all(n["reason"].startswith(said + within) for n in not_tried), (not_tried, within)
     else:
         assert all(n["reason"] == "tried only where no option before it passes" for n in not_tried), remedy
     # The one printed is, of those lowered that pass, the least slowdown.
@@ -118,7 +130,7 @@ def test_the_remedy_is_code_that_passes_when_run_as_written(explained_run):
     assert remedy["passes"] and remedy["rel_l2"] < 1e-6
     # The options, expected cheapest first: the tanh GELU rewritten as its formula (all of it delegated), then the
     # delegate's GELU config narrowed to the calls that are wrong (the portable kernel runs them; the exact GELU
-    # stays delegated) — lowered unless the first passes within the latency gate's ratio — and last, listed, every
+    # stays delegated) — lowered unless the first passes not clearly slower than the latency gate — and last, every
     # GELU kept out (only where nothing before it passes).
     assert options_in_order(remedy) == ["rewritten into operators the delegate takes", "kept out of the delegate",
                                         "every call of the kind kept out of the delegate"]
@@ -164,7 +176,8 @@ def test_the_report_leads_from_the_no_go_to_the_way_out(explained_run):
     assert re.search(r"^- \[passed\] kept out of the delegate: rel\. L2 \d\.\d\de-0[6-9] against eager, latency "
                      r"×\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\], size ×\d\.\d{3}" if lowered == 2 else
                      r"^- not tried: kept out of the delegate \(\"rewritten into operators the delegate takes\" passes "
-                     r"at ×\d\.\d{3} the shipped artifact's latency, within the latency gate's ×1\.05\)$",
+                     r"at ×\d\.\d{3} the shipped artifact's latency, (within|not clearly slower than) the latency "
+                     r"gate's ×1\.05( \(\d+ of its \d+ rounds at or under it\))?\)$",
                      section, re.MULTILINE), section
 
 
@@ -439,7 +452,7 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
         assert "llama.layers.0 (one of the method's 2 blocks)" in (folder / "ISSUE.md").read_text()
         remedy = stages["remedy"]["details"]["methods"][method]
         # Each linear its own dynamic quantization first, then the linears kept out of the delegate: lowered unless
-        # the first passes within the latency gate's ratio. On two small layers the two are within a few percent
+        # the first passes not clearly slower than the latency gate. On two small layers the two are within a few percent
         # of the shipped artifact's latency, so either may be printed: the rule is what is checked.
         options = options_in_order(remedy)
         assert options[0].startswith("each call given its own dynamic quantization"), options

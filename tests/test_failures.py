@@ -513,8 +513,10 @@ def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     # free (cores − 2 threads, plus 0.15 of a core for stray ticks), and the timed threads waited over 5% of their
     # time for them. (A part of a round once had others at 0.496 of a core beside four busy loops: what these parts
     # see of the loops varies, the rule's margin does not.)
+    # A part its server cut short (past ten times its planned length) disturbs its round by itself.
     free = max(0, (os.cpu_count() or 1) - 2) + 0.15
-    assert all(any(load["others_cores"] > free and load["waited_share"] > 0.05 for load in r["load"].values() if load)
+    assert all(r.get("cut") or any(load["others_cores"] > free and load["waited_share"] > 0.05
+                                   for load in r["load"].values() if load)
                for r in busy_run["rounds"] if r["disturbed"])
     report = (out / "report.md").read_text()
     assert "rounds quiet (disturbed: round " in report and "other processes kept " in report

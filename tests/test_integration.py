@@ -343,6 +343,11 @@ def test_delegation_and_operator_profiles(explained_run):
     legacy = [o["name"] for o in next(s for s in model["stacks"]["legacy"]["stages"]
                                       if s["stage"] == "profile")["details"]["methods"]["forward"]["operators"]]
     assert any(name.startswith("prepacked::linear_clamp_run") for name in legacy), legacy
+    # perf's samples are credited by their frames' names, demangled after `perf script`: the delegate's calls and
+    # the portable layer norm's kernel (the five LayerNorms XNNPACK leaves out), by the program's operator name.
+    candidate = [o["name"] for o in next(s for s in model["stacks"]["candidate"]["stages"]
+                                         if s["stage"] == "profile")["details"]["methods"]["forward"]["operators"]]
+    assert {"DELEGATE_CALL:XnnpackBackend", "aten::native_layer_norm.out"} <= set(candidate), candidate
     assert "Top operators by time (per-operator profile in the runtime phase" in report
 
 

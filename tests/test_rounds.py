@@ -14,7 +14,8 @@ from benchmarks.benchmark import exact_gate_errors
 
 from upgrade_gate import stats
 from upgrade_gate.measure import rounds
-from upgrade_gate.schema.measured import RoundsEnded
+from upgrade_gate.schema.codec import Reader
+from upgrade_gate.schema.measured import Contention, RoundsEnded
 
 
 def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, wanted=9, threshold=1.05,
@@ -68,6 +69,28 @@ def test_each_stacks_round_keeps_its_samples_compactly_and_the_calls_they_stand_
     entry = stacks["a"]["rounds"][0]
     assert len(entry["samples_ms"]["forward"]) == stats.SAMPLES_KEPT and entry["calls"] == {"forward": 70_000}
     assert stacks["b"]["rounds"][0] == {"round": 1, "samples_ms": {"forward": [1.0, 2.0]}, "calls": {"forward": 2}}
+
+
+def test_a_part_the_server_cut_short_disturbs_its_round_whatever_the_load_read():
+    """A server stops a part that has lasted far longer than its calls took warm (compat/measure_server.py
+    part_limit_s): the round is disturbed and repeated in its order even where the load read quiet, and the file
+    and the contention line say which part was cut, after how long."""
+    class Cutting(scripted.ScriptedServer):
+        def request(self, command, until):
+            event = super().request(command, until)
+            return {**event, "cut_after_s": 4.0} if event["round"] == 2 else event
+
+    stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
+    tried, ended = rounds.run_rounds({"legacy": scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1),
+                                      "candidate": Cutting(lambda n: {"forward": [1.0]}, pid=2)},
+                                     stacks, 6, 1, watch=scripted.scripted_watch(lambda n: False))
+    assert ended is RoundsEnded.PLANNED and [entry["disturbed"] for entry in tried] == [False, True] + [False] * 5
+    assert tried[1]["cut"] == {"candidate": 4.0} and all("cut" not in entry for entry in tried if entry["round"] != 2)
+    assert tried[2]["order"] == tried[1]["order"]  # repeated as it was
+    machine = Contention.from_reader(Reader({"threads": 1, "cores": 2, "cpu": "Test CPU", "rounds": tried}, "t"))
+    assert machine.quiet == 6 and machine.summary().startswith(
+        "6 of 7 rounds quiet (disturbed: round 2); parts cut short, their calls far slower than warm: round 2 "
+        "(candidate at 4 s); the timed threads waited 0.0% of their time")
 
 
 # -- why the rounds ended (issue 37, item 1) ------------------------------------------------------------

@@ -249,6 +249,7 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
             on_round(f"{'repeating busy round' if repeat else 'round'} {place}/{wanted}")
         order = [n for n in (names if place % 2 else names[::-1]) if n in servers]
         loads: dict[str, _contention.Load | None] = {}
+        cut: dict[str, float] = {}  # stack → the seconds after which its server cut its part short (part_limit_s)
         for name in order:
             watched = watch([server.process.pid for server in servers.values()], servers[name].process.pid)
             try:
@@ -262,11 +263,14 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
             stacks[name]["rounds"].append({"round": number,
                                            "samples_ms": {m: stats.kept_samples(v) for m, v in samples.items()},
                                            "calls": {m: len(v) for m, v in samples.items()}})
-        disturbed = any(load is not None and load.disturbed for load in loads.values())
+            if "cut_after_s" in event:
+                cut[name] = round(float(event["cut_after_s"]), 3)
+        disturbed = bool(cut) or any(load is not None and load.disturbed for load in loads.values())
         if not disturbed and len(loads) == len(names):
             counted.add(number)
         tried.append({"round": number, "order": order, "disturbed": disturbed,
-                      "load": {name: load.to_dict() if load else None for name, load in loads.items()}})
+                      "load": {name: load.to_dict() if load else None for name, load in loads.items()},
+                      **({"cut": cut} if cut else {})})
         if len(servers) < len(names):
             break  # a stack's server ended: no more ratios to be had; what finished is kept
         if (clear is not None and number in counted and len(counted) < wanted and len(counted) in looks

@@ -181,7 +181,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             # runs the methods not remedied from them.
             "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items()},
             "rounds": settings.rounds, "time_budget_s": settings.time_budget_s,
-            # A remedy that passes within the latency gate's ratio of the shipped artifact ends the tries: the
-            # options after it keep more out of the delegate (compat/diagnose_phase.py why_not_tried).
+            # A remedy that passes, not clearly slower than the latency gate's ratio of the shipped artifact, ends
+            # the tries: the options after it keep more out of the delegate (compat/remedy_choice.py why_not_tried).
             "max_slowdown": (settings.gates["latency"].threshold if settings.gates["latency"].severity != "off"
                              else None)}

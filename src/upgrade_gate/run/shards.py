@@ -189,12 +189,13 @@ def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]])
 
 
 def _merge_rounds(parts: list[tuple[dict[str, Any], tuple[str, ...]]]) -> list[dict[str, Any]] | None:
-    """The rounds each shard tried, joined by round number: each stack's load from the shard
+    """The rounds each shard tried, joined by round number: each stack's load (and part cut short) from the shard
     that timed it, and a round disturbed if it was in any of them."""
     if not any("rounds" in data for data, _ in parts):
         return None
     by_number: dict[int, dict[str, Any]] = {}
     for data, stacks in parts:
+        timed_here = {*stacks, *map(remedied, stacks)}
         for entry in data.get("rounds") or []:
             joined = by_number.setdefault(int(entry["round"]), {"round": int(entry["round"]), "order": [],
                                                                   "disturbed": False, "load": {}})
@@ -202,7 +203,9 @@ def _merge_rounds(parts: list[tuple[dict[str, Any], tuple[str, ...]]]) -> list[d
                 joined["order"] = list(entry.get("order", []))
             joined["disturbed"] = joined["disturbed"] or bool(entry.get("disturbed"))
             joined["load"].update({stack: load for stack, load in (entry.get("load") or {}).items()
-                                   if stack in {*stacks, *map(remedied, stacks)}})
+                                   if stack in timed_here})
+            if cut := {stack: s for stack, s in (entry.get("cut") or {}).items() if stack in timed_here}:
+                joined.setdefault("cut", {}).update(cut)
     return [by_number[n] for n in sorted(by_number)]
 
 

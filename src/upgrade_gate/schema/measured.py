@@ -184,6 +184,9 @@ class RoundLoad(codec.Record):
     order: tuple[str, ...]
     disturbed: bool
     loads: dict[str, StackLoad | None] = field(metadata=codec.key("load"))  # None: not measured here (no /proc)
+    # The stacks whose part ran past its limit and was cut short, with the limit in seconds (compat/measure_server.py
+    # part_limit_s): the round is disturbed whatever the load read.
+    cut: dict[str, float] = field(default_factory=dict)
 
 
 class RoundsEnded(str, Enum):
@@ -269,6 +272,9 @@ class Contention(codec.Record):
         shown = f"{self.quiet} of {len(self.rounds)} rounds quiet"
         if disturbed:
             shown += f" (disturbed: round {', '.join(disturbed)})"
+        if cut := [f"{r.round} ({', '.join(f'{stack} at {s:g} s' for stack, s in r.cut.items())})"
+                   for r in self.rounds if r.cut]:
+            shown += f"; parts cut short, their calls far slower than warm: round {'; '.join(cut)}"
         if others is not None and wait is not None:
             shown += (f"; the timed threads waited {wait:.1%} of their time for a CPU, other processes kept "
                       f"{others:.2f} of {self.cores} cores busy, the run queue reached {queue}")

@@ -276,7 +276,8 @@ class MethodDiagnosis:
     remedy_found_in: str = ""
     remedy_kind: str = ""  # what the chosen remedy does (one of ``remedies_tried``)
     remedies_tried: tuple[TriedRemedy, ...] = ()  # in the order tried, the chosen one among them
-    # The options after them, not lowered: (what it does, why not: one before it passes within the latency gate).
+    # The options after them, not lowered: (what it does, why not: one before it passes, not clearly slower than the
+    # latency gate).
     remedies_not_tried: tuple[tuple[str, str], ...] = ()
     remedy_rel_l2: float | None = None  # against the stack's own eager model (the worker's check)
     remedy_passes: bool | None = None
