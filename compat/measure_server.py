@@ -32,18 +32,19 @@ CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
 
 # A round's part is its calls, or stops once it has lasted this many times its planned length (and at least
 # PART_LIMIT_MIN_S): on a crowded machine a 2-thread call can be a thousand times slower than its fastest warm call
-# (0.03 ms to 28-84 ms), and a part of the calls sized at that fastest call then lasted minutes. A part cut short
+# (0.03 ms to 28-84 ms), and a part of the calls sized at that fastest call then lasted many seconds. A part cut short
 # disturbs its round.
 PART_LIMIT_FACTOR = 10
 PART_LIMIT_MIN_S = 2.0
+NO_DEADLINE_NS = 2**63 - 1
 
 
 def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int,
-              deadline_ns: float = math.inf) -> list[float]:
+              deadline_ns: int = NO_DEADLINE_NS) -> list[float]:
     """The harness: ``run(program, inputs)`` as a bare loop would call it, with
     one clock read before and after (its cost against the bare loop is
     benchmarked: docs/benchmarks.md); fewer calls where one ends past ``deadline_ns``
-    (``time.perf_counter_ns``)."""
+    (``time.perf_counter_ns``), checked between a call's clock reads and the next's, an int to an int."""
     clock = time.perf_counter_ns
     samples = [0.0] * runs
     for index in range(runs):
@@ -128,7 +129,7 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
             continue
         samples, limit_s = {}, part_limit_s(warm_mean_ms, rounds=job["rounds"], iterations=job["iterations"],
                                             time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
-        deadline_ns = time.perf_counter_ns() + limit_s * 1e9
+        deadline_ns = time.perf_counter_ns() + int(limit_s * 1e9)
         for name in methods:
             run, program = calls[name]
             run(program, args[name])  # untimed: the other stack ran since this method's last call
