@@ -32,7 +32,9 @@ from upgrade_gate.schema.records import Reader
 # 2.7: a remedy's gates (`remedies[].gates`), judged on the candidate with its remedy: its comparison with the
 # reference (`diagnosis.remedy_comparison`) and its rounds in the measure session (`stacks.*.remedied_measured`, its
 # ratios under the stack "<candidate>+remedy") (2.6 files read without them).
-RESULTS_VERSION = Version("2.7")
+# 2.8: the stacks whose part of a round its server cut short, and after how long (`contention[].rounds[].cut`)
+# (2.7 files read without them).
+RESULTS_VERSION = Version("2.8")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
