@@ -46,6 +46,14 @@ QUANTIZED_ENGINE = "qnnpack"
 # A round of a call that takes microseconds would otherwise be millions of calls long.
 MAX_RUNS_PER_ROUND = 100_000
 
+# A round's part (the host's measure servers' and a target's) is its calls, or stops once it has lasted this many
+# times its planned length (and at least PART_LIMIT_MIN_S): on a crowded machine a 2-thread call can be a thousand
+# times slower than its fastest warm call (0.03 ms to 28-84 ms), and a part of the calls sized at that fastest call
+# then lasted many seconds. A part cut short disturbs its round.
+PART_LIMIT_FACTOR = 10
+PART_LIMIT_MIN_S = 2.0
+NO_DEADLINE_NS = 2**63 - 1
+
 
 def warm_up(time_calls: Mapping[str, Callable[[int], list[float]]], count: int, *, rounds: int, iterations: int,
             time_budget_s: float, shortest_part_s: float) -> tuple[dict[str, float], dict[str, int]]:
@@ -75,6 +83,16 @@ def runs_per_round(rounds: int, iterations: int, time_budget_s: float, shortest_
     by_budget = math.ceil(time_budget_s / rounds * 1000.0 / max(mean_ms, 1e-3))
     by_floor = math.ceil(shortest_part_s * 1000.0 / max(min(warm_ms, default=1e-3), 1e-3))
     return int(min(max(by_count, by_budget, by_floor), MAX_RUNS_PER_ROUND))
+
+
+def part_limit_s(warm_mean_ms: dict[str, float], *, rounds: int, iterations: int, time_budget_s: float,
+                 shortest_part_s: float) -> float:
+    """How long a round's part may last: PART_LIMIT_FACTOR times its planned length, each method's share of the
+    time budget or of the iterations at the warm-up's mean call, whichever is longer, and at least the shortest
+    part (runs_per_round's terms but its floor at the fastest call, which a crowded machine multiplies)."""
+    planned_s = sum(max(time_budget_s / rounds, math.ceil(iterations / rounds) * mean_ms / 1000.0)
+                    for mean_ms in warm_mean_ms.values())
+    return max(PART_LIMIT_FACTOR * max(planned_s, shortest_part_s), PART_LIMIT_MIN_S)
 
 
 def memory_status() -> dict[str, int]:
@@ -162,14 +180,19 @@ def _inputs(path: Path, method: str) -> tuple[Any, ...]:
         return tuple(torch.from_numpy(arrays[f"{method}.input_{i}"].copy()) for i in range(count))
 
 
-def _time(call: Any, warmup: int, calls: int) -> list[float]:
+def _time(call: Any, warmup: int, calls: int, deadline_ns: int = NO_DEADLINE_NS) -> list[float]:
+    """``calls`` calls' times in ms, after ``warmup`` untimed; fewer where one ends past ``deadline_ns``
+    (``time.perf_counter_ns``, as compat/measure_server.py's time_runs)."""
     for _ in range(warmup):
         call()
     samples = []
     for _ in range(calls):
         start = time.perf_counter_ns()
         call()
-        samples.append((time.perf_counter_ns() - start) / 1e6)
+        end = time.perf_counter_ns()
+        samples.append((end - start) / 1e6)
+        if end > deadline_ns:
+            break
     return samples
 
 
@@ -262,11 +285,13 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
         return 1
     if args.measure:
         runs = sized_runs
+        limit_s: float | None = part_limit_s(warm_mean_ms, rounds=args.rounds, iterations=args.iterations,
+                                             time_budget_s=args.time_budget, shortest_part_s=args.shortest_part)
         say({**line, "record": "ready", "cold": {"load_ms": loaded["load_ms"], "first_ms": loaded["first_ms"]},
              "idle": loaded["idle"], "after_first_run": after_first, "warm_mean_ms": warm_mean_ms,
              "runs_per_round": runs, "verified": loaded["verified"]})
     else:
-        runs = {method: args.calls for method in calls}
+        runs, limit_s = {method: args.calls for method in calls}, None  # --calls as asked, however long
     for request in requests:
         if not request.startswith("round "):
             break
@@ -274,10 +299,13 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
         try:
             samples = {}
             before = counters() if args.measure else None
+            deadline_ns = NO_DEADLINE_NS if limit_s is None else time.perf_counter_ns() + int(limit_s * 1e9)
             for method, call in calls.items():
                 call()
-                samples[method] = _time(call, 0, runs[method])
-            timed = {"counters": {"before": before, "after": counters()}} if args.measure else {}
+                samples[method] = _time(call, 0, runs[method], deadline_ns)
+            timed: dict[str, Any] = {"counters": {"before": before, "after": counters()}} if args.measure else {}
+            if any(len(samples[method]) < runs[method] for method in calls):
+                timed["cut_after_s"] = limit_s  # the part cut short: its round is disturbed (measure/rounds.py)
         except Exception as error:  # noqa: BLE001 - as above
             say(_failed({**line, "round": number}, error))
             return 1
@@ -289,6 +317,19 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.command == "serve":
+        if not args.measure:
+            return serve(args, sys.stdin, sys.stdout)
+        # Answers on a copy of stdout; what the runtime or the model prints goes to stderr (the log), not among them.
+        answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)
+        return serve(args, sys.stdin, answers)
+    sys.stdout.write(json.dumps(target(args)) + "\n")
+    return 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python3 device_runner.py")
     commands = parser.add_subparsers(dest="command", required=True)
     machine = commands.add_parser("target")
@@ -315,16 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds.add_argument("--shortest-part", type=float, default=0.0)
     rounds.add_argument("--rtol", type=float, required=True)
     rounds.add_argument("--atol", type=float, required=True)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        if not args.measure:
-            return serve(args, sys.stdin, sys.stdout)
-        # Answers on a copy of stdout; what the runtime or the model prints goes to stderr (the log), not among them.
-        answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
-        os.dup2(2, 1)
-        return serve(args, sys.stdin, answers)
-    sys.stdout.write(json.dumps(target(args)) + "\n")
-    return 0
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

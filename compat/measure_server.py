@@ -24,19 +24,12 @@ from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_me
 from .contract import Adapter, require
 
 # Shared with the device bundle's runner, which times a target's rounds the same way (and is copied alone).
-from .device_runner import memory_status, warm_up
+from .device_runner import NO_DEADLINE_NS, memory_status, part_limit_s, warm_up
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
 
 
-# A round's part is its calls, or stops once it has lasted this many times its planned length (and at least
-# PART_LIMIT_MIN_S): on a crowded machine a 2-thread call can be a thousand times slower than its fastest warm call
-# (0.03 ms to 28-84 ms), and a part of the calls sized at that fastest call then lasted many seconds. A part cut short
-# disturbs its round.
-PART_LIMIT_FACTOR = 10
-PART_LIMIT_MIN_S = 2.0
-NO_DEADLINE_NS = 2**63 - 1
 
 
 def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int,
@@ -55,16 +48,6 @@ def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: i
         if end > deadline_ns:
             return samples[:index + 1]
     return samples
-
-
-def part_limit_s(warm_mean_ms: dict[str, float], *, rounds: int, iterations: int, time_budget_s: float,
-                 shortest_part_s: float) -> float:
-    """How long a round's part may last: PART_LIMIT_FACTOR times its planned length, each method's share of the
-    time budget or of the iterations at the warm-up's mean call, whichever is longer, and at least the shortest
-    part (runs_per_round's terms but its floor at the fastest call, which a crowded machine multiplies)."""
-    planned_s = sum(max(time_budget_s / rounds, math.ceil(iterations / rounds) * mean_ms / 1000.0)
-                    for mean_ms in warm_mean_ms.values())
-    return max(PART_LIMIT_FACTOR * max(planned_s, shortest_part_s), PART_LIMIT_MIN_S)
 
 
 class Channel:
@@ -120,6 +103,8 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     channel.send("ready", cold={"load_ms": load_ms, "first_ms": first_ms}, idle=idle, after_first_run=after_first,
                  warm_mean_ms=warm_mean_ms, runs_per_round=runs,
                  input_shapes={name: [list(t.shape) for t in args[name]] for name in methods})
+    limit_s = part_limit_s(warm_mean_ms, rounds=job["rounds"], iterations=job["iterations"],
+                           time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
 
     while (request := channel.receive())["command"] in ("round", "overhead"):
         channel.send("stage", stage="round")
@@ -127,8 +112,7 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
             channel.send("overhead", blocks=harness_overhead(calls, args, warm_mean_ms, request["pairs"],
                                                              request["block_s"]))
             continue
-        samples, limit_s = {}, part_limit_s(warm_mean_ms, rounds=job["rounds"], iterations=job["iterations"],
-                                            time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
+        samples = {}
         deadline_ns = time.perf_counter_ns() + int(limit_s * 1e9)
         for name in methods:
             run, program = calls[name]

@@ -224,7 +224,8 @@ def test_a_part_stops_once_it_has_lasted_far_longer_than_its_calls_took_warm():
     PART_LIMIT_FACTOR times its warm time (at least PART_LIMIT_MIN_S), with the calls it made."""
     import time
 
-    from compat.measure_server import PART_LIMIT_FACTOR, PART_LIMIT_MIN_S, part_limit_s, time_runs
+    from compat.device_runner import PART_LIMIT_FACTOR, PART_LIMIT_MIN_S, part_limit_s
+    from compat.measure_server import time_runs
 
     # The defaults' part (2 s over 9 rounds) and the shortest part: its limit, whatever a crowded warm-up's mean.
     defaults = {"rounds": 9, "iterations": 50, "time_budget_s": 2.0, "shortest_part_s": 0.2}
@@ -240,3 +241,54 @@ def test_a_part_stops_once_it_has_lasted_far_longer_than_its_calls_took_warm():
     made = time_runs(slow, None, None, 1000, deadline_ns=start + 50_000_000)
     assert 3 <= len(made) <= 6 and all(ms >= 9.0 for ms in made), made  # stopped after about 50 ms, not 10 s
     assert len(time_runs(slow, None, None, 3)) == 3  # no deadline: every call
+
+
+def test_a_targets_part_stops_too_and_says_so_for_its_round_to_be_disturbed(monkeypatch):
+    """The runner a target's rounds run in over ssh (device_runner.py serve --measure) sizes its parts as the host's
+    servers do, so a crowded phone would stretch them the same way: it stops a part at part_limit_s as well, and its
+    round line says after how long (``cut_after_s``), which measure/rounds.py reads as a disturbed round. Without
+    --measure (run-on-device.sh's fixed --calls) every call asked for is made."""
+    import io
+    import json
+    import time
+
+    from compat import device_runner
+
+    warm = [True]
+
+    def call() -> None:  # 1 ms warm; 30 ms once the rounds start, as beside busy neighbours
+        time.sleep(0.001 if warm[0] else 0.03)
+
+    def loaded(args, methods):
+        return {"forward": call}, {"load_ms": 1.0, "verified": None, "first_ms": {"forward": 1.0},
+                                   "idle": device_runner.memory_status()}
+
+    monkeypatch.setattr(device_runner, "lite_calls", loaded)
+    monkeypatch.setattr(device_runner, "counters", lambda: None)
+    common = ["serve", "--runtime", "lite-interpreter", "--artifact", ".", "--inputs", "x.npz", "--methods",
+              "forward", "--model", "m", "--stack", "legacy", "--threads", "1", "--warmup", "3", "--rtol", "0",
+              "--atol", "0"]
+
+    class Requests(io.StringIO):  # the first round asked for once the warm-up is done
+        def __iter__(self):
+            warm[0] = False
+            return super().__iter__()
+
+    answers = io.StringIO()
+    parsed = device_runner.parse(common + ["--measure", "--rounds", "9", "--iterations", "9", "--time-budget",
+                                           "1.8", "--shortest-part", "0.05"])
+    started = time.monotonic()
+    assert device_runner.serve(parsed, Requests("round 1\nexit\n"), answers) == 0
+    lines = [json.loads(line) for line in answers.getvalue().splitlines()]
+    ready, first = lines[0], lines[1]
+    limit = device_runner.part_limit_s(ready["warm_mean_ms"], rounds=9, iterations=9, time_budget_s=1.8,
+                                       shortest_part_s=0.05)
+    assert limit == pytest.approx(device_runner.PART_LIMIT_FACTOR * 0.2)  # 0.2 s planned (1.8 s over 9 rounds)
+    assert first["cut_after_s"] == limit and len(first["samples_ms"]["forward"]) < ready["runs_per_round"]["forward"]
+    assert limit <= time.monotonic() - started < limit + 1.5  # stopped at the limit, not after about 200 calls of 30 ms
+
+    warm[0], answers = True, io.StringIO()
+    parsed = device_runner.parse(common + ["--calls", "5"])
+    assert device_runner.serve(parsed, Requests("round 1\nexit\n"), answers) == 0
+    (only,) = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert len(only["samples_ms"]["forward"]) == 5 and "cut_after_s" not in only
