@@ -162,11 +162,14 @@ class Diagnoses(Protocol):
         """The name the remedy's code binds to what the lowering takes (``partitioner``,
         ``optimization_blocklist``)."""
 
-    def lowering_parts(self, module: Any, inputs: tuple[Any, ...]) -> tuple[Any, list[dict[str, Any]]]:
+    def lowering_parts(self, module: Any, inputs: tuple[Any, ...],
+                       start: Any = None) -> tuple[Any, list[dict[str, Any]]]:
         """What the lowering starts from (the exported program, the traced module) and the parts of it the
         lowering takes: ``[{"key", "kind", "backend", "module", "source"}, …]`` in graph order; ``key``
         names one source call (culprit.source_key) or pass; ``"runs_alone": False`` for a part that is
-        no operator (a pass), which is neither run alone nor given an operator's reproducer."""
+        no operator (a pass), which is neither run alone nor given an operator's reproducer. ``start``:
+        SearchesBlocks' ``lowering_start`` of the same module and inputs, where the caller has it (not made
+        again: an LLM method's export is seconds)."""
 
     def lower_keeping_out(self, lowerable: Any, keep_out: frozenset[str]) -> Any:
         """Lowered as ``lower`` does, the parts keyed in ``keep_out`` left out."""

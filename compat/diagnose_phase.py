@@ -160,7 +160,7 @@ class DiagnosePhase(Reproducers):
                 searched[name] = self.departing_block(name)
             block = self.blocks.get(name)
             found[name] = (self.adapter.lowering_parts(block.module, block.inputs) if block
-                           else self.adapter.lowering_parts(module, inputs[name]))
+                           else self.adapter.lowering_parts(module, inputs[name], self.whole.get(name)))
             self.whole.setdefault(name, found[name][0])
         return found, {"parts": {name: len(parts) for name, (_, parts) in found.items()}, "blocks": searched}
 
@@ -278,8 +278,8 @@ class DiagnosePhase(Reproducers):
         """The search on the whole method, where its block's found no culprit: the method's parts from here on."""
         methods, inputs = self.log.results["build"]
         del self.blocks[method]
-        exported, parts = self.log.results["parts"][method] = self.adapter.lowering_parts(methods[method].module,
-                                                                                           inputs[method])
+        exported, parts = self.log.results["parts"][method] = self.adapter.lowering_parts(
+            methods[method].module, inputs[method], self.whole.get(method))
         return self.find(method, exported, parts, alone)
 
     def fused_pair(self, method: str, finding: dict[str, Any]) -> None:

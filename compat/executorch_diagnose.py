@@ -22,13 +22,14 @@ BACKEND = "XNNPACK delegate"
 NOT_ALONE = ("quantized_decomposed.", "aten._assert_tensor_metadata")
 
 
-def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, list[dict[str, Any]]]:
+def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                   start: Any = None) -> tuple[Any, list[dict[str, Any]]]:
     """The exported program and what the XNNPACK delegate took of it: one part per source call
     (``gelu_1``), with its kind, module path and the user's line. Where the program does not lower at all,
     every call is a part."""
     from .export_errors import source_line
 
-    exported = lowering_start(module, inputs)
+    exported = lowering_start(module, inputs) if start is None else start
     try:
         lowered = lower_keeping_out(exported, frozenset())
     except Exception:  # noqa: BLE001 - a program that does not lower: any call may be behind it (the search says)

@@ -22,9 +22,11 @@ BACKEND = "optimize_for_mobile pass"
 PASSES = dict(MobileOptimizerType.__members__)  # a pybind11 enum: by name, in declaration order
 
 
-def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[Any, list[dict[str, Any]]]:
+def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
+                   start: Any = None) -> tuple[Any, list[dict[str, Any]]]:
     """The traced method, as ``lower`` traces it, and one part per pass of ``optimize_for_mobile``: a pass
-    rewrites the whole graph, so it is not run alone and has no line of its own."""
+    rewrites the whole graph, so it is not run alone and has no line of its own. (No ``start``: this stack does
+    not search blocks, so nobody made one.)"""
     traced = torch.jit.trace(module, inputs, strict=False)
     parts = [{"key": name, "kind": name, "backend": BACKEND,
               "module": "", "source": "", "runs_alone": False} for name in PASSES]
