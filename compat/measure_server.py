@@ -30,8 +30,6 @@ from .device_runner import NO_DEADLINE_NS, memory_status, part_limit_s, warm_up
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
 
 
-
-
 def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int,
               deadline_ns: int = NO_DEADLINE_NS) -> list[float]:
     """The harness: ``run(program, inputs)`` as a bare loop would call it, with
