@@ -29,6 +29,7 @@ from upgrade_gate.schema.verdict import (
     Verdict,
     VerdictRecord,
 )
+from upgrade_gate.stats import interval_confidence, miss_probability, sequential_looks
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
 
@@ -711,7 +712,7 @@ def test_a_failure_at_one_thread_count_decides_over_a_busy_one(plan):
 
 
 def measured_as(plan, candidate: list[list[float]], loads: list[tuple[float, float]], ended: str, *,
-                rounds: int = 9, intervals: int = 2, threads: tuple[int, ...] = (1, 2)) -> GateResult:
+                rounds: int = 9, intervals: int = 2, threads: tuple[int, ...] = (1, 2), most: int = 0) -> GateResult:
     """The latency gate over rounds recorded as the measure session writes them: the candidate's samples per
     round tried (the baseline's 10 ms), the load around each, why the rounds ended, the design they ran to."""
     out = plan.settings.out_dir
@@ -721,12 +722,27 @@ def measured_as(plan, candidate: list[list[float]], loads: list[tuple[float, flo
                       threads=threads)
     for count in threads:
         add_round_loads(out, "vit-smoke", count, loads, ended=ended,
-                        settings={"rounds": rounds, "stop_early": True, "intervals": intervals})
+                        settings={"rounds": rounds, "stop_early": True, "intervals": intervals,
+                                  **({"most_rounds": most} if most else {})})
     gates, _ = results_by_gate(plan)
     return gates["latency"]
 
 
 QUIET, BUSY = (0.0, 0.02), (0.6, 1.9)
+
+
+def test_a_gate_decided_past_the_planned_rounds_says_so_with_that_designs_coverage(plan):
+    """Issue 40, item 4: a measurement that went on past its 9 rounds while an interval straddled, decided at the
+    look at 12 (its file: `most_rounds` 15). The gate reads the interval of that design — [x(2), x(11)] of 12 —
+    with its coverage, and its note says how far the rounds could have gone."""
+    candidate = [[10.2] * 8] + [[11.0] * 8] * 8 + [[12.0] * 8] * 3
+    latency = measured_as(plan, candidate, [QUIET] * 12, "decided", most=15)
+    assert latency.status is GateStatus.FAILED
+    assert (latency.measured.low, latency.measured.high) == (pytest.approx(1.1), pytest.approx(1.2))
+    assert latency.measured.level == pytest.approx(1 - miss_probability(sequential_looks(9, interval_confidence(2),
+                                                                                         15)))
+    assert "stopped after 12 of 15 quiet rounds, every interval decided (stop-early)" in latency.note, latency.note
+    assert "up to 9 quiet rounds, 15 while an interval straddled, the order alternating" in latency.evidence
 
 
 def test_a_gate_stopped_early_says_every_interval_was_decided(plan):
@@ -750,19 +766,22 @@ def test_rounds_ended_by_a_busy_machine_are_not_said_to_be_decided(plan):
     assert "decided" not in latency.note
 
 
-@pytest.mark.parametrize(("threads", "rounds", "ended", "advised"), [
-    ((1, 2), 9, "planned", True),  # every round ran and it straddles: more rounds would decide it more often
-    ((1, 2), 15, "planned", False),  # it had them
-    ((1, 2), 9, "repeats ran out", False),  # a busy machine, not the rounds, left it undecided
+@pytest.mark.parametrize(("rounds", "intervals", "ended", "advised"), [
+    (9, 2, "planned", True),  # every round ran (most-rounds = 9) and it straddles: more would decide it more often
+    (15, 2, "planned", False),  # it had them
+    (9, 2, "repeats ran out", False),  # a busy machine, not the rounds, left it undecided
+    (9, 12, "planned", False),  # 9 rounds spend nearly all of 12 intervals' shares: no look past them fits to 15
 ])
-def test_a_gate_that_straddles_after_every_round_says_which_rounds_would_decide_it(plan, threads, rounds, ended,
+def test_a_gate_that_straddles_after_every_round_says_which_rounds_would_decide_it(plan, rounds, intervals, ended,
                                                                                     advised):
-    """docs/benchmarks.md's looks benchmark: stop-early to 15 rounds decides gates of up to 4 intervals that 9 leave
-    straddling more often; the note says so where every planned round ran."""
+    """docs/benchmarks.md's looks benchmark: rounds past 9 while an interval straddles decide small gates that 9
+    leave straddling more often; the note names `most-rounds` where every round the run could take ran (a file
+    of 9 rounds with none past them) and looks past them would fit the gate's intervals."""
     candidate = [[10.0 * (1.0 if n % 2 else 1.1)] * 8 for n in range(1, rounds + 1)]
-    latency = measured_as(plan, candidate, [QUIET] * rounds, ended, rounds=rounds, threads=threads)
+    latency = measured_as(plan, candidate, [QUIET] * rounds, ended, rounds=rounds, intervals=intervals)
     assert latency.status is GateStatus.INCONCLUSIVE
-    said = f"the interval straddles 1.05 after all {rounds} rounds (`rounds = 15` goes on only while an interval straddles"
+    said = (f"the interval straddles 1.05 after all {rounds} rounds (`most-rounds = 15` goes on only while an interval "
+            "straddles")
     assert (said in latency.note) is advised, latency.note
 
 

@@ -70,7 +70,7 @@ def test_report_files_verdict_first(plan, capsys):
     assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None, "level": None}
 
     results = json.loads((out / "results.json").read_text())
-    assert results["schema_version"] == "2.8"
+    assert results["schema_version"] == "2.9"
     model, = results["models"]
     assert model["stacks"]["candidate"]["measured"]["2"]["latency"]["forward"]["p50_ms"] == 1.0
     assert {(r["threads"], r["median"]) for r in model["latency_ratios"]} == {(1, 0.5), (2, 0.5)}
@@ -416,7 +416,7 @@ def test_the_latency_section_says_what_each_figure_covers_and_why_the_rounds_end
                         settings={"rounds": 9, "stop_early": True, "intervals": 2})
     pipeline.report(plan)
     markdown = (out / "report.md").read_text()
-    assert ("Latency at 1 thread(s), 9 rounds, the stacks in turn (ratio: candidate/baseline, the median of the "
+    assert ("Latency at 1 thread(s), 7 quiet rounds, the stacks in turn (ratio: candidate/baseline, the median of the "
             "per-round ratios, with its interval and that interval's coverage; the latency gate's 2 intervals share "
             "its coverage, each at 97.50%):") in markdown
     assert "| forward | candidate | 56 |" in markdown and "| 2.000, 98.4% interval [2.000, 2.000] | legacy |" in markdown

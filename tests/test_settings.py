@@ -161,7 +161,7 @@ def test_unknown_setting(project):
     path = set_config(project, "[tool.upgrade-gate]\nthread = 2\n")
     assert error_for(project) == (
         f"{path}: tool.upgrade-gate.thread: unknown key; expected one of: backends-budget, baseline, cache, candidates, diagnose-budget, "
-        "envs, export-jobs, extra-requirements, gates, iterations, localize-budget, memory-limit, models, out, profile, project, rounds, stop-early, suite, "
+        "envs, export-jobs, extra-requirements, gates, iterations, localize-budget, memory-limit, models, most-rounds, out, profile, project, rounds, stop-early, suite, "
         "targets, threads, "
         "time-budget, timeouts, variants, warmup, worker-start"
     )
@@ -223,6 +223,16 @@ def test_too_few_rounds_for_a_gates_intervals_together(project):
                                   "95%; got 6")
     set_config(project, "[tool.upgrade-gate]\nrounds = 6\nthreads = [1]\n")
     assert plan_for(project).settings.rounds == 6
+
+
+def test_most_rounds_below_the_planned_ones(project):
+    """`most-rounds` is where rounds that go on while an interval straddles stop: fewer than `rounds` would stop
+    before the planned ones, so it is refused; equal to it, the rounds never go past them."""
+    path = set_config(project, "[tool.upgrade-gate]\nrounds = 12\nmost-rounds = 10\n")
+    assert error_for(project) == (f"{path}: tool.upgrade-gate.most-rounds: must be at least `rounds` (12; equal to "
+                                  "it: never past them), got 10")
+    set_config(project, "[tool.upgrade-gate]\nrounds = 12\nmost-rounds = 12\n")
+    assert plan_for(project).settings.most_rounds == 12
 
 
 def test_too_few_timed_runs(project):

@@ -109,29 +109,65 @@ def miss_probability(looks: dict[int, int]) -> float:
 
 
 @functools.cache
-def sequential_looks(rounds: int, confidence: float = CONFIDENCE) -> dict[int, int]:
-    """Where a measurement of at most ``rounds`` rounds looks, and each look's rank ``{n: k}``.
+def sequential_looks(rounds: int, confidence: float = CONFIDENCE, most: int = 0) -> dict[int, int]:
+    """Where a measurement of ``rounds`` rounds looks, and each look's rank ``{n: k}``.
 
-    The last look is the fixed design's (``median_interval_rank``): a measurement that runs to
-    the end reports the interval it always did. Earlier looks are added from the fewest rounds
+    The last planned look is the fixed design's (``median_interval_rank``): a measurement that runs
+    to the end reports the interval it always did. Earlier looks are added from the fewest rounds
     up, each with the tightest rank that keeps the chance that any look misses within
     1 − ``confidence`` (a look that cannot fit is skipped): 9 rounds look at 7 and 8
-    ([min, max]) and at 9 ([x(2), x(8)]), 95.7% in all."""
+    ([min, max]) and at 9 ([x(2), x(8)]), 95.7% in all.
+
+    With ``most`` past ``rounds``, an interval that still straddles after them may go on
+    (``looks_past``): the looks up to ``rounds`` stay as they are, so a measurement decided by
+    then is the same as without, and what they left of 1 − ``confidence`` pays for the looks after."""
     looks = {rounds: median_interval_rank(rounds, confidence)[0]}
     for n in range(fewest_rounds(confidence), rounds):
         fits = [k for k in range(1, (n + 1) // 2 + 1) if miss_probability({**looks, n: k}) <= 1 - confidence]
         if fits:
             looks[n] = max(fits)
-    return dict(sorted(looks.items()))
+    return dict(sorted({**looks, **looks_past(looks, most, confidence)}.items()))
+
+
+def looks_past(looks: dict[int, int], most: int, confidence: float = CONFIDENCE) -> dict[int, int]:
+    """Looks after the last of ``looks``, up to ``most`` rounds, each narrower than that last one (a
+    look of its rank or less over more rounds is only wider: it could decide nothing new), keeping
+    the chance that any look misses within 1 − ``confidence``. The last, ``most``, gets the tightest
+    rank that fits, then the rounds between from the first up, as the planned looks are chosen. None
+    where even a rank one tighter does not fit: a gate of 12 intervals, whose 9 rounds spend nearly
+    all of its share, gets none up to 15; a gate of 2 gets 12–14 ([x(2), …]) and 15 ([x(3), …])."""
+    last_round = max(looks)
+    last = looks[last_round]
+
+    def tightest(n: int, past: dict[int, int]) -> int | None:
+        fits = [k for k in range(last + 1, (n + 1) // 2 + 1)
+                if miss_probability({**looks, **past, n: k}) <= 1 - confidence]
+        return max(fits, default=None)
+
+    past: dict[int, int] = {}
+    if most <= last_round or (at_most := tightest(most, past)) is None:
+        return past
+    past[most] = at_most
+    for n in range(last_round + 1, most):
+        if (k := tightest(n, past)) is not None:
+            past[n] = k
+    return past
+
+
+def most_rounds(rounds: int, confidence: float = CONFIDENCE, most: int = 0) -> int:
+    """The rounds a measurement of ``rounds`` (going on up to ``most`` while an interval straddles) may
+    take at most, for an interval at ``confidence``: ``rounds`` where no look past them fits."""
+    return max(sequential_looks(rounds, confidence, most))
 
 
 @functools.cache
-def sequential_rank(n: int, planned: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
-    """The rank of n rounds' interval in a measurement of at most ``planned`` rounds that may stop
-    at its looks, and the coverage the whole procedure guarantees for it. At a look: the look's
-    rank. Short of one (a busy machine or an ended server stopped the rounds, not the ratios):
-    the earlier looks' chances plus the tightest rank at n that keeps them within, else [min, max]."""
-    looks = sequential_looks(planned, confidence)
+def sequential_rank(n: int, planned: int, confidence: float = CONFIDENCE, most: int = 0) -> tuple[int, float]:
+    """The rank of n rounds' interval in a measurement of ``planned`` rounds (up to ``most`` while an
+    interval straddles) that may stop at its looks, and the coverage the whole procedure guarantees for
+    it. At a look: the look's rank. Short of one (a busy machine or an ended server stopped the rounds,
+    not the ratios): the earlier looks' chances plus the tightest rank at n that keeps them within, else
+    [min, max]."""
+    looks = sequential_looks(planned, confidence, most)
     if n in looks:
         return looks[n], 1.0 - miss_probability(looks)
     earlier = {m: k for m, k in looks.items() if m < n}
@@ -154,11 +190,11 @@ def kept_samples(samples_ms: list[float], most: int = SAMPLES_KEPT) -> list[floa
 
 
 def median_interval(values: list[float], confidence: float = CONFIDENCE,
-                    planned: int = 0) -> tuple[float, float, float, float]:
+                    planned: int = 0, most: int = 0) -> tuple[float, float, float, float]:
     """The median of ``values``, its order-statistic interval, and the interval's coverage
-    (of the sequential design of at most ``planned`` rounds, when not 0)."""
+    (of the sequential design of ``planned`` rounds, up to ``most`` while one straddles, when not 0)."""
     ordered = sorted(values)
     n = len(ordered)
-    k, level = sequential_rank(n, planned, confidence) if planned else median_interval_rank(n, confidence)
+    k, level = sequential_rank(n, planned, confidence, most) if planned else median_interval_rank(n, confidence)
     middle = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
     return middle, ordered[k - 1], ordered[n - k], level

@@ -77,10 +77,11 @@ class Measurement:
 
 
 def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: int, stop_early: bool,
-            intervals: int, disturbed: Callable[[int], bool] = lambda n: False) -> Measurement:
+            intervals: int, disturbed: Callable[[int], bool] = lambda n: False, most: int = 0) -> Measurement:
     """A baseline whose every call takes 1 ms and a candidate whose method m takes ``per_round[m][i]`` ms in
     the i-th quiet round, measured as the measure session measures them (``run_rounds`` with its stop rule,
-    ``clear_of_threshold``, ``planned`` rounds at most; the machine disturbs round n, as tried, where
+    ``clear_of_threshold``, ``planned`` rounds, going on up to ``most`` while an interval straddles where looks
+    past them fit, as ``rounds_design`` has it; the machine disturbs round n, as tried, where
     ``disturbed(n)``), then judged as the latency gate judges each method (its ratio as gather makes it, of
     the quiet rounds; ``RatioEstimate.outcome`` against ``threshold``), each interval at its share of a gate
     of ``intervals``."""
@@ -98,14 +99,15 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
     servers = {"baseline": ScriptedServer(baseline, pid=1), "candidate": ScriptedServer(candidate, pid=2)}
     stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
     confidence = stats.interval_confidence(intervals)
+    looks = stats.sequential_looks(planned, confidence, most) if stop_early else {}
+    most = max(looks, default=planned)
     clear = functools.partial(rounds.clear_of_threshold, "baseline", ["candidate"], stacks, threshold=threshold,
-                              min_delta_ms=0.0, planned=planned, confidence=confidence) if stop_early else None
-    looks = stats.sequential_looks(planned, confidence) if stop_early else {}
-    tried, ended = rounds.run_rounds(dict(servers), stacks, planned, 1, clear=clear, looks=looks,
+                              min_delta_ms=0.0, planned=planned, confidence=confidence, most=most) if looks else None
+    tried, ended = rounds.run_rounds(dict(servers), stacks, planned, 1, clear=clear, looks=looks, most=most,
                                      watch=scripted_watch(disturbed))
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
     found = rounds.ratios_so_far("baseline", ["candidate"], stacks, quiet, planned=planned if stop_early else 0,
-                                 confidence=confidence) or []
+                                 confidence=confidence, most=most if stop_early else 0) or []
     return Measurement(tried=tried, ended=ended,
                     outcomes=[(estimate.outcome(threshold, baseline_ms, 0.0), estimate)
                               for estimate, baseline_ms in found])

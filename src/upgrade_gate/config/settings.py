@@ -117,6 +117,11 @@ OPTIONS = (
     # Looks before the last round cost coverage; the looks' ranks keep it at 95% in all (stats.py).
     Option(key="stop-early", attribute="stop_early", default=True, kind=FLAG,
            help="stop the rounds once every latency interval lies wholly on one side of the threshold"),
+    # Rounds past `rounds` keep their looks and parts: they decide near-threshold gates of up to 6 intervals more
+    # often and cost time only where one straddles (docs/benchmarks.md, near-threshold gates; stats.looks_past).
+    Option(key="most-rounds", attribute="most_rounds", default=15, kind=integer_kind(fewest_rounds()),
+           help="with stop-early, the rounds go on past `rounds` while a latency interval still straddles the "
+                "threshold, up to this many (`rounds`: never past them)"),
     # A runaway export must not take the machine down (seed 000 died at 5-6 GB
     # and left a 0-byte .pte); two exports may run at once, the limit is per worker.
     Option(key="memory-limit", attribute="memory_limit_bytes", default="85%", kind=MEMORY,
@@ -172,6 +177,7 @@ class Settings:
     time_budget_s: float
     rounds: int
     stop_early: bool
+    most_rounds: int
     memory_limit_bytes: int
     variants: tuple[str, ...]
     localize_budget_s: float
@@ -235,6 +241,9 @@ def load_settings(config_path: Path) -> Settings:
         raise table.error("rounds", f"must be at least {needed} with {len(settings.threads)} thread counts (threads = "
                                     f"{list(settings.threads)}): a latency gate's intervals, one per thread count and "
                                     f"method, share its {CONFIDENCE:.0%}; got {settings.rounds}")
+    if settings.most_rounds < settings.rounds:
+        raise table.error("most-rounds", f"must be at least `rounds` ({settings.rounds}; equal to it: never past "
+                                         f"them), got {settings.most_rounds}")
     return settings
 
 

@@ -119,11 +119,12 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
         ended = run.ended_of(model.name, threads)
         # Rounds that could stop early are judged by the sequential design they ran with, as on the host.
         planned = run.planned_rounds if ended is not None and ended.stop_early else 0
+        most = ended.most if ended is not None and planned else 0
         for method in methods:
             mine, theirs = rounds_of(stack, method), rounds_of(base, method)
             common = sorted(set(mine) & set(theirs))
             estimate = ratio_by_rounds([mine[n] for n in common], [theirs[n] for n in common], confidence=confidence,
-                                       planned=planned)
+                                       planned=planned, most=most)
             mine_p50 = summarize([s for n in common for s in mine[n]])
             theirs_p50 = summarize([s for n in common for s in theirs[n]])
             if stale:

@@ -14,13 +14,13 @@ from upgrade_gate.schema.verdict import (
     Quantity,
     Unit,
 )
-from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
+from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, most_rounds, together
 from upgrade_gate.text import size
 
-# Where a gate still straddles after every planned round, the rounds that would decide it more often: stop-early's
-# looks to 15 rounds, simulated in `nox -s benchmark -- looks` (docs/benchmarks.md). They help a gate of up to 4
-# intervals (1.5 to 2.5 times as many decided 3-8% from the threshold); a gate of more decides no more often at 15.
-MORE_ROUNDS, MORE_ROUNDS_HELP = 15, 4
+# Where a gate still straddles after every round it could take, the `most-rounds` that would decide it more often
+# where looks past `rounds` fit its intervals' shares (stats.looks_past): simulated in `nox -s benchmark -- looks`
+# (docs/benchmarks.md, near-threshold gates). Named to a run that set fewer.
+MORE_ROUNDS = 15
 
 
 def latency_gate(found: Gates, severity: str) -> None:
@@ -37,12 +37,14 @@ def latency_gate(found: Gates, severity: str) -> None:
     plan, model, stack, base = found.plan, found.model, found.stack, found.plan.baseline.name
     gates = plan.settings.gates
     max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
+    rounds = plan.settings.rounds
+    most = max((machine.planned for machine in model.contention.values()), default=rounds)
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"the median's whole interval, per thread count and method, the gate's intervals at least "
                           f"{CONFIDENCE:.0%} together; methods at most {min_delta:g} ms slower at its top pass",
                 evidence=f"measurements/{model.name}/threads-*.json ("
-                         f"{'up to ' if plan.settings.stop_early else ''}{plan.settings.rounds} quiet rounds, "
-                         "the order alternating)")
+                         f"{'up to ' if plan.settings.stop_early else ''}{rounds} quiet rounds, "
+                         f"{f'{most} while an interval straddled, ' if most > rounds else ''}the order alternating)")
     judged: list[Row] = []
     for threads in plan.settings.threads:
         mine, theirs = found.candidate.measured[threads], found.baseline.measured[threads]
@@ -95,9 +97,11 @@ def latency_gate(found: Gates, severity: str) -> None:
     elif outcome == "inconclusive":
         where += f"; the interval straddles {max_ratio:.2f}"
         if (machine is not None and machine.ended is RoundsEnded.PLANNED and plan.settings.stop_early
-                and machine.planned < MORE_ROUNDS and machine.intervals <= MORE_ROUNDS_HELP):
-            where += (f" after all {machine.planned} rounds (`rounds = {MORE_ROUNDS}` goes on only while an interval "
-                      f"straddles and decides such a gate more often: docs/benchmarks.md, near-threshold gates)")
+                and most_rounds(plan.settings.rounds, interval_confidence(machine.intervals), MORE_ROUNDS)
+                > machine.planned):
+            where += (f" after all {machine.planned} rounds (`most-rounds = {MORE_ROUNDS}` goes on only while an "
+                      f"interval straddles and decides such a gate more often: docs/benchmarks.md, near-threshold "
+                      f"gates)")
     if estimate.dropped:
         where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
     if machine is not None and machine.ended in (RoundsEnded.DECIDED, RoundsEnded.REPEATS_RAN_OUT):

@@ -195,16 +195,18 @@ def gather_model(plan: Plan, model: ModelEntry,
                 continue  # a measurement that did not finish gives no ratio: never a part presented as whole
             machine = contention.get(threads)
             quiet = machine.quiet_rounds() if machine is not None else None
-            # Rounds that could stop early are judged by the sequential design of at most that many, each
-            # interval at its share of the gate's coverage (stats): the design the rounds ran with.
+            # Rounds that could stop early are judged by the sequential design they ran with (stats: its planned
+            # rounds, and the most they could go on to while an interval straddled), each interval at its share
+            # of the gate's coverage.
             how = measurements[threads].get("settings") or {}
             planned = int(how.get("rounds") or 0) if how.get("stop_early") else 0
+            most = int(how.get("most_rounds") or 0) if planned else 0
             confidence = interval_confidence(machine.intervals if machine is not None else 1)
             for method, rounds in by_method.items():
                 theirs = samples[base][threads].get(method, {})
                 common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
                 estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common],
-                                           confidence=confidence, planned=planned)
+                                           confidence=confidence, planned=planned, most=most)
                 if estimate is not None:
                     ratios.append(LatencyRatio(stack=side, threads=threads, method=method, estimate=estimate))
                 if machine is not None and machine.busy:  # every round tried, disturbed or not: no judgement
@@ -351,8 +353,9 @@ def _contention(threads: int, data: dict[str, Any], where: str) -> Contention:
     return Contention(threads=threads, cores=machine.get("cores"), cpu=str(machine.get("cpu", "unknown")),
                       rounds=tuple(RoundLoad.from_reader(Reader(r, f"measurement.rounds[{i}]"))
                                    for i, r in enumerate(tried)),
-                      planned=int(how.get("rounds") or 0), ended=RoundsEnded(ended) if ended else None,
-                      intervals=int(how.get("intervals") or 1))
+                      # The rounds it could take: past `rounds` while an interval straddled, where it could go on.
+                      planned=int(how.get("most_rounds") or how.get("rounds") or 0),
+                      ended=RoundsEnded(ended) if ended else None, intervals=int(how.get("intervals") or 1))
 
 
 def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:

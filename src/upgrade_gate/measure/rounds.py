@@ -16,7 +16,9 @@ For each model and each thread count:
    the rest of the machine's load is measured (upgrade_gate.measure._contention); a round
    it disturbed is repeated in the same order, and does not count. With ``stop-early``
    the rounds stop at a look of the sequential design (upgrade_gate.stats.sequential_looks)
-   once every candidate's interval lies wholly on one side of the latency threshold. The
+   once every candidate's interval lies wholly on one side of the latency threshold, and
+   go on past ``rounds``, up to ``most-rounds``, while one still straddles, where the gate's
+   share of the coverage leaves room for looks there (``rounds_design``). The
    file says why the rounds ended (schema.measured.RoundsEnded).
    A candidate whose diagnose phase chose a remedy is timed twice in each round: as shipped, and with the
    remedied artifacts in place of the shipped ones (``Side``, schema.measured.remedied), so that the latency
@@ -119,7 +121,9 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     started = time.monotonic()
     intervals = gate_intervals(plan, model, runnable)
     confidence = stats.interval_confidence(intervals)
-    log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds of "
+    looks, most = rounds_design(plan, confidence)
+    log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds"
+        f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
         f"{', '.join([spec.name for spec, _ in runnable] + [side.name for side in sides]) or 'no stack'}")
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
@@ -144,9 +148,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         clear = functools.partial(clear_of_threshold, plan.baseline.name,
                                   [spec.name for spec in plan.candidates] + [side.name for side in sides],
                                   stacks, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"],
-                                  planned=settings.rounds, confidence=confidence) if settings.stop_early else None
-        looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
-        rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks)
+                                  planned=settings.rounds, most=most, confidence=confidence) if looks else None
+        rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks, most=most)
         for server in servers.values():  # nothing is timed any more: they end together
             server.ask_to_exit()
         for name, server in servers.items():
@@ -167,6 +170,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         "threads": threads,
         "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
                      "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early,
+                     # The rounds it could take, going on while an interval straddled (rounds_design).
+                     "most_rounds": most,
                      # The intervals the model's latency gate judges: they share its 5% (stats.interval_confidence).
                      "intervals": intervals},
         "order": [spec.name for spec, _ in runnable],  # the stacks measured (their cache entry's name)
@@ -221,7 +226,8 @@ Watch = Callable[[list[int], int], Callable[[], _contention.Load | None]]
 
 def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
                on_round: Callable[[str], Any] | None = None, clear: Callable[[set[int]], bool] | None = None, *,
-               looks: Collection[int] = (), watch: Watch | None = None) -> tuple[list[dict[str, Any]], RoundsEnded]:
+               looks: Collection[int] = (), most: int = 0,
+               watch: Watch | None = None) -> tuple[list[dict[str, Any]], RoundsEnded]:
     """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
     first or second does to a stack (a warm cache, a clock still ramping, the other's
     leftovers) falls on both alike. A round the rest of the machine disturbed (``watch``:
@@ -232,21 +238,24 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
     rounds stop. Each stack's samples of a round are its ``rounds`` entry (``stats.kept_samples``,
     with the calls they stand for); the round's order and load are the measurement's. With
     ``clear`` (stop-early), after a quiet round that is one of ``looks`` (the sequential
-    design's) the rounds stop when ``clear(quiet rounds)`` says every ratio is decided.
+    design's) the rounds stop when ``clear(quiet rounds)`` says every ratio is decided; they
+    go on past ``wanted``, up to ``most``, while it does not (``rounds_design``).
     Returns every round tried and why the rounds ended."""
     watch = watch or functools.partial(_contention.watch, threads=threads, cores=CORES)
     names = list(servers)
     counted: set[int] = set()
     tried: list[dict[str, Any]] = []
+    at_most = max(wanted, most)
     while servers:
-        if len(counted) == wanted:
+        if len(counted) == at_most:
             return tried, RoundsEnded.PLANNED
-        if len(tried) >= REPEAT_BUDGET * wanted:
+        if len(tried) >= REPEAT_BUDGET * max(wanted, len(counted) + 1):  # a round past ``wanted`` adds its share
             return tried, RoundsEnded.REPEATS_RAN_OUT
         number, place = len(tried) + 1, len(counted) + 1
         if on_round is not None:  # the count never passes ``wanted``: a repeat says which round it repeats
             repeat = bool(tried) and tried[-1]["round"] not in counted
-            on_round(f"{'repeating busy round' if repeat else 'round'} {place}/{wanted}")
+            of = f"/{wanted}" if place <= wanted else f" of up to {at_most} (an interval still straddles)"
+            on_round(f"{'repeating busy round' if repeat else 'round'} {place}{of}")
         order = [n for n in (names if place % 2 else names[::-1]) if n in servers]
         loads: dict[str, _contention.Load | None] = {}
         cut: dict[str, float] = {}  # stack → the seconds after which its server cut its part short (part_limit_s)
@@ -273,10 +282,22 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
                       **({"cut": cut} if cut else {})})
         if len(servers) < len(names):
             break  # a stack's server ended: no more ratios to be had; what finished is kept
-        if (clear is not None and number in counted and len(counted) < wanted and len(counted) in looks
+        if (clear is not None and number in counted and len(counted) < at_most and len(counted) in looks
                 and clear(counted)):
             return tried, RoundsEnded.DECIDED
     return tried, RoundsEnded.SERVER_ENDED
+
+
+def rounds_design(plan: Plan, confidence: float) -> tuple[dict[int, int], int]:
+    """Where the rounds of an interval at ``confidence`` may stop (stop-early's looks, ``{rounds: rank}``;
+    none without it) and the most they may take: ``rounds``, or up to ``most-rounds`` where looks past them
+    fit its share of the coverage (stats.looks_past: a gate of up to 6 intervals at 15). Every round is sized
+    for ``rounds`` (the server's parts): one past them costs what a planned one does, only where one straddles."""
+    settings = plan.settings
+    if not settings.stop_early:
+        return {}, settings.rounds
+    looks = stats.sequential_looks(settings.rounds, confidence, settings.most_rounds)
+    return looks, max(looks)
 
 
 def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> int:
@@ -286,9 +307,9 @@ def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec
 
 
 def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int], *,
-                  planned: int, confidence: float) -> list[tuple[RatioEstimate, float]] | None:
+                  planned: int, confidence: float, most: int = 0) -> list[tuple[RatioEstimate, float]] | None:
     """Every candidate's ratio to the baseline, per method, over the ``quiet`` rounds (the sequential
-    design's interval of at most ``planned`` rounds, each at ``confidence``), each with the baseline's
+    design's interval of ``planned`` rounds, up to ``most``, each at ``confidence``), each with the baseline's
     median in ms; None without a baseline and a candidate, or where a ratio cannot be made."""
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
     measured = [_samples_by_method(stacks[name], quiet) for name in candidates if name in stacks]
@@ -299,7 +320,7 @@ def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, di
         for method, rounds in mine.items():
             if method not in theirs or len(theirs[method]) != len(rounds):
                 return None
-            estimate = ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned)
+            estimate = ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned, most=most)
             if estimate is None:
                 return None
             found.append((estimate, float(np.median([v for samples in theirs[method] for v in samples]))))
@@ -307,11 +328,12 @@ def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, di
 
 
 def clear_of_threshold(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
-                       *, threshold: float, min_delta_ms: float, planned: int, confidence: float) -> bool:
+                       *, threshold: float, min_delta_ms: float, planned: int, confidence: float,
+                       most: int = 0) -> bool:
     """Whether every candidate's ratio to the baseline (``ratios_so_far``) is decided as the latency
     gate decides it (RatioEstimate.outcome): its interval wholly within or wholly beyond the threshold,
     or its top at most ``min_delta_ms`` slower. False without a baseline and a candidate."""
-    found = ratios_so_far(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence)
+    found = ratios_so_far(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence, most=most)
     return found is not None and all(estimate.outcome(threshold, baseline_ms, min_delta_ms) != "inconclusive"
                                      for estimate, baseline_ms in found)
 
@@ -514,14 +536,16 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
     if not runtime_keys:
         return None
     settings = plan.settings
+    intervals = gate_intervals(plan, model, runnable)
     return cache.digest_of({
         "machine": machine(),
         "runtime": runtime_keys,
         "order": [spec.name for spec, _ in runnable] + [side.name for side in sides],
         "threads": threads,
         "rounds": settings.rounds,
-        # The intervals the gate judges set each interval's rank (and where the rounds may stop).
-        "intervals": gate_intervals(plan, model, runnable),
+        # The intervals the gate judges set each interval's rank (and where the rounds may stop, how many at most).
+        "intervals": intervals,
+        "most_rounds": rounds_design(plan, stats.interval_confidence(intervals))[1],
         # Where the rounds stop depends on the latency gate's threshold.
         "stop_early": [settings.gates["latency"].threshold, settings.gates["latency"]["min-delta-ms"]]
         if settings.stop_early else False,

@@ -25,7 +25,7 @@ from typing import IO, Any
 from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, clear_of_threshold, run_rounds
+from upgrade_gate.measure.rounds import Watch, clear_of_threshold, rounds_design, run_rounds
 from upgrade_gate.run.supervisor import ServerFailed
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
@@ -147,15 +147,16 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                                         servers, lines)
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
-                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds")
+                looks, most = rounds_design(plan, confidence)
+                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds"
+                    f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
                 clear = functools.partial(
                     clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates], stacks,
                     threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], planned=settings.rounds,
-                    confidence=confidence,
-                ) if settings.stop_early else None
-                looks = stats.sequential_looks(settings.rounds, confidence) if settings.stop_early else {}
+                    confidence=confidence, most=most,
+                ) if looks else None
                 tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
-                                          watch=remote_watch(servers, threads, cores))
+                                          most=most, watch=remote_watch(servers, threads, cores))
                 goodbyes = {name: server.close() for name, server in servers.items()}
                 servers.clear()
             finally:
@@ -165,7 +166,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
             lines += [_server_line(model, name, threads, record["ready"], goodbyes.get(name))
                       for name, record in stacks.items()]
             lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
-                          "stop_early": settings.stop_early, "tried": len(tried),
+                          "stop_early": settings.stop_early, "most": most, "tried": len(tried),
                           "counted": sum(1 for entry in tried if not entry["disturbed"])})
     return lines
 

@@ -228,7 +228,9 @@ def latency_blocks(results: Results, model: ModelResults) -> list[Block]:
             shared = (f"; the latency gate's {machine.intervals} intervals share its coverage, each at "
                       f"{estimates[0].confidence:.2%}" if machine is not None and machine.intervals > 1 and estimates
                       else "")
-            blocks += [Paragraph(f"Latency at {threads} thread(s), {results.settings.rounds} rounds, the stacks in "
+            # The rounds the ratios are made of: fewer than `rounds` when they stopped early, more when they went on.
+            counted = f"{len(estimates[0].per_round)} quiet" if estimates else str(results.settings.rounds)
+            blocks += [Paragraph(f"Latency at {threads} thread(s), {counted} rounds, the stacks in "
                                  "turn (ratio: candidate/baseline, the median of the per-round ratios, with its "
                                  f"interval and that interval's coverage{shared}):"),
                        Table(["method", "Stack", "runs", "min", "p50", "p90", "p99", "trimmed mean", "IQR", "rate",

@@ -80,6 +80,7 @@ class DeviceRoundsEnded(codec.Record):
     ended: str
     stop_early: bool
     tried: int
+    most: int = 0  # the rounds they could go on to while an interval straddled (most-rounds); 0: none
     counted: int
 
 

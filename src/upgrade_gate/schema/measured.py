@@ -77,7 +77,8 @@ class RatioEstimate(codec.Record):
     confidence: float = CONFIDENCE  # the coverage asked of this interval (interval_confidence: its gate's share)
     level: float = CONFIDENCE  # the coverage the interval has (≥ confidence, or less with too few rounds)
     dropped: int = 0  # rounds left out: samples that were not finite durations on either side
-    planned: int = 0  # a measurement that could stop early (sequential_looks): its rounds at most; 0: fixed rounds
+    planned: int = 0  # a measurement that could stop early (sequential_looks): its planned rounds; 0: fixed rounds
+    most: int = 0  # the rounds it could go on to while an interval straddled after them (most-rounds); 0: none
 
     @property
     def holds(self) -> bool:
@@ -107,10 +108,11 @@ class RatioEstimate(codec.Record):
 
 
 def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[list[float]],
-                    confidence: float = CONFIDENCE, planned: int = 0) -> RatioEstimate | None:
+                    confidence: float = CONFIDENCE, planned: int = 0, most: int = 0) -> RatioEstimate | None:
     """One ratio per round (the candidate's median over the baseline's, both measured
     in that round), their median, and the order-statistic interval of that median —
-    of the sequential design when the rounds could stop early (``planned``: their most).
+    of the sequential design when the rounds could stop early (``planned`` rounds, up to ``most`` while an
+    interval straddled).
 
     A round whose samples are not finite durations on either side is left out and
     counted; the others keep their ratio. None without one round of valid samples.
@@ -125,9 +127,9 @@ def ratio_by_rounds(candidate_rounds: list[list[float]], baseline_rounds: list[l
         ratios.append(statistics.median(a.tolist()) / theirs)
     if not ratios:
         return None
-    median, low, high, level = median_interval(ratios, confidence, planned)
+    median, low, high, level = median_interval(ratios, confidence, planned, most)
     return RatioEstimate(median=median, low=low, high=high, per_round=tuple(ratios), confidence=confidence,
-                         level=level, dropped=dropped, planned=planned)
+                         level=level, dropped=dropped, planned=planned, most=most)
 
 
 def _valid(samples_ms: list[float]) -> np.ndarray | None:
@@ -206,7 +208,7 @@ class Contention(codec.Record):
     cores: int | None  # the machine's
     cpu: str
     rounds: tuple[RoundLoad, ...]
-    planned: int = 0  # the quiet rounds asked for (the most, with stop-early); 0: not recorded
+    planned: int = 0  # the quiet rounds asked for (the most, with stop-early: most-rounds where it could go on)
     ended: RoundsEnded | None = None  # None: a measurement file from before it was recorded
     # The intervals the model's latency gate judges (thread counts × methods), which share its 5%: the
     # rounds were designed for them (stats.interval_confidence). 1: a file from before.

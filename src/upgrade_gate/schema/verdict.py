@@ -34,7 +34,9 @@ from upgrade_gate.schema.records import Reader
 # ratios under the stack "<candidate>+remedy") (2.6 files read without them).
 # 2.8: the stacks whose part of a round its server cut short, and after how long (`contention[].rounds[].cut`)
 # (2.7 files read without them).
-RESULTS_VERSION = Version("2.8")
+# 2.9: a latency ratio's `most` rounds, to which its measurement could go on while an interval straddled after its
+# `planned` ones (most-rounds), and a measurement's `contention[].planned` is then that most (2.8 files read as none).
+RESULTS_VERSION = Version("2.9")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
