@@ -172,7 +172,7 @@ def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
 
 @pytest.mark.parametrize(("ended", "quiet", "said", "busy"), [
     (RoundsEnded.PLANNED, 9, "all 9 quiet rounds asked for ran", False),
-    (RoundsEnded.DECIDED, 7, "stopped after 7 of 9 quiet rounds, every interval decided (stop-early)", False),
+    (RoundsEnded.DECIDED, 7, "stopped after 7 of 9 quiet rounds, every gate decided (stop-early)", False),
     (RoundsEnded.REPEATS_RAN_OUT, 8, "the repeats ran out: 18 rounds tried, 8 of 9 quiet", False),
     (RoundsEnded.REPEATS_RAN_OUT, 6, "the repeats ran out: 18 rounds tried, 6 of 9 quiet", True),  # 2 intervals: 7
     (RoundsEnded.SERVER_ENDED, 3, "a measurement server ended after 18 rounds", True),

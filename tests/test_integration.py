@@ -169,7 +169,7 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             assert measurement["ended"] == "repeats ran out"
         elif measurement["ended"] == "decided":  # at a look short of the most
             assert len(ratios[0]["per_round"]) in set(sequential_looks(9, confidence, 15)) - {most}
-            assert latency.status in (GateStatus.PASSED, GateStatus.FAILED) and "every interval decided" in latency.note
+            assert latency.status in (GateStatus.PASSED, GateStatus.FAILED) and "every gate decided" in latency.note
         else:
             assert "decided" not in latency.note
 

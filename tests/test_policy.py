@@ -741,16 +741,16 @@ def test_a_gate_decided_past_the_planned_rounds_says_so_with_that_designs_covera
     assert (latency.measured.low, latency.measured.high) == (pytest.approx(1.1), pytest.approx(1.2))
     assert latency.measured.level == pytest.approx(1 - miss_probability(sequential_looks(9, interval_confidence(2),
                                                                                          15)))
-    assert "stopped after 12 of 15 quiet rounds, every interval decided (stop-early)" in latency.note, latency.note
+    assert "stopped after 12 of 15 quiet rounds, every gate decided (stop-early)" in latency.note, latency.note
     assert "up to 9 quiet rounds, 15 while an interval straddled, the order alternating" in latency.evidence
 
 
-def test_a_gate_stopped_early_says_every_interval_was_decided(plan):
+def test_a_gate_stopped_early_says_it_was_decided(plan):
     latency = measured_as(plan, [[20.0] * 8] * 7, [QUIET] * 7, "decided")
     assert latency.status is GateStatus.FAILED
     # Each of the gate's 2 intervals at its share, 97.5%: [min, max] of 7 looks, 98.4% (the design's).
     assert latency.measured.level == pytest.approx(1 - 2 / 2**7)
-    assert latency.note == ("1 thread(s): 20.000 ms / 10.000 ms; stopped after 7 of 9 quiet rounds, every interval "
+    assert latency.note == ("1 thread(s): 20.000 ms / 10.000 ms; stopped after 7 of 9 quiet rounds, every gate "
                             "decided (stop-early); the gate's 2 intervals together: at least 96.9%")
 
 

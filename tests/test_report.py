@@ -421,10 +421,10 @@ def test_the_latency_section_says_what_each_figure_covers_and_why_the_rounds_end
             "its coverage, each at 97.50%):") in markdown
     assert "| forward | candidate | 56 |" in markdown and "| 2.000, 98.4% interval [2.000, 2.000] | legacy |" in markdown
     assert ("7 of 7 rounds quiet; the timed threads waited 0.0% of their time for a CPU, other processes kept 0.02 of "
-            "2 cores busy, the run queue reached 3; stopped after 7 of 9 quiet rounds, every interval decided "
+            "2 cores busy, the run queue reached 3; stopped after 7 of 9 quiet rounds, every gate decided "
             "(stop-early).") in markdown
     assert ("ratio = 2.000, 98.4% interval [2.000, 2.000] (1 thread(s): 20.000 ms / 10.000 ms; stopped after 7 of 9 "
-            "quiet rounds, every interval decided (stop-early); the gate's 2 intervals together: at least 96.9%)"
+            "quiet rounds, every gate decided (stop-early); the gate's 2 intervals together: at least 96.9%)"
             ) in markdown
 
 

@@ -163,7 +163,9 @@ CLEAR = {"threshold": 1.05, "min_delta_ms": 0.0, "planned": 9, "confidence": 0.9
     ({"a": {"forward": [2.0] * 7}}, True),
     ({"a": {"forward": [0.5] * 7}}, True),
     ({"a": {"forward": [2.0] * 6 + [1.0]}}, False),  # [min, max] straddles 1.05
-    ({"a": {"forward": [2.0] * 7, "decode": [1.0, 1.1] * 3 + [1.0]}}, False),  # one method undecided
+    ({"a": {"forward": [0.5] * 7, "decode": [1.0, 1.1] * 3 + [1.0]}}, False),  # one method undecided
+    # One method wholly above: the gate fails whatever the other says (going on could only widen it back).
+    ({"a": {"forward": [2.0] * 7, "decode": [1.0, 1.1] * 3 + [1.0]}}, True),
     ({"a": {"forward": [2.0] * 7}, "b": {"forward": [1.04, 1.06] * 3 + [1.0]}}, False),  # one candidate undecided
     ({"a": {"forward": [2.0] * 7}, "b": {"forward": [0.9] * 7}}, True),
     ({"a": {"other": [2.0] * 7}}, False),  # a method the baseline did not time: no ratio, nothing decided

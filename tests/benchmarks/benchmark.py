@@ -377,7 +377,7 @@ def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool
     exactly. A round's ratio falls below its median as a fair coin: every sign sequence of the rounds (``planned``,
     or up to ``most`` with stop-early where looks past them fit) gives one interval's state at each look (with
     stop-early; else at the last round); a measurement's methods stop together, at the first look where every one
-    is clear; thread counts are measurements of their own."""
+    is clear or one has failed (the gate is then decided); thread counts are measurements of their own."""
     looks = sequential_looks(planned, confidence, most) if stop_early else {planned: median_interval_rank(planned,
                                                                                                           confidence)[0]}
     length = max(looks)
@@ -400,7 +400,8 @@ def exact_gate_errors(threads: int, methods: int, planned: int, stop_early: bool
         joint = step
     failed = clear = 0.0
     for flags, p in joint.items():
-        stop = next((index for index, (every, _, _) in enumerate(flags) if every), len(flags) - 1)
+        stop = next((index for index, (every, failed_here, _) in enumerate(flags) if every or failed_here),
+                    len(flags) - 1)
         failed += p * flags[stop][1]
         clear += p * flags[stop][2]
     return 1 - (1 - failed) ** threads, 1 - (1 - clear) ** threads

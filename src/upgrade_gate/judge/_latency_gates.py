@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from upgrade_gate.config.settings import OPTION
 from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.schema.measured import BusyRounds, Contention, RatioEstimate, RoundsEnded
 from upgrade_gate.schema.results import ModelResults
@@ -18,9 +19,9 @@ from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, m
 from upgrade_gate.text import size
 
 # Where a gate still straddles after every round it could take, the `most-rounds` that would decide it more often
-# where looks past `rounds` fit its intervals' shares (stats.looks_past): simulated in `nox -s benchmark -- looks`
-# (docs/benchmarks.md, near-threshold gates). Named to a run that set fewer.
-MORE_ROUNDS = 15
+# where looks past `rounds` fit its intervals' shares (stats.looks_past): the default, simulated in `nox -s benchmark
+# -- looks` (docs/benchmarks.md, near-threshold gates). Named to a run that set fewer.
+MORE_ROUNDS = int(OPTION["most-rounds"].default)
 
 
 def latency_gate(found: Gates, severity: str) -> None:

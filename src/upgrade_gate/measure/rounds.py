@@ -16,7 +16,8 @@ For each model and each thread count:
    the rest of the machine's load is measured (upgrade_gate.measure._contention); a round
    it disturbed is repeated in the same order, and does not count. With ``stop-early``
    the rounds stop at a look of the sequential design (upgrade_gate.stats.sequential_looks)
-   once every candidate's interval lies wholly on one side of the latency threshold, and
+   once every candidate's latency gate is decided (every interval wholly on one side of the
+   threshold, or one wholly beyond: ``clear_of_threshold``), and
    go on past ``rounds``, up to ``most-rounds``, while one still straddles, where the gate's
    share of the coverage leaves room for looks there (``rounds_design``). The
    file says why the rounds ended (schema.measured.RoundsEnded).
@@ -311,31 +312,46 @@ def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, di
     """Every candidate's ratio to the baseline, per method, over the ``quiet`` rounds (the sequential
     design's interval of ``planned`` rounds, up to ``most``, each at ``confidence``), each with the baseline's
     median in ms; None without a baseline and a candidate, or where a ratio cannot be made."""
+    found = _ratios_by_candidate(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence, most=most)
+    return None if found is None else [pair for pairs in found.values() for pair in pairs]
+
+
+def _ratios_by_candidate(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
+                         *, planned: int, confidence: float,
+                         most: int) -> dict[str, list[tuple[RatioEstimate, float]]] | None:
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
-    measured = [_samples_by_method(stacks[name], quiet) for name in candidates if name in stacks]
+    measured = {name: _samples_by_method(stacks[name], quiet) for name in candidates if name in stacks}
     if not theirs or not measured:
         return None
-    found = []
-    for mine in measured:
+    found: dict[str, list[tuple[RatioEstimate, float]]] = {}
+    for name, mine in measured.items():
         for method, rounds in mine.items():
             if method not in theirs or len(theirs[method]) != len(rounds):
                 return None
             estimate = ratio_by_rounds(rounds, theirs[method], confidence=confidence, planned=planned, most=most)
             if estimate is None:
                 return None
-            found.append((estimate, float(np.median([v for samples in theirs[method] for v in samples]))))
+            found.setdefault(name, []).append(
+                (estimate, float(np.median([v for samples in theirs[method] for v in samples]))))
     return found
 
 
 def clear_of_threshold(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
                        *, threshold: float, min_delta_ms: float, planned: int, confidence: float,
                        most: int = 0) -> bool:
-    """Whether every candidate's ratio to the baseline (``ratios_so_far``) is decided as the latency
-    gate decides it (RatioEstimate.outcome): its interval wholly within or wholly beyond the threshold,
-    or its top at most ``min_delta_ms`` slower. False without a baseline and a candidate."""
-    found = ratios_so_far(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence, most=most)
-    return found is not None and all(estimate.outcome(threshold, baseline_ms, min_delta_ms) != "inconclusive"
-                                     for estimate, baseline_ms in found)
+    """Whether every candidate's latency gate is decided by its ratios to the baseline (``ratios_so_far``) as the
+    gate decides each (RatioEstimate.outcome: its interval wholly within or wholly beyond the threshold, or its
+    top at most ``min_delta_ms`` slower): one of them wholly beyond (the gate fails whatever its other methods
+    say: going on could only widen that interval back over the threshold), or every one decided. False without
+    a baseline and a candidate."""
+    found = _ratios_by_candidate(baseline, candidates, stacks, quiet, planned=planned, confidence=confidence, most=most)
+    if found is None:
+        return False
+    for pairs in found.values():
+        outcomes = {estimate.outcome(threshold, baseline_ms, min_delta_ms) for estimate, baseline_ms in pairs}
+        if "failed" not in outcomes and "inconclusive" in outcomes:
+            return False
+    return True
 
 
 def _samples_by_method(record: dict[str, Any], quiet: set[int]) -> dict[str, list[list[float]]]:

@@ -195,7 +195,7 @@ class RoundsEnded(str, Enum):
     """Why a measurement's rounds ended (upgrade_gate.measure.rounds writes it as the file's ``ended``)."""
 
     PLANNED = "planned"  # every quiet round asked for ran
-    DECIDED = "decided"  # stop-early: at a look, every candidate's interval was clear of the threshold
+    DECIDED = "decided"  # stop-early: at a look, every candidate's gate was decided (rounds.clear_of_threshold)
     REPEATS_RAN_OUT = "repeats ran out"  # the machine disturbed so many rounds that the tries allowed ran out
     SERVER_ENDED = "server ended"  # a stack's measurement server ended (failed, killed): no more ratios
 
@@ -291,7 +291,7 @@ class Contention(codec.Record):
         of = f" of {self.planned}" if self.planned else ""
         return {
             RoundsEnded.PLANNED: f"all {self.quiet} quiet rounds asked for ran",
-            RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every interval decided (stop-early)",
+            RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every gate decided (stop-early)",
             RoundsEnded.REPEATS_RAN_OUT: f"the repeats ran out: {len(self.rounds)} rounds tried, {self.quiet}{of} "
                                          "quiet",
             RoundsEnded.SERVER_ENDED: f"a measurement server ended after {len(self.rounds)} rounds",
