@@ -253,7 +253,7 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
         if len(tried) >= REPEAT_BUDGET * max(wanted, len(counted) + 1):  # a round past ``wanted`` adds its share
             return tried, RoundsEnded.REPEATS_RAN_OUT
         number, place = len(tried) + 1, len(counted) + 1
-        if on_round is not None:  # the count never passes ``wanted``: a repeat says which round it repeats
+        if on_round is not None:  # "n/wanted" up to ``wanted``, then how far it may go; a repeat names its round
             repeat = bool(tried) and tried[-1]["round"] not in counted
             of = f"/{wanted}" if place <= wanted else f" of up to {at_most} (an interval still straddles)"
             on_round(f"{'repeating busy round' if repeat else 'round'} {place}{of}")

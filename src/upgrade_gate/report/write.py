@@ -94,7 +94,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     settings = results.settings
     past = (f", going on up to {settings.most_rounds} while one still straddles where its gate's intervals leave "
             f"room" if settings.most_rounds > settings.rounds else "")
-    rounds = (f"up to {settings.rounds} quiet rounds (stopping once every interval is decided{past})"
+    rounds = (f"up to {settings.rounds} quiet rounds (stopping once each latency gate is decided{past})"
               if settings.stop_early else f"{settings.rounds} quiet rounds")
     blocks.append(Paragraph(
         f"Generated {verdict.generated_at} by upgrade-gate {results.tool_version} · models: "
