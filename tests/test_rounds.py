@@ -28,14 +28,13 @@ def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, 
         lambda n: {"forward": [per_round[quiet_before(n)]]} if quiet_before(n) < len(per_round) else None, pid=2)
     stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
     confidence = stats.interval_confidence(intervals)
-    most = stats.most_rounds(wanted, confidence, most)
+    looks, most = rounds.rounds_design(wanted, most, stop_early, confidence)
     clear = (lambda quiet: rounds.clear_of_threshold("legacy", ["candidate"], stacks, quiet, threshold=threshold,
                                                      min_delta_ms=0.0, planned=wanted, confidence=confidence,
                                                      most=most)
-             ) if stop_early else None
+             ) if looks else None
     tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, wanted, 1, log, clear,
-                                     looks=stats.sequential_looks(wanted, confidence, most) if stop_early else {},
-                                     most=most if stop_early else 0, watch=scripted.scripted_watch(disturbed))
+                                     looks=looks, most=most, watch=scripted.scripted_watch(disturbed))
     return tried, ended, stacks
 
 

@@ -81,7 +81,7 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
     """A baseline whose every call takes 1 ms and a candidate whose method m takes ``per_round[m][i]`` ms in
     the i-th quiet round, measured as the measure session measures them (``run_rounds`` with its stop rule,
     ``clear_of_threshold``, ``planned`` rounds, going on up to ``most`` while an interval straddles where looks
-    past them fit, as ``rounds_design`` has it; the machine disturbs round n, as tried, where
+    past them fit (``rounds_design``, as the session has it); the machine disturbs round n, as tried, where
     ``disturbed(n)``), then judged as the latency gate judges each method (its ratio as gather makes it, of
     the quiet rounds; ``RatioEstimate.outcome`` against ``threshold``), each interval at its share of a gate
     of ``intervals``."""
@@ -99,8 +99,7 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
     servers = {"baseline": ScriptedServer(baseline, pid=1), "candidate": ScriptedServer(candidate, pid=2)}
     stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
     confidence = stats.interval_confidence(intervals)
-    looks = stats.sequential_looks(planned, confidence, most) if stop_early else {}
-    most = max(looks, default=planned)
+    looks, most = rounds.rounds_design(planned, most, stop_early, confidence)
     clear = functools.partial(rounds.clear_of_threshold, "baseline", ["candidate"], stacks, threshold=threshold,
                               min_delta_ms=0.0, planned=planned, confidence=confidence, most=most) if looks else None
     tried, ended = rounds.run_rounds(dict(servers), stacks, planned, 1, clear=clear, looks=looks, most=most,

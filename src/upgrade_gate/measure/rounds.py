@@ -122,7 +122,7 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     started = time.monotonic()
     intervals = gate_intervals(plan, model, runnable)
     confidence = stats.interval_confidence(intervals)
-    looks, most = rounds_design(plan, confidence)
+    looks, most = rounds_design(settings.rounds, settings.most_rounds, settings.stop_early, confidence)
     log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds"
         f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
         f"{', '.join([spec.name for spec, _ in runnable] + [side.name for side in sides]) or 'no stack'}")
@@ -289,15 +289,15 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
     return tried, RoundsEnded.SERVER_ENDED
 
 
-def rounds_design(plan: Plan, confidence: float) -> tuple[dict[int, int], int]:
+def rounds_design(rounds: int, most_rounds: int, stop_early: bool, confidence: float) -> tuple[dict[int, int], int]:
     """Where the rounds of an interval at ``confidence`` may stop (stop-early's looks, ``{rounds: rank}``;
-    none without it) and the most they may take: ``rounds``, or up to ``most-rounds`` where looks past them
+    none without it) and the most they may take: ``rounds``, or up to ``most_rounds`` where looks past them
     fit its share of the coverage (stats.looks_past: a gate of up to 6 intervals at 15). Every round is sized
-    for ``rounds`` (the server's parts): one past them costs what a planned one does, only where one straddles."""
-    settings = plan.settings
-    if not settings.stop_early:
-        return {}, settings.rounds
-    looks = stats.sequential_looks(settings.rounds, confidence, settings.most_rounds)
+    for ``rounds`` (the server's parts): one past them costs what a planned one does, only where one straddles.
+    The measure session's, a target's (measure/target_rounds.py) and the benchmarks' rounds (scripted.py)."""
+    if not stop_early:
+        return {}, rounds
+    looks = stats.sequential_looks(rounds, confidence, most_rounds)
     return looks, max(looks)
 
 
@@ -561,7 +561,8 @@ def _measurement_key(plan: Plan, model: ModelEntry, threads: int, runnable: list
         "rounds": settings.rounds,
         # The intervals the gate judges set each interval's rank (and where the rounds may stop, how many at most).
         "intervals": intervals,
-        "most_rounds": rounds_design(plan, stats.interval_confidence(intervals))[1],
+        "most_rounds": rounds_design(settings.rounds, settings.most_rounds, settings.stop_early,
+                                     stats.interval_confidence(intervals))[1],
         # Where the rounds stop depends on the latency gate's threshold.
         "stop_early": [settings.gates["latency"].threshold, settings.gates["latency"]["min-delta-ms"]]
         if settings.stop_early else False,

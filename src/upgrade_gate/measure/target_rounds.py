@@ -147,7 +147,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                                         servers, lines)
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
-                looks, most = rounds_design(plan, confidence)
+                looks, most = rounds_design(settings.rounds, settings.most_rounds, settings.stop_early, confidence)
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds"
                     f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
                 clear = functools.partial(
