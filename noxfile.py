@@ -18,6 +18,8 @@
     nox -s benchmark -- gate                      a latency gate's own error rate, exact and simulated
     nox -s benchmark -- stages [--report DIR]     where a finished run's time went, and its floor
     nox -s benchmark -- stop-early [--report DIR] what stopping the rounds early saves, replayed on a run's rounds
+    nox -s benchmark -- most-rounds [--report DIR]
+                                                  the gates the rounds past `rounds` decided, replayed on a run's rounds
 
 Installed (`pip install upgrade-gate`), the same sessions run as `upgrade-gate compare`, … in a
 team's repository (upgrade_gate.cli), or from the team's own noxfile after `import upgrade_gate.sessions`.

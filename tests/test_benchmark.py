@@ -103,3 +103,43 @@ def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(proj
     # Every part of a round lasted 0.5 s (add_round_loads): two stacks, 1 s a round.
     assert (one["rounds"], one["stopped_after"], one["rounds_s"], one["saved_s"]) == (9, 7, 9.0, 2.0)
     assert (two["rounds"], two["stopped_after"], two["rounds_s"], two["saved_s"]) == (10, 7, 10.0, 2.0)
+
+
+def test_most_rounds_counts_the_gates_the_rounds_past_the_planned_ones_decided(project, tmp_path):
+    """A run made with 9 rounds, up to 15: a candidate as fast as the baseline in its first round and ×1.2 in every
+    other. Its gate of two intervals (1 and 2 threads) looks at 7–9 with [min, max], which the first round keeps over
+    the threshold, and at 12 with [x(2), x(11)], wholly above it: inconclusive at the planned rounds, failed as run,
+    and the three rounds past 9 are what it cost. The replay of the run's own design stops where the run did."""
+    from helpers.stack_records import add_round_loads
+
+    from upgrade_gate import stats
+
+    looks = stats.sequential_looks(9, stats.interval_confidence(2), 15)
+    assert {n: looks[n] for n in (7, 8, 9, 12)} == {7: 1, 8: 1, 9: 1, 12: 2}  # what the rounds below are made for
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    reference = np.ones((1, 4), dtype=np.float32)
+    write_stack_model(out, "legacy", "vit-smoke", eager=[reference], artifact=[reference], latency_ms=[[2.0] * 8] * 12)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[reference], artifact=[reference],
+                      latency_ms=[[2.0] * 8] + [[2.4] * 8] * 11)
+    for threads in (1, 2):
+        add_round_loads(out, "vit-smoke", threads, [(0.0, 0.02)] * 12, ended="decided",
+                        settings={"rounds": 9, "stop_early": True, "most_rounds": 15, "intervals": 2})
+    pipeline.report(plan)
+    assert benchmark.main(["most-rounds", "--report", str(out), "--out", str(tmp_path)], log=lambda _: None) == 0
+    found = json.loads((tmp_path / "most-rounds.json").read_text())
+    (row,) = found["rows"]
+    assert (row["at_planned"], row["as_run"], row["verdict"]) == ("inconclusive", "failed", GateStatus.FAILED.value)
+    assert row["rounds"] == {"1": 12, "2": 12} and row["replayed_as_run"]
+    # Each part of a round lasted 0.5 s (add_round_loads): two stacks, two thread counts, three rounds past 9.
+    assert row["past_planned_s"] == pytest.approx(2 * 3 * 1.0)
+    assert found["inconclusive"] == {"at_planned": 1, "as_run": 0}
+
+    # A run whose recorded rounds went on past where its own design stops is not this replay's: exit 1, said.
+    for threads in (1, 2):
+        add_round_loads(out, "vit-smoke", threads, [(0.0, 0.02)] * 12, ended="decided",
+                        settings={"rounds": 9, "stop_early": True, "most_rounds": 9, "intervals": 2})
+    said: list[str] = []
+    assert benchmark.main(["most-rounds", "--report", str(out), "--out", str(tmp_path)], log=said.append) == 1
+    assert "the replay did not stop where the run did" in said[0]

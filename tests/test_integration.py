@@ -313,6 +313,12 @@ def test_smoke_int8_in_both_stacks(smoke_run):
     gates = {(g.model, g.gate): g for g in verdict_of(out).gates}
     assert gates[("vit-smoke@int8-dynamic", "quantized-numerics")].measured_text.startswith("SNR = ")
     assert ("llama-smoke@8da4w", "latency") not in gates  # no baseline to time it against
+    # Timed alone, it has no ratio for stop-early to decide: its planned rounds, no stop at a look and none past
+    # them (it went on to most-rounds, 15, while its absent ratio "straddled").
+    alone = json.loads(layout.measurement_file(out, "llama-smoke@8da4w", 1).read_text())
+    assert [name for name, record in alone["stacks"].items() if record["status"] == "ok"] == ["candidate"]
+    assert alone["settings"]["most_rounds"] == 9 and alone["ended"] in ("planned", "repeats ran out")
+    assert alone["ended"] == "repeats ran out" or sum(not r["disturbed"] for r in alone["rounds"]) == 9
     report = (out / "report.md").read_text()
     assert "| legacy | 8da4w | no 8da4w recipe in this stack |" in report
     assert "| candidate | int8 | ok | PT2E static, XNNPACKQuantizer" in report

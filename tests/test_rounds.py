@@ -182,6 +182,21 @@ def test_clear_of_threshold_counts_only_the_quiet_rounds_and_needs_both_sides():
     assert rounds.clear_of_threshold("base", ["a"], stacks, quiet - {8}, **CLEAR)
     assert not rounds.clear_of_threshold("missing", ["a"], stacks, quiet, **CLEAR)
     assert not rounds.clear_of_threshold("base", ["missing"], stacks, quiet, **CLEAR)
+    # A candidate whose artifact did not load has a record and no rounds: no ratio, so nothing is decided (a run
+    # of the baseline alone said "every gate decided" at its first look).
+    stacks["b"] = {"status": "not measured", "reason": "its artifact did not load and run (runtime phase)"}
+    assert not rounds.clear_of_threshold("base", ["b"], stacks, quiet - {8}, **CLEAR)
+    assert rounds.clear_of_threshold("base", ["a", "b"], stacks, quiet - {8}, **CLEAR)
+
+
+def test_rounds_without_a_ratio_to_decide_are_the_planned_ones():
+    """A variant only one stack has, or a stack whose artifact did not load: stop-early has nothing to decide, so
+    the measurement neither stops at a look nor goes on past the planned rounds (it went on to most-rounds)."""
+    assert rounds.ratio_to_decide("base", ["a", "side"], {"base": 1, "side": 2})
+    assert not rounds.ratio_to_decide("base", ["a"], {"a": 1})
+    assert not rounds.ratio_to_decide("base", ["a"], {"base": 1, "other": 2})
+    design = rounds.rounds_design(9, 15, rounds.ratio_to_decide("base", ["a"], {"a": 1}), stats.interval_confidence(2))
+    assert design == ({}, 9)
 
 
 def test_a_method_within_min_delta_ms_is_clear_whatever_its_ratio():

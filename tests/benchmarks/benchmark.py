@@ -28,6 +28,10 @@ tests/benchmarks/, which the wheel does not carry.
   where each measurement would have stopped (the measure session's loop, rounds.run_rounds,
   played on the recorded rounds) and the seconds of rounds after that, against all its
   rounds' seconds.
+* ``most-rounds`` — what the rounds past the planned ones decided, replayed on a finished run's own rounds
+  (``--report DIR``, made with ``most-rounds`` past ``rounds``; no stacks run): each latency gate as the
+  planned rounds alone would have left it and as the run judged it (the looks up to the planned rounds are
+  the same in both), and the seconds of the rounds past them.
 * ``workflow`` — one run of the sample CI workflow (docs/ci/upgrade-gate.yml) on this machine, as
   ``tests/test_integration.py`` rehearses it, on the configured suite: each shard job in a folder of
   its own with the result cache restored from ``--carried DIR`` (what actions/cache keeps between
@@ -62,7 +66,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import math
 import os
@@ -101,8 +104,8 @@ from upgrade_gate.stats import (
 )
 
 BENCHMARKS = Path(__file__).resolve().parent  # noise/, sensitivity/: their stacks and configuration
-NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "looks", "stages", "stop-early", "workflow",
-         "worker-start")
+NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "looks", "stages", "stop-early", "most-rounds",
+         "workflow", "worker-start")
 # Real models with a middling and a slow call, the same in every benchmark.
 MODELS = "mobilenet-v3-small,vit-ti16,minilm-l6"
 # The harness's share is largest on the fastest call: a tiny ViT (≈ 0.1-0.3 ms) besides real models.
@@ -131,7 +134,7 @@ def main(argv: list[str], log: Any = print) -> int:
     parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
     parser.add_argument("--report", type=Path, default=Path("report"),
-                        help="stages, stop-early: the report folder to read")
+                        help="stages, stop-early, most-rounds: the report folder to read")
     parser.add_argument("--carried", type=Path,
                         help="workflow: the result caches carried between runs, one folder per shard "
                              "(default OUT/actions-cache)")
@@ -150,6 +153,8 @@ def main(argv: list[str], log: Any = print) -> int:
         return stages(args.report.resolve(), out, log)
     if args.name == "stop-early":
         return stop_early(args.report.resolve(), out, log)
+    if args.name == "most-rounds":
+        return past_planned(args.report.resolve(), out, log)
     if args.name == "workflow":
         return workflow(out, (args.carried or out / "actions-cache").resolve(), log)
     if args.name == "worker-start":
@@ -851,32 +856,14 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
     the report's latency threshold), and the seconds of the rounds tried after it (every stack's
     part, as the contention record timed it) against the seconds of all its rounds."""
     results = Results.load(report)
-    gate = results.settings.gates["latency"]
-    baseline, candidates = results.baseline.name, [stack.name for stack in results.candidates]
-    rows = []
-    for path in sorted((report / "measurements").glob("*/threads-*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        how = data["settings"]
-        planned, tried = int(how["rounds"]), data.get("rounds") or []
-        seconds = [sum(load["seconds"] for load in entry["load"].values() if load) for entry in tried]
-        # The recorded rounds played to the measure session's own loop, each stack's as it timed them.
-        recorded = {name: {entry["round"]: entry["samples_ms"] for entry in stack.get("rounds") or ()}
-                    for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
-        servers = {name: scripted.ScriptedServer(mine.get, pid=index)
-                   for index, (name, mine) in enumerate(recorded.items(), start=1)}
-        methods = {method for mine in recorded.values() for samples in mine.values() for method in samples}
-        confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
-        played: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
-        clear = functools.partial(rounds.clear_of_threshold, baseline, candidates, played, threshold=gate.threshold,
-                                  min_delta_ms=gate["min-delta-ms"], planned=planned, confidence=confidence)
-        disturbed = {entry["round"] for entry in tried if entry["disturbed"]}
-        replayed, ended = rounds.run_rounds(servers, played, planned, int(data["threads"]), clear=clear,
-                                            looks=sequential_looks(planned, confidence),
-                                            watch=scripted.scripted_watch(disturbed.__contains__))
-        decided = ended is RoundsEnded.DECIDED
+    rows: list[dict[str, Any]] = []
+    for path, data, replayed in _replayed(report, results, past_planned=False):
+        tried = data.get("rounds") or []
+        seconds = _round_seconds(tried)
+        decided = replayed.ended is RoundsEnded.DECIDED
         rows.append({"measurement": path.relative_to(report).as_posix(), "rounds": len(tried),
-                     "stopped_after": sum(not entry["disturbed"] for entry in replayed) if decided else None,
-                     "rounds_s": sum(seconds), "saved_s": sum(seconds[len(replayed):]) if decided else 0.0})
+                     "stopped_after": sum(not entry["disturbed"] for entry in replayed.tried) if decided else None,
+                     "rounds_s": sum(seconds), "saved_s": sum(seconds[len(replayed.tried):]) if decided else 0.0})
     total, saved = sum(r["rounds_s"] for r in rows), sum(r["saved_s"] for r in rows)
     lines = [f"# stop-early replayed on {report}: {saved:.0f} s of {total:.0f} s of rounds saved "
              f"({saved / total if total else 0:.1%}), {sum(r['stopped_after'] is not None for r in rows)} of "
@@ -889,6 +876,97 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
     write_text_atomic(out / "stop-early.md", "\n".join(lines) + "\n")
     log("\n".join(lines))
     return 0
+
+
+NO_RATIO = "no ratio"  # most-rounds: a model's gate the run could not judge, whatever its rounds
+
+
+def past_planned(report: Path, out: Path, log: Any) -> int:
+    """The latency gates a finished run (``report``, made with ``most-rounds`` past ``rounds``) decided with the
+    rounds past the planned ones, counted on its own rounds: each measurement replayed (scripted.replay) with the
+    planned rounds only and with the most-rounds it was made with. The looks up to the planned rounds are the
+    same in both designs (stats.looks_past), so the first replay is how this run would have ended without the
+    rounds past them: the same samples, one run, no run-to-run noise. The second must stop where the run did
+    (else exit 1: the replay is not the run's) and judge each gate as verdict.json does."""
+    results = Results.load(report)
+    verdict = json.loads((report / "verdict.json").read_text(encoding="utf-8"))
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for candidate in [stack.name for stack in results.candidates]:
+        judged = {g["model"]: g["status"] for g in verdict["gates"]
+                  if g["gate"] == "latency" and g.get("stack", candidate) == candidate}
+        planned_only = {path: m for path, _, m in _replayed(report, results, past_planned=False, candidate=candidate)}
+        for path, data, as_run in _replayed(report, results, past_planned=True, candidate=candidate):
+            model, tried = path.parent.name, data.get("rounds") or []
+            row = rows.setdefault((model, candidate), {
+                "model": model, "candidate": candidate, "verdict": judged.get(model, "no gate"),
+                "planned": int(data["settings"]["rounds"]), "rounds": {}, "past_planned_s": 0.0, "replayed_as_run": True,
+                "measurements": {"planned": [], "as_run": []}})
+            row["rounds"][int(data["threads"])] = len(tried)
+            row["past_planned_s"] += sum(_round_seconds(tried)[len(planned_only[path].tried):])
+            row["replayed_as_run"] &= len(as_run.tried) == len(tried)
+            row["measurements"]["planned"].append(planned_only[path])
+            row["measurements"]["as_run"].append(as_run)
+    for row in rows.values():
+        measurements = row.pop("measurements")
+        # A variant one stack has, or a stack whose artifact did not load: no ratio, no gate to count.
+        ratio = any(m.outcomes for m in measurements["as_run"])
+        row["at_planned"], row["as_run"] = (scripted.gate(measurements[design]) if ratio else NO_RATIO
+                                            for design in ("planned", "as_run"))
+    table = sorted(rows.values(), key=lambda r: (r["model"], r["candidate"]))
+    inconclusive = {design: sum(r[design] == "inconclusive" for r in table) for design in ("at_planned", "as_run")}
+    past_s = sum(r["past_planned_s"] for r in table)
+    rounds_s = sum(sum(_round_seconds(json.loads(path.read_text(encoding="utf-8")).get("rounds") or []))
+                   for path in (report / "measurements").glob("*/threads-*.json"))
+    decided = [r for r in table if r["at_planned"] == "inconclusive" != r["as_run"]]
+    mismatched = [r for r in table
+                  if not r["replayed_as_run"] or (r["as_run"] != NO_RATIO and r["as_run"] != r["verdict"])]
+    lines = [f"# rounds past the planned ones, replayed on {report}: latency gates inconclusive "
+             f"{inconclusive['at_planned']} at the planned rounds, {inconclusive['as_run']} as run "
+             f"({len(decided)} decided by the rounds past them: "
+             f"{', '.join(r['model'] + ' ' + r['as_run'] for r in decided) or 'none'}); "
+             f"{past_s:.0f} s of {rounds_s:.0f} s of rounds were past them", "",
+             "| model | candidate | at the planned rounds | as run | rounds tried per thread count | s past planned | "
+             "verdict.json |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['candidate']} | {r['at_planned']} | {r['as_run']} | "
+              f"{', '.join(f'{t}: {n}' for t, n in sorted(r['rounds'].items()))} | {r['past_planned_s']:.1f} | "
+              f"{r['verdict']}{'' if r['replayed_as_run'] else ' (the replay did not stop where the run did)'} |"
+              for r in table]
+    if mismatched:
+        lines += ["", f"The replay is not this run's for {', '.join(r['model'] for r in mismatched)}: its rounds or "
+                      f"its gate differ from what the run recorded."]
+    write_json_atomic(out / "most-rounds.json", {"benchmark": "most-rounds", "report": str(report), "rows": table,
+                                                 "inconclusive": inconclusive, "past_planned_s": past_s,
+                                                 "rounds_s": rounds_s})
+    write_text_atomic(out / "most-rounds.md", "\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return 1 if mismatched else 0
+
+
+def _round_seconds(tried: list[dict[str, Any]]) -> list[float]:
+    """Each round's seconds, as tried: every stack's part, as the contention record timed it."""
+    return [sum(load["seconds"] for load in entry["load"].values() if load) for entry in tried]
+
+
+def _replayed(report: Path, results: Results, *, past_planned: bool,
+              candidate: str | None = None) -> Iterator[tuple[Path, dict[str, Any], scripted.Measurement]]:
+    """Each measurement file of ``report`` with its rounds replayed with stop-early (scripted.replay), the
+    report's latency threshold and the file's planned rounds; ``past_planned``: up to the most-rounds it was
+    made with, else never past the planned ones. Judged for ``candidate`` (default: the first)."""
+    gate = results.settings.gates["latency"]
+    baseline, stacks = results.baseline.name, [stack.name for stack in results.candidates]
+    for path in sorted((report / "measurements").glob("*/threads-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        how = data["settings"]
+        planned = int(how["rounds"])
+        methods = {method for stack in data["stacks"].values() if stack.get("status") == "ok"
+                   for entry in stack.get("rounds") or () for method in entry["samples_ms"]}
+        confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
+        # The rounds went on until the remedied sides were decided too (rounds.measure_model).
+        candidates = [*stacks, *(data.get("remedied") or {})]
+        yield path, data, scripted.replay(
+            data, baseline=baseline, candidates=candidates, candidate=candidate or stacks[0],
+            threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], confidence=confidence, planned=planned,
+            most=int(how.get("most_rounds") or planned) if past_planned else planned)
 
 
 SAMPLE_WORKFLOW = layout.TOOL_ROOT / "docs" / "ci" / "upgrade-gate.yml"

@@ -1,6 +1,6 @@
 """Measurement servers played in-process, for the measure session's own loop (rounds.run_rounds).
 
-The rounds of a finished run played again (``nox -s benchmark -- stop-early``), or rounds whose true
+The rounds of a finished run played again (``nox -s benchmark -- stop-early``, ``-- most-rounds``), or rounds whose true
 ratio is known (``coverage`` and ``gate``, tests/test_rounds.py): what they drive is the loop, the
 order, the repeats, the stop rule and the gate's rule that run on a real machine; only the timing and
 the machine's load are scripted.
@@ -117,3 +117,30 @@ def gate(measurements: Sequence[Measurement]) -> str:
     rows = [(outcome, "", estimate, threads) for threads, measured in enumerate(measurements, start=1)
             for outcome, estimate in measured.outcomes]
     return deciding(rows)[0] if rows else "incomplete"
+
+
+def replay(data: dict[str, Any], *, baseline: str, candidates: Sequence[str], candidate: str, threshold: float,
+           min_delta_ms: float, confidence: float, planned: int, most: int) -> Measurement:
+    """A finished measurement's recorded rounds (a measurement file's ``data``) played again through the measure
+    session's loop with stop-early where they make a ratio to decide (rounds.ratio_to_decide): ``planned`` rounds,
+    going on up to ``most`` while an interval straddles (``planned``: never past them), every round disturbed as
+    it was; then ``candidate``'s ratios judged as the gate judges them. A stack whose recorded rounds run out ends
+    as a server that failed does."""
+    recorded = {name: {entry["round"]: entry["samples_ms"] for entry in stack.get("rounds") or ()}
+                for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
+    servers = {name: ScriptedServer(mine.get, pid=index) for index, (name, mine) in enumerate(recorded.items(), start=1)}
+    stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
+    looks, most = rounds.rounds_design(planned, most, rounds.ratio_to_decide(baseline, candidates, servers),
+                                       confidence)
+    clear = functools.partial(rounds.clear_of_threshold, baseline, candidates, stacks, threshold=threshold,
+                              min_delta_ms=min_delta_ms, planned=planned, confidence=confidence,
+                              most=most) if looks else None
+    disturbed = {entry["round"] for entry in data.get("rounds") or () if entry["disturbed"]}
+    tried, ended = rounds.run_rounds(servers, stacks, planned, int(data["threads"]), clear=clear, looks=looks,
+                                     most=most, watch=scripted_watch(disturbed.__contains__))
+    quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
+    found = rounds.ratios_so_far(baseline, [candidate], stacks, quiet, planned=planned, confidence=confidence,
+                                 most=most) or []
+    return Measurement(tried=tried, ended=ended,
+                       outcomes=[(estimate.outcome(threshold, baseline_ms, min_delta_ms), estimate)
+                                 for estimate, baseline_ms in found])

@@ -122,10 +122,6 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     started = time.monotonic()
     intervals = gate_intervals(plan, model, runnable)
     confidence = stats.interval_confidence(intervals)
-    looks, most = rounds_design(settings.rounds, settings.most_rounds, settings.stop_early, confidence)
-    log(f"{label}: {'up to ' if settings.stop_early else ''}{settings.rounds} rounds"
-        f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
-        f"{', '.join([spec.name for spec, _ in runnable] + [side.name for side in sides]) or 'no stack'}")
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
@@ -146,8 +142,14 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                     servers.pop(side.name)
         gate = settings.gates["latency"]
         # The rounds go on until the remedied sides are decided too: their latency gate is judged as the stack's is.
-        clear = functools.partial(clear_of_threshold, plan.baseline.name,
-                                  [spec.name for spec in plan.candidates] + [side.name for side in sides],
+        candidates = [spec.name for spec in plan.candidates] + [side.name for side in sides]
+        looks, most = rounds_design(settings.rounds, settings.most_rounds,
+                                    settings.stop_early and ratio_to_decide(plan.baseline.name, candidates, servers),
+                                    confidence)
+        log(f"{label}: {'up to ' if looks else ''}{settings.rounds} rounds"
+            f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
+            f"{', '.join(servers) or 'no stack'}")
+        clear = functools.partial(clear_of_threshold, plan.baseline.name, candidates,
                                   stacks, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"],
                                   planned=settings.rounds, most=most, confidence=confidence) if looks else None
         rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks, most=most)
@@ -301,6 +303,13 @@ def rounds_design(rounds: int, most_rounds: int, stop_early: bool, confidence: f
     return looks, max(looks)
 
 
+def ratio_to_decide(baseline: str, candidates: Collection[str], timed: Collection[str]) -> bool:
+    """Whether the stacks ``timed`` make a ratio a latency gate decides: the baseline's and a candidate's (or a
+    remedied side's). Where they do not (a variant only one stack has, a stack whose artifact did not load),
+    stop-early has nothing to decide and the rounds are the planned ones: no stop at a look, none past them."""
+    return baseline in timed and any(name in timed for name in candidates)
+
+
 def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> int:
     """The intervals the model's latency gate judges: one per thread count and method."""
     methods = {method for spec, _ in runnable for method in _methods(plan, spec, model)}
@@ -320,7 +329,9 @@ def _ratios_by_candidate(baseline: str, candidates: Sequence[str], stacks: dict[
                          *, planned: int, confidence: float,
                          most: int) -> dict[str, list[tuple[RatioEstimate, float]]] | None:
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
-    measured = {name: _samples_by_method(stacks[name], quiet) for name in candidates if name in stacks}
+    # A candidate not measured (its record says why) has no ratio, and does not make the gate decided.
+    measured = {name: samples for name in candidates if name in stacks
+                and (samples := _samples_by_method(stacks[name], quiet))}
     if not theirs or not measured:
         return None
     found: dict[str, list[tuple[RatioEstimate, float]]] = {}

@@ -25,7 +25,7 @@ from typing import IO, Any
 from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, clear_of_threshold, rounds_design, run_rounds
+from upgrade_gate.measure.rounds import Watch, clear_of_threshold, ratio_to_decide, rounds_design, run_rounds
 from upgrade_gate.run.supervisor import ServerFailed
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
@@ -147,11 +147,15 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                                         servers, lines)
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
-                looks, most = rounds_design(settings.rounds, settings.most_rounds, settings.stop_early, confidence)
-                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): up to {settings.rounds} rounds"
+                candidates = [spec.name for spec in plan.candidates]
+                looks, most = rounds_design(settings.rounds, settings.most_rounds,
+                                            settings.stop_early and ratio_to_decide(plan.baseline.name, candidates,
+                                                                                    servers), confidence)
+                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
+                    f"{settings.rounds} rounds"
                     f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
                 clear = functools.partial(
-                    clear_of_threshold, plan.baseline.name, [spec.name for spec in plan.candidates], stacks,
+                    clear_of_threshold, plan.baseline.name, candidates, stacks,
                     threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], planned=settings.rounds,
                     confidence=confidence, most=most,
                 ) if looks else None
