@@ -893,7 +893,7 @@ def past_planned(report: Path, out: Path, log: Any) -> int:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for candidate in [stack.name for stack in results.candidates]:
         judged = {g["model"]: g["status"] for g in verdict["gates"]
-                  if g["gate"] == "latency" and g.get("stack", candidate) == candidate}
+                  if g["gate"] == "latency" and g["stack"] == candidate}
         planned_only = {path: m for path, _, m in _replayed(report, results, past_planned=False, candidate=candidate)}
         for path, data, as_run in _replayed(report, results, past_planned=True, candidate=candidate):
             model, tried = path.parent.name, data.get("rounds") or []
