@@ -857,8 +857,8 @@ def stop_early(report: Path, out: Path, log: Any) -> int:
     part, as the contention record timed it) against the seconds of all its rounds."""
     results = Results.load(report)
     rows: list[dict[str, Any]] = []
-    for path, data, replayed in _replayed(report, results, past_planned=False):
-        tried = data.get("rounds") or []
+    for path, data in _measurements(report):
+        replayed, tried = _replay(results, data, past_planned=False), data.get("rounds") or []
         seconds = _round_seconds(tried)
         decided = replayed.ended is RoundsEnded.DECIDED
         rows.append({"measurement": path.relative_to(report).as_posix(), "rounds": len(tried),
@@ -891,20 +891,24 @@ def past_planned(report: Path, out: Path, log: Any) -> int:
     results = Results.load(report)
     verdict = json.loads((report / "verdict.json").read_text(encoding="utf-8"))
     rows: dict[tuple[str, str], dict[str, Any]] = {}
+    rounds_s: dict[Path, float] = {}  # each measurement's rounds, whichever candidate is judged
     for candidate in [stack.name for stack in results.candidates]:
         judged = {g["model"]: g["status"] for g in verdict["gates"]
                   if g["gate"] == "latency" and g["stack"] == candidate}
-        planned_only = {path: m for path, _, m in _replayed(report, results, past_planned=False, candidate=candidate)}
-        for path, data, as_run in _replayed(report, results, past_planned=True, candidate=candidate):
+        for path, data in _measurements(report):
+            planned_only, as_run = (_replay(results, data, past_planned=past, candidate=candidate)
+                                    for past in (False, True))
             model, tried = path.parent.name, data.get("rounds") or []
+            seconds = _round_seconds(tried)
+            rounds_s[path] = sum(seconds)
             row = rows.setdefault((model, candidate), {
                 "model": model, "candidate": candidate, "verdict": judged.get(model, "no gate"),
                 "planned": int(data["settings"]["rounds"]), "rounds": {}, "past_planned_s": 0.0, "replayed_as_run": True,
                 "measurements": {"planned": [], "as_run": []}})
             row["rounds"][int(data["threads"])] = len(tried)
-            row["past_planned_s"] += sum(_round_seconds(tried)[len(planned_only[path].tried):])
+            row["past_planned_s"] += sum(seconds[len(planned_only.tried):])
             row["replayed_as_run"] &= len(as_run.tried) == len(tried)
-            row["measurements"]["planned"].append(planned_only[path])
+            row["measurements"]["planned"].append(planned_only)
             row["measurements"]["as_run"].append(as_run)
     for row in rows.values():
         measurements = row.pop("measurements")
@@ -914,9 +918,7 @@ def past_planned(report: Path, out: Path, log: Any) -> int:
                                             for design in ("planned", "as_run"))
     table = sorted(rows.values(), key=lambda r: (r["model"], r["candidate"]))
     inconclusive = {design: sum(r[design] == "inconclusive" for r in table) for design in ("at_planned", "as_run")}
-    past_s = sum(r["past_planned_s"] for r in table)
-    rounds_s = sum(sum(_round_seconds(json.loads(path.read_text(encoding="utf-8")).get("rounds") or []))
-                   for path in (report / "measurements").glob("*/threads-*.json"))
+    past_s, all_s = sum(r["past_planned_s"] for r in table), sum(rounds_s.values())
     decided = [r for r in table if r["at_planned"] == "inconclusive" != r["as_run"]]
     mismatched = [r for r in table
                   if not r["replayed_as_run"] or (r["as_run"] != NO_RATIO and r["as_run"] != r["verdict"])]
@@ -924,7 +926,7 @@ def past_planned(report: Path, out: Path, log: Any) -> int:
              f"{inconclusive['at_planned']} at the planned rounds, {inconclusive['as_run']} as run "
              f"({len(decided)} decided by the rounds past them: "
              f"{', '.join(r['model'] + ' ' + r['as_run'] for r in decided) or 'none'}); "
-             f"{past_s:.0f} s of {rounds_s:.0f} s of rounds were past them", "",
+             f"{past_s:.0f} s of {all_s:.0f} s of rounds were past them", "",
              "| model | candidate | at the planned rounds | as run | rounds tried per thread count | s past planned | "
              "verdict.json |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['candidate']} | {r['at_planned']} | {r['as_run']} | "
@@ -936,7 +938,7 @@ def past_planned(report: Path, out: Path, log: Any) -> int:
                       f"its gate differ from what the run recorded."]
     write_json_atomic(out / "most-rounds.json", {"benchmark": "most-rounds", "report": str(report), "rows": table,
                                                  "inconclusive": inconclusive, "past_planned_s": past_s,
-                                                 "rounds_s": rounds_s})
+                                                 "rounds_s": all_s})
     write_text_atomic(out / "most-rounds.md", "\n".join(lines) + "\n")
     log("\n".join(lines))
     return 1 if mismatched else 0
@@ -947,26 +949,29 @@ def _round_seconds(tried: list[dict[str, Any]]) -> list[float]:
     return [sum(load["seconds"] for load in entry["load"].values() if load) for entry in tried]
 
 
-def _replayed(report: Path, results: Results, *, past_planned: bool,
-              candidate: str | None = None) -> Iterator[tuple[Path, dict[str, Any], scripted.Measurement]]:
-    """Each measurement file of ``report`` with its rounds replayed with stop-early (scripted.replay), the
-    report's latency threshold and the file's planned rounds; ``past_planned``: up to the most-rounds it was
-    made with, else never past the planned ones. Judged for ``candidate`` (default: the first)."""
+def _measurements(report: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each measurement file of ``report``, read."""
+    for path in sorted((report / "measurements").glob("*/threads-*.json")):
+        yield path, json.loads(path.read_text(encoding="utf-8"))
+
+
+def _replay(results: Results, data: dict[str, Any], *, past_planned: bool,
+            candidate: str | None = None) -> scripted.Measurement:
+    """A measurement file's rounds replayed with stop-early (scripted.replay), the report's latency threshold and
+    the file's planned rounds; ``past_planned``: up to the most-rounds it was made with, else never past the
+    planned ones. Judged for ``candidate`` (default: the first)."""
     gate = results.settings.gates["latency"]
     baseline, stacks = results.baseline.name, [stack.name for stack in results.candidates]
-    for path in sorted((report / "measurements").glob("*/threads-*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        how = data["settings"]
-        planned = int(how["rounds"])
-        methods = {method for stack in data["stacks"].values() if stack.get("status") == "ok"
-                   for entry in stack.get("rounds") or () for method in entry["samples_ms"]}
-        confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
-        # The rounds went on until the remedied sides were decided too (rounds.measure_model).
-        candidates = [*stacks, *(data.get("remedied") or {})]
-        yield path, data, scripted.replay(
-            data, baseline=baseline, candidates=candidates, candidate=candidate or stacks[0],
-            threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], confidence=confidence, planned=planned,
-            most=int(how.get("most_rounds") or planned) if past_planned else planned)
+    how = data["settings"]
+    planned = int(how["rounds"])
+    methods = {method for stack in data["stacks"].values() if stack.get("status") == "ok"
+               for entry in stack.get("rounds") or () for method in entry["samples_ms"]}
+    confidence = interval_confidence(int(how.get("intervals") or len(results.settings.threads) * len(methods)))
+    # The rounds went on until the remedied sides were decided too (rounds.measure_model).
+    candidates = [*stacks, *(data.get("remedied") or {})]
+    return scripted.replay(data, baseline=baseline, candidates=candidates, candidate=candidate or stacks[0],
+                           threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], confidence=confidence,
+                           planned=planned, most=int(how.get("most_rounds") or planned) if past_planned else planned)
 
 
 SAMPLE_WORKFLOW = layout.TOOL_ROOT / "docs" / "ci" / "upgrade-gate.yml"

@@ -8,7 +8,6 @@ the machine's load are scripted.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,19 +96,9 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
         return {method: [per_round[m][place]] for m, method in enumerate(methods)}
 
     servers = {"baseline": ScriptedServer(baseline, pid=1), "candidate": ScriptedServer(candidate, pid=2)}
-    stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
-    confidence = stats.interval_confidence(intervals)
-    looks, most = rounds.rounds_design(planned, most, stop_early, confidence)
-    clear = functools.partial(rounds.clear_of_threshold, "baseline", ["candidate"], stacks, threshold=threshold,
-                              min_delta_ms=0.0, planned=planned, confidence=confidence, most=most) if looks else None
-    tried, ended = rounds.run_rounds(dict(servers), stacks, planned, 1, clear=clear, looks=looks, most=most,
-                                     watch=scripted_watch(disturbed))
-    quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
-    found = rounds.ratios_so_far("baseline", ["candidate"], stacks, quiet, planned=planned if stop_early else 0,
-                                 confidence=confidence, most=most if stop_early else 0) or []
-    return Measurement(tried=tried, ended=ended,
-                    outcomes=[(estimate.outcome(threshold, baseline_ms, 0.0), estimate)
-                              for estimate, baseline_ms in found])
+    return _played(servers, "baseline", ["candidate"], "candidate", threshold=threshold, min_delta_ms=0.0,
+                   confidence=stats.interval_confidence(intervals), planned=planned, most=most,
+                   stop_early=stop_early, threads=1, watch=scripted_watch(disturbed))
 
 
 def gate(measurements: Sequence[Measurement]) -> str:
@@ -129,18 +118,27 @@ def replay(data: dict[str, Any], *, baseline: str, candidates: Sequence[str], ca
     recorded = {name: {entry["round"]: entry["samples_ms"] for entry in stack.get("rounds") or ()}
                 for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
     servers = {name: ScriptedServer(mine.get, pid=index) for index, (name, mine) in enumerate(recorded.items(), start=1)}
-    stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
-    looks, most = rounds.rounds_design(planned, most, rounds.ratio_to_decide(baseline, candidates, servers),
-                                       confidence)
-    clear = functools.partial(rounds.clear_of_threshold, baseline, candidates, stacks, threshold=threshold,
-                              min_delta_ms=min_delta_ms, planned=planned, confidence=confidence,
-                              most=most) if looks else None
     disturbed = {entry["round"] for entry in data.get("rounds") or () if entry["disturbed"]}
-    tried, ended = rounds.run_rounds(servers, stacks, planned, int(data["threads"]), clear=clear, looks=looks,
-                                     most=most, watch=scripted_watch(disturbed.__contains__))
+    return _played(servers, baseline, candidates, candidate, threshold=threshold, min_delta_ms=min_delta_ms,
+                   confidence=confidence, planned=planned, most=most, stop_early=True, threads=int(data["threads"]),
+                   watch=scripted_watch(disturbed.__contains__))
+
+
+def _played(servers: dict[str, ScriptedServer], baseline: str, candidates: Sequence[str], candidate: str, *,
+            threshold: float, min_delta_ms: float, confidence: float, planned: int, most: int, stop_early: bool,
+            threads: int, watch: rounds.Watch) -> Measurement:
+    """``servers`` measured as the measure session measures them (``run_rounds`` ended by ``rounds.stop_rule``),
+    then ``candidate``'s ratios of the quiet rounds judged as the latency gate judges each method
+    (``RatioEstimate.outcome``), the sequential design's where the rounds could stop early."""
+    stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
+    looks, most, clear = rounds.stop_rule(baseline, candidates, stacks, servers, rounds=planned, most_rounds=most,
+                                          stop_early=stop_early, confidence=confidence, threshold=threshold,
+                                          min_delta_ms=min_delta_ms)
+    tried, ended = rounds.run_rounds(dict(servers), stacks, planned, threads, clear=clear, looks=looks, most=most,
+                                     watch=watch)
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
-    found = rounds.ratios_so_far(baseline, [candidate], stacks, quiet, planned=planned, confidence=confidence,
-                                 most=most) or []
+    found = rounds.ratios_so_far(baseline, [candidate], stacks, quiet, planned=planned if looks else 0,
+                                 confidence=confidence, most=most if looks else 0) or []
     return Measurement(tried=tried, ended=ended,
                        outcomes=[(estimate.outcome(threshold, baseline_ms, min_delta_ms), estimate)
                                  for estimate, baseline_ms in found])

@@ -142,16 +142,14 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                     servers.pop(side.name)
         gate = settings.gates["latency"]
         # The rounds go on until the remedied sides are decided too: their latency gate is judged as the stack's is.
-        candidates = [spec.name for spec in plan.candidates] + [side.name for side in sides]
-        looks, most = rounds_design(settings.rounds, settings.most_rounds,
-                                    settings.stop_early and ratio_to_decide(plan.baseline.name, candidates, servers),
-                                    confidence)
+        looks, most, clear = stop_rule(plan.baseline.name,
+                                       [spec.name for spec in plan.candidates] + [side.name for side in sides],
+                                       stacks, servers, rounds=settings.rounds, most_rounds=settings.most_rounds,
+                                       stop_early=settings.stop_early, confidence=confidence,
+                                       threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
         log(f"{label}: {'up to ' if looks else ''}{settings.rounds} rounds"
             f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
             f"{', '.join(servers) or 'no stack'}")
-        clear = functools.partial(clear_of_threshold, plan.baseline.name, candidates,
-                                  stacks, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"],
-                                  planned=settings.rounds, most=most, confidence=confidence) if looks else None
         rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks, most=most)
         for server in servers.values():  # nothing is timed any more: they end together
             server.ask_to_exit()
@@ -296,7 +294,7 @@ def rounds_design(rounds: int, most_rounds: int, stop_early: bool, confidence: f
     none without it) and the most they may take: ``rounds``, or up to ``most_rounds`` where looks past them
     fit its share of the coverage (stats.looks_past: a gate of up to 6 intervals at 15). Every round is sized
     for ``rounds`` (the server's parts): one past them costs what a planned one does, only where one straddles.
-    The measure session's, a target's (measure/target_rounds.py) and the benchmarks' rounds (scripted.py)."""
+    Through ``stop_rule`` for the rounds themselves; the measurement's cache key too."""
     if not stop_early:
         return {}, rounds
     looks = stats.sequential_looks(rounds, confidence, most_rounds)
@@ -308,6 +306,22 @@ def ratio_to_decide(baseline: str, candidates: Collection[str], timed: Collectio
     remedied side's). Where they do not (a variant only one stack has, a stack whose artifact did not load),
     stop-early has nothing to decide and the rounds are the planned ones: no stop at a look, none past them."""
     return baseline in timed and any(name in timed for name in candidates)
+
+
+def stop_rule(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], timed: Collection[str],
+              *, rounds: int, most_rounds: int, stop_early: bool, confidence: float, threshold: float,
+              min_delta_ms: float) -> tuple[dict[int, int], int, Callable[[set[int]], bool] | None]:
+    """How the rounds of the stacks ``timed`` end (run_rounds' ``looks``, ``most`` and ``clear``): stop-early's
+    looks and the most rounds (``rounds_design``) where they make a ratio to decide (``ratio_to_decide``), and
+    at a look the latency gate's rule over every candidate's ratios so far (``clear_of_threshold``, reading
+    ``stacks`` as the rounds fill it); the planned rounds, no look and no rule, where they do not. The
+    measure session's, a target's (measure/target_rounds.py) and the benchmarks' (scripted.py)."""
+    looks, most = rounds_design(rounds, most_rounds, stop_early and ratio_to_decide(baseline, candidates, timed),
+                                confidence)
+    clear = functools.partial(clear_of_threshold, baseline, candidates, stacks, threshold=threshold,
+                              min_delta_ms=min_delta_ms, planned=rounds, confidence=confidence,
+                              most=most) if looks else None
+    return looks, most, clear
 
 
 def gate_intervals(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec, Path]]) -> int:

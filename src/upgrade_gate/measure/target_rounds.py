@@ -11,7 +11,6 @@ read in as any device's is.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import select
@@ -25,7 +24,7 @@ from typing import IO, Any
 from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, clear_of_threshold, ratio_to_decide, rounds_design, run_rounds
+from upgrade_gate.measure.rounds import Watch, run_rounds, stop_rule
 from upgrade_gate.run.supervisor import ServerFailed
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
@@ -147,18 +146,13 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                                         servers, lines)
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
-                candidates = [spec.name for spec in plan.candidates]
-                looks, most = rounds_design(settings.rounds, settings.most_rounds,
-                                            settings.stop_early and ratio_to_decide(plan.baseline.name, candidates,
-                                                                                    servers), confidence)
+                looks, most, clear = stop_rule(
+                    plan.baseline.name, [spec.name for spec in plan.candidates], stacks, servers,
+                    rounds=settings.rounds, most_rounds=settings.most_rounds, stop_early=settings.stop_early,
+                    confidence=confidence, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
                     f"{settings.rounds} rounds"
                     f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
-                clear = functools.partial(
-                    clear_of_threshold, plan.baseline.name, candidates, stacks,
-                    threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"], planned=settings.rounds,
-                    confidence=confidence, most=most,
-                ) if looks else None
                 tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
                                           most=most, watch=remote_watch(servers, threads, cores))
                 goodbyes = {name: server.close() for name, server in servers.items()}
