@@ -539,6 +539,17 @@ def test_a_key_set_twice_names_file_line_and_key(project):
     assert error_for(project) == f"{path}: invalid TOML at line 3, column 16: key 'export' is set twice; keep one"
 
 
+@pytest.mark.parametrize(("text", "where", "key"), [
+    ("[tool.upgrade-gate]\nthreads = [1]\n[tool.upgrade-gate]\nrounds = 9\n", "line 3, column 19", "tool.upgrade-gate"),
+    ("[tool.upgrade-gate]\ngates = { export = 'hard', export = 'soft' }\n", "line 2, column 43", "export"),
+    ("[tool.upgrade-gate]\ngates.export = 'hard'\ngates.export = 'soft'\n", "line 3, column 22", "gates.export"),
+])
+def test_every_way_of_setting_a_key_twice_is_named_whatever_tomlkit_says(project, text, where, key):
+    # tomlkit 0.13 raised KeyAlreadyPresent and 0.15 a ParseError: the message is the same with either.
+    path = set_config(project, text)
+    assert error_for(project) == f"{path}: invalid TOML at {where}: key {key!r} is set twice; keep one"
+
+
 def test_a_file_that_is_not_utf8_is_named(project):
     path = project / "pyproject.toml"
     path.write_bytes("[tool.upgrade-gate]\n# café\n".encode("latin-1"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,22 +27,48 @@ def read_toml(path: Path) -> dict[str, Any]:
                           "UTF-8: save it as UTF-8", path=path) from None
     except OSError as error:
         raise ConfigError(f"cannot read: {error.strerror}", path=path) from None
+    duplicate = _duplicate_key(text)
+    if duplicate:
+        raise ConfigError(f"invalid TOML at {duplicate[0]}: key {duplicate[1]!r} is set twice; keep one",
+                          path=path) from None
     try:
         return tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.ParseError as error:
-        reason = error.args[0].split(" at line")[0]
+    except tomlkit.exceptions.TOMLKitError as error:  # ParseError, and KeyAlreadyPresent where tomllib saw none
+        line, col = getattr(error, "line", None), getattr(error, "col", None)
+        reason = str(error.args[0] if error.args else error).split(" at line")[0]
         if "'\\x00'" in reason:  # tomlkit's way of saying the file ended early
             reason = "unexpected end of file"
-        raise ConfigError(f"invalid TOML at line {error.line}, column {error.col}: {reason}", path=path) from None
-    except tomlkit.exceptions.KeyAlreadyPresent as error:
-        # tomlkit names the key but not the line; the standard library's parser has the line.
-        try:
-            tomllib.loads(text)
-            where = ""
-        except tomllib.TOMLDecodeError as located:
-            where = " " + str(located).rpartition("(")[2].rstrip(")")
-        key = str(error).split('"')[1] if '"' in str(error) else str(error)
-        raise ConfigError(f"invalid TOML{where}: key {key!r} is set twice; keep one", path=path) from None
+        where = f" at line {line}, column {col}" if line is not None else ""
+        raise ConfigError(f"invalid TOML{where}: {reason}", path=path) from None
+
+
+# The standard library's parser words a key set twice in these ways (Python 3.11 to 3.14). tomlkit's own way has
+# changed between releases (KeyAlreadyPresent up to 0.13, a ParseError "Key ... already exists." from 0.15), so a
+# duplicate is found by tomllib, whose messages move with the Python, not with a dependency's release.
+_SET_TWICE = re.compile(r"^(?:Cannot overwrite a value|Cannot declare \((?P<table>.*)\) twice|"
+                        r"Duplicate inline table key '(?P<inline>[^']*)')")
+_AT = re.compile(r"\(at (line \d+, column \d+)\)$")
+_KEY_OF_LINE = re.compile(r"^\s*(?P<key>[^=\[\]#]+?)\s*=")
+
+
+def _duplicate_key(text: str) -> tuple[str, str] | None:
+    """Where a key is set twice, and the key (dotted as written), or None if the text sets none twice."""
+    try:
+        tomllib.loads(text)
+        return None
+    except tomllib.TOMLDecodeError as error:
+        message = str(error.args[0] if error.args else error)
+        matched, at = _SET_TWICE.match(message), _AT.search(message)
+        if not matched or not at:
+            return None
+    if matched["inline"] is not None:
+        return at[1], matched["inline"]
+    if matched["table"] is not None:
+        return at[1], ".".join(part.strip().strip("'\"") for part in matched["table"].split(",") if part.strip())
+    line_number = int(at[1].split()[1].rstrip(","))
+    line = text.splitlines()[line_number - 1] if line_number <= len(text.splitlines()) else ""
+    key = _KEY_OF_LINE.match(line)
+    return at[1], key["key"].strip().strip("'\"") if key else line.strip()
 
 
 class Table:
