@@ -10,6 +10,10 @@ from typing import Any
 # A later option is lowered past one that passes only when that one is slower than the latency gate with this
 # confidence: its rounds' ratios, a sign test against the gate's ratio (one noisy median must not cost a lowering).
 CLEARLY_SLOWER_CONFIDENCE = 0.95
+# One is said to be within the latency gate as the gate says a ratio passes: its 95% interval of the rounds' median
+# ratio wholly at or under the gate's ratio (upgrade_gate.stats.median_interval_rank's order statistics), which a
+# remedy whose true ratio is the gate's shows at most 2.5% of the time (the interval's miss on that side).
+WITHIN_CONFIDENCE = 0.95
 
 
 def round_ratios(tried: dict[str, Any]) -> list[float]:
@@ -26,12 +30,25 @@ def slowdown(tried: dict[str, Any]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def _as_few_by_chance(few: int, rounds: int) -> float:
+    """The sign test's chance: that of ``rounds`` fair coins at most ``few`` land on one side."""
+    return sum(math.comb(rounds, k) for k in range(few + 1)) / 2**rounds
+
+
 def clearly_slower(ratios: list[float], max_ratio: float) -> bool:
     """The sign test: so few rounds at or under ``max_ratio`` that, were the median ratio there or under, as few
     would come with a probability of at most 1 − CLEARLY_SLOWER_CONFIDENCE."""
     under = sum(ratio <= max_ratio for ratio in ratios)
-    chance = sum(math.comb(len(ratios), k) for k in range(under + 1)) / 2 ** len(ratios)
-    return bool(ratios) and chance <= 1 - CLEARLY_SLOWER_CONFIDENCE
+    return bool(ratios) and _as_few_by_chance(under, len(ratios)) <= 1 - CLEARLY_SLOWER_CONFIDENCE
+
+
+def clearly_within(ratios: list[float], max_ratio: float) -> bool:
+    """The latency gate's pass: the WITHIN_CONFIDENCE interval of the median ratio, [x(k), x(n−k+1)], at or under
+    ``max_ratio`` — so few rounds over it (fewer than k) that, were the median ratio over it, as few would come with
+    a probability of at most half of 1 − WITHIN_CONFIDENCE. (Of 6 rounds none may be over, of 9 one, of 15 three;
+    with fewer than 6 it is never said.)"""
+    over = sum(ratio > max_ratio for ratio in ratios)
+    return bool(ratios) and _as_few_by_chance(over, len(ratios)) <= (1 - WITHIN_CONFIDENCE) / 2
 
 
 def why_not_tried(tried: list[dict[str, Any]], fallback: bool, max_slowdown: float | None) -> str:
@@ -45,7 +62,7 @@ def why_not_tried(tried: list[dict[str, Any]], fallback: bool, max_slowdown: flo
             continue
         ratio = statistics.median(ratios)  # slowdown(earlier), from the ratios at hand
         said = f"\"{earlier['remedy']}\" passes at ×{ratio:.3f} the shipped artifact's latency"
-        if ratio <= max_slowdown:
+        if clearly_within(ratios, max_slowdown):  # not its median alone: that is under the gate half the time there
             return f"{said}, within the latency gate's ×{max_slowdown:g}"
         if not clearly_slower(ratios, max_slowdown):
             under = sum(r <= max_slowdown for r in ratios)

@@ -4,6 +4,7 @@ what it claims when the budget or the bisection runs out (the real lowering: tes
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 
 import pytest
@@ -132,7 +133,7 @@ def test_the_options_after_a_remedy_that_passes_within_the_latency_gate_are_not_
         sys.path.remove(str(TOOL_ROOT))
 
     def tried(name: str, passes: bool, ratio: float | None) -> dict:
-        rounds = [{"remedied": [ratio * t for t in (1.0, 1.2, 0.8)], "shipped": [1.0, 1.2, 0.8]}] * 5 if ratio else []
+        rounds = [{"remedied": [ratio * t for t in (1.0, 1.2, 0.8)], "shipped": [1.0, 1.2, 0.8]}] * 6 if ratio else []
         return {"remedy": name, "passes": passes, "latency": {"status": "ok", "rounds": rounds}}
 
     split = tried("each call given its own dynamic quantization", True, 1.004)
@@ -184,6 +185,43 @@ def test_a_remedy_over_the_latency_gate_by_its_noise_alone_ends_the_tries():
     assert why_not_tried([noisy], False, 1.05) == (
         "\"each call given its own dynamic quantization\" passes at ×1.070 the shipped artifact's latency, not clearly "
         "slower than the latency gate's ×1.05 (3 of its 9 rounds at or under it)")
+
+
+@pytest.mark.parametrize("rounds", [5, 6, 9, 15])
+def test_a_remedy_is_said_within_the_latency_gate_as_the_gate_passes_a_ratio(rounds):
+    """Issue 61: "within the latency gate" was said of a remedy whose median ratio was at or under the gate's, true
+    half the time of one exactly at the gate. It is said as the gate passes a ratio: the 95% interval of the rounds'
+    median ratio (upgrade_gate.stats, the parent's) wholly at or under the gate's ratio. A remedy exactly at the gate:
+    each round's ratio over or under ×1.05 as a fair coin, every count of rounds over it weighted by the sign
+    sequences that have it (what is said depends on the count alone). Said within: as the gate's interval passes, at
+    most 2.5% (none of 5 rounds: [min, max] of 5 is below 95%), where the median said it of half (odd rounds) or a
+    third (6); the tries end either way unless the remedy is clearly slower, as before."""
+    from upgrade_gate.stats import median_interval
+
+    sys.path.insert(0, str(TOOL_ROOT))
+    try:
+        from compat.remedy_choice import clearly_slower, why_not_tried
+    finally:
+        sys.path.remove(str(TOOL_ROOT))
+    said_within = gate_passes = median_under = 0
+    for over in range(rounds + 1):
+        sequences = math.comb(rounds, over)
+        ratios = [1.05 * (1.1 if n % (rounds + 1) < over else 1 / 1.1) for n in range(rounds)]
+        remedy = {"remedy": "r", "passes": True,
+                  "latency": {"status": "ok", "rounds": [{"remedied": [r], "shipped": [1.0]} for r in ratios]}}
+        reason = why_not_tried([remedy], False, 1.05)
+        within = reason.endswith("within the latency gate's ×1.05")
+        middle, _, high, level = median_interval(ratios)
+        passes = high <= 1.05 and level >= 0.95
+        assert within is passes, (ratios, reason)
+        assert bool(reason) is not clearly_slower(ratios, 1.05)  # the tries end unless clearly slower
+        said_within += within * sequences
+        gate_passes += passes * sequences
+        median_under += (middle <= 1.05) * sequences
+    # The sequences with fewer rounds over the gate than the interval's rank: of 6 rounds none over, of 9 at most one,
+    # of 15 three; of 5, no interval reaches 95%.
+    assert said_within == gate_passes == {5: 0, 6: 1, 9: 1 + 9, 15: 1 + 15 + 105 + 455}[rounds]
+    assert said_within / 2**rounds <= 0.025 and median_under / 2**rounds >= 1 / 3
 
 
 def test_in_a_quantized_program_the_quantizers_calls_are_tried_before_a_kind_that_fails_more_alone():

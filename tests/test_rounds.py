@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from benchmarks import scripted
 from benchmarks.benchmark import exact_gate_errors
+from helpers.signs import gate_errors_through_the_code, miss_over_every_sign_sequence
 
 from upgrade_gate import stats
 from upgrade_gate.measure import rounds
@@ -263,27 +264,37 @@ def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_t
     assert 0 < stopped < trials
 
 
+def test_one_interval_errs_as_every_sign_sequence_says_through_the_code():
+    """Every one of the 512 sign sequences of 9 rounds, each round's ratio over or under the threshold (the true
+    ratio at it), played through the loop with its stop rule and judged by the gate's rule: the share the code fails,
+    and calls clear, is what the count over every sign sequence says — for an interval at 95% and at its share of a
+    gate of 2 — no class of sequences assumed."""
+    for intervals in (1, 2):
+        failed = clear = 0
+        for bits in range(2**9):
+            ratios = [1.05 * (0.99 - n / 1000 if bits >> n & 1 else 1.01 + n / 1000) for n in range(9)]
+            (outcome, _), = scripted.measure([ratios], threshold=1.05, planned=9, stop_early=True,
+                                             intervals=intervals).outcomes
+            failed += outcome == "failed"
+            clear += outcome != "inconclusive"
+        exact = exact_gate_errors(1, 1, 9, True, stats.interval_confidence(intervals))
+        assert (failed / 2**9, clear / 2**9) == pytest.approx(exact, abs=1e-12), intervals
+
+
 @pytest.mark.parametrize(("threads", "methods"), [(2, 1), (1, 2), (3, 1)])
 def test_a_gate_errs_as_the_exact_count_says_and_within_five_percent(threads, methods):
-    """Gates simulated through the code that runs — each thread count's rounds by the loop with its stop rule,
-    every method's ratio judged by the gate's rule, the gate's outcome by its own — every true ratio at the
-    threshold: each interval at its share, the gate fails wrongly or calls any interval clear as often as the
-    exact count over every sign sequence says (independent intervals), and at most 5% of the time; with every
-    interval at 95% as before, as often as the audit found (3.87% and 7.66% for two methods)."""
-    rng = np.random.default_rng(threads * 10 + methods)
-    trials = 1000
+    """Gates played through the code that runs — each thread count's rounds by the loop with its stop rule, every
+    method's ratio judged by the gate's rule, the gate's outcome by its own — every true ratio at the threshold,
+    every kind of sign sequence of every interval once, weighted by its share (helpers/signs.py): each interval at
+    its share, the gate fails wrongly or calls any interval clear exactly as the count over every sign sequence
+    says (independent intervals), and at most 5% of the time; with every interval at 95% as before, as the count
+    says too. (At 1,000 simulated trials and ±(4σ + 0.001) this test accepted 7.1% where the count is 4.44%.)"""
     for intervals in (threads * methods, 1):
-        failed = clear = 0
-        for _ in range(trials):
-            measured = [scripted.measure((1.05 * np.exp(0.1 * rng.standard_normal((methods, 9)))).tolist(),
-                                          threshold=1.05, planned=9, stop_early=True, intervals=intervals)
-                        for _ in range(threads)]
-            failed += scripted.gate(measured) == "failed"
-            clear += any(outcome != "inconclusive" for m in measured for outcome, _ in m.outcomes)
-        exact = exact_gate_errors(threads, methods, 9, True, stats.interval_confidence(intervals))
-        for simulated, expected in zip((failed / trials, clear / trials), exact, strict=True):
-            assert abs(simulated - expected) <= 4 * math.sqrt(expected * (1 - expected) / trials) + 1e-3, \
-                (intervals, simulated, expected)
+        confidence = stats.interval_confidence(intervals)
+        played = gate_errors_through_the_code(threads, methods, stats.sequential_looks(9, confidence), planned=9,
+                                              stop_early=True, intervals=intervals)
+        exact = exact_gate_errors(threads, methods, 9, True, confidence)
+        assert played == pytest.approx(exact, abs=1e-12), (intervals, played, exact)
         if intervals > 1:
             assert exact[1] <= 0.05
 
@@ -371,7 +382,10 @@ def test_rounds_past_the_planned_ones_stop_at_the_first_look_that_decides():
     (estimate, _), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
                                           planned=9, most=15, confidence=confidence) or []
     assert (estimate.low, estimate.high) == (1.1, 1.2) and estimate.judge(1.05) == "failed"
-    assert estimate.level == pytest.approx(1 - stats.miss_probability(stats.sequential_looks(9, confidence, 15)))
+    # The design's coverage, counted over every sign sequence of 15 rounds: [min, max] at 7, 8 and 9, then
+    # [x(2), x(n−1)] at 12, 13 and 14, [x(3), x(13)] at 15.
+    assert estimate.level == pytest.approx(1 - miss_over_every_sign_sequence({7: 1, 8: 1, 9: 1, 12: 2, 13: 2, 14: 2,
+                                                                              15: 3}))
     assert run(per_round[:9], stop_early=True, intervals=2)[1] is RoundsEnded.PLANNED  # 9 alone: it straddles
 
 
@@ -385,22 +399,14 @@ def test_a_gate_whose_share_leaves_no_room_past_the_planned_rounds_stops_at_them
 @pytest.mark.parametrize(("threads", "methods"), [(2, 1), (1, 2), (2, 2)])
 def test_a_gate_with_rounds_past_nine_errs_as_the_exact_count_says_and_within_five_percent(threads, methods):
     """As ``test_a_gate_errs_as_the_exact_count_says_and_within_five_percent``, going on up to 15 rounds while an
-    interval straddles: every true ratio at the threshold, the simulated gate fails wrongly or calls an interval
-    clear as often as the exact count over every sign sequence of 15 rounds says, and at most 5% of the time;
-    and it decides a ratio 8% beyond the threshold more often than 9 rounds do."""
-    rng = np.random.default_rng(threads * 100 + methods)
-    trials, intervals = 1000, threads * methods
-    failed = clear = 0
-    for _ in range(trials):
-        measured = [scripted.measure((1.05 * np.exp(0.1 * rng.standard_normal((methods, 15)))).tolist(),
-                                      threshold=1.05, planned=9, stop_early=True, intervals=intervals, most=15)
-                    for _ in range(threads)]
-        failed += scripted.gate(measured) == "failed"
-        clear += any(outcome != "inconclusive" for m in measured for outcome, _ in m.outcomes)
-    exact = exact_gate_errors(threads, methods, 9, True, stats.interval_confidence(intervals), 15)
-    for simulated, expected in zip((failed / trials, clear / trials), exact, strict=True):
-        assert abs(simulated - expected) <= 4 * math.sqrt(expected * (1 - expected) / trials) + 1e-3, \
-            (simulated, expected)
+    interval straddles: every true ratio at the threshold, the gate played through the code fails wrongly or calls
+    an interval clear exactly as the count over every sign sequence of 15 rounds says, and at most 5% of the time."""
+    intervals = threads * methods
+    confidence = stats.interval_confidence(intervals)
+    played = gate_errors_through_the_code(threads, methods, stats.sequential_looks(9, confidence, 15), planned=9,
+                                          stop_early=True, intervals=intervals, most=15)
+    exact = exact_gate_errors(threads, methods, 9, True, confidence, 15)
+    assert played == pytest.approx(exact, abs=1e-12), (played, exact)
     assert exact[1] <= 0.05
 
 

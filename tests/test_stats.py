@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from benchmarks.benchmark import exact_gate_errors
+from helpers.signs import miss_over_every_sign_sequence
 
 from upgrade_gate.schema.measured import RatioEstimate, ratio_by_rounds, summarize
 from upgrade_gate.stats import (
@@ -293,7 +294,8 @@ def test_a_measurement_cut_short_of_a_look_states_what_its_rounds_cover():
     assert k == 1 and level < 0.95
     estimate = ratio_by_rounds([[11.0]] * 7, [[10.0]] * 7, planned=9)
     assert estimate is not None and estimate.holds
-    assert estimate.level == pytest.approx(1 - miss_probability(sequential_looks(9)))
+    # The design's coverage, counted over every sign sequence: [min, max] at 7 and 8 rounds, [x(2), x(8)] at 9.
+    assert estimate.level == pytest.approx(1 - miss_over_every_sign_sequence({7: 1, 8: 1, 9: 2})) == 1 - 22 / 512
     # The same seven rounds as one interval of a gate of 12: short of its share, so never decided.
     shared = ratio_by_rounds([[11.0]] * 7, [[10.0]] * 7, confidence=interval_confidence(12), planned=9)
     assert shared is not None and not shared.holds and shared.judge(1.05) == "inconclusive"
