@@ -2,7 +2,10 @@
 code that runs: with every true ratio at the threshold, a round's ratio falls under it as a fair coin, and an
 interval [x(k), x(n−k+1)] of the first n rounds is wholly above the threshold when fewer than k rounds fell under,
 wholly under when fewer than k fell over. So a design's exact figures are sums over sign sequences, and a simulation
-of the gate can be made exact by playing it one sequence of each kind, weighted by how many sequences are of it."""
+of the gate can be made exact by playing it one sequence of each kind, weighted by how many sequences are of it.
+A kind is an interval's states at the design's looks, where the code decides (tests/test_rounds.py holds it to
+that: its rounds stop at the first look that decides, not between looks); tests/test_rounds.py also plays every
+one of the 512 sequences of 9 rounds, no kind assumed."""
 
 from __future__ import annotations
 
@@ -36,21 +39,25 @@ def interval_paths(looks: dict[int, int]) -> dict[tuple[str, ...], tuple[float, 
     """One interval's states at each look ("failed": wholly above the threshold, "passed": wholly under, else
     "inconclusive"), up to the first failed one (the rounds stop there: one interval wholly above decides the gate),
     each with the share of sign sequences that have it and the ratios of one of them (distinct values, 1–2% from
-    the threshold)."""
+    the threshold). Of a path cut at a failed look, the sequence played has the most rounds under the threshold
+    after it: were the rounds to go on, that interval would soonest straddle again, and the gate say otherwise."""
     below = below_at_every_look(looks)
     counts = np.cumsum(below, axis=1)
     # Per sequence and look: 0 failed, 1 passed, 2 inconclusive.
     states = np.stack([np.where(counts[:, n - 1] < k, 0, np.where(n - counts[:, n - 1] < k, 1, 2))
                        for n, k in looks.items()], axis=1)
-    names = ("failed", "passed", "inconclusive")
-    paths: dict[tuple[str, ...], tuple[float, list[float]]] = {}
-    share = 0.5 ** max(looks)
+    names, at = ("failed", "passed", "inconclusive"), list(looks)
+    shares: dict[tuple[str, ...], float] = {}
+    played: dict[tuple[str, ...], tuple[int, list[int]]] = {}  # the rounds under after the failed look, the signs
     for row, low in zip(states.tolist(), below.tolist(), strict=True):
-        path = tuple(names[state] for state in (row[:row.index(0) + 1] if 0 in row else row))
-        found = paths.get(path)
-        paths[path] = (share + found[0], found[1]) if found else (share, [
-            THRESHOLD * (1 - 0.01 - i / 1000 if under else 1 + 0.01 + i / 1000) for i, under in enumerate(low)])
-    return paths
+        cut = row.index(0) + 1 if 0 in row else len(row)
+        path = tuple(names[state] for state in row[:cut])
+        shares[path] = shares.get(path, 0.0) + 0.5 ** len(low)
+        after = sum(low[at[cut - 1]:])
+        if path not in played or after > played[path][0]:
+            played[path] = (after, low)
+    return {path: (share, [THRESHOLD * (1 - 0.01 - i / 1000 if under else 1 + 0.01 + i / 1000)
+                           for i, under in enumerate(played[path][1])]) for path, share in shares.items()}
 
 
 def gate_errors_through_the_code(threads: int, methods: int, looks: dict[int, int], *, planned: int, stop_early: bool,
