@@ -53,6 +53,9 @@ MAX_RUNS_PER_ROUND = 100_000
 PART_LIMIT_FACTOR = 10
 PART_LIMIT_MIN_S = 2.0
 NO_DEADLINE_NS = 2**63 - 1
+# A part timed again for being short asks for this much more than the floor at the calls just timed, so that the
+# next try is not short again by the calls' own jitter.
+RESIZE_MARGIN = 1.2
 
 
 def warm_up(time_calls: Mapping[str, Callable[[int], list[float]]], count: int, *, rounds: int, iterations: int,
@@ -93,6 +96,35 @@ def part_limit_s(warm_mean_ms: dict[str, float], *, rounds: int, iterations: int
     planned_s = sum(max(time_budget_s / rounds, math.ceil(iterations / rounds) * mean_ms / 1000.0)
                     for mean_ms in warm_mean_ms.values())
     return max(PART_LIMIT_FACTOR * max(planned_s, shortest_part_s), PART_LIMIT_MIN_S)
+
+
+def timed_part(time_calls: Mapping[str, Callable[[int, int], list[float]]], runs: Mapping[str, int], *,
+               shortest_part_s: float, limit_s: float | None) -> tuple[dict[str, list[float]], dict[str, int], int]:
+    """One round's part (the host's measure servers' and a target's), its length checked as it runs: each method's
+    ``runs[method]`` calls (``time_calls[method](n, deadline_ns)``: its untimed call, then n calls' times in ms),
+    cut at ``limit_s`` (part_limit_s; None: never). A part shorter than ``shortest_part_s`` — the shortest the
+    contention check can judge (measure/_contention.py) — is not given back: the runs are re-sized to fill the floor
+    at the calls just timed and the part is timed again (a warm-up slowed throughout had sized it; one clock tick
+    read as 0.44 of a core over 0.0225 s). Where MAX_RUNS_PER_ROUND holds the calls, it is timed again until the
+    tries have lasted the floor together, the span the parent reads the machine over. The last try's samples, the
+    runs it took (the next round's), and how many tries were short."""
+    sized, short = dict(runs), 0
+    started = time.perf_counter_ns()
+    deadline_ns = NO_DEADLINE_NS if limit_s is None else started + int(limit_s * 1e9)
+    while True:
+        begun = time.perf_counter_ns()
+        samples = {method: timed(sized[method], deadline_ns) for method, timed in time_calls.items()}
+        ended = time.perf_counter_ns()
+        lasted_s = (ended - begun) / 1e9
+        if lasted_s >= shortest_part_s or any(len(samples[m]) < sized[m] for m in time_calls):
+            return samples, sized, short  # long enough, or cut short (its round is disturbed anyway)
+        short += 1
+        # At the timed calls' own time: in a try of a few calls the untimed ones are a good share of its length.
+        grow = RESIZE_MARGIN * shortest_part_s / max(sum(map(sum, samples.values())) / 1000.0, 1e-9)
+        resized = {m: min(MAX_RUNS_PER_ROUND, max(count, math.ceil(count * grow))) for m, count in sized.items()}
+        if resized == sized and (ended - started) / 1e9 >= shortest_part_s:
+            return samples, sized, short  # at the cap: the tries together lasted the floor
+        sized = resized
 
 
 def memory_status() -> dict[str, int]:
@@ -292,18 +324,19 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
              "runs_per_round": runs, "verified": loaded["verified"]})
     else:
         runs, limit_s = {method: args.calls for method in calls}, None  # --calls as asked, however long
+    # Each round calls every method once untimed (the other stack ran since), then times its calls.
+    part_calls = {method: functools.partial(_time, call, 1) for method, call in calls.items()}
     for request in requests:
         if not request.startswith("round "):
             break
         number = int(request.split()[1])
         try:
-            samples = {}
             before = counters() if args.measure else None
-            deadline_ns = NO_DEADLINE_NS if limit_s is None else time.perf_counter_ns() + int(limit_s * 1e9)
-            for method, call in calls.items():
-                call()
-                samples[method] = _time(call, 0, runs[method], deadline_ns)
+            samples, runs, short = timed_part(part_calls, runs, shortest_part_s=args.shortest_part, limit_s=limit_s)
             timed: dict[str, Any] = {"counters": {"before": before, "after": counters()}} if args.measure else {}
+            if short:
+                print(f"round {number}: a part shorter than {args.shortest_part} s timed again {short} time(s); "
+                      f"its calls now {runs}", file=sys.stderr, flush=True)
             if any(len(samples[method]) < runs[method] for method in calls):
                 timed["cut_after_s"] = limit_s  # the part cut short: its round is disturbed (measure/rounds.py)
         except Exception as error:  # noqa: BLE001 - as above

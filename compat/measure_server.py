@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from .common import MethodCall, export_stages, fixture_inputs, jsonable, load_me
 from .contract import Adapter, require
 
 # Shared with the device bundle's runner, which times a target's rounds the same way (and is copied alone).
-from .device_runner import NO_DEADLINE_NS, memory_status, part_limit_s, warm_up
+from .device_runner import NO_DEADLINE_NS, memory_status, part_limit_s, timed_part, warm_up
 
 # upgrade_gate.measure.rounds names the same variable: the parent cannot be imported here.
 CONTROL_FDS_ENV = "UPGRADE_GATE_CONTROL_FDS"
@@ -46,6 +47,14 @@ def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: i
         if end > deadline_ns:
             return samples[:index + 1]
     return samples
+
+
+def untimed_then_timed(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: int,
+                       deadline_ns: int) -> list[float]:
+    """A method's share of a round's part: one call untimed (the other stack ran since this method's last call),
+    then ``runs`` timed (time_runs)."""
+    run(program, inputs)
+    return time_runs(run, program, inputs, runs, deadline_ns)
 
 
 class Channel:
@@ -104,18 +113,17 @@ def serve(job: dict[str, Any], adapter: Adapter, channel: Channel) -> None:
     limit_s = part_limit_s(warm_mean_ms, rounds=job["rounds"], iterations=job["iterations"],
                            time_budget_s=job["time_budget_s"], shortest_part_s=job["shortest_part_s"])
 
+    part_calls = {name: functools.partial(untimed_then_timed, *calls[name], args[name]) for name in methods}
     while (request := channel.receive())["command"] in ("round", "overhead"):
         channel.send("stage", stage="round")
         if request["command"] == "overhead":
             channel.send("overhead", blocks=harness_overhead(calls, args, warm_mean_ms, request["pairs"],
                                                              request["block_s"]))
             continue
-        samples = {}
-        deadline_ns = time.perf_counter_ns() + int(limit_s * 1e9)
-        for name in methods:
-            run, program = calls[name]
-            run(program, args[name])  # untimed: the other stack ran since this method's last call
-            samples[name] = time_runs(run, program, args[name], runs[name], deadline_ns)
+        samples, runs, short = timed_part(part_calls, runs, shortest_part_s=job["shortest_part_s"], limit_s=limit_s)
+        if short:  # the log's: the round's samples are the try that lasted
+            print(f"round {request['round']}: a part shorter than {job['shortest_part_s']} s timed again {short} "
+                  f"time(s); its calls now {runs}", file=sys.stderr, flush=True)
         cut = any(len(samples[name]) < runs[name] for name in methods)
         channel.send("round", round=request["round"], samples_ms=samples, **({"cut_after_s": limit_s} if cut else {}))
     channel.send("exit", memory=memory_status())

@@ -4,12 +4,14 @@ tests/test_integration.py's."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,99 @@ def test_a_targets_part_stops_too_and_says_so_for_its_round_to_be_disturbed(monk
     assert device_runner.serve(parsed, Requests("round 1\nexit\n"), answers) == 0
     (only,) = [json.loads(line) for line in answers.getvalue().splitlines()]
     assert len(only["samples_ms"]["forward"]) == 5 and "cut_after_s" not in only
+
+
+def spin(seconds: float) -> None:
+    """A call of known length, in real time: the CPU kept busy as a model's call keeps it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_part_shorter_than_the_contention_check_can_judge_is_resized_and_timed_again():
+    """Issue 61, D4: a part is sized before the rounds, from the warm-up; nothing checked its length as it ran, and a
+    part of 0.0225 s read one clock tick as 0.44 of a core. The server's part (compat/measure_server.py's own calls,
+    of 0.5 ms each here) that lasts less than SHORTEST_PART_S is not given back: re-sized to fill the floor at the
+    calls just timed, and timed again; the samples are that try's, and it lasted the floor."""
+    from compat.device_runner import timed_part
+    from compat.measure_server import untimed_then_timed
+    from upgrade_gate.measure._contention import SHORTEST_PART_S
+
+    made: list[tuple[float, float]] = []  # each call's start and end
+
+    def call(program, inputs) -> None:
+        start = time.perf_counter()
+        spin(0.0005)
+        made.append((start, time.perf_counter()))
+
+    part = {"forward": functools.partial(untimed_then_timed, call, None, None)}
+    samples, runs, short = timed_part(part, {"forward": 5}, shortest_part_s=SHORTEST_PART_S, limit_s=None)
+    # Each try is its untimed call, then its timed ones: the first 5 (about 3 ms), the last as many as it gave back.
+    first, last = made[:1 + 5], made[-(1 + runs["forward"]):]
+    assert short >= 1 and len(samples["forward"]) == runs["forward"] > 5, (short, runs)  # more on a busy machine
+    span = [calls[-1][1] - calls[0][0] for calls in (first, last)]
+    assert span[0] < SHORTEST_PART_S <= span[1], span  # the short try was not given back; the one that was lasted
+    # The samples are the last try's calls, each timed around the call (a little more than the call's own span).
+    assert all(ms >= (end - start) * 1000.0 for ms, (start, end) in zip(samples["forward"], last[1:], strict=True))
+    # Sized to last it: the next round's part, at its runs, is not short.
+    again, same, short = timed_part(part, runs, shortest_part_s=SHORTEST_PART_S, limit_s=None)
+    assert (short, same, len(again["forward"])) == (0, runs, runs["forward"])
+    # Without a floor (run-on-device.sh's fixed --calls) every part is as asked.
+    assert timed_part(part, {"forward": 5}, shortest_part_s=0.0, limit_s=None)[1:] == ({"forward": 5}, 0)
+
+
+def test_a_part_at_the_call_cap_is_timed_again_until_the_tries_have_lasted_the_floor():
+    """Issue 61, D4: calls so fast that MAX_RUNS_PER_ROUND of them last under the floor cannot be re-sized: the part
+    is timed again, at the cap, until its tries together have lasted SHORTEST_PART_S — the span over which the parent
+    reads the machine (its watch is around the whole request); the samples are the last try's."""
+    from compat.device_runner import MAX_RUNS_PER_ROUND, _time, timed_part
+    from upgrade_gate.measure._contention import SHORTEST_PART_S
+
+    started = time.perf_counter()
+    samples, runs, short = timed_part({"forward": functools.partial(_time, lambda: None, 1)},
+                                      {"forward": MAX_RUNS_PER_ROUND}, shortest_part_s=SHORTEST_PART_S, limit_s=None)
+    assert time.perf_counter() - started >= SHORTEST_PART_S
+    assert runs == {"forward": MAX_RUNS_PER_ROUND} and len(samples["forward"]) == MAX_RUNS_PER_ROUND and short >= 1
+    assert sum(samples["forward"]) < SHORTEST_PART_S * 1000.0  # one try alone is short: that is why it went on
+
+
+def test_a_warm_up_slowed_throughout_sizes_a_short_part_that_the_target_times_again(monkeypatch):
+    """Issue 61, D4: the audit's case on a target's runner (device_runner.py serve --measure): every warm-up call
+    slowed tenfold (a busy machine throughout; 5 ms), the rounds' calls 0.5 ms, the defaults' budget. Sized at the
+    warm-up, the part lasted about 0.02 s; the first round's part is timed again re-sized and lasts the floor, says so
+    on stderr (the log), and the next round keeps that size."""
+    import io
+
+    from compat import device_runner
+    from upgrade_gate.measure._contention import SHORTEST_PART_S
+
+    slow = [True]
+
+    def loaded(args, methods):
+        return {"forward": lambda: spin(0.005 if slow[0] else 0.0005)}, {
+            "load_ms": 1.0, "verified": None, "first_ms": {"forward": 1.0}, "idle": device_runner.memory_status()}
+
+    class Requests(io.StringIO):  # the rounds asked for once the warm-up is done: the machine is quiet by then
+        def __iter__(self):
+            slow[0] = False
+            return super().__iter__()
+
+    monkeypatch.setattr(device_runner, "lite_calls", loaded)
+    monkeypatch.setattr(device_runner, "counters", lambda: None)
+    answers, log = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    parsed = device_runner.parse([
+        "serve", "--runtime", "lite-interpreter", "--artifact", ".", "--inputs", "x.npz", "--methods", "forward",
+        "--model", "m", "--stack", "legacy", "--threads", "1", "--warmup", "3", "--rtol", "0", "--atol", "0",
+        "--measure", "--rounds", "9", "--iterations", "9", "--time-budget", "2.0", "--shortest-part",
+        str(SHORTEST_PART_S)])
+    assert device_runner.serve(parsed, Requests("round 1\nround 2\nexit\n"), answers) == 0
+    ready, first, second = (json.loads(line) for line in answers.getvalue().splitlines()[:3])
+    sized = ready["runs_per_round"]["forward"]
+    assert sized * 0.0005 < SHORTEST_PART_S / 2, ready  # the warm-up's size: far under the floor at 0.5 ms
+    assert second["calls"]["forward"] >= first["calls"]["forward"] > sized  # kept (or grown, were the calls slower)
+    for answer in (first, second):
+        assert sum(answer["samples_ms"]["forward"]) >= SHORTEST_PART_S * 1000.0, answer["calls"]
+    said = log.getvalue().splitlines()[0]
+    assert re.fullmatch(rf"round 1: a part shorter than {SHORTEST_PART_S} s timed again [1-9] time\(s\); its calls "
+                        rf"now {{'forward': {first['calls']['forward']}}}", said), said
