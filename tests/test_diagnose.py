@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import QUICK, REPO, load, nox, user_project
+from helpers.runs import QUICK, REPO, busy_run_shows, load, nox, user_project
 
 from upgrade_gate.releases._reproducers import compare_reproducers, run_reproducer
 from upgrade_gate.schema.verdict import GateStatus
@@ -274,6 +274,8 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     # On a machine others keep busy the latency gates are "machine busy", so what the remedies make of it is
     # INCOMPLETE (exactly that reason, nothing else); on a quiet one, a soft gate failed: GO-WITH-CONDITIONS.
     busy = bool(verdict.incomplete) and all(r.startswith(("machine busy: ", "run `")) for r in verdict.incomplete)
+    if busy:  # the reason, nothing stored, the advice (issue 61)
+        busy_run_shows(out)
     if exported.passes:
         after = "INCOMPLETE" if busy else "GO-WITH-CONDITIONS"
         assert f"**NO-GO** as configured; **{after}** with 3 remedies (Way out)" in report, report[:3000]
@@ -605,6 +607,7 @@ def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_time
     gate = next(g for g in verdict.gates if (g.stack, g.model, g.gate) == ("candidate", LATENCY, "latency"))
     if gate.status is GateStatus.INCOMPLETE:  # a machine others keep busy times nothing: only that hides it
         assert "machine busy" in gate.note, gate
+        busy_run_shows(out)
         return
     assert gate.status is GateStatus.FAILED and gate.measured.low > 1.05, gate  # the regression, on a quiet machine
     (judged,) = (r for r in verdict.remedies if r.model == LATENCY)

@@ -185,7 +185,8 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", ".tmp.npz"))]
 
     resumed = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
-    busy = ended_as(resumed, out, 0, 1)  # busy: its measurements are not stored, so the next run times again
+    # busy: its measurements are not stored, so the next run times again
+    busy = ended_as(resumed, out, 0, 1, cache=tmp_path / "cache")
     log = resumed.stderr + resumed.stdout
     for model in NAMES:
         for phase in ("export", "runtime"):
@@ -213,7 +214,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
         assert log.count("reused from the cache") == 2 * len(NAMES) * 2 + len(NAMES) and " done in " not in log
         assert json.loads((out / "verdict.json").read_text())["gates"] == gates
     else:
-        busy = ended_as(again, out, 0, 1)
+        busy = ended_as(again, out, 0, 1, cache=tmp_path / "cache")
 
     # A corrupt entry is found by its hash and rebuilt; only that phase (and what follows from it) runs.
     entry = next((tmp_path / "cache" / "legacy" / "vit-smoke" / "export").iterdir())
@@ -229,7 +230,7 @@ def test_kill_9_midway_then_resume_reuses_the_finished_work(tmp_path):
     repaired = nox("-s", "compare", "--", "--out", str(out), "--models", MODELS, env=env)
     # As the resumed run ended, unless this one's measurement (the rebuilt artifact is timed again) met a busy
     # machine: then exactly the designed INCOMPLETE (a test beside it in pass 2 once did).
-    ended_as(repaired, out, *((0, 1) if busy else (resumed.returncode,)))
+    ended_as(repaired, out, *((0, 1) if busy else (resumed.returncode,)), cache=tmp_path / "cache")
     log = repaired.stderr + repaired.stdout
     assert f"legacy: vit-smoke: export: cache entry {entry} is corrupt (forward.ptl does not match its SHA-256)" in log
     assert "legacy: vit-smoke: export done in" in log
@@ -277,7 +278,7 @@ def test_a_stopped_run_is_incomplete_not_the_candidates_failure_and_resumes(tmp_
     assert verdict.incomplete[-1].startswith("run `nox -s compare` again with the same options")
 
     resumed = nox("-s", "compare", "--", "--out", str(out), "--models", "vit-smoke@fp32", env=env)
-    busy = ended_as(resumed, out, 0, 1)
+    busy = ended_as(resumed, out, 0, 1, cache=tmp_path / "cache")
     assert "legacy: vit-smoke: export reused from the cache" in resumed.stderr + resumed.stdout
     assert verdict_of(out).verdict.value in (("INCOMPLETE",) if busy else ("GO", "GO-WITH-CONDITIONS", "NO-GO"))
 
@@ -338,7 +339,7 @@ def test_a_model_edited_while_the_run_uses_it_stops_the_run_incomplete_and_the_n
     assert not (tmp_path / "cache" / "candidate" / "team-edit").exists()
 
     resumed = nox("-s", "compare", "--", "--out", str(out), "--models", "team-edit@fp32", env=env)
-    ended_as(resumed, out, 0, 1)
+    ended_as(resumed, out, 0, 1, cache=tmp_path / "cache")
     log = resumed.stderr + resumed.stdout
     for stack in ("legacy", "candidate"):  # the legacy export, of the code as it was, is redone too
         assert f"{stack}: team-edit: export done in" in log, log[-4000:]

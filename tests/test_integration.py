@@ -17,7 +17,17 @@ import numpy as np
 import pytest
 from benchmarks.benchmark import link_tree, run_workflow_command
 from helpers.readers import colours, render, validate_junit, verdict_of
-from helpers.runs import EXPLAINING, EXPLAINING_OFF, QUICK_TIMING, REPO, ended_as, load, nox, user_project
+from helpers.runs import (
+    EXPLAINING,
+    EXPLAINING_OFF,
+    QUICK_TIMING,
+    REPO,
+    busy_run_shows,
+    ended_as,
+    load,
+    nox,
+    user_project,
+)
 from helpers.sshd import Sshd
 from packaging.version import Version
 
@@ -141,6 +151,8 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
         # A ratio per method, unless a loaded runner left fewer quiet rounds than an interval needs: then the gate is
         # incomplete, "machine busy", and the few quiet rounds' ratios (if any) are kept but not judged.
         busy = latency.status is GateStatus.INCOMPLETE and ": machine busy: " in latency.note
+        if busy:  # then the reason, nothing stored, the advice (issue 61)
+            busy_run_shows(out)
         expected = {(1, m) for m in methods}
         assert {(r["threads"], r["method"]) for r in ratios} <= expected if busy else \
             {(r["threads"], r["method"]) for r in ratios} == expected, (latency, ratios)
@@ -604,7 +616,8 @@ def rehearse(run: Path, carried: Path, env: dict[str, str]) -> tuple[dict[int, s
             link_tree(saved, results_cache)
         for command in upgrade_gate_commands(jobs["shard"], shard=k):
             outcome = run_as_workflow(command, job, {**env, "UPGRADE_GATE_CACHE": str(results_cache)})
-            ended_as(outcome, job / f"shard-{k}", 0, 1)  # GO or NO-GO (or busy: no latency verdict), never an error
+            # GO or NO-GO (or busy: no latency verdict, nothing of it stored), never an error
+            ended_as(outcome, job / f"shard-{k}", 0, 1, cache=results_cache / "results")
             results.setdefault(k, outcome)  # the compare's
         shutil.rmtree(saved, ignore_errors=True)  # actions/cache/save
         link_tree(results_cache, saved)
@@ -828,6 +841,8 @@ def test_an_unexportable_model_is_a_record_and_a_no_go(explained_run):
     assert all(g.status is GateStatus.PASSED or (gate == "latency" and g.status is GateStatus.INCOMPLETE
                                                  and "machine busy: " in g.note)
                for (model, gate), g in gates.items() if model == "vit-smoke"), gates
+    if gates[("vit-smoke", "latency")].status is GateStatus.INCOMPLETE:
+        busy_run_shows(out)
 
     results = load(out, "results.json")
     branch = next(m for m in results["models"] if m["model"] == "data-dependent-branch")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.runs import busy_run_shows
 from helpers.signs import miss_over_every_sign_sequence
 from helpers.stack_records import add_round_loads, add_task, write_remedied, write_stack_model
 
@@ -823,6 +824,30 @@ def test_a_busy_machine_does_not_hide_a_regression_every_round_shows(project):
     latency = measured_as(plan, [[10.0 * f] * 8 for f in [*factors[:-1], 1.0]], [BUSY] * 18, "repeats ran out",
                           threads=(1,), intervals=1)
     assert latency.note == "1 thread(s): machine busy: 0 of 18 rounds quiet; an interval needs 6 quiet rounds"
+
+
+def test_a_busy_report_shows_what_the_tests_that_accept_one_check(project, tmp_path):
+    """Issue 61, D3: the integration tests that accept a busy machine's INCOMPLETE check what such a run must show
+    (helpers/runs.py busy_run_shows: the reason, nothing stored, the advice). Held to a report the code writes: it
+    holds, and it fails once the busy measurement is found stored in the result cache, or the reason is missing."""
+    (project / "pyproject.toml").write_text("[tool.upgrade-gate]\nthreads = [1]\n")
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    measured_as(plan, [[10.0] * 8] * 12, [QUIET] * 2 + [BUSY] * 10, "repeats ran out", threads=(1,), intervals=1)
+    out = plan.settings.out_dir
+    measurement = layout.measurement_file(out, "vit-smoke", 1)
+    data = json.loads(measurement.read_text())  # as the measure session writes it: its key and the stacks timed
+    measurement.write_text(json.dumps({**data, "key": "k" * 64, "order": ["legacy", "candidate"]}))
+    assert pipeline.report(plan) == 3
+    cache = tmp_path / "results"
+    busy_run_shows(out, cache)
+    (cache / "legacy+candidate" / "vit-smoke" / "measure-t1" / ("k" * 64)).mkdir(parents=True)
+    with pytest.raises(AssertionError, match="measure-t1"):
+        busy_run_shows(out, cache)
+    verdict = json.loads((out / "verdict.json").read_text())
+    (out / "verdict.json").write_text(json.dumps({**verdict, "incomplete": verdict["incomplete"][1:]}))
+    with pytest.raises(AssertionError, match="^run `nox -s compare` again"):  # no busy line before the advice
+        busy_run_shows(out, tmp_path / "empty")
 
 
 def test_an_unknown_end_of_the_rounds_names_the_file(plan):

@@ -86,7 +86,7 @@ def test_a_project_model_runs_through_both_stacks(tmp_path):
     result = nox("-s", "compare", "--", "--out", str(out), "--fresh", env=env)
     assert (out / "verdict.json").is_file(), result.stderr[-4000:]
     # A GO — or, on a machine others keep busy, no latency verdict, and nothing else missing.
-    busy = ended_as(result, out, 0)
+    busy = ended_as(result, out, 0, cache=tmp_path / "cache" / "results")
     verdict = json.loads((out / "verdict.json").read_text())
     results = json.loads((out / "results.json").read_text())
     models = {m["model"]: m for m in results["models"]}

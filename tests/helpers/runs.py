@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,11 +35,13 @@ def nox(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) ->
     )
 
 
-def ended_as(result: subprocess.CompletedProcess[str], out: Path, *expected: int) -> bool:
+def ended_as(result: subprocess.CompletedProcess[str], out: Path, *expected: int, cache: Path | None = None) -> bool:
     """The run ended with one of the ``expected`` exit statuses — or, on a machine others keep busy (a CI
     runner shared with other jobs), with exactly the designed INCOMPLETE: every reason it gives is the
-    latency gates' "machine busy" (and the advice to run again). For a test whose subject is not latency.
-    Returns whether it was that busy INCOMPLETE, so the test can leave out what a latency verdict shows."""
+    latency gates' "machine busy" (and the advice to run again), and it shows what a busy run must
+    (``busy_run_shows``; ``cache``: the run's result cache, the default one's where None). For a test whose
+    subject is not latency. Returns whether it was that busy INCOMPLETE, so the test can leave out what a
+    latency verdict shows."""
     if result.returncode in expected:
         return False
     verdict = out / "verdict.json"
@@ -45,7 +49,39 @@ def ended_as(result: subprocess.CompletedProcess[str], out: Path, *expected: int
     busy = (result.returncode == 3 and bool(reasons) and reasons[0].startswith("machine busy: ")
             and all(r.startswith("machine busy: ") or r.startswith("run `") for r in reasons))
     assert busy, (expected, result.returncode, reasons, result.stderr[-3000:])
+    busy_run_shows(out, cache)
     return True
+
+
+# A latency gate's note where a busy machine left too few quiet rounds at a thread count (judge/_latency_gates.py).
+BUSY_NOTE = re.compile(r"(\d+) thread\(s\): machine busy: (\d+) of (\d+) rounds quiet; an interval needs (\d+) "
+                       r"quiet rounds")
+
+
+def busy_run_shows(out: Path, cache: Path | None = None) -> None:
+    """What a report a busy machine left INCOMPLETE must show (issue 61, D3), whatever else its test checks: for
+    each thread count a latency gate was left incomplete at, its reason (the quiet rounds and how few, as its
+    measurement file counts them; the repeats ran out), no stored measurement (no entry of the result cache
+    ``cache`` under the file's key, so the next run times again), and the verdict's one line naming the model at
+    that thread count, with the advice to measure again, then to resume."""
+    verdict = json.loads((out / "verdict.json").read_text())
+    busy, resume = verdict["incomplete"][0], verdict["incomplete"][-1]
+    assert busy.startswith("machine busy: too few quiet rounds to judge latency (an interval needs "), busy
+    assert busy.endswith(". Measure again when the machine is quieter: `--remeasure` times again without exporting")
+    assert resume.startswith("run `") and resume.endswith(
+        "` again with the same options: it reuses what finished and redoes the rest"), resume
+    left = [(gate["model"], note) for gate in verdict["gates"] if gate["gate"] == "latency"
+            and gate["status"] == "incomplete" for note in BUSY_NOTE.finditer(gate["note"])]
+    assert left, verdict["gates"]
+    results = cache if cache is not None else layout.cache_root() / "results"
+    for model, note in left:
+        threads, quiet, tried, needs = (int(figure) for figure in note.groups())
+        measured = json.loads(layout.measurement_file(out, model, threads).read_text())
+        assert sum(not r["disturbed"] for r in measured["rounds"]) == quiet < needs and len(measured["rounds"]) == tried
+        assert measured["ended"] == "repeats ran out", (model, threads, measured["ended"])
+        assert f"{model} at " in busy and f"{threads} thread(s) ({quiet} of {tried} quiet" in busy, busy
+        stored = results / "+".join(measured["order"]) / model / f"measure-t{threads}" / str(measured["key"])
+        assert not stored.exists(), stored
 
 
 def load(out: Path, name: str) -> dict:
