@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +37,87 @@ def test_a_part_is_disturbed_when_others_crowd_its_cores_and_its_threads_wait(th
     load = Load(seconds=1.0, waited_share=waited, others_cores=others, steal_share=steal, run_queue=1,
                 free_cores=2 - threads)
     assert load.disturbed is disturbed
+
+
+RECORDED = Path(__file__).resolve().parent / "data" / "proc"  # README.md there: how each was recorded
+
+
+def recorded(condition: str) -> tuple[Load, float]:
+    """A recorded reading (tests/data/proc/<condition>) through the detector's own code: its load, as the rounds
+    judge it at the thread count it was recorded at, and the cores our processes (the timed one) kept busy."""
+    folder = RECORDED / condition
+    reading = json.loads((folder / "reading.json").read_text())
+    before, after = (contention.snapshot(reading["ours"], reading["timed"], folder / end,
+                                         clock=lambda end=end: reading["wall_s"][end]) for end in ("before", "after"))
+    assert before is not None and after is not None
+    load = contention.load_between(before, after, threads=reading["threads"], cores=reading["cores"])
+    assert load is not None
+    return load, (after.ours_ticks - before.ours_ticks) / os.sysconf("SC_CLK_TCK") / load.seconds
+
+
+# What each condition made (every process at nice 19, so that they share the cores evenly; a second's reading on 2
+# cores), as ranges that allow the reading's own noise (a clock tick or two, 0.01 each): the cores other processes
+# kept busy and ours did, the share of its time the timed threads waited for a CPU, the steal, and the decision.
+@pytest.mark.parametrize(("condition", "others", "ours", "waited", "steal", "disturbed"), [
+    # The timed process alone: nothing else busy; it used its core.
+    pytest.param("quiet", (0.0, 0.1), (0.9, 1.05), (0.0, 0.05), (0.0, 0.02), False, id="quiet"),
+    # One busy loop beside a 1-thread measurement: it took the other core, and the timed thread kept its own.
+    pytest.param("one-busy", (0.9, 1.05), (0.9, 1.05), (0.0, 0.05), (0.0, 0.02), False, id="one-busy"),
+    # Two beside it: three busy threads on 2 cores, each runs about 2/3 of the time and waits the rest.
+    pytest.param("two-busy", (1.2, 1.45), (0.55, 0.8), (0.2, 0.45), (0.0, 0.02), True, id="two-busy"),
+    # One beside a 2-thread measurement, which left no core free: three busy threads again, but the timed two share
+    # an interpreter lock (alone they keep 1.85 cores busy), and while one waits for it the loop runs.
+    pytest.param("one-busy-two-threads", (0.6, 0.95), (1.05, 1.4), (0.25, 0.5), (0.0, 0.02), True,
+                 id="one-busy-two-threads"),
+    # The quiet process, which reaped a child during the reading that had kept a core busy for 0.45 s before it:
+    # that time was not the reading's, and not ours (the kernel adds it to the parent's children's time on reaping).
+    pytest.param("reaped", (0.0, 0.1), (0.9, 1.05), (0.0, 0.05), (0.0, 0.02), False, id="reaped"),
+    # The quiet reading with steal ticks added, a tenth of every CPU tick once added (crafted: README.md), to the
+    # little its own second had (0–2%): 10–12% of all CPU time.
+    pytest.param("steal", (0.0, 0.1), (0.9, 1.05), (0.0, 0.05), (0.1, 0.12), True, id="steal"),
+])
+def test_recorded_proc_readings_are_read_as_the_machine_was_and_judged(condition, others, ours, waited, steal,
+                                                                       disturbed):
+    """Issue 61, D3: the detector's tests that read the machine skip on a busy one, so a mutation of how it reads
+    /proc passed under load. These read /proc files recorded here under each condition (tests/data/proc), through
+    the same snapshot and load_between, wherever they run: the figures each condition makes, and whether the part
+    is disturbed."""
+    load, ours_cores = recorded(condition)
+    for (low, high), figure in ((others, load.others_cores), (ours, ours_cores), (waited, load.waited_share),
+                                (steal, load.steal_share)):
+        assert low <= figure <= high, (condition, load, ours_cores)
+    assert load.disturbed is disturbed, load
+
+
+def test_a_reading_of_our_own_processes_counts_every_thread_and_both_kinds_of_time():
+    """What a recorded process's /proc says, summed as the kernel's proc(5) lays it out — utime and stime, fields 14
+    and 15, of the process (every thread); each thread's own stat and schedstat beside it — is what the detector
+    counts as ours and as the timed threads' wait: the timed process of the 2-thread reading worked in both user and
+    system time (it reads /dev/zero and hashes it), in both its threads."""
+    folder = RECORDED / "one-busy-two-threads"
+    reading = json.loads((folder / "reading.json").read_text())
+    timed = str(reading["timed"])
+
+    def times(stat: Path) -> tuple[int, int]:
+        fields = stat.read_text().rsplit(")", 1)[1].split()  # from field 3, the state
+        return int(fields[14 - 3]), int(fields[15 - 3])
+
+    used = {end: times(folder / end / timed / "stat") for end in ("before", "after")}
+    user, system = (used["after"][n] - used["before"][n] for n in (0, 1))
+    assert user > 10 and system > 10, used  # ticks of each kind over the second
+    threads = {end: sorted((folder / end / timed / "task").iterdir()) for end in ("before", "after")}
+    assert len(threads["after"]) == 2
+    per_thread = [sum(times(after / "stat")) - sum(times(before / "stat"))
+                  for before, after in zip(threads["before"], threads["after"], strict=True)]
+    assert min(per_thread) > 20, per_thread  # each thread worked
+    before = contention.snapshot([], int(timed), folder / "before", clock=lambda: 0.0)
+    after = contention.snapshot([], int(timed), folder / "after", clock=lambda: 1.0)
+    assert before is not None and after is not None
+    waited = [int((task / "schedstat").read_text().split()[1]) for task in threads["after"]]
+    waited_before = [int((task / "schedstat").read_text().split()[1]) for task in threads["before"]]
+    assert after.waited_ns - before.waited_ns == sum(waited) - sum(waited_before) > 0
+    ours = contention.snapshot([int(timed)], int(timed), folder / "after", clock=lambda: 1.0)
+    assert ours is not None and ours.ours_ticks - after.ours_ticks == sum(used["after"])
 
 
 def _spin(seconds: float) -> subprocess.Popen[bytes]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import EXPLAINING, QUICK, REPO, TURNED_OFF, ended_as, nox, user_project
+from helpers.runs import EXPLAINING, QUICK, REPO, TURNED_OFF, busy_run_shows, ended_as, nox, user_project
 
 from upgrade_gate.schema.verdict import GateStatus
 
@@ -521,6 +521,7 @@ def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
                for r in busy_run["rounds"] if r["disturbed"])
     report = (out / "report.md").read_text()
     assert "rounds quiet (disturbed: round " in report and "other processes kept " in report
+    busy_run_shows(out, tmp_path / "cache")  # the reason, nothing stored, the advice: as the tests that accept one
 
     again = nox("-s", "compare", "--", "--out", str(out), *models, env=env)
     assert again.returncode in (0, 1), again.stderr[-3000:]
