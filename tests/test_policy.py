@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -841,7 +842,11 @@ def test_a_busy_report_shows_what_the_tests_that_accept_one_check(project, tmp_p
     assert pipeline.report(plan) == 3
     cache = tmp_path / "results"
     busy_run_shows(out, cache)
-    (cache / "legacy+candidate" / "vit-smoke" / "measure-t1" / ("k" * 64)).mkdir(parents=True)
+    entry = cache / "legacy+candidate" / "vit-smoke" / "measure-t1" / ("k" * 64)
+    entry.mkdir(parents=True)  # an earlier, quiet measurement's under the same key: not these rounds
+    (entry / measurement.name).write_text(json.dumps({**data, "rounds": data["rounds"][:6]}))
+    busy_run_shows(out, cache)
+    shutil.copy(measurement, entry / measurement.name)  # these rounds, stored
     with pytest.raises(AssertionError, match="measure-t1"):
         busy_run_shows(out, cache)
     verdict = json.loads((out / "verdict.json").read_text())

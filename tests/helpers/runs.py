@@ -61,9 +61,10 @@ BUSY_NOTE = re.compile(r"(\d+) thread\(s\): machine busy: (\d+) of (\d+) rounds 
 def busy_run_shows(out: Path, cache: Path | None = None) -> None:
     """What a report a busy machine left INCOMPLETE must show (issue 61, D3), whatever else its test checks: for
     each thread count a latency gate was left incomplete at, its reason (the quiet rounds and how few, as its
-    measurement file counts them; the repeats ran out), no stored measurement (no entry of the result cache
-    ``cache`` under the file's key, so the next run times again), and the verdict's one line naming the model at
-    that thread count, with the advice to measure again, then to resume."""
+    measurement file counts them; the repeats ran out), no stored measurement (the result cache ``cache`` holds
+    none of these rounds under the file's key — an earlier, quiet one's may be there — so the next run does not
+    reuse them), and the verdict's one line naming the model at that thread count, with the advice to measure
+    again, then to resume."""
     verdict = json.loads((out / "verdict.json").read_text())
     busy, resume = verdict["incomplete"][0], verdict["incomplete"][-1]
     assert busy.startswith("machine busy: too few quiet rounds to judge latency (an interval needs "), busy
@@ -76,12 +77,14 @@ def busy_run_shows(out: Path, cache: Path | None = None) -> None:
     results = cache if cache is not None else layout.cache_root() / "results"
     for model, note in left:
         threads, quiet, tried, needs = (int(figure) for figure in note.groups())
-        measured = json.loads(layout.measurement_file(out, model, threads).read_text())
+        measurement = layout.measurement_file(out, model, threads)
+        measured = json.loads(measurement.read_text())
         assert sum(not r["disturbed"] for r in measured["rounds"]) == quiet < needs and len(measured["rounds"]) == tried
         assert measured["ended"] == "repeats ran out", (model, threads, measured["ended"])
         assert f"{model} at " in busy and f"{threads} thread(s) ({quiet} of {tried} quiet" in busy, busy
         stored = results / "+".join(measured["order"]) / model / f"measure-t{threads}" / str(measured["key"])
-        assert not stored.exists(), stored
+        kept = json.loads((stored / measurement.name).read_text()) if stored.is_dir() else {}
+        assert kept.get("rounds") != measured["rounds"], stored
 
 
 def load(out: Path, name: str) -> dict:
