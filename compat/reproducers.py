@@ -35,7 +35,6 @@ def script(doc: str, said: str, code: str, **fields: object) -> str:
     """A reproducer: ``doc`` (the tool's words, two lines at least, so that no comment is one of the file's first
     two lines, where PEP 263 reads an encoding), ``said`` as comment lines, then ``code`` filled with ``fields``
     (each already a literal or code) and the guard."""
-    assert doc.count("\n") >= 1 and '"""' not in doc and "\\" not in doc, "a docstring of the tool's own words"
     return f'"""{doc}"""\n{python_comment(said)}\n' + code.format(**fields) + MAIN_GUARD
 
 
