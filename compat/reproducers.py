@@ -200,7 +200,7 @@ def executorch_method(*, kind: str, executorch: str, found_in: str, program: str
     said = (f"{kind}: ExecuTorch {executorch}'s XNNPACK lowering of a method differs from eager.\n"
             f"Found by upgrade-gate in {found_in}\n"
             f"The operator alone on its real inputs does not show it, so this is {program}.\n"
-            f"program.pt2 was saved by torch {saved_by}; program.py: {source_note}.")
+            f"program.pt2 was saved by torch {saved_by}; {source_note}.")
     return script(EXECUTORCH_METHOD_DOC, said, EXECUTORCH_METHOD_CODE, threshold=repr(threshold),
                   fails_with=python_string(fails_with), fails_as_found=python_string(fails_as_found),
                   saved_by=python_string(saved_by), remedy=indented(remedy))
