@@ -117,6 +117,116 @@ def test_a_target_that_is_not_an_ssh_address_names_its_key(tmp_path, entry, mess
         load_settings(tmp_path / "pyproject.toml")
 
 
+FIX = '; write ssh://[user@]host[:port], e.g. "ssh://ci@pi5.lab:22"'
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    # Issue 61, N2: a host or user that begins with '-' is an ssh option to ssh; each was accepted as an address.
+    ("ssh://-Evictim-sshlog:22", "not an address 'ssh://-Evictim-sshlog:22': the host '-Evictim-sshlog' begins with "
+                                 "'-', which ssh would read as an option"),
+    ("ssh://-Evictim-userlog@127.0.0.1:1", "not an address 'ssh://-Evictim-userlog@127.0.0.1:1': the user "
+                                           "'-Evictim-userlog' begins with '-', which ssh would read as an option"),
+    ("ssh://-F.:22", "not an address 'ssh://-F.:22': the host '-F.' begins with '-', which ssh would read as an option"),
+    ("ssh://-oProxyCommand=touch%20x", "not an address 'ssh://-oProxyCommand=touch%20x': the host "
+                                       "'-oProxyCommand=touch%20x' begins with '-', which ssh would read as an option"),
+    ("ssh://ci@pi5.lab:22 -oProxyCommand=x", "not an address 'ssh://ci@pi5.lab:22 -oProxyCommand=x': "
+                                             "':22 -oProxyCommand=x' after the host is no :port"),
+    ("ssh://ci@pi5-.lab", "not an address 'ssh://ci@pi5-.lab': 'pi5-.lab' is no host name (letters, digits, '-' and "
+                          "'.')"),
+    ("ssh://c i@pi5.lab", "not an address 'ssh://c i@pi5.lab': the user 'c i' is not a login name (letters, digits, "
+                          "'.', '_' and '-')"),
+    ("ssh://a@b@pi5.lab", "not an address 'ssh://a@b@pi5.lab': the user 'a@b' is not a login name (letters, digits, "
+                          "'.', '_' and '-')"),
+    ("ssh://pi5.lab/home", "not an address 'ssh://pi5.lab/home': 'pi5.lab/home' is no host name"),
+    ("ssh://[fe80::1%-oX]:22", "not an address 'ssh://[fe80::1%-oX]:22': '[fe80::1%-oX]:22' holds no IPv6 address "
+                               "in brackets"),
+    ("ssh://[fe80::1", "not an address 'ssh://[fe80::1': '[fe80::1' holds no IPv6 address in brackets"),
+    ("ssh://fe80::1", "not an address 'ssh://fe80::1': '::1' after the host is no :port"),
+    ("ssh://pi5.lab:", "not an address 'ssh://pi5.lab:': ':' after the host is no :port"),
+    ("ssh://pi5.lab:0", "port 0 is not a port (1 to 65535)"),
+    ("ssh://", "not an address 'ssh://': no host"),
+    ("pi5.lab", "not an address 'pi5.lab': no ssh:// before it"),
+    ("SSH://pi5.lab", "unknown scheme 'SSH': targets are reached over ssh"),
+])
+def test_an_address_is_read_part_by_part_and_a_bad_part_is_named(tmp_path, address, message):
+    """Exit 2 (a ConfigError) naming the target's key, what is wrong and the fix."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.upgrade-gate.targets]\npi5 = "{address}"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(tmp_path / "pyproject.toml")
+    assert str(raised.value).startswith(f"{tmp_path / 'pyproject.toml'}: tool.upgrade-gate.targets.pi5: {message}")
+    assert str(raised.value).endswith(FIX)
+
+
+@pytest.mark.parametrize(("address", "read"), [
+    ("ssh://ci@pi5.lab:2222", ("ci", "pi5.lab", 2222)), ("ssh://pi5.lab", (None, "pi5.lab", 22)),
+    ("ssh://ci.user_1@10.0.0.7/", ("ci.user_1", "10.0.0.7", 22)), ("ssh://[::1]:2200", (None, "[::1]", 2200)),
+    ("ssh://_ci@[fe80::1]", ("_ci", "[fe80::1]", 22)), ("ssh://a-b.c-d.lab:65535", (None, "a-b.c-d.lab", 65535)),
+])
+def test_an_address_reads_as_its_user_host_and_port(address, read):
+    from upgrade_gate.config.targets import parse_address
+
+    assert parse_address(address) == read
+
+
+def _ssh_line(address: str, tmp_path: Path, identity: Path | None = None) -> list[str]:
+    from types import SimpleNamespace
+
+    from upgrade_gate.config.targets import RemoteTarget, parse_address
+    from upgrade_gate.measure.targets import ssh_command
+
+    user, host, port = parse_address(address)
+    target = RemoteTarget(name="pi5", user=user, host=host, port=port, identity=identity)
+    return ssh_command(target, SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path)))
+
+
+@pytest.mark.parametrize(("address", "user", "host", "port"), [
+    ("ssh://ci@pi5.lab:2222", "ci", "pi5.lab", "2222"), ("ssh://[fe80::1]", None, "fe80::1", "22"),
+    ("ssh://ci@[::1]:2200", "ci", "::1", "2200")])
+def test_ssh_gets_its_options_then_dash_dash_then_the_host(tmp_path, address, user, host, port):
+    """ssh [options] -- host [command]: the user as -l's (an IPv6 host then without brackets), and OpenSSH's own
+    reading of the line (``ssh -G``: the configuration it would connect with) is the address's."""
+    import shutil
+
+    line = _ssh_line(address, tmp_path, identity=tmp_path / "key")
+    assert line[0] == "ssh" and line[-2:] == ["--", host] and line.count("--") == 1
+    assert ("-l" in line) is (user is not None) and line[line.index("-i") + 1] == str(tmp_path / "key")
+    if shutil.which("ssh") is None:
+        pytest.skip("no ssh client here to read the line (Debian's openssh-client; the README's test command installs "
+                    "openssh-server, which brings it)")
+    read = subprocess.run(["ssh", "-G", *line[1:], "-V"], capture_output=True, text=True, check=True).stdout
+    said = dict(entry.split(" ", 1) for entry in read.splitlines() if " " in entry)
+    assert (said["hostname"], said["port"], said.get("user") if user else user) == (host, port, user)
+
+
+def test_a_remote_command_after_the_host_is_never_an_option_of_ssh(tmp_path):
+    """With a real sshd on 127.0.0.1: a remote command that looks like an option (``-V``) goes there (the remote
+    shell refuses it), where without ``--`` OpenSSH reads options after the host too: it prints its version and
+    connects nowhere."""
+    from types import SimpleNamespace
+
+    from helpers.sshd import SSHD, Sshd
+
+    from upgrade_gate.config.targets import RemoteTarget, parse_address
+    from upgrade_gate.measure.targets import _ssh
+
+    if not SSHD.is_file():
+        pytest.skip(f"{SSHD} is missing: the README's test command installs Debian's openssh-server")
+    server = Sshd(tmp_path / "sshd")
+    server.start()
+    try:
+        user, host, port = parse_address(server.address)
+        target = RemoteTarget(name="local-sshd", user=user, host=host, port=port, identity=server.user_key)
+        plan = SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path))
+        assert _ssh(target, plan, "echo reached").stdout == b"reached\n"
+        ran = _ssh(target, plan, "-V")
+        assert ran.returncode not in (0, 255) and b"OpenSSH_" not in ran.stderr, ran
+        line = _ssh_line(server.address, tmp_path, identity=server.user_key)
+        unguarded = subprocess.run([*line[:-2], line[-1], "-V"], capture_output=True, timeout=60)
+        assert unguarded.returncode == 0 and unguarded.stderr.startswith(b"OpenSSH_"), unguarded
+    finally:
+        server.stop()
+
+
 def test_targets_read_as_written_and_back(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.upgrade-gate.targets]\npi5 = "ssh://ci@pi5.lab:2222"\nlab = { address = "ssh://[fe80::1]", '

@@ -54,7 +54,9 @@ def _write_text_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone who reads the folder
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        # A text a worker recorded may hold a lone surrogate (a file name not in UTF-8, decoded by os.fsdecode), which
+        # UTF-8 cannot write: it is written as its escape, never the end of the report.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())

@@ -29,9 +29,9 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
                   "measure_server", "probe", "localize", "export_errors", "diagnose_phase", "culprit",
                   "precision_phase", "precision", "quantized_lowering_phase", "export_remedy_phase", "latency_phase",
                   "issue_text", "program_source", "fork_server", "bundle_phase", "device_runner", "blocks",
-                  "diagnose_reproducer", "remedy_choice")
+                  "diagnose_reproducer", "remedy_choice", "quoting")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
-                   "executorch_precision", "torchscript_diagnose")
+                   "executorch_precision", "torchscript_diagnose", "reproducers")
 NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
 
 

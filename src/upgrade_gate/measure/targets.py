@@ -89,12 +89,17 @@ def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path | None:
 
 
 def ssh_command(target: RemoteTarget, plan: Plan) -> list[str]:
+    """ssh's options, then ``--`` and the host, as ssh reads them: a remote command goes after it. The user is
+    ``-l``'s (an IPv6 host then needs no brackets); ``--`` ends the options, so that nothing after it is one,
+    whatever config/targets.py let through (issue 61, N2)."""
     command = ["ssh", "-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
                "-o", f"UserKnownHostsFile={plan.settings.cache_dir / 'known_hosts'}", "-o", "ConnectTimeout=20",
                "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
     if target.identity is not None:
         command += ["-i", str(target.identity), "-o", "IdentitiesOnly=yes"]
-    return [*command, f"{target.user}@{target.host}" if target.user else target.host.strip("[]")]
+    if target.user is not None:
+        command += ["-l", target.user]
+    return [*command, "--", target.host.removeprefix("[").removesuffix("]")]
 
 
 def _ssh(target: RemoteTarget, plan: Plan, remote: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
