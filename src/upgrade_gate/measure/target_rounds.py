@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs
 from upgrade_gate.measure import _contention
 from upgrade_gate.measure.rounds import Watch, run_rounds, stop_rule
 from upgrade_gate.run.supervisor import ServerFailed
@@ -135,10 +136,14 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
     served = [line.split("\t") for line in (layout.bundle_dir(out) / "plan.tsv").read_text().splitlines() if line]
     gate = settings.gates["latency"]
     cores = int(target_line.get("cores") or 1)
+    candidates = [spec.name for spec in plan.candidates]
+    runs = device_runs(plan)  # the devices read in already: the gate judges them beside this target
     lines: list[dict[str, Any]] = []
     for threads in settings.threads:
         for model, held in manifest["models"].items():
-            confidence = stats.interval_confidence(stats.gate_intervals(len(settings.threads), len(held["methods"])))
+            # One gate over every target it judges: each interval's share is of all of them.
+            intervals = device_gate_intervals(plan, model, len(settings.threads), len(held["methods"]), runs)
+            confidence = stats.interval_confidence(intervals)
             rows = [row for row in served if row[0] == model]
             servers: dict[str, RemoteServer] = {}
             try:
@@ -147,7 +152,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                 if len(servers) < len(rows):
                     continue  # a stack that cannot run here: its line says why; no ratio to be had
                 looks, most, clear = stop_rule(
-                    plan.baseline.name, [spec.name for spec in plan.candidates], stacks, servers,
+                    plan.baseline.name, candidates, stacks, servers,
                     rounds=settings.rounds, most_rounds=settings.most_rounds, stop_early=settings.stop_early,
                     confidence=confidence, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
@@ -165,7 +170,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                       for name, record in stacks.items()]
             lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
                           "stop_early": settings.stop_early, "most": most, "tried": len(tried),
-                          "counted": sum(1 for entry in tried if not entry["disturbed"])})
+                          "counted": sum(1 for entry in tried if not entry["disturbed"]), "intervals": intervals})
     return lines
 
 
