@@ -71,6 +71,12 @@ def latency_gate(found: Gates, severity: str) -> None:
             judged.append(("incomplete", _busy_note(threads, busy) + (f"; not judged, but {over}" if over else ""),
                            None, threads))
             continue
+        if machine is not None and machine.ended is RoundsEnded.SERVER_ENDED and machine.quiet < machine.needs:
+            # A file from before each side ended alone (results 2.9): another side's server ended every side's
+            # rounds. The server's end, never a busy machine; measuring again goes on without it.
+            judged.append(("incomplete", f"{threads} thread(s): {machine.ending()}; an interval needs "
+                                         f"{machine.needs} quiet rounds", None, threads))
+            continue
         for method in mine.latency:
             estimate = model.ratio(stack, threads, method)
             if estimate is None:

@@ -25,7 +25,7 @@ from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, run_rounds, stop_rule
+from upgrade_gate.measure.rounds import Watch, ratio_to_decide, run_rounds, stop_rule
 from upgrade_gate.run.supervisor import ServerFailed
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
@@ -149,8 +149,8 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
             try:
                 stacks = _start_servers(plan, ssh, remote_bundle, pythons, cannot_run, manifest, rows, threads, logs,
                                         servers, lines)
-                if len(servers) < len(rows):
-                    continue  # a stack that cannot run here: its line says why; no ratio to be had
+                if not ratio_to_decide(plan.baseline.name, candidates, servers):
+                    continue  # the baseline, or every candidate, cannot run here: its line says why; no ratio
                 looks, most, clear = stop_rule(
                     plan.baseline.name, candidates, stacks, servers,
                     rounds=settings.rounds, most_rounds=settings.most_rounds, stop_early=settings.stop_early,
@@ -158,8 +158,10 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
                     f"{settings.rounds} rounds"
                     f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
+                # A candidate whose runner ends there ends alone; the others go on to their decision.
                 tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
-                                          most=most, watch=remote_watch(servers, threads, cores))
+                                          most=most, watch=remote_watch(servers, threads, cores),
+                                          baseline=plan.baseline.name)
                 goodbyes = {name: server.close() for name, server in servers.items()}
                 servers.clear()
             finally:
