@@ -13,11 +13,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmarks.benchmark import exact_gate_errors
+from helpers.stack_records import REFERENCE, write_stack_model
 
-from upgrade_gate import layout
+from upgrade_gate import layout, stats
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.settings import Settings, load_settings
 from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs, judged_targets
+from upgrade_gate.judge.gather import gather
+from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.schema.device import RESULTS_FORMAT, UnfinishedResults, read_device_results
+from upgrade_gate.schema.records import runtime_key
+from upgrade_gate.schema.verdict import GateStatus
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64", "cores": 9,
@@ -402,3 +410,98 @@ def test_a_targets_part_stops_too_and_says_so_for_its_round_to_be_disturbed(monk
     assert device_runner.serve(parsed, Requests("round 1\nexit\n"), answers) == 0
     (only,) = [json.loads(line) for line in answers.getvalue().splitlines()]
     assert len(only["samples_ms"]["forward"]) == 5 and "cut_after_s" not in only
+
+
+# -- the device gate's intervals share its 95% over every target (issue 61, D1) ----------------------------
+
+
+def _device_read_in(out: Path, name: str, ratios: list[float], *, rounds_line: dict | None = None) -> None:
+    """A device's rounds of vit-smoke kept in the report folder, as `device-results` (or a target over ssh) keeps
+    them: the baseline 10 ms a call, the candidate ``ratios[i]`` times it in round i; ``rounds_line``: the line only a
+    target timed over ssh writes (why its rounds ended, its stop rule's design)."""
+    lines = [{"record": "bundle", "manifest_sha256": "ab" * 32, "format": RESULTS_FORMAT, "rounds": len(ratios)},
+             {**TARGET, "name": name}]
+    for number, ratio in enumerate(ratios, start=1):
+        lines += [{"record": "round", "model": "vit-smoke", "stack": stack, "threads": 1, "round": number,
+                   "samples_ms": {"forward": [ms] * 5}} for stack, ms in (("legacy", 10.0), ("candidate", 10.0 * ratio))]
+    lines += [{"record": "rounds", "model": "vit-smoke", "threads": 1, **rounds_line}] if rounds_line else []
+    kept = layout.device_results_file(out, name)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    layout.device_manifest_file(results_file(kept, lines)).write_text(_manifest(out))
+
+
+def _manifest(out: Path) -> str:
+    """The bundle's manifest of vit-smoke at 1 thread (measure/device.py writes it; kept beside each device's rounds)."""
+    return json.dumps({"models": {"vit-smoke": {"methods": ["forward"], "threads": [1], "stacks": {
+        stack: {"runtime_key": runtime_key(out, stack, "vit-smoke")} for stack in ("legacy", "candidate")}}}})
+
+
+def _plan_with_targets(project: Path, targets: list[str]):
+    (project / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\nthreads = [1]\n'
+                                            + ("[tool.upgrade-gate.targets]\n" if targets else "")
+                                            + "".join(f'{name} = "ssh://ci@{name}.lab"\n' for name in targets))
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    for stack in ("legacy", "candidate"):
+        write_stack_model(plan.settings.out_dir, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
+                          threads=(1,))
+    return plan
+
+
+ROUNDS_OF_A_DEVICE = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01]
+
+
+@pytest.mark.parametrize("targets", [2, 3])
+@pytest.mark.parametrize("over_ssh", [False, True])
+def test_a_device_gates_intervals_share_its_95_percent_over_every_target(project, targets, over_ssh):
+    """One device-latency gate over every target it names, the worst deciding: with every true ratio at the
+    threshold, it calls an interval clear (or fails) wrongly at most 5% of the time, counted exactly over every sign
+    sequence of every target's rounds (independent: each target's rounds are a measurement of their own) at the
+    coverage each row is judged at — run-on-device.sh's fixed 9 rounds, and a target over ssh whose rounds were
+    designed for 9 with stop-early, up to 15 while one straddles. Each interval at 95% instead (its share over one
+    target's thread counts × methods, as before): 2 targets were wrongly clear 7.66% / 9.23% of the time, 3 11.3% /
+    13.5% (the audit's figures at (9, 15))."""
+    names = [f"board{index}" for index in range(targets)]
+    plan = _plan_with_targets(project, names if over_ssh else [])
+    out = plan.settings.out_dir
+    for name in names:
+        design = None
+        if over_ssh:  # designed as measure/target_rounds.py designs it, before the target's rounds ran
+            design = {"ended": "planned", "stop_early": True, "most": 15, "tried": 9, "counted": 9,
+                      "intervals": device_gate_intervals(plan, "vit-smoke", 1, 1, device_runs(plan))}
+        _device_read_in(out, name, ROUNDS_OF_A_DEVICE, rounds_line=design)
+    (model,) = gather(plan)
+    rows = [row for row in model.device_latency if row.stack == "candidate"]
+    assert sorted(row.target.name for row in rows) == names and all(row.estimate is not None for row in rows)
+    confidence = {row.estimate.confidence for row in rows if row.estimate is not None}
+    (each,) = confidence
+    most = 15 if over_ssh else 0
+    failed, clear = exact_gate_errors(targets, 1, 9, over_ssh, each, most)
+    assert failed <= clear <= 0.05, (failed, clear)
+    before = exact_gate_errors(targets, 1, 9, over_ssh, stats.interval_confidence(1), most)
+    assert before[1] > 0.07  # the scenario tells the old share from the new
+    device = next(g for g in evaluate(plan, [model]).gates if g.gate == "device-latency")
+    assert device.status is GateStatus.PASSED and device.note.endswith(
+        f"; the gate's {targets} intervals together: at least {stats.together([r.estimate.level for r in rows]):.1%}")
+
+
+def test_the_targets_a_device_gate_shares_its_95_percent_over_are_counted_alike_where_designed_and_judged(project):
+    """Where a target's rounds are designed (before any ran) and where they are judged, the gate's targets are the
+    same: every configured target — its rounds kept, or why there are none — and every device read in beside them."""
+    plan = _plan_with_targets(project, ["pi5", "lab"])
+    out = plan.settings.out_dir
+    _device_read_in(out, "device:Pixel 8", ROUNDS_OF_A_DEVICE)  # run-on-device.sh, read in before the compare
+    designed = judged_targets(plan, "vit-smoke", device_runs(plan))
+    assert designed == ["device:Pixel 8", "lab", "pi5"]
+    _device_read_in(out, "pi5", ROUNDS_OF_A_DEVICE, rounds_line={
+        "ended": "planned", "stop_early": True, "most": 15, "tried": 9, "counted": 9,
+        "intervals": device_gate_intervals(plan, "vit-smoke", 1, 1, device_runs(plan))})
+    layout.bundle_manifest_file(out).parent.mkdir(parents=True, exist_ok=True)
+    layout.bundle_manifest_file(out).write_text(_manifest(out))  # the bundle the targets were given
+    layout.device_failed_file(out, "lab").write_text(json.dumps({"target": "lab", "address": "ssh://ci@lab.lab",
+                                                                 "error": "ssh: connection refused"}))
+    assert judged_targets(plan, "vit-smoke", device_runs(plan)) == designed
+    (model,) = gather(plan)
+    rows = [row for row in model.device_latency if row.stack == "candidate"]
+    assert sorted(row.target.name for row in rows) == designed
+    assert {row.estimate.confidence for row in rows if row.estimate is not None} == {stats.interval_confidence(3)}
