@@ -331,6 +331,23 @@ def test_a_venv_another_run_uses_is_not_emptied_under_it(tmp_path, capsys):
     venvs.recipe_installed(bin_dir, {"installs": ["idna"]})
 
 
+def test_a_project_factory_whose_method_has_no_allowed_name_is_the_models_usage_error(tmp_path, capsys, monkeypatch):
+    """Issue 61, N11/N12: a method named ``../…/escaped`` wrote its artifacts outside, one with a '/' failed the
+    candidate's export (NO-GO). The factories' check refuses it before any export (the worker's side, and the
+    export's own refusal: tests/test_confined.py)."""
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\nmine = "models.nets:tiny"\n')
+    plan = load_plan(["--out", "out"], invoked_from=tmp_path, config_path=config)
+    refused = {"ok": False, "refused_method": "x/y", "error": "method 'x/y': not a name upgrade-gate can use"}
+    monkeypatch.setattr(runner, "check_factories", lambda plan, spec, bin_dir: {"mine": refused})
+    code, err = exits(capsys, lambda: pipeline.check_project_models_or_exit(plan, plan.stack("legacy"), Path("/")))
+    assert code == 2
+    assert err == (f"upgrade-gate: error: {config}: tool.upgrade-gate.models.mine: factory 'models.nets:tiny' returns "
+                   "a ModelCase whose method 'x/y' is not a name upgrade-gate can use for a method's files and records: "
+                   "1 to 64 letters, digits, '-' or '_', starting with a letter or digit, and not 'program'; e.g. 'x-y'; "
+                   "rename the method (a key of its ModelCase's methods)\n")
+
+
 @pytest.mark.parametrize("error", [
     "AttributeError: module 'models.nets' has no attribute 'missing'",
     "ModuleNotFoundError: No module named 'models.network'",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate.config.tomlfile import Table
-from upgrade_gate.layout import NAME_SHAPE
+from upgrade_gate.layout import name_problem, same_folder, same_folder_problem
 
 SCHEME = "ssh"
 # ssh://[user@]host[:port]: a host name, an IPv4 address or an IPv6 one in brackets.
@@ -42,10 +42,13 @@ class RemoteTarget:
 
 def load_targets(table: Table, base: Path) -> tuple[RemoteTarget, ...]:
     found = []
+    if twins := same_folder(table.data):
+        raise table.error(twins[1], same_folder_problem(*twins))
     for name, value in table.data.items():
-        if not NAME_SHAPE.fullmatch(name) or name == "local":
-            raise table.error(name, "a target's name is 1 to 64 letters, digits, '-', '_' or '.', and not 'local' "
-                                    "(this machine, measured anyway)")
+        if problem := name_problem(name):
+            raise table.error(name, f"{problem}; rename the target")
+        if name == "local":
+            raise table.error(name, "'local' is this machine, measured anyway; give another target a name of its own")
         identity = None
         if isinstance(value, dict):
             entry = Table(value, path=table.path, key=table.child_key(name))
