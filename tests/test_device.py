@@ -102,6 +102,38 @@ def test_targets_whose_names_differ_in_a_dot_keep_files_of_their_own(tmp_path):
     assert len(layout.device_failed_files(tmp_path)) == len(names)
 
 
+def test_a_damaged_bundle_manifest_is_the_tools_file_named_with_what_writes_it_again(project, capsys):
+    """Issue 61, N8: a bundle/manifest.json that does not read was "a fault of the tool, please report it"."""
+    from upgrade_gate.config.plan import load_plan
+    from upgrade_gate.errors import RunIncomplete
+    from upgrade_gate.measure import device, targets
+    from upgrade_gate.run import guard
+
+    plan = load_plan(["--out", "out"], invoked_from=project, config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    manifest = layout.bundle_manifest_file(out)
+    manifest.parent.mkdir(parents=True)
+    again = f"write the bundle again with `nox -s bundle -- --out {out}`, then run the same command again"
+    manifest.write_text('{"models": ')
+    with pytest.raises(RunIncomplete) as caught:
+        targets.current_bundle(plan, print)
+    assert str(caught.value) == (f"{manifest} is damaged: it is not the JSON upgrade-gate wrote (Expecting value: "
+                                 f"line 1 column 12 (char 11)); {again}")
+    manifest.write_text('{"requested": ["vit-smoke"], "models": ["vit-smoke"]}')
+    with pytest.raises(RunIncomplete) as caught:
+        device.checked_results(out, results_file(out / "r.jsonl", whole_run()))
+    said = (f"{manifest} is damaged: it does not say what the bundle holds as upgrade-gate wrote it; {again}")
+    assert str(caught.value) == said
+
+    @guard.guarded
+    def session() -> None:
+        targets.current_bundle(plan, print)
+
+    with pytest.raises(SystemExit) as ended:
+        session()
+    assert ended.value.code == 3 and capsys.readouterr().err == f"upgrade-gate: incomplete: {said}\n"
+
+
 def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     """The Android path: /proc/cpuinfo as adb read it, described the way the tool describes this machine."""
     cpuinfo = tmp_path / "cpuinfo"

@@ -159,6 +159,22 @@ def test_a_fault_of_the_tool_is_one_message_and_a_log_file(tmp_path, capsys, mon
     assert "Traceback (most recent call last)" in log.read_text() and "ZeroDivisionError" in log.read_text()
 
 
+def test_a_fault_with_no_report_folder_held_logs_into_the_result_cache(tmp_path, capsys, monkeypatch):
+    """Issue 61, N21: a fault before any report folder was held (a bad `--out` of `nox -s benchmark`) wrote its
+    traceback into the system's temporary folder, outside the report folder and the cache."""
+    monkeypatch.setattr(_folder_lock, "HELD", {})
+    monkeypatch.setattr(cache, "USING", {})
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "default-cache"))
+    code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
+    log = tmp_path / "default-cache" / "upgrade-gate-error.log"
+    assert code == 3 and f"the traceback is in {log} — please report it" in err
+    assert "ZeroDivisionError" in log.read_text()
+    monkeypatch.setattr(cache, "USING", {tmp_path / "own-cache": -1})  # the cache a run uses (`cache =` says which)
+    (tmp_path / "own-cache").mkdir()
+    code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
+    assert code == 3 and f"{tmp_path / 'own-cache' / 'upgrade-gate-error.log'} — please report it" in err
+
+
 def test_an_interrupted_session_says_it_resumes(capsys):
     code, err = exits(capsys, guarded_call(KeyboardInterrupt()))
     assert code == 3 and err == ("upgrade-gate: incomplete: the run was stopped (Ctrl-C or SIGTERM); what finished is "
