@@ -102,8 +102,10 @@ def refuse_bad_method_names(case: Any, job: dict[str, Any]) -> None:
     rule = job["method_names"]
     shape = re.compile(rule["shape"])
     for name in case.entry_points():
-        if not isinstance(name, str) or not shape.fullmatch(name) or name in rule["reserved"]:
-            raise MethodNameRefused(name if isinstance(name, str) else repr(name))
+        if not isinstance(name, str):  # the factory's own error, as any other thing it returns wrong
+            raise TypeError(f"a ModelCase's methods are named by strings; one is {name!r} ({type(name).__name__})")
+        if not shape.fullmatch(name) or name in rule["reserved"]:
+            raise MethodNameRefused(name)
 
 
 # -- the model ---------------------------------------------------------------------

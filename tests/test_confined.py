@@ -169,9 +169,8 @@ def test_the_worker_refuses_exactly_the_method_names_the_parent_refuses():
             refused = error.method
         assert (refused is not None) == (layout.method_problem(name) is not None), name
         assert refused in (None, name), name
-    with pytest.raises(common.MethodNameRefused) as caught:
+    with pytest.raises(TypeError, match=r"^a ModelCase's methods are named by strings; one is 0 \(int\)$"):
         common.refuse_bad_method_names(_Case(0), job)
-    assert caught.value.method == "0"
 
 
 def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(tmp_path):

@@ -42,8 +42,6 @@ class RemoteTarget:
 
 def load_targets(table: Table, base: Path) -> tuple[RemoteTarget, ...]:
     found = []
-    if twins := same_folder(table.data):
-        raise table.error(twins[1], same_folder_problem(*twins))
     for name, value in table.data.items():
         if problem := name_problem(name):
             raise table.error(name, f"{problem}; rename the target")
@@ -72,4 +70,6 @@ def load_targets(table: Table, base: Path) -> tuple[RemoteTarget, ...]:
             raise table.error(name, f"port {port} is not a port (1 to 65535)")
         found.append(RemoteTarget(name=name, user=matched["user"], host=matched["host"], port=port,
                                   identity=identity))
+    if twins := same_folder(table.data):
+        raise table.error(twins[1], same_folder_problem(*twins))
     return tuple(found)
