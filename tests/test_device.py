@@ -93,6 +93,55 @@ def test_a_device_s_name_never_makes_a_path_outside_the_report(tmp_path):
         assert ".." not in kept.name and "/" not in kept.name.removesuffix(".jsonl")
 
 
+def test_targets_whose_names_differ_in_a_dot_keep_files_of_their_own(tmp_path):
+    """Issue 61, N6: ``pi.5`` and ``pi-5`` both became device/pi-5.*: one target vanished from the report, and a
+    failing one removed the other's kept rounds as its own stale ones. Distinct names, distinct files."""
+    names = ["pi.5", "pi-5", "pi_5", "Pi-5", "device:Pixel 8", "device:Pixel-8", "device-Pixel-8", "", ":"]
+    results = [layout.device_results_file(tmp_path, name) for name in names]
+    for files in (results, [layout.device_manifest_file(f) for f in results],
+                  [layout.device_failed_file(tmp_path, name) for name in names]):
+        assert len(set(files)) == len(names) and {f.parent for f in files} == {tmp_path / "device"}, files
+    assert [f.name for f in results[:4]] == ["pi.5.jsonl", "pi-5.jsonl", "pi_5.jsonl", "Pi-5.jsonl"]
+    for file in results:
+        file.parent.mkdir(exist_ok=True)
+        file.touch()
+        layout.device_failed_file(tmp_path, names[results.index(file)]).touch()
+    assert layout.device_results_files(tmp_path) == sorted(results)  # read back, each its own
+    assert len(layout.device_failed_files(tmp_path)) == len(names)
+
+
+def test_a_damaged_bundle_manifest_is_the_tools_file_named_with_what_writes_it_again(project, capsys):
+    """Issue 61, N8: a bundle/manifest.json that does not read was "a fault of the tool, please report it"."""
+    from upgrade_gate.config.plan import load_plan
+    from upgrade_gate.errors import RunIncomplete
+    from upgrade_gate.measure import device, targets
+    from upgrade_gate.run import guard
+
+    plan = load_plan(["--out", "out"], invoked_from=project, config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    manifest = layout.bundle_manifest_file(out)
+    manifest.parent.mkdir(parents=True)
+    again = f"write the bundle again with `nox -s bundle -- --out {out}`, then run the same command again"
+    manifest.write_text('{"models": ')
+    with pytest.raises(RunIncomplete) as caught:
+        targets.current_bundle(plan, print)
+    assert str(caught.value) == (f"{manifest} is damaged: it is not the JSON upgrade-gate wrote (Expecting value: "
+                                 f"line 1 column 12 (char 11)); {again}")
+    manifest.write_text('{"requested": ["vit-smoke"], "models": ["vit-smoke"]}')
+    with pytest.raises(RunIncomplete) as caught:
+        device.checked_results(out, results_file(out / "r.jsonl", whole_run()))
+    said = (f"{manifest} is damaged: it does not say what the bundle holds as upgrade-gate wrote it; {again}")
+    assert str(caught.value) == said
+
+    @guard.guarded
+    def session() -> None:
+        targets.current_bundle(plan, print)
+
+    with pytest.raises(SystemExit) as ended:
+        session()
+    assert ended.value.code == 3 and capsys.readouterr().err == f"upgrade-gate: incomplete: {said}\n"
+
+
 def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     """The Android path: /proc/cpuinfo as adb read it, described the way the tool describes this machine."""
     cpuinfo = tmp_path / "cpuinfo"
@@ -116,8 +165,11 @@ def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     ('pi5 = "pi5.lab"', "tool.upgrade-gate.targets.pi5: not an address 'pi5.lab'"),
     ("pi5 = 22", "tool.upgrade-gate.targets.pi5: expected an address"),
     ('pi5 = { address = "ssh://pi5.lab", key = "k" }', "tool.upgrade-gate.targets.pi5.key: unknown key"),
-    ('local = "ssh://pi5.lab"', "tool.upgrade-gate.targets.local: a target's name is"),
-    ('"../up" = "ssh://pi5.lab"', "tool.upgrade-gate.targets.../up: a target's name is"),
+    ('local = "ssh://pi5.lab"', "tool.upgrade-gate.targets.local: 'local' is this machine, measured anyway; give "
+                                "another target a name of its own"),
+    ('"../up" = "ssh://pi5.lab"', "tool.upgrade-gate.targets.../up: '../up' is not a name upgrade-gate can use as a "
+                                  "folder: 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit; "
+                                  "e.g. 'up'; rename the target"),
 ])
 def test_a_target_that_is_not_an_ssh_address_names_its_key(tmp_path, entry, message):
     (tmp_path / "pyproject.toml").write_text(f"[tool.upgrade-gate.targets]\n{entry}\n")

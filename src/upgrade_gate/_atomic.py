@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from upgrade_gate.errors import RunIncomplete
+
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -64,6 +66,16 @@ def _write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_own_json(path: Path, *, again: str) -> Any:
+    """A JSON file upgrade-gate wrote (whole or not at all: write_json_atomic), read back. One that does not read was
+    damaged from outside — the tool's own file, never a candidate's failure: RunIncomplete (exit 3) naming it, and
+    what writes it again (``again``)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise RunIncomplete(f"{path} is damaged: it is not the JSON upgrade-gate wrote ({error}); {again}") from None
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from upgrade_gate.config.tomlfile import Table
-from upgrade_gate.layout import NAME_SHAPE
+from upgrade_gate.layout import name_problem, same_folder, same_folder_problem
 
 SCHEME = "ssh"
 EXAMPLE = '"ssh://ci@pi5.lab:22"'
@@ -50,9 +50,10 @@ class RemoteTarget:
 def load_targets(table: Table, base: Path) -> tuple[RemoteTarget, ...]:
     found = []
     for name, value in table.data.items():
-        if not NAME_SHAPE.fullmatch(name) or name == "local":
-            raise table.error(name, "a target's name is 1 to 64 letters, digits, '-', '_' or '.', and not 'local' "
-                                    "(this machine, measured anyway)")
+        if problem := name_problem(name):
+            raise table.error(name, f"{problem}; rename the target")
+        if name == "local":
+            raise table.error(name, "'local' is this machine, measured anyway; give another target a name of its own")
         identity = None
         if isinstance(value, dict):
             entry = Table(value, path=table.path, key=table.child_key(name))
@@ -70,6 +71,8 @@ def load_targets(table: Table, base: Path) -> tuple[RemoteTarget, ...]:
         except AddressError as error:
             raise table.error(name, f"{error}; write ssh://[user@]host[:port], e.g. {EXAMPLE}") from None
         found.append(RemoteTarget(name=name, user=user, host=host, port=port, identity=identity))
+    if twins := same_folder(table.data):
+        raise table.error(twins[1], same_folder_problem(*twins))
     return tuple(found)
 
 

@@ -78,11 +78,10 @@ def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path | None:
     folder = layout.bundle_dir(out)
     manifest = layout.bundle_manifest_file(out)
     if manifest.is_file():
-        held = json.loads(manifest.read_text(encoding="utf-8"))
-        if held.get("requested") == [m.name for m in plan.models] and all(
+        held = device.read_manifest(out)
+        if held["requested"] == [m.name for m in plan.models] and all(
                 entry.get("runtime_key") == runtime_key(out, stack, model)
-                for model, bundled in held.get("models", {}).items()
-                for stack, entry in bundled.get("stacks", {}).items()):
+                for model, bundled in held["models"].items() for stack, entry in bundled["stacks"].items()):
             log(f"targets: the bundle in {folder} holds this run's artifacts")
             return folder
     return device.write_bundle(plan, log)
