@@ -557,3 +557,15 @@ def test_the_targets_a_device_gate_shares_its_95_percent_over_are_counted_alike_
     rows = [row for row in model.device_latency if row.stack == "candidate"]
     assert sorted(row.target.name for row in rows) == designed
     assert {row.estimate.confidence for row in rows if row.estimate is not None} == {stats.interval_confidence(3)}
+
+
+def test_a_device_gate_of_too_few_rounds_is_inconclusive_even_within_min_delta(project):
+    """Three rounds of identical latency give an interval short of its coverage: however close the stacks are
+    (within `min-delta-ms` at the interval's top), a top that is not yet a bound passes nothing (it passed, at 75%)."""
+    plan = _plan_with_targets(project, [])
+    _device_read_in(plan.settings.out_dir, "board", [1.0, 1.0, 1.0])
+    (model,) = gather(plan)
+    (row,) = [row for row in model.device_latency if row.stack == "candidate"]
+    assert row.estimate is not None and not row.estimate.holds and row.estimate.high == 1.0
+    device = next(g for g in evaluate(plan, [model]).gates if g.gate == "device-latency")
+    assert device.status is GateStatus.INCONCLUSIVE, device

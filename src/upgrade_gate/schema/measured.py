@@ -100,8 +100,11 @@ class RatioEstimate(codec.Record):
     def outcome(self, threshold: float, baseline_ms: float, min_delta_ms: float) -> str:
         """The latency gate's rule for one ratio: ``passed`` when the candidate is at most
         ``min_delta_ms`` slower than the baseline's ``baseline_ms`` even at the interval's top
-        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too."""
-        return "passed" if baseline_ms * (self.high - 1) <= min_delta_ms else self.judge(threshold)
+        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too. An interval short of
+        its coverage (too few rounds) is inconclusive whatever its top says: its top is not yet a bound."""
+        if self.holds and baseline_ms * (self.high - 1) <= min_delta_ms:
+            return "passed"
+        return self.judge(threshold)
 
     def __str__(self) -> str:
         return f"{self.median:.3f}, {self.level:.1%} interval [{self.low:.3f}, {self.high:.3f}]"
