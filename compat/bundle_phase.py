@@ -26,6 +26,7 @@ from .common import (
     fixture_inputs,
     flatten_outputs,
     load_methods,
+    own_file,
     saved_files,
     sha256_file,
     write_json_atomic,
@@ -108,10 +109,11 @@ def _lite_copy(job: dict[str, Any], adapter: Adapter, model_dir: Path, files: di
     copied = {}
     for method in methods:
         name = f"{method}{adapter.SUFFIX}"  # the device runner finds each method's file by this name
+        target = own_file(out_dir, name)
         tmp = out_dir / f".{name}.tmp"
         shutil.copyfile(model_dir / files[method], tmp)
-        os.replace(tmp, out_dir / name)
-        copied[name] = sha256_file(out_dir / name)
+        os.replace(tmp, target)
+        copied[name] = sha256_file(target)
     return {"runtime": RUNTIMES[".ptl"], "artifact": ".", "files": copied,
             "verified": {"by": "loaded and ran in the Lite Interpreter", "methods": methods}}
 

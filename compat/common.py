@@ -14,6 +14,7 @@ import importlib
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import sys
@@ -76,11 +77,35 @@ def peak_rss_bytes() -> int:
 
 
 def error_record(error: BaseException) -> dict[str, Any]:
-    """An exception as a record: its qualified type, message, the end of its traceback, and an
-    OSError's errno (the parent tells a full disk from the model's own failure by it)."""
+    """An exception as a record: its qualified type, message, the end of its traceback, an OSError's errno (the
+    parent tells a full disk from the model's own failure by it), and a refused method's name (the parent refuses
+    the model's configuration by it: MethodNameRefused)."""
     return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": str(error)[:MESSAGE_CHARS],
             "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:],
-            "errno": error.errno if isinstance(error, OSError) else None}
+            "errno": error.errno if isinstance(error, OSError) else None,
+            **({"refused_method": error.method} if isinstance(error, MethodNameRefused) else {})}
+
+
+class MethodNameRefused(ValueError):
+    """A method of the model's ModelCase whose name the parent's rule refuses (``upgrade_gate.layout.METHOD_SHAPE``,
+    which the job carries: this side cannot import it). A name is the model's configuration: the parent stops the
+    run with exit 2 naming the model and the rule, and never charges it to a stack."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(f"method {method!r}: not a name upgrade-gate can use for a method's files and records")
+        self.method = method
+
+
+def refuse_bad_method_names(case: Any, job: dict[str, Any]) -> None:
+    """Raise MethodNameRefused for the first method whose name the job's rule (``method_names``) refuses, before
+    any stage writes a file by it (issue 61: a method named ``../…/escaped`` wrote its artifacts outside)."""
+    rule = job["method_names"]
+    shape = re.compile(rule["shape"])
+    for name in case.entry_points():
+        if not isinstance(name, str):  # the factory's own error, as any other thing it returns wrong
+            raise TypeError(f"a ModelCase's methods are named by strings; one is {name!r} ({type(name).__name__})")
+        if not shape.fullmatch(name) or name in rule["reserved"]:
+            raise MethodNameRefused(name)
 
 
 # -- the model ---------------------------------------------------------------------
@@ -104,7 +129,9 @@ def build_case(job: dict[str, Any]) -> Any:
     case_module = importlib.import_module(f"{MODELS_PACKAGE}.case")
     factory = import_factory(job)
     torch.manual_seed(0)
-    return case_module.as_case(factory(), factory=job["factory"])
+    case = case_module.as_case(factory(), factory=job["factory"])
+    refuse_bad_method_names(case, job)
+    return case
 
 
 # -- tensors and artifacts on disk ----------------------------------------------------
@@ -134,7 +161,18 @@ PROGRAM = "program"
 
 
 def artifact_path(model_dir: Path, method: str, adapter: Any) -> Path:
-    return model_dir / f"{method}{adapter.SUFFIX}"
+    return own_file(model_dir, f"{method}{adapter.SUFFIX}")
+
+
+def own_file(folder: Path, name: str) -> Path:
+    """``folder / name``, a file or folder the worker writes by a name it was given (a method's): one entry of
+    ``folder`` itself, or ValueError. The build stage refuses such names first (refuse_bad_method_names); this is
+    the write side's own check, as the parent's upgrade_gate.layout.entry."""
+    path = folder / name
+    if name in ("", ".", "..") or path.resolve().parent != folder.resolve():
+        raise ValueError(f"{name!r} would be written at {path.resolve()}, outside {folder}: upgrade-gate writes a "
+                         "method's files in the model's folder only")
+    return path
 
 
 def export_stages(model_dir: Path) -> dict[str, dict[str, Any]]:

@@ -306,31 +306,10 @@ def one_op_module(call: str, arguments: int) -> Any:
     return type("OneOperator", (torch.nn.Module,), {"forward": scope["forward"]})()
 
 
-# A reproducer template's last lines (its ``main()`` returns 1 while the lowering differs, 0 when it does not):
-# anything ``main()`` raises is exit 3, so a release or torch that cannot load, lower or run it answers nothing
-# rather than "reproduces" (releases/_reproducers.py reads the exits).
-MAIN_GUARD = '''
-if __name__ == "__main__":
-    try:
-        code = main()
-    except Exception as failure:  # no answer either way: not "reproduces"
-        print(f"could not run: {{type(failure).__name__}}: {{' '.join(str(failure).split())[:500]}}")
-        code = 3
-    sys.exit(code)
-'''
-
-
-def indented(remedy: str) -> str:
-    """The remedy's lines, as a team would paste them, inside a reproducer's function (one blank line
-    between blocks)."""
-    given = remedy.splitlines()
-    lines = [line for index, line in enumerate(given) if line or (index and given[index - 1])]
-    return "".join(f"    {line}\n" if line else "\n" for line in lines)
-
-
-def write_reproducer(folder: Path, inputs: tuple[Any, ...], template: str, *, remedy: str, **fields: Any) -> None:
-    """A whole-method reproducer's ``inputs.pt`` and ``repro.py`` (the adapter saves the method beside them)."""
+def write_reproducer(folder: Path, inputs: tuple[Any, ...], source: str) -> None:
+    """A reproducer's ``inputs.pt`` and ``repro.py`` (``source``: compat/reproducers.py wrote it; the adapter saves
+    the method beside them)."""
     import torch
 
     torch.save(tuple(inputs), folder / "inputs.pt")
-    (folder / "repro.py").write_text(template.format(remedy=indented(remedy), **fields), encoding="utf-8")
+    (folder / "repro.py").write_text(source, encoding="utf-8")

@@ -9,6 +9,7 @@ from typing import Any
 
 from . import culprit, issue_text, program_source
 from .phases import StageSkipped
+from .quoting import markdown_code
 
 REPRO_DIR = "repro"
 
@@ -80,7 +81,8 @@ class Reproducers:
                         if alone else f"{kind} is not run alone") + self.block_said(method, ": the reproducer is ")
             runs = [issue_text.run_reproducer(folder), issue_text.run_reproducer(folder, "--with-remedy")]
             runs += program_source.checked(folder, runs[0])
-            self.write_issue(folder, method, kind, culprits[0]["backend"], scope, runs, failed_as_found(finding))
+            self.write_issue(folder, method, markdown_code(kind), culprits[0]["backend"], scope, runs,
+                             failed_as_found(finding))
             written[method] = self.written(folder, runs, operator=kind, scope=scope, reason=note,
                                            rel_l2=alone["rel_l2"] if alone else None)
         if not written:
@@ -105,7 +107,7 @@ class Reproducers:
         runs += program_source.checked(folder, runs[0])
         backend = next((p["backend"] for p in self.log.results["parts"][method][1]), "the lowering")
         scope = "block" if block else "method"
-        unpinned = f"{block.path if block else 'the whole ' + method} (not pinned to an operator)"
+        unpinned = f"{markdown_code(block.path) if block else 'the whole method'} (not pinned to an operator)"
         self.write_issue(folder, method, unpinned, backend, scope, runs)
         return self.written(folder, runs, operator=None, scope=scope, rel_l2=None,
                             reason=f"{status}: {why}" + self.block_said(method, "; the reproducer is "))
@@ -129,10 +131,11 @@ class Reproducers:
         return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), **found, "runs": runs,
                 "issue": issue_text.ISSUE, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
-    def write_issue(self, folder: Path, method: str, kind: str, backend: str, scope: str,
+    def write_issue(self, folder: Path, method: str, named: str, backend: str, scope: str,
                     runs: list[dict[str, Any]], fails_with: str = "") -> None:
-        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py); ``fails_with``: the
-        lowering's error, where the method did not lower at all."""
+        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py); ``named``: the
+        culprit as Markdown, ``fails_with``: the lowering's error, where the method did not lower at all. Every
+        name and message the model or the lowering gave is a code span (compat/quoting.py)."""
         remedy = (self.log.results.get("remedy") or {}).get(method)
         if remedy is None:
             judged, code = "No remedy was found to bring it within the threshold.", ""
@@ -140,25 +143,24 @@ class Reproducers:
             what = remedy.get("remedy", "the remedy")
             found = (f"gives rel. L2 {remedy['rel_l2']:.3g} against eager — "
                      f"{'passes' if remedy.get('passes') else 'still fails'}" if "rel_l2" in remedy
-                     else f"does not work as written ({remedy.get('error', '')})")
+                     else f"does not work as written ({markdown_code(remedy.get('error', ''))})")
             judged, code = f"{what[:1].upper()}{what[1:]}: the whole method lowered with these lines {found}.", \
                 remedy["code"]
         operator = {"operator": "the operator alone on the real tensors that reached its first call",
                     "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached "
                               "them (each on its own is within the threshold)",
                     "method": "the whole method on its real inputs",
-                    "block": f"{self.blocks[method].said() if method in self.blocks else 'a block of the method'}, on "
-                             "the real tensors that reached it"}[scope]
+                    "block": f"{self.block_named(method)}, on the real tensors that reached it"}[scope]
         machine = issue_text.environment(("torch", "executorch"))
+        found_in = f"Found in {markdown_code(self.job['model'])}'s {markdown_code(method)}."
         if fails_with:
-            title = f"[{backend}] {self.PROGRAM} does not lower: {fails_with} ({machine[0]})"
-            what = (f"Lowering {operator} through the {backend} raises {fails_with!r} ({self.PROGRAM}{self.MADE}); "
-                    f"with {kind} kept out of the delegate it lowers and runs. Found in {self.job['model']}'s "
-                    f"{method}.")
+            title = f"[{backend}] {self.PROGRAM} does not lower: {markdown_code(fails_with)} ({machine[0]})"
+            what = (f"Lowering {operator} through the {backend} raises {markdown_code(fails_with)} ({self.PROGRAM}"
+                    f"{self.MADE}); with {named} kept out of the delegate it lowers and runs. {found_in}")
         else:
-            title = f"[{backend}] {kind} differs from eager when lowered ({machine[0]})"
+            title = f"[{backend}] {named} differs from eager when lowered ({machine[0]})"
             what = (f"Lowered through the {backend}, {operator}, gives outputs that differ from eager PyTorch on the "
-                    f"same inputs ({self.PROGRAM}{self.MADE}). Found in {self.job['model']}'s {method}.")
+                    f"same inputs ({self.PROGRAM}{self.MADE}). {found_in}")
         within = (f"each within its own relative L2 of eager's on the same inputs ({self.said_limits(method)})."
                   if self.by_output(method) else
                   f"within relative L2 {self.search_threshold(method):.3g} of eager's on the same inputs.")
@@ -167,6 +169,13 @@ class Reproducers:
             expected=f"The method lowers, its outputs {within}" if fails_with else
             f"The lowered program's outputs {within}",
             runs=runs, remedy=code, remedy_judged=judged, machine=machine)
+
+    def block_named(self, method: str) -> str:
+        """The method's block the search ran on, as Markdown (its path a code span)."""
+        block = self.blocks.get(method)
+        if block is None:
+            return "a block of the method"
+        return f"{markdown_code(block.path)} (one of the method's {block.of} blocks) as a program of its own"
 
     def reproducer_limit(self, method: str) -> float | list[float]:
         """What the whole-program reproducer holds the lowering to: each output's allowance, where they differ (a

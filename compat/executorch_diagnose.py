@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
-from . import culprit, issue_text, program_source
+from . import culprit, issue_text, program_source, reproducers
 from .executorch_runtime import binding
+from .quoting import python_comment, python_string
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
 REMEDY_NAME = "partitioner"
@@ -263,17 +264,17 @@ def _kept_out_code(exported: Any, culprits: list[tuple[str, str]], *, narrowed: 
         if config is None:
             continue
         lines.append(f"from {config.__module__} import {config.__name__}")
-        conditions = [f"node.args[{i}] == {a!r}" for i, a in enumerate(node.args) if isinstance(a, str)]
-        conditions += [f"node.kwargs.get({k!r}) == {v!r}" for k, v in node.kwargs.items() if isinstance(v, (bool, str))]
+        conditions = [f"node.args[{i}] == {python_string(a)}" for i, a in enumerate(node.args) if isinstance(a, str)]
+        conditions += [f"node.kwargs.get({python_string(k)}) == {v if isinstance(v, bool) else python_string(v)}"
+                       for k, v in node.kwargs.items() if isinstance(v, (bool, str))]
         conditions = conditions if narrowed else []
         if not conditions:
             replaced[config.__name__] = ""
             continue
         name = f"{config.__name__}KeepingOut"
         replaced[config.__name__] = name
-        classes += ["", "", f"class {name}({config.__name__}):",
-                    f'    """{kind} stays out of XNNPACK: ExecuTorch\'s portable kernel runs it."""', "",
-                    "    def check_constraints(self, node, ep):",
+        classes += ["", "", python_comment(f"{kind} stays out of XNNPACK: ExecuTorch's portable kernel runs it."),
+                    f"class {name}({config.__name__}):", "    def check_constraints(self, node, ep):",
                     f"        if {' and '.join(conditions)}:", "            return False",
                     "        return super().check_constraints(node, ep)"]
     lines.append("from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner")
@@ -288,158 +289,13 @@ def _kept_out_code(exported: Any, culprits: list[tuple[str, str]], *, narrowed: 
     return "\n".join(lines) + "\n"
 
 
-REPRODUCER = '''"""{kind}: ExecuTorch {executorch}'s XNNPACK delegate differs from eager.
-
-Found by upgrade-gate in {found_in}
-inputs.pt holds the real tensors that reached that call. Run with the Python of a venv that has
-torch and executorch:
-
-    python repro.py                  # exit 1: the lowered operator differs from eager; 0: it does not
-    python repro.py --with-remedy    # the same, lowered with the remedy below: exit 0 when it fixes it
-
-Exit 3: it could not run (the lowering or the runtime failed, the error printed): no answer either way.
-"""
-
-import os
-import sys
-from pathlib import Path
-
-THRESHOLD = {threshold!r}  # the relative L2 error against eager the lowering may have
-
-
-def remedy(program):
-{remedy}    return program, partitioner
-
-
-def main():
-    import torch
-
-    inputs = tuple(torch.load(Path(__file__).with_name("inputs.pt")))  # before executorch's imports, seconds long
-    # ExecuTorch runs flatc from its own venv's bin/ while lowering.
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    class Operator(torch.nn.Module):
-        def forward(self, {names}):
-            return {call}
-
-    eager = Operator()(*inputs)
-    program = torch.export.export(Operator(), inputs)
-    program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())
-    buffer = to_edge_transform_and_lower(program, partitioner=[partitioner]).to_executorch().buffer
-    lowered = _load_for_executorch_from_buffer(buffer).forward(inputs)[0]
-    error = (torch.linalg.vector_norm((lowered - eager).double()) / torch.linalg.vector_norm(eager.double())).item()
-    how = "with the remedy" if "--with-remedy" in sys.argv else "to XNNPACK"
-    print(f"torch {{torch.__version__}}: {kind} lowered {{how}}: "
-          f"relative L2 error {{error:.3g}} against eager (threshold {{THRESHOLD:g}}), "
-          f"largest difference {{(lowered - eager).abs().max().item():.3g}}")
-    return 1 if error > THRESHOLD else 0
-
-''' + culprit.MAIN_GUARD
-
-
 def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float, remedy: str, found_in: str) -> str:
     """A standalone script (torch and executorch only) that lowers one operator on its real inputs and
     exits 1 while the lowered result differs from eager."""
     from importlib.metadata import version
 
-    return REPRODUCER.format(kind=kind, executorch=version("executorch"), found_in=found_in, threshold=threshold,
-                             names=", ".join(f"x{i}" for i in range(arguments)), call=call,
-                             remedy=culprit.indented(remedy))
-
-
-METHOD_REPRODUCER = '''"""{kind}: ExecuTorch {executorch}'s XNNPACK lowering of a method differs from eager.
-
-Found by upgrade-gate in {found_in}
-The operator alone on its real inputs does not show it, so this is {program}:
-program.pt2 is its exported program (torch.export.save), inputs.pt its real inputs. Run with the
-Python of a venv that has torch and executorch:
-
-    python repro.py                  # exit 1: the lowered method differs from eager (or fails as found); 0: not
-    python repro.py --with-remedy    # the same, lowered with the remedy below: exit 0 when it fixes it
-    python repro.py --from-source    # the method rebuilt from program.py and exported again (with either)
-
-program.pt2 loads in the torch that saved it ({saved_by}) and the releases that keep its format; where
-it does not load, the method is rebuilt from program.py, when there is one ({source_note}).
-Exit 3: it could not run (a lowering or runtime failure, the error printed): no answer either way.
-"""
-
-import importlib.util
-import os
-import sys
-from pathlib import Path
-
-# The relative L2 error against eager the lowering may have: one for every output, or each output's own.
-THRESHOLD = {threshold!r}
-# Where the method did not lower at all when found: its error, which the lowering reproduces when it raises it.
-FAILS_WITH = {fails_with!r}
-FAILS = {fails_as_found!r}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
-SAVED_BY = {saved_by!r}  # the torch that saved program.pt2
-
-
-def load_program(torch, here, inputs):
-    """program.pt2, where this torch loads it, else the method rebuilt from program.py and exported again;
-    and what the printed line says of it."""
-    if "--from-source" not in sys.argv:
-        try:
-            return torch.export.load(here / "program.pt2"), ""
-        except Exception as failure:
-            if not (here / "program.py").exists():
-                raise
-            why = f"program.pt2, saved by torch {{SAVED_BY}}, does not load here: {{type(failure).__name__}}"
-    else:
-        why = "as asked"
-    spec = importlib.util.spec_from_file_location("program_source", here / "program.py")
-    source = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(source)
-    return torch.export.export(source.Method(), inputs), f" (rebuilt from program.py: {{why}})"
-
-
-def remedy(program):
-{remedy}    return program, partitioner
-
-
-def main():
-    import torch
-
-    # ExecuTorch runs flatc from its own venv's bin/ while lowering.
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    for operators in ("torch.ao.quantization.fx._decomposed", "executorch.kernels.quantized"):
-        try:  # a quantized program's operators, to load it, and their portable kernels, where one is kept out
-            __import__(operators)
-        except ImportError:
-            pass
-    here = Path(__file__).parent
-    inputs = tuple(torch.load(here / "inputs.pt"))
-    program, rebuilt = load_program(torch, here, inputs)
-    eager = torch.utils._pytree.tree_leaves(program.module()(*inputs))
-    program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())
-    how = "with the remedy" if "--with-remedy" in sys.argv else "to XNNPACK"
-    try:
-        buffer = to_edge_transform_and_lower(program, partitioner=[partitioner]).to_executorch().buffer
-    except Exception as failure:
-        if not FAILS_WITH or FAILS_WITH not in str(failure):
-            raise  # another failure than the one found: no answer either way (exit 3)
-        print(f"torch {{torch.__version__}}: the method lowered {{how}}{{rebuilt}} {{FAILS}}: "
-              f"{{type(failure).__name__}}: {{FAILS_WITH}}")
-        return 1
-    outputs = _load_for_executorch_from_buffer(buffer).forward(inputs)
-    errors = [(torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
-              for a, e in zip(outputs, eager)]
-    limits = THRESHOLD if isinstance(THRESHOLD, list) else [THRESHOLD] * len(errors)
-    # The output furthest past what it may depart by (NaN furthest of all); it fails if any is past its own.
-    worst = max(range(len(errors)), key=lambda i: errors[i] / limits[i] if errors[i] == errors[i] else float("inf"))
-    print(f"torch {{torch.__version__}}: the method lowered {{how}}{{rebuilt}}: "
-          f"relative L2 error {{errors[worst]:.3g}} against eager (threshold {{limits[worst]:g}})")
-    return 0 if all(e <= t for e, t in zip(errors, limits)) else 1
-
-''' + culprit.MAIN_GUARD
+    return reproducers.executorch_operator(kind=kind, executorch=version("executorch"), found_in=found_in, call=call,
+                                           arguments=arguments, threshold=threshold, remedy=remedy)
 
 
 def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str,
@@ -451,13 +307,13 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
     from importlib.metadata import version
 
     torch.export.save(exported, folder / "program.pt2")
-    unwritten = program_source.write(exported, folder, f"{found_in.split(':')[0]}, as exported")
+    unwritten = program_source.write(exported, folder, found_in.split(":")[0])
     source_note = (f"no program.py: {unwritten}" if unwritten
-                   else "the compare kept it only where `--from-source` answered as program.pt2 does")
-    culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, executorch=version("executorch"),
-                             found_in=found_in, threshold=threshold, remedy=remedy, fails_with=fails_with,
-                             fails_as_found=issue_text.FAILS_AS_FOUND, saved_by=torch.__version__,
-                             source_note=source_note, program=program)
+                   else "the compare kept program.py only where `--from-source` answered as program.pt2 does")
+    culprit.write_reproducer(folder, inputs, reproducers.executorch_method(
+        kind=kind, executorch=version("executorch"), found_in=found_in, program=program, saved_by=torch.__version__,
+        source_note=source_note, threshold=threshold, remedy=remedy, fails_with=fails_with,
+        fails_as_found=issue_text.FAILS_AS_FOUND))
 
 
 # A method whose export failed is exported again with the export API's other options, in order, as an export

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .quoting import python_string
+
 # SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (export_llama's default
 # for 8da4w): torchao leaves a Linear whose input width the group does not divide in float, so
 # 128 would quantize only SmolLM2's MLP down-projections (docs/models.md has the figures).
@@ -134,7 +136,7 @@ def pt2e_quantizer(variant: str) -> Any:
 def keep_float_code(variant: str, keep_float: list[str]) -> str:
     """The lines of an export script that quantize as the recipe does, the layers in ``keep_float`` (and
     whatever they hold) left in float."""
-    kept = "{" + ", ".join(repr(name) for name in keep_float) + "}" if keep_float else "set()"
+    kept = "{" + ", ".join(python_string(name) for name in keep_float) + "}" if keep_float else "set()"
     if variant == "8da4w":
         return "\n".join([
             "import torch",

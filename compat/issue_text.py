@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import cpu_and_isa
+from .quoting import markdown_fence
 
 ISSUE = "ISSUE.md"
 EXITS = {0: "within the threshold", 1: "differs", 3: "could not run"}
@@ -58,7 +59,9 @@ def environment(packages: tuple[str, ...]) -> list[str]:
 
 def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: list[dict[str, Any]], remedy: str,
                 remedy_judged: str, machine: list[str]) -> None:
-    """ISSUE.md beside the reproducer (``machine``: the lines ``environment()`` gives)."""
+    """ISSUE.md beside the reproducer (``machine``: the lines ``environment()`` gives). ``title``, ``what`` and
+    ``remedy_judged`` are Markdown whose quoted names are code spans already (compat/quoting.py); what the
+    reproducer printed and the remedy's lines are quoted here, in fences no line of theirs can close."""
     quoted = []
     for run in runs:
         command = " ".join(["python repro.py", *run["args"]])
@@ -69,10 +72,11 @@ def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: lis
         "## What happens", "", what, "",
         "## To reproduce", "",
         "`repro.py` and its inputs are attached (torch and the backend's packages only). Run here, it printed:", "",
-        "```", *quoted[:-1], "```", "",
+        markdown_fence("\n".join(quoted[:-1])), "",
         "## Expected", "", expected, "",
-        "## Actual", "", runs[0]["said"] if runs else "not run", "",
-        "## Workaround", "", remedy_judged, "", "```python", remedy.rstrip(), "```", "",
-        "## Environment", "", *(f"- {line}" for line in machine), "",
+        "## Actual", "", markdown_fence(runs[0]["said"]) if runs else "not run", "",
+        "## Workaround", "", remedy_judged, "", markdown_fence(remedy.rstrip(), "python"), "",
+        "## Environment", "", *(f"- {line}" for line in machine), "",  # what this machine's packages and CPU say
         "Found and written by upgrade-gate; the reproducer was run where it was written, as above.", ""])
-    (folder / ISSUE).write_text(text, encoding="utf-8")
+    # A message may hold a lone surrogate (a file name not in UTF-8, decoded by os.fsdecode): written as its escape.
+    (folder / ISSUE).write_text(text, encoding="utf-8", errors="backslashreplace")

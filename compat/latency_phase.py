@@ -18,6 +18,7 @@ from .contract import Adapter, ReExports
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
 from .export_errors import source_line
 from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from .quoting import python_string
 
 SEARCH = "latency"  # the job's and the build stage's "search"
 # What a batch norm's input may pass through after the layer it folds into: views that keep its channels.
@@ -107,7 +108,8 @@ class LatencyPhase(DiagnosePhase):
         for method, finding in self.log.results["search"].items():
             if finding.get("status") != "found":
                 continue
-            code = FOLD.format(pairs="\n".join(f"    ({into!r}, {norm!r})," for into, norm in finding["pairs"]))
+            code = FOLD.format(pairs="\n".join(f"    ({python_string(into)}, {python_string(norm)}),"
+                                                for into, norm in finding["pairs"]))
             what = f"each of the {len(finding['pairs'])} batch norm(s) folded into the layer before it, before export"
             step = "its code"
             try:

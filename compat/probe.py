@@ -8,7 +8,7 @@ import platform
 import sys
 from typing import Any
 
-from .common import RECORDS_VERSION, build_case, cpu_and_isa, error_record
+from .common import RECORDS_VERSION, MethodNameRefused, build_case, cpu_and_isa, error_record
 from .contract import capabilities, missing
 
 
@@ -54,6 +54,8 @@ def check_factory(job: dict[str, Any]) -> dict[str, Any]:
     try:
         case = build_case(job)
         return {"ok": True, "methods": list(case.entry_points()), "task": case.task.kind}
+    except MethodNameRefused as refused:  # the parent words it, with its rule
+        return {"ok": False, "refused_method": refused.method, "error": str(refused)}
     except Exception as error:  # noqa: BLE001 - reported to the user as a config error
         return {"ok": False, "error": f"{type(error).__name__}: {error}",
                 "traceback_tail": error_record(error)["traceback_tail"]}

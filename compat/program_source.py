@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .quoting import python_comment
+
 SOURCE = "program.py"
 WEIGHTS = "weights.pt"
 # What torch.fx's code for a graph may name besides torch (its python_code globals), defined in the header.
@@ -28,14 +30,16 @@ DEFINED = {"torch", "inf", "nan", "device", "fx_pytree", "pytree", "NoneType"}
 # hands on (an LLM's quantized program is 545-655 MB: its reproducer would double). Above it, no program.py.
 WEIGHTS_MAX_BYTES = 256 * 2**20
 
-PROGRAM = '''"""{what}, as source: torch.export's code for its graph (torch {saved_by}) and {weights}, the tensors
-it reads. repro.py rebuilds the method from here where program.pt2 does not load, and exports it again."""
+# The docstring is the tool's words; the method's name and the torch that wrote the code are the comment under it.
+PROGRAM = '''"""A method as source: torch.export's code for its graph and {weights}, the tensors it reads.
+repro.py rebuilds the method from here where program.pt2 does not load, and exports it again."""
+{said}
 
 {header}
 from pathlib import Path
 
 # The graph's lifted inputs in order, each (placeholder, kind): a parameter, a buffer or a constant tensor.
-LIFTED = {lifted!r}
+LIFTED = {lifted}
 
 
 class Method(torch.nn.Module):
@@ -108,10 +112,17 @@ def _write(exported: Any, code: str, folder: Path, what: str) -> str:
     # The graph's function takes the lifted tensors and the inputs, in the signature's order.
     code = code.strip().replace("def forward(self, ", "def graph(", 1).replace("def forward(self)", "def graph()", 1)
     torch.save(weights, folder / WEIGHTS)
-    (folder / SOURCE).write_text(PROGRAM.format(what=what, saved_by=torch.__version__, weights=WEIGHTS,
-                                                header=HEADER.strip(), lifted=[(n, k) for n, k, _ in lifted],
-                                                code=code), encoding="utf-8")
+    (folder / SOURCE).write_text(source_text(what=what, saved_by=torch.__version__,
+                                             lifted=[(n, k) for n, k, _ in lifted], code=code), encoding="utf-8")
     return ""
+
+
+def source_text(*, what: str, saved_by: str, lifted: list[tuple[str, str]], code: str) -> str:
+    """program.py's text: ``code``, torch.fx's for the graph as ``graph``; ``lifted``: its lifted inputs in order,
+    each (placeholder, kind); ``what``: the method, named under the docstring as a comment."""
+    said = python_comment(f"{what}, as exported: torch {saved_by}'s code for its graph.")
+    return PROGRAM.format(said=said, weights=WEIGHTS, header=HEADER.strip(),
+                          lifted=repr(lifted), code=code)  # a list of string pairs: their repr, literals
 
 
 def checked(folder: Path, as_found: dict[str, Any]) -> list[dict[str, Any]]:

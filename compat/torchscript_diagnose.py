@@ -14,7 +14,7 @@ import torch
 from torch.jit.mobile import _load_for_lite_interpreter
 from torch.utils.mobile_optimizer import MobileOptimizerType, optimize_for_mobile
 
-from . import culprit
+from . import culprit, reproducers
 
 # What the remedy's code defines, passed as ``optimize_for_mobile(m, optimization_blocklist=...)``.
 REMEDY_NAME = "optimization_blocklist"
@@ -69,57 +69,6 @@ def reproducer_source(*, kind: str, call: str, arguments: int, threshold: float,
     raise NotImplementedError("a pass is not run alone: method_reproducer writes this stack's reproducer")
 
 
-METHOD_REPRODUCER = '''"""{kind}: torch {torch_version}'s optimize_for_mobile changes what a method computes.
-
-Found by upgrade-gate in {found_in}
-model.pt is the traced method (TorchScript: it loads without the model's code), inputs.pt its real
-inputs. Run with the Python of a venv that has torch:
-
-    python repro.py                  # exit 1: the optimized method, run by the Lite Interpreter, differs
-    python repro.py --with-remedy    # the same with the remedy's blocklist: exit 0 when it fixes it
-
-Exit 3: it could not run (the error printed): no answer either way.
-"""
-
-import io
-import sys
-from pathlib import Path
-
-# The relative L2 error against the traced method it may have: the numerics gate's, or each output's own.
-THRESHOLD = {threshold!r}
-
-
-def remedy():
-{remedy}    return optimization_blocklist
-
-
-def main():
-    import torch
-    from torch.jit.mobile import _load_for_lite_interpreter
-    from torch.utils.mobile_optimizer import optimize_for_mobile
-
-    here = Path(__file__).parent
-    traced = torch.jit.load(str(here / "model.pt"))
-    inputs = tuple(torch.load(here / "inputs.pt"))
-    blocklist = remedy() if "--with-remedy" in sys.argv else set()
-    with torch.no_grad():
-        eager = torch.utils._pytree.tree_leaves(traced(*inputs))
-        optimized = optimize_for_mobile(traced, optimization_blocklist=blocklist)
-        lite = _load_for_lite_interpreter(io.BytesIO(optimized._save_to_buffer_for_lite_interpreter()))
-        outputs = torch.utils._pytree.tree_leaves(lite(*inputs))
-    errors = [(torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
-              for a, e in zip(outputs, eager)]
-    limits = THRESHOLD if isinstance(THRESHOLD, list) else [THRESHOLD] * len(errors)
-    # The output furthest past what it may depart by (NaN furthest of all); it fails if any is past its own.
-    worst = max(range(len(errors)), key=lambda i: errors[i] / limits[i] if errors[i] == errors[i] else float("inf"))
-    how = "with the remedy's blocklist" if "--with-remedy" in sys.argv else "by optimize_for_mobile"
-    print(f"torch {{torch.__version__}}: the method optimized {{how}}: "
-          f"relative L2 error {{errors[worst]:.3g}} against the traced method (threshold {{limits[worst]:g}})")
-    return 0 if all(e <= t for e, t in zip(errors, limits)) else 1
-
-''' + culprit.MAIN_GUARD
-
-
 def method_reproducer(traced: Any, inputs: tuple[torch.Tensor, ...], folder: Path, *, kind: str,
                       threshold: float | list[float], remedy: str, found_in: str, fails_with: str = "",
                       program: str = "the whole method") -> None:
@@ -127,5 +76,5 @@ def method_reproducer(traced: Any, inputs: tuple[torch.Tensor, ...], folder: Pat
     Lite Interpreter's passes do not fail to lower, so it is not read; ``program``: the Lite Interpreter's search
     runs on the whole method, compat/contract.py SearchesBlocks)."""
     torch.jit.save(traced, str(folder / "model.pt"))
-    culprit.write_reproducer(folder, inputs, METHOD_REPRODUCER, kind=kind, torch_version=torch.__version__,
-                             found_in=found_in, threshold=threshold, remedy=remedy)
+    culprit.write_reproducer(folder, inputs, reproducers.torchscript_method(
+        kind=kind, torch_version=torch.__version__, found_in=found_in, threshold=threshold, remedy=remedy))

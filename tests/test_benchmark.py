@@ -143,3 +143,14 @@ def test_most_rounds_counts_the_gates_the_rounds_past_the_planned_ones_decided(p
     said: list[str] = []
     assert benchmark.main(["most-rounds", "--report", str(out), "--out", str(tmp_path)], log=said.append) == 1
     assert "the replay did not stop where the run did" in said[0]
+
+
+def test_an_out_folder_that_cannot_be_one_exits_2_naming_it(tmp_path, capsys):
+    """Issue 61, N21: a bad `--out` was a fault of the tool, its traceback in the system's temporary folder."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file where the folder should go\n")
+    with pytest.raises(SystemExit) as ended:
+        benchmark.main(["gate", "--out", str(taken / "gate")], log=lambda _: None)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == (f"upgrade-gate: error: {taken / 'gate'}: benchmark folder is not writable (Not a "
+                                       "directory); choose another with --out DIR\n")

@@ -234,7 +234,7 @@ def test_keys_and_their_order_are_the_files():
                                                                                     "error": "SyntaxError"}],
                               "reused_from": None}
     assert list(CHANGE.to_dict())[0] == "test"
-    assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load", "cut"]
+    assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load", "cut", "servers_ended"]
 
 
 def test_spread_values_are_written_beside_the_others():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.compat_package import compat_module
-from helpers.runs import nox, user_project
+from helpers.runs import QUICK, nox, user_project
 
 from upgrade_gate import layout
 from upgrade_gate._confined import OutsideOwnFolder, planted_links, remove_file, remove_tree
@@ -90,11 +90,13 @@ def test_the_suggested_name_has_the_allowed_shape():
     assert layout.name_problem("vit-ti16") is None and layout.name_problem("a.b_c-9") is None
 
 
-def test_every_built_in_model_and_stack_has_a_name_of_the_allowed_shape():
-    from upgrade_gate.config.catalog import load_catalog
+def test_every_built_in_model_stack_variant_and_release_has_a_name_of_the_allowed_shape():
+    from upgrade_gate.config.catalog import QUANTIZED_VARIANTS, load_catalog
+    from upgrade_gate.releases._table import load_table
 
-    names = [*load_catalog(), *(p.stem for p in (TOOL_ROOT / "envs").glob("*.toml"))]
-    assert names and [n for n in names if layout.name_problem(n)] == []
+    names = [*load_catalog(), *(p.stem for p in (TOOL_ROOT / "envs").glob("*.toml")), *QUANTIZED_VARIANTS,
+             *(release.name for release in load_table().releases)]
+    assert names and [n for n in names if layout.name_problem(n)] == [] and layout.same_folder(names) is None
 
 
 def test_a_stack_spec_whose_file_name_is_no_folder_name_exits_2(tmp_path):
@@ -115,6 +117,192 @@ def test_a_variant_left_empty_exits_2(tmp_path):
     assert usage_error(result) == ("--models: 'vit-smoke@' names no variant after '@'; write 'vit-smoke' for the model "
                                    "and its variants, or e.g. 'vit-smoke@fp32'")
     assert not (tmp_path / "report").exists()
+
+
+# Names a hostile or careless model may give its methods (issue 61: N11, N12), and what each must be refused for.
+METHOD_NAMES = ["../../../../victim_m/escaped", "../escaped", "a/b", "/abs", "", ".", "..", "a.b", "program",
+                "x" * 65, "two words", "-lead", "é", "forward\x00", "prefill\n"]
+
+
+def test_a_methods_name_has_one_shape_and_the_suggestion_keeps_it():
+    for name in METHOD_NAMES:
+        problem = layout.method_problem(name)
+        assert problem is not None and problem.startswith(f"{name!r} is not a name upgrade-gate can use for a "
+                                                          "method's files and records: "), name
+        suggestion = problem.rsplit("e.g. ", 1)[1].strip("'")
+        assert layout.method_problem(suggestion) is None, (name, suggestion)
+    assert [n for n in ("forward", "prefill", "decode", "vision_encoder", "lm-head", "x" * 64)
+            if layout.method_problem(n)] == []
+    assert layout.method_problem("a/b").endswith("and not 'program'; e.g. 'a-b'")
+    assert layout.method_problem("program").endswith("e.g. 'program-method'")
+
+
+def _common():
+    """compat/common.py as the worker loads it, with the standard library only."""
+    return compat_module("names_compat", "common")
+
+
+class _Case:
+    """What refuse_bad_method_names reads of a ModelCase: its methods by name."""
+
+    def __init__(self, *names: object) -> None:
+        self.names = names
+
+    def entry_points(self) -> dict[object, None]:
+        return dict.fromkeys(self.names)
+
+
+def test_the_worker_refuses_exactly_the_method_names_the_parent_refuses():
+    """The worker's check is the parent's rule, sent in the job the runner writes (compat/ cannot import it)."""
+    from upgrade_gate.config.catalog import load_catalog
+    from upgrade_gate.run.runner import model_job
+
+    common = _common()
+    job = model_job(load_catalog()["vit-smoke"])
+    assert job["method_names"] == {"shape": layout.METHOD_SHAPE.pattern, "reserved": ["program"]}
+    assert layout.RESERVED_METHODS == (common.PROGRAM,)  # the multi-method artifact's stem, named on both sides
+    for name in [*METHOD_NAMES, "forward", "prefill", "lm-head", "x" * 64]:
+        try:
+            common.refuse_bad_method_names(_Case("forward", name), job)
+            refused = None
+        except common.MethodNameRefused as error:
+            refused = error.method
+        assert (refused is not None) == (layout.method_problem(name) is not None), name
+        assert refused in (None, name), name
+    with pytest.raises(TypeError, match=r"^a ModelCase's methods are named by strings; one is 0 \(int\)$"):
+        common.refuse_bad_method_names(_Case(0), job)
+
+
+def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(tmp_path):
+    """The worker's record of the refusal (its build stage) is what the runner stops the run on: exit 2 naming the
+    entry, the method and the rule — never a stage of the stack that failed."""
+    from upgrade_gate.config.plan import load_plan
+    from upgrade_gate.run import runner
+
+    phases = compat_module("names_compat", "phases")
+    common = sys.modules["names_compat.common"]
+    job = {"stack": "candidate", "model": "victim", "fixtures_dir": None, "assets_dir": None}
+    log = phases.PhaseLog(tmp_path / "export.json", job, "export")
+
+    def build():
+        raise common.MethodNameRefused("../../victim_m/escaped")
+
+    log.stage("build", (), build)
+    assert runner.refused_method(tmp_path / "export.json") == "../../victim_m/escaped"
+    assert runner.refused_method(tmp_path / "missing.json") is None
+    (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\n'
+                                             'victim = "victim:build"\n')
+    entry = load_plan([], invoked_from=tmp_path, config_path=tmp_path / "pyproject.toml").models[0]
+    from upgrade_gate.config.catalog import method_refused
+
+    assert str(method_refused(entry, "../../victim_m/escaped")) == (
+        f"{tmp_path / 'pyproject.toml'}: tool.upgrade-gate.models.victim: factory 'victim:build' returns a ModelCase "
+        "whose method '../../victim_m/escaped' is not a name upgrade-gate can use for a method's files and records: 1 "
+        "to 64 letters, digits, '-' or '_', starting with a letter or digit, and not 'program'; e.g. 'victim_m-escaped'"
+        "; rename the method (a key of its ModelCase's methods)")
+
+
+def test_a_worker_writes_a_methods_file_only_in_the_models_folder(tmp_path):
+    common = _common()
+    folder = tmp_path / "models" / "m"
+    folder.mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (folder / "planted.pte").symlink_to(tmp_path / "outside" / "planted.pte")
+    assert common.own_file(folder, "forward.pte") == folder / "forward.pte"
+    for name in ("../escaped.pte", "a/b.pte", "/abs.pte", "..", "planted.pte"):
+        with pytest.raises(ValueError, match="upgrade-gate writes a method's files in the model's folder only"):
+            common.own_file(folder, name)
+
+
+def test_a_path_the_parent_builds_from_a_name_is_one_entry_of_its_folder(tmp_path):
+    out = tmp_path / "report"
+    assert layout.model_dir(out, "legacy", "vit-ti16@int8") == out / "stacks" / "legacy" / "models" / "vit-ti16@int8"
+    for build in (lambda name: layout.model_dir(out, "legacy", name), lambda name: layout.model_dir(out, name, "m"),
+                  lambda name: layout.measurement_dir(out, name), lambda name: layout.release_dir(out, name),
+                  lambda name: layout.project_dir(out, name), lambda name: layout.fixtures_dir(out, "x/" + name, "")):
+        for name in ("..", "../escaped", "a/b", ""):
+            with pytest.raises(layout.NotAnEntry, match="upgrade-gate writes only in its report folder and its "
+                                                        "result cache: a name there is one folder or file"):
+                build(name)
+
+
+def test_names_that_differ_only_in_case_are_refused_as_one_folder(project):
+    from upgrade_gate.config.plan import load_plan
+    from upgrade_gate.config.settings import load_settings
+    from upgrade_gate.errors import ConfigError
+
+    config = project / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n[tool.upgrade-gate.models]\nMine = "m:build"\n'
+                      'mine = "m:build"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_plan([], invoked_from=project, config_path=config)
+    assert str(caught.value) == (f"{config}: tool.upgrade-gate.models.mine: 'Mine' and 'mine' differ only in case: on "
+                                 "a file system that ignores case (macOS's) they would be one folder; rename one")
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n[tool.upgrade-gate.models]\nVit-Smoke = "m:build"\n')
+    with pytest.raises(ConfigError, match=r"models.Vit-Smoke: 'vit-smoke' and 'Vit-Smoke' differ only in case"):
+        load_plan([], invoked_from=project, config_path=config)
+    config.write_text('[tool.upgrade-gate.targets]\npi5 = "ssh://pi5.lab"\nPi5 = "ssh://pi5.lab"\n')
+    with pytest.raises(ConfigError, match=r"targets.Pi5: 'pi5' and 'Pi5' differ only in case"):
+        load_settings(config)
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
+    (project / "envs" / "Candidate.toml").write_text((project / "envs" / "candidate.toml").read_text())
+    with pytest.raises(ConfigError) as caught:
+        load_plan([], invoked_from=project, config_path=config)
+    assert str(caught.value) == (
+        f"{project / 'envs' / 'Candidate.toml'}: a stack's name is its spec's file name, and 'candidate' and "
+        "'Candidate' differ only in case: on a file system that ignores case (macOS's) they would be one folder; "
+        "rename one")
+
+
+# A team's model whose method's name climbs out of the model's folder to the folder beside the team's (N11);
+# ``refused`` says where: at the factories' check before any export, or — the factory naming its methods otherwise
+# when the check calls it — at the export's own build.
+VICTIM = """
+import sys
+
+import torch
+from upgrade_gate_models.case import Method, ModelCase
+
+ESCAPING = "../" * 10 + "outside/escaped"
+
+
+def build():
+    model = torch.nn.Linear(4, 2)
+    name = "forward" if {checked} and "check" in sys.argv else ESCAPING
+    return ModelCase(module=model, methods={{name: Method(model, (torch.randn(1, 4),))}})
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.shares_machine
+@pytest.mark.parametrize("refused", ["check", "export"])
+def test_a_method_named_out_of_its_folder_is_the_models_usage_error_and_writes_nothing_outside(surroundings, refused):
+    team, outside = surroundings
+    (team / "victim.py").write_text(VICTIM.format(checked=refused == "export"))
+    env = user_project(team, f'[tool.upgrade-gate]\nsuite = "none"\n{QUICK}[tool.upgrade-gate.models]\n'
+                             'victim = { factory = "victim:build", variants = [] }\n')
+    out, cache_dir = team / "report", team / "cache"
+    before = listing(team.parents[4])
+    result = nox("-s", "compare", "--", "--out", str(out), env={**env, layout.CACHE_ENV_VAR: str(cache_dir)},
+                 timeout=1800)
+    assert usage_error(result) == (
+        f"{team / 'pyproject.toml'}: tool.upgrade-gate.models.victim: factory 'victim:build' returns a ModelCase whose "
+        f"method {'../' * 10 + 'outside/escaped'!r} is not a name upgrade-gate can use for a method's files and "
+        "records: 1 to 64 letters, digits, '-' or '_', starting with a letter or digit, and not 'program'; e.g. "
+        "'outside-escaped'; rename the method (a key of its ModelCase's methods)")
+    after = listing(team.parents[4])
+    made = ("a/b/c/d/team/report", "a/b/c/d/team/cache")
+    assert {k: v for k, v in after.items() if not k.startswith(made)} == before
+    assert not (out / "verdict.json").exists()  # never judged: nothing is charged to a stack
+    assert not layout.stack_dir(out, "candidate").exists()  # the run stopped at the first stack
+    export = layout.model_dir(out, "legacy", "victim") / "export.json"
+    if refused == "check":
+        assert not export.exists()  # before any export
+    else:
+        build = json.loads(export.read_text())["stages"][0]
+        assert (build["stage"], build["status"], build["error"]["refused_method"]) == (
+            "build", "failed", "../" * 10 + "outside/escaped")
+        assert not any(cache_dir.rglob("export.json"))  # not stored: the next run builds it again
 
 
 # -- links planted in the report folder and the cache ------------------------------------

@@ -257,7 +257,8 @@ def test_a_measurement_is_keyed_by_the_machine_that_timed_it(plan, monkeypatch):
     (RoundsEnded.DECIDED, 7, "stopped after 7 of 9 quiet rounds, every gate decided (stop-early)", False),
     (RoundsEnded.REPEATS_RAN_OUT, 8, "the repeats ran out: 18 rounds tried, 8 of 9 quiet", False),
     (RoundsEnded.REPEATS_RAN_OUT, 6, "the repeats ran out: 18 rounds tried, 6 of 9 quiet", True),  # 2 intervals: 7
-    (RoundsEnded.SERVER_ENDED, 3, "a measurement server ended after 18 rounds", True),
+    # A server's end is its own reason, never a busy machine's (issue 61, D2).
+    (RoundsEnded.SERVER_ENDED, 3, "a measurement server ended after 18 rounds", False),
     (None, 6, "", True),  # a file from before: busy by its quiet rounds alone
 ])
 def test_why_the_rounds_ended_is_said_and_busy_is_too_few_for_the_gates_share(ended, quiet, said, busy):

@@ -15,11 +15,19 @@ import time
 from pathlib import Path
 
 import pytest
+from benchmarks.benchmark import exact_gate_errors
+from helpers.stack_records import REFERENCE, write_stack_model
 
-from upgrade_gate import layout
+from upgrade_gate import layout, stats
+from upgrade_gate.config.plan import load_plan
 from upgrade_gate.config.settings import Settings, load_settings
 from upgrade_gate.errors import ConfigError, RecordError
+from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs, judged_targets
+from upgrade_gate.judge.gather import gather
+from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.schema.device import RESULTS_FORMAT, UnfinishedResults, read_device_results
+from upgrade_gate.schema.records import runtime_key
+from upgrade_gate.schema.verdict import GateStatus
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = {"record": "target", "name": "device:Pixel 8", "cpu": "Tensor G3", "architecture": "aarch64", "cores": 9,
@@ -87,6 +95,55 @@ def test_a_device_s_name_never_makes_a_path_outside_the_report(tmp_path):
         assert ".." not in kept.name and "/" not in kept.name.removesuffix(".jsonl")
 
 
+def test_targets_whose_names_differ_in_a_dot_keep_files_of_their_own(tmp_path):
+    """Issue 61, N6: ``pi.5`` and ``pi-5`` both became device/pi-5.*: one target vanished from the report, and a
+    failing one removed the other's kept rounds as its own stale ones. Distinct names, distinct files."""
+    names = ["pi.5", "pi-5", "pi_5", "Pi-5", "device:Pixel 8", "device:Pixel-8", "device-Pixel-8", "", ":"]
+    results = [layout.device_results_file(tmp_path, name) for name in names]
+    for files in (results, [layout.device_manifest_file(f) for f in results],
+                  [layout.device_failed_file(tmp_path, name) for name in names]):
+        assert len(set(files)) == len(names) and {f.parent for f in files} == {tmp_path / "device"}, files
+    assert [f.name for f in results[:4]] == ["pi.5.jsonl", "pi-5.jsonl", "pi_5.jsonl", "Pi-5.jsonl"]
+    for file in results:
+        file.parent.mkdir(exist_ok=True)
+        file.touch()
+        layout.device_failed_file(tmp_path, names[results.index(file)]).touch()
+    assert layout.device_results_files(tmp_path) == sorted(results)  # read back, each its own
+    assert len(layout.device_failed_files(tmp_path)) == len(names)
+
+
+def test_a_damaged_bundle_manifest_is_the_tools_file_named_with_what_writes_it_again(project, capsys):
+    """Issue 61, N8: a bundle/manifest.json that does not read was "a fault of the tool, please report it"."""
+    from upgrade_gate.config.plan import load_plan
+    from upgrade_gate.errors import RunIncomplete
+    from upgrade_gate.measure import device, targets
+    from upgrade_gate.run import guard
+
+    plan = load_plan(["--out", "out"], invoked_from=project, config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    manifest = layout.bundle_manifest_file(out)
+    manifest.parent.mkdir(parents=True)
+    again = f"write the bundle again with `nox -s bundle -- --out {out}`, then run the same command again"
+    manifest.write_text('{"models": ')
+    with pytest.raises(RunIncomplete) as caught:
+        targets.current_bundle(plan, print)
+    assert str(caught.value) == (f"{manifest} is damaged: it is not the JSON upgrade-gate wrote (Expecting value: "
+                                 f"line 1 column 12 (char 11)); {again}")
+    manifest.write_text('{"requested": ["vit-smoke"], "models": ["vit-smoke"]}')
+    with pytest.raises(RunIncomplete) as caught:
+        device.checked_results(out, results_file(out / "r.jsonl", whole_run()))
+    said = (f"{manifest} is damaged: it does not say what the bundle holds as upgrade-gate wrote it; {again}")
+    assert str(caught.value) == said
+
+    @guard.guarded
+    def session() -> None:
+        targets.current_bundle(plan, print)
+
+    with pytest.raises(SystemExit) as ended:
+        session()
+    assert ended.value.code == 3 and capsys.readouterr().err == f"upgrade-gate: incomplete: {said}\n"
+
+
 def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     """The Android path: /proc/cpuinfo as adb read it, described the way the tool describes this machine."""
     cpuinfo = tmp_path / "cpuinfo"
@@ -110,13 +167,126 @@ def test_the_runner_describes_a_phone_from_its_cpuinfo(tmp_path):
     ('pi5 = "pi5.lab"', "tool.upgrade-gate.targets.pi5: not an address 'pi5.lab'"),
     ("pi5 = 22", "tool.upgrade-gate.targets.pi5: expected an address"),
     ('pi5 = { address = "ssh://pi5.lab", key = "k" }', "tool.upgrade-gate.targets.pi5.key: unknown key"),
-    ('local = "ssh://pi5.lab"', "tool.upgrade-gate.targets.local: a target's name is"),
-    ('"../up" = "ssh://pi5.lab"', "tool.upgrade-gate.targets.../up: a target's name is"),
+    ('local = "ssh://pi5.lab"', "tool.upgrade-gate.targets.local: 'local' is this machine, measured anyway; give "
+                                "another target a name of its own"),
+    ('"../up" = "ssh://pi5.lab"', "tool.upgrade-gate.targets.../up: '../up' is not a name upgrade-gate can use as a "
+                                  "folder: 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit; "
+                                  "e.g. 'up'; rename the target"),
 ])
 def test_a_target_that_is_not_an_ssh_address_names_its_key(tmp_path, entry, message):
     (tmp_path / "pyproject.toml").write_text(f"[tool.upgrade-gate.targets]\n{entry}\n")
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_settings(tmp_path / "pyproject.toml")
+
+
+FIX = '; write ssh://[user@]host[:port], e.g. "ssh://ci@pi5.lab:22"'
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    # Issue 61, N2: a host or user that begins with '-' is an ssh option to ssh; each was accepted as an address.
+    ("ssh://-Evictim-sshlog:22", "not an address 'ssh://-Evictim-sshlog:22': the host '-Evictim-sshlog' begins with "
+                                 "'-', which ssh would read as an option"),
+    ("ssh://-Evictim-userlog@127.0.0.1:1", "not an address 'ssh://-Evictim-userlog@127.0.0.1:1': the user "
+                                           "'-Evictim-userlog' begins with '-', which ssh would read as an option"),
+    ("ssh://-F.:22", "not an address 'ssh://-F.:22': the host '-F.' begins with '-', which ssh would read as an option"),
+    ("ssh://-oProxyCommand=touch%20x", "not an address 'ssh://-oProxyCommand=touch%20x': the host "
+                                       "'-oProxyCommand=touch%20x' begins with '-', which ssh would read as an option"),
+    ("ssh://ci@pi5.lab:22 -oProxyCommand=x", "not an address 'ssh://ci@pi5.lab:22 -oProxyCommand=x': "
+                                             "':22 -oProxyCommand=x' after the host is no :port"),
+    ("ssh://ci@pi5-.lab", "not an address 'ssh://ci@pi5-.lab': 'pi5-.lab' is no host name (letters, digits, '-' and "
+                          "'.')"),
+    ("ssh://c i@pi5.lab", "not an address 'ssh://c i@pi5.lab': the user 'c i' is not a login name (letters, digits, "
+                          "'.', '_' and '-')"),
+    ("ssh://a@b@pi5.lab", "not an address 'ssh://a@b@pi5.lab': the user 'a@b' is not a login name (letters, digits, "
+                          "'.', '_' and '-')"),
+    ("ssh://pi5.lab/home", "not an address 'ssh://pi5.lab/home': 'pi5.lab/home' is no host name"),
+    ("ssh://[fe80::1%-oX]:22", "not an address 'ssh://[fe80::1%-oX]:22': '[fe80::1%-oX]:22' holds no IPv6 address "
+                               "in brackets"),
+    ("ssh://[fe80::1", "not an address 'ssh://[fe80::1': '[fe80::1' holds no IPv6 address in brackets"),
+    ("ssh://fe80::1", "not an address 'ssh://fe80::1': '::1' after the host is no :port"),
+    ("ssh://pi5.lab:", "not an address 'ssh://pi5.lab:': ':' after the host is no :port"),
+    ("ssh://pi5.lab:0", "port 0 is not a port (1 to 65535)"),
+    ("ssh://", "not an address 'ssh://': no host"),
+    ("pi5.lab", "not an address 'pi5.lab': no ssh:// before it"),
+    ("SSH://pi5.lab", "unknown scheme 'SSH': targets are reached over ssh"),
+])
+def test_an_address_is_read_part_by_part_and_a_bad_part_is_named(tmp_path, address, message):
+    """Exit 2 (a ConfigError) naming the target's key, what is wrong and the fix."""
+    (tmp_path / "pyproject.toml").write_text(f'[tool.upgrade-gate.targets]\npi5 = "{address}"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings(tmp_path / "pyproject.toml")
+    assert str(raised.value).startswith(f"{tmp_path / 'pyproject.toml'}: tool.upgrade-gate.targets.pi5: {message}")
+    assert str(raised.value).endswith(FIX)
+
+
+@pytest.mark.parametrize(("address", "read"), [
+    ("ssh://ci@pi5.lab:2222", ("ci", "pi5.lab", 2222)), ("ssh://pi5.lab", (None, "pi5.lab", 22)),
+    ("ssh://ci.user_1@10.0.0.7/", ("ci.user_1", "10.0.0.7", 22)), ("ssh://[::1]:2200", (None, "[::1]", 2200)),
+    ("ssh://_ci@[fe80::1]", ("_ci", "[fe80::1]", 22)), ("ssh://a-b.c-d.lab:65535", (None, "a-b.c-d.lab", 65535)),
+])
+def test_an_address_reads_as_its_user_host_and_port(address, read):
+    from upgrade_gate.config.targets import parse_address
+
+    assert parse_address(address) == read
+
+
+def _ssh_line(address: str, tmp_path: Path, identity: Path | None = None) -> list[str]:
+    from types import SimpleNamespace
+
+    from upgrade_gate.config.targets import RemoteTarget, parse_address
+    from upgrade_gate.measure.targets import ssh_command
+
+    user, host, port = parse_address(address)
+    target = RemoteTarget(name="pi5", user=user, host=host, port=port, identity=identity)
+    return ssh_command(target, SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path)))
+
+
+@pytest.mark.parametrize(("address", "user", "host", "port"), [
+    ("ssh://ci@pi5.lab:2222", "ci", "pi5.lab", "2222"), ("ssh://[fe80::1]", None, "fe80::1", "22"),
+    ("ssh://ci@[::1]:2200", "ci", "::1", "2200")])
+def test_ssh_gets_its_options_then_dash_dash_then_the_host(tmp_path, address, user, host, port):
+    """ssh [options] -- host [command]: the user as -l's (an IPv6 host then without brackets), and OpenSSH's own
+    reading of the line (``ssh -G``: the configuration it would connect with) is the address's."""
+    import shutil
+
+    line = _ssh_line(address, tmp_path, identity=tmp_path / "key")
+    assert line[0] == "ssh" and line[-2:] == ["--", host] and line.count("--") == 1
+    assert ("-l" in line) is (user is not None) and line[line.index("-i") + 1] == str(tmp_path / "key")
+    if shutil.which("ssh") is None:
+        pytest.skip("no ssh client here to read the line (Debian's openssh-client; the README's test command installs "
+                    "openssh-server, which brings it)")
+    read = subprocess.run(["ssh", "-G", *line[1:], "-V"], capture_output=True, text=True, check=True).stdout
+    said = dict(entry.split(" ", 1) for entry in read.splitlines() if " " in entry)
+    assert (said["hostname"], said["port"], said.get("user") if user else user) == (host, port, user)
+
+
+def test_a_remote_command_after_the_host_is_never_an_option_of_ssh(tmp_path):
+    """With a real sshd on 127.0.0.1: a remote command that looks like an option (``-V``) goes there (the remote
+    shell refuses it), where without ``--`` OpenSSH reads options after the host too: it prints its version and
+    connects nowhere."""
+    from types import SimpleNamespace
+
+    from helpers.sshd import SSHD, Sshd
+
+    from upgrade_gate.config.targets import RemoteTarget, parse_address
+    from upgrade_gate.measure.targets import _ssh
+
+    if not SSHD.is_file():
+        pytest.skip(f"{SSHD} is missing: the README's test command installs Debian's openssh-server")
+    server = Sshd(tmp_path / "sshd")
+    server.start()
+    try:
+        user, host, port = parse_address(server.address)
+        target = RemoteTarget(name="local-sshd", user=user, host=host, port=port, identity=server.user_key)
+        plan = SimpleNamespace(settings=SimpleNamespace(cache_dir=tmp_path))
+        assert _ssh(target, plan, "echo reached").stdout == b"reached\n"
+        ran = _ssh(target, plan, "-V")
+        assert ran.returncode not in (0, 255) and b"OpenSSH_" not in ran.stderr, ran
+        line = _ssh_line(server.address, tmp_path, identity=server.user_key)
+        unguarded = subprocess.run([*line[:-2], line[-1], "-V"], capture_output=True, timeout=60)
+        assert unguarded.returncode == 0 and unguarded.stderr.startswith(b"OpenSSH_"), unguarded
+    finally:
+        server.stop()
 
 
 def test_targets_read_as_written_and_back(tmp_path):
@@ -390,3 +560,110 @@ def test_a_warm_up_slowed_throughout_sizes_a_short_part_that_the_target_times_ag
     said = log.getvalue().splitlines()[0]
     assert re.fullmatch(rf"round 1: a part shorter than {SHORTEST_PART_S} s timed again [1-9] time\(s\); its calls "
                         rf"now {{'forward': {first['calls']['forward']}}}", said), said
+
+
+# -- the device gate's intervals share its 95% over every target (issue 61, D1) ----------------------------
+
+
+def _device_read_in(out: Path, name: str, ratios: list[float], *, rounds_line: dict | None = None) -> None:
+    """A device's rounds of vit-smoke kept in the report folder, as `device-results` (or a target over ssh) keeps
+    them: the baseline 10 ms a call, the candidate ``ratios[i]`` times it in round i; ``rounds_line``: the line only a
+    target timed over ssh writes (why its rounds ended, its stop rule's design)."""
+    lines = [{"record": "bundle", "manifest_sha256": "ab" * 32, "format": RESULTS_FORMAT, "rounds": len(ratios)},
+             {**TARGET, "name": name}]
+    for number, ratio in enumerate(ratios, start=1):
+        lines += [{"record": "round", "model": "vit-smoke", "stack": stack, "threads": 1, "round": number,
+                   "samples_ms": {"forward": [ms] * 5}} for stack, ms in (("legacy", 10.0), ("candidate", 10.0 * ratio))]
+    lines += [{"record": "rounds", "model": "vit-smoke", "threads": 1, **rounds_line}] if rounds_line else []
+    kept = layout.device_results_file(out, name)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    layout.device_manifest_file(results_file(kept, lines)).write_text(_manifest(out))
+
+
+def _manifest(out: Path) -> str:
+    """The bundle's manifest of vit-smoke at 1 thread (measure/device.py writes it; kept beside each device's rounds)."""
+    return json.dumps({"models": {"vit-smoke": {"methods": ["forward"], "threads": [1], "stacks": {
+        stack: {"runtime_key": runtime_key(out, stack, "vit-smoke")} for stack in ("legacy", "candidate")}}}})
+
+
+def _plan_with_targets(project: Path, targets: list[str]):
+    (project / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\nthreads = [1]\n'
+                                            + ("[tool.upgrade-gate.targets]\n" if targets else "")
+                                            + "".join(f'{name} = "ssh://ci@{name}.lab"\n' for name in targets))
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    for stack in ("legacy", "candidate"):
+        write_stack_model(plan.settings.out_dir, stack, "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
+                          threads=(1,))
+    return plan
+
+
+ROUNDS_OF_A_DEVICE = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01]
+
+
+@pytest.mark.parametrize("targets", [2, 3])
+@pytest.mark.parametrize("over_ssh", [False, True])
+def test_a_device_gates_intervals_share_its_95_percent_over_every_target(project, targets, over_ssh):
+    """One device-latency gate over every target it names, the worst deciding: with every true ratio at the
+    threshold, it calls an interval clear (or fails) wrongly at most 5% of the time, counted exactly over every sign
+    sequence of every target's rounds (independent: each target's rounds are a measurement of their own) at the
+    coverage each row is judged at — run-on-device.sh's fixed 9 rounds, and a target over ssh whose rounds were
+    designed for 9 with stop-early, up to 15 while one straddles. Each interval at 95% instead (its share over one
+    target's thread counts × methods, as before): 2 targets were wrongly clear 7.66% / 9.23% of the time, 3 11.3% /
+    13.5% (the audit's figures at (9, 15))."""
+    names = [f"board{index}" for index in range(targets)]
+    plan = _plan_with_targets(project, names if over_ssh else [])
+    out = plan.settings.out_dir
+    for name in names:
+        design = None
+        if over_ssh:  # designed as measure/target_rounds.py designs it, before the target's rounds ran
+            design = {"ended": "planned", "stop_early": True, "most": 15, "tried": 9, "counted": 9,
+                      "intervals": device_gate_intervals(plan, "vit-smoke", 1, 1, device_runs(plan))}
+        _device_read_in(out, name, ROUNDS_OF_A_DEVICE, rounds_line=design)
+    (model,) = gather(plan)
+    rows = [row for row in model.device_latency if row.stack == "candidate"]
+    assert sorted(row.target.name for row in rows) == names and all(row.estimate is not None for row in rows)
+    confidence = {row.estimate.confidence for row in rows if row.estimate is not None}
+    (each,) = confidence
+    most = 15 if over_ssh else 0
+    failed, clear = exact_gate_errors(targets, 1, 9, over_ssh, each, most)
+    assert failed <= clear <= 0.05, (failed, clear)
+    before = exact_gate_errors(targets, 1, 9, over_ssh, stats.interval_confidence(1), most)
+    assert before[1] > 0.07  # the scenario tells the old share from the new
+    device = next(g for g in evaluate(plan, [model]).gates if g.gate == "device-latency")
+    assert device.status is GateStatus.PASSED and device.note.endswith(
+        f"; the gate's {targets} intervals together: at least {stats.together([r.estimate.level for r in rows]):.1%}")
+
+
+def test_the_targets_a_device_gate_shares_its_95_percent_over_are_counted_alike_where_designed_and_judged(project):
+    """Where a target's rounds are designed (before any ran) and where they are judged, the gate's targets are the
+    same: every configured target — its rounds kept, or why there are none — and every device read in beside them."""
+    plan = _plan_with_targets(project, ["pi5", "lab"])
+    out = plan.settings.out_dir
+    _device_read_in(out, "device:Pixel 8", ROUNDS_OF_A_DEVICE)  # run-on-device.sh, read in before the compare
+    designed = judged_targets(plan, "vit-smoke", device_runs(plan))
+    assert designed == ["device:Pixel 8", "lab", "pi5"]
+    _device_read_in(out, "pi5", ROUNDS_OF_A_DEVICE, rounds_line={
+        "ended": "planned", "stop_early": True, "most": 15, "tried": 9, "counted": 9,
+        "intervals": device_gate_intervals(plan, "vit-smoke", 1, 1, device_runs(plan))})
+    layout.bundle_manifest_file(out).parent.mkdir(parents=True, exist_ok=True)
+    layout.bundle_manifest_file(out).write_text(_manifest(out))  # the bundle the targets were given
+    layout.device_failed_file(out, "lab").write_text(json.dumps({"target": "lab", "address": "ssh://ci@lab.lab",
+                                                                 "error": "ssh: connection refused"}))
+    assert judged_targets(plan, "vit-smoke", device_runs(plan)) == designed
+    (model,) = gather(plan)
+    rows = [row for row in model.device_latency if row.stack == "candidate"]
+    assert sorted(row.target.name for row in rows) == designed
+    assert {row.estimate.confidence for row in rows if row.estimate is not None} == {stats.interval_confidence(3)}
+
+
+def test_a_device_gate_of_too_few_rounds_is_inconclusive_even_within_min_delta(project):
+    """Three rounds of identical latency give an interval short of its coverage: however close the stacks are
+    (within `min-delta-ms` at the interval's top), a top that is not yet a bound passes nothing (it passed, at 75%)."""
+    plan = _plan_with_targets(project, [])
+    _device_read_in(plan.settings.out_dir, "board", [1.0, 1.0, 1.0])
+    (model,) = gather(plan)
+    (row,) = [row for row in model.device_latency if row.stack == "candidate"]
+    assert row.estimate is not None and not row.estimate.holds and row.estimate.high == 1.0
+    device = next(g for g in evaluate(plan, [model]).gates if g.gate == "device-latency")
+    assert device.status is GateStatus.INCONCLUSIVE, device

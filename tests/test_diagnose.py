@@ -219,9 +219,9 @@ def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_ru
     assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
     assert written["runs"][0]["said"] == lowered.said  # the same line as from its own Python
     issue = (repro.parent / written["issue"]).read_text()
-    assert issue.startswith("# [XNNPACK delegate] aten.gelu.default(approximate='tanh') differs from eager when "
+    assert issue.startswith("# [XNNPACK delegate] `aten.gelu.default(approximate='tanh')` differs from eager when "
                             "lowered (torch 2.8."), issue[:300]
-    assert re.search(r"executorch 0\.7\.\d", issue) and f"Found in {MODEL}'s forward." in issue
+    assert re.search(r"executorch 0\.7\.\d", issue) and f"Found in `{MODEL}`'s `forward`." in issue
     assert f"$ python repro.py\n{written['runs'][0]['said']}\n(exit 1: differs)" in issue
     assert f"$ python repro.py --with-remedy\n{written['runs'][1]['said']}\n(exit 0: within the threshold)" in issue
     chosen = stages_of(out)["remedy"]["details"]["methods"]["forward"]
@@ -328,7 +328,7 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
     # Run where it was written, the runs ISSUE.md quotes: the fold differs, the blocklist fixes it.
     assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
     issue = (folder / written["folder"] / "ISSUE.md").read_text()
-    assert issue.startswith("# [optimize_for_mobile pass] CONV_BN_FUSION differs from eager when lowered (torch 2.2.")
+    assert issue.startswith("# [optimize_for_mobile pass] `CONV_BN_FUSION` differs from eager when lowered (torch 2.2.")
     assert "executorch" not in issue.split("## Environment")[1]  # the legacy stack's venv has none
     python = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]["executable"]
     runs = [subprocess.run([python, str(folder / written["folder"] / "repro.py"), *args], capture_output=True, text=True,
@@ -454,7 +454,7 @@ def test_a_quantized_lowering_that_departs_is_the_lowerings_finding_with_its_ope
         assert "so this is llama.layers.0 (one of the method's 2 blocks) as a program of its own" in " ".join(
             (folder / "repro.py").read_text().split())
         # The issue text says which program it hands on.
-        assert "llama.layers.0 (one of the method's 2 blocks)" in (folder / "ISSUE.md").read_text()
+        assert "`llama.layers.0` (one of the method's 2 blocks)" in (folder / "ISSUE.md").read_text()
         remedy = stages["remedy"]["details"]["methods"][method]
         # Each linear its own dynamic quantization first, then the linears kept out of the delegate: lowered unless
         # the first passes not clearly slower than the latency gate. On two small layers the two are within a few percent
@@ -518,7 +518,7 @@ def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_
     assert re.search(r"rebuilt from program\.py: program\.pt2, saved by torch 2\.8\.0\S*, does not load here: \w+\) fails as "
                      r"found: RuntimeError: Weight and Input should both be quantized", ran.stdout), ran.stdout
     issue = (folder / "ISSUE.md").read_text()
-    assert issue.startswith("# [XNNPACK delegate] the int8-dynamic quantized program does not lower: Weight and Input")
+    assert issue.startswith("# [XNNPACK delegate] the int8-dynamic quantized program does not lower: `Weight and Input")
     (judged,) = (r for r in verdict_of(out).remedies if r.model == PLANTED_EXPORT)
     assert judged.gate == "quantized-export" and judged.passes and judged.min_snr_db == 20
     assert -20 * math.log10(judged.rel_l2) >= 20 and judged.cosine >= 0.99

@@ -132,8 +132,13 @@ def test_smoke_suite_runs_through_both_stacks(smoke_run):
             for measured in record["measured"].values():
                 assert measured["status"] == "ok", (model["model"], stack, measured)
                 assert set(measured["latency"]) == set(methods)
-                for lat in measured["latency"].values():
-                    assert lat["runs"] >= 54 and 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"]
+                # At least 50 timed runs over the 9 planned rounds: 6 in each. The figures are those of the rounds
+                # that count (a busy machine disturbs some), or of every round where none did.
+                machine = next(c for c in model["contention"] if c["threads"] == 1)
+                counted = sum(not r["disturbed"] for r in machine["rounds"])
+                for method, lat in measured["latency"].items():
+                    assert lat["runs"] >= 6 * (counted or measured["rounds"][method]), (model["model"], method, lat)
+                    assert 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"]
                 # Up to 9 rounds (the default), stopping at a look of the sequential design once every interval
                 # is clear of the threshold, and any a busy machine made the tool repeat
                 assert set(measured["rounds"]) == set(methods) and min(measured["rounds"].values()) >= 7
@@ -316,7 +321,11 @@ def test_smoke_int8_in_both_stacks(smoke_run):
             assert record["artifact"]["bytes"] < 0.5 * fp32["stacks"][stack]["artifact"]["bytes"]
             assert 5 < snr_vs_reference(int8, stack) < 60, (name, stack)
             assert int8["stacks"][stack]["measured"]["1"]["status"] == "ok"
-        assert {r["threads"] for r in int8["latency_ratios"]} == {1}
+        # Its ratio at the one thread count timed, unless a busy machine left no quiet round: the designed incomplete.
+        latency = next(g for g in load(out, "verdict.json")["gates"]
+                       if (g["model"], g["gate"]) == (f"{name}@{variant}", "latency"))
+        assert {r["threads"] for r in int8["latency_ratios"]} == {1} or (
+            machine_busy(latency) and not int8["latency_ratios"]), (latency, int8["latency_ratios"])
     # The candidate's LLM recipe, which the legacy stack lacks, and which is named so.
     llm = models["llama-smoke@8da4w"]
     quantize = next(s for s in llm["stacks"]["legacy"]["stages"] if s["stage"] == "quantize")
@@ -539,14 +548,20 @@ def test_a_target_over_ssh_is_built_timed_and_judged_and_a_lost_connection_is_in
         said = measured(env).stderr
         assert "targets: loop: copying the bundle" in said and " rounds read in (loop: " in said, said[-3000:]
         gate = judged(env)
-        assert gate["status"] in ("passed", "failed", "inconclusive") and gate["note"].startswith("loop, 1 thread(s)")
         (row,) = [r for m in load(report, "results.json")["models"] if m["model"] == "vit-smoke"
                   for r in m["device_latency"]]
         assert row["target"]["name"] == "loop" and row["target"]["architecture"] == platform.machine()
-        assert row["estimate"]["median"] == gate["measured"]["value"]
-        # Timed from here as the host is: the stop rule's looks (past the 9 planned, up to 15, while the interval
-        # straddles), the target's own contention check, a repeat per round counted at most.
-        assert row["ended"] in ("planned", "decided") and row["rounds"] <= row["estimate"]["most"] == 15
+        # The target is this machine: where others keep it busy (a shared CI runner), its contention check leaves
+        # too few quiet rounds for an interval, and the gate is the designed incomplete, saying so: no ratio, every
+        # round it tried counted as disturbed, none judged.
+        if target_busy(gate):
+            assert row["estimate"] is None and row["disturbed"] > 0 and row["ended"] == "repeats ran out", row
+        else:
+            assert gate["status"] in ("passed", "failed", "inconclusive") and gate["note"].startswith("loop, 1 thread(s)")
+            assert row["estimate"]["median"] == gate["measured"]["value"]
+            # Timed from here as the host is: the stop rule's looks (past the 9 planned, up to 15, while the interval
+            # straddles), the target's own contention check, a repeat per round counted at most.
+            assert row["ended"] in ("planned", "decided") and row["rounds"] <= row["estimate"]["most"] == 15
         assert row["rounds"] + row["disturbed"] <= 2 * max(row["planned"], row["rounds"])
         assert "the stop rule, the contention check" in gate["evidence"], gate
         (memory,) = [g for g in load(report, "verdict.json")["gates"]
@@ -576,7 +591,8 @@ def test_a_target_over_ssh_is_built_timed_and_judged_and_a_lost_connection_is_in
 
         server.start()  # back: the same command resumes
         measured(env)
-        assert judged(env)["status"] in ("passed", "failed", "inconclusive")
+        gate = judged(env)
+        assert gate["status"] in ("passed", "failed", "inconclusive") or target_busy(gate), gate
         assert not (report / "device" / "loop.failed.json").exists()
     finally:
         server.stop()
@@ -584,6 +600,24 @@ def test_a_target_over_ssh_is_built_timed_and_judged_and_a_lost_connection_is_in
             shutil.rmtree(made, ignore_errors=True)
         subprocess.run(["ssh-keygen", "-R", f"[127.0.0.1]:{server.port}", "-f",
                         str(layout.cache_root() / "results" / "known_hosts")], capture_output=True)
+
+
+def machine_busy(gate: dict) -> bool:
+    """A host latency gate left incomplete because the machine was too busy for an interval's quiet rounds."""
+    return gate["status"] == "incomplete" and "machine busy: " in gate["note"]
+
+
+def kept_whole(measurement: dict) -> bool:
+    """A measurement the result cache keeps: it ran to its end (its planned rounds, or a decision), every side it
+    timed gave its rounds. One a busy machine or a lost server cut short is timed again next time."""
+    timed = [*measurement["order"], *measurement["remedied"]]
+    return measurement["ended"] in ("planned", "decided") and all(
+        measurement["stacks"][name]["status"] == "ok" for name in timed)
+
+
+def target_busy(gate: dict) -> bool:
+    """A device-latency gate left incomplete because the target was too busy for an interval's quiet rounds."""
+    return gate["status"] == "incomplete" and "the target busy in the others" in gate["note"]
 
 
 @pytest.mark.shares_machine
@@ -668,33 +702,45 @@ def test_the_sample_workflow_rehearsed_run_after_run(smoke_run, tmp_path):
                    for p in (carried / f"shard{k}" / "results").glob("*/*/*/*/manifest.json")}
         used = {(stack, model, phase, record["key"]) for (stack, model, phase), record in phase_keys(folder).items()}
         used |= {("+".join(m["order"]), p.parent.name, "measure-t1", m["key"])
-                 for p in folder.glob("measurements/*/threads-1.json") if (m := load(p.parent, p.name))["key"]}
+                 for p in folder.glob("measurements/*/threads-1.json") if (m := load(p.parent, p.name))["key"]
+                 and kept_whole(m)}
         assert entries == used, (entries ^ used)
-    # Same verdict and gates as the single run for the models both have; latency judged on one host.
+    # Same verdict and gates as the single run for the models both have; latency judged on one host (where a
+    # busy machine left a latency gate incomplete in either run, that gate is not compared: not timed is not a
+    # different finding).
     verdict = load(report, "verdict.json")
-    before = {(g["stack"], g["model"], g["gate"]): g["status"] for g in load(out, "verdict.json")["gates"]}
+    before = {(g["stack"], g["model"], g["gate"]): g for g in load(out, "verdict.json")["gates"]}
     for gate in verdict["gates"]:
         where = (gate["stack"], gate["model"], gate["gate"])
-        if gate["model"] != "team-outlier":
-            assert gate["status"] == before[where], (where, gate)
-        if gate["gate"] == "latency" and gate["status"] != "not applicable":
+        if gate["model"] != "team-outlier" and not (machine_busy(gate) or machine_busy(before[where])):
+            assert gate["status"] == before[where]["status"], (where, gate)
+        if gate["gate"] == "latency" and gate["status"] != "not applicable" and not machine_busy(gate):
             assert "not comparable" not in gate["note"] and gate["measured"]["low"] is not None, gate
-    latency = {g["model"]: g["status"] for g in verdict["gates"] if g["gate"] == "latency"}
-    assert latency["team-outlier"] in ("passed", "failed", "inconclusive"), latency
+    latency = {g["model"]: g for g in verdict["gates"] if g["gate"] == "latency"}
+    assert latency["team-outlier"]["status"] in ("passed", "failed", "inconclusive") or \
+        machine_busy(latency["team-outlier"]), latency
     for name, model in models_of(report).items():
         if name in models_of(out):
             assert model["comparisons"] == models_of(out)[name]["comparisons"], name
     team_shard = next(k for k, folder in shards.items() if (folder / "stacks" / "legacy" / "models" / "team-outlier").is_dir())
     assert not phase_keys(shards[team_shard])[("candidate", "team-outlier", "export")]["reused_from"]
 
-    # An unchanged pull request: every phase and measurement of every shard comes from the carried cache.
+    # An unchanged pull request: every phase and measurement of every shard comes from the carried cache — but a
+    # measurement a busy machine cut short, which the cache never kept: that one is timed again.
+    cut_short = {(k, p.parent.name) for k, folder in shards.items()
+                 for p in folder.glob("measurements/*/threads-1.json") if not kept_whole(load(p.parent, p.name))}
     jobs, merged = rehearse(tmp_path / "run-2", carried, env)
     assert merged.returncode == 1
     for k in jobs:
         folder = tmp_path / "run-2" / "shards" / f"shard-{k}"
         assert all(record["reused_from"] for record in phase_keys(folder).values()), k
-        assert "measure: " in jobs[k].stderr and " rounds of " not in jobs[k].stderr, jobs[k].stderr[-3000:]
-    assert load(tmp_path / "run-2" / "report", "verdict.json")["gates"] == verdict["gates"]
+        measured = {p.parent.name for p in folder.glob("measurements/*/threads-1.json")}
+        reused = {model for model in measured
+                  if f"measure: {model} at 1 thread(s): reused from the cache" in jobs[k].stderr}
+        assert measured and measured - reused == {model for shard, model in cut_short if shard == k}, \
+            (cut_short, jobs[k].stderr[-3000:])
+    if not cut_short:
+        assert load(tmp_path / "run-2" / "report", "verdict.json")["gates"] == verdict["gates"]
 
     # The team edits its model: that model alone is exported and measured again, in its shard alone.
     source = project / "team_outlier.py"

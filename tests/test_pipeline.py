@@ -159,6 +159,22 @@ def test_a_fault_of_the_tool_is_one_message_and_a_log_file(tmp_path, capsys, mon
     assert "Traceback (most recent call last)" in log.read_text() and "ZeroDivisionError" in log.read_text()
 
 
+def test_a_fault_with_no_report_folder_held_logs_into_the_result_cache(tmp_path, capsys, monkeypatch):
+    """Issue 61, N21: a fault before any report folder was held (a bad `--out` of `nox -s benchmark`) wrote its
+    traceback into the system's temporary folder, outside the report folder and the cache."""
+    monkeypatch.setattr(_folder_lock, "HELD", {})
+    monkeypatch.setattr(cache, "USING", {})
+    monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "default-cache"))
+    code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
+    log = tmp_path / "default-cache" / "upgrade-gate-error.log"
+    assert code == 3 and f"the traceback is in {log} — please report it" in err
+    assert "ZeroDivisionError" in log.read_text()
+    monkeypatch.setattr(cache, "USING", {tmp_path / "own-cache": -1})  # the cache a run uses (`cache =` says which)
+    (tmp_path / "own-cache").mkdir()
+    code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
+    assert code == 3 and f"{tmp_path / 'own-cache' / 'upgrade-gate-error.log'} — please report it" in err
+
+
 def test_an_interrupted_session_says_it_resumes(capsys):
     code, err = exits(capsys, guarded_call(KeyboardInterrupt()))
     assert code == 3 and err == ("upgrade-gate: incomplete: the run was stopped (Ctrl-C or SIGTERM); what finished is "
@@ -329,6 +345,23 @@ def test_a_venv_another_run_uses_is_not_emptied_under_it(tmp_path, capsys):
     venvs.empty_venv_unless_made_from("uv", bin_dir, {"installs": ["idna"]})
     assert not (venv / venvs.VENV_RECIPE).exists()  # emptied, to be made of its new recipe
     venvs.recipe_installed(bin_dir, {"installs": ["idna"]})
+
+
+def test_a_project_factory_whose_method_has_no_allowed_name_is_the_models_usage_error(tmp_path, capsys, monkeypatch):
+    """Issue 61, N11/N12: a method named ``../…/escaped`` wrote its artifacts outside, one with a '/' failed the
+    candidate's export (NO-GO). The factories' check refuses it before any export (the worker's side, and the
+    export's own refusal: tests/test_confined.py)."""
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\nmine = "models.nets:tiny"\n')
+    plan = load_plan(["--out", "out"], invoked_from=tmp_path, config_path=config)
+    refused = {"ok": False, "refused_method": "x/y", "error": "method 'x/y': not a name upgrade-gate can use"}
+    monkeypatch.setattr(runner, "check_factories", lambda plan, spec, bin_dir: {"mine": refused})
+    code, err = exits(capsys, lambda: pipeline.check_project_models_or_exit(plan, plan.stack("legacy"), Path("/")))
+    assert code == 2
+    assert err == (f"upgrade-gate: error: {config}: tool.upgrade-gate.models.mine: factory 'models.nets:tiny' returns "
+                   "a ModelCase whose method 'x/y' is not a name upgrade-gate can use for a method's files and records: "
+                   "1 to 64 letters, digits, '-' or '_', starting with a letter or digit, and not 'program'; e.g. 'x-y'; "
+                   "rename the method (a key of its ModelCase's methods)\n")
 
 
 @pytest.mark.parametrize("error", [

@@ -64,8 +64,11 @@ def test_the_range_is_inclusive_and_checked():
 
 
 def write_table(tmp_path: Path, text: str) -> Path:
+    """A table of one adapter rule and ``text``; its top-level keys (``requirements = …``) go first, as TOML wants."""
     path = tmp_path / "table.toml"
-    path.write_text('python = "3.11"\n[[adapters]]\nexecutorch = ">=0.6"\nadapter = "executorch_xnnpack"\n' + text)
+    top = text if text.startswith("requirements") else ""
+    path.write_text(f'python = "3.11"\n{top}[[adapters]]\nexecutorch = ">=0.6"\nadapter = "executorch_xnnpack"\n'
+                    + (ROW if top else text))
     return path
 
 
@@ -83,12 +86,33 @@ ROW = ('[[releases]]\nexecutorch = "0.7.0"\ntorch = "2.8.0"\ntorchvision = "0.23
     ('[[adapters]]\nexecutorch = "<0.6"\nadapter = "nope"\n' + ROW, r"adapters\[1\]\.adapter: no adapter 'nope'"),
     ('[[adapters]]\nexecutorch = "<0.6"\n' + ROW, r"adapters\[1\]\.adapter: give either adapter"),
     ('[[adapters]]\nexecutorch = "0.6"\nmissing = "x"\n' + ROW, r"adapters\[1\]\.executorch: not a version spec"),
+    # Issue 61, N19: a requirement that is none was blamed on the spec made from the table, after work had started.
+    ('requirements = ["numpy", "setuptools<<81"]\n', r"requirements\[1\]: not a valid requirement 'setuptools<<81': "),
+    ('requirements = ["numpy===>2"]\n', r"requirements\[0\]: not a valid requirement 'numpy===>2': '===' "),
+    # A release's name is its stack's, its folder's and its venv's: the allowed shape.
+    (ROW.replace('"0.7.0"', '"0.7.0+cpu"'), r"releases\[0\]\.executorch: the release's stack is named after it, and "
+                                            r"'executorch-0\.7\.0\+cpu' is not a name upgrade-gate can use as a folder"),
 ])
 def test_a_bad_table_names_its_file_and_key(tmp_path, text, message):
     path = write_table(tmp_path, text)
     with pytest.raises(ConfigError, match=message) as caught:
         load_table(path)
     assert str(caught.value).startswith(str(path))
+
+
+def test_a_requirement_with_a_marker_makes_a_release_spec_that_reads(tmp_path):
+    """The table's requirements go into each release's spec as the table wrote them: a marker's quotes included."""
+    from upgrade_gate.releases.explore import release_spec
+
+    marker = 'numpy; python_version < "3.12"'
+    table = write_table(tmp_path, f"requirements = [{json.dumps(marker)}, \"setuptools<81\"]\n")
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
+    request = request_for(config, "--table", str(table))
+    assert request.table.requirements_of(request.releases[0])[-2:] == [marker, "setuptools<81"]
+    spec = release_spec(request, request.releases[0], "executorch_xnnpack")
+    assert [str(r) for r in spec.requirements] == [
+        "torch==2.8.0", "executorch==0.7.0", "torchvision==0.23.0", marker, "setuptools<81"]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers.stack_records import REFERENCE, add_round_loads, write_stack_model
 
-from upgrade_gate import pipeline
+from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import load_plan
 
 
@@ -70,7 +70,7 @@ def test_report_files_verdict_first(plan, capsys):
     assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None, "level": None}
 
     results = json.loads((out / "results.json").read_text())
-    assert results["schema_version"] == "2.9"
+    assert results["schema_version"] == "2.10"
     model, = results["models"]
     assert model["stacks"]["candidate"]["measured"]["2"]["latency"]["forward"]["p50_ms"] == 1.0
     assert {(r["threads"], r["median"]) for r in model["latency_ratios"]} == {(1, 0.5), (2, 0.5)}
@@ -484,3 +484,57 @@ def test_every_latency_figure_says_the_machine_it_was_measured_on(plan, architec
     assert f"measured on **local**, the machine that ran the tool: Some CPU, {architecture}, 8 cores" in where
     assert ", ".join(isa) in where and ("a phone runs their Arm kernels" in where) is noted
     assert "href='#where-measured'" in (out / "report.html").read_text()
+
+
+def test_a_target_that_gave_no_rounds_is_never_said_to_have_measured_latency(plan):
+    """Issue 61, N5: with both targets of [tool.upgrade-gate.targets] refused (ssh's words in each failed file), the
+    verdict line names no target as measured, the page says why each gave nothing, and their gates say it too."""
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    for stack in ("legacy", "candidate"):
+        installed_on(out, stack, "x86_64", ["avx2"])
+    layout.bundle_manifest_file(out).parent.mkdir(parents=True)
+    layout.bundle_manifest_file(out).write_text(json.dumps({"models": {"vit-smoke": {
+        "stacks": {"legacy": {}, "candidate": {}}, "threads": [1], "methods": ["forward"]}}}))
+    for name in ("pi5", "lab"):
+        layout.device_failed_file(out, name).parent.mkdir(exist_ok=True)
+        layout.device_failed_file(out, name).write_text(json.dumps({
+            "target": name, "address": f"ssh://ci@{name}.lab:22",
+            "error": f"ssh ssh://ci@{name}.lab:22: Permission denied (publickey)."}))
+    pipeline.report(plan)
+    report = (out / "report.md").read_text()
+    verdict_line = next(line for line in report.splitlines() if line.startswith("- **candidate** vs baseline"))
+    assert verdict_line.endswith("; latency measured on an x86_64 host, not a phone (where)"), verdict_line
+    where = report[report.index("### Where it measured"):report.index("## Requirements")]
+    for name in ("lab", "pi5"):
+        assert (f"Nothing was measured on **{name}**: no rounds from {name}: ssh ssh://ci@{name}.lab:22: Permission "
+                f"denied (publickey).") in where
+    assert "Latency on **" not in where
+    gates = [g for g in json.loads((out / "verdict.json").read_text())["gates"] if g["gate"] == "device-latency"]
+    assert gates and all(g["status"] == "incomplete" for g in gates), gates
+
+
+def test_a_target_that_gave_rounds_is_named_on_the_verdict_line_and_one_that_did_not_is_not(plan):
+    """Issue 61, N5: a device whose rounds were read in (device-results) is named beside the host; a refused one
+    is left off the line."""
+    from test_policy import device_rounds
+
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=1.0)
+    for stack in ("legacy", "candidate"):
+        installed_on(out, stack, "x86_64", ["avx2"])
+    device_rounds(out, [[10.0, 10.1]] * 7)
+    layout.bundle_manifest_file(out).parent.mkdir(parents=True)
+    layout.bundle_manifest_file(out).write_text(json.dumps({"models": {"vit-smoke": {
+        "stacks": {"legacy": {}, "candidate": {}}, "threads": [1], "methods": ["forward"]}}}))
+    layout.device_failed_file(out, "pi5").write_text(json.dumps({
+        "target": "pi5", "address": "ssh://ci@pi5.lab:22", "error": "ssh ssh://ci@pi5.lab:22: Connection refused"}))
+    pipeline.report(plan)
+    report = (out / "report.md").read_text()
+    verdict_line = next(line for line in report.splitlines() if line.startswith("- **candidate** vs baseline"))
+    assert verdict_line.endswith("; latency measured on an x86_64 host, and on device:Pixel 8 (where)"), verdict_line
+    where = report[report.index("### Where it measured"):report.index("## Requirements")]
+    assert "Latency on **device:Pixel 8**" in where
+    assert "Nothing was measured on **pi5**: no rounds from pi5: ssh ssh://ci@pi5.lab:22: Connection refused." in where

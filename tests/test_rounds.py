@@ -5,18 +5,25 @@ true ratios are known, through the same loop, stop rule and gate rule a real mea
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from benchmarks import scripted
 from benchmarks.benchmark import exact_gate_errors
 from helpers.signs import gate_errors_through_the_code, miss_over_every_sign_sequence
+from helpers.stack_records import REFERENCE, write_remedied, write_stack_model
 
-from upgrade_gate import stats
+from upgrade_gate import layout, stats
+from upgrade_gate.config.plan import load_plan
+from upgrade_gate.judge.gather import gather
+from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.measure import rounds
 from upgrade_gate.schema.codec import Reader
-from upgrade_gate.schema.measured import Contention, RoundsEnded
+from upgrade_gate.schema.measured import Contention, RoundsEnded, remedied
+from upgrade_gate.schema.verdict import GateStatus, Verdict
 
 
 def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, wanted=9, threshold=1.05,
@@ -421,3 +428,91 @@ def test_rounds_past_nine_decide_a_near_threshold_gate_more_often():
             stop_early=True, intervals=2, most=most) for _ in range(2)]) == "failed" for _ in range(500)) / 500
     at_nine, at_fifteen = failed(0), failed(15)
     assert 0.2 < at_nine < 0.42 and at_fifteen > at_nine + 0.2, (at_nine, at_fifteen)
+
+
+# -- a side whose server ends ends alone (issue 61, D2) ---------------------------------------------------
+
+
+def _loaded(ms: float, pid: int, rounds_in_it: int | None = None) -> scripted.ScriptedServer:
+    """A loaded server whose every call takes ``ms``; with ``rounds_in_it``, one that ends (fails) in the round
+    after them, as a server that raised does."""
+    return scripted.ScriptedServer(
+        lambda n: {"forward": [ms] * 8} if rounds_in_it is None or n <= rounds_in_it else None, pid=pid)
+
+
+def _record() -> dict:
+    """A side's record after its server loaded, as rounds.load_server writes it."""
+    return {"status": "ok", "cold": {"load_ms": 5.0, "first_ms": {"forward": 20.0}},
+            "idle_memory": {"rss_bytes": 400 * 2**20}, "exit_memory": {"peak_rss_bytes": 500 * 2**20},
+            "runtime_memory_bytes": 100 * 2**20, "input_shapes": {"forward": [[1, 16]]}, "rounds": []}
+
+
+def _regression_with_a_remedy(project: Path):
+    """A plan of vit-smoke whose candidate fails its numerics as shipped and has a remedy for them (so the remedy's
+    gates are judged, its latency too): the plan, the model, the remedied side's name and its gate's intervals."""
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.1])
+    write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], latency_ms=None)
+    intervals = rounds.gate_intervals(plan, plan.models[0], [(spec, Path()) for spec in plan.stacks])
+    return plan, plan.models[0], remedied("candidate"), intervals
+
+
+def test_a_remedied_side_whose_server_ends_ends_alone_and_the_candidates_regression_is_still_judged(project):
+    """The candidate is 1.5× the baseline; its remedied side's server ends in round 3. The measure session's rounds
+    (rounds.play_rounds: the stop rule over every side, run_rounds), written as its file and judged: the candidate's
+    rounds go on to their decision and its latency gate fails; the remedy's gate fails on its server's end (its two
+    rounds kept, no ratio made of them); the round it ended in names it, and nothing reads "machine busy". (Before, the server's end ended every side's rounds, and the candidate's gate read
+    "1 thread(s): machine busy: 3 of 3 rounds quiet; an interval needs 7 quiet rounds".)"""
+    plan, model, side, intervals = _regression_with_a_remedy(project)
+    out = plan.settings.out_dir
+    for threads in plan.settings.threads:
+        servers = {"legacy": _loaded(1.0, 1), "candidate": _loaded(1.5, 2), side: _loaded(1.0, 3, rounds_in_it=2)}
+        stacks = {name: _record() for name in servers}
+        tried, ended, most = rounds.play_rounds(plan, threads, servers, stacks, [side], intervals, log=lambda _: None,
+                                                watch=scripted.scripted_watch(lambda n: False))
+        assert ended is RoundsEnded.DECIDED and len(tried) == 7 and tried[2]["servers_ended"] == [side]
+        assert stacks[side]["status"] == "failed" and len(stacks[side]["rounds"]) == 2
+        data = rounds.measurement_data(plan, model, threads, intervals=intervals, most=most,
+                                       order=["legacy", "candidate"], remedied={side: {"forward": "remedy.pte"}},
+                                       key=None, tried=tried, ended=ended, elapsed_s=1.0, stacks=stacks)
+        layout.measurement_file(out, "vit-smoke", threads).write_text(json.dumps(data))
+    models = gather(plan)
+    verdict = evaluate(plan, models)
+    latency = next(g for g in verdict.gates if g.gate == "latency")
+    assert latency.status is GateStatus.FAILED and verdict.verdict is Verdict.NO_GO, latency.note
+    assert latency.measured is not None and latency.measured.value == pytest.approx(1.5)
+    assert latency.note.startswith("1 thread(s): 1.500 ms / 1.000 ms; stopped after 7 of 15 quiet rounds, every gate "
+                                   "decided (stop-early)"), latency.note
+    (remedy,) = verdict.remedies
+    (remedy_latency,) = [g for g in remedy.gates if g.gate == "latency"]
+    assert remedy_latency.note == f"{side}: failed (round: no samples scripted for round 3 after 2 round(s))"
+    assert models[0].contention[1].summary().endswith(
+        f"{side}'s measurement server ended in round 3, the others went on without it; stopped after 7 of 15 quiet "
+        "rounds, every gate decided (stop-early)")
+    assert not any("machine busy" in text for text in (*verdict.incomplete, *(g.note for g in verdict.gates)))
+
+
+def test_a_file_whose_rounds_a_remedied_sides_server_ended_reads_as_that_never_as_a_busy_machine(project):
+    """A measurement file from before (results 2.9): the remedied side's server ended in round 3 and ended every
+    side's rounds (run_rounds as it was: no baseline to go on with), its rounds not naming it. The candidate's gate
+    is incomplete for the server's end — measuring again goes on without it — never "machine busy", which advised
+    a quieter machine."""
+    plan, model, side, intervals = _regression_with_a_remedy(project)
+    for threads in plan.settings.threads:
+        servers = {"legacy": _loaded(1.0, 1), "candidate": _loaded(1.5, 2), side: _loaded(1.0, 3, rounds_in_it=2)}
+        stacks = {name: _record() for name in servers}
+        tried, ended = rounds.run_rounds(servers, stacks, 9, threads, watch=scripted.scripted_watch(lambda n: False))
+        assert ended is RoundsEnded.SERVER_ENDED and len(tried) == 3
+        data = rounds.measurement_data(plan, model, threads, intervals=intervals, most=15, order=["legacy", "candidate"],
+                                       remedied={side: {"forward": "remedy.pte"}}, key=None,
+                                       tried=[{k: v for k, v in entry.items() if k != "servers_ended"} for entry in tried],
+                                       ended=ended, elapsed_s=1.0, stacks=stacks)
+        layout.measurement_file(plan.settings.out_dir, "vit-smoke", threads).write_text(json.dumps(data))
+    verdict = evaluate(plan, gather(plan))
+    latency = next(g for g in verdict.gates if g.gate == "latency")
+    assert latency.status is GateStatus.INCOMPLETE
+    assert latency.note == "1 thread(s): a measurement server ended after 3 rounds; an interval needs 7 quiet rounds"
+    assert not any("machine busy" in text for text in verdict.incomplete)

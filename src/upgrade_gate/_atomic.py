@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from upgrade_gate.errors import RunIncomplete
+
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -54,7 +56,9 @@ def _write_text_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone who reads the folder
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        # A text a worker recorded may hold a lone surrogate (a file name not in UTF-8, decoded by os.fsdecode), which
+        # UTF-8 cannot write: it is written as its escape, never the end of the report.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
@@ -62,6 +66,16 @@ def _write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_own_json(path: Path, *, again: str) -> Any:
+    """A JSON file upgrade-gate wrote (whole or not at all: write_json_atomic), read back. One that does not read was
+    damaged from outside — the tool's own file, never a candidate's failure: RunIncomplete (exit 3) naming it, and
+    what writes it again (``again``)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise RunIncomplete(f"{path} is damaged: it is not the JSON upgrade-gate wrote ({error}); {again}") from None
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2) -> None:

@@ -45,9 +45,13 @@ every run on a machine, and every file of a run in its report folder.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
+
+from upgrade_gate.errors import ConfigError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # A wheel carries compat/, models/, envs/ and noxfile.py in the package (pyproject.toml's
@@ -69,18 +73,73 @@ EXPORT, RUNTIME = PHASES
 DIAGNOSE = "diagnose"
 
 
-# A name the user gives that becomes a folder of the report and the cache (a model's, a stack's):
-# one shape, so that no name — "..", "/abs", "", a 300-character one — reaches outside the folder it names.
-NAME_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Every name upgrade-gate did not choose that becomes a folder, a file's name or a key of its records — a model's,
+# a stack's, a target's, a release's, a method's — has one shape, defined here and nowhere else: the worker is sent
+# METHOD_SHAPE in its job (compat/ cannot import this package). So no name — "..", "/abs", "", a 300-character one —
+# reaches outside the folder it names. (A variant's name is one of catalog.QUANTIZED_VARIANTS, ours.)
+def _shape(marks: str) -> re.Pattern[str]:
+    return re.compile(rf"[A-Za-z0-9][A-Za-z0-9{marks}]{{0,63}}")
+
+
+NAME_SHAPE = _shape("._-")
 NAME_RULE = "1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+# A method's name (a key of a ModelCase's methods) names its artifact, ``<method><SUFFIX>``, and keys its inputs
+# and outputs in the records, ``prefill.output_0``, which are read back at the first '.': so it has none. And the
+# multi-method artifact is ``program<SUFFIX>`` (compat/common.py PROGRAM): no method may take that name.
+METHOD_SHAPE = _shape("_-")
+RESERVED_METHODS = ("program",)
+METHOD_RULE = "1 to 64 letters, digits, '-' or '_', starting with a letter or digit, and not 'program'"
 
 
 def name_problem(name: str) -> str | None:
     """None for a name of the allowed shape, else what is wrong with it and a name that would do."""
     if NAME_SHAPE.fullmatch(name):
         return None
-    fixed = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip("-._")[:64].rstrip("-._") or "my-model"
+    fixed = _suggested(name, "._-") or "my-model"
     return f"{name!r} is not a name upgrade-gate can use as a folder: {NAME_RULE}; e.g. {fixed!r}"
+
+
+def method_problem(name: str) -> str | None:
+    """None for a method's name of the allowed shape, else what is wrong with it and a name that would do."""
+    if METHOD_SHAPE.fullmatch(name) and name not in RESERVED_METHODS:
+        return None
+    fixed = f"{name}-method" if name in RESERVED_METHODS else _suggested(name, "_-") or "forward"
+    return (f"{name!r} is not a name upgrade-gate can use for a method's files and records: {METHOD_RULE}; "
+            f"e.g. {fixed!r}")
+
+
+def _suggested(name: str, marks: str) -> str:
+    """``name`` made of the shape's characters: every run of others one '-', cut to 64."""
+    return re.sub(rf"[^A-Za-z0-9{marks}]+", "-", name).lstrip("-._")[:64].rstrip("-._")
+
+
+def same_folder(names: Iterable[str]) -> tuple[str, str] | None:
+    """Two of ``names`` that differ only in case, and so are one folder where a file system ignores case (macOS's,
+    where a device bundle may be run: bundle/<model>/<stack>/): the first such pair, else None."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if (first := seen.setdefault(name.casefold(), name)) != name:
+            return first, name
+    return None
+
+
+def same_folder_problem(first: str, second: str) -> str:
+    return (f"{first!r} and {second!r} differ only in case: on a file system that ignores case (macOS's) they would be "
+            "one folder; rename one")
+
+
+class NotAnEntry(ConfigError):
+    """A name that would build a path outside the folder it belongs in."""
+
+
+def entry(folder: Path, name: str) -> Path:
+    """``folder / name``, where ``name`` is one entry of ``folder`` — as every name the shapes above let through
+    is. Anything else (a record edited by hand, a path a fault of the tool built) would write elsewhere: refused,
+    naming it, before anything is written (what planted links could do instead: _confined.py)."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise NotAnEntry(f"{name!r} would make {folder / name} a path outside {folder}; upgrade-gate writes only in "
+                         "its report folder and its result cache: a name there is one folder or file")
+    return folder / name
 
 
 def cache_root() -> Path:
@@ -100,11 +159,11 @@ UPGRADE_PATH = "upgrade-path"  # upgrade-path.md, .html and .json
 
 
 def stack_dir(out: Path, stack: str) -> Path:
-    return out / "stacks" / stack
+    return entry(out / "stacks", stack)
 
 
 def model_dir(out: Path, stack: str, model: str) -> Path:
-    return stack_dir(out, stack) / "models" / model
+    return entry(stack_dir(out, stack) / "models", model)
 
 
 def diagnose_dir(out: Path, stack: str, model: str) -> Path:
@@ -136,11 +195,11 @@ def releases_dir(out: Path) -> Path:
 
 
 def release_dir(out: Path, release: str) -> Path:
-    return releases_dir(out) / release
+    return entry(releases_dir(out), release)
 
 
 def measurement_dir(out: Path, model: str) -> Path:
-    return out / "measurements" / model
+    return entry(out / "measurements", model)
 
 
 def measurement_file(out: Path, model: str, threads: int) -> Path:
@@ -158,9 +217,15 @@ def bundle_manifest_file(out: Path) -> Path:
 
 
 def device_results_file(out: Path, target: str) -> Path:
-    """A device's rounds as `upgrade-gate device-results` read them in, by the target's name (``device:Pixel 8``
-    → ``device-Pixel-8.jsonl``: a name from a device cannot make a path)."""
-    return out / "device" / f"{re.sub(r'[^A-Za-z0-9_]+', '-', target).strip('-')[:64] or 'device'}.jsonl"
+    """A device's rounds as `upgrade-gate device-results` read them in, by the target's name: two targets, two
+    files. A name of the allowed shape (every target of [tool.upgrade-gate.targets]) is the file's own (``pi.5`` and
+    ``pi-5`` stay apart); a name a device gives itself (``device:Pixel 8``) is made one, readable and marked by its
+    digest after a '~', which no name of the allowed shape has: ``device-Pixel-8~3c5d0e2a9f1b.jsonl``."""
+    if NAME_SHAPE.fullmatch(target):
+        return entry(out / "device", f"{target}.jsonl")
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", target).strip("-")[:40] or "device"
+    digest = hashlib.sha256(target.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return out / "device" / f"{readable}~{digest}.jsonl"
 
 
 def device_manifest_file(results: Path) -> Path:
@@ -187,7 +252,7 @@ JUNIT_FILE, LOG_FILE, WARNINGS_FILE, PROGRESS_FILE = "junit.xml", "test.log", "w
 
 
 def project_dir(out: Path, stack: str) -> Path:
-    return out / "project" / stack
+    return entry(out / "project", stack)
 
 
 def scan_file(out: Path) -> Path:
@@ -212,7 +277,7 @@ def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:
     get there. Kept in the cache beside the results made from them, and keyed by
     the model's code, so that editing a model makes new ones instead of loading
     stale ones of another shape."""
-    return cache_dir / FIXTURES / f"{model}-{code_digest[:12]}"
+    return entry(cache_dir / FIXTURES, f"{model}-{code_digest[:12]}")
 
 
 FIXTURES = "fixtures"

@@ -20,6 +20,7 @@ from typing import Any
 
 from upgrade_gate import __version__, layout
 from upgrade_gate._confined import PlantedLink, refuse_planted_links
+from upgrade_gate.config.catalog import method_refused
 from upgrade_gate.config.plan import Plan, load_plan
 from upgrade_gate.config.project_settings import ProjectSettings
 from upgrade_gate.config.specs import StackSpec
@@ -199,11 +200,14 @@ def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
 
 
 def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
-    """A project model whose factory does not import, raises, or returns the
-    wrong thing is a configuration error: exit 2 naming the entry, before any export."""
+    """A project model whose factory does not import, raises, returns the wrong thing, or names a method
+    with a name that cannot name its files (layout.METHOD_SHAPE) is a configuration error: exit 2 naming the
+    entry, before any export."""
     for name, result in runner.check_factories(plan, spec, bin_dir).items():
+        entry = next(m for m in plan.models if m.name == name)
+        if result.get("refused_method") is not None:
+            fail_usage(method_refused(entry, str(result["refused_method"])))
         if not result.get("ok"):
-            entry = next(m for m in plan.models if m.name == name)
             fail_usage(
                 f"{entry.defined_in}: tool.upgrade-gate.models.{name}: factory {entry.factory!r} failed in stack "
                 f"{spec.name!r}: {result.get('error')}; the factory must be importable from {entry.project_root} "

@@ -49,9 +49,11 @@ CONFIDENCE = 0.95
 SAMPLES_KEPT = 201
 
 
-def gate_intervals(thread_counts: int, methods: int) -> int:
-    """The intervals a latency gate judges, on this machine or a device: one per thread count and method."""
-    return thread_counts * max(1, methods)
+def gate_intervals(thread_counts: int, methods: int, targets: int = 1) -> int:
+    """The intervals a latency gate judges: one per thread count and method on this machine; the device-latency
+    gate one per target, thread count and method, since it is one gate over every target it names (the worst
+    deciding) and each target's rounds are a measurement of their own, as a thread count's are."""
+    return max(1, targets) * thread_counts * max(1, methods)
 
 
 def interval_confidence(intervals: int, confidence: float = CONFIDENCE) -> float:

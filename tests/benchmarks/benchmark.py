@@ -89,6 +89,7 @@ from upgrade_gate.config.plan import Shard, load_plan
 from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
+from upgrade_gate.pipeline import check_writable
 from upgrade_gate.run import cache, guard
 from upgrade_gate.schema.measured import RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.results import Results
@@ -140,7 +141,7 @@ def main(argv: list[str], log: Any = print) -> int:
                              "(default OUT/actions-cache)")
     args = parser.parse_args(argv)
     out = (args.out or Path("benchmarks") / args.name).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out, what="benchmark folder", fix="choose another with --out DIR")  # else exit 2, naming it
     if args.name == "overhead":
         return overhead(out, args.models or OVERHEAD_MODELS, log)
     if args.name == "coverage":

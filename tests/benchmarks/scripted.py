@@ -135,7 +135,7 @@ def _played(servers: dict[str, ScriptedServer], baseline: str, candidates: Seque
                                           stop_early=stop_early, confidence=confidence, threshold=threshold,
                                           min_delta_ms=min_delta_ms)
     tried, ended = rounds.run_rounds(dict(servers), stacks, planned, threads, clear=clear, looks=looks, most=most,
-                                     watch=watch)
+                                     watch=watch, baseline=baseline)
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
     found = rounds.ratios_so_far(baseline, [candidate], stacks, quiet, planned=planned if looks else 0,
                                  confidence=confidence, most=most if looks else 0) or []

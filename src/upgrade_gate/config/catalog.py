@@ -10,7 +10,7 @@ from pathlib import Path
 
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import ASSET_SOURCES, TOOL_ROOT, name_problem
+from upgrade_gate.layout import ASSET_SOURCES, TOOL_ROOT, method_problem, name_problem
 
 CATALOG = TOOL_ROOT / "models" / "suite.toml"
 SUITES = ("smoke", "default", "full")
@@ -156,6 +156,15 @@ def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry
                                   exclusive=exclusive, project_root=project_root, defined_in=table.path,
                                   variants=variants, cost=cost))
     return tuple(entries)
+
+
+def method_refused(entry: ModelEntry, method: str) -> ConfigError:
+    """A method of the model whose name cannot name its files and records (``layout.method_problem``; the worker
+    refuses it before it writes a file by it): the model's configuration error, naming its entry."""
+    problem = method_problem(method) or f"{method!r}"
+    key = f"tool.upgrade-gate.models.{entry.base}" if entry.project_root else entry.base
+    return ConfigError(f"factory {entry.factory!r} returns a ModelCase whose method {problem}; rename the method "
+                       "(a key of its ModelCase's methods)", path=entry.defined_in, key=key)
 
 
 def project_model_table(entries: tuple[ModelEntry, ...]) -> dict[str, object]:

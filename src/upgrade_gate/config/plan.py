@@ -16,7 +16,7 @@ from upgrade_gate.config.specs import StackSpec, load_stacks
 from upgrade_gate.config.tomlfile import Table
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.invocation import command
-from upgrade_gate.layout import BUILT_IN_ENVS, TOOL_ROOT
+from upgrade_gate.layout import BUILT_IN_ENVS, TOOL_ROOT, same_folder, same_folder_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +214,8 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 path=config_path, key=f"{TABLE}.models.{entry.name}",
             )
         known[entry.name] = entry
+    if twins := same_folder(known):  # a project's models come after the built-in ones: the second is the project's
+        raise ConfigError(same_folder_problem(*twins), path=config_path, key=f"{TABLE}.models.{twins[1]}")
     if args.models is not None:
         names = [m.strip() for m in args.models.split(",") if m.strip()]
         if not names:

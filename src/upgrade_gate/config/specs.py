@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from upgrade_gate.config.tomlfile import Table, read_toml
 from upgrade_gate.errors import ConfigError
-from upgrade_gate.layout import name_problem
+from upgrade_gate.layout import name_problem, same_folder, same_folder_problem
 
 SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "runtime"}
 
@@ -29,9 +29,9 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
                   "measure_server", "probe", "localize", "export_errors", "diagnose_phase", "culprit",
                   "precision_phase", "precision", "quantized_lowering_phase", "export_remedy_phase", "latency_phase",
                   "issue_text", "program_source", "fork_server", "bundle_phase", "device_runner", "blocks",
-                  "diagnose_reproducer", "remedy_choice")
+                  "diagnose_reproducer", "remedy_choice", "quoting")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
-                   "executorch_precision", "torchscript_diagnose")
+                   "executorch_precision", "torchscript_diagnose", "reproducers")
 NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
 
 
@@ -84,20 +84,7 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
     except InvalidVersion:
         raise table.error("python", f"not a Python version: {python!r} (e.g. \"3.11\")") from None
 
-    requirements = []
-    for index, text in enumerate(table.get_str_list("requirements", [])):
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement as error:
-            raise table.error(f"requirements[{index}]", f"not a valid requirement {text!r}: {error}") from None
-        for specifier in requirement.specifier:
-            # packaging reads `torch===>2.8` as arbitrary equality with the string ">2.8": a typo
-            # that only the installer would find, after the baseline stack was built and ran.
-            if specifier.operator == "===" and not _is_version(specifier.version):
-                raise table.error(f"requirements[{index}]", (
-                    f"not a valid requirement {text!r}: '===' (arbitrary equality) with {specifier.version!r}, "
-                    f"which is no version; write e.g. \"{requirement.name}==2.8.0\" or \"{requirement.name}>=2.8\""))
-        requirements.append(requirement)
+    requirements = load_requirements(table)
     if not requirements:
         raise table.error("requirements", "empty; a stack needs at least torch")
 
@@ -125,6 +112,26 @@ def load_spec(path: Path, *, adapters_dir: Path, is_baseline: bool) -> StackSpec
     )
 
 
+def load_requirements(table: Table) -> list[Requirement]:
+    """A table's ``requirements``, each read as the installer will (a stack spec's, the release table's): an entry
+    that is no requirement names its key, before anything is built."""
+    requirements = []
+    for index, text in enumerate(table.get_str_list("requirements", [])):
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as error:
+            raise table.error(f"requirements[{index}]", f"not a valid requirement {text!r}: {error}") from None
+        for specifier in requirement.specifier:
+            # packaging reads `torch===>2.8` as arbitrary equality with the string ">2.8": a typo
+            # that only the installer would find, after the baseline stack was built and ran.
+            if specifier.operator == "===" and not _is_version(specifier.version):
+                raise table.error(f"requirements[{index}]", (
+                    f"not a valid requirement {text!r}: '===' (arbitrary equality) with {specifier.version!r}, "
+                    f"which is no version; write e.g. \"{requirement.name}==2.8.0\" or \"{requirement.name}>=2.8\""))
+        requirements.append(requirement)
+    return requirements
+
+
 def _is_version(text: str) -> bool:
     try:
         Version(text)
@@ -145,6 +152,9 @@ def load_stacks(folders: list[Path], *, baseline: str, candidates: tuple[str, ..
         if problem := name_problem(name):
             raise ConfigError(f"a stack's name is its spec's file name, and {problem}; rename the file",
                               path=path)
+    if twins := same_folder(by_name):
+        raise ConfigError(f"a stack's name is its spec's file name, and {same_folder_problem(*twins)}",
+                          path=by_name[twins[1]])
     known = ", ".join(sorted(by_name))
     if baseline not in by_name:
         raise ConfigError(f"no stack spec named {baseline!r}; specs: {known}", path=config_path,

@@ -34,11 +34,11 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.TOMLKitError as error:  # ParseError, and KeyAlreadyPresent where tomllib saw none
-        line, col = getattr(error, "line", None), getattr(error, "col", None)
+        row, column = getattr(error, "line", None), getattr(error, "col", None)
         reason = str(error.args[0] if error.args else error).split(" at line")[0]
         if "'\\x00'" in reason:  # tomlkit's way of saying the file ended early
             reason = "unexpected end of file"
-        where = f" at line {line}, column {col}" if line is not None else ""
+        where = f" at line {row}, column {column}" if row is not None else ""
         raise ConfigError(f"invalid TOML{where}: {reason}", path=path) from None
 
 

@@ -4,6 +4,11 @@ device, per thread count and method: the same ratio by rounds, interval and cove
 The device ran the bundle's artifacts; the ratio is of the report's only while they are the ones the report
 judged: the bundle's manifest (kept beside the results when they were read in) names each stack's runtime key,
 and a key that has changed since (the model exported again) leaves the device's figures unjudged, with the reason.
+
+The device-latency gate is one gate over every target it names, the worst row deciding, so its intervals share the
+gate's 95% over every target × thread count × method (``judged_targets``, ``stats.gate_intervals``), as the host
+gate's share it over thread counts × methods: each target's rounds are a measurement of their own, and two targets
+of one interval each at 95% were wrongly clear 9.2% of the time at the threshold (issue 61, D1).
 """
 
 from __future__ import annotations
@@ -49,17 +54,55 @@ def device_memory(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRu
     return tuple(found)
 
 
+def _kept_manifest(out: Path, file: Path) -> dict[str, Any]:
+    """The bundle's manifest kept beside a device's results (what the device timed)."""
+    try:
+        manifest = json.loads(layout.device_manifest_file(file).read_text(encoding="utf-8"))
+        if not isinstance(manifest["models"], dict):
+            raise TypeError(f"models is {type(manifest['models']).__name__}")
+        return dict(manifest)
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as error:
+        where = layout.device_manifest_file(file).relative_to(out).as_posix()
+        raise RecordError(f"{where}: unreadable ({error}); read the results in again with "
+                          "`upgrade-gate device-results`") from error
+
+
+def judged_targets(plan: Plan, model: str, runs: list[tuple[Path, DeviceRun]]) -> list[str]:
+    """The targets whose rows a model's device-latency gate judges, which its intervals share the gate's 95% over:
+    every target of [tool.upgrade-gate.targets] (timed on every compare: its rounds, or why there are none), every
+    device whose kept results hold the model (or say the bundle could not), every target whose failure is kept.
+    Counted here once, for where a target's rounds are designed (measure/target_rounds.py) and where they are
+    judged (``device_latency``)."""
+    out = plan.settings.out_dir
+    names = {target.name for target in plan.settings.targets}
+    for file, run in runs:
+        manifest = _kept_manifest(out, file)
+        bundled = manifest["models"].get(model) or {}
+        if model in (manifest.get("not_bundled") or {}) or plan.baseline.name in bundled.get("stacks", {}):
+            names.add(run.target.name)
+    for failed in layout.device_failed_files(out):
+        try:
+            names.add(str(json.loads(failed.read_text(encoding="utf-8"))["target"]))
+        except (OSError, ValueError, KeyError, TypeError) as damaged:
+            raise RecordError(f"{failed.relative_to(out).as_posix()}: unreadable ({damaged}); run the compare "
+                              "again: it tries the target again") from damaged
+    return sorted(names)
+
+
+def device_gate_intervals(plan: Plan, model: str, thread_counts: int, methods: int,
+                          runs: list[tuple[Path, DeviceRun]]) -> int:
+    """The intervals a model's device-latency gate judges, which share its 95%: one per target (``judged_targets``),
+    thread count and method. What a target's rounds over ssh are designed for (measure/target_rounds.py, its stop
+    rule's looks) and what fixed rounds (run-on-device.sh) are judged at (``device_latency``): one count."""
+    return gate_intervals(thread_counts, methods, len(judged_targets(plan, model, runs)))
+
+
 def device_latency(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRun]]) -> tuple[DeviceLatency, ...]:
     out = plan.settings.out_dir
     found: list[DeviceLatency] = []
     for file, run in runs:
-        try:
-            manifest = json.loads(layout.device_manifest_file(file).read_text(encoding="utf-8"))
-            bundled: dict[str, Any] = manifest["models"].get(model.name) or {}
-        except (OSError, ValueError, KeyError, AttributeError) as error:
-            where = layout.device_manifest_file(file).relative_to(out).as_posix()
-            raise RecordError(f"{where}: unreadable ({error}); read the results in again with "
-                              "`upgrade-gate device-results`") from error
+        manifest = _kept_manifest(out, file)
+        bundled: dict[str, Any] = manifest["models"].get(model.name) or {}
         why = (manifest.get("not_bundled") or {}).get(model.name)
         if why:  # the device timed the bundle, and the bundle could not hold this model: said, never left out
             found += [DeviceLatency(target=run.target, stack=spec.name, threads=threads, method="every method",
@@ -70,7 +113,8 @@ def device_latency(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceR
             continue  # the bundle did not hold this model (--models left it out): nothing to say here
         for spec in plan.candidates:
             if spec.name in bundled["stacks"]:
-                found += _ratios(plan, model, run, bundled, spec.name)
+                found += _ratios(plan, model, run, bundled, spec.name, device_gate_intervals(
+                    plan, model.name, len(bundled["threads"]), len(bundled["methods"]), runs))
     return tuple(found) + _failed_targets(plan, model)
 
 
@@ -101,13 +145,13 @@ def _failed_targets(plan: Plan, model: ModelEntry) -> tuple[DeviceLatency, ...]:
     return tuple(rows)
 
 
-def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, Any],
-            stack: str) -> list[DeviceLatency]:
+def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, Any], stack: str,
+            intervals: int) -> list[DeviceLatency]:
+    """The candidate ``stack``'s rows on one device, each interval at its share of a gate of ``intervals``."""
     out, base = plan.settings.out_dir, plan.baseline.name
     methods, thread_counts = list(bundled["methods"]), list(bundled["threads"])
     stale = [name for name in (stack, base)
              if bundled["stacks"][name].get("runtime_key") != runtime_key(out, name, model.name)]
-    confidence = interval_confidence(gate_intervals(len(thread_counts), len(methods)))
     rows = []
     for threads in thread_counts:
         def rounds_of(name: str, method: str, at: int = threads) -> dict[int, list[float]]:
@@ -117,9 +161,14 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
         failed = [f for f in run.failures
                   if f.model == model.name and f.stack in (stack, base) and f.threads == threads]
         ended = run.ended_of(model.name, threads)
-        # Rounds that could stop early are judged by the sequential design they ran with, as on the host.
+        # Rounds that could stop early are judged by the sequential design they ran with, as on the host: its looks
+        # were chosen for the intervals it was designed for (0: a file from before, one target's thread counts ×
+        # methods); fixed rounds (run-on-device.sh) take their rank here, at the gate's share.
         planned = run.planned_rounds if ended is not None and ended.stop_early else 0
         most = ended.most if ended is not None and planned else 0
+        designed = (ended.intervals or gate_intervals(len(thread_counts), len(methods))) \
+            if ended is not None and planned else intervals
+        confidence = interval_confidence(designed)
         for method in methods:
             mine, theirs = rounds_of(stack, method), rounds_of(base, method)
             common = sorted(set(mine) & set(theirs))

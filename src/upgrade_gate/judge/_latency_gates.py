@@ -71,6 +71,12 @@ def latency_gate(found: Gates, severity: str) -> None:
             judged.append(("incomplete", _busy_note(threads, busy) + (f"; not judged, but {over}" if over else ""),
                            None, threads))
             continue
+        if machine is not None and machine.ended is RoundsEnded.SERVER_ENDED and machine.quiet < machine.needs:
+            # A file from before each side ended alone (results 2.9): another side's server ended every side's
+            # rounds. The server's end, never a busy machine; measuring again goes on without it.
+            judged.append(("incomplete", f"{threads} thread(s): {machine.ending()}; an interval needs "
+                                         f"{machine.needs} quiet rounds", None, threads))
+            continue
         for method in mine.latency:
             estimate = model.ratio(stack, threads, method)
             if estimate is None:
@@ -118,7 +124,9 @@ def latency_gate(found: Gates, severity: str) -> None:
 def device_latency_gate(found: Gates, severity: str) -> None:
     """The latency gate's rule on each device the report read rounds from (a target of
     [tool.upgrade-gate.targets], `upgrade-gate device-results`): per target, thread count and method, the ratio's
-    interval against ``max-ratio``, ``min-delta-ms`` as on the host, the worst row deciding. A target timed over ssh
+    interval against ``max-ratio``, ``min-delta-ms`` as on the host, the worst row deciding. One gate over every
+    target, so each interval has its share of the gate's 95% over all of them (judge/_device_rounds.py
+    ``judged_targets``), and the note says what they reach together. A target timed over ssh
     had the host's stop rule and contention check; run-on-device.sh's rounds are fixed in number and unchecked: the
     evidence says which. A row the device could not give (a failed round, artifacts of an earlier export) is
     incomplete, never a failure of the candidate: the device, its setup or the bundle may be at fault."""
@@ -135,8 +143,9 @@ def device_latency_gate(found: Gates, severity: str) -> None:
            "check on the device" if not checked else
            "over ssh with the host's stop rule and contention check, and run-on-device.sh's fixed rounds, unchecked")
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
-                condition=f"on {', '.join(targets)}: the median's whole interval, per thread count and method; "
-                          f"methods at most {min_delta:g} ms slower at its top pass",
+                condition=f"on {', '.join(targets)}: the median's whole interval, per target, thread count and method, "
+                          f"the gate's intervals at least {CONFIDENCE:.0%} together; methods at most {min_delta:g} ms "
+                          f"slower at its top pass",
                 evidence=f"device/*.jsonl ({how})")
     judged: list[Row] = []
     for row in rows:
@@ -158,6 +167,9 @@ def device_latency_gate(found: Gates, severity: str) -> None:
         where += (f"; the interval straddles {max_ratio:.2f}" if estimate.holds else
                   f"; only {len(estimate.per_round)} rounds: the interval covers {estimate.level:.1%}, short of the "
                   f"{estimate.confidence:.2%} it needs (run-on-device.sh --rounds)")
+    levels = [e.level for _, _, e, _ in judged if e is not None]
+    where += f"; the gate's {len(levels)} intervals together: at least {together(levels):.1%}" if len(levels) > 1 \
+        else ""
     found.add("device-latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
               measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
                                 level=estimate.level), note=where)

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from upgrade_gate import __version__, layout
-from upgrade_gate._atomic import sha256_file, write_json_atomic, write_text_atomic
+from upgrade_gate._atomic import read_own_json, sha256_file, write_json_atomic, write_text_atomic
 from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.errors import RecordError
+from upgrade_gate.errors import RecordError, RunIncomplete
 from upgrade_gate.invocation import command
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.measure.rounds import artifacts_job, runnable_stacks
@@ -175,6 +175,21 @@ class ResultsRefused(Exception):
         self.stopped = stopped
 
 
+def read_manifest(out: Path) -> dict[str, Any]:
+    """The bundle's manifest as write_bundle wrote it; one that does not read so was damaged from outside: exit 3
+    naming it, and how to write it again (it is the tool's own file: never a candidate's failure)."""
+    path = layout.bundle_manifest_file(out)
+    again = f"write the bundle again with `{command('bundle', f'--out {out}')}`, then run the same command again"
+    held = read_own_json(path, again=again)
+    try:
+        if isinstance(held["requested"], list) and all(isinstance(m["stacks"], dict) and all(
+                isinstance(entry, dict) for entry in m["stacks"].values()) for m in held["models"].values()):
+            return dict(held)
+    except (KeyError, TypeError, AttributeError):
+        pass
+    raise RunIncomplete(f"{path} is damaged: it does not say what the bundle holds as upgrade-gate wrote it; {again}")
+
+
 def checked_results(out: Path, results: Path) -> DeviceRun:
     """The results file read, whole and of this report folder's bundle, or ResultsRefused saying why."""
     manifest = layout.bundle_manifest_file(out)
@@ -190,6 +205,7 @@ def checked_results(out: Path, results: Path) -> DeviceRun:
                              stopped=True) from error
     except RecordError as error:
         raise ResultsRefused(f"{error}; run run-on-device.sh again and read in the file it writes") from error
+    read_manifest(out)  # a damaged one is said as such, not as the rounds of another bundle
     digest = sha256_file(manifest)
     if run.manifest_sha256 != digest:
         raise ResultsRefused(f"{results}: the rounds of another bundle (manifest {run.manifest_sha256[:12]}; "

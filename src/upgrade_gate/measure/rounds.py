@@ -121,7 +121,6 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
 
     started = time.monotonic()
     intervals = gate_intervals(plan, model, runnable)
-    confidence = stats.interval_confidence(intervals)
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
     servers: dict[str, supervisor.Server] = {}
@@ -140,17 +139,8 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
                 stacks[side.name] = load_server(servers[side.name], side, out_file)
                 if stacks[side.name]["status"] != "ok":
                     servers.pop(side.name)
-        gate = settings.gates["latency"]
-        # The rounds go on until the remedied sides are decided too: their latency gate is judged as the stack's is.
-        looks, most, clear = stop_rule(plan.baseline.name,
-                                       [spec.name for spec in plan.candidates] + [side.name for side in sides],
-                                       stacks, servers, rounds=settings.rounds, most_rounds=settings.most_rounds,
-                                       stop_early=settings.stop_early, confidence=confidence,
-                                       threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
-        log(f"{label}: {'up to ' if looks else ''}{settings.rounds} rounds"
-            f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
-            f"{', '.join(servers) or 'no stack'}")
-        rounds, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks, most=most)
+        rounds, ended, most = play_rounds(plan, threads, servers, stacks, [side.name for side in sides], intervals,
+                                          log=lambda said: log(f"{label}: {said}"), on_round=on_round)
         for server in servers.values():  # nothing is timed any more: they end together
             server.ask_to_exit()
         for name, server in servers.items():
@@ -165,28 +155,10 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     finally:
         for server in servers.values():
             server.stop()
-    data = {
-        "schema_version": str(RECORDS_VERSION),
-        "model": model.name,
-        "threads": threads,
-        "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
-                     "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early,
-                     # The rounds it could take, going on while an interval straddled (rounds_design).
-                     "most_rounds": most,
-                     # The intervals the model's latency gate judges: they share its 5% (stats.interval_confidence).
-                     "intervals": intervals},
-        "order": [spec.name for spec, _ in runnable],  # the stacks measured (their cache entry's name)
-        "remedied": {side.name: side.artifacts for side in sides},
-        "key": key,
-        # Timings of another machine are not this one's: the cache key has the machine too.
-        "machine": machine(),
-        # Every round tried: the stacks' order, what the rest of the machine did, whether it counts.
-        "rounds": rounds,
-        "ended": ended.value,
-        # Its wall time, servers' start to exit: what the model costs the measure session (a family's cost).
-        "elapsed_s": round(time.monotonic() - started, 2),
-        "stacks": stacks,
-    }
+    data = measurement_data(plan, model, threads, intervals=intervals, most=most,
+                            order=[spec.name for spec, _ in runnable],
+                            remedied={side.name: side.artifacts for side in sides}, key=key, tried=rounds,
+                            ended=ended, elapsed_s=round(time.monotonic() - started, 2), stacks=stacks)
     # Compact: indented, the samples took a line each and the file more than twice the room (nanoVLM's 954 KB).
     write_json_atomic(out_file, data, indent=None)
     # A stack without a runnable artifact (a variant it has no recipe for) is not
@@ -200,6 +172,59 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     summary = ", ".join(f"{name} {record['status']}" for name, record in stacks.items())
     log(f"{label}: {summary}")
     return out_file
+
+
+def play_rounds(plan: Plan, threads: int, servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
+                remedied_sides: Sequence[str], intervals: int, *, log: Callable[[str], Any],
+                on_round: Callable[[str], Any] | None = None,
+                watch: Watch | None = None) -> tuple[list[dict[str, Any]], RoundsEnded, int]:
+    """The measure session's rounds of the loaded ``servers`` (``run_rounds``), ended by the stop rule
+    (``stop_rule``) over every candidate's ratios and its remedied side's (their latency gate is judged as the
+    stack's is, so the rounds go on until they are decided too), each interval at its share of a gate of
+    ``intervals``: every round tried, why they ended, the most they could take. A side whose server ends ends alone;
+    the others go on to their decision."""
+    settings, gate = plan.settings, plan.settings.gates["latency"]
+    looks, most, clear = stop_rule(plan.baseline.name, [spec.name for spec in plan.candidates] + list(remedied_sides),
+                                   stacks, servers, rounds=settings.rounds, most_rounds=settings.most_rounds,
+                                   stop_early=settings.stop_early, confidence=stats.interval_confidence(intervals),
+                                   threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
+    log(f"{'up to ' if looks else ''}{settings.rounds} rounds"
+        f"{f' (up to {most} while an interval straddles)' if most > settings.rounds else ''} of "
+        f"{', '.join(servers) or 'no stack'}")
+    tried, ended = run_rounds(servers, stacks, settings.rounds, threads, on_round, clear, looks=looks, most=most,
+                              watch=watch, baseline=plan.baseline.name)
+    return tried, ended, most
+
+
+def measurement_data(plan: Plan, model: ModelEntry, threads: int, *, intervals: int, most: int, order: list[str],
+                     remedied: dict[str, dict[str, str]], key: str | None, tried: list[dict[str, Any]],
+                     ended: RoundsEnded, elapsed_s: float, stacks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A measurement file's contents (gather reads them): how its rounds were designed, every round ``tried`` and
+    why they ``ended``, each side's record (``stacks``: its samples by round, cold start, memory, or how it ended)."""
+    settings = plan.settings
+    return {
+        "schema_version": str(RECORDS_VERSION),
+        "model": model.name,
+        "threads": threads,
+        "settings": {"rounds": settings.rounds, "warmup": settings.warmup, "iterations": settings.iterations,
+                     "time_budget_s": settings.time_budget_s, "stop_early": settings.stop_early,
+                     # The rounds it could take, going on while an interval straddled (rounds_design).
+                     "most_rounds": most,
+                     # The intervals the model's latency gate judges: they share its 5% (stats.interval_confidence).
+                     "intervals": intervals},
+        "order": order,  # the stacks measured (their cache entry's name)
+        "remedied": remedied,
+        "key": key,
+        # Timings of another machine are not this one's: the cache key has the machine too.
+        "machine": machine(),
+        # Every round tried: the stacks' order, what the rest of the machine did, whether it counts, whose server
+        # ended in it.
+        "rounds": tried,
+        "ended": ended.value,
+        # Its wall time, servers' start to exit: what the model costs the measure session (a family's cost).
+        "elapsed_s": elapsed_s,
+        "stacks": stacks,
+    }
 
 
 class _Process(Protocol):
@@ -227,21 +252,25 @@ Watch = Callable[[list[int], int], Callable[[], _contention.Load | None]]
 
 def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]], wanted: int, threads: int,
                on_round: Callable[[str], Any] | None = None, clear: Callable[[set[int]], bool] | None = None, *,
-               looks: Collection[int] = (), most: int = 0,
-               watch: Watch | None = None) -> tuple[list[dict[str, Any]], RoundsEnded]:
+               looks: Collection[int] = (), most: int = 0, watch: Watch | None = None,
+               baseline: str | None = None) -> tuple[list[dict[str, Any]], RoundsEnded]:
     """``wanted`` quiet rounds, the stacks in turn — A B, then B A, so that whatever running
     first or second does to a stack (a warm cache, a clock still ramping, the other's
     leftovers) falls on both alike. A round the rest of the machine disturbed (``watch``:
     upgrade_gate.measure._contention by default) is repeated in the same order, up to as many
     rounds again as wanted, so the rounds that count alternate whatever the machine did: an
     order effect that came with the disturbances would otherwise tip them to one side. Its
-    samples are kept in the record but its ratio is not used. When a stack's server ends, the
-    rounds stop. Each stack's samples of a round are its ``rounds`` entry (``stats.kept_samples``,
-    with the calls they stand for); the round's order and load are the measurement's. With
-    ``clear`` (stop-early), after a quiet round that is one of ``looks`` (the sequential
-    design's) the rounds stop when ``clear(quiet rounds)`` says every ratio is decided; they
+    samples are kept in the record but its ratio is not used. Each stack's samples of a round are its
+    ``rounds`` entry (``stats.kept_samples``, with the calls they stand for); the round's order and load
+    are the measurement's. With ``clear`` (stop-early), after a quiet round that is one of ``looks`` (the
+    sequential design's) the rounds stop when ``clear(quiet rounds)`` says every ratio is decided; they
     go on past ``wanted``, up to ``most``, while it does not (``rounds_design``).
-    Returns every round tried and why the rounds ended."""
+
+    A side whose server ends (it failed, was killed: its record says how) ends alone, named in the round's
+    ``servers_ended``: while the ``baseline``'s server and another side's run, the others go on to their
+    decision (issue 61: a remedied side's server that ended had ended every side's rounds, and the candidate's
+    own gate read "machine busy"). Once the baseline's ends, or no other is left — or with no ``baseline``
+    given — the rounds end: ``RoundsEnded.SERVER_ENDED``. Returns every round tried and why the rounds ended."""
     watch = watch or functools.partial(_contention.watch, threads=threads, cores=CORES)
     names = list(servers)
     counted: set[int] = set()
@@ -258,35 +287,46 @@ def run_rounds(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]],
             of = f"/{wanted}" if place <= wanted else f" of up to {at_most} (an interval still straddles)"
             on_round(f"{'repeating busy round' if repeat else 'round'} {place}{of}")
         order = [n for n in (names if place % 2 else names[::-1]) if n in servers]
-        loads: dict[str, _contention.Load | None] = {}
-        cut: dict[str, float] = {}  # stack → the seconds after which its server cut its part short (part_limit_s)
-        for name in order:
-            watched = watch([server.process.pid for server in servers.values()], servers[name].process.pid)
-            try:
-                event = servers[name].request({"command": "round", "round": number}, "round")
-            except supervisor.ServerFailed as failure:
-                stacks[name].update(_failed(failure))
-                servers.pop(name).stop()
-                continue
-            loads[name] = watched()
-            samples: dict[str, list[float]] = event["samples_ms"]
-            stacks[name]["rounds"].append({"round": number,
-                                           "samples_ms": {m: stats.kept_samples(v) for m, v in samples.items()},
-                                           "calls": {m: len(v) for m, v in samples.items()}})
-            if "cut_after_s" in event:
-                cut[name] = round(float(event["cut_after_s"]), 3)
+        loads, cut, ended = _round_parts(servers, stacks, order, number, watch)
         disturbed = bool(cut) or any(load is not None and load.disturbed for load in loads.values())
-        if not disturbed and len(loads) == len(names):
+        if not disturbed and loads:  # every side still timed gave its part (one that ended gave none)
             counted.add(number)
         tried.append({"round": number, "order": order, "disturbed": disturbed,
                       "load": {name: load.to_dict() if load else None for name, load in loads.items()},
-                      **({"cut": cut} if cut else {})})
-        if len(servers) < len(names):
-            break  # a stack's server ended: no more ratios to be had; what finished is kept
+                      **({"cut": cut} if cut else {}), **({"servers_ended": ended} if ended else {})})
+        if len(servers) < len(names) and not (baseline in servers and len(servers) > 1):
+            break  # the baseline's server ended, or every other's: no more ratios to be had; what finished is kept
         if (clear is not None and number in counted and len(counted) < at_most and len(counted) in looks
                 and clear(counted)):
             return tried, RoundsEnded.DECIDED
     return tried, RoundsEnded.SERVER_ENDED
+
+
+def _round_parts(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]], order: list[str], number: int,
+                 watch: Watch) -> tuple[dict[str, _contention.Load | None], dict[str, float], list[str]]:
+    """Each side's part of round ``number``, in ``order``, its samples into its record: the parts' loads, the sides
+    whose server cut its part short (and after how many seconds: part_limit_s), and those whose server ended, each
+    left out of ``servers`` from then on with its record saying how it ended."""
+    loads: dict[str, _contention.Load | None] = {}
+    cut: dict[str, float] = {}
+    ended: list[str] = []
+    for name in order:
+        watched = watch([server.process.pid for server in servers.values()], servers[name].process.pid)
+        try:
+            event = servers[name].request({"command": "round", "round": number}, "round")
+        except supervisor.ServerFailed as failure:
+            stacks[name].update(_failed(failure))
+            servers.pop(name).stop()
+            ended.append(name)
+            continue
+        loads[name] = watched()
+        samples: dict[str, list[float]] = event["samples_ms"]
+        stacks[name]["rounds"].append({"round": number,
+                                       "samples_ms": {m: stats.kept_samples(v) for m, v in samples.items()},
+                                       "calls": {m: len(v) for m, v in samples.items()}})
+        if "cut_after_s" in event:
+            cut[name] = round(float(event["cut_after_s"]), 3)
+    return loads, cut, ended
 
 
 def rounds_design(rounds: int, most_rounds: int, stop_early: bool, confidence: float) -> tuple[dict[int, int], int]:
@@ -343,8 +383,9 @@ def _ratios_by_candidate(baseline: str, candidates: Sequence[str], stacks: dict[
                          *, planned: int, confidence: float,
                          most: int) -> dict[str, list[tuple[RatioEstimate, float]]] | None:
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
-    # A candidate not measured (its record says why) has no ratio, and does not make the gate decided.
-    measured = {name: samples for name in candidates if name in stacks
+    # A candidate not measured, or whose server ended (its record says why), has no ratio, and does not make the
+    # gate decided: the others' rounds go on to their own decision.
+    measured = {name: samples for name in candidates if name in stacks and stacks[name].get("status") == "ok"
                 and (samples := _samples_by_method(stacks[name], quiet))}
     if not theirs or not measured:
         return None

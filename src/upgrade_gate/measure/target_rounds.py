@@ -23,8 +23,9 @@ from typing import IO, Any
 
 from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, run_rounds, stop_rule
+from upgrade_gate.measure.rounds import Watch, ratio_to_decide, run_rounds, stop_rule
 from upgrade_gate.run.supervisor import ServerFailed
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
@@ -135,26 +136,32 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
     served = [line.split("\t") for line in (layout.bundle_dir(out) / "plan.tsv").read_text().splitlines() if line]
     gate = settings.gates["latency"]
     cores = int(target_line.get("cores") or 1)
+    candidates = [spec.name for spec in plan.candidates]
+    runs = device_runs(plan)  # the devices read in already: the gate judges them beside this target
     lines: list[dict[str, Any]] = []
     for threads in settings.threads:
         for model, held in manifest["models"].items():
-            confidence = stats.interval_confidence(stats.gate_intervals(len(settings.threads), len(held["methods"])))
+            # One gate over every target it judges: each interval's share is of all of them.
+            intervals = device_gate_intervals(plan, model, len(settings.threads), len(held["methods"]), runs)
+            confidence = stats.interval_confidence(intervals)
             rows = [row for row in served if row[0] == model]
             servers: dict[str, RemoteServer] = {}
             try:
                 stacks = _start_servers(plan, ssh, remote_bundle, pythons, cannot_run, manifest, rows, threads, logs,
                                         servers, lines)
-                if len(servers) < len(rows):
-                    continue  # a stack that cannot run here: its line says why; no ratio to be had
+                if not ratio_to_decide(plan.baseline.name, candidates, servers):
+                    continue  # the baseline, or every candidate, cannot run here: its line says why; no ratio
                 looks, most, clear = stop_rule(
-                    plan.baseline.name, [spec.name for spec in plan.candidates], stacks, servers,
+                    plan.baseline.name, candidates, stacks, servers,
                     rounds=settings.rounds, most_rounds=settings.most_rounds, stop_early=settings.stop_early,
                     confidence=confidence, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
                 log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
                     f"{settings.rounds} rounds"
                     f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
+                # A candidate whose runner ends there ends alone; the others go on to their decision.
                 tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
-                                          most=most, watch=remote_watch(servers, threads, cores))
+                                          most=most, watch=remote_watch(servers, threads, cores),
+                                          baseline=plan.baseline.name)
                 goodbyes = {name: server.close() for name, server in servers.items()}
                 servers.clear()
             finally:
@@ -165,7 +172,7 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                       for name, record in stacks.items()]
             lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
                           "stop_early": settings.stop_early, "most": most, "tried": len(tried),
-                          "counted": sum(1 for entry in tried if not entry["disturbed"])})
+                          "counted": sum(1 for entry in tried if not entry["disturbed"]), "intervals": intervals})
     return lines
 
 

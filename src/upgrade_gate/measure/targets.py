@@ -78,23 +78,27 @@ def current_bundle(plan: Plan, log: Callable[[str], Any]) -> Path | None:
     folder = layout.bundle_dir(out)
     manifest = layout.bundle_manifest_file(out)
     if manifest.is_file():
-        held = json.loads(manifest.read_text(encoding="utf-8"))
-        if held.get("requested") == [m.name for m in plan.models] and all(
+        held = device.read_manifest(out)
+        if held["requested"] == [m.name for m in plan.models] and all(
                 entry.get("runtime_key") == runtime_key(out, stack, model)
-                for model, bundled in held.get("models", {}).items()
-                for stack, entry in bundled.get("stacks", {}).items()):
+                for model, bundled in held["models"].items() for stack, entry in bundled["stacks"].items()):
             log(f"targets: the bundle in {folder} holds this run's artifacts")
             return folder
     return device.write_bundle(plan, log)
 
 
 def ssh_command(target: RemoteTarget, plan: Plan) -> list[str]:
+    """ssh's options, then ``--`` and the host, as ssh reads them: a remote command goes after it. The user is
+    ``-l``'s (an IPv6 host then needs no brackets); ``--`` ends the options, so that nothing after it is one,
+    whatever config/targets.py let through (issue 61, N2)."""
     command = ["ssh", "-p", str(target.port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
                "-o", f"UserKnownHostsFile={plan.settings.cache_dir / 'known_hosts'}", "-o", "ConnectTimeout=20",
                "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
     if target.identity is not None:
         command += ["-i", str(target.identity), "-o", "IdentitiesOnly=yes"]
-    return [*command, f"{target.user}@{target.host}" if target.user else target.host.strip("[]")]
+    if target.user is not None:
+        command += ["-l", target.user]
+    return [*command, "--", target.host.removeprefix("[").removesuffix("]")]
 
 
 def _ssh(target: RemoteTarget, plan: Plan, remote: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:

@@ -24,10 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from upgrade_gate import layout
+from upgrade_gate.config.specs import load_requirements
 from upgrade_gate.config.tomlfile import Table as TomlTable
 from upgrade_gate.config.tomlfile import read_toml
 from upgrade_gate.errors import ConfigError
@@ -85,7 +88,7 @@ class AdapterRule:
 class ReleaseTable:
     path: Path
     python: str
-    requirements: tuple[str, ...]
+    requirements: tuple[Requirement, ...]  # beside each row's pins, checked when the table is read
     adapters: tuple[AdapterRule, ...]
     releases: tuple[Release, ...]  # oldest first
 
@@ -94,8 +97,8 @@ class ReleaseTable:
 
     def requirements_of(self, release: Release) -> list[str]:
         pins = release.pins()
-        pinned = {pin.split("=")[0].split("<")[0] for pin in pins}
-        return pins + [r for r in self.requirements if r.split("<")[0].split(">")[0].split("=")[0] not in pinned]
+        pinned = {canonicalize_name(Requirement(pin).name) for pin in pins}
+        return pins + [str(r) for r in self.requirements if canonicalize_name(r.name) not in pinned]
 
     def find(self, text: str, *, key: str) -> Release:
         try:
@@ -129,7 +132,7 @@ def load_table(path: Path = TABLE_FILE) -> ReleaseTable:
     python = top.get("python", str, "")
     if not python:
         raise top.error("python", "missing; the Python every release stack is built for, e.g. \"3.11\"")
-    requirements = tuple(top.get_str_list("requirements", []))
+    requirements = tuple(load_requirements(top))
     adapters = []
     for index, data in enumerate(top.get("adapters", list, [])):
         rule = TomlTable(data, path=path, key=f"adapters[{index}]")
@@ -155,10 +158,14 @@ def load_table(path: Path = TABLE_FILE) -> ReleaseTable:
         numpy = row.get("numpy", str, "") or None
         if numpy:
             _specifier(row, "numpy")
-        releases.append(Release(executorch=versions["executorch"], released=row.get("released", str, ""),
-                                torch=str(versions["torch"]), torchvision=str(versions["torchvision"]),
-                                torchao=torchao, numpy=numpy, pythons=tuple(row.get_str_list("pythons", [])),
-                                source=row.get("source", str, "")))
+        release = Release(executorch=versions["executorch"], released=row.get("released", str, ""),
+                          torch=str(versions["torch"]), torchvision=str(versions["torchvision"]),
+                          torchao=torchao, numpy=numpy, pythons=tuple(row.get_str_list("pythons", [])),
+                          source=row.get("source", str, ""))
+        if problem := layout.name_problem(release.name):  # its stack's, its folder's and its venv's name
+            raise row.error("executorch", f"the release's stack is named after it, and {problem}; write the "
+                                          "version without an epoch ('!') or a local label ('+')")
+        releases.append(release)
     if not releases:
         raise top.error("releases", "empty; the table needs at least one release")
     ordered = sorted(releases, key=lambda r: r.executorch)

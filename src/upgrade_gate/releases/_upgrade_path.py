@@ -28,7 +28,17 @@ from upgrade_gate.releases._table import (
     release_results,
 )
 from upgrade_gate.report import junit
-from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph, Table, to_html, to_markdown
+from upgrade_gate.report.render import (
+    Block,
+    Bullets,
+    Heading,
+    Item,
+    Paragraph,
+    Table,
+    code_span,
+    to_html,
+    to_markdown,
+)
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict
 
@@ -86,7 +96,7 @@ class Finding:
 
     def summary(self) -> str:
         judged = list(self.statuses)
-        text = f"**{self.gate}** ({self.severity}) for `{self.model}`: fails in {', '.join(self.failing)}"
+        text = f"**{self.gate}** ({self.severity}) for {code_span(self.model)}: fails in {', '.join(self.failing)}"
         if self.appeared_after:
             text += f"; appears in {self.first} (passed in {self.appeared_after})"
         elif self.first == judged[0]:
@@ -252,8 +262,8 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
     if path.findings:
         blocks.append(Bullets([Item(f.summary(), ["per release: " + ", ".join(
             f"{name.removeprefix('executorch-')} {status}" for name, status in f.statuses.items()),
-            *(f"compare's reproducer `{script}`: " + _answers(runs) for (model, script), runs in reproduced.items()
-              if model == f.model)])
+            *(f"compare's reproducer {code_span(script)}: " + _answers(runs)
+              for (model, script), runs in reproduced.items() if model == f.model)])
             for f in path.findings]))
     else:
         blocks.append(Paragraph("No gate failed in any judged release."))
@@ -266,7 +276,7 @@ def upgrade_path_blocks(path: UpgradePath, table: ReleaseTable) -> list[Block]:
             "To ask a release yourself: `<its venv>/bin/python <script>`, from the report folder "
             "(`--keep-stacks` keeps the explorer's venvs)."), Table(
             ["model", "reproducer", *releases],
-            [[f"`{model}`", f"`{script}`", *(_answer(runs.get(name)) for name in releases)]
+            [[code_span(model), code_span(script), *(_answer(runs.get(name)) for name in releases)]
              for (model, script), runs in reproduced.items()])]
     if path.rows:
         headers = [header for header, _ in COLUMNS]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -174,7 +175,8 @@ def release_spec(request: Request, release: Release, adapter: str) -> StackSpec:
     folder = request.folder(release)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{release.name}.toml"
-    requirements = ",\n".join(f'    "{r}"' for r in request.table.requirements_of(release))
+    # JSON's string is TOML's basic string: a requirement's marker may hold '"'.
+    requirements = ",\n".join(f"    {json.dumps(r)}" for r in request.table.requirements_of(release))
     write_text_atomic(path, (
         f"# Made by `nox -s releases` from {request.table.path.name}: executorch {release.executorch} and the torch it "
         f"pairs with ({release.source}).\n"

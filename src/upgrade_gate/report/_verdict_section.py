@@ -52,7 +52,7 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
                    measured_on: Target | None = None, devices: list[Target] | None = None) -> list[Block]:
     """The verdict, each candidate's with the gates that did not pass, and those gates' table; ``measured_on``, where
     its latency was measured: an x86-64 host gets one short note, since a phone runs other kernels, which names the
-    ``devices`` its rounds were also read from."""
+    ``devices`` its rounds were also read from (those that gave rounds: Results.measured_targets)."""
     blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
                                    style=f"verdict {VERDICT_STYLE.get(verdict.verdict.value, '')}")]
     lines = []
@@ -381,7 +381,13 @@ def where_measured_blocks(results: Results) -> list[Block]:
                  "MobileNetV3-Small at ~30 ms on ExecuTorch against ~8 ms on PyTorch Mobile, Galaxy S20). Read the "
                  "latency ratios as this host's, a proxy for the device, not a measurement of it.")
     blocks: list[Block] = [Heading(3, "Where it measured", anchor=WHERE_MEASURED), Paragraph(said)]
+    measured = {target.name for target in results.measured_targets}
     for device in results.device_targets:
+        if device.name not in measured:  # refused, unreachable: its rows say why, and nothing was measured there
+            why = next((d.missing for m in results.models for d in m.device_latency
+                        if d.target.name == device.name and d.missing), "no rounds")
+            blocks.append(Paragraph(f"Nothing was measured on **{device.name}**: {why}."))
+            continue
         over_ssh = any(d.ended for m in results.models for d in m.device_latency if d.target.name == device.name)
         how = ("Its rounds were timed from here over ssh (`[tool.upgrade-gate.targets]`) on the bundle's artifacts "
                "(`nox -s bundle`) as this machine's are: the stacks in turn, the stop rule, and the contention check "

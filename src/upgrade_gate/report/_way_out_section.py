@@ -57,7 +57,7 @@ def way_out_blocks(results: Results) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Way out", anchor="way-out"), Paragraph(INTRO)]
     if not results.settings.diagnose_budget_s and departed:
         blocks.append(Paragraph("The search is turned off (`diagnose-budget = 0`); these artifacts depart from their "
-                                f"own eager models: {', '.join(f'`{m.name}`' for m in departed)}."))
+                                f"own eager models: {', '.join(code_span(m.name) for m in departed)}."))
     for _, name, stack, found in entries:
         model = by_name[name]
         if isinstance(found, GateResult):
@@ -68,7 +68,7 @@ def way_out_blocks(results: Results) -> list[Block]:
             blocks += latency_blocks(model, slow[(name, stack)], results.verdict.baseline, searched=True)
         stopped = found.first_problem() or next((s for s in found.stages if s.status == "skipped"), None)
         if not found.methods and stopped is not None:  # the search did not start: say why, once
-            blocks.append(Paragraph(f"`{model.name}` in {stack}: no search — {stopped.explain()}"))
+            blocks.append(Paragraph(f"{code_span(model.name)} in {stack}: no search — {stopped.explain()}"))
         for method in found.findings:
             blocks += _method_blocks(model, stack, found, method, python.executable if python else None,
                                      model.stacks[stack].method_bytes(method.method))
@@ -171,7 +171,7 @@ def _judged(remedy: Remedy) -> Paragraph:
         + (", timed in the measure session's rounds against the baseline's" if g.gate == "latency" else "")
         + f": {g.measured_against_rule}." for g in remedy.gates
         if g.status is GateStatus.PASSED and g.gate not in ("numerics", "quantized-numerics"))
-    return Paragraph(f"Judged as the stack is, `{remedy.model}` with the remedy ({', '.join(remedy.methods)} "
+    return Paragraph(f"Judged as the stack is, {code_span(remedy.model)} with the remedy ({', '.join(remedy.methods)} "
                      f"remedied, its other methods as shipped): {outcome} ({worst}, against the reference)."
                      + timed + conditions)
 
@@ -202,10 +202,11 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
                                 f"({method.lowerings} {tries} tried; [details](#{model_anchor(model.name)}))"))
         if method.reproducer:  # not pinned: the smallest program found to fail is the whole method
             folder = f"{found.record_dir}/{method.reproducer}"
+            run = f"{python or 'python'} {folder}/repro.py"
             blocks.append(Paragraph(
-                f"Reproducer, to hand upstream: `{folder}/` (the whole method and its real inputs, the smallest "
-                f"program found to fail; the stack's own packages only). Run from the report folder, "
-                f"`{python or 'python'} {folder}/repro.py` exits 1 as lowered (no remedy was found)."))
+                f"Reproducer, to hand upstream: {code_span(folder + '/')} (the whole method and its real inputs, the "
+                f"smallest program found to fail; the stack's own packages only). Run from the report folder, "
+                f"{code_span(run)} exits 1 as lowered (no remedy was found)."))
         if method.remedy_found_in:  # the program-wide lines another method's search found, tried here as written
             blocks += _carried_blocks(method, shipped_bytes)
         return blocks
@@ -233,9 +234,9 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         items.append(Item(f"**{code_span(culprit.named)}** ({culprit.backend}): keeping {kept} out takes "
                           f"{culprit.share:.1%} of the error off ({span}){alone}", calls))
     what = "fusion" if any(c.fused_with for c in method.culprits) else "operator"
-    searched = (f" of `{method.block}`, the first of the method's {method.blocks} blocks, lowered as a program of its "
-                "own (lowered alone, it departs past its share of the method's threshold; a lowering of the whole "
-                "method costs many times more)"
+    searched = (f" of {code_span(method.block)}, the first of the method's {method.blocks} blocks, lowered as a "
+                "program of its own (lowered alone, it departs past its share of the method's threshold; a lowering "
+                "of the whole method costs many times more)"
                 if method.block else "")
     blocks += [Paragraph(f"The {what}{'s' if combined else ''} behind it{combined}, found in "
                          f"{method.lowerings} lowerings{searched}:"), Bullets(items)]
@@ -244,14 +245,15 @@ def _method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Me
         run = f"{python or 'python'} {folder}/repro.py"
         what = {"operator": "the operator alone on the real tensors that reached it",
                 "fusion": "the two operators alone, as the delegate fuses them, on the real tensors that reached them",
-                "block": f"`{method.block or 'a block of the method'}` as a program of its own, on the real tensors "
-                         "that reached it",
+                "block": f"{code_span(method.block) if method.block else 'a block of the method'} as a program of "
+                         "its own, on the real tensors that reached it",
                 }.get(method.reproducer_scope, f"the whole method and its real inputs ({method.reproducer_note})")
-        issue = f", with `{method.issue}`, the issue text to file (versions, CPU, what it printed here)" \
+        issue = f", with {code_span(method.issue)}, the issue text to file (versions, CPU, what it printed here)" \
             if method.issue else ""
         blocks.append(Paragraph(
-            f"Reproducer, to hand upstream: `{folder}/` ({what}; the stack's own packages only, no upgrade-gate)"
-            f"{issue}. Run from the report folder, `{run}` exits 1 as lowered, {_with_remedy(method)}."
+            f"Reproducer, to hand upstream: {code_span(folder + '/')} ({what}; the stack's own packages only, no "
+            f"upgrade-gate){issue}. Run from the report folder, {code_span(run)} exits 1 as lowered, "
+            f"{_with_remedy(method)}."
             + _ran_here(method)))
     if method.remedy_error:
         blocks += [Paragraph(f"The change that should avoid it {mark('FAILED')} does not work as written: "
@@ -320,13 +322,13 @@ def _carried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[
     """A method the search did not answer, lowered with the remedy another method's search found (the lines act on
     the whole program): its own check, said as such."""
     if method.remedy_error:
-        return [Paragraph(f"The change found for `{method.remedy_found_in}` ({method.remedy_kind}), tried on this "
-                          f"method as written, {mark('FAILED')} does not work here: {method.remedy_error}.")]
+        return [Paragraph(f"The change found for {code_span(method.remedy_found_in)} ({method.remedy_kind}), tried on "
+                          f"this method as written, {mark('FAILED')} does not work here: {method.remedy_error}.")]
     verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
     measured = f"rel. L2 {_rel_l2(method.remedy_rel_l2)}" if method.remedy_rel_l2 is not None else "not measured"
-    return [Paragraph(f"The change found for `{method.remedy_found_in}` ({method.remedy_kind}) acts on the whole "
-                      f"program; tried on this method as written, checked: the whole method lowered with the same "
-                      f"lines gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}.")]
+    return [Paragraph(f"The change found for {code_span(method.remedy_found_in)} ({method.remedy_kind}) acts on the "
+                      f"whole program; tried on this method as written, checked: the whole method lowered with the "
+                      f"same lines gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}.")]
 
 
 def _with_remedy(method: MethodDiagnosis) -> str:

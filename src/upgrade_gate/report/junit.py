@@ -8,6 +8,7 @@ the same files as a single one.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -56,7 +57,13 @@ def junit_xml(verdict: VerdictRecord) -> str:
     suites.set("errors", str(totals["errors"]))
     suites.set("time", "0")
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    # ElementTree escapes markup, not the characters XML 1.0 has no place for (an exception's colour codes, a
+    # bell): each written as its escape, or no CI could read the file.
+    return _NOT_XML.sub(lambda found: repr(found[0])[1:-1], text)
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _case(suite: ET.Element, stack: str, gate: GateResult) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 class Heading:
     level: int
     text: str
-    anchor: str | None = None  # the page's id for it, for links
+    anchor: str | None = None  # the page's id for it, for links (written in anchor_id's shape, whatever is given)
     style: str = ""  # a class the page styles it by
     page_only: bool = False  # a heading of figures: Markdown has none to show
 
@@ -201,11 +201,11 @@ def to_html(blocks: list[Block], title: str) -> str:
     body: list[str] = []
     for block in blocks:
         if isinstance(block, Heading):
-            attributes = (f" id='{block.anchor}'" if block.anchor else "") + (
-                f" class='{block.style}'" if block.style else "")
+            attributes = (f" id='{anchor_id(block.anchor)}'" if block.anchor else "") + (
+                f" class='{html.escape(block.style, quote=True)}'" if block.style else "")
             body.append(f"<h{block.level}{attributes}>{inline(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
-            attributes = f" class='{block.style}'" if block.style else ""
+            attributes = f" class='{html.escape(block.style, quote=True)}'" if block.style else ""
             body.append(f"<p{attributes}>{inline(block.text)}</p>")
         elif isinstance(block, Table):
             table = _html_table(block)
@@ -223,7 +223,7 @@ def to_html(blocks: list[Block], title: str) -> str:
             png = block.draw()
             if png is not None:
                 alt = _md(block.title).replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, "warning:")
-                body.append(f"<figure id='{block.figure_id}'><img alt='{html.escape(alt, quote=True)}' "
+                body.append(f"<figure id='{anchor_id(block.figure_id)}'><img alt='{html.escape(alt, quote=True)}' "
                             f"src='{png}'><figcaption>{inline(block.title)}</figcaption></figure>")
     return PAGE.format(title=html.escape(title), body="\n".join(body))
 
@@ -251,7 +251,8 @@ def inline(text: str) -> str:
     shown = _BOLD.sub(r"<b>\1</b>", shown)
     shown = _MARK.sub(lambda found: _svg(found[1]), shown)
     shown = shown.replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, _svg("condition"))
-    return _HTML_LINK.sub(r"<a href='\2'>\1</a>", shown)
+    # A link's target is an id of the page: written in anchor_id's shape, as the id it points at is.
+    return _HTML_LINK.sub(lambda found: f"<a href='#{anchor_id(html.unescape(found[2][1:]))}'>{found[1]}</a>", shown)
 
 
 def _code_text(text: str) -> str:
@@ -260,7 +261,9 @@ def _code_text(text: str) -> str:
 
 
 def anchor_id(text: str) -> str:
-    """A page id made of the name: letters, digits, '-' and '_'."""
+    """A page id made of the name: letters, digits, '-' and '_', every other character a '-'. Every id the page
+    writes goes through it (a heading's, a figure's), so no name a model brings reaches an attribute as it is
+    (issue 61, N13: a method's ``'`` ended the id and began a tag)."""
     return re.sub(r"[^A-Za-z0-9_-]", "-", text)
 
 

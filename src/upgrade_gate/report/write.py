@@ -80,7 +80,7 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     verdict = results.verdict
     blocks: list[Block] = [Heading(1, f"upgrade-gate: {' → '.join(names)}")]
     blocks += verdict_blocks(verdict, link_models=True, measured_on=results.measured_on,
-                             devices=results.device_targets)
+                             devices=results.measured_targets)
     warnings = (*verdict.warnings, *verdict.gate_warnings)
     if warnings:
         blocks += [Paragraph("Warnings:", style="warning"), bullets(*warnings)]

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -23,7 +22,7 @@ import nox.command
 
 from upgrade_gate import layout
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RunIncomplete
-from upgrade_gate.run import _folder_lock, supervisor
+from upgrade_gate.run import _folder_lock, cache, supervisor
 from upgrade_gate.text import size
 
 
@@ -104,16 +103,22 @@ def stop_on_sigterm() -> None:
 
 
 def _fault() -> str:
-    """The traceback of the exception being handled, into a log file; the message that names it."""
-    folder = next(iter(_folder_lock.HELD), None)
-    log = folder / "upgrade-gate-error.log" if folder else Path(tempfile.gettempdir()) / "upgrade-gate-error.log"
+    """The traceback of the exception being handled, into a log file; the message that names it. The file is in the
+    report folder the run holds, else in the result cache it uses, else in the default one: never outside them."""
+    folder = next(iter(_folder_lock.HELD), None) or next(iter(cache.USING), None) or layout.cache_root()
+    log = folder / FAULT_LOG
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as stream:
             stream.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n{traceback.format_exc()}\n")
     except OSError:
         return f"upgrade-gate failed ({traceback.format_exc(limit=0).strip()}); the traceback could not be written"
     return (f"upgrade-gate failed ({traceback.format_exc(limit=0).strip().splitlines()[-1]}); the traceback is in "
             f"{log} — please report it. What finished is kept: running the same command again resumes")
+
+
+# Where a fault's traceback goes (_fault).
+FAULT_LOG = "upgrade-gate-error.log"
 
 
 def disk_full(error: OSError) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate._confined import remove_file, remove_tree
+from upgrade_gate.config import catalog
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
@@ -323,6 +324,8 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
     stack.progress.start(run.label)
     run.fresh_folder()
     cacheable, seconds = _run_worker(run)
+    if (method := refused_method(run.file)) is not None:  # the model's configuration: exit 2, nothing stored
+        raise catalog.method_refused(model, method)
     _store(run, cacheable, seconds)
     problem = _first_problem(run.file)
     stack.progress.finish(run.label, f"done in {time.monotonic() - start:.1f} s" + (f" ({problem})" if problem else ""))
@@ -494,11 +497,13 @@ def forget_fixtures(plan: Plan) -> None:
 
 
 def model_job(model: ModelEntry) -> dict[str, Any]:
-    """What the worker needs to build a model: its factory and where to import it from."""
+    """What the worker needs to build a model: its factory, where to import it from, and the rule its methods'
+    names keep (layout.METHOD_SHAPE; compat/common.py refuse_bad_method_names: the worker cannot import layout)."""
     return {
         "factory": model.factory,
         "project_root": str(model.project_root) if model.project_root else None,
         "assets_dir": str(assets_dir()),
+        "method_names": {"shape": layout.METHOD_SHAPE.pattern, "reserved": list(layout.RESERVED_METHODS)},
     }
 
 
@@ -521,6 +526,16 @@ def check_factories(plan: Plan, spec: StackSpec, bin_dir: Path) -> dict[str, dic
         why = outcome.cause or f"exit status {outcome.returncode}"
         return {m.name: {"ok": False, "error": f"the check died ({why}): {tail}"} for m in models}
     return json.loads(result_file.read_text(encoding="utf-8"))
+
+
+def refused_method(phase_file: Path) -> str | None:
+    """The method whose name the worker refused to build (compat/common.py MethodNameRefused), or None."""
+    try:
+        stages = json.loads(phase_file.read_text(encoding="utf-8")).get("stages") or []
+    except (OSError, ValueError, AttributeError):
+        return None  # a record that does not read is the report's to name
+    refused = [(s.get("error") or {}).get("refused_method") for s in stages if isinstance(s, dict)]
+    return next((str(name) for name in refused if name is not None), None)
 
 
 def _first_problem(phase_file: Path) -> str | None:

@@ -82,6 +82,9 @@ class DeviceRoundsEnded(codec.Record):
     tried: int
     most: int = 0  # the rounds they could go on to while an interval straddled (most-rounds); 0: none
     counted: int
+    # The intervals the stop rule's looks were designed for (the device gate's: every target × thread count ×
+    # method, stats.gate_intervals); 0: a file from before, designed for one target's thread counts × methods.
+    intervals: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -100,8 +100,11 @@ class RatioEstimate(codec.Record):
     def outcome(self, threshold: float, baseline_ms: float, min_delta_ms: float) -> str:
         """The latency gate's rule for one ratio: ``passed`` when the candidate is at most
         ``min_delta_ms`` slower than the baseline's ``baseline_ms`` even at the interval's top
-        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too."""
-        return "passed" if baseline_ms * (self.high - 1) <= min_delta_ms else self.judge(threshold)
+        (timer and call overhead), else ``judge``. What the rounds stop on (stop-early) too. An interval short of
+        its coverage (too few rounds) is inconclusive whatever its top says: its top is not yet a bound."""
+        if self.holds and baseline_ms * (self.high - 1) <= min_delta_ms:
+            return "passed"
+        return self.judge(threshold)
 
     def __str__(self) -> str:
         return f"{self.median:.3f}, {self.level:.1%} interval [{self.low:.3f}, {self.high:.3f}]"
@@ -189,6 +192,9 @@ class RoundLoad(codec.Record):
     # The stacks whose part ran past its limit and was cut short, with the limit in seconds (compat/measure_server.py
     # part_limit_s): the round is disturbed whatever the load read.
     cut: dict[str, float] = field(default_factory=dict)
+    # The sides whose measurement server ended in this round (failed, killed: each side's record says how). Each
+    # ends alone: the others' rounds go on while the baseline and another side run (measure/rounds.py run_rounds).
+    servers_ended: tuple[str, ...] = ()
 
 
 class RoundsEnded(str, Enum):
@@ -197,7 +203,7 @@ class RoundsEnded(str, Enum):
     PLANNED = "planned"  # every quiet round asked for ran
     DECIDED = "decided"  # stop-early: at a look, every candidate's gate was decided (rounds.clear_of_threshold)
     REPEATS_RAN_OUT = "repeats ran out"  # the machine disturbed so many rounds that the tries allowed ran out
-    SERVER_ENDED = "server ended"  # a stack's measurement server ended (failed, killed): no more ratios
+    SERVER_ENDED = "server ended"  # the baseline's measurement server ended, or every other side's: no more ratios
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -253,8 +259,15 @@ class Contention(codec.Record):
     @property
     def busy(self) -> bool:
         """Too few quiet rounds for an interval because the machine disturbed the others (policy.latency_gate):
-        the latency here is not judged. Rounds that all ran quiet and are still too few were too few asked for."""
-        return self.quiet < self.needs and self.ended is not RoundsEnded.PLANNED
+        the latency here is not judged. Rounds that all ran quiet and are still too few were too few asked for;
+        rounds a server's end cut short are the server's (``servers_ended``), never a busy machine's. A file from
+        before why they ended was recorded is judged by its quiet rounds alone."""
+        return self.quiet < self.needs and self.ended in (RoundsEnded.REPEATS_RAN_OUT, None)
+
+    @property
+    def servers_ended(self) -> dict[str, int]:
+        """Each side whose measurement server ended, and the round (as tried) it ended in."""
+        return {name: r.round for r in self.rounds for name in r.servers_ended}
 
     @property
     def peak_run_queue(self) -> int | None:
@@ -282,6 +295,9 @@ class Contention(codec.Record):
                       f"{others:.2f} of {self.cores} cores busy, the run queue reached {queue}")
         if self.oversubscribed:
             shown += f"; more threads than free cores: {self.threads} threads, {self.free_cores:.2f} cores free"
+        if self.servers_ended and self.ended is not RoundsEnded.SERVER_ENDED:
+            shown += "; " + "; ".join(f"{name}'s measurement server ended in round {number}, the others went on "
+                                      "without it" for name, number in self.servers_ended.items())
         if self.ended is not None:
             shown += f"; {self.ending()}"
         return shown
@@ -294,7 +310,9 @@ class Contention(codec.Record):
             RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every gate decided (stop-early)",
             RoundsEnded.REPEATS_RAN_OUT: f"the repeats ran out: {len(self.rounds)} rounds tried, {self.quiet}{of} "
                                          "quiet",
-            RoundsEnded.SERVER_ENDED: f"a measurement server ended after {len(self.rounds)} rounds",
+            RoundsEnded.SERVER_ENDED: ("the rounds ended with the measurement server of " + ", ".join(
+                f"{name} (round {number})" for name, number in self.servers_ended.items())
+                if self.servers_ended else f"a measurement server ended after {len(self.rounds)} rounds"),
             None: "",
         }[self.ended]
 

@@ -229,6 +229,13 @@ class Results(codec.Record):
         return list(found.values())
 
     @property
+    def measured_targets(self) -> list[Target]:
+        """The devices of ``device_targets`` that gave rounds: the only ones a report may say latency was measured on
+        (a target ssh could not reach has its rows too, each saying why it gave none)."""
+        gave = {d.target.name for m in self.models for d in m.device_latency if d.rounds}
+        return [target for target in self.device_targets if target.name in gave]
+
+    @property
     def package_differences(self) -> Differences:
         """The packages whose versions differ between the stacks' venvs (those whose packages were recorded)."""
         recorded = {name: info.packages for name, info in self.stacks.items() if info.packages}

@@ -36,7 +36,9 @@ from upgrade_gate.schema.records import Reader
 # (2.7 files read without them).
 # 2.9: a latency ratio's `most` rounds, to which its measurement could go on while an interval straddled after its
 # `planned` ones (most-rounds), and a measurement's `contention[].planned` is then that most (2.8 files read as none).
-RESULTS_VERSION = Version("2.9")
+# 2.10: the sides whose measurement server ended in a round (`contention[].rounds[].servers_ended`): each ends alone,
+# the others' rounds go on, and a server's end is never "machine busy" (2.9 files read without them).
+RESULTS_VERSION = Version("2.10")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
