@@ -323,5 +323,5 @@ def benchmark(session: nox.Session) -> None:
     sys.path.insert(0, str(BENCHMARKS.parent))  # a checkout's tests/: the benchmarks are no part of the package
     from benchmarks import benchmark as benchmarks
 
-    if benchmarks.main(session.posargs, log=session.log):
+    if benchmarks.main(session.posargs, log=session.log, invoked_from=Path(session.invoked_from)):
         session.error("the benchmark missed its target")

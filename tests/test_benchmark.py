@@ -79,7 +79,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
         "legacy": {"runtime": {"start_up_s": pytest.approx(1.5), "forked": 0, "fresh": 1}}}
 
 
-def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(project, tmp_path):
+def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(project):
     """A run measured with fixed rounds, played again through rounds.run_rounds with its stop rule: a candidate
     twice as slow in every round is decided at the first look its gate's intervals have — [min, max] of 7
     for each of two (1 and 2 threads) — and the seconds of the rounds after it are what stopping early saves;
@@ -97,8 +97,11 @@ def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(proj
         add_round_loads(out, "vit-smoke", threads, loads, ended="planned",
                         settings={"rounds": 9, "stop_early": False, "intervals": 2})
     pipeline.report(plan)
-    assert benchmark.main(["stop-early", "--report", str(out), "--out", str(tmp_path)], log=lambda _: None) == 0
-    rows = {row["measurement"]: row for row in json.loads((tmp_path / "stop-early.json").read_text())["rows"]}
+    # Relative folders are from where the command ran, not the noxfile's folder nox runs the session in.
+    assert out == project / "out"
+    assert benchmark.main(["stop-early", "--report", "out", "--out", "bench"], log=lambda _: None,
+                          invoked_from=project) == 0
+    rows = {row["measurement"]: row for row in json.loads((project / "bench" / "stop-early.json").read_text())["rows"]}
     one, two = rows["measurements/vit-smoke/threads-1.json"], rows["measurements/vit-smoke/threads-2.json"]
     # Every part of a round lasted 0.5 s (add_round_loads): two stacks, 1 s a round.
     assert (one["rounds"], one["stopped_after"], one["rounds_s"], one["saved_s"]) == (9, 7, 9.0, 2.0)

@@ -125,7 +125,9 @@ SENSITIVITY_FAILS = 4
 SENSITIVITY_TARGET_LOADS = ("quiet", "one-core")
 
 
-def main(argv: list[str], log: Any = print) -> int:
+def main(argv: list[str], log: Any = print, invoked_from: Path | None = None) -> int:
+    """`nox -s benchmark -- NAME ...`: 0 when the benchmark met its target. Relative paths are from
+    ``invoked_from``, the folder the command ran in (nox runs sessions in the noxfile's)."""
     parser = argparse.ArgumentParser(prog="nox -s benchmark --")
     parser.add_argument("name", choices=NAMES)
     parser.add_argument("--repeat", type=int, default=5, help="compare runs for noise and sensitivity (default 5)")
@@ -140,7 +142,9 @@ def main(argv: list[str], log: Any = print) -> int:
                         help="workflow: the result caches carried between runs, one folder per shard "
                              "(default OUT/actions-cache)")
     args = parser.parse_args(argv)
-    out = (args.out or Path("benchmarks") / args.name).resolve()
+    here = invoked_from or Path.cwd()
+    out = (here / (args.out or Path("benchmarks") / args.name)).resolve()
+    report = (here / args.report).resolve()
     check_writable(out, what="benchmark folder", fix="choose another with --out DIR")  # else exit 2, naming it
     if args.name == "overhead":
         return overhead(out, args.models or OVERHEAD_MODELS, log)
@@ -151,13 +155,13 @@ def main(argv: list[str], log: Any = print) -> int:
     if args.name == "looks":
         return looks(out, log)
     if args.name == "stages":
-        return stages(args.report.resolve(), out, log)
+        return stages(report, out, log)
     if args.name == "stop-early":
-        return stop_early(args.report.resolve(), out, log)
+        return stop_early(report, out, log)
     if args.name == "most-rounds":
-        return past_planned(args.report.resolve(), out, log)
+        return past_planned(report, out, log)
     if args.name == "workflow":
-        return workflow(out, (args.carried or out / "actions-cache").resolve(), log)
+        return workflow(out, (here / args.carried if args.carried else out / "actions-cache").resolve(), log)
     if args.name == "worker-start":
         return worker_start(out, args.models, log)
     loads = list(LOADS) if args.load == "all" else [args.load]
