@@ -777,7 +777,7 @@ def test_rounds_ended_by_a_busy_machine_are_not_said_to_be_decided(plan):
 ])
 def test_a_gate_that_straddles_after_every_round_says_which_rounds_would_decide_it(plan, rounds, intervals, ended,
                                                                                     advised):
-    """docs/benchmarks.md's looks benchmark: rounds past 9 while an interval straddles decide small gates that 9
+    """docs/benchmarks-log.md's looks benchmark: rounds past 9 while an interval straddles decide small gates that 9
     leave straddling more often; the note names `most-rounds` where every round the run could take ran (a file
     of 9 rounds with none past them) and looks past them would fit the gate's intervals."""
     candidate = [[10.0 * (1.0 if n % 2 else 1.1)] * 8 for n in range(1, rounds + 1)]

@@ -419,7 +419,7 @@ def test_a_gate_with_rounds_past_nine_errs_as_the_exact_count_says_and_within_fi
 
 def test_rounds_past_nine_decide_a_near_threshold_gate_more_often():
     """The default gate, one method at 2 thread counts, its true ratio 8% beyond the threshold: 9 rounds fail it
-    about 31% of the time (docs/benchmarks.md, near-threshold gates), going on to 15 while it straddles about 63%."""
+    about 31% of the time (docs/benchmarks-log.md, near-threshold gates), going on to 15 while it straddles about 63%."""
     rng = np.random.default_rng(40)
 
     def failed(most: int) -> float:

@@ -143,7 +143,7 @@ RECORDED = Path(__file__).parent / "data" / "latency"
 
 
 def recorded(name: str, method: str) -> RatioEstimate:
-    """Rounds measured on the reference machine (tests/data/latency, see docs/benchmarks.md)."""
+    """Rounds measured on the reference machine (tests/data/latency, see docs/benchmarks-log.md)."""
     data = json.loads((RECORDED / name).read_text())
     rounds = {stack: [r["samples_ms"][method] for r in s["rounds"]] for stack, s in data["stacks"].items()}
     baseline, candidate = data["order"]

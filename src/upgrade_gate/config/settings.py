@@ -98,7 +98,7 @@ OPTIONS = (
            help="intra-op thread counts: latency is measured at each, set identically in every stack"),
     Option(key="export-jobs", attribute="export_jobs", default=2, kind=integer_kind(1),
            help="export phases at once (each is one busy core); nothing runs beside a measurement"),
-    # ≈ 5 s of imports per ExecuTorch phase with warm bytecode, 13 s cold (docs/benchmarks.md); the same results.
+    # ≈ 5 s of imports per ExecuTorch phase with warm bytecode, 13 s cold (docs/benchmarks-log.md); the same results.
     Option(key="worker-start", attribute="worker_start", default="fork", kind=text_kind(("fork", "fresh")),
            help="fork: each stack's phases are forked from one process that imported its packages once; "
                 "fresh: a new interpreter per phase"),
@@ -118,7 +118,7 @@ OPTIONS = (
     Option(key="stop-early", attribute="stop_early", default=True, kind=FLAG,
            help="stop the rounds once every latency interval lies wholly on one side of the threshold"),
     # Rounds past `rounds` keep their looks and parts: they decide near-threshold gates of up to 6 intervals more
-    # often and cost time only where one straddles (docs/benchmarks.md, near-threshold gates; stats.looks_past).
+    # often and cost time only where one straddles (docs/benchmarks-log.md, near-threshold gates; stats.looks_past).
     Option(key="most-rounds", attribute="most_rounds", default=15, kind=integer_kind(fewest_rounds()),
            help="with stop-early, the rounds go on past `rounds` while a latency interval still straddles the "
                 "threshold, up to this many (`rounds`: never past them)"),

@@ -20,7 +20,7 @@ from upgrade_gate.text import size
 
 # Where a gate still straddles after every round it could take, the `most-rounds` that would decide it more often
 # where looks past `rounds` fit its intervals' shares (stats.looks_past): the default, simulated in `nox -s benchmark
-# -- looks` (docs/benchmarks.md, near-threshold gates). Named to a run that set fewer.
+# -- looks` (docs/benchmarks-log.md, near-threshold gates). Named to a run that set fewer.
 MORE_ROUNDS = int(OPTION["most-rounds"].default)
 
 
@@ -107,7 +107,7 @@ def latency_gate(found: Gates, severity: str) -> None:
                 and most_rounds(plan.settings.rounds, interval_confidence(machine.intervals), MORE_ROUNDS)
                 > machine.planned):
             where += (f" after all {machine.planned} rounds (`most-rounds = {MORE_ROUNDS}` goes on only while an "
-                      f"interval straddles and decides such a gate more often: docs/benchmarks.md, near-threshold "
+                      f"interval straddles and decides such a gate more often: docs/benchmarks-log.md, near-threshold "
                       f"gates)")
     if estimate.dropped:
         where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"

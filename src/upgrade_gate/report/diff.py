@@ -32,7 +32,7 @@ from upgrade_gate.text import size
 
 # How far the median latency ratio of an unchanged stack moves between runs on the reference
 # machine: over five fresh measurements of an identical copy on a quiet machine, one row's median
-# moved by up to 8.8% (`nox -s benchmark -- noise`, 2026-11-25, docs/benchmarks.md).
+# moved by up to 8.8% (`nox -s benchmark -- noise`, 2026-11-25, docs/benchmarks-log.md).
 RUN_TO_RUN = 0.09
 NUMERICS_FACTOR = 2.0
 NUMERICS_FLOOR = 1e-6
@@ -74,7 +74,7 @@ def diff(old: Results, new: Results, old_path: Path, new_path: Path) -> list[str
     if within:
         lines += ["", f"## Latency moves within run-to-run noise ({len(within)})", "",
                   f"Within one run the interval is narrow; between runs of an unchanged stack the ratio moves by up to "
-                  f"±{RUN_TO_RUN:.0%} here (`nox -s benchmark -- noise`, docs/benchmarks.md): these are not "
+                  f"±{RUN_TO_RUN:.0%} here (`nox -s benchmark -- noise`, docs/benchmarks-log.md): these are not "
                   "changes.", ""]
         lines += markdown_table(["model", "metric", "before", "after", "why it does not count"], within)
     lines.append("")

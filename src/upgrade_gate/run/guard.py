@@ -147,5 +147,5 @@ def _existing(path: Path) -> Path:
 
 
 # What a cold run of the default suite writes into its report folder, and again into the cache
-# (docs/benchmarks.md): the space a full disk needs back.
+# (docs/benchmarks-log.md): the space a full disk needs back.
 DEFAULT_RUN_WRITES_GB = 10

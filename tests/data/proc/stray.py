@@ -2,7 +2,7 @@
 process spinning beside this one (``nice -n 19``, one thread, counted as ours, as a measurement server is), and
 ``--parts`` back-to-back parts of ``--part`` seconds each read by the detector's own snapshot; for each part, the
 machine's busy ticks less ours: what it would call other processes' ticks. Prints how many parts read each count of
-ticks, and the cores the largest reads as. Run it on an idle machine (docs/benchmarks.md has its figures).
+ticks, and the cores the largest reads as. Run it on an idle machine (docs/benchmarks-log.md has its figures).
 
     python3 tests/data/proc/stray.py --parts 200 --part 0.2
 """
