@@ -2,7 +2,7 @@
 that reached it in one eager run of the method.
 
 A culprit search lowers its program again for every try. A 30-layer LLM's int8 decode takes 117–156 s a
-lowering on 2 cores; its first layer alone lowers in about 13 s (docs/benchmarks-log.md). Where the block,
+lowering on 2 cores; its first layer alone lowers in about 13 s (docs/benchmarks.md). Where the block,
 lowered alone, departs from the block run eagerly, the search runs on the block and its reproducer is the
 block; the remedies are still judged on the whole method. Torch only (``torch.export``'s graph and
 ``nn_module_stack``), imported where it is used, so that the phase loads without it (the unit tests); no API

@@ -35,7 +35,7 @@ def time_runs(run: Callable[[Any, Any], Any], program: Any, inputs: Any, runs: i
               deadline_ns: int = NO_DEADLINE_NS) -> list[float]:
     """The harness: ``run(program, inputs)`` as a bare loop would call it, with
     one clock read before and after (its cost against the bare loop is
-    benchmarked: docs/benchmarks-log.md); fewer calls where one ends past ``deadline_ns``
+    benchmarked: docs/benchmarks.md); fewer calls where one ends past ``deadline_ns``
     (``time.perf_counter_ns``), checked between a call's clock reads and the next's, an int to an int."""
     clock = time.perf_counter_ns
     samples = [0.0] * runs

@@ -14,7 +14,7 @@ costs ~0.5 s per partition on this machine (XNNPACK's preprocessing re-traces
 every partition). Heads are the batch dimension of 3-D bmm calls, RMSNorm's
 mean is a Linear and the decode cache update is arithmetic, which leaves each
 layer's views at the head split and merge — for decode's single token, plain
-views with nothing between them (docs/benchmarks-log.md has the measured effect).
+views with nothing between them (docs/benchmarks.md has the measured effect).
 
 Cache layout: ``[n_layers, n_kv_heads, max_seq_len, head_dim]`` for k and
 for v. Prefill writes positions ``0..prefill_len-1`` (padding included); decode
