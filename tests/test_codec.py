@@ -64,6 +64,7 @@ from upgrade_gate.schema.verdict import (
     Unit,
     Verdict,
     VerdictRecord,
+    WithRemedies,
 )
 
 # -- populated instances of every record ---------------------------------------------
@@ -72,7 +73,8 @@ QUANTITY = Quantity(value=1.099, unit=Unit.RATIO, low=1.062, high=1.177, level=0
 GATE = GateResult(gate="latency", stack="candidate", model="vit", severity=Severity.SOFT,
                   status=GateStatus.INCONCLUSIVE, metric="ratio", measured=QUANTITY, op="≤",
                   threshold=Quantity(value=1.1, unit=Unit.RATIO), condition="at 1 thread", note="forward",
-                  evidence="measurements/vit/threads-1.json", blocked_by="export", warnings=("busy machine",))
+                  evidence="measurements/vit/threads-1.json", blocked_by="export", warnings=("busy machine",),
+                  not_reached=True)
 FINDING = BaselineFinding(model="minilm", output="forward.output_0", rel_l2=2e-3, max_rel_l2=1e-4, snr_db=31.5,
                           min_snr_db=20.0, cosine=0.99, gate_min_cosine=0.999, failure="",
                           task={"min_cosine": 0.97})
@@ -84,7 +86,10 @@ VERDICT = VerdictRecord(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+
                                          rel_l2=3e-7, threshold=1e-4, latency_ratio=RatioEstimate(
                                              median=1.01, low=0.99, high=1.03, per_round=(0.99, 1.01, 1.03)),
                                          threads=1, bytes=1000, shipped_bytes=990, code="partitioner = 1",
-                                         reproducers=("stacks/candidate/models/vit/diagnose/repro/forward",)),))
+                                         reproducers=("stacks/candidate/models/vit/diagnose/repro/forward",)),),
+                        with_remedies={"candidate": WithRemedies(
+                            verdict=Verdict.GO_WITH_CONDITIONS, remedies=1, clears=("numerics (vit)",),
+                            conditions=("forward ×1.2 against the shipped artifact",))})
 OUTPUT = OutputMetrics(name="forward.output_0", shape=(1, 16), reference_shape=(1, 16), shape_match=True, finite=True,
                        reference_finite=True, max_abs=0.01, mean_abs=0.005, max_rel=0.02, rel_l2=0.01,
                        snr_db=math.inf, cosine=1.0, min_atol=0.01, reference_max_abs=1.0, reference_spread=2.0,
@@ -164,7 +169,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, DEVICE_MEMORY, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, DIAGNOSIS, VERDICT.remedies[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),
@@ -224,7 +229,12 @@ def test_keys_and_their_order_are_the_files():
         {"requirement": "-e .", "distribution": None, "version": None}]
     assert list(RESULTS.to_dict()) == ["schema_version", "tool_version", "generated_at", "config", "settings",
                                        "stacks", "package_differences", "measured_on", "models", "project", "verdict"]
-    assert list(VERDICT.to_dict())[0] == "schema_version"
+    assert list(VERDICT.to_dict()) == ["schema_version", "tool_version", "generated_at", "verdict", "baseline",
+                                       "candidates", "gates", "baseline_findings", "warnings", "incomplete", "remedies",
+                                       "with_remedies"]
+    assert VERDICT.to_dict()["with_remedies"] == {"candidate": {
+        "verdict": "GO-WITH-CONDITIONS", "remedies": 1, "clears": ["numerics (vit)"],
+        "conditions": ["forward ×1.2 against the shipped artifact"]}}
     assert list(PROJECT.to_dict()) == ["root", "install", "test", "allow", "stacks", "diffs", "new_warnings",
                                        "package_changes", "scan", "scan_problem", "scan_file"]
     assert list(PROJECT.stacks["legacy"].to_dict()) == ["run", "problem", "counts", "junit", "warnings",
@@ -354,6 +364,23 @@ def test_an_older_file_without_a_defaulted_field_still_reads():
     # Null reads as the default where the field cannot be None.
     data["project"]["stacks"]["legacy"]["run"]["duration_s"] = None
     assert Results.from_reader(Reader(data, "results.json")).project.stacks["legacy"].run.duration_s == 0.0
+
+
+def test_a_2_10_verdict_reads_without_remedied_verdicts_and_its_unreached_gates_from_their_notes():
+    """Before 2.11 a gate --fail-fast did not reach said so only at the start of its note, and verdict.json did
+    not keep the remedied verdict."""
+    data = json.loads(json.dumps(to_json(VERDICT.to_dict())))
+    del data["with_remedies"]
+    gate = data["gates"][0]
+    del gate["not_reached"]
+    gate.update(status="incomplete", note="not reached: --fail-fast stopped candidate's run at vit's failed numerics gate")
+    found = VerdictRecord.from_reader(Reader(data, "verdict.json"))
+    assert found.with_remedies == {} and found.gates[0].not_reached
+    # Any other incomplete gate, and a gate whose note only mentions the words, was reached.
+    gate["note"] = "machine busy: not reached: --fail-fast"
+    assert not VerdictRecord.from_reader(Reader(data, "verdict.json")).gates[0].not_reached
+    gate.update(status="passed", note="not reached: --fail-fast")
+    assert not VerdictRecord.from_reader(Reader(data, "verdict.json")).gates[0].not_reached
 
 
 def test_a_warning_outside_any_test_is_named_by_when_it_was_raised():

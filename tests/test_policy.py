@@ -18,7 +18,7 @@ from upgrade_gate._atomic import to_json
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.gather import gather
-from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedies
+from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedied_verdicts, with_remedies
 from upgrade_gate.report._verdict_section import verdict_blocks
 from upgrade_gate.report.render import Bullets
 from upgrade_gate.schema.records import Reader, runtime_key
@@ -31,9 +31,20 @@ from upgrade_gate.schema.verdict import (
     Unit,
     Verdict,
     VerdictRecord,
+    WithRemedies,
 )
 
 REFERENCE = np.linspace(-1.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
+
+
+def counted(found: WithRemedies | None) -> tuple[Verdict, int] | None:
+    """A remedied verdict and how many remedies make it."""
+    return None if found is None else (found.verdict, found.remedies)
+
+
+def remedied(record: VerdictRecord) -> tuple[Verdict, int] | None:
+    """The candidate's remedied verdict as verdict.json keeps it."""
+    return counted(record.with_remedies.get("candidate"))
 
 
 def gate(severity: str, passed: bool) -> GateResult:
@@ -483,11 +494,14 @@ def test_a_remedys_latency_is_the_latency_gate_on_the_candidate_timed_with_it(pl
     # The latency gate is soft here: the remedy passes the numerics gate it answers, its latency a condition.
     assert remedy.passes
     if status is GateStatus.PASSED:
-        assert remedy.conditions == () and with_remedies(record, "candidate") == (Verdict.GO, 1)
+        assert remedy.conditions == () and remedied(record) == (Verdict.GO, 1)
     else:
         assert remedy.conditions == (f"the latency gate with the remedy: {status.value} "
                                      f"({remedy.latency_gate.measured_against_rule})",)
-        assert with_remedies(record, "candidate") == (Verdict.GO_WITH_CONDITIONS, 1)
+        assert remedied(record) == (Verdict.GO_WITH_CONDITIONS, 1)
+        # verdict.json keeps it whole: what the remedy clears, and its cost as the condition.
+        assert record.with_remedies["candidate"].clears == ("numerics (vit-smoke)",)
+        assert record.with_remedies["candidate"].conditions == remedy.conditions
 
 
 def test_a_remedy_over_a_hard_latency_gate_does_not_pass(project: Path):
@@ -503,7 +517,7 @@ def test_a_remedy_over_a_hard_latency_gate_does_not_pass(project: Path):
     record = evaluate(plan, gather(plan))
     (remedy,) = record.remedies
     assert not remedy.passes and remedy.note.startswith("the latency gate with the remedy: failed (ratio = 1.310")
-    assert with_remedies(record, "candidate") is None
+    assert remedied(record) is None and record.with_remedies == {}
 
 
 @pytest.mark.parametrize(("remedy_tokens", "passes", "note"), [
@@ -537,7 +551,9 @@ def test_a_generators_remedy_is_judged_by_its_loop_run_with_the_remedy(plan, rem
     assert judged["task-generation"].status is (GateStatus.PASSED if passes else GateStatus.FAILED)
     assert remedy.passes is passes and remedy.note.startswith(note)
     # A remedy that passes answers both failed hard gates it was judged by: numerics and the task's.
-    assert with_remedies(record, "candidate") == ((Verdict.GO, 1) if passes else None)
+    assert remedied(record) == ((Verdict.GO, 1) if passes else None)
+    if passes:
+        assert record.with_remedies["candidate"].clears == ("numerics (vit-smoke)", "task-generation (vit-smoke)")
 
 
 # -- quantized variants and delegation ------------------------------------------
@@ -974,11 +990,13 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
                            candidates={"candidate": Verdict.NO_GO}, gates=(numerics, latency),
                            remedies=(remedy("vit", True),))
     # The soft failure still counts: GO-WITH-CONDITIONS, not GO.
-    assert with_remedies(record, "candidate") == (Verdict.GO_WITH_CONDITIONS, 1)
-    # The console's line says it the same way.
-    assert headline(record, "candidate") == "NO-GO as configured; GO-WITH-CONDITIONS with 1 remedy — hard: numerics (vit)"
-    assert headline(replace(record, remedies=(remedy("vit", False),)), "candidate") == "NO-GO — hard: numerics (vit)"
-    assert with_remedies(replace(record, gates=(numerics,)), "candidate") == (Verdict.GO, 1)
+    assert counted(with_remedies(record, "candidate")) == (Verdict.GO_WITH_CONDITIONS, 1)
+    # The console's line says it the same way, from the record that keeps it.
+    assert headline(with_remedied_verdicts(record), "candidate") == (
+        "NO-GO as configured; GO-WITH-CONDITIONS with 1 remedy — hard: numerics (vit)")
+    assert headline(with_remedied_verdicts(replace(record, remedies=(remedy("vit", False),))), "candidate") == (
+        "NO-GO — hard: numerics (vit)")
+    assert counted(with_remedies(replace(record, gates=(numerics,)), "candidate")) == (Verdict.GO, 1)
     # A remedy that does not pass, or a hard failure no remedy answers: nothing is claimed.
     assert with_remedies(replace(record, remedies=(remedy("vit", False),)), "candidate") is None
     assert with_remedies(replace(record, gates=(numerics, failed("llama", "export", "hard"))), "candidate") is None
@@ -986,24 +1004,27 @@ def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be()
     assert with_remedies(replace(record, gates=(latency,)), "candidate") is None
     # A remedy slower than the latency gate lets a candidate be: its cost is a condition.
     slow = replace(remedy("vit", True), conditions=("forward ×2.7 against the shipped artifact",))
-    assert with_remedies(replace(record, gates=(numerics,), remedies=(slow,)), "candidate") == (
+    assert counted(with_remedies(replace(record, gates=(numerics,), remedies=(slow,)), "candidate")) == (
         Verdict.GO_WITH_CONDITIONS, 1)
-    line = verdict_blocks(record)[1]
+    line = verdict_blocks(with_remedied_verdicts(record))[1]
     assert isinstance(line, Bullets) and line.items[0].text.startswith(
         "**candidate** vs baseline **legacy**: **NO-GO** as configured; **GO-WITH-CONDITIONS** with 1 remedy "
         "([Way out](#way-out)) — hard: numerics (vit)")
     # A remedy of a soft gate (a variant's layers in float) is counted by no headline.
     quantized = replace(remedy("vit@int8", True), gate="quantized-numerics")
-    assert with_remedies(replace(record, gates=(numerics,), remedies=(remedy("vit", True), quantized)),
-                         "candidate") == (Verdict.GO, 1)
+    both = replace(record, gates=(numerics,), remedies=(remedy("vit", True), quantized))
+    assert counted(with_remedies(both, "candidate")) == (Verdict.GO, 1)
     # An export a remedy makes: what the failure blocked is not measured with it, so at best a condition.
     export = failed("llama", "export", "hard")
     blocked = GateResult(gate="latency", stack="candidate", model="llama", severity=Severity.SOFT,
                          status=GateStatus.BLOCKED, metric="m", blocked_by="export")
     exported = replace(remedy("llama", True), gate="export")
-    assert with_remedies(replace(record, gates=(export, blocked), remedies=(exported,)), "candidate") == (
+    assert counted(with_remedies(replace(record, gates=(export, blocked), remedies=(exported,)), "candidate")) == (
         Verdict.GO_WITH_CONDITIONS, 1)
-    assert with_remedies(replace(record, gates=(export,), remedies=(exported,)), "candidate") == (Verdict.GO, 1)
+    found = with_remedies(replace(record, gates=(export, blocked), remedies=(exported,)), "candidate")
+    assert found is not None and found.clears == ("export (llama)",)
+    assert found.conditions == ("latency (llama): not measured with the remedy that exports it",)
+    assert counted(with_remedies(replace(record, gates=(export,), remedies=(exported,)), "candidate")) == (Verdict.GO, 1)
 
 
 def test_blocked_gates_are_counted_after_the_failure_that_blocks_them():

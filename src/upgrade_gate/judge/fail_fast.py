@@ -20,7 +20,7 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.judge._model_gates import model_gates
 from upgrade_gate.judge.gather import gather_model
-from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity
+from upgrade_gate.schema.verdict import NOT_REACHED, GateStatus, Severity
 
 
 def first_hard_failure(plan: Plan, spec: StackSpec, model: ModelEntry) -> dict[str, Any] | None:
@@ -43,12 +43,5 @@ def stopped_at(out: Path, stack: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-NOT_REACHED = "not reached: --fail-fast"
-
-
 def not_reached_note(stop: dict[str, Any]) -> str:
     return f"{NOT_REACHED} stopped {stop.get('stack')}'s run at {stop.get('model')}'s failed {stop.get('gate')} gate"
-
-
-def not_reached(gate: GateResult) -> bool:
-    return gate.status is GateStatus.INCOMPLETE and gate.note.startswith(NOT_REACHED)

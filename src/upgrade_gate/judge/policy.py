@@ -74,6 +74,7 @@ from upgrade_gate.schema.verdict import (
     Severity,
     Verdict,
     VerdictRecord,
+    WithRemedies,
 )
 
 # Every gate a model can have, by the name its results carry (the project's: project-tests, api-scan);
@@ -100,9 +101,10 @@ def decide(results: list[GateResult]) -> Verdict:
     return Verdict.GO
 
 
-def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | None:
-    """A NO-GO candidate's verdict were its passing remedies applied, and how many: only when they answer
-    every failed hard gate (whatever else failed still counts, by the same table); None otherwise."""
+def with_remedies(verdict: VerdictRecord, stack: str) -> WithRemedies | None:
+    """A NO-GO candidate's verdict were its passing remedies applied, how many, the gates they clear and what stays a
+    condition: only when they answer every failed hard gate (whatever else failed still counts, by the same
+    table); None otherwise. ``evaluate`` keeps it in the record (``VerdictRecord.with_remedies``)."""
     own = verdict.of(stack)
     hard = [g for g in own if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
     hard_gates = {(g.model, g.gate) for g in hard}
@@ -114,11 +116,17 @@ def with_remedies(verdict: VerdictRecord, stack: str) -> tuple[Verdict, int] | N
     if not hard or any((g.model, g.gate) not in answered for g in hard):
         return None
     after = decide([g for g in own if (g.model, g.gate) not in answered])
-    # What a failed export blocked (latency, size …) is not measured with the remedy that exports it: a condition.
-    unmeasured = any(g.status is GateStatus.BLOCKED and (g.model, g.blocked_by) in answered for g in own)
-    if after is Verdict.GO and (unmeasured or any(r.conditions for r in passing)):  # a remedy's own cost too
+    # What a failed export blocked (latency, size …) is not measured with the remedy that exports it: a condition;
+    # so is a remedy's own cost.
+    conditions = [*(condition for r in passing for condition in r.conditions),
+                  *(f"{g.gate} ({g.model}): not measured with the remedy that exports it" for g in own
+                    if g.status is GateStatus.BLOCKED and (g.model, g.blocked_by) in answered)]
+    if after is Verdict.GO and conditions:
         after = Verdict.GO_WITH_CONDITIONS
-    return after, len(passing)
+    cleared = tuple(f"{g.gate} ({g.model})" for g in own
+                    if g.status is GateStatus.FAILED and (g.model, g.gate) in answered)
+    return WithRemedies(verdict=after, remedies=len(passing), clears=cleared,
+                        conditions=tuple(dict.fromkeys(conditions)))
 
 
 def headline(verdict: VerdictRecord, stack: str) -> str:
@@ -126,10 +134,9 @@ def headline(verdict: VerdictRecord, stack: str) -> str:
     remedies make of it, and the hard gates that decide ("NO-GO as configured; GO-WITH-CONDITIONS with 1
     remedy — hard: numerics (nanovlm)")."""
     value = str(verdict.candidates[stack])
-    remedied = with_remedies(verdict, stack)
+    remedied = verdict.with_remedies.get(stack)
     if remedied is not None:
-        after, count = remedied
-        value += f" as configured; {after} with {count} {'remedy' if count == 1 else 'remedies'}"
+        value += f" as configured; {remedied.said}"
     hard = [f"{g.gate} ({g.model})" for g in verdict.of(stack)
             if g.status is GateStatus.FAILED and g.severity is Severity.HARD]
     return value + (f" — hard: {', '.join(hard)}" if hard else "")
@@ -145,7 +152,7 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
             results += project_gates(plan, spec, project)
     # --fail-fast: what a stopped candidate did not reach is said once, not per gate, and is not resumed.
     stops = {spec.name: stop for spec in plan.candidates if (stop := stopped_at(plan.settings.out_dir, spec.name))}
-    results = [replace(g, note=not_reached_note(stops[g.stack]))
+    results = [replace(g, note=not_reached_note(stops[g.stack]), not_reached=True)
                if g.stack in stops and g.status is GateStatus.INCOMPLETE else g for g in results]
     per_stack = {spec.name: decide([r for r in results if r.stack == spec.name]) for spec in plan.candidates}
     busy, busy_gates = machine_busy_line(models, results)
@@ -159,13 +166,20 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         incomplete.append(f"{stack}: {unreached} gate(s) not reached: --fail-fast stopped the run at "
                           f"{stop.get('model')}'s failed {stop.get('gate')} gate; run without --fail-fast "
                           "to judge every gate")
-    return VerdictRecord(
+    record = VerdictRecord(
         tool_version=__version__,
         generated_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models),
         incomplete=(*dict.fromkeys(incomplete), *resume), remedies=remedies(plan, models, results))
+    return with_remedied_verdicts(record)
+
+
+def with_remedied_verdicts(record: VerdictRecord) -> VerdictRecord:
+    """The record with each candidate's verdict with its passing remedies (``with_remedies``) kept in it."""
+    return replace(record, with_remedies={stack: found for stack in record.candidates
+                                          if (found := with_remedies(record, stack)) is not None})
 
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 from upgrade_gate.invocation import command
-from upgrade_gate.judge.fail_fast import not_reached
-from upgrade_gate.judge.policy import with_remedies
 from upgrade_gate.report.render import (
     Block,
     Heading,
@@ -61,11 +59,11 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
         summary = failures_line(own) or (
             "every gate passed" if all(g.status is GateStatus.PASSED for g in own) else "no gate failed")
         for status, label in LISTED:
-            listed = [g for g in own if g.status is status and not not_reached(g)]
+            listed = [g for g in own if g.status is status and not g.not_reached]
             if listed:
                 summary += f"; {label}: " + ", ".join(f"{g.gate} ({g.model})" for g in listed)
         # --fail-fast: what the run did not reach is a count (the reason is said once, under the verdict).
-        unreached = sum(1 for g in own if not_reached(g))
+        unreached = sum(1 for g in own if g.not_reached)
         if unreached:
             summary += f"; {unreached} gate{'s' if unreached > 1 else ''} not reached (--fail-fast)"
         # A blocked gate is its root failure's consequence, counted once with it: a count, not a list.
@@ -73,11 +71,10 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
         if blocked:
             summary += (f"; {blocked} gate{'s' if blocked > 1 else ''} blocked by a failure above "
                         "([listed below](#failing-gates))")
-        remedied = with_remedies(verdict, name)
+        remedied = verdict.with_remedies.get(name)
         if remedied is not None:  # what decides first: the verdict as configured, then what the remedies make of it
-            after, count = remedied
-            value_text = (f"**{value}** as configured; **{after}** with {count} "
-                          f"{'remedy' if count == 1 else 'remedies'} ([Way out](#way-out))")
+            value_text = (f"**{value}** as configured; **{remedied.verdict}** with {remedied.remedies} "
+                          f"{'remedy' if remedied.remedies == 1 else 'remedies'} ([Way out](#way-out))")
         else:
             value_text = f"**{value}**"
         also = f", and on {', '.join(d.name for d in devices)}" if devices else ", not a phone"

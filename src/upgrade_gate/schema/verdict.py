@@ -38,7 +38,10 @@ from upgrade_gate.schema.records import Reader
 # `planned` ones (most-rounds), and a measurement's `contention[].planned` is then that most (2.8 files read as none).
 # 2.10: the sides whose measurement server ended in a round (`contention[].rounds[].servers_ended`): each ends alone,
 # the others' rounds go on, and a server's end is never "machine busy" (2.9 files read without them).
-RESULTS_VERSION = Version("2.10")
+# 2.11: each NO-GO candidate's verdict with its passing remedies (`with_remedies`: the verdict, how many, the gates
+# they clear, the conditions), judged where the verdict is; a gate --fail-fast did not reach says so
+# (`not_reached`) (2.10 files read without remedied verdicts, and a gate not reached from its note).
+RESULTS_VERSION = Version("2.11")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
@@ -177,6 +180,16 @@ class Quantity(codec.Record):
 
 
 
+# The start of a gate's note when --fail-fast stopped the run before it: how a 2.10 file says `not_reached`.
+NOT_REACHED = "not reached: --fail-fast"
+
+
+def _not_reached(r: Reader, key: str) -> bool:
+    if r.data.get(key) is not None:
+        return r.flag(key)
+    return r.data.get("status") == GateStatus.INCOMPLETE.value and str(r.data.get("note", "")).startswith(NOT_REACHED)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateResult(codec.Record):
     """One gate for one candidate and model: its outcome, the number it measured
@@ -198,6 +211,8 @@ class GateResult(codec.Record):
     blocked_by: str = ""  # the gate whose failure took this one's evidence (status blocked)
     # What the outcome does not say, whatever it is: e.g. a reference output too flat to compare with.
     warnings: tuple[str, ...] = ()
+    # Incomplete because --fail-fast stopped the candidate's run before it (judge/fail_fast.py): counted, not listed.
+    not_reached: bool = field(default=False, metadata=codec.custom(read=_not_reached))
 
     @property
     def measured_text(self) -> str:
@@ -306,6 +321,25 @@ class Remedy(codec.Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class WithRemedies(codec.Record):
+    """A NO-GO candidate's verdict were its passing remedies applied, judged by the same rule (judge/policy.py
+    ``with_remedies``): only where they answer every failed hard gate. The verdict as configured stands and sets
+    the exit status; this is the second half of the headline ("NO-GO as configured; GO-WITH-CONDITIONS with 1
+    remedy"), kept so that CI reads what a person reads."""
+
+    verdict: Verdict
+    remedies: int  # the passing remedies applied
+    clears: tuple[str, ...]  # the failed gates they answer, "gate (model)"
+    # What stays a condition: a remedy's own cost, a gate a failed export blocked that the remedy leaves unmeasured.
+    conditions: tuple[str, ...] = ()
+
+    @property
+    def said(self) -> str:
+        """"GO-WITH-CONDITIONS with 1 remedy"."""
+        return f"{self.verdict} with {self.remedies} {'remedy' if self.remedies == 1 else 'remedies'}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class VerdictRecord(codec.Record):
     """verdict.json: the verdict per candidate and overall, and every gate."""
 
@@ -324,6 +358,8 @@ class VerdictRecord(codec.Record):
     incomplete: tuple[str, ...] = ()
     # The changes that avoid failed hard gates (the diagnose phase), each judged; the verdict above stands.
     remedies: tuple[Remedy, ...] = ()
+    # Per candidate whose passing remedies answer every failed hard gate: its verdict with them.
+    with_remedies: dict[str, WithRemedies] = field(default_factory=dict)
 
     def of(self, stack: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.gates if g.stack == stack)
