@@ -498,9 +498,15 @@ def test_a_part_shorter_than_the_contention_check_can_judge_is_resized_and_timed
     assert span[0] < SHORTEST_PART_S <= span[1], span  # the short try was not given back; the one that was lasted
     # The samples are the last try's calls, each timed around the call (a little more than the call's own span).
     assert all(ms >= (end - start) * 1000.0 for ms, (start, end) in zip(samples["forward"], last[1:], strict=True))
-    # Sized to last it: the next round's part, at its runs, is not short.
-    again, same, short = timed_part(part, runs, shortest_part_s=SHORTEST_PART_S, limit_s=None)
-    assert (short, same, len(again["forward"])) == (0, runs, runs["forward"])
+    # Sized to last it: the next round's part, at its runs, is not short. A busy machine (pass 2 of the README's
+    # command) can slow the calls a part is sized at and then let them run faster: such a pair of parts is
+    # measured again, up to twice; re-sizing that does not fill the floor fails all three.
+    sized = [(runs, timed_part(part, runs, shortest_part_s=SHORTEST_PART_S, limit_s=None))]
+    while sized[-1][1][2] and len(sized) < 3:
+        runs = timed_part(part, {"forward": 5}, shortest_part_s=SHORTEST_PART_S, limit_s=None)[1]
+        sized.append((runs, timed_part(part, runs, shortest_part_s=SHORTEST_PART_S, limit_s=None)))
+    runs, (again, same, short) = sized[-1]
+    assert (short, same, len(again["forward"])) == (0, runs, runs["forward"]), sized
     # Without a floor (run-on-device.sh's fixed --calls) every part is as asked.
     assert timed_part(part, {"forward": 5}, shortest_part_s=0.0, limit_s=None)[1:] == ({"forward": 5}, 0)
 

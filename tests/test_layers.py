@@ -15,14 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "upgrade_gate"
 
 # Bottom to top: upgrade_gate's top-level modules and subpackages by layer. Packages side by side in a layer
-# never import each other (run and report; measure and project); the foundation's and the entry points'
-# modules are each one piece and import each other freely (without a circle).
+# never import each other (judge and report: the judge decides, the records keep its decisions and the report
+# only renders them; measure and project); the foundation's and the entry points' modules are each one piece
+# and import each other freely (without a circle).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "errors", "text", "layout", "_atomic", "_confined", "invocation", "stages", "stats"),
     ("config",),
     ("schema",),
-    ("judge",),
-    ("run", "report"),
+    ("judge", "report"),
+    ("run",),
     ("measure", "project"),
     ("pipeline",),
     ("releases",),
@@ -173,27 +174,27 @@ def test_the_check_finds_an_upward_a_sideways_and_a_circular_import(tmp_path, mo
         f"{PACKAGE}/__init__.py": "",
         f"{PACKAGE}/errors.py": "",
         f"{PACKAGE}/config/__init__.py": "",
-        f"{PACKAGE}/config/settings.py": "from upgrade_gate.errors import x\nfrom ..run import runner\n",
-        f"{PACKAGE}/run/__init__.py": "",
-        f"{PACKAGE}/run/runner.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        f"{PACKAGE}/config/settings.py": "from upgrade_gate.errors import x\nfrom ..judge import runner\n",
+        f"{PACKAGE}/judge/__init__.py": "",
+        f"{PACKAGE}/judge/runner.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                      "    from upgrade_gate.report import write\n"
                                      "def f():\n    from upgrade_gate.report import write\n"
                                      "from . import cache\n"),
-        f"{PACKAGE}/run/cache.py": "import upgrade_gate.run.runner\n",
+        f"{PACKAGE}/judge/cache.py": "import upgrade_gate.judge.runner\n",
         f"{PACKAGE}/report/__init__.py": "",
         f"{PACKAGE}/report/write.py": "from upgrade_gate import errors\n",
     })
     assert upward(root) == [
-        "src/upgrade_gate/config/settings.py:2: upgrade_gate.config.settings imports upgrade_gate.run.runner "
-        "(config is below run)",
-        "src/upgrade_gate/run/runner.py:5: upgrade_gate.run.runner imports upgrade_gate.report.write "
-        "(run is side by side with report)",
+        "src/upgrade_gate/config/settings.py:2: upgrade_gate.config.settings imports upgrade_gate.judge.runner "
+        "(config is below judge)",
+        "src/upgrade_gate/judge/runner.py:5: upgrade_gate.judge.runner imports upgrade_gate.report.write "
+        "(judge is side by side with report)",
     ]
-    assert loops(root) == ["upgrade_gate.run.runner -> upgrade_gate.run.cache -> upgrade_gate.run.runner"]
+    assert loops(root) == ["upgrade_gate.judge.runner -> upgrade_gate.judge.cache -> upgrade_gate.judge.runner"]
     # On purpose: inside a function, as listed; at a module's top, still named.
-    monkeypatch.setitem(UPWARD_ON_PURPOSE, ("upgrade_gate.run.runner", "upgrade_gate.report.write"), "why")
-    monkeypatch.setitem(UPWARD_ON_PURPOSE, ("upgrade_gate.config.settings", "upgrade_gate.run.runner"), "why")
+    monkeypatch.setitem(UPWARD_ON_PURPOSE, ("upgrade_gate.judge.runner", "upgrade_gate.report.write"), "why")
+    monkeypatch.setitem(UPWARD_ON_PURPOSE, ("upgrade_gate.config.settings", "upgrade_gate.judge.runner"), "why")
     assert upward(root) == [
-        "src/upgrade_gate/config/settings.py:2: upgrade_gate.config.settings imports upgrade_gate.run.runner: an "
+        "src/upgrade_gate/config/settings.py:2: upgrade_gate.config.settings imports upgrade_gate.judge.runner: an "
         "import that runs upward on purpose belongs inside the function that needs it",
     ]

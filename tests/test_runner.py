@@ -187,6 +187,13 @@ def test_a_quantized_variant_whose_lowering_departs_more_than_its_quantization_i
     assert found.lowering_rel_l2 == pytest.approx(2.0) and found.quantization_rel_l2 == pytest.approx(0.03)
     assert "SNR -6.0 dB against its own quantized model run eagerly" in found.said()
     assert "quantization is at SNR 30.5 dB" in found.said()
+    # The judge keeps the same weighing in results.json, for the report to say: one rule, one floor (the float
+    # numerics gate's max-rel-l2), made where the diagnose phase's search was chosen.
+    from upgrade_gate.judge.gather import gather_model
+
+    (kept,) = gather_model(plan, variant).attributions
+    assert kept == found and kept.stack == "candidate" and kept.floor == plan.settings.gates.for_model(
+        "vit-smoke", "max-rel-l2")
 
     quantized = offset(REFERENCE, 0.2)  # the quantization itself below the gate's 20 dB
     write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=[offset(quantized, 0.3)],

@@ -15,57 +15,23 @@ comparisons judge/gather.py made; thresholds come from the caller.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge.numerics import method_of
-from upgrade_gate.schema.comparison import OutputMetrics
+from upgrade_gate.schema.comparison import LOWERING_FACTOR, Attribution, OutputMetrics
 
-LOWERING_FACTOR = 2.0  # the lowering may add up to this times the quantization's own error (6 dB)
+__all__ = ["LOWERING_FACTOR", "Attribution", "attributions", "lowering_floor"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Attribution:
-    """One output of a quantized variant's method: what its quantization and its lowering each depart by."""
-
-    method: str
-    output: str = ""
-    quantization_rel_l2: float  # the quantized model run eagerly, against the float model
-    lowering_rel_l2: float  # the artifact, against the quantized model run eagerly
-    floor: float  # the float numerics gate's max-rel-l2: what any lowering may add
-    method_threshold: float = 0.0  # the largest any output of the method allows (attributions)
-    # What each output of the method may depart by, by its name after the method's (``output_1``): the search
-    # holds each to its own, so that one output's lenient allowance does not pass another that departs.
-    allowances: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def threshold(self) -> float:
-        """What the lowering may depart by: the quantization's own error times the factor, or the float floor."""
-        return max(LOWERING_FACTOR * self.quantization_rel_l2, self.floor)
-
-    @property
-    def search_threshold(self) -> float:
-        """The most any output of the method allows: the scale the search's figures are said in, each output's
-        error weighed by it over the output's own allowance (``allowances``; compat/diagnose_phase.py)."""
-        return max(self.method_threshold, self.threshold)
-
-    @property
-    def lowering_departs(self) -> bool:
-        return not self.lowering_rel_l2 <= self.threshold  # NaN departs: it never passes silently
-
-    @staticmethod
-    def snr_db(rel_l2: float) -> float:
-        return -20 * math.log10(rel_l2) + 0.0 if rel_l2 > 0 else math.inf  # + 0.0: never "-0.0 dB"
-
-    def said(self) -> str:
-        """The rule's figures, as the report and the job say them."""
-        where = f"{self.output} " if self.output else ""
-        return (f"the artifact's {where}is at SNR {self.snr_db(self.lowering_rel_l2):.1f} dB against its own quantized "
-                f"model run eagerly, whose quantization is at SNR {self.snr_db(self.quantization_rel_l2):.1f} dB "
-                "against the float model")
+def lowering_floor(plan: Plan, base: str) -> float:
+    """What any lowering may add, whatever the quantization's error: the float model's numerics threshold (the one
+    floor the diagnose phase's choice and the stored attribution share)."""
+    return plan.settings.gates.for_model(base, "max-rel-l2")
 
 
 def attributions(quantization: list[OutputMetrics], lowering: list[OutputMetrics],
-                 floor: float) -> dict[str, Attribution]:
+                 floor: float, stack: str = "") -> dict[str, Attribution]:
     """Per method found in both comparisons, the output that departs most for what it may (an output that does
     not compare counts as infinitely far), its threshold the method's most lenient: what the search on the
     method may leave of the lowering's error."""
@@ -75,14 +41,14 @@ def attributions(quantization: list[OutputMetrics], lowering: list[OutputMetrics
     for output in lowering:
         if output.name not in quantized:
             continue
-        one = Attribution(method=method_of(output.name), output=output.name, quantization_rel_l2=quantized[output.name],
-                          lowering_rel_l2=_rel_l2(output), floor=floor)
+        one = Attribution(stack=stack, method=method_of(output.name), output=output.name,
+                          quantization_rel_l2=quantized[output.name], lowering_rel_l2=_rel_l2(output), floor=floor)
         allowed.setdefault(one.method, {})[output.name.partition(".")[2]] = one.threshold
         kept = found.get(one.method)
         if kept is None or _over(one) > _over(kept):
             found[one.method] = one
-    return {method: replace(one, method_threshold=max(allowed[method].values()),
-                            allowances=tuple(allowed[method].items())) for method, one in found.items()}
+    return {method: replace(one, method_threshold=max(allowed[method].values()), allowances=allowed[method])
+            for method, one in found.items()}
 
 
 def _rel_l2(output: OutputMetrics) -> float:

@@ -24,8 +24,9 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
+from upgrade_gate.judge.attribution import attributions, lowering_floor
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.schema.comparison import Comparison, Side, TaskAgreement
+from upgrade_gate.schema.comparison import Attribution, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.device import DeviceRun
 from upgrade_gate.schema.measured import (
     BusyRounds,
@@ -259,8 +260,25 @@ def gather_model(plan: Plan, model: ModelEntry,
     return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
+                        attributions=_attributions(plan, model, comparisons),
                         device_latency=device_latency(plan, model, runs),
                         device_memory=device_memory(plan, model, runs))
+
+
+def _attributions(plan: Plan, model: ModelEntry, comparisons: list[Comparison]) -> tuple[Attribution, ...]:
+    """Each candidate's quantized variant, per method: its lowering weighed against its quantization, as the
+    diagnose phase chose its search (the same rule, the same floor), kept for the report to say."""
+    if not model.quantized:
+        return ()
+    found: list[Attribution] = []
+    for spec in plan.candidates:
+        pair = {(c.actual.kind, c.reference.kind): c for c in comparisons
+                if c.actual.stack == spec.name and c.reference.stack == spec.name and c.outputs}
+        quantization, lowering = pair.get(("quantized", "eager")), pair.get(("artifact", "quantized"))
+        if quantization is not None and lowering is not None:
+            found += attributions(list(quantization.outputs or ()), list(lowering.outputs or ()),
+                                  floor=lowering_floor(plan, model.base), stack=spec.name).values()
+    return tuple(found)
 
 
 def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import math
 
-from upgrade_gate.judge.attribution import LOWERING_FACTOR, attributions
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
-from upgrade_gate.schema.comparison import Side
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import PORTABLE_SHARE, Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Unit, VerdictRecord
@@ -278,16 +276,12 @@ def _attributed(model: ModelResults, stack: str, method: str, search: str) -> li
         return [Paragraph(f"{mark('FAILED')} **The quantized program does not lower**: {export.explain()}. The "
                           "operators behind it were searched on the quantized program, each kind kept out of the "
                           "delegate until it lowers and runs.")]
-    quantization = model.comparison(Side(stack=stack, kind="quantized"), Side(stack=stack, kind="eager"))
-    lowering = model.comparison(Side(stack=stack, kind="artifact"), Side(stack=stack, kind="quantized"))
-    if quantization is None or lowering is None or not quantization.outputs or not lowering.outputs:
-        return []
-    found = attributions(list(quantization.outputs), list(lowering.outputs), floor=0.0).get(method)
+    found = model.attribution(stack, method)
     if found is None:
         return []
     if search == "quantized-lowering":
         return [Paragraph(f"{mark('FAILED')} **The lowering, not the quantization, departs**: {found.said()} (the "
-                          f"lowering may add up to ×{LOWERING_FACTOR:g} the quantization's error; docs/report.md). "
+                          f"lowering may add up to ×{found.factor:g} the quantization's error; docs/report.md). "
                           "The operators behind the lowering were searched first, on the quantized program.")]
     return [Paragraph(f"The quantization, not the lowering, departs: {found.said()}.")]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.attribution import Attribution, attributions
+from upgrade_gate.judge.attribution import Attribution, attributions, lowering_floor
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import OutputMetrics
 from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
@@ -81,7 +81,7 @@ def quantization_thresholds(plan: Plan, stack: str, model: ModelEntry) -> dict[s
     found = compared(plan, stack, model, ("quantized", "eager"))
     if found is None:
         return {}
-    floor = plan.settings.gates.for_model(model.base, "max-rel-l2")
+    floor = lowering_floor(plan, model.base)
     quantization = worst_rel_l2_by_method(found[0], incomparable=None)
     return {method: Attribution(method=method, quantization_rel_l2=value, lowering_rel_l2=math.nan,
                                 floor=floor).threshold for method, value in quantization.items()}
@@ -94,7 +94,7 @@ def lowering_departures(plan: Plan, stack: str, model: ModelEntry) -> dict[str, 
     if found is None:
         return {}
     quantization, lowering = found
-    weighed = attributions(quantization, lowering, floor=plan.settings.gates.for_model(model.base, "max-rel-l2"))
+    weighed = attributions(quantization, lowering, floor=lowering_floor(plan, model.base), stack=stack)
     return {method: a for method, a in weighed.items() if a.lowering_departs}
 
 

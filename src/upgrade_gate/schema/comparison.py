@@ -196,3 +196,53 @@ class Comparison(codec.Record):
             if not output.finite:
                 return f"{output.name}: NaN or Inf in the outputs"
         return "no outputs"
+
+
+# -- a quantized variant's two departures, weighed -------------------------------------
+
+LOWERING_FACTOR = 2.0  # the lowering may add up to this times the quantization's own error (6 dB)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attribution(codec.Record):
+    """One method of a candidate's quantized variant: what its quantization and its lowering each depart by, at the
+    output that departs most for what it may (judge/attribution.py weighs them, once, with the float numerics gate's
+    threshold as the floor; the diagnose phase searches the lowering where it departs, and the report says why)."""
+
+    stack: str = ""
+    method: str
+    output: str = ""
+    quantization_rel_l2: float  # the quantized model run eagerly, against the float model
+    lowering_rel_l2: float  # the artifact, against the quantized model run eagerly
+    floor: float  # the float numerics gate's max-rel-l2: what any lowering may add
+    factor: float = LOWERING_FACTOR  # the lowering may add up to this times the quantization's error
+    method_threshold: float = 0.0  # the largest any output of the method allows
+    # What each output of the method may depart by, by its name after the method's (``output_1``): the search
+    # holds each to its own, so that one output's lenient allowance does not pass another that departs.
+    allowances: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def threshold(self) -> float:
+        """What the lowering may depart by: the quantization's own error times the factor, or the float floor."""
+        return max(self.factor * self.quantization_rel_l2, self.floor)
+
+    @property
+    def search_threshold(self) -> float:
+        """The most any output of the method allows: the scale the search's figures are said in, each output's
+        error weighed by it over the output's own allowance (``allowances``; compat/diagnose_phase.py)."""
+        return max(self.method_threshold, self.threshold)
+
+    @property
+    def lowering_departs(self) -> bool:
+        return not self.lowering_rel_l2 <= self.threshold  # NaN departs: it never passes silently
+
+    @staticmethod
+    def snr_db(rel_l2: float) -> float:
+        return -20 * math.log10(rel_l2) + 0.0 if rel_l2 > 0 else math.inf  # + 0.0: never "-0.0 dB"
+
+    def said(self) -> str:
+        """The rule's figures, as the report and the job say them."""
+        where = f"{self.output} " if self.output else ""
+        return (f"the artifact's {where}is at SNR {self.snr_db(self.lowering_rel_l2):.1f} dB against its own quantized "
+                f"model run eagerly, whose quantization is at SNR {self.snr_db(self.quantization_rel_l2):.1f} dB "
+                "against the float model")

@@ -31,7 +31,7 @@ from upgrade_gate.config.settings import Settings
 from upgrade_gate.errors import ConfigError, RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.schema import codec
-from upgrade_gate.schema.comparison import Comparison, Side
+from upgrade_gate.schema.comparison import Attribution, Comparison, Side
 from upgrade_gate.schema.measured import (
     LOCAL,
     BusyRounds,
@@ -76,6 +76,8 @@ class ModelResults(codec.Record):
     device_latency: tuple[DeviceLatency, ...] = ()
     # On targets timed over ssh: each candidate's runtime memory and cold start per target and thread count.
     device_memory: tuple[DeviceMemory, ...] = ()
+    # A candidate's quantized variant, per method: its lowering weighed against its quantization (judge/attribution.py).
+    attributions: tuple[Attribution, ...] = ()
 
     DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 
@@ -90,6 +92,9 @@ class ModelResults(codec.Record):
 
     def comparison(self, actual: Side, reference: Side) -> Comparison | None:
         return next((c for c in self.comparisons if c.actual == actual and c.reference == reference), None)
+
+    def attribution(self, stack: str, method: str) -> Attribution | None:
+        return next((a for a in self.attributions if (a.stack, a.method) == (stack, method)), None)
 
     def ratio(self, stack: str, threads: int, method: str) -> RatioEstimate | None:
         return next((r.estimate for r in self.ratios

@@ -40,7 +40,9 @@ from upgrade_gate.schema.records import Reader
 # the others' rounds go on, and a server's end is never "machine busy" (2.9 files read without them).
 # 2.11: each NO-GO candidate's verdict with its passing remedies (`with_remedies`: the verdict, how many, the gates
 # they clear, the conditions), judged where the verdict is; a gate --fail-fast did not reach says so
-# (`not_reached`) (2.10 files read without remedied verdicts, and a gate not reached from its note).
+# (`not_reached`); a candidate's quantized variant keeps its lowering weighed against its quantization, per method
+# (`models[].attributions`) (2.10 files read without remedied verdicts or attributions; a gate not reached, from its
+# note).
 RESULTS_VERSION = Version("2.11")
 
 
