@@ -27,7 +27,7 @@ each part's length as it runs, compat/device_runner.py ``timed_part``), and the 
 is a second witness. Together they say what slows a timed call: one busy job beside
 a 1-thread measurement on 2 cores leaves it its core (others 1.0 of 1 free, no wait),
 beside a 2-thread one it does not. The figures that chose the thresholds are in
-docs/benchmarks-log.md. A round with a disturbed part is repeated
+docs/benchmarks.md. A round with a disturbed part is repeated
 (upgrade_gate.measure.rounds), and its ratio is not used.
 
 Every reading is of a ``/proc`` folder (``proc``, the machine's by default), so that
@@ -49,7 +49,7 @@ DISTURBED_STEAL = 0.05
 _TICKS = os.sysconf("SC_CLK_TCK")  # USER_HZ: 100 on every Linux, so a target's ticks are the host's
 # The ticks a part can misread with nothing else running: the machine's count and ours are each read whole at
 # both ends, so each difference may be a tick or two off; 3 is the most 800 quiet parts read here
-# (tests/data/proc/stray.py; docs/benchmarks-log.md, "A part's floor from the clock tick").
+# (tests/data/proc/stray.py; docs/benchmarks.md, "A part's floor from the clock tick").
 STRAY_TICKS = 3
 # A stack's part of a round, however small the time budget: the length over which the stray ticks read as the
 # margin, so fewer never make a quiet part crowded (3 ticks of 10 ms / 0.15 of a core = 0.2 s).
