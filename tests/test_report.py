@@ -343,6 +343,25 @@ HOSTILE = ("```\n# Injected heading\n<script>alert(1)</script>\n| x | y |\n|---|
            "[click](http://evil.example) ![img](http://evil.example/p.png) `` ` ``")
 
 
+
+def test_a_machine_its_host_takes_the_cpu_from_is_said_busy_with_the_hosts_steal(project):
+    """Seen on the default run of 2026-12-06: nanoVLM at 2 threads was left incomplete, 7 of 18 rounds quiet, and
+    the line said only that other processes kept 0.00 cores busy and the threads waited 3.8% — the virtual machine's
+    host had taken up to 38% of its CPU time (steal) in the rounds it disturbed. The line names the steal."""
+    plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
+                     config_path=project / "pyproject.toml")
+    out = plan.settings.out_dir
+    write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE], latency_ms=[[10.0] * 8] * 9)
+    write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE],
+                      latency_ms=[[10.0] * 8] * 9)
+    add_round_loads(out, "vit-smoke", 1, [(0.0, 0.02)] * 9)
+    add_round_loads(out, "vit-smoke", 2, [(0.01, 0.0)] * 9, steal=0.3)  # only the first round quiet
+    assert pipeline.report(plan) == 3  # INCOMPLETE
+    line = json.loads((out / "verdict.json").read_text())["incomplete"][0]
+    assert line.startswith("machine busy: too few quiet rounds to judge latency") and "(1 of 9 quiet)" in line, line
+    assert f"the virtual machine's host took up to {0.3 * 8 / 9:.1%} of its CPU time (steal)" in line, line
+    # A quiet host is not said: the busy line of the test above names no steal.
+
 def test_report_md_keeps_what_it_quotes_as_text(project):
     """report.md is posted as a step summary or a pull-request comment: an exception's message or a model's
     description that holds Markdown (a fence, a heading, a tag, a link) stays text, read by a CommonMark parser."""

@@ -194,10 +194,11 @@ def add_measurement(out: Path, model: str, threads: int, stack: str, entry: dict
 
 
 def add_round_loads(out: Path, model: str, threads: int, loads: list[tuple[float, float]], *, cores: int = 2,
-                    ended: str | None = None, settings: dict | None = None) -> None:
+                    ended: str | None = None, settings: dict | None = None, steal: float = 0.0) -> None:
     """The rounds a measurement tried, as the measure session records them: in round n the timed
     threads waited ``loads[n-1][0]`` of their time for a CPU while others kept ``loads[n-1][1]``
-    cores busy; whether that disturbed the round is the tool's rule (tested in test_contention).
+    cores busy (and the virtual machine's host took ``steal`` of its CPU time in every round but the first);
+    whether that disturbed the round is the tool's rule (tested in test_contention).
     ``ended``: why the rounds ended; ``settings``: how they were made (rounds, stop_early, intervals)."""
     path = layout.measurement_file(out, model, threads)
     data = json.loads(path.read_text())
@@ -207,10 +208,11 @@ def add_round_loads(out: Path, model: str, threads: int, loads: list[tuple[float
     if settings is not None:
         data["settings"] = settings
     data["rounds"] = [{"round": n, "order": list(data["stacks"])[:: 1 if n % 2 else -1],
-                       "disturbed": Load(seconds=0.5, waited_share=waited, others_cores=others, steal_share=0.0,
-                                         run_queue=3, free_cores=cores - threads).disturbed,
+                       "disturbed": Load(seconds=0.5, waited_share=waited, others_cores=others,
+                                         steal_share=steal if n > 1 else 0.0, run_queue=3,
+                                         free_cores=cores - threads).disturbed,
                        "load": {stack: {"seconds": 0.5, "waited_share": waited, "others_cores": others,
-                                        "steal_share": 0.0, "run_queue": 3}
+                                        "steal_share": steal if n > 1 else 0.0, "run_queue": 3}
                                 for stack in data["stacks"]}}
                       for n, (waited, others) in enumerate(loads, start=1)]
     path.write_text(json.dumps(data))

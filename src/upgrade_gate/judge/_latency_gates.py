@@ -207,6 +207,10 @@ def _over_in_every_round(every: list[BusyRounds], threshold: float) -> str:
     return f"over {threshold:.2f}: {'; '.join(said)}" if said else ""
 
 
+# A host's steal worth naming in the busy line: a tenth of what disturbs a round (measure/_contention.py's 5%).
+STEAL_SAID = 0.005
+
+
 def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tuple[str | None, list[GateResult]]:
     """One line for every latency gate a busy machine left incomplete — the models and thread counts, and how
     busy — and those gates (issue 26: a paragraph per model filled the report's first screen)."""
@@ -242,6 +246,9 @@ def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tu
     waits = [m.typical_wait for m in machines if m.typical_wait is not None]
     if waits:
         figures.append(f"the timed threads waited up to {max(waits):.1%} of their time for a CPU")
+    steals = [m.typical_steal for m in machines if m.typical_steal]
+    if steals and max(steals) >= STEAL_SAID:
+        figures.append(f"the virtual machine's host took up to {max(steals):.1%} of its CPU time (steal)")
     queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
     if queues:
         figures.append(f"the run queue reached {max(queues)}")

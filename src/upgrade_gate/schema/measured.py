@@ -245,6 +245,14 @@ class Contention(codec.Record):
         return sum(load.others_cores * load.seconds for load in loads) / seconds if seconds > 0 else None
 
     @property
+    def typical_steal(self) -> float | None:
+        """The share of the CPU time the virtual machine's host took from it (steal), over every part of every
+        round: a machine no process of its own keeps busy can still be too busy to time on."""
+        loads = self._loads()
+        seconds = sum(load.seconds for load in loads)
+        return sum(load.steal_share * load.seconds for load in loads) / seconds if seconds > 0 else None
+
+    @property
     def typical_wait(self) -> float | None:
         """The share of the timed threads' time spent waiting for a CPU, over every part of every round."""
         loads = self._loads()
