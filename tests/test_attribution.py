@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from upgrade_gate.judge.attribution import LOWERING_FACTOR, attributions
+from upgrade_gate.judge.attribution import attributions
 from upgrade_gate.judge.numerics import compare_outputs
+from upgrade_gate.schema.comparison import LOWERING_FACTOR
 
 REFERENCE = np.linspace(-1.0, 1.0, 16).reshape(1, 16)
 

@@ -19,9 +19,7 @@ from dataclasses import replace
 
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge.numerics import method_of
-from upgrade_gate.schema.comparison import LOWERING_FACTOR, Attribution, OutputMetrics
-
-__all__ = ["LOWERING_FACTOR", "Attribution", "attributions", "lowering_floor"]
+from upgrade_gate.schema.comparison import Attribution, OutputMetrics
 
 
 def lowering_floor(plan: Plan, base: str) -> float:

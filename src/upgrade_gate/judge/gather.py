@@ -270,14 +270,14 @@ def _attributions(plan: Plan, model: ModelEntry, comparisons: list[Comparison]) 
     diagnose phase chose its search (the same rule, the same floor), kept for the report to say."""
     if not model.quantized:
         return ()
+    outputs = {(c.actual, c.reference): list(c.outputs) for c in comparisons if c.outputs}
     found: list[Attribution] = []
     for spec in plan.candidates:
-        pair = {(c.actual.kind, c.reference.kind): c for c in comparisons
-                if c.actual.stack == spec.name and c.reference.stack == spec.name and c.outputs}
-        quantization, lowering = pair.get(("quantized", "eager")), pair.get(("artifact", "quantized"))
+        eager, quantized, artifact = (Side(stack=spec.name, kind=kind) for kind in ("eager", "quantized", "artifact"))
+        quantization, lowering = outputs.get((quantized, eager)), outputs.get((artifact, quantized))
         if quantization is not None and lowering is not None:
-            found += attributions(list(quantization.outputs or ()), list(lowering.outputs or ()),
-                                  floor=lowering_floor(plan, model.base), stack=spec.name).values()
+            found += attributions(quantization, lowering, floor=lowering_floor(plan, model.base),
+                                  stack=spec.name).values()
     return tuple(found)
 
 

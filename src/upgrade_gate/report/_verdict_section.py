@@ -73,8 +73,8 @@ def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
                         "([listed below](#failing-gates))")
         remedied = verdict.with_remedies.get(name)
         if remedied is not None:  # what decides first: the verdict as configured, then what the remedies make of it
-            value_text = (f"**{value}** as configured; **{remedied.verdict}** with {remedied.remedies} "
-                          f"{'remedy' if remedied.remedies == 1 else 'remedies'} ([Way out](#way-out))")
+            value_text = (f"**{value}** as configured; **{remedied.verdict}** with {remedied.counted} "
+                          "([Way out](#way-out))")
         else:
             value_text = f"**{value}**"
         also = f", and on {', '.join(d.name for d in devices)}" if devices else ", not a phone"

@@ -24,9 +24,9 @@ from typing import Any
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.attribution import Attribution, attributions, lowering_floor
+from upgrade_gate.judge.attribution import attributions, lowering_floor
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.schema.comparison import OutputMetrics
+from upgrade_gate.schema.comparison import Attribution, OutputMetrics
 from upgrade_gate.schema.records import DamagedFile, RecordError, load_stack_model
 from upgrade_gate.schema.stack import PORTABLE_SHARE, operator_profile
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -236,28 +237,28 @@ class Contention(codec.Record):
     def _loads(self) -> list[StackLoad]:
         return [load for r in self.rounds for load in r.loads.values() if load is not None]
 
+    def _time_weighted(self, figure: Callable[[StackLoad], float]) -> float | None:
+        """A part's figure averaged over every part of every round, each weighed by how long it lasted."""
+        loads = self._loads()
+        seconds = sum(load.seconds for load in loads)
+        return sum(figure(load) * load.seconds for load in loads) / seconds if seconds > 0 else None
+
     @property
     def typical_others(self) -> float | None:
         """The cores other processes kept busy, on average over every part of every round (weighted
         by time: a single part is counted in 10 ms clock ticks, the sum of them much finer)."""
-        loads = self._loads()
-        seconds = sum(load.seconds for load in loads)
-        return sum(load.others_cores * load.seconds for load in loads) / seconds if seconds > 0 else None
+        return self._time_weighted(lambda load: load.others_cores)
 
     @property
     def typical_steal(self) -> float | None:
         """The share of the CPU time the virtual machine's host took from it (steal), over every part of every
         round: a machine no process of its own keeps busy can still be too busy to time on."""
-        loads = self._loads()
-        seconds = sum(load.seconds for load in loads)
-        return sum(load.steal_share * load.seconds for load in loads) / seconds if seconds > 0 else None
+        return self._time_weighted(lambda load: load.steal_share)
 
     @property
     def typical_wait(self) -> float | None:
         """The share of the timed threads' time spent waiting for a CPU, over every part of every round."""
-        loads = self._loads()
-        seconds = sum(load.seconds for load in loads)
-        return sum(load.waited_share * load.seconds for load in loads) / seconds if seconds > 0 else None
+        return self._time_weighted(lambda load: load.waited_share)
 
     @property
     def free_cores(self) -> float | None:

@@ -336,9 +336,14 @@ class WithRemedies(codec.Record):
     conditions: tuple[str, ...] = ()
 
     @property
+    def counted(self) -> str:
+        """"1 remedy", "2 remedies"."""
+        return f"{self.remedies} {'remedy' if self.remedies == 1 else 'remedies'}"
+
+    @property
     def said(self) -> str:
         """"GO-WITH-CONDITIONS with 1 remedy"."""
-        return f"{self.verdict} with {self.remedies} {'remedy' if self.remedies == 1 else 'remedies'}"
+        return f"{self.verdict} with {self.counted}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
