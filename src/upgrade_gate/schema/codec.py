@@ -21,7 +21,8 @@ The irregular cases are field metadata, combined with ``|``:
 - ``absent(value)``: what a missing or null key reads as, where the constructor has no default;
 - ``custom(write=…, read=…)``: ``write(record)`` gives the JSON value, ``read(reader, key)``
   the field's; either may be left to the codec;
-- ``spread()``: a record or dict written into the enclosing object, read from it.
+- ``spread()``: a record or dict written into the enclosing object, read from it;
+- ``omitted()``: not written while it has its default (a key some records have and others lack).
 
 Values derived from the fields, written for the file's readers and not read back, are the
 class attribute ``DERIVED``: ``derived(key, get, after=…)`` entries, each written after the
@@ -81,6 +82,11 @@ def spread(read: Read | None = None) -> dict[str, Any]:
     return {"codec.spread": True, **custom(read=read)}
 
 
+def omitted() -> dict[str, Any]:
+    """The field is not written while it has its default value."""
+    return {"codec.omit": True}
+
+
 @dataclasses.dataclass(frozen=True)
 class Derived:
     """A value written for the file's readers, not read back."""
@@ -108,6 +114,7 @@ class _Field:
     write: Write | None
     read: Read | None
     spread: bool
+    omit: bool
 
     @property
     def optional(self) -> bool:
@@ -171,7 +178,7 @@ def _field(f: dataclasses.Field[Any], kind: Any) -> _Field:
         default = f.default_factory
     return _Field(name=f.name, key=meta.get("codec.key", f.name), kind=kind, group=meta.get("codec.group"),
                   default=default, write=meta.get("codec.write"), read=meta.get("codec.read"),
-                  spread=meta.get("codec.spread", False))
+                  spread=meta.get("codec.spread", False), omit=meta.get("codec.omit", False))
 
 
 def _constant(value: Any) -> Callable[[], Any]:
@@ -203,6 +210,8 @@ class Record:
             if isinstance(entry, Derived):
                 data[entry.key] = entry.get(self)
             elif isinstance(entry, _Field):
+                if entry.omit and entry.default is not None and getattr(self, entry.name) == entry.default():
+                    continue
                 value = entry.write(self) if entry.write else encode(getattr(self, entry.name))
                 if entry.spread:
                     data.update(value)
@@ -212,6 +221,11 @@ class Record:
                 name, members = entry
                 data[name] = {f.key: f.write(self) if f.write else encode(getattr(self, f.name)) for f in members}
         return data
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Self:
+        """The record of ``data``, an error naming its path from ``where``."""
+        return cls.from_reader(Reader(data, where))
 
     @classmethod
     def from_reader(cls, r: Reader) -> Self:
