@@ -12,6 +12,7 @@ import pytest
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import cache
+from upgrade_gate.schema.records import RECORDS_VERSION
 
 
 def built_in(factory: str) -> ModelEntry:
@@ -160,7 +161,8 @@ def test_pruning_keeps_what_a_report_folder_reached_and_nothing_else(tmp_path):
         (folder / f"{phase}.cache.json").write_text(json.dumps({"key": key, "stored": True}))
     (out / "measurements" / "vit").mkdir(parents=True)
     (out / "measurements" / "vit" / "threads-1.json").write_text(
-        json.dumps({"key": "m1", "order": ["legacy", "candidate"]}))
+        json.dumps({"schema_version": str(RECORDS_VERSION), "model": "vit", "threads": 1, "key": "m1",
+                    "order": ["legacy", "candidate"]}))
 
     reached = cache.reached_entries(out)
     assert reached == {("legacy", "vit", "export", "new"), ("candidate", "vit", "runtime", "r1"),

@@ -28,18 +28,16 @@ from upgrade_gate.schema import codec, comparison, measured, project, results, s
 from upgrade_gate.schema.comparison import Attribution, Comparison, OutputMetrics, Side, TaskAgreement
 from upgrade_gate.schema.measured import (
     BusyRounds,
-    Contention,
     DeviceLatency,
     DeviceMemory,
     LatencyRatio,
     LatencySummary,
     Measured,
     RatioEstimate,
-    RoundLoad,
     RoundsEnded,
-    StackLoad,
     Target,
 )
+from upgrade_gate.schema.measurement import Contention, RoundLoad, StackLoad
 from upgrade_gate.schema.project import (
     CaseChange,
     Finding,
@@ -108,7 +106,7 @@ MEASURED = Measured(status="ok", problem="slow", latency={"forward": LATENCY}, r
                     image_input=True, host="ci-7")
 LOAD = StackLoad(seconds=2.0, waited_share=0.01, others_cores=0.5, steal_share=0.0, run_queue=3)
 ROUND = RoundLoad(round=1, order=("legacy", "candidate"), disturbed=True, loads={"legacy": LOAD, "candidate": None})
-CONTENTION = Contention(threads=2, cores=4, cpu="Xeon", rounds=(ROUND,), planned=9, ended=RoundsEnded.REPEATS_RAN_OUT,
+CONTENTION = Contention(threads=2, cores=4, cpu="Xeon", rounds=(ROUND,), most=9, ended=RoundsEnded.REPEATS_RAN_OUT,
                         intervals=4)
 BUSY = BusyRounds(stack="candidate", threads=2, method="forward", per_round=(1.84, 2.35))
 RATIO = LatencyRatio(stack="candidate", threads=2, method="forward", estimate=ESTIMATE)

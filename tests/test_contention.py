@@ -19,7 +19,8 @@ from upgrade_gate.judge.gather import gather
 from upgrade_gate.measure import _contention as contention
 from upgrade_gate.measure import rounds
 from upgrade_gate.measure._contention import Load
-from upgrade_gate.schema.measured import Contention, RoundLoad, RoundsEnded
+from upgrade_gate.schema.measured import RoundsEnded
+from upgrade_gate.schema.measurement import Contention, RoundLoad
 from upgrade_gate.schema.records import Reader
 
 
@@ -268,9 +269,9 @@ def test_why_the_rounds_ended_is_said_and_busy_is_too_few_for_the_gates_share(en
     tried = tuple(RoundLoad(round=n, order=("legacy", "candidate"), disturbed=n > quiet, loads={})
                   for n in range(1, (18 if ended in (RoundsEnded.REPEATS_RAN_OUT, RoundsEnded.SERVER_ENDED) else quiet)
                                  + 1))
-    machine = Contention(threads=1, cores=2, cpu="Test CPU", rounds=tried, planned=9, ended=ended, intervals=2)
+    machine = Contention(threads=1, cores=2, cpu="Test CPU", rounds=tried, most=9, ended=ended, intervals=2)
     assert machine.needs == 7 and machine.ending() == said and machine.busy is busy
     assert machine.summary().endswith(f"; {said}") if said else "; " not in machine.summary().split(")")[-1]
     six = tuple(RoundLoad(round=n, order=("legacy", "candidate"), disturbed=False, loads={}) for n in range(1, 7))
-    short = Contention(threads=1, cores=2, cpu="Test CPU", rounds=six, planned=6, ended=RoundsEnded.PLANNED, intervals=2)
+    short = Contention(threads=1, cores=2, cpu="Test CPU", rounds=six, most=6, ended=RoundsEnded.PLANNED, intervals=2)
     assert short.quiet == 6 < short.needs and not short.busy  # rounds = 6 asked for two intervals: the gate says so

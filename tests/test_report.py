@@ -207,7 +207,7 @@ def test_damaged_measurement_is_named(plan, capsys):
         pipeline.report(plan)
     assert stopped.value.code == 3
     assert capsys.readouterr().err == (
-        f"upgrade-gate: incomplete: {out}: Unexpected samples (expected a list of numbers) in "
+        f"upgrade-gate: incomplete: {out}: Unexpected type str (expected list) in "
         "'measurements/vit-smoke/threads-2.json.stacks.candidate.rounds[4].samples_ms.forward'; "
         f"run `nox -s compare -- --out {out}` again: it rewrites the records (the result cache copies back what "
         "finished)\n"

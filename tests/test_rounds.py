@@ -22,7 +22,8 @@ from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import evaluate
 from upgrade_gate.measure import rounds
 from upgrade_gate.schema.codec import Reader
-from upgrade_gate.schema.measured import Contention, RoundsEnded, remedied
+from upgrade_gate.schema.measured import RoundsEnded, remedied
+from upgrade_gate.schema.measurement import Contention
 from upgrade_gate.schema.verdict import GateStatus, Verdict
 
 

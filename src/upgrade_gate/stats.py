@@ -156,12 +156,6 @@ def looks_past(looks: dict[int, int], most: int, confidence: float = CONFIDENCE)
     return past
 
 
-def most_rounds(rounds: int, confidence: float = CONFIDENCE, most: int = 0) -> int:
-    """The rounds a measurement of ``rounds`` (going on up to ``most`` while an interval straddles) may
-    take at most, for an interval at ``confidence``: ``rounds`` where no look past them fits."""
-    return max(sequential_looks(rounds, confidence, most))
-
-
 @functools.cache
 def sequential_rank(n: int, planned: int, confidence: float = CONFIDENCE, most: int = 0) -> tuple[int, float]:
     """The rank of n rounds' interval in a measurement of ``planned`` rounds (up to ``most`` while an

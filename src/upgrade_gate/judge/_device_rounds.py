@@ -22,9 +22,10 @@ from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema.device import DeviceRun, read_device_results
-from upgrade_gate.schema.measured import DeviceLatency, DeviceMemory, Target, ratio_by_rounds, summarize
+from upgrade_gate.schema.measured import DeviceLatency, DeviceMemory, Target, summarize
+from upgrade_gate.schema.measurement import RoundsDesign
 from upgrade_gate.schema.records import runtime_key
-from upgrade_gate.stats import gate_intervals, interval_confidence
+from upgrade_gate.stats import gate_intervals
 
 
 def device_runs(plan: Plan) -> list[tuple[Path, DeviceRun]]:
@@ -164,16 +165,14 @@ def _ratios(plan: Plan, model: ModelEntry, run: DeviceRun, bundled: dict[str, An
         # Rounds that could stop early are judged by the sequential design they ran with, as on the host: its looks
         # were chosen for the intervals it was designed for (0: a file from before, one target's thread counts ×
         # methods); fixed rounds (run-on-device.sh) take their rank here, at the gate's share.
-        planned = run.planned_rounds if ended is not None and ended.stop_early else 0
-        most = ended.most if ended is not None and planned else 0
-        designed = (ended.intervals or gate_intervals(len(thread_counts), len(methods))) \
-            if ended is not None and planned else intervals
-        confidence = interval_confidence(designed)
+        design = RoundsDesign(planned=run.planned_rounds, intervals=intervals)
+        if ended is not None and ended.stop_early and run.planned_rounds:
+            design = RoundsDesign(planned=run.planned_rounds, stop_early=True, most=ended.most,
+                                  intervals=ended.intervals or gate_intervals(len(thread_counts), len(methods)))
         for method in methods:
             mine, theirs = rounds_of(stack, method), rounds_of(base, method)
             common = sorted(set(mine) & set(theirs))
-            estimate = ratio_by_rounds([mine[n] for n in common], [theirs[n] for n in common], confidence=confidence,
-                                       planned=planned, most=most)
+            estimate = design.ratio([mine[n] for n in common], [theirs[n] for n in common])
             mine_p50 = summarize([s for n in common for s in mine[n]])
             theirs_p50 = summarize([s for n in common for s in theirs[n]])
             if stale:

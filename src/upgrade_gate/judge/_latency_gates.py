@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 from upgrade_gate.config.settings import OPTION
 from upgrade_gate.judge._gates import Gates, Missing, Rule
-from upgrade_gate.schema.measured import BusyRounds, Contention, RatioEstimate, RoundsEnded
+from upgrade_gate.schema.measured import BusyRounds, RatioEstimate, RoundsEnded
+from upgrade_gate.schema.measurement import Contention, RoundsDesign
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (
     GateResult,
@@ -15,7 +16,7 @@ from upgrade_gate.schema.verdict import (
     Quantity,
     Unit,
 )
-from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, most_rounds, together
+from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
 from upgrade_gate.text import size
 
 # Where a gate still straddles after every round it could take, the `most-rounds` that would decide it more often
@@ -39,7 +40,7 @@ def latency_gate(found: Gates, severity: str) -> None:
     gates = plan.settings.gates
     max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
     rounds = plan.settings.rounds
-    most = max((machine.planned for machine in model.contention.values()), default=rounds)
+    most = max((machine.most for machine in model.contention.values()), default=rounds)
     rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
                 condition=f"the median's whole interval, per thread count and method, the gate's intervals at least "
                           f"{CONFIDENCE:.0%} together; methods at most {min_delta:g} ms slower at its top pass",
@@ -99,14 +100,14 @@ def latency_gate(found: Gates, severity: str) -> None:
     if outcome == "inconclusive" and not estimate.holds:
         where += f"; only {len(estimate.per_round)} quiet rounds: the interval covers {estimate.level:.1%}, short of " \
                  f"the {estimate.confidence:.2%} each of the gate's intervals needs"
-        if machine is not None and machine.ended is RoundsEnded.PLANNED and machine.needs > machine.planned:
+        if machine is not None and machine.ended is RoundsEnded.PLANNED and machine.needs > machine.most:
             where += f" (set `rounds` to at least {machine.needs})"
     elif outcome == "inconclusive":
         where += f"; the interval straddles {max_ratio:.2f}"
         if (machine is not None and machine.ended is RoundsEnded.PLANNED and plan.settings.stop_early
-                and most_rounds(plan.settings.rounds, interval_confidence(machine.intervals), MORE_ROUNDS)
-                > machine.planned):
-            where += (f" after all {machine.planned} rounds (`most-rounds = {MORE_ROUNDS}` goes on only while an "
+                and RoundsDesign.of(planned=plan.settings.rounds, most_rounds=MORE_ROUNDS, stop_early=True,
+                                    intervals=machine.intervals).most > machine.most):
+            where += (f" after all {machine.most} rounds (`most-rounds = {MORE_ROUNDS}` goes on only while an "
                       f"interval straddles and decides such a gate more often: docs/benchmarks-log.md, near-threshold "
                       f"gates)")
     if estimate.dropped:

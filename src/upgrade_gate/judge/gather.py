@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -20,7 +19,6 @@ from upgrade_gate._atomic import sha256_file
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.errors import RecordError
 from upgrade_gate.invocation import command
 from upgrade_gate.judge import agreement
 from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
@@ -30,22 +28,19 @@ from upgrade_gate.schema.comparison import Attribution, Comparison, Side, TaskAg
 from upgrade_gate.schema.device import DeviceRun
 from upgrade_gate.schema.measured import (
     BusyRounds,
-    Contention,
     LatencyRatio,
     Measured,
-    RoundLoad,
-    RoundsEnded,
     ratio_by_rounds,
     remedied,
     summarize,
 )
+from upgrade_gate.schema.measurement import Contention, Measurement, TimedSide, load_measurement
 from upgrade_gate.schema.records import (
     DamagedFile,
     Reader,
     StackModelRecord,
     TaskResult,
     load_diagnosis,
-    load_measurement,
     load_stack_info,
     load_stack_model,
     read_arrays,
@@ -54,27 +49,24 @@ from upgrade_gate.schema.records import (
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
 from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
-from upgrade_gate.stats import interval_confidence
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
 Rounds = dict[str, dict[int, list[float]]]
 
 
-def measured_from_record(data: dict[str, Any], quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
-    """One stack's entry of a measurement file: its summary, and its samples by round. The
+def measured_from_record(data: TimedSide, quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
+    """One side's entry of a measurement file: its summary, and its samples by round. The
     summary is of the ``quiet`` rounds when any of them is here (the rounds a busy machine
     disturbed slowed the calls, not the stack), else of every round."""
-    status = str(data.get("status", "not measured"))
-    error = data.get("error") or {}
-    problem = data.get("reason") or (f"{error.get('stage')}: {error.get('message')}" if error else None)
+    error = data.error
+    problem = data.reason or (f"{error.stage}: {error.message}" if error else None)
     rounds: Rounds = {}
     calls: dict[str, dict[int, int]] = {}  # per method and round, the calls its samples stand for
-    for index, entry in enumerate(data.get("rounds", []), start=1):
-        number, timed = int(entry.get("round", index)), entry.get("calls") or {}
-        for method, samples in entry.get("samples_ms", {}).items():
-            rounds.setdefault(method, {})[number] = [float(v) for v in samples]
-            calls.setdefault(method, {})[number] = int(timed.get(method, len(samples)))
-    if status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
+    for entry in data.rounds or ():
+        for method, samples in entry.samples_ms.items():
+            rounds.setdefault(method, {})[entry.round] = list(samples)
+            calls.setdefault(method, {})[entry.round] = entry.calls.get(method, len(samples))
+    if data.status != "ok" and rounds:  # a measurement that ended early: its rounds are kept, never judged
         problem = f"{problem} after {max(len(r) for r in rounds.values())} round(s)"
     latency = {}
     for method, by_round in rounds.items():
@@ -82,21 +74,19 @@ def measured_from_record(data: dict[str, Any], quiet: set[int] | None = None) ->
         summary = summarize([v for n in counted for v in by_round[n]], calls=sum(calls[method][n] for n in counted))
         if summary is not None:
             latency[method] = summary
-    cold = data.get("cold") or {}
-    exit_memory = data.get("exit_memory") or {}
-    shapes = data.get("input_shapes") or {}
+    cold, shapes = data.cold or {}, data.input_shapes or {}
     return Measured(
-        status=status if status != "ok" or latency else "not measured",
-        problem=problem if status != "ok" or latency else "no timed rounds",
+        status=data.status if data.status != "ok" or latency else "not measured",
+        problem=problem if data.status != "ok" or latency else "no timed rounds",
         latency=latency,
         rounds={method: len(r) for method, r in rounds.items()},
         load_ms=cold.get("load_ms"),
         first_run_ms=sum(cold["first_ms"].values()) if cold.get("first_ms") else None,
-        runtime_memory_bytes=data.get("runtime_memory_bytes"),
-        peak_rss_bytes=exit_memory.get("peak_rss_bytes"),
-        idle_rss_bytes=(data.get("idle_memory") or {}).get("rss_bytes"),
+        runtime_memory_bytes=data.runtime_memory_bytes,
+        peak_rss_bytes=(data.exit_memory or {}).get("peak_rss_bytes"),
+        idle_rss_bytes=(data.idle_memory or {}).get("rss_bytes"),
         image_input=any(len(s) == 4 and s[1] in (1, 3) for ins in shapes.values() for s in ins[:1]),
-        host=data.get("host"),
+        host=data.host,
     ), rounds
 
 
@@ -152,20 +142,18 @@ def gather_model(plan: Plan, model: ModelEntry,
                  runs: list[tuple[Path, DeviceRun]] | None = None) -> ModelResults:
     """One model's results; ``runs``: the devices' results files, read once for every model (device_runs)."""
     out = plan.settings.out_dir
-    measurements = {t: load_measurement(out, model.name, t) or {} for t in plan.settings.threads}
+    measurements = {t: found for t in plan.settings.threads if (found := load_measurement(out, model.name, t))}
     records: dict[str, StackModelRecord] = {}
     stacks: dict[str, StackResults] = {}
     samples: dict[str, dict[int, Rounds]] = {}
-    contention = {threads: _contention(threads, data, layout.measurement_file(out, model.name, threads)
-                                       .relative_to(out).as_posix())
-                  for threads, data in measurements.items() if data}
+    contention = {threads: contention_of(data) for threads, data in measurements.items()}
     runs = device_runs(plan) if runs is None else runs
 
     def measured_side(name: str) -> dict[int, Measured]:
         """A side's summaries per thread count (a stack's, or a candidate's remedied one), its samples kept."""
         found: dict[int, Measured] = {}
-        for threads, data in measurements.items():
-            entry = (data.get("stacks") or {}).get(name)
+        for threads in plan.settings.threads:
+            entry = measurements[threads].stacks.get(name) if threads in measurements else None
             found[threads], samples.setdefault(name, {})[threads] = (
                 measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
         return found
@@ -173,7 +161,7 @@ def gather_model(plan: Plan, model: ModelEntry,
     for spec in plan.stacks:
         record = records[spec.name] = load_stack_model(out, spec.name, model.name)
         measured = measured_side(spec.name)
-        timed_remedied = any(remedied(spec.name) in (data.get("stacks") or {}) for data in measurements.values())
+        timed_remedied = any(remedied(spec.name) in data.stacks for data in measurements.values())
         with_remedy = measured_side(remedied(spec.name)) if timed_remedied else {}
         stacks[spec.name] = StackResults(
             record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured,
@@ -196,18 +184,12 @@ def gather_model(plan: Plan, model: ModelEntry,
                 continue  # a measurement that did not finish gives no ratio: never a part presented as whole
             machine = contention.get(threads)
             quiet = machine.quiet_rounds() if machine is not None else None
-            # Rounds that could stop early are judged by the sequential design they ran with (stats: its planned
-            # rounds, and the most they could go on to while an interval straddled), each interval at its share
-            # of the gate's coverage.
-            how = measurements[threads].get("settings") or {}
-            planned = int(how.get("rounds") or 0) if how.get("stop_early") else 0
-            most = int(how.get("most_rounds") or 0) if planned else 0
-            confidence = interval_confidence(machine.intervals if machine is not None else 1)
+            # Judged by the design the rounds ran with (the sequential one where they could stop early).
+            design = measurements[threads].design
             for method, rounds in by_method.items():
                 theirs = samples[base][threads].get(method, {})
                 common = [n for n in sorted(rounds) if n in theirs and (quiet is None or n in quiet)]
-                estimate = ratio_by_rounds([rounds[n] for n in common], [theirs[n] for n in common],
-                                           confidence=confidence, planned=planned, most=most)
+                estimate = design.ratio([rounds[n] for n in common], [theirs[n] for n in common])
                 if estimate is not None:
                     ratios.append(LatencyRatio(stack=side, threads=threads, method=method, estimate=estimate))
                 if machine is not None and machine.busy:  # every round tried, disturbed or not: no judgement
@@ -350,30 +332,12 @@ def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]
     return (quiet & set(rounds)) or set(rounds) if quiet is not None else set(rounds)
 
 
-ROUNDS_ENDED = tuple(ended.value for ended in RoundsEnded)
-
-
-def _contention(threads: int, data: dict[str, Any], where: str) -> Contention:
-    """The rounds a measurement tried (the file ``where``), with the machine's load and why they ended; a
-    file from before it measured the load counts every round as quiet."""
-    machine = data.get("machine") or {}
-    tried = data.get("rounds")
-    if tried is None:
-        numbers = sorted({int(entry.get("round", i)) for stack in (data.get("stacks") or {}).values()
-                          for i, entry in enumerate(stack.get("rounds", []), start=1)})
-        tried = [{"round": n, "order": data.get("order", []), "disturbed": False, "load": {}} for n in numbers]
-    how = data.get("settings") or {}
-    ended = data.get("ended")
-    if ended is None and tried and tried[-1].get("stopped"):  # a file from before "ended": stop-early said so
-        ended = RoundsEnded.DECIDED.value
-    if ended is not None and ended not in ROUNDS_ENDED:  # worded as the results' codec words it
-        raise RecordError(f"Unknown ended {ended!r} in '{where}.ended'; expected one of {', '.join(ROUNDS_ENDED)}")
-    return Contention(threads=threads, cores=machine.get("cores"), cpu=str(machine.get("cpu", "unknown")),
-                      rounds=tuple(RoundLoad.from_reader(Reader(r, f"measurement.rounds[{i}]"))
-                                   for i, r in enumerate(tried)),
-                      # The rounds it could take: past `rounds` while an interval straddled, where it could go on.
-                      planned=int(how.get("most_rounds") or how.get("rounds") or 0),
-                      ended=RoundsEnded(ended) if ended else None, intervals=int(how.get("intervals") or 1))
+def contention_of(measurement: Measurement) -> Contention:
+    """The rounds a measurement tried, with the machine's load, why they ended and the design they ran with."""
+    design = measurement.design
+    return Contention(threads=measurement.threads, cores=measurement.machine.cores, cpu=measurement.machine.cpu,
+                      rounds=measurement.rounds, most=design.at_most, ended=measurement.ended,
+                      intervals=design.intervals)
 
 
 def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:

@@ -19,6 +19,7 @@ a corrupt entry: it is deleted and the phase runs again.
 from __future__ import annotations
 
 import ast
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -36,8 +37,10 @@ from upgrade_gate._atomic import naming_full_disk, sha256_file
 from upgrade_gate._confined import remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.specs import WORKER_MODULES
+from upgrade_gate.errors import RecordError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import packages
+from upgrade_gate.schema.measurement import read_measurement
 
 MANIFEST = "manifest.json"
 # The standard tag of a cache folder (https://bford.info/cachedir/): backup tools leave such a folder out,
@@ -399,11 +402,10 @@ def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
         entry, key = data.get("entry"), data.get("key")
         if key and isinstance(entry, list) and len(entry) == 3:
             reached.add((str(entry[0]), str(entry[1]), str(entry[2]), str(key)))
-    for measurement in sorted(out.glob("measurements/*/threads-*.json")):
-        data = _read_json(measurement) or {}
-        if data.get("key") and data.get("order"):
-            threads = measurement.stem.removeprefix("threads-")
-            reached.add(("+".join(data["order"]), measurement.parent.name, f"measure-t{threads}", str(data["key"])))
+    for file in sorted(out.glob("measurements/*/threads-*.json")):
+        with contextlib.suppress(RecordError):  # a damaged file reached nothing the cache can keep
+            if (measured := read_measurement(file, file.name)).key and measured.order:
+                reached.add(("+".join(measured.order), file.parent.name, f"measure-t{measured.threads}", measured.key))
     return reached
 
 

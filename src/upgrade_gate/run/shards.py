@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.run import cache
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import remedied
+from upgrade_gate.schema.measurement import Measurement, RoundLoad, TimedSide, load_measurement
 from upgrade_gate.schema.records import Reader
 
 MANIFEST = layout.MANIFEST
@@ -163,55 +164,49 @@ def _link_tree(source: Path, target: Path) -> None:
 
 
 def _merge_measurements(plan: Plan, manifests: list[tuple[Path, ShardManifest]]) -> None:
-    """One measurement file per model and thread count, each stack's record from the shard that timed it."""
+    """One measurement file per model and thread count, each stack's record from the shard that timed it; the
+    rounds' design is the first shard's (every shard designs them alike: the gate's intervals, no ratio to stop on)."""
     out = plan.settings.out_dir
     for model in plan.models:
         for threads in plan.settings.threads:
             found = [(folder, manifest, data) for folder, manifest in manifests
                      if model.name in manifest.models
-                     and (data := _read(layout.measurement_file(folder, model.name, threads))) is not None]
+                     and (data := _read_measurement(folder, model.name, threads)) is not None]
             if not found:
                 continue
-            merged: dict[str, Any] = {**found[0][2], "stacks": {}, "merged_from": {}}
+            stacks: dict[str, TimedSide] = {}
+            merged_from: dict[str, str] = {}
             for folder, manifest, data in found:
                 for stack in (*manifest.stacks, *map(remedied, manifest.stacks)):  # a candidate's remedied side too
-                    record = (data.get("stacks") or {}).get(stack)
-                    if record is not None:
-                        merged["stacks"][stack] = record
-                        merged["merged_from"][stack] = str(folder)
+                    if stack in data.stacks:
+                        stacks[stack], merged_from[stack] = data.stacks[stack], str(folder)
             # Stacks timed in separate jobs took no turns within a round: no order to state.
-            together = len(set(merged["merged_from"].values())) == 1
-            merged["order"] = [spec.name for spec in plan.stacks if spec.name in merged["stacks"]] if together else []
-            tried = _merge_rounds([(data, manifest.stacks) for _, manifest, data in found])
-            if tried is not None:
-                merged["rounds"] = tried
-            write_json_atomic(layout.measurement_file(out, model.name, threads), merged)
+            together = len(set(merged_from.values())) == 1
+            merged = replace(found[0][2], stacks=stacks, merged_from=merged_from,
+                             order=tuple(spec.name for spec in plan.stacks if spec.name in stacks) if together else (),
+                             rounds=_merge_rounds([(data, manifest.stacks) for _, manifest, data in found]))
+            write_json_atomic(layout.measurement_file(out, model.name, threads), merged.to_dict())
 
 
-def _merge_rounds(parts: list[tuple[dict[str, Any], tuple[str, ...]]]) -> list[dict[str, Any]] | None:
+def _merge_rounds(parts: list[tuple[Measurement, tuple[str, ...]]]) -> tuple[RoundLoad, ...]:
     """The rounds each shard tried, joined by round number: each stack's load (and part cut short) from the shard
     that timed it, and a round disturbed if it was in any of them."""
-    if not any("rounds" in data for data, _ in parts):
-        return None
-    by_number: dict[int, dict[str, Any]] = {}
+    by_number: dict[int, RoundLoad] = {}
     for data, stacks in parts:
         timed_here = {*stacks, *map(remedied, stacks)}
-        for entry in data.get("rounds") or []:
-            joined = by_number.setdefault(int(entry["round"]), {"round": int(entry["round"]), "order": [],
-                                                                  "disturbed": False, "load": {}})
-            if len(parts) == 1:  # stacks timed in separate jobs took no turns
-                joined["order"] = list(entry.get("order", []))
-            joined["disturbed"] = joined["disturbed"] or bool(entry.get("disturbed"))
-            joined["load"].update({stack: load for stack, load in (entry.get("load") or {}).items()
-                                   if stack in timed_here})
-            if cut := {stack: s for stack, s in (entry.get("cut") or {}).items() if stack in timed_here}:
-                joined.setdefault("cut", {}).update(cut)
-    return [by_number[n] for n in sorted(by_number)]
+        for entry in data.rounds:
+            joined = by_number.get(entry.round) or RoundLoad(round=entry.round, order=(), disturbed=False, loads={})
+            by_number[entry.round] = replace(
+                joined, order=entry.order if len(parts) == 1 else (),  # stacks timed in separate jobs took no turns
+                disturbed=joined.disturbed or entry.disturbed,
+                loads={**joined.loads, **{stack: load for stack, load in entry.loads.items() if stack in timed_here}},
+                cut={**joined.cut, **{stack: s for stack, s in entry.cut.items() if stack in timed_here}})
+    return tuple(by_number[n] for n in sorted(by_number))
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read_measurement(folder: Path, model: str, threads: int) -> Measurement | None:
+    """A shard's measurement file; None where it has none or it cannot be read (its stacks are then not merged)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return load_measurement(folder, model, threads)
+    except RecordError:
         return None
-    return data if isinstance(data, dict) else None

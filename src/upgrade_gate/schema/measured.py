@@ -1,18 +1,18 @@
 """The measure session's results: latency per method and thread count, the candidate/baseline ratio by
-rounds with its interval (the interval's maths: upgrade_gate.stats), cold start, memory, the machine's load."""
+rounds with its interval (the interval's maths: upgrade_gate.stats), cold start, memory; the rounds tried and the
+machine's load are the measurement file's (schema.measurement)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 
 from upgrade_gate.schema import codec
-from upgrade_gate.stats import CONFIDENCE, fewest_rounds, interval_confidence, median_interval
+from upgrade_gate.stats import CONFIDENCE, median_interval
 
 # -- latency -------------------------------------------------------------------------
 
@@ -170,160 +170,13 @@ class Measured(codec.Record):
         return sum(lat.p50_ms for lat in self.latency.values()) if self.latency else None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StackLoad(codec.Record):
-    """What the rest of the machine did while one stack's part of a round was timed (measure.contention)."""
-
-    seconds: float
-    waited_share: float  # of the timed threads' time, spent waiting for a CPU
-    others_cores: float
-    steal_share: float
-    run_queue: int
-
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RoundLoad(codec.Record):
-    """One round tried: the stacks' order, their loads, and whether the rest of the machine disturbed it."""
-
-    round: int
-    order: tuple[str, ...]
-    disturbed: bool
-    loads: dict[str, StackLoad | None] = field(metadata=codec.key("load"))  # None: not measured here (no /proc)
-    # The stacks whose part ran past its limit and was cut short, with the limit in seconds (compat/measure_server.py
-    # part_limit_s): the round is disturbed whatever the load read.
-    cut: dict[str, float] = field(default_factory=dict)
-    # The sides whose measurement server ended in this round (failed, killed: each side's record says how). Each
-    # ends alone: the others' rounds go on while the baseline and another side run (measure/rounds.py run_rounds).
-    servers_ended: tuple[str, ...] = ()
-
-
 class RoundsEnded(str, Enum):
-    """Why a measurement's rounds ended (upgrade_gate.measure.rounds writes it as the file's ``ended``)."""
+    """Why a measurement's rounds ended (upgrade_gate.measure.round_loop.run_rounds; the file's ``ended``)."""
 
     PLANNED = "planned"  # every quiet round asked for ran
-    DECIDED = "decided"  # stop-early: at a look, every candidate's gate was decided (rounds.clear_of_threshold)
+    DECIDED = "decided"  # stop-early: at a look, every candidate's gate was decided (round_loop.clear_of_threshold)
     REPEATS_RAN_OUT = "repeats ran out"  # the machine disturbed so many rounds that the tries allowed ran out
     SERVER_ENDED = "server ended"  # the baseline's measurement server ended, or every other side's: no more ratios
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Contention(codec.Record):
-    """The rounds of one model at one thread count: how busy the machine was, which ones count, why they ended."""
-
-    threads: int
-    cores: int | None  # the machine's
-    cpu: str
-    rounds: tuple[RoundLoad, ...]
-    planned: int = 0  # the quiet rounds asked for (the most, with stop-early: most-rounds where it could go on)
-    ended: RoundsEnded | None = None  # None: a measurement file from before it was recorded
-    # The intervals the model's latency gate judges (thread counts × methods), which share its 5%: the
-    # rounds were designed for them (stats.interval_confidence). 1: a file from before.
-    intervals: int = 1
-
-    @property
-    def quiet(self) -> int:
-        return sum(not r.disturbed for r in self.rounds)
-
-    @property
-    def needs(self) -> int:
-        """The quiet rounds an interval of this gate needs for its share of the coverage."""
-        return fewest_rounds(interval_confidence(self.intervals))
-
-    def quiet_rounds(self) -> set[int]:
-        """The rounds whose ratios count."""
-        return {r.round for r in self.rounds if not r.disturbed}
-
-    def _loads(self) -> list[StackLoad]:
-        return [load for r in self.rounds for load in r.loads.values() if load is not None]
-
-    def _time_weighted(self, figure: Callable[[StackLoad], float]) -> float | None:
-        """A part's figure averaged over every part of every round, each weighed by how long it lasted."""
-        loads = self._loads()
-        seconds = sum(load.seconds for load in loads)
-        return sum(figure(load) * load.seconds for load in loads) / seconds if seconds > 0 else None
-
-    @property
-    def typical_others(self) -> float | None:
-        """The cores other processes kept busy, on average over every part of every round (weighted
-        by time: a single part is counted in 10 ms clock ticks, the sum of them much finer)."""
-        return self._time_weighted(lambda load: load.others_cores)
-
-    @property
-    def typical_steal(self) -> float | None:
-        """The share of the CPU time the virtual machine's host took from it (steal), over every part of every
-        round: a machine no process of its own keeps busy can still be too busy to time on."""
-        return self._time_weighted(lambda load: load.steal_share)
-
-    @property
-    def typical_wait(self) -> float | None:
-        """The share of the timed threads' time spent waiting for a CPU, over every part of every round."""
-        return self._time_weighted(lambda load: load.waited_share)
-
-    @property
-    def free_cores(self) -> float | None:
-        others = self.typical_others
-        return None if others is None or self.cores is None else max(0.0, self.cores - others)
-
-    @property
-    def busy(self) -> bool:
-        """Too few quiet rounds for an interval because the machine disturbed the others (policy.latency_gate):
-        the latency here is not judged. Rounds that all ran quiet and are still too few were too few asked for;
-        rounds a server's end cut short are the server's (``servers_ended``), never a busy machine's. A file from
-        before why they ended was recorded is judged by its quiet rounds alone."""
-        return self.quiet < self.needs and self.ended in (RoundsEnded.REPEATS_RAN_OUT, None)
-
-    @property
-    def servers_ended(self) -> dict[str, int]:
-        """Each side whose measurement server ended, and the round (as tried) it ended in."""
-        return {name: r.round for r in self.rounds for name in r.servers_ended}
-
-    @property
-    def peak_run_queue(self) -> int | None:
-        return max((load.run_queue for load in self._loads()), default=None)
-
-    @property
-    def oversubscribed(self) -> bool:
-        """More threads than the cores others left free: the worst case for a multi-threaded run."""
-        free = self.free_cores
-        return free is not None and self.threads > free + 0.05
-
-    def summary(self) -> str:
-        """One line: how many rounds counted, which did not, how busy the others kept the machine."""
-        others, wait = self.typical_others, self.typical_wait
-        queue = self.peak_run_queue
-        disturbed = [str(r.round) for r in self.rounds if r.disturbed]
-        shown = f"{self.quiet} of {len(self.rounds)} rounds quiet"
-        if disturbed:
-            shown += f" (disturbed: round {', '.join(disturbed)})"
-        if cut := [f"{r.round} ({', '.join(f'{stack} at {s:g} s' for stack, s in r.cut.items())})"
-                   for r in self.rounds if r.cut]:
-            shown += f"; parts cut short, their calls far slower than warm: round {'; '.join(cut)}"
-        if others is not None and wait is not None:
-            shown += (f"; the timed threads waited {wait:.1%} of their time for a CPU, other processes kept "
-                      f"{others:.2f} of {self.cores} cores busy, the run queue reached {queue}")
-        if self.oversubscribed:
-            shown += f"; more threads than free cores: {self.threads} threads, {self.free_cores:.2f} cores free"
-        if self.servers_ended and self.ended is not RoundsEnded.SERVER_ENDED:
-            shown += "; " + "; ".join(f"{name}'s measurement server ended in round {number}, the others went on "
-                                      "without it" for name, number in self.servers_ended.items())
-        if self.ended is not None:
-            shown += f"; {self.ending()}"
-        return shown
-
-    def ending(self) -> str:
-        """Why the rounds ended, in words."""
-        of = f" of {self.planned}" if self.planned else ""
-        return {
-            RoundsEnded.PLANNED: f"all {self.quiet} quiet rounds asked for ran",
-            RoundsEnded.DECIDED: f"stopped after {self.quiet}{of} quiet rounds, every gate decided (stop-early)",
-            RoundsEnded.REPEATS_RAN_OUT: f"the repeats ran out: {len(self.rounds)} rounds tried, {self.quiet}{of} "
-                                         "quiet",
-            RoundsEnded.SERVER_ENDED: ("the rounds ended with the measurement server of " + ", ".join(
-                f"{name} (round {number})" for name, number in self.servers_ended.items())
-                if self.servers_ended else f"a measurement server ended after {len(self.rounds)} rounds"),
-            None: "",
-        }[self.ended]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -414,27 +414,3 @@ def load_stack_info(out: Path, stack: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def load_measurement(out: Path, model: str, threads: int) -> dict[str, Any] | None:
-    """The measure session's file for one model and thread count (upgrade_gate.measure.rounds), or None."""
-    path = layout.measurement_file(out, model, threads)
-    if not path.is_file():
-        return None
-    reader = _read_record(path, out)
-    reader.opt_text("ended")  # its values: gather._contention
-    if (settings := reader.child("settings")) is not None and (settings.opt_integer("intervals") or 1) < 1:
-        raise RecordError(f"Unexpected value (expected at least 1) in '{settings.where}.intervals'")
-    for stack in reader.entries("stacks").values():
-        stack.text("status")
-        for entry in stack.children("rounds") if "rounds" in stack.data else []:
-            samples = entry.child("samples_ms")
-            for method, values in (samples.data if samples else {}).items():
-                if not isinstance(values, list) or not all(
-                        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                    raise RecordError(f"Unexpected samples (expected a list of numbers) in "
-                                      f"'{entry.where}.samples_ms.{method}'")
-            calls = entry.child("calls")
-            for method in (calls.data if calls else {}):
-                calls.integer(method)  # type: ignore[union-attr]
-    return reader.data

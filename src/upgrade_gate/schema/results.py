@@ -35,13 +35,13 @@ from upgrade_gate.schema.comparison import Attribution, Comparison, Side
 from upgrade_gate.schema.measured import (
     LOCAL,
     BusyRounds,
-    Contention,
     DeviceLatency,
     DeviceMemory,
     LatencyRatio,
     RatioEstimate,
     Target,
 )
+from upgrade_gate.schema.measurement import Contention
 from upgrade_gate.schema.project import Differences, ProjectResults, differing
 from upgrade_gate.schema.records import Reader
 from upgrade_gate.schema.stack import StackResults
