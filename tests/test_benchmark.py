@@ -80,7 +80,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
 
 
 def test_stop_early_replays_a_runs_rounds_through_the_measure_sessions_loop(project):
-    """A run measured with fixed rounds, played again through rounds.run_rounds with its stop rule: a candidate
+    """A run measured with fixed rounds, played again through round_loop.run_rounds with its stop rule: a candidate
     twice as slow in every round is decided at the first look its gate's intervals have — [min, max] of 7
     for each of two (1 and 2 threads) — and the seconds of the rounds after it are what stopping early saves;
     a disturbed round does not count towards the look."""

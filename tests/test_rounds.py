@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,10 @@ from upgrade_gate import layout, stats
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import evaluate
-from upgrade_gate.measure import rounds
+from upgrade_gate.measure import round_loop, rounds
 from upgrade_gate.schema.codec import Reader
 from upgrade_gate.schema.measured import RoundsEnded, remedied
-from upgrade_gate.schema.measurement import Contention
+from upgrade_gate.schema.measurement import Contention, RoundsDesign
 from upgrade_gate.schema.verdict import GateStatus, Verdict
 
 
@@ -36,14 +37,12 @@ def run(per_round: list[float], *, disturbed=lambda n: False, stop_early=False, 
     candidate = scripted.ScriptedServer(
         lambda n: {"forward": [per_round[quiet_before(n)]]} if quiet_before(n) < len(per_round) else None, pid=2)
     stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
-    confidence = stats.interval_confidence(intervals)
-    looks, most = rounds.rounds_design(wanted, most, stop_early, confidence)
-    clear = (lambda quiet: rounds.clear_of_threshold("legacy", ["candidate"], stacks, quiet, threshold=threshold,
-                                                     min_delta_ms=0.0, planned=wanted, confidence=confidence,
-                                                     most=most)
-             ) if looks else None
-    tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, wanted, 1, log, clear,
-                                     looks=looks, most=most, watch=scripted.scripted_watch(disturbed))
+    design = RoundsDesign.of(planned=wanted, most_rounds=most, stop_early=stop_early, intervals=intervals)
+    clear = (lambda quiet: round_loop.clear_of_threshold("legacy", ["candidate"], stacks, quiet, design=design,
+                                                         threshold=threshold, min_delta_ms=0.0)
+             ) if stop_early else None
+    tried, ended = round_loop.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, design, 1, log, clear,
+                                         watch=scripted.scripted_watch(disturbed))
     return tried, ended, stacks
 
 
@@ -76,7 +75,8 @@ def test_each_stacks_round_keeps_its_samples_compactly_and_the_calls_they_stand_
     server = scripted.ScriptedServer(lambda n: {"forward": many}, pid=1)
     other = scripted.ScriptedServer(lambda n: {"forward": [1.0, 2.0]}, pid=2)
     stacks = {"a": {"status": "ok", "rounds": []}, "b": {"status": "ok", "rounds": []}}
-    rounds.run_rounds({"a": server, "b": other}, stacks, 6, 1, watch=scripted.scripted_watch(lambda n: False))
+    round_loop.run_rounds({"a": server, "b": other}, stacks, RoundsDesign(planned=6), 1,
+                          watch=scripted.scripted_watch(lambda n: False))
     entry = stacks["a"]["rounds"][0]
     assert len(entry["samples_ms"]["forward"]) == stats.SAMPLES_KEPT and entry["calls"] == {"forward": 70_000}
     assert stacks["b"]["rounds"][0] == {"round": 1, "samples_ms": {"forward": [1.0, 2.0]}, "calls": {"forward": 2}}
@@ -92,9 +92,9 @@ def test_a_part_the_server_cut_short_disturbs_its_round_whatever_the_load_read()
             return {**event, "cut_after_s": 4.0} if event["round"] == 2 else event
 
     stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
-    tried, ended = rounds.run_rounds({"legacy": scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1),
-                                      "candidate": Cutting(lambda n: {"forward": [1.0]}, pid=2)},
-                                     stacks, 6, 1, watch=scripted.scripted_watch(lambda n: False))
+    tried, ended = round_loop.run_rounds({"legacy": scripted.ScriptedServer(lambda n: {"forward": [1.0]}, pid=1),
+                                          "candidate": Cutting(lambda n: {"forward": [1.0]}, pid=2)},
+                                         stacks, RoundsDesign(planned=6), 1, watch=scripted.scripted_watch(lambda n: False))
     assert ended is RoundsEnded.PLANNED and [entry["disturbed"] for entry in tried] == [False, True] + [False] * 5
     assert tried[1]["cut"] == {"candidate": 4.0} and all("cut" not in entry for entry in tried if entry["round"] != 2)
     assert tried[2]["order"] == tried[1]["order"]  # repeated as it was
@@ -164,7 +164,7 @@ def rounds_of(stacks: dict, per_round: dict[str, dict[str, list[float]]]) -> set
     return set(range(1, count + 1))
 
 
-CLEAR = {"threshold": 1.05, "min_delta_ms": 0.0, "planned": 9, "confidence": 0.95}
+CLEAR = {"threshold": 1.05, "min_delta_ms": 0.0, "design": RoundsDesign(planned=9, stop_early=True)}
 
 
 @pytest.mark.parametrize(("candidates", "clear"), [
@@ -181,39 +181,40 @@ CLEAR = {"threshold": 1.05, "min_delta_ms": 0.0, "planned": 9, "confidence": 0.9
 def test_clear_of_threshold_is_the_gates_rule_for_every_candidate_and_method(candidates, clear):
     stacks: dict = {}
     quiet = rounds_of(stacks, {"base": {"forward": [1.0] * 7, "decode": [1.0] * 7}, **candidates})
-    assert rounds.clear_of_threshold("base", list(candidates), stacks, quiet, **CLEAR) is clear
+    assert round_loop.clear_of_threshold("base", list(candidates), stacks, quiet, **CLEAR) is clear
 
 
 def test_clear_of_threshold_counts_only_the_quiet_rounds_and_needs_both_sides():
     stacks: dict = {}
     quiet = rounds_of(stacks, {"base": {"forward": [1.0] * 8}, "a": {"forward": [2.0] * 7 + [1.0]}})
-    assert not rounds.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
-    assert rounds.clear_of_threshold("base", ["a"], stacks, quiet - {8}, **CLEAR)
-    assert not rounds.clear_of_threshold("missing", ["a"], stacks, quiet, **CLEAR)
-    assert not rounds.clear_of_threshold("base", ["missing"], stacks, quiet, **CLEAR)
+    assert not round_loop.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
+    assert round_loop.clear_of_threshold("base", ["a"], stacks, quiet - {8}, **CLEAR)
+    assert not round_loop.clear_of_threshold("missing", ["a"], stacks, quiet, **CLEAR)
+    assert not round_loop.clear_of_threshold("base", ["missing"], stacks, quiet, **CLEAR)
     # A candidate whose artifact did not load has a record and no rounds: no ratio, so nothing is decided (a run
     # of the baseline alone said "every gate decided" at its first look).
     stacks["b"] = {"status": "not measured", "reason": "its artifact did not load and run (runtime phase)"}
-    assert not rounds.clear_of_threshold("base", ["b"], stacks, quiet - {8}, **CLEAR)
-    assert rounds.clear_of_threshold("base", ["a", "b"], stacks, quiet - {8}, **CLEAR)
+    assert not round_loop.clear_of_threshold("base", ["b"], stacks, quiet - {8}, **CLEAR)
+    assert round_loop.clear_of_threshold("base", ["a", "b"], stacks, quiet - {8}, **CLEAR)
 
 
 def test_rounds_without_a_ratio_to_decide_are_the_planned_ones():
     """A variant only one stack has, or a stack whose artifact did not load: stop-early has nothing to decide, so
     the measurement neither stops at a look nor goes on past the planned rounds (it went on to most-rounds)."""
-    assert rounds.ratio_to_decide("base", ["a", "side"], {"base": 1, "side": 2})
-    assert not rounds.ratio_to_decide("base", ["a"], {"a": 1})
-    assert not rounds.ratio_to_decide("base", ["a"], {"base": 1, "other": 2})
-    design = rounds.rounds_design(9, 15, rounds.ratio_to_decide("base", ["a"], {"a": 1}), stats.interval_confidence(2))
-    assert design == ({}, 9)
+    assert round_loop.ratio_to_decide("base", ["a", "side"], {"base": 1, "side": 2})
+    assert not round_loop.ratio_to_decide("base", ["a"], {"a": 1})
+    assert not round_loop.ratio_to_decide("base", ["a"], {"base": 1, "other": 2})
+    design, clear = round_loop.stop_rule("base", ["a"], {}, {"a": 1}, threshold=1.05, min_delta_ms=0.0,
+                                         design=RoundsDesign.of(planned=9, most_rounds=15, stop_early=True, intervals=2))
+    assert clear is None and design.at_most == 9
 
 
 def test_a_method_within_min_delta_ms_is_clear_whatever_its_ratio():
     """At a few microseconds a call, a ratio measures timer overhead: 2× of 0.01 ms is 0.01 ms slower."""
     stacks: dict = {}
     quiet = rounds_of(stacks, {"base": {"forward": [0.01] * 7}, "a": {"forward": [0.02, 0.01] * 3 + [0.015]}})
-    assert not rounds.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
-    assert rounds.clear_of_threshold("base", ["a"], stacks, quiet, **{**CLEAR, "min_delta_ms": 0.05})
+    assert not round_loop.clear_of_threshold("base", ["a"], stacks, quiet, **CLEAR)
+    assert round_loop.clear_of_threshold("base", ["a"], stacks, quiet, **{**CLEAR, "min_delta_ms": 0.05})
 
 
 # -- what all of it keeps: coverage, per interval and per gate, by simulation ---------------------------
@@ -258,13 +259,12 @@ def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_t
         cand = scripted.ScriptedServer(lambda n, m=machine: {"forward": (10 * true_ratio * m[n - 1] * np.exp(
             0.05 * rng.standard_normal(20))).tolist()}, pid=2)
         stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
-        clear = lambda quiet, s=stacks: rounds.clear_of_threshold("legacy", ["candidate"], s, quiet, **{  # noqa: E731
+        clear = lambda quiet, s=stacks: round_loop.clear_of_threshold("legacy", ["candidate"], s, quiet, **{  # noqa: E731
             **CLEAR, "threshold": true_ratio})
-        tried, ended = rounds.run_rounds({"legacy": base, "candidate": cand}, stacks, planned, 1, None, clear,
-                                         looks=stats.sequential_looks(planned),
-                                         watch=scripted.scripted_watch(lambda n: False))
-        (estimate, _), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
-                                              planned=planned, confidence=0.95) or []
+        tried, ended = round_loop.run_rounds({"legacy": base, "candidate": cand}, stacks, CLEAR["design"], 1, None,
+                                             clear, watch=scripted.scripted_watch(lambda n: False))
+        (estimate, _), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
+                                                  design=CLEAR["design"]) or []
         covered += estimate.low <= true_ratio <= estimate.high
         stopped += ended is RoundsEnded.DECIDED
     level = 1 - stats.miss_probability(stats.sequential_looks(planned))
@@ -343,15 +343,15 @@ def test_an_order_effect_that_comes_with_the_disturbances_does_not_tip_the_ratio
             return lambda: load
 
         stacks = {"legacy": {"status": "ok", "rounds": []}, "candidate": {"status": "ok", "rounds": []}}
-        check = lambda quiet, s=stacks: rounds.clear_of_threshold("legacy", ["candidate"], s, quiet, **CLEAR)  # noqa: E731
-        tried, ended = rounds.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, 9, 1, None, check,
-                                         looks=stats.sequential_looks(9), watch=watch)
+        check = lambda quiet, s=stacks: round_loop.clear_of_threshold("legacy", ["candidate"], s, quiet, **CLEAR)  # noqa: E731
+        tried, ended = round_loop.run_rounds({"legacy": baseline, "candidate": candidate}, stacks, CLEAR["design"], 1,
+                                             None, check, watch=watch)
         counted = [entry["order"][0] for entry in tried if not entry["disturbed"]]
         assert counted == ["legacy", "candidate"] * (len(counted) // 2) + ["legacy"] * (len(counted) % 2)
         if ended is not RoundsEnded.REPEATS_RAN_OUT:
             judged += 1
-            (estimate, baseline_ms), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {
-                e["round"] for e in tried if not e["disturbed"]}, planned=9, confidence=0.95) or []
+            (estimate, baseline_ms), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {
+                e["round"] for e in tried if not e["disturbed"]}, design=CLEAR["design"]) or []
             clear += estimate.outcome(1.05, baseline_ms, 0.0) != "inconclusive"
     assert judged > trials / 2 and clear == 0
 
@@ -386,9 +386,8 @@ def test_rounds_past_the_planned_ones_stop_at_the_first_look_that_decides():
     per_round = [1.02] + [1.1] * 8 + [1.2] * 6
     tried, ended, stacks = run(per_round, stop_early=True, intervals=2, most=15)
     assert (len(tried), ended) == (12, RoundsEnded.DECIDED)
-    confidence = stats.interval_confidence(2)
-    (estimate, _), = rounds.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
-                                          planned=9, most=15, confidence=confidence) or []
+    (estimate, _), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
+                                              design=RoundsDesign(planned=9, stop_early=True, most=15, intervals=2)) or []
     assert (estimate.low, estimate.high) == (1.1, 1.2) and estimate.judge(1.05) == "failed"
     # The design's coverage, counted over every sign sequence of 15 rounds: [min, max] at 7, 8 and 9, then
     # [x(2), x(n−1)] at 12, 13 and 14, [x(3), x(13)] at 15.
@@ -457,29 +456,29 @@ def _regression_with_a_remedy(project: Path):
     write_stack_model(out, "legacy", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE])
     write_stack_model(out, "candidate", "vit-smoke", eager=[REFERENCE], artifact=[REFERENCE * 1.1])
     write_remedied(out, "candidate", "vit-smoke", remedy_outputs=[REFERENCE], latency_ms=None)
-    intervals = rounds.gate_intervals(plan, plan.models[0], [(spec, Path()) for spec in plan.stacks])
-    return plan, plan.models[0], remedied("candidate"), intervals
+    design = rounds.rounds_design(plan, plan.models[0], [(spec, Path()) for spec in plan.stacks])
+    return plan, plan.models[0], remedied("candidate"), design
 
 
 def test_a_remedied_side_whose_server_ends_ends_alone_and_the_candidates_regression_is_still_judged(project):
     """The candidate is 1.5× the baseline; its remedied side's server ends in round 3. The measure session's rounds
-    (rounds.play_rounds: the stop rule over every side, run_rounds), written as its file and judged: the candidate's
+    (round_loop.play_rounds: the stop rule over every side, run_rounds), written as its file and judged: the candidate's
     rounds go on to their decision and its latency gate fails; the remedy's gate fails on its server's end (its two
     rounds kept, no ratio made of them); the round it ended in names it, and nothing reads "machine busy". (Before, the server's end ended every side's rounds, and the candidate's gate read
     "1 thread(s): machine busy: 3 of 3 rounds quiet; an interval needs 7 quiet rounds".)"""
-    plan, model, side, intervals = _regression_with_a_remedy(project)
+    plan, model, side, design = _regression_with_a_remedy(project)
     out = plan.settings.out_dir
     for threads in plan.settings.threads:
         servers = {"legacy": _loaded(1.0, 1), "candidate": _loaded(1.5, 2), side: _loaded(1.0, 3, rounds_in_it=2)}
         stacks = {name: _record() for name in servers}
-        tried, ended, most = rounds.play_rounds(plan, threads, servers, stacks, [side], intervals, log=lambda _: None,
-                                                watch=scripted.scripted_watch(lambda n: False))
+        tried, ended, ran = round_loop.play_rounds(plan, threads, servers, stacks, [side], design, log=lambda _: None,
+                                                   watch=scripted.scripted_watch(lambda n: False))
         assert ended is RoundsEnded.DECIDED and len(tried) == 7 and tried[2]["servers_ended"] == [side]
         assert stacks[side]["status"] == "failed" and len(stacks[side]["rounds"]) == 2
-        data = rounds.measurement_data(plan, model, threads, intervals=intervals, most=most,
+        data = rounds.measurement_data(plan, model, threads, design=ran,
                                        order=["legacy", "candidate"], remedied={side: {"forward": "remedy.pte"}},
                                        key=None, tried=tried, ended=ended, elapsed_s=1.0, stacks=stacks)
-        layout.measurement_file(out, "vit-smoke", threads).write_text(json.dumps(data))
+        layout.measurement_file(out, "vit-smoke", threads).write_text(json.dumps(data.to_dict()))
     models = gather(plan)
     verdict = evaluate(plan, models)
     latency = next(g for g in verdict.gates if g.gate == "latency")
@@ -501,17 +500,18 @@ def test_a_file_whose_rounds_a_remedied_sides_server_ended_reads_as_that_never_a
     side's rounds (run_rounds as it was: no baseline to go on with), its rounds not naming it. The candidate's gate
     is incomplete for the server's end — measuring again goes on without it — never "machine busy", which advised
     a quieter machine."""
-    plan, model, side, intervals = _regression_with_a_remedy(project)
+    plan, model, side, design = _regression_with_a_remedy(project)
     for threads in plan.settings.threads:
         servers = {"legacy": _loaded(1.0, 1), "candidate": _loaded(1.5, 2), side: _loaded(1.0, 3, rounds_in_it=2)}
         stacks = {name: _record() for name in servers}
-        tried, ended = rounds.run_rounds(servers, stacks, 9, threads, watch=scripted.scripted_watch(lambda n: False))
+        tried, ended = round_loop.run_rounds(servers, stacks, RoundsDesign(planned=9), threads,
+                                             watch=scripted.scripted_watch(lambda n: False))
         assert ended is RoundsEnded.SERVER_ENDED and len(tried) == 3
-        data = rounds.measurement_data(plan, model, threads, intervals=intervals, most=15, order=["legacy", "candidate"],
+        data = rounds.measurement_data(plan, model, threads, design=replace(design, most=15), order=["legacy", "candidate"],
                                        remedied={side: {"forward": "remedy.pte"}}, key=None,
                                        tried=[{k: v for k, v in entry.items() if k != "servers_ended"} for entry in tried],
                                        ended=ended, elapsed_s=1.0, stacks=stacks)
-        layout.measurement_file(plan.settings.out_dir, "vit-smoke", threads).write_text(json.dumps(data))
+        layout.measurement_file(plan.settings.out_dir, "vit-smoke", threads).write_text(json.dumps(data.to_dict()))
     verdict = evaluate(plan, gather(plan))
     latency = next(g for g in verdict.gates if g.gate == "latency")
     assert latency.status is GateStatus.INCOMPLETE

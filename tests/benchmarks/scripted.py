@@ -1,4 +1,4 @@
-"""Measurement servers played in-process, for the measure session's own loop (rounds.run_rounds).
+"""Measurement servers played in-process, for the measure session's own loop (round_loop.run_rounds).
 
 The rounds of a finished run played again (``nox -s benchmark -- stop-early``, ``-- most-rounds``), or rounds whose true
 ratio is known (``coverage`` and ``gate``, tests/test_rounds.py): what they drive is the loop, the
@@ -14,9 +14,10 @@ from typing import Any
 
 from upgrade_gate import stats
 from upgrade_gate.judge._latency_gates import deciding
-from upgrade_gate.measure import _contention, rounds
+from upgrade_gate.measure import _contention, round_loop
 from upgrade_gate.run.supervisor import ServerFailed
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded
+from upgrade_gate.schema.measurement import RoundsDesign
 
 Samples = dict[str, list[float]]  # one round's samples per method, in ms
 
@@ -54,7 +55,7 @@ class ScriptedServer:
         pass
 
 
-def scripted_watch(disturbed: Callable[[int], bool]) -> rounds.Watch:
+def scripted_watch(disturbed: Callable[[int], bool]) -> round_loop.Watch:
     """A machine that disturbs every stack's part of round ``n`` (as tried, from 1) where ``disturbed(n)``."""
     parts: dict[int, int] = {}  # per timed server: the parts watched so far
 
@@ -80,7 +81,7 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
     """A baseline whose every call takes 1 ms and a candidate whose method m takes ``per_round[m][i]`` ms in
     the i-th quiet round, measured as the measure session measures them (``run_rounds`` with its stop rule,
     ``clear_of_threshold``, ``planned`` rounds, going on up to ``most`` while an interval straddles where looks
-    past them fit (``rounds_design``, as the session has it); the machine disturbs round n, as tried, where
+    past them fit (``RoundsDesign.of``, as the session has it); the machine disturbs round n, as tried, where
     ``disturbed(n)``), then judged as the latency gate judges each method (its ratio as gather makes it, of
     the quiet rounds; ``RatioEstimate.outcome`` against ``threshold``), each interval at its share of a gate
     of ``intervals``."""
@@ -96,9 +97,9 @@ def measure(per_round: Sequence[Sequence[float]], *, threshold: float, planned: 
         return {method: [per_round[m][place]] for m, method in enumerate(methods)}
 
     servers = {"baseline": ScriptedServer(baseline, pid=1), "candidate": ScriptedServer(candidate, pid=2)}
+    design = RoundsDesign.of(planned=planned, most_rounds=most, stop_early=stop_early, intervals=intervals)
     return _played(servers, "baseline", ["candidate"], "candidate", threshold=threshold, min_delta_ms=0.0,
-                   confidence=stats.interval_confidence(intervals), planned=planned, most=most,
-                   stop_early=stop_early, threads=1, watch=scripted_watch(disturbed))
+                   design=design, threads=1, watch=scripted_watch(disturbed))
 
 
 def gate(measurements: Sequence[Measurement]) -> str:
@@ -111,7 +112,7 @@ def gate(measurements: Sequence[Measurement]) -> str:
 def replay(data: dict[str, Any], *, baseline: str, candidates: Sequence[str], candidate: str, threshold: float,
            min_delta_ms: float, confidence: float, planned: int, most: int) -> Measurement:
     """A finished measurement's recorded rounds (a measurement file's ``data``) played again through the measure
-    session's loop with stop-early where they make a ratio to decide (rounds.ratio_to_decide): ``planned`` rounds,
+    session's loop with stop-early where they make a ratio to decide (round_loop.ratio_to_decide): ``planned`` rounds,
     going on up to ``most`` while an interval straddles (``planned``: never past them), every round disturbed as
     it was; then ``candidate``'s ratios judged as the gate judges them. A stack whose recorded rounds run out ends
     as a server that failed does."""
@@ -119,26 +120,26 @@ def replay(data: dict[str, Any], *, baseline: str, candidates: Sequence[str], ca
                 for name, stack in data["stacks"].items() if stack.get("status") == "ok"}
     servers = {name: ScriptedServer(mine.get, pid=index) for index, (name, mine) in enumerate(recorded.items(), start=1)}
     disturbed = {entry["round"] for entry in data.get("rounds") or () if entry["disturbed"]}
+    # The intervals whose share ``confidence`` is (stats.interval_confidence): the benchmark passes the share.
+    intervals = round((1 - stats.CONFIDENCE) / (1 - confidence))
+    design = RoundsDesign.of(planned=planned, most_rounds=most, stop_early=True, intervals=intervals)
     return _played(servers, baseline, candidates, candidate, threshold=threshold, min_delta_ms=min_delta_ms,
-                   confidence=confidence, planned=planned, most=most, stop_early=True, threads=int(data["threads"]),
-                   watch=scripted_watch(disturbed.__contains__))
+                   design=design, threads=int(data["threads"]), watch=scripted_watch(disturbed.__contains__))
 
 
 def _played(servers: dict[str, ScriptedServer], baseline: str, candidates: Sequence[str], candidate: str, *,
-            threshold: float, min_delta_ms: float, confidence: float, planned: int, most: int, stop_early: bool,
-            threads: int, watch: rounds.Watch) -> Measurement:
-    """``servers`` measured as the measure session measures them (``run_rounds`` ended by ``rounds.stop_rule``),
+            threshold: float, min_delta_ms: float, design: RoundsDesign, threads: int,
+            watch: round_loop.Watch) -> Measurement:
+    """``servers`` measured as the measure session measures them (``run_rounds`` ended by ``round_loop.stop_rule``),
     then ``candidate``'s ratios of the quiet rounds judged as the latency gate judges each method
     (``RatioEstimate.outcome``), the sequential design's where the rounds could stop early."""
     stacks: dict[str, dict[str, Any]] = {name: {"status": "ok", "rounds": []} for name in servers}
-    looks, most, clear = rounds.stop_rule(baseline, candidates, stacks, servers, rounds=planned, most_rounds=most,
-                                          stop_early=stop_early, confidence=confidence, threshold=threshold,
-                                          min_delta_ms=min_delta_ms)
-    tried, ended = rounds.run_rounds(dict(servers), stacks, planned, threads, clear=clear, looks=looks, most=most,
-                                     watch=watch, baseline=baseline)
+    design, clear = round_loop.stop_rule(baseline, candidates, stacks, servers, design=design, threshold=threshold,
+                                         min_delta_ms=min_delta_ms)
+    tried, ended = round_loop.run_rounds(dict(servers), stacks, design, threads, clear=clear, watch=watch,
+                                         baseline=baseline)
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
-    found = rounds.ratios_so_far(baseline, [candidate], stacks, quiet, planned=planned if looks else 0,
-                                 confidence=confidence, most=most if looks else 0) or []
+    found = round_loop.ratios_so_far(baseline, [candidate], stacks, quiet, design=design) or []
     return Measurement(tried=tried, ended=ended,
                        outcomes=[(estimate.outcome(threshold, baseline_ms, min_delta_ms), estimate)
                                  for estimate, baseline_ms in found])

@@ -1,5 +1,5 @@
 """A target's rounds timed as the host's are: one server per stack and model over its own ssh connection
-(compat/device_runner.py ``serve --measure``), driven by the host's round loop (measure/rounds.py ``run_rounds``).
+(compat/device_runner.py ``serve --measure``), driven by the host's round loop (measure/round_loop.py ``run_rounds``).
 
 The same alternating order, the same stop rule (the sequential looks, ``stop-early``), the same contention check —
 the target's CPU accounting read by the runner around each timed part, judged by measure/_contention.py's rule, a
@@ -21,12 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from upgrade_gate import layout, stats
+from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs
 from upgrade_gate.measure import _contention
-from upgrade_gate.measure.rounds import Watch, ratio_to_decide, run_rounds, stop_rule
+from upgrade_gate.measure.round_loop import Watch, ratio_to_decide, run_rounds, stop_rule
 from upgrade_gate.run.supervisor import ServerFailed
+from upgrade_gate.schema.measurement import RoundsDesign
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).
 SSH_FAILED = 255
@@ -37,7 +38,7 @@ class ConnectionLost(Exception):
 
 
 class RemoteServer:
-    """A ``device_runner.py serve --measure`` on a target, over one ssh connection: a measure/rounds.py RoundServer.
+    """A ``device_runner.py serve --measure`` on a target, over one ssh connection: a measure/round_loop.py RoundServer.
     Its stderr goes to ``log``; a request without an answer within its stage's deadline is a timeout."""
 
     def __init__(self, argv: list[str], log: IO[bytes], deadline_s: Callable[[str], float]) -> None:
@@ -142,8 +143,9 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
     for threads in settings.threads:
         for model, held in manifest["models"].items():
             # One gate over every target it judges: each interval's share is of all of them.
-            intervals = device_gate_intervals(plan, model, len(settings.threads), len(held["methods"]), runs)
-            confidence = stats.interval_confidence(intervals)
+            design = RoundsDesign.of(planned=settings.rounds, most_rounds=settings.most_rounds,
+                                     stop_early=settings.stop_early, intervals=device_gate_intervals(
+                                         plan, model, len(settings.threads), len(held["methods"]), runs))
             rows = [row for row in served if row[0] == model]
             servers: dict[str, RemoteServer] = {}
             try:
@@ -151,17 +153,14 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
                                         servers, lines)
                 if not ratio_to_decide(plan.baseline.name, candidates, servers):
                     continue  # the baseline, or every candidate, cannot run here: its line says why; no ratio
-                looks, most, clear = stop_rule(
-                    plan.baseline.name, candidates, stacks, servers,
-                    rounds=settings.rounds, most_rounds=settings.most_rounds, stop_early=settings.stop_early,
-                    confidence=confidence, threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
-                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if looks else ''}"
-                    f"{settings.rounds} rounds"
-                    f"{f' ({most} while an interval straddles)' if most > settings.rounds else ''}")
+                design, clear = stop_rule(plan.baseline.name, candidates, stacks, servers, design=design,
+                                          threshold=gate.threshold, min_delta_ms=gate["min-delta-ms"])
+                log(f"targets: {target_line['name']}: {model}, {threads} thread(s): {'up to ' if clear else ''}"
+                    f"{design.planned} rounds"
+                    f"{f' ({design.most} while an interval straddles)' if design.most > design.planned else ''}")
                 # A candidate whose runner ends there ends alone; the others go on to their decision.
-                tried, ended = run_rounds(servers, stacks, settings.rounds, threads, None, clear, looks=looks,
-                                          most=most, watch=remote_watch(servers, threads, cores),
-                                          baseline=plan.baseline.name)
+                tried, ended = run_rounds(servers, stacks, design, threads, None, clear,
+                                          watch=remote_watch(servers, threads, cores), baseline=plan.baseline.name)
                 goodbyes = {name: server.close() for name, server in servers.items()}
                 servers.clear()
             finally:
@@ -171,8 +170,9 @@ def time_on_target(plan: Plan, ssh: list[str], remote_bundle: str, pythons: dict
             lines += [_server_line(model, name, threads, record["ready"], goodbyes.get(name))
                       for name, record in stacks.items()]
             lines.append({"record": "rounds", "model": model, "threads": threads, "ended": ended.value,
-                          "stop_early": settings.stop_early, "most": most, "tried": len(tried),
-                          "counted": sum(1 for entry in tried if not entry["disturbed"]), "intervals": intervals})
+                          "stop_early": settings.stop_early, "most": design.most, "tried": len(tried),
+                          "counted": sum(1 for entry in tried if not entry["disturbed"]),
+                          "intervals": design.intervals})
     return lines
 
 
