@@ -264,7 +264,7 @@ def test_whole_measurements_from_raw_samples_that_stop_early_cover_as_often_as_t
         tried, ended = round_loop.run_rounds({"legacy": base, "candidate": cand}, stacks, CLEAR["design"], 1, None,
                                              clear, watch=scripted.scripted_watch(lambda n: False))
         (estimate, _), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
-                                                  design=CLEAR["design"]) or []
+                                                  CLEAR["design"])["candidate"]
         covered += estimate.low <= true_ratio <= estimate.high
         stopped += ended is RoundsEnded.DECIDED
     level = 1 - stats.miss_probability(stats.sequential_looks(planned))
@@ -351,7 +351,7 @@ def test_an_order_effect_that_comes_with_the_disturbances_does_not_tip_the_ratio
         if ended is not RoundsEnded.REPEATS_RAN_OUT:
             judged += 1
             (estimate, baseline_ms), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {
-                e["round"] for e in tried if not e["disturbed"]}, design=CLEAR["design"]) or []
+                e["round"] for e in tried if not e["disturbed"]}, CLEAR["design"])["candidate"]
             clear += estimate.outcome(1.05, baseline_ms, 0.0) != "inconclusive"
     assert judged > trials / 2 and clear == 0
 
@@ -387,7 +387,7 @@ def test_rounds_past_the_planned_ones_stop_at_the_first_look_that_decides():
     tried, ended, stacks = run(per_round, stop_early=True, intervals=2, most=15)
     assert (len(tried), ended) == (12, RoundsEnded.DECIDED)
     (estimate, _), = round_loop.ratios_so_far("legacy", ["candidate"], stacks, {e["round"] for e in tried},
-                                              design=RoundsDesign(planned=9, stop_early=True, most=15, intervals=2)) or []
+                                              RoundsDesign(planned=9, stop_early=True, most=15, intervals=2))["candidate"]
     assert (estimate.low, estimate.high) == (1.1, 1.2) and estimate.judge(1.05) == "failed"
     # The design's coverage, counted over every sign sequence of 15 rounds: [min, max] at 7, 8 and 9, then
     # [x(2), x(n−1)] at 12, 13 and 14, [x(3), x(13)] at 15.

@@ -139,7 +139,7 @@ def _played(servers: dict[str, ScriptedServer], baseline: str, candidates: Seque
     tried, ended = round_loop.run_rounds(dict(servers), stacks, design, threads, clear=clear, watch=watch,
                                          baseline=baseline)
     quiet = {entry["round"] for entry in tried if not entry["disturbed"]}
-    found = round_loop.ratios_so_far(baseline, [candidate], stacks, quiet, design=design) or []
+    found = (round_loop.ratios_so_far(baseline, [candidate], stacks, quiet, design) or {}).get(candidate, [])
     return Measurement(tried=tried, ended=ended,
                        outcomes=[(estimate.outcome(threshold, baseline_ms, min_delta_ms), estimate)
                                  for estimate, baseline_ms in found])

@@ -175,16 +175,10 @@ def play_rounds(plan: Plan, threads: int, servers: dict[str, AnyServer], stacks:
     return tried, ended, design
 
 
-def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int], *,
-                  design: RoundsDesign) -> list[tuple[RatioEstimate, float]] | None:
-    """Every candidate's ratio to the baseline, per method, over the ``quiet`` rounds (``design.ratio``), each with
+def ratios_so_far(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
+                  design: RoundsDesign) -> dict[str, list[tuple[RatioEstimate, float]]] | None:
+    """Each candidate's ratios to the baseline, per method, over the ``quiet`` rounds (``design.ratio``), each with
     the baseline's median in ms; None without a baseline and a candidate, or where a ratio cannot be made."""
-    found = _ratios_by_candidate(baseline, candidates, stacks, quiet, design)
-    return None if found is None else [pair for pairs in found.values() for pair in pairs]
-
-
-def _ratios_by_candidate(baseline: str, candidates: Sequence[str], stacks: dict[str, dict[str, Any]], quiet: set[int],
-                         design: RoundsDesign) -> dict[str, list[tuple[RatioEstimate, float]]] | None:
     theirs = _samples_by_method(stacks.get(baseline) or {}, quiet)
     # A candidate not measured, or whose server ended (its record says why), has no ratio, and does not make the
     # gate decided: the others' rounds go on to their own decision.
@@ -212,7 +206,7 @@ def clear_of_threshold(baseline: str, candidates: Sequence[str], stacks: dict[st
     top at most ``min_delta_ms`` slower): one of them wholly beyond (the gate fails whatever its other methods
     say: going on could only widen that interval back over the threshold), or every one decided. False without
     a baseline and a candidate."""
-    found = _ratios_by_candidate(baseline, candidates, stacks, quiet, design)
+    found = ratios_so_far(baseline, candidates, stacks, quiet, design)
     if found is None:
         return False
     for pairs in found.values():

@@ -1,23 +1,13 @@
 """The measure session: latency, cold start and memory, measured so that noise cannot flip the verdict.
 
-Runs after every stack has exported and checked its artifacts, when the tool
-has nothing else to do: nothing is timed while anything of ours runs beside it.
-For each model and each thread count:
-
-1. One fresh server process per stack (compat/worker.py ``measure``), all started
-   at once: each imports its stack, starts its runtime and notes its resident
-   memory; then, one after the other while the others wait idle, each loads the
-   artifacts and runs every method once — the cold start — then warms up.
-2. Rounds, the stacks in turn (upgrade_gate.measure.round_loop): in each round every stack times each method
-   ``iterations / rounds`` times or for ``time-budget / rounds`` seconds, whichever is more, as the model's
-   ``RoundsDesign`` says (schema.measurement: the planned rounds, stop-early's looks and the most rounds, for the
-   intervals its latency gate judges). A candidate whose diagnose phase chose a remedy is timed twice in each
-   round: as shipped, and with the remedied artifacts in place of the shipped ones (``Side``,
-   schema.measured.remedied), so that the latency gate judges the remedy with the same rounds, stop rule and
-   contention check as the stack.
-3. Each server exits with its peak resident memory: what loading and running
-   the model took is that peak minus the memory it had with only the runtime
-   started.
+Runs after every stack has exported and checked its artifacts, when nothing else of the tool runs. For each model
+and thread count: one fresh server process per stack (compat/worker.py ``measure``), all started at once, each
+importing its stack and noting its resident memory; then, one after the other while the others wait idle, each
+loads the artifacts and runs every method once (the cold start), then warms up. Then the rounds, the stacks in
+turn (measure/round_loop.py), as the model's ``RoundsDesign`` says (schema.measurement). A candidate whose diagnose
+phase chose a remedy is timed twice in each round, as shipped and with the remedied artifacts (``Side``,
+schema.measured.remedied), so that the latency gate judges the remedy as it judges the stack. Each server exits
+with its peak resident memory: what the model took is that peak less the memory of the runtime alone.
 
 The file (schema.measurement.Measurement) is cached like a phase, keyed by the runtime keys of every stack it
 measured, the measurement settings and the machine (CPU model and core count): a cache shared between machines
