@@ -1,22 +1,23 @@
 """The latency, memory and budget gates: a ratio's interval against the threshold, rounds the machine
-disturbed left out, and a busy machine said once."""
+disturbed left out (a busy machine's note: judge/_busy_machine.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.settings import OPTION
+from upgrade_gate.judge._busy_machine import busy_note, over_in_every_round
 from upgrade_gate.judge._gates import Gates, Missing, Rule
-from upgrade_gate.schema.measured import BusyRounds, RatioEstimate, RoundsEnded
+from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded
 from upgrade_gate.schema.measurement import Contention, RoundsDesign
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (
-    GateResult,
     GateStatus,
     Quantity,
     Unit,
 )
-from upgrade_gate.stats import CONFIDENCE, fewest_rounds, together
+from upgrade_gate.stats import CONFIDENCE, together
 from upgrade_gate.text import size
 
 # Where a gate still straddles after every round it could take, the `most-rounds` that would decide it more often
@@ -37,16 +38,8 @@ def latency_gate(found: Gates, severity: str) -> None:
     neither a failure nor a pass. A definite failure at another thread count still fails.
     """
     plan, model, stack, base = found.plan, found.model, found.stack, found.plan.baseline.name
-    gates = plan.settings.gates
-    max_ratio, min_delta = gates["latency"].threshold, gates["latency"]["min-delta-ms"]
-    rounds = plan.settings.rounds
-    most = max((machine.most for machine in model.contention.values()), default=rounds)
-    rule = Rule(metric="ratio", op="≤", threshold=Quantity(value=max_ratio, unit=Unit.RATIO),
-                condition=f"the median's whole interval, per thread count and method, the gate's intervals at least "
-                          f"{CONFIDENCE:.0%} together; methods at most {min_delta:g} ms slower at its top pass",
-                evidence=f"measurements/{model.name}/threads-*.json ("
-                         f"{'up to ' if plan.settings.stop_early else ''}{rounds} quiet rounds, "
-                         f"{f'{most} while an interval straddled, ' if most > rounds else ''}the order alternating)")
+    max_ratio = plan.settings.gates["latency"].threshold
+    rule = _latency_rule(plan, model)
     judged: list[Row] = []
     for threads in plan.settings.threads:
         mine, theirs = found.candidate.measured[threads], found.baseline.measured[threads]
@@ -68,8 +61,8 @@ def latency_gate(found: Gates, severity: str) -> None:
         machine = model.contention.get(threads)
         busy = model.busy_at(threads)
         if busy is not None:
-            over = _over_in_every_round(model.every_round(stack, threads), max_ratio)
-            judged.append(("incomplete", _busy_note(threads, busy) + (f"; not judged, but {over}" if over else ""),
+            over = over_in_every_round(model.every_round(stack, threads), max_ratio)
+            judged.append(("incomplete", busy_note(threads, busy) + (f"; not judged, but {over}" if over else ""),
                            None, threads))
             continue
         if machine is not None and machine.ended is RoundsEnded.SERVER_ENDED and machine.quiet < machine.needs:
@@ -78,17 +71,7 @@ def latency_gate(found: Gates, severity: str) -> None:
             judged.append(("incomplete", f"{threads} thread(s): {machine.ending()}; an interval needs "
                                          f"{machine.needs} quiet rounds", None, threads))
             continue
-        for method in mine.latency:
-            estimate = model.ratio(stack, threads, method)
-            if estimate is None:
-                judged.append(("incomplete", f"{threads} thread(s), {method}: no rounds in common", None, threads))
-                continue
-            where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
-                     f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
-            if machine is not None and machine.oversubscribed:
-                where += f" ({machine.threads} threads on {machine.free_cores:.2f} free cores)"
-            outcome = estimate.outcome(max_ratio, theirs.latency[method].p50_ms, min_delta)
-            judged.append((outcome, where, estimate, threads))
+        judged += _method_rows(found, threads)
     if not judged:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note="no thread count measured"))
         return
@@ -96,14 +79,58 @@ def latency_gate(found: Gates, severity: str) -> None:
     if estimate is None:
         found.missing("latency", severity, rule, Missing(status=GateStatus.INCOMPLETE, note=where))
         return
-    machine = model.contention.get(deciding_threads)
+    where += _why_so_few(plan, model.contention.get(deciding_threads), outcome, estimate)
+    levels = [e.level for _, _, e, _ in judged if e is not None]
+    where += f"; the gate's {len(levels)} intervals together: at least {together(levels):.1%}" if len(levels) > 1 \
+        else ""
+    found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
+              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
+                                level=estimate.level), note=where)
+
+
+def _latency_rule(plan: Plan, model: ModelResults) -> Rule:
+    """The latency gate's rule, with the rounds it was judged by."""
+    gate, rounds = plan.settings.gates["latency"], plan.settings.rounds
+    most = max((machine.most for machine in model.contention.values()), default=rounds)
+    return Rule(metric="ratio", op="≤", threshold=Quantity(value=gate.threshold, unit=Unit.RATIO),
+                condition=f"the median's whole interval, per thread count and method, the gate's intervals at least "
+                          f"{CONFIDENCE:.0%} together; methods at most {gate['min-delta-ms']:g} ms slower at its top "
+                          "pass",
+                evidence=f"measurements/{model.name}/threads-*.json ("
+                         f"{'up to ' if plan.settings.stop_early else ''}{rounds} quiet rounds, "
+                         f"{f'{most} while an interval straddled, ' if most > rounds else ''}the order alternating)")
+
+
+def _method_rows(found: Gates, threads: int) -> list[Row]:
+    """Each method's row at ``threads``: its ratio's outcome, or why it has none."""
+    gate, model = found.plan.settings.gates["latency"], found.model
+    mine, theirs = found.candidate.measured[threads], found.baseline.measured[threads]
+    machine = model.contention.get(threads)
+    rows: list[Row] = []
+    for method in mine.latency:
+        estimate = model.ratio(found.stack, threads, method)
+        if estimate is None:
+            rows.append(("incomplete", f"{threads} thread(s), {method}: no rounds in common", None, threads))
+            continue
+        where = (f"{threads} thread(s){'' if method == 'forward' else f', {method}'}: "
+                 f"{mine.latency[method].p50_ms:.3f} ms / {theirs.latency[method].p50_ms:.3f} ms")
+        if machine is not None and machine.oversubscribed:
+            where += f" ({machine.threads} threads on {machine.free_cores:.2f} free cores)"
+        rows.append((estimate.outcome(gate.threshold, theirs.latency[method].p50_ms, gate["min-delta-ms"]), where,
+                     estimate, threads))
+    return rows
+
+
+def _why_so_few(plan: Plan, machine: Contention | None, outcome: str, estimate: RatioEstimate) -> str:
+    """What the deciding row's note adds: why its interval is short or straddles, and why the rounds ended."""
+    where = ""
     if outcome == "inconclusive" and not estimate.holds:
         where += f"; only {len(estimate.per_round)} quiet rounds: the interval covers {estimate.level:.1%}, short of " \
                  f"the {estimate.confidence:.2%} each of the gate's intervals needs"
         if machine is not None and machine.ended is RoundsEnded.PLANNED and machine.needs > machine.most:
             where += f" (set `rounds` to at least {machine.needs})"
     elif outcome == "inconclusive":
-        where += f"; the interval straddles {max_ratio:.2f}"
+        where += f"; the interval straddles {plan.settings.gates['latency'].threshold:.2f}"
         if (machine is not None and machine.ended is RoundsEnded.PLANNED and plan.settings.stop_early
                 and RoundsDesign.of(planned=plan.settings.rounds, most_rounds=MORE_ROUNDS, stop_early=True,
                                     intervals=machine.intervals).most > machine.most):
@@ -114,12 +141,7 @@ def latency_gate(found: Gates, severity: str) -> None:
         where += f"; {estimate.dropped} round(s) left out (samples that are not durations)"
     if machine is not None and machine.ended in (RoundsEnded.DECIDED, RoundsEnded.REPEATS_RAN_OUT):
         where += f"; {machine.ending()}"  # why there are not as many rounds as asked for
-    levels = [e.level for _, _, e, _ in judged if e is not None]
-    where += f"; the gate's {len(levels)} intervals together: at least {together(levels):.1%}" if len(levels) > 1 \
-        else ""
-    found.add("latency", severity, outcome != "failed", rule, inconclusive=outcome == "inconclusive",
-              measured=Quantity(value=estimate.median, unit=Unit.RATIO, low=estimate.low, high=estimate.high,
-                                level=estimate.level), note=where)
+    return where
 
 
 def device_latency_gate(found: Gates, severity: str) -> None:
@@ -187,78 +209,6 @@ def deciding(judged: Iterable[Row]) -> Row:
     worst outcome — one interval wholly beyond the threshold fails the gate, one straddling it leaves it
     inconclusive, all within pass it — and within it the highest interval."""
     return min(judged, key=lambda j: (OUTCOME_ORDER[j[0]], -(j[2].high if j[2] else 0)))
-
-
-def _busy_note(threads: int, machine: Contention) -> str:
-    """A latency gate incomplete for a busy machine: short, as every busy model's gate says it; the figures
-    are said once, under the verdict (machine_busy_line), and in the model's latency section."""
-    return (f"{threads} thread(s): machine busy: {machine.quiet} of {len(machine.rounds)} rounds quiet; an interval "
-            f"needs {machine.needs} quiet rounds")
-
-
-def _over_in_every_round(every: list[BusyRounds], threshold: float) -> str:
-    """What a busy thread count's rounds say all together where they say one thing: every round tried, disturbed
-    or not, over the threshold, per method ("" where none is). Not a judgement — a disturbed round may have
-    slowed either stack, and no rule here keeps its error rate under load — but a 2× regression a busy machine
-    could not time is not 'nothing to see' (issue 37: 18 disturbed rounds of levit_128s between 1.84× and
-    2.35×, threshold 1.05)."""
-    said = [f"{'' if rounds.method == 'forward' else rounds.method + ' '}{min(rounds.per_round):.2f}×–"
-            f"{max(rounds.per_round):.2f}× in every one of its {len(rounds.per_round)} rounds, disturbed or not"
-            for rounds in every if len(rounds.per_round) >= fewest_rounds() and min(rounds.per_round) > threshold]
-    return f"over {threshold:.2f}: {'; '.join(said)}" if said else ""
-
-
-# A host's steal worth naming in the busy line: a tenth of what disturbs a round (measure/_contention.py's 5%).
-STEAL_SAID = 0.005
-
-
-def machine_busy_line(models: list[ModelResults], gates: list[GateResult]) -> tuple[str | None, list[GateResult]]:
-    """One line for every latency gate a busy machine left incomplete — the models and thread counts, and how
-    busy — and those gates (issue 26: a paragraph per model filled the report's first screen)."""
-    by_name = {model.name: model for model in models}
-    affected: list[GateResult] = []
-    for gate in gates:
-        model = by_name.get(gate.model)
-        if gate.gate != "latency" or gate.status is not GateStatus.INCOMPLETE or model is None:
-            continue
-        if any(gate.note.startswith(_busy_note(threads, machine)) for threads, machine in model.contention.items()):
-            affected.append(gate)
-    if not affected:
-        return None, []
-    where, machines = [], []
-    for name in dict.fromkeys(gate.model for gate in affected):
-        busy = [(threads, machine) for threads, machine in sorted(by_name[name].contention.items()) if machine.busy]
-        machines += [machine for _, machine in busy]
-        gates_here = [gate for gate in affected if gate.model == name and gate.threshold is not None]
-
-        def over(threads: int, gates: list[GateResult] = gates_here, model: ModelResults = by_name[name]) -> str:
-            said = [(gate.stack, _over_in_every_round(model.every_round(gate.stack, threads), gate.threshold.value))
-                    for gate in gates if gate.threshold is not None]
-            return "".join(f"; {stack + ': ' if len(gates) > 1 else ''}{figures}" for stack, figures in said if figures)
-
-        where.append(f"{name} at " + ", ".join(f"{threads} thread(s) ({machine.quiet} of {len(machine.rounds)} quiet"
-                                               f"{over(threads)})" for threads, machine in busy))
-    figures = []
-    others = [m.typical_others for m in machines if m.typical_others is not None]
-    if others:
-        cores = max((m.cores for m in machines if m.cores), default=None)
-        figures.append(f"other processes kept up to {max(others):.2f}" + (f" of {cores}" if cores else "")
-                       + " cores busy")
-    waits = [m.typical_wait for m in machines if m.typical_wait is not None]
-    if waits:
-        figures.append(f"the timed threads waited up to {max(waits):.1%} of their time for a CPU")
-    steals = [m.typical_steal for m in machines if m.typical_steal]
-    if steals and max(steals) >= STEAL_SAID:
-        figures.append(f"the virtual machine's host took up to {max(steals):.1%} of its CPU time (steal)")
-    queues = [m.peak_run_queue for m in machines if m.peak_run_queue is not None]
-    if queues:
-        figures.append(f"the run queue reached {max(queues)}")
-    needs = sorted({m.needs for m in machines}) or [fewest_rounds()]  # by the number of intervals each gate judges
-    line = (f"machine busy: too few quiet rounds to judge latency (an interval needs "
-            f"{needs[0] if len(needs) == 1 else f'{needs[0]}–{needs[-1]}'}) for "
-            + "; ".join(where) + (f" — {', '.join(figures)}" if figures else "")
-            + ". Measure again when the machine is quieter: `--remeasure` times again without exporting")
-    return line, affected
 
 
 def memory_missing(found: Gates) -> Missing | None:

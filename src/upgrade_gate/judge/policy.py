@@ -59,8 +59,8 @@ from dataclasses import replace
 from upgrade_gate import __version__
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.invocation import command
+from upgrade_gate.judge._busy_machine import machine_busy_line
 from upgrade_gate.judge._findings import baseline_findings, export_memory_warnings
-from upgrade_gate.judge._latency_gates import machine_busy_line
 from upgrade_gate.judge._model_gates import model_gates
 from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.judge._remedies import remedies
