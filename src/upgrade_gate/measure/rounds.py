@@ -89,9 +89,15 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
     store = cache.ResultCache(settings.cache_dir)
     names = "+".join(spec.name for spec, _ in runnable) or "none"
     phase = f"measure-t{threads}"
-    reuse = key is not None and not (plan.fresh or plan.remeasure)
-    if reuse and _reused(store, (names, model.name, phase, str(key)), out_file, lambda said: log(f"{label}: {said}")):
-        return out_file
+    if key is not None and not (plan.fresh or plan.remeasure):
+        hit, problem = store.lookup(names, model.name, phase, key)
+        if problem:
+            log(f"{label}: {problem}")
+        if hit is not None:
+            for file in hit.files:
+                cache.copy_file(hit.path / file, out_file.parent / file)
+            log(f"{label}: reused from the cache (entry {key[:12]})")
+            return out_file
     started = time.monotonic()
     stacks: dict[str, dict[str, Any]] = {name: {"status": "not measured", "reason": why}
                                          for name, why in skipped.items()}
@@ -111,20 +117,6 @@ def measure_model(plan: Plan, model: ModelEntry, threads: int, log: Callable[[st
         store.store(names, model.name, phase, key, [out_file, *logs], {})
     log(f"{label}: " + ", ".join(f"{name} {record['status']}" for name, record in stacks.items()))
     return out_file
-
-
-def _reused(store: cache.ResultCache, entry: tuple[str, str, str, str], out_file: Path,
-            log: Callable[[str], Any]) -> bool:
-    """Whether the cache held the measurement ``entry`` (names, model, phase, key): its files copied in."""
-    hit, problem = store.lookup(*entry)
-    if problem:
-        log(problem)
-    if hit is None:
-        return False
-    for file in hit.files:
-        cache.copy_file(hit.path / file, out_file.parent / file)
-    log(f"reused from the cache (entry {entry[3][:12]})")
-    return True
 
 
 def _time_sides(plan: Plan, model: ModelEntry, threads: int, every_side: list[Side], stacks: dict[str, dict[str, Any]],

@@ -301,10 +301,6 @@ class Measurement(codec.Record):
     def design(self) -> RoundsDesign:
         return self.settings.design
 
-    def quiet_rounds(self) -> set[int]:
-        """The rounds whose ratios count."""
-        return {r.round for r in self.rounds if not r.disturbed}
-
 
 def load_measurement(out: Path, model: str, threads: int) -> Measurement | None:
     """The measure session's file for one model and thread count, or None where it has none."""
