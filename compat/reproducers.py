@@ -10,7 +10,7 @@ cannot load, lower or run it answers nothing rather than "reproduces" (releases/
 
 from __future__ import annotations
 
-from .quoting import python_comment, python_string
+from .search.quoting import python_comment, python_string
 
 MAIN_GUARD = '''
 if __name__ == "__main__":

@@ -101,8 +101,8 @@ def _load_ours(job: dict[str, Any]) -> Any:
 # exporter's (the adapter's ``PRELOAD``).
 PRELOADS = {
     "app": ("runtime_phase",),
-    "exporter": ("export_phase", "diagnose_phase", "precision_phase", "quantized_lowering_phase",
-                 "export_remedy_phase", "latency_phase"),
+    "exporter": ("export_phase", "diagnose.diagnose_phase", "diagnose.precision_phase",
+                 "diagnose.quantized_lowering_phase", "diagnose.export_remedy_phase", "diagnose.latency_phase"),
 }
 
 
@@ -209,15 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "runtime":
         phase = ours("runtime_phase").run_runtime_phase
     elif job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
-        phase = ours("precision_phase").run_precision_phase
+        phase = ours("diagnose.precision_phase").run_precision_phase
     elif job.get("search") == "quantized-lowering":  # a quantized variant whose lowering departs: its operators
-        phase = ours("quantized_lowering_phase").run_quantized_lowering_phase
+        phase = ours("diagnose.quantized_lowering_phase").run_quantized_lowering_phase
     elif job.get("search") == "export":  # a failed export: the export API's other options
-        phase = ours("export_remedy_phase").run_export_remedy_phase
+        phase = ours("diagnose.export_remedy_phase").run_export_remedy_phase
     elif job.get("search") == "latency":  # exact, its time in portable batch norms: fold them before export
-        phase = ours("latency_phase").run_latency_phase
+        phase = ours("diagnose.latency_phase").run_latency_phase
     else:  # an artifact that departs from eager: the operators behind it
-        phase = ours("diagnose_phase").run_diagnose_phase
+        phase = ours("diagnose.diagnose_phase").run_diagnose_phase
     phase(job, adapter, log)
     return 0
 

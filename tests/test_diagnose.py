@@ -629,7 +629,7 @@ import importlib.util
 import tempfile
 from pathlib import Path
 import torch
-from compat import program_source
+from compat.search import program_source
 
 class Plain(torch.nn.Module):
     def __init__(self):

@@ -11,7 +11,8 @@ import pytest
 
 from upgrade_gate.layout import TOOL_ROOT
 
-spec = importlib.util.spec_from_file_location("precision_under_test", TOOL_ROOT / "compat" / "precision.py")
+spec = importlib.util.spec_from_file_location("precision_under_test",
+                                              TOOL_ROOT / "compat" / "diagnose" / "precision.py")
 precision = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = precision
 spec.loader.exec_module(precision)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..common import load_npz_tensors, named_like_reference, named_outputs
+from ..contract import Adapter, KeepsFloat
+from ..phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 from . import precision
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, KeepsFloat
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 
 SEARCH = "keep-float"  # the job's and the build stage's "search"
 # Units the sensitivity ranking may try: at most what half the method's budget buys at the time one

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .common import cpu_and_isa
+from ..common import cpu_and_isa
 from .quoting import markdown_fence
 
 ISSUE = "ISSUE.md"

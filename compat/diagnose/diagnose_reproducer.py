@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import culprit, issue_text, program_source
-from .phases import StageSkipped
-from .quoting import markdown_code
+from ..phases import StageSkipped
+from ..search import culprit, issue_text, program_source
+from ..search.quoting import markdown_code
 
 REPRO_DIR = "repro"
 

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import culprit
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, ReExports
+from ..common import load_npz_tensors, named_like_reference, named_outputs
+from ..contract import Adapter, ReExports
+from ..phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from ..search import culprit
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
 
 SEARCH = "export"  # the job's and the build stage's "search"
 # Where draft_export writes its structured trace (torch.export._draft_export.CaptureStructuredTrace); without it,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import culprit
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, ReExports
+from ..common import load_npz_tensors, named_like_reference, named_outputs
+from ..contract import Adapter, ReExports
+from ..phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from ..search import culprit
+from ..search.export_errors import source_line
+from ..search.quoting import python_string
 from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .export_errors import source_line
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
-from .quoting import python_string
 
 SEARCH = "latency"  # the job's and the build stage's "search"
 # What a batch norm's input may pass through after the layer it folds into: views that keep its channels.

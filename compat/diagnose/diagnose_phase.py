@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import blocks, culprit
-from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, Diagnoses, SearchesBlocks, require_whole
+from ..common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
+from ..contract import Adapter, Diagnoses, SearchesBlocks, require_whole
+from ..phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
+from ..search import culprit
+from . import blocks
 from .diagnose_reproducer import Reproducers
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
 from .remedy_choice import cheapest, why_not_tried
 
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
