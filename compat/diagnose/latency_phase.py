@@ -12,13 +12,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..common import load_npz_tensors, named_like_reference, named_outputs
+from ..common import flat
 from ..contract import Adapter, ReExports
-from ..phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from ..phases import PhaseLog
 from ..search import culprit
 from ..search.export_errors import source_line
 from ..search.quoting import python_string
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
+from . import remedy_trial
+from .diagnose_phase import WHOLE_MODEL_STAGES, DiagnosePhase
 
 SEARCH = "latency"  # the job's and the build stage's "search"
 # What a batch norm's input may pass through after the layer it folds into: views that keep its channels.
@@ -98,49 +99,37 @@ class LatencyPhase(DiagnosePhase):
     def remedy(self):
         """Each method with its batch norms folded, exported, lowered, saved, loaded from its file and run as
         the artifact is, against eager; timed against the shipped artifact (the measure session times it too)."""
+        remedies = remedy_trial.Remedies(self.model_dir)
+        for method, finding in self.log.results["search"].items():
+            if finding.get("status") == "found":
+                tried = self.folded(method, finding["pairs"], remedies)
+                remedies.rows[method] = {**tried, "tried": [tried]}
+        return remedies.record("no batch norm to fold")
+
+    def folded(self, method: str, pairs: list[tuple[str, str]], remedies: remedy_trial.Remedies) -> dict[str, Any]:
+        """The method with each batch norm of ``pairs`` folded into the layer before it, as FOLD's lines do, exported,
+        lowered, saved, loaded and run (remedy_trial.run_trial): its row; its outputs kept in ``remedies``."""
         import torch
 
         methods, inputs = self.log.results["build"]
-        reference = self.model_dir.parent / "eager.npz"
-        names = load_npz_tensors(reference) if reference.is_file() else {}
-        checked: dict[str, dict[str, Any]] = {}
-        outputs: dict[str, Any] = {}
-        for method, finding in self.log.results["search"].items():
-            if finding.get("status") != "found":
-                continue
-            code = FOLD.format(pairs="\n".join(f"    ({python_string(into)}, {python_string(norm)}),"
-                                                for into, norm in finding["pairs"]))
-            what = f"each of the {len(finding['pairs'])} batch norm(s) folded into the layer before it, before export"
-            step = "its code"
-            try:
-                scope: dict[str, Any] = {"torch": torch, "model": copy.deepcopy(methods[method].module),
-                                         "example_inputs": inputs[method]}
-                exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
-                step = "lowering"
-                lowered = self.adapter.lower_keeping_out(scope["program"], frozenset())
-                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                step = "saving"
-                self.adapter.save(lowered, path)
-                step = "loading and running"
-                program = self.adapter.load(path)
-                ran = self.adapter.run(program, inputs[method])
-            except Exception as failure:  # noqa: BLE001 - that method's row, with its step
-                tried = {"remedy": what, "code": code, "passes": False,
-                         "error": failed_at(step, failure)}
-                checked[method] = {**tried, "tried": [tried]}
-                continue
-            error = self.error_against_eager(flat(ran), method)
-            outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            tried = {"remedy": what, "code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
-                     "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
-                     "latency": self.timed_against_shipped(method, program)}
-            checked[method] = {**tried, "tried": [tried]}
-        if not checked:
-            raise StageSkipped("no batch norm to fold")
-        if outputs:
-            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+        code = FOLD.format(pairs="\n".join(f"    ({python_string(into)}, {python_string(norm)}),"
+                                            for into, norm in pairs))
+        what = f"each of the {len(pairs)} batch norm(s) folded into the layer before it, before export"
+
+        def its_code(_: None) -> Any:
+            scope = {"torch": torch, "model": copy.deepcopy(methods[method].module), "example_inputs": inputs[method]}
+            exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
+            return scope["program"]
+
+        steps = [("its code", its_code),
+                 ("lowering", lambda program: self.adapter.lower_keeping_out(program, frozenset()))]
+        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, method, inputs[method])
+        if isinstance(ran, str):
+            return {"remedy": what, "code": code, "passes": False, "error": ran}
+        error = self.error_against_eager(flat(ran.outputs), method)
+        remedies.keep(method, ran.outputs)
+        return {"remedy": what, "code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
+                "file": ran.file, "bytes": ran.bytes, "latency": self.timed_against_shipped(method, ran.program)}
 
 
 def module_path(node: Any) -> str:
