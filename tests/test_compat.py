@@ -278,7 +278,7 @@ def test_each_diagnose_search_runs_the_phase_that_records_it():
     for node in ast.walk(ast.parse((COMPAT / "worker.py").read_text())):
         if isinstance(node, ast.If) and "search" in ast.unparse(node.test):
             assert isinstance(node.test, ast.Compare) and isinstance(node.test.comparators[0], ast.Constant)
-            call = node.body[0].value.value  # phase = ours("diagnose.precision_phase").run_precision_phase
+            call = node.body[0].value.value  # return ours("diagnose.precision_phase").run_precision_phase
             picked[node.test.comparators[0].value] = call.args[0].value
     assert picked == {"keep-float": "diagnose.precision_phase",
                       "quantized-lowering": "diagnose.quantized_lowering_phase",
