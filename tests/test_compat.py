@@ -20,6 +20,7 @@ from helpers.imports import circles
 from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, WORKER_WINGS, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.project import session
 from upgrade_gate.run import cache
 
 COMPAT = TOOL_ROOT / "compat"
@@ -236,13 +237,14 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
 
 def test_the_worker_key_holds_every_file_of_its_wings_and_compat_holds_no_file_unkeyed():
     """compat/'s wings are keyed by glob (a file added to one changes every key), and every module of
-    compat/ is keyed: the worker's, an adapter's, or the scan's (a venv of its own, keyed by the project)."""
+    compat/ is keyed: the worker's, an adapter's, or the project's (the scan and the pytest plugin, in venvs of
+    their own)."""
     wings = {path for wing in WORKER_WINGS for path in (COMPAT / wing).rglob("*.py")}
     keyed = {TOOL_ROOT / name for name in cache.WORKER_FILES}
     assert wings and {path.parent.name for path in wings} == set(WORKER_WINGS)
     assert keyed & set(COMPAT.rglob("*.py")) == wings | {COMPAT / f"{name}.py" for name in WORKER_MODULES}
     adapters = set().union(*(cache.adapter_files(a) for a in ADAPTERS))
-    project = {COMPAT / "scan.py", *(COMPAT / "pytest_plugin").rglob("*.py")}
+    project = {*(p for p in session.SCANNER_FILES if p.suffix == ".py"), *(COMPAT / "pytest_plugin").rglob("*.py")}
     assert set(COMPAT.rglob("*.py")) == keyed & set(COMPAT.rglob("*.py")) | adapters | project
 
 

@@ -31,7 +31,7 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
 WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
                    "executorch_precision", "torchscript_diagnose", "reproducers")
-NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
+NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
