@@ -1,4 +1,4 @@
-"""compat/culprit.py's search, on simulated lowerings: which parts it keeps out, in what order, and
+"""compat/search/culprit.py's search, on simulated lowerings: which parts it keeps out, in what order, and
 what it claims when the budget or the bisection runs out (the real lowering: tests/test_diagnose.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""compat/export_errors.py: the user's line an exporter's error points at, through FX-generated code
+"""compat/search/export_errors.py: the user's line an exporter's error points at, through FX-generated code
 (standard library only: run with this Python, on messages and stack traces as torch 2.2 and 2.8 write them)."""
 
 from __future__ import annotations

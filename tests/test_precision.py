@@ -1,4 +1,4 @@
-"""compat/precision.py's search for the layers of a quantized variant to keep in float, on simulated
+"""compat/diagnose/precision.py's search for the layers of a quantized variant to keep in float, on simulated
 quantizations whose rounding noise adds (the real recipe and lowering: tests/test_diagnose.py)."""
 
 from __future__ import annotations

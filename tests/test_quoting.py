@@ -1,6 +1,6 @@
 """Issue 61, item 2: every text the tool did not write — a module path, a source line, an operator's argument, an
 exception's message, a method's name — stays text in every file the tool generates. One hostile line goes through
-each generator (compat/quoting.py's rules on the worker's side; report/render.py's on the parent's): repro.py and
+each generator (compat/search/quoting.py's rules on the worker's side; report/render.py's on the parent's): repro.py and
 program.py are parsed and run, ISSUE.md, report.md and the upgrade-path page are read by a CommonMark parser,
 report.html and the upgrade-path page by an HTML parser."""
 
