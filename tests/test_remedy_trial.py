@@ -80,17 +80,19 @@ def test_the_record_of_no_row_is_a_skipped_stage_saying_why(tmp_path):
         remedy_trial.Remedies(tmp_path / "diagnose").record("no culprit found")
 
 
-def test_the_record_keeps_the_outputs_of_the_remedies_that_ran(tmp_path, monkeypatch):
+def test_the_record_keeps_the_outputs_of_the_remedies_that_ran_apart_from_their_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(remedy_trial, "named_outputs", lambda outputs: [("output_0", outputs)])  # torch's walk
     remedies = remedy_trial.Remedies(tmp_path / "diagnose")
-    remedies.rows = {"forward": {"passes": True}, "decode": {"passes": False, "error": "saving: OSError: disk full"}}
-    remedies.keep("forward", np.arange(3.0))
-    result, details = remedies.record("no culprit found")
-    assert result == remedies.rows and details == {"methods": remedies.rows, "outputs": "remedy.npz"}
+    ran = {"code": "fold()", "passes": True, "outputs": np.arange(3.0)}
+    remedies.add("forward", ran, tried=[ran])
+    remedies.add("decode", {"code": "keep()", "passes": False, "error": "saving: OSError: disk full"})
+    rows = {"forward": {"code": "fold()", "passes": True, "tried": [{"code": "fold()", "passes": True}]},
+            "decode": {"code": "keep()", "passes": False, "error": "saving: OSError: disk full"}}
+    assert remedies.record("no culprit found") == (rows, {"methods": rows, "outputs": "remedy.npz"})
     with np.load(tmp_path / "diagnose" / "remedy.npz") as saved:
         assert saved.files == ["forward.output_0"] and saved["forward.output_0"].tolist() == [0.0, 1.0, 2.0]
     failed = remedy_trial.Remedies(tmp_path / "other")
-    failed.rows = {"decode": {"passes": False}}
+    failed.add("decode", {"passes": False})
     assert failed.record("none")[1] == {"methods": {"decode": {"passes": False}}, "outputs": None}
     assert not (tmp_path / "other" / "remedy.npz").exists()
 
@@ -103,3 +105,43 @@ def test_a_remedy_with_nothing_shipped_to_time_it_against_says_why(tmp_path, art
     job = {"model_dir": str(tmp_path / "diagnose"), "artifacts": artifacts}
     assert remedy_trial.timed_against_shipped(Adapter(), job, "forward", (), "program") == {
         "status": "not timed", "reason": reason}
+
+
+class Returns(Adapter):
+    """Runs every program to one number: its error against an eager output of 0."""
+
+    def __init__(self, output: float) -> None:
+        super().__init__()
+        self.output = output
+
+    def run(self, program: str, inputs: tuple[Any, ...]) -> float:
+        return self.output
+
+
+NOT_SHIPPED = {"status": "not timed", "reason": "nothing shipped to time it against: the method did not lower"}
+
+
+@pytest.mark.parametrize(("output", "times_failing", "untimed", "latency"), [
+    (0.3, False, "", NOT_SHIPPED),  # it passes: timed (here, against nothing shipped)
+    (0.9, False, "", {"status": "not timed", "reason": "it does not pass against eager"}),
+    (0.9, True, "", NOT_SHIPPED),  # the precision and latency phases time every remedy
+    (0.3, False, "the export failed", {"status": "not timed", "reason": "the export failed"}),
+])
+def test_a_phase_judges_a_remedy_against_eager_and_times_it_as_the_phase_says(tmp_path, monkeypatch, output,
+                                                                               times_failing, untimed, latency):
+    diagnose_phase = compat_module("trial_compat", "diagnose.diagnose_phase")
+    monkeypatch.setattr(diagnose_phase, "flat", lambda outputs: [outputs])  # torch's walk
+    monkeypatch.setattr(diagnose_phase.culprit, "rel_l2", lambda actual, expected: abs(actual - expected))
+    monkeypatch.setattr(diagnose_phase.DiagnosePhase, "TIMES_FAILING", times_failing)
+
+    class Log:
+        results = {"build": (None, {"forward": ()}), "eager": {"forward": [0.0]}}
+
+    job = {"model_dir": str(tmp_path / "diagnose"), "methods": ["forward"], "threshold": 0.5}
+    phase = diagnose_phase.DiagnosePhase(job, Returns(output), Log())
+    row = phase.tried("forward", [("lowering", lambda _: "program")], untimed=untimed, remedy="fold", code="fold()")
+    assert row == {"remedy": "fold", "code": "fold()", "rel_l2": output, "passes": output <= 0.5, "outputs": output,
+                   "file": "remedy/forward.x", "bytes": len("program"), "latency": latency}
+    failed = diagnose_phase.DiagnosePhase(job, Returns(output), Log()).tried(
+        "forward", [("lowering", lambda _: 1 / 0)], name="forward-1", code="fold()")
+    assert failed == {"code": "fold()", "passes": False, "error": "lowering: ZeroDivisionError: division by zero"}

@@ -288,12 +288,8 @@ class DiagnosePhase(Reproducers):
                  **found_in: str) -> None:
             chosen = cheapest(tried)
             self.remedies[method] = chosen["code"]
-            ran = chosen.pop("outputs", None)
-            if ran is not None:
-                remedies.keep(method, ran)
-            remedies.rows[method] = {**chosen, **found_in,
-                                     "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried],
-                                     "not_tried": list(not_tried)}
+            remedies.add(method, chosen, **found_in, tried=[{k: v for k, v in t.items() if k != "outputs"}
+                                                            for t in tried], not_tried=list(not_tried))
 
         search = self.log.results["search"]
         for method, finding in search.items():
@@ -337,9 +333,7 @@ class DiagnosePhase(Reproducers):
         return run_task(self.case, call, self.model_dir / REMEDY_TASK)
 
     def try_remedy(self, method: str, number: int, what: str, code: str) -> dict[str, Any]:
-        """One remedy's lines run on the program as exported, lowered, saved, loaded and run (remedy_trial.run_trial);
-        timed against the shipped artifact when it passes."""
-        _, inputs = self.log.results["build"]
+        """One remedy's lines run on the program as exported, then lowered, saved, loaded and run (``tried``)."""
 
         def its_code(_: None) -> dict[str, Any]:
             # A copy: a remedy's lines may rewrite the program in place, and the next remedy and the reproducer
@@ -349,21 +343,31 @@ class DiagnosePhase(Reproducers):
             return scope
 
         # The first option where the report has always had it; the others beside it, numbered.
-        steps = [("its code", its_code), ("lowering", self.adapter.lower_with_remedy)]
-        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, f"{method}{f'-{number}' if number else ''}",
-                                     inputs[method])
-        if isinstance(ran, str):
-            return {"remedy": what, "code": code, "passes": False, "error": ran}
-        error = self.error_against_eager(flat(ran.outputs), method)
-        passes = error <= self.threshold_of(method)
-        latency = (self.timed_against_shipped(method, ran.program) if passes
-                   else {"status": "not timed", "reason": "it does not pass against eager"})
-        return {"remedy": what, "code": code, "rel_l2": error, "passes": passes, "outputs": ran.outputs,
-                "file": ran.file, "bytes": ran.bytes, "latency": latency}
+        return self.tried(method, [("its code", its_code), ("lowering", self.adapter.lower_with_remedy)],
+                          name=f"{method}{f'-{number}' if number else ''}", remedy=what, code=code)
 
-    def timed_against_shipped(self, method: str, remedied: Any) -> dict[str, Any]:
+    TIMES_FAILING = False  # whether a remedy that does not pass against eager is timed all the same
+
+    def tried(self, method: str, steps: Sequence[remedy_trial.Step], name: str = "", made: Any = None,
+              untimed: str = "", **row: Any) -> dict[str, Any]:
+        """``row`` (the remedy's lines, what they do) with how the program ``steps`` make from ``made`` fared, saved
+        as ``name`` (else the method's), loaded and run (remedy_trial.run_trial): against eager (``judged``), timed
+        against the shipped artifact where it passes or the phase times every remedy (``untimed``: why not at all),
+        and its outputs; or the step it failed at, and the error."""
         _, inputs = self.log.results["build"]
-        return remedy_trial.timed_against_shipped(self.adapter, self.job, method, inputs[method], remedied)
+        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, name or method, inputs[method], made)
+        if isinstance(ran, str):
+            return {**row, "passes": False, "error": ran}
+        judged = self.judged(method, ran.outputs)
+        latency = ({"status": "not timed", "reason": untimed or "it does not pass against eager"}
+                   if untimed or not (judged["passes"] or self.TIMES_FAILING) else
+                   remedy_trial.timed_against_shipped(self.adapter, self.job, method, inputs[method], ran.program))
+        return {**row, **judged, "outputs": ran.outputs, "file": ran.file, "bytes": ran.bytes, "latency": latency}
+
+    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
+        """A remedy's outputs against eager, as the gate measures them."""
+        error = self.error_against_eager(flat(outputs), method)
+        return {"rel_l2": error, "passes": error <= self.threshold_of(method)}
 
 
 def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..common import flat
 from ..contract import Adapter, ReExports
 from ..phases import PhaseLog
 from . import remedy_trial
@@ -89,22 +88,12 @@ class ExportRemedyPhase(DiagnosePhase):
         return found, {"methods": found}
 
     def remedy(self):
-        """The lowered programs saved, loaded from their files and run as artifacts are (remedy_trial.run_trial),
-        compared with eager."""
-        _, inputs = self.log.results["build"]
+        """The lowered programs saved, loaded from their files and run as artifacts are (``tried``), compared
+        with eager."""
         remedies = remedy_trial.Remedies(self.model_dir)
         for method, lowered in self.programs.items():
-            code = self.log.results["search"][method]["code"]
-            ran = remedy_trial.run_trial(self.adapter, (), self.model_dir, method, inputs[method], made=lowered)
-            if isinstance(ran, str):  # that method's row
-                remedies.rows[method] = {"code": code, "passes": False, "error": ran}
-                continue
-            error = self.error_against_eager(flat(ran.outputs), method)
-            remedies.keep(method, ran.outputs)
-            remedies.rows[method] = {"code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
-                                     "file": ran.file, "bytes": ran.bytes, "latency": {
-                                         "status": "not timed",
-                                         "reason": "no artifact shipped to time it against: the export failed"}}
+            remedies.add(method, self.tried(method, (), made=lowered, code=self.log.results["search"][method]["code"],
+                                            untimed="no artifact shipped to time it against: the export failed"))
         return remedies.record("no option of the export API exports any method")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..common import flat
 from ..contract import Adapter, ReExports
 from ..phases import PhaseLog
 from ..search import culprit
@@ -52,6 +51,7 @@ class LatencyPhase(DiagnosePhase):
     CAPABILITY = ReExports
     NOT_OFFERED = "this stack's adapter exports no module again (compat/contract.py ReExports)"
     STAGES = WHOLE_MODEL_STAGES
+    TIMES_FAILING = True
 
     def build(self):
         built, details = super().build()
@@ -102,34 +102,26 @@ class LatencyPhase(DiagnosePhase):
         remedies = remedy_trial.Remedies(self.model_dir)
         for method, finding in self.log.results["search"].items():
             if finding.get("status") == "found":
-                tried = self.folded(method, finding["pairs"], remedies)
-                remedies.rows[method] = {**tried, "tried": [tried]}
+                tried = self.folded(method, finding["pairs"])
+                remedies.add(method, tried, tried=[tried])
         return remedies.record("no batch norm to fold")
 
-    def folded(self, method: str, pairs: list[tuple[str, str]], remedies: remedy_trial.Remedies) -> dict[str, Any]:
+    def folded(self, method: str, pairs: list[tuple[str, str]]) -> dict[str, Any]:
         """The method with each batch norm of ``pairs`` folded into the layer before it, as FOLD's lines do, exported,
-        lowered, saved, loaded and run (remedy_trial.run_trial): its row; its outputs kept in ``remedies``."""
+        then lowered, saved, loaded and run (``tried``)."""
         import torch
 
         methods, inputs = self.log.results["build"]
-        code = FOLD.format(pairs="\n".join(f"    ({python_string(into)}, {python_string(norm)}),"
-                                            for into, norm in pairs))
-        what = f"each of the {len(pairs)} batch norm(s) folded into the layer before it, before export"
+        code = FOLD.format(pairs="\n".join(f"    ({python_string(a)}, {python_string(b)})," for a, b in pairs))
 
         def its_code(_: None) -> Any:
             scope = {"torch": torch, "model": copy.deepcopy(methods[method].module), "example_inputs": inputs[method]}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
             return scope["program"]
 
-        steps = [("its code", its_code),
-                 ("lowering", lambda program: self.adapter.lower_keeping_out(program, frozenset()))]
-        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, method, inputs[method])
-        if isinstance(ran, str):
-            return {"remedy": what, "code": code, "passes": False, "error": ran}
-        error = self.error_against_eager(flat(ran.outputs), method)
-        remedies.keep(method, ran.outputs)
-        return {"remedy": what, "code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
-                "file": ran.file, "bytes": ran.bytes, "latency": self.timed_against_shipped(method, ran.program)}
+        what = f"each of the {len(pairs)} batch norm(s) folded into the layer before it, before export"
+        return self.tried(method, [("its code", its_code), ("lowering", lambda program: self.adapter.lower_keeping_out(
+            program, frozenset()))], remedy=what, code=code)
 
 
 def module_path(node: Any) -> str:

@@ -35,6 +35,7 @@ class PrecisionPhase(DiagnosePhase):
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
     STAGES = WHOLE_MODEL_STAGES
+    TIMES_FAILING = True
 
     def build(self):
         (methods, inputs), details = super().build()
@@ -117,25 +118,22 @@ class PrecisionPhase(DiagnosePhase):
                                "leaves the variant below its gate, so none is lowered")
         remedies = remedy_trial.Remedies(self.model_dir)
         for method, finding in self.log.results["search"].items():
-            if finding.get("status") == "found":
-                remedies.rows[method] = self.keeping_float(method, finding["kept_float"], remedies)
+            remedies.add(method, self.keeping_float(method, finding["kept_float"]))
         return remedies.record("no set of layers found")
 
-    def keeping_float(self, method: str, layers: list[str], remedies: remedy_trial.Remedies) -> dict[str, Any]:
-        """The method quantized with ``layers`` left in float, lowered, saved, loaded and run
-        (remedy_trial.run_trial): its row; its outputs kept in ``remedies`` where it ran."""
+    def keeping_float(self, method: str, layers: list[str]) -> dict[str, Any]:
+        """The method quantized with ``layers`` left in float, then lowered, saved, loaded and run (``tried``)."""
         _, inputs = self.log.results["build"]
         code = self.adapter.keep_float_code(self.variant, layers)
-        steps = [("quantizing", lambda _: self.quantized(method, code)),
-                 ("lowering", lambda quantized: self.adapter.lower(quantized, inputs[method])[0])]
-        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, method, inputs[method])
-        if isinstance(ran, str):  # a remedy that does not quantize, lower, save, load or run is that method's row
-            return {"code": code, "passes": False, "error": ran}
-        found = self.departure(ran.outputs, method)
-        remedies.keep(method, ran.outputs)
-        return {"code": code, "rel_l2": found.rel_l2, "cosine": found.cosine,
-                "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine,
-                "file": ran.file, "bytes": ran.bytes, "latency": self.timed_against_shipped(method, ran.program)}
+        return self.tried(method, [("quantizing", lambda _: self.quantized(method, code)),
+                                   ("lowering", lambda quantized: self.adapter.lower(quantized, inputs[method])[0])],
+                          code=code)
+
+    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
+        """A remedy's outputs against the float model, as the quantized gates measure them."""
+        found = self.departure(outputs, method)
+        return {"rel_l2": found.rel_l2, "cosine": found.cosine,
+                "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine}
 
 
 def run_precision_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

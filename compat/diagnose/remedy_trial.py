@@ -69,8 +69,11 @@ class Remedies:
         self.rows: dict[str, dict[str, Any]] = {}
         self.outputs: dict[str, list[tuple[str, Any]]] = {}
 
-    def keep(self, method: str, outputs: Any) -> None:
-        self.outputs[method] = named_like_reference(method, named_outputs(outputs), self.names)
+    def add(self, method: str, row: dict[str, Any], **more: Any) -> None:
+        """The method's row (``more`` beside it), its outputs kept where it ran (``row["outputs"]``, taken out)."""
+        if (outputs := row.pop("outputs", None)) is not None:
+            self.outputs[method] = named_like_reference(method, named_outputs(outputs), self.names)
+        self.rows[method] = {**row, **more}
 
     def record(self, none: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         """The stage's result and details; skipped, saying ``none``, where no method has a row."""
