@@ -2,17 +2,17 @@
 
 A stack spec's ``adapter`` key (``envs/*.toml``) names one of the adapters here
 (``torchscript_mobile``, ``executorch_xnnpack``) or a file of the team's own; what
-an adapter provides is the contract in ``contract.py``. The rest runs for every
-stack: ``worker.py`` (the entry point) with ``phases.py``, ``measure_server.py``,
-``probe.py`` and ``common.py``; ``localize.py`` (where an export breaks) with
-``export_errors.py`` (what its errors say); the diagnose phases, each its own entry
-(``diagnose_phase.py`` with ``culprit.py``, ``precision_phase.py`` with ``precision.py``,
-``export_remedy_phase.py``, ``latency_phase.py``). ``quoting.py``: how a text the tool did not write goes
-into a file it generates (Python, Markdown). What an adapter builds on: ``torchscript_diagnose.py``;
-``executorch_runtime.py``, ``executorch_precision.py``, ``executorch_diagnose.py``,
-``executorch_profile.py`` and ``executorch_backends.py``; ``reproducers.py``, the reproducers' scripts as text.
-Imports run one way: an adapter imports what it re-exports, never the reverse. ``scan.py`` (with its rules,
-``migration_rules.toml``) runs in the scan venv of `nox -s scan` (TorchFix, libcst) over
+an adapter provides is the contract in ``contract.py``. The rest at the top runs for every
+stack: ``worker.py`` (the entry point) with ``phases.py``, ``export_phase.py``, ``runtime_phase.py``,
+``measure_server.py``, ``bundle_phase.py``, ``device_runner.py``, ``fork_server.py``, ``probe.py`` and
+``common.py``. Two wings, which the worker runs whole: ``diagnose/``, the diagnose phases, each its own
+entry; ``search/``, what they share with the adapters (the culprit search, where an export breaks, a
+reproducer's texts). What an adapter builds on: ``torchscript_diagnose.py``; ``executorch_runtime.py``,
+``executorch_precision.py``, ``executorch_diagnose.py``, ``executorch_profile.py`` and
+``executorch_backends.py``; ``reproducers.py``, the reproducers' scripts as text.
+Imports run one way: the top imports the wings, ``diagnose/`` imports ``search/``, a wing imports no
+adapter, and an adapter imports what it re-exports, never the reverse. ``scan.py`` (with ``scan_visitor.py``
+and its rules, ``migration_rules.toml``) runs in the scan venv of `nox -s scan` (TorchFix, libcst) over
 the team's source.
 Nothing in this package is imported by the parent process.
 """

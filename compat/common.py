@@ -306,6 +306,11 @@ def flatten_outputs(value: Any) -> list[Any]:
     return [tensor for _, tensor in output_leaves(value)]
 
 
+def flat(value: Any) -> list[Any]:
+    """``flatten_outputs``, each tensor detached from autograd: outputs as they are compared."""
+    return [t.detach() for t in flatten_outputs(value)]
+
+
 def named_outputs(value: Any) -> list[tuple[str, Any]]:
     """``[("output_0[logits]", tensor), …]``: each leaf's position, and the dict keys on its
     path in brackets (docs/report.md, "Output names"); ``output_1`` where there are none."""

@@ -152,8 +152,8 @@ class OtherBackends(Protocol):
 
 @runtime_checkable
 class Diagnoses(Protocol):
-    """Where an artifact departs from eager: the lowering again with parts kept out (compat/culprit.py,
-    compat/diagnose_phase.py), a reproducer, and the lines of an export script that avoid the culprit.
+    """Where an artifact departs from eager: the lowering again with parts kept out (compat/search/culprit.py,
+    compat/diagnose/diagnose_phase.py), a reproducer, and the lines of an export script that avoid the culprit.
     A part is what the lowering can leave out: a source call the delegate takes (ExecuTorch), a pass of
     ``optimize_for_mobile`` (the Lite Interpreter)."""
 
@@ -206,8 +206,8 @@ class Diagnoses(Protocol):
 @runtime_checkable
 class SearchesBlocks(Protocol):
     """A Diagnoses whose lowering starts from a ``torch.export`` program: the search may run on the method's first
-    repeated block as a program of its own (compat/blocks.py), a fraction of a lowering of the whole method, where
-    that block departs as lowered. The remedies are still judged on the whole method."""
+    repeated block as a program of its own (compat/diagnose/blocks.py), a fraction of a lowering of the whole
+    method, where that block departs as lowered. The remedies are still judged on the whole method."""
 
     def lowering_start(self, module: Any, inputs: tuple[Any, ...]) -> Any:
         """What ``lowering_parts`` starts from (the exported program), without lowering it."""
@@ -216,8 +216,8 @@ class SearchesBlocks(Protocol):
 @runtime_checkable
 class KeepsFloat(Protocol):
     """Where a quantized variant departs from the float model beyond its gate: the recipe run again with
-    some layers left in float (compat/precision.py, compat/precision_phase.py), and the lines of an export
-    script that leave them so."""
+    some layers left in float (compat/diagnose/precision.py, compat/diagnose/precision_phase.py), and the lines
+    of an export script that leave them so."""
 
     def quantizable_layers(self, module: Any, variant: str) -> list[str]:
         """The modules the variant's recipe quantizes, by their path in ``module``, in model order."""
@@ -235,8 +235,8 @@ class KeepsFloat(Protocol):
 
 @runtime_checkable
 class ReExports(Protocol):
-    """Where a method does not export: the export API's other options tried in order (compat/export_remedy_phase.py),
-    each as the lines of an export script."""
+    """Where a method does not export: the export API's other options tried in order
+    (compat/diagnose/export_remedy_phase.py), each as the lines of an export script."""
 
     @property
     def EXPORT_REMEDIES(self) -> Sequence[tuple[str, str]]:

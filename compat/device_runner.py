@@ -28,7 +28,7 @@ import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -307,13 +307,8 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
                                            time_budget_s=args.time_budget, shortest_part_s=args.shortest_part)
     except Exception as error:  # noqa: BLE001 - a stack that cannot run says how, every round it was asked for
         failure = _failed({**line, "round": 0}, error)
-        if args.measure:
-            say(failure)
-            return 1
-        for request in requests:
-            if not request.startswith("round "):
-                return 1
-            say({**failure, "round": int(request.split()[1])})
+        for number in [0] if args.measure else _rounds(requests):
+            say({**failure, "round": number})
         return 1
     if args.measure:
         runs = sized_runs
@@ -326,10 +321,7 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
         runs, limit_s = {method: args.calls for method in calls}, None  # --calls as asked, however long
     # Each round calls every method once untimed (the other stack ran since), then times its calls.
     part_calls = {method: functools.partial(_time, call, 1) for method, call in calls.items()}
-    for request in requests:
-        if not request.startswith("round "):
-            break
-        number = int(request.split()[1])
+    for number in _rounds(requests):
         try:
             before = counters() if args.measure else None
             samples, runs, short = timed_part(part_calls, runs, shortest_part_s=args.shortest_part, limit_s=limit_s)
@@ -347,6 +339,14 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
     if args.measure:
         say({**line, "record": "exit", "memory": memory_status()})
     return 0
+
+
+def _rounds(requests: Any) -> Iterator[int]:
+    """The number of each ``round N`` request, until a request that is none."""
+    for request in requests:
+        if not request.startswith("round "):
+            return
+        yield int(request.split()[1])
 
 
 def main(argv: list[str] | None = None) -> int:

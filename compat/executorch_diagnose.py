@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
-from . import culprit, issue_text, program_source, reproducers
+from . import reproducers
 from .executorch_runtime import binding
-from .quoting import python_comment, python_string
+from .search import culprit, issue_text, program_source
+from .search.quoting import python_comment, python_string
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
 REMEDY_NAME = "partitioner"
@@ -28,7 +29,7 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
     """The exported program and what the XNNPACK delegate took of it: one part per source call
     (``gelu_1``), with its kind, module path and the user's line. Where the program does not lower at all,
     every call is a part."""
-    from .export_errors import source_line
+    from .search.export_errors import source_line
 
     exported = lowering_start(module, inputs) if start is None else start
     try:

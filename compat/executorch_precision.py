@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .quoting import python_string
+from .search.quoting import python_string
 
 # SmolLM2's width (576) and MLP (1536) are multiples of 32, not of 128 (export_llama's default
 # for 8da4w): torchao leaves a Linear whose input width the group does not divide in float, so

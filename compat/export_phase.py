@@ -181,7 +181,7 @@ class ExportPhase:
         if not isinstance(self.adapter, Adapter):
             raise StageSkipped("the adapter does not keep the contract (the export stage names what it lacks)")
         case, inputs = self.log.results["build"]
-        from . import localize as localizer
+        from .search import localize as localizer
         error = next(r["error"] for r in self.log.data["stages"] if r["stage"] == "export")
         # The export stopped at its first failing method: that one is searched.
         name = self.exporting

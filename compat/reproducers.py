@@ -4,13 +4,13 @@ method or a block of it, for ExecuTorch's XNNPACK lowering (executorch_diagnose.
 
 Each script's docstring is the tool's own words. What the tool did not write — the culprit's name, the model and
 method it was found in, a module path and source line, a lowering's error, the versions — is in comment lines under
-the docstring, or in string constants the code reads (compat/quoting.py). Each ``main()`` returns 1 while the
+the docstring, or in string constants the code reads (compat/search/quoting.py). Each ``main()`` returns 1 while the
 lowering differs and 0 when it does not; anything it raises is exit 3 (``MAIN_GUARD``), so a release or torch that
 cannot load, lower or run it answers nothing rather than "reproduces" (releases/_reproducers.py reads the exits)."""
 
 from __future__ import annotations
 
-from .quoting import python_comment, python_string
+from .search.quoting import python_comment, python_string
 
 MAIN_GUARD = '''
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import torch
 from torch.jit.mobile import _load_for_lite_interpreter
 from torch.utils.mobile_optimizer import MobileOptimizerType, optimize_for_mobile
 
-from . import culprit, reproducers
+from . import reproducers
+from .search import culprit
 
 # What the remedy's code defines, passed as ``optimize_for_mobile(m, optimization_blocklist=...)``.
 REMEDY_NAME = "optimization_blocklist"

@@ -101,8 +101,8 @@ def _load_ours(job: dict[str, Any]) -> Any:
 # exporter's (the adapter's ``PRELOAD``).
 PRELOADS = {
     "app": ("runtime_phase",),
-    "exporter": ("export_phase", "diagnose_phase", "precision_phase", "quantized_lowering_phase",
-                 "export_remedy_phase", "latency_phase"),
+    "exporter": ("export_phase", "diagnose.diagnose_phase", "diagnose.precision_phase",
+                 "diagnose.quantized_lowering_phase", "diagnose.export_remedy_phase", "diagnose.latency_phase"),
 }
 
 
@@ -154,6 +154,25 @@ def ours(name: str) -> Any:
     return importlib.import_module(f"{COMPAT_PACKAGE}.{name}")
 
 
+def phase_of(command: str, job: dict[str, Any]) -> Any:
+    """The function that runs an ``export``, ``runtime`` or ``diagnose`` job. Only the phase that runs is imported;
+    each by its literal name (tests/test_compat.py reads them). A diagnose job's search
+    (upgrade_gate.run.diagnosis) picks its phase, whose module records it as SEARCH."""
+    if command == "export":
+        return ours("export_phase").run_export_phase
+    if command == "runtime":
+        return ours("runtime_phase").run_runtime_phase
+    if job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
+        return ours("diagnose.precision_phase").run_precision_phase
+    if job.get("search") == "quantized-lowering":  # a quantized variant whose lowering departs: its operators
+        return ours("diagnose.quantized_lowering_phase").run_quantized_lowering_phase
+    if job.get("search") == "export":  # a failed export: the export API's other options
+        return ours("diagnose.export_remedy_phase").run_export_remedy_phase
+    if job.get("search") == "latency":  # exact, its time in portable batch norms: fold them before export
+        return ours("diagnose.latency_phase").run_latency_phase
+    return ours("diagnose.diagnose_phase").run_diagnose_phase  # an artifact that departs from eager: its operators
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P compat/worker.py")
     parser.add_argument("command", choices=("probe", "check", "export", "runtime", "diagnose", "measure",
@@ -202,22 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     phases = ours("phases")
     log = phases.PhaseLog(Path(job["model_dir"]) / f"{args.command}.json", job, args.command)
-    # Only the phase that runs is imported; each by its literal name (tests/test_compat.py reads them).
-    # A diagnose job's search (upgrade_gate.run.diagnosis) picks its phase, whose module records it as SEARCH.
-    if args.command == "export":
-        phase = ours("export_phase").run_export_phase
-    elif args.command == "runtime":
-        phase = ours("runtime_phase").run_runtime_phase
-    elif job.get("search") == "keep-float":  # a quantized variant: which layers to leave in float
-        phase = ours("precision_phase").run_precision_phase
-    elif job.get("search") == "quantized-lowering":  # a quantized variant whose lowering departs: its operators
-        phase = ours("quantized_lowering_phase").run_quantized_lowering_phase
-    elif job.get("search") == "export":  # a failed export: the export API's other options
-        phase = ours("export_remedy_phase").run_export_remedy_phase
-    elif job.get("search") == "latency":  # exact, its time in portable batch norms: fold them before export
-        phase = ours("latency_phase").run_latency_phase
-    else:  # an artifact that departs from eager: the operators behind it
-        phase = ours("diagnose_phase").run_diagnose_phase
+    phase = phase_of(args.command, job)
     phase(job, adapter, log)
     return 0
 

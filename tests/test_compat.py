@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from helpers.imports import circles
 
-from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, load_spec
+from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, WORKER_WINGS, load_spec
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.layout import TOOL_ROOT
+from upgrade_gate.project import session
 from upgrade_gate.run import cache
 
 COMPAT = TOOL_ROOT / "compat"
@@ -164,28 +165,33 @@ class Imports:
                     return self.constants[_name(head.value)], text.values[1:]
         return None, []
 
-    def module_file(self, package: str, module: str) -> Path | None:
-        folder = self.folders.get(package)
-        path = folder / f"{module.split('.')[0]}.py" if folder else None
-        return path if path is not None and path.is_file() else None
+    def module_files(self, package: str, module: str) -> set[Path]:
+        """What importing ``package.module`` runs: the __init__.py of each folder on the way, and the module."""
+        folder, parts = self.folders.get(package), module.split(".") if module else []
+        if folder is None:
+            return set()
+        bases = [folder.joinpath(*parts[:depth]) for depth in range(1, len(parts) + 1)]
+        return {c for base in bases for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()}
 
     def of(self, path: Path) -> set[Path]:
-        package = next(alias for alias, folder in self.folders.items() if path.parent == folder)
+        package, folder = next((alias, folder) for alias, folder in self.folders.items() if path.is_relative_to(folder))
+        here = path.parent.relative_to(folder).parts  # the folder of the package it is in
         found = set()
         for node in nodes_run(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                names = [node.module] if node.module else [alias.name for alias in node.names]
-                found |= {self.module_file(package, name) for name in names}
+            if isinstance(node, ast.ImportFrom) and node.level:
+                prefix = [*here[: len(here) - node.level + 1], *(node.module.split(".") if node.module else [])]
+                for name in ["", *(alias.name for alias in node.names)]:  # `from . import blocks` imports a module
+                    found |= self.module_files(package, ".".join([*prefix, name] if name else prefix))
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 dotted = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-                found |= {self.module_file(*name.split(".", 1)) for name in dotted if "." in name}
+                found |= {file for name in dotted if "." in name for file in self.module_files(*name.split(".", 1))}
             elif (imported := self._import_module(node))[0]:
                 package_name, rest = imported
                 if len(rest) == 1 and isinstance(rest[0], ast.Constant) and rest[0].value.startswith("."):
-                    found.add(self.module_file(package_name, rest[0].value[1:]))  # f"{MODELS_PACKAGE}.case"
+                    found |= self.module_files(package_name, rest[0].value[1:])  # f"{MODELS_PACKAGE}.case"
             elif isinstance(node, ast.Call) and _name(node.func) in self.loaders and isinstance(node.args[0], ast.Constant):
-                found.add(self.module_file(self.loaders[_name(node.func)], node.args[0].value))
-        return {p for p in found if p is not None}
+                found |= self.module_files(self.loaders[_name(node.func)], node.args[0].value)
+        return found
 
     def closure(self, start: list[Path]) -> set[Path]:
         reached, pending = set(), list(start)
@@ -221,12 +227,25 @@ def test_each_adapter_is_keyed_by_every_compat_module_it_imports(imports, tmp_pa
     helpers = set().union(*(imports.closure([COMPAT / f"{a}.py"]) for a in ADAPTERS))
     assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} <= helpers  # none is stale
     # What it builds on beside the worker's own modules (which key every result anyway).
-    worker = {COMPAT / f"{name}.py" for name in WORKER_MODULES}
+    worker = keyed_anyway
     built_on = set().union(*(cache.adapter_files(a) for a in ADAPTERS))
     assert {COMPAT / f"{name}.py" for name in ADAPTER_HELPERS} == built_on - {COMPAT / f"{a}.py" for a in ADAPTERS} - worker
     own = tmp_path / "own.py"
     own.write_text("from upgrade_gate_compat.executorch_xnnpack import SUFFIX, load, lower, run, save, set_threads\n")
     assert set(cache.adapter_files(str(own))) == {own, *cache.adapter_files("executorch_xnnpack")}
+
+
+def test_the_worker_key_holds_every_file_of_its_wings_and_compat_holds_no_file_unkeyed():
+    """compat/'s wings are keyed by glob (a file added to one changes every key), and every module of
+    compat/ is keyed: the worker's, an adapter's, or the project's (the scan and the pytest plugin, in venvs of
+    their own)."""
+    wings = {path for wing in WORKER_WINGS for path in (COMPAT / wing).rglob("*.py")}
+    keyed = {TOOL_ROOT / name for name in cache.WORKER_FILES}
+    assert wings and {path.parent.name for path in wings} == set(WORKER_WINGS)
+    assert keyed & set(COMPAT.rglob("*.py")) == wings | {COMPAT / f"{name}.py" for name in WORKER_MODULES}
+    adapters = set().union(*(cache.adapter_files(a) for a in ADAPTERS))
+    project = {*(p for p in session.SCANNER_FILES if p.suffix == ".py"), *(COMPAT / "pytest_plugin").rglob("*.py")}
+    assert set(COMPAT.rglob("*.py")) == keyed & set(COMPAT.rglob("*.py")) | adapters | project
 
 
 def test_circles_finds_a_loop_of_imports_and_only_a_loop():
@@ -240,10 +259,18 @@ def test_compat_imports_run_one_way(imports):
     """No module of compat/ imports one that imports it back, at any depth and however late (inside a
     function): a module that re-exports names imports the module that defines them, never the reverse
     (issue 38). The adapters are where the lines end: what they build on does not import them."""
-    graph = {path: imports.of(path) for path in sorted(COMPAT.glob("*.py"))}
+    graph = {path: imports.of(path) for path in sorted(COMPAT.rglob("*.py")) if "pytest_plugin" not in path.parts}
     assert circles(graph) == []
     adapters = {COMPAT / f"{name}.py" for name in ADAPTERS}
     assert not {path.name for path, imported in graph.items() if imported & adapters}
+    # The wings import the worker's modules above them and the searches beside them: never an adapter or what
+    # only adapters build on, and a search nothing of the diagnose phases.
+    above = {COMPAT / f"{name}.py" for name in WORKER_MODULES}
+    for wing in WORKER_WINGS:
+        for path in (COMPAT / wing).rglob("*.py"):
+            assert {p for p in graph[path] if p.parent == COMPAT} <= above, path
+    diagnose = set((COMPAT / "diagnose").rglob("*.py"))
+    assert not {path.name for path in (COMPAT / "search").rglob("*.py") if graph[path] & diagnose}
 
 
 def test_each_diagnose_search_runs_the_phase_that_records_it():
@@ -253,12 +280,13 @@ def test_each_diagnose_search_runs_the_phase_that_records_it():
     for node in ast.walk(ast.parse((COMPAT / "worker.py").read_text())):
         if isinstance(node, ast.If) and "search" in ast.unparse(node.test):
             assert isinstance(node.test, ast.Compare) and isinstance(node.test.comparators[0], ast.Constant)
-            call = node.body[0].value.value  # phase = ours("precision_phase").run_precision_phase
+            call = node.body[0].value.value  # return ours("diagnose.precision_phase").run_precision_phase
             picked[node.test.comparators[0].value] = call.args[0].value
-    assert picked == {"keep-float": "precision_phase", "quantized-lowering": "quantized_lowering_phase",
-                      "export": "export_remedy_phase", "latency": "latency_phase"}
+    assert picked == {"keep-float": "diagnose.precision_phase",
+                      "quantized-lowering": "diagnose.quantized_lowering_phase",
+                      "export": "diagnose.export_remedy_phase", "latency": "diagnose.latency_phase"}
     for search, module in picked.items():
-        assert search == string_constants_of(COMPAT / f"{module}.py")["SEARCH"], module
+        assert search == string_constants_of(COMPAT.joinpath(*module.split(".")).with_suffix(".py"))["SEARCH"], module
 
 
 def test_a_change_to_what_an_adapter_builds_on_changes_its_key_and_not_its_folder(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""compat/culprit.py's search, on simulated lowerings: which parts it keeps out, in what order, and
+"""compat/search/culprit.py's search, on simulated lowerings: which parts it keeps out, in what order, and
 what it claims when the budget or the bisection runs out (the real lowering: tests/test_diagnose.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from helpers.compat_package import compat_module
 
 from upgrade_gate.layout import TOOL_ROOT
 
-spec = importlib.util.spec_from_file_location("culprit_under_test", TOOL_ROOT / "compat" / "culprit.py")
+spec = importlib.util.spec_from_file_location("culprit_under_test", TOOL_ROOT / "compat" / "search" / "culprit.py")
 culprit = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = culprit
 spec.loader.exec_module(culprit)
@@ -98,7 +98,7 @@ def test_the_remedy_printed_is_the_one_that_passes_at_the_least_latency():
     least slowdown against the shipped artifact is printed, measured not assumed from the order tried."""
     sys.path.insert(0, str(TOOL_ROOT))
     try:
-        from compat.remedy_choice import cheapest, slowdown
+        from compat.diagnose.remedy_choice import cheapest, slowdown
     finally:
         sys.path.remove(str(TOOL_ROOT))
 
@@ -128,7 +128,7 @@ def test_the_options_after_a_remedy_that_passes_within_the_latency_gate_are_not_
     slower than that, one not timed, or one that fails does not, and the gate off ends nothing."""
     sys.path.insert(0, str(TOOL_ROOT))
     try:
-        from compat.remedy_choice import why_not_tried
+        from compat.diagnose.remedy_choice import why_not_tried
     finally:
         sys.path.remove(str(TOOL_ROOT))
 
@@ -161,7 +161,7 @@ def test_a_remedy_over_the_latency_gate_by_its_noise_alone_ends_the_tries():
     import random
     sys.path.insert(0, str(TOOL_ROOT))
     try:
-        from compat.remedy_choice import clearly_slower, why_not_tried
+        from compat.diagnose.remedy_choice import clearly_slower, why_not_tried
     finally:
         sys.path.remove(str(TOOL_ROOT))
     generator = random.Random(40)
@@ -200,7 +200,7 @@ def test_a_remedy_is_said_within_the_latency_gate_as_the_gate_passes_a_ratio(rou
 
     sys.path.insert(0, str(TOOL_ROOT))
     try:
-        from compat.remedy_choice import clearly_slower, why_not_tried
+        from compat.diagnose.remedy_choice import clearly_slower, why_not_tried
     finally:
         sys.path.remove(str(TOOL_ROOT))
     said_within = gate_passes = median_under = 0
@@ -300,7 +300,7 @@ def test_each_output_is_held_to_its_own_allowance_not_the_most_lenient_one(monke
     whose logits by 0.1: a lowering that leaves the logits 0.3 away does not pass for being within the cache's 2.0
     (nanoVLM's prefill_decoder was "does not reproduce" at rel. L2 1 so). The figure is said in the most lenient
     output's terms: within the method's threshold exactly when every output is within its own."""
-    diagnose_phase = compat_module("weighed_compat", "diagnose_phase")
+    diagnose_phase = compat_module("weighed_compat", "diagnose.diagnose_phase")
     monkeypatch.setattr(diagnose_phase.culprit, "rel_l2", lambda actual, expected: abs(actual - expected))
 
     class Log:

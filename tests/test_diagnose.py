@@ -629,7 +629,7 @@ import importlib.util
 import tempfile
 from pathlib import Path
 import torch
-from compat import program_source
+from compat.search import program_source
 
 class Plain(torch.nn.Module):
     def __init__(self):
@@ -673,7 +673,7 @@ print("Branching", "|", program_source.write(torch.export.export(Branching(), (x
 
 
 def test_a_method_written_as_source_rebuilds_the_same_program_and_says_when_it_cannot(explained_run, tmp_path):
-    """compat/program_source.py in the candidate's torch: a method with a parameter, a buffer and a constant is
+    """compat/search/program_source.py in the candidate's torch: a method with a parameter, a buffer and a constant is
     rebuilt from program.py with the same outputs and the same kinds of lifted inputs; one whose functionalized
     graph writes a buffer back, or that branches (torch.cond), has no program.py, and says why."""
     out, _ = explained_run

@@ -1,4 +1,4 @@
-"""compat/export_errors.py: the user's line an exporter's error points at, through FX-generated code
+"""compat/search/export_errors.py: the user's line an exporter's error points at, through FX-generated code
 (standard library only: run with this Python, on messages and stack traces as torch 2.2 and 2.8 write them)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from upgrade_gate.layout import TOOL_ROOT
 
 @pytest.fixture(scope="module")
 def export_errors():
-    spec = importlib.util.spec_from_file_location("export_errors_under_test", TOOL_ROOT / "compat" / "export_errors.py")
+    spec = importlib.util.spec_from_file_location("export_errors_under_test",
+                                                  TOOL_ROOT / "compat" / "search" / "export_errors.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

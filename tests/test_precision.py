@@ -1,4 +1,4 @@
-"""compat/precision.py's search for the layers of a quantized variant to keep in float, on simulated
+"""compat/diagnose/precision.py's search for the layers of a quantized variant to keep in float, on simulated
 quantizations whose rounding noise adds (the real recipe and lowering: tests/test_diagnose.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from upgrade_gate.layout import TOOL_ROOT
 
-spec = importlib.util.spec_from_file_location("precision_under_test", TOOL_ROOT / "compat" / "precision.py")
+spec = importlib.util.spec_from_file_location("precision_under_test",
+                                              TOOL_ROOT / "compat" / "diagnose" / "precision.py")
 precision = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = precision
 spec.loader.exec_module(precision)

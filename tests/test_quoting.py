@@ -1,6 +1,6 @@
 """Issue 61, item 2: every text the tool did not write — a module path, a source line, an operator's argument, an
 exception's message, a method's name — stays text in every file the tool generates. One hostile line goes through
-each generator (compat/quoting.py's rules on the worker's side; report/render.py's on the parent's): repro.py and
+each generator (compat/search/quoting.py's rules on the worker's side; report/render.py's on the parent's): repro.py and
 program.py are parsed and run, ISSUE.md, report.md and the upgrade-path page are read by a CommonMark parser,
 report.html and the upgrade-path page by an HTML parser."""
 
@@ -23,10 +23,10 @@ from markdown_it import MarkdownIt
 
 from upgrade_gate.report.render import Code, code_span, to_markdown
 
-quoting = compat_module("quoting_under_test", "quoting")
+quoting = compat_module("quoting_under_test", "search.quoting")
 reproducers = compat_module("quoting_under_test", "reproducers")
-program_source = compat_module("quoting_under_test", "program_source")
-diagnose_reproducer = compat_module("quoting_under_test", "diagnose_reproducer")
+program_source = compat_module("quoting_under_test", "search.program_source")
+diagnose_reproducer = compat_module("quoting_under_test", "diagnose.diagnose_reproducer")
 
 # Each piece has closed what held a quoted text somewhere: a docstring (N10's source line), a string, a comment (a
 # line break of any kind), an encoding declaration (UTF-7 reads ``+AAo-`` as a line break), a Markdown fence, code

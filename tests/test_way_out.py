@@ -1,4 +1,4 @@
-"""The Way out from the diagnose phase's records (compat/diagnose_phase.py writes them; the real stacks'
+"""The Way out from the diagnose phase's records (compat/diagnose/diagnose_phase.py writes them; the real stacks'
 runs are tests/test_diagnose.py): what each finding's rows say, including the bad cases a real run
 rarely shows — a search the budget stopped, and a remedy that does not work as written."""
 
@@ -58,7 +58,7 @@ def test_a_search_the_budget_stopped_claims_nothing():
 
 def test_a_method_the_budget_stopped_says_so_and_judges_the_remedy_another_method_found():
     """The prefill's search stopped at budget; the decode's found the linears and a remedy that acts on the whole
-    program, which the phase tried on the prefill as written (compat/culprit.py carried_over): the prefill's entry
+    program, which the phase tried on the prefill as written (compat/search/culprit.py carried_over): the prefill's entry
     still claims no culprit, and says which method's change it ran, with its own check."""
     culprit = {**CULPRIT, "operator": "aten.linear.default"}
     found = diagnosis({"forward": {"status": "stopped at budget", "rel_l2": 0.9, "tried": [{}],

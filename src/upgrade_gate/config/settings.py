@@ -129,12 +129,12 @@ OPTIONS = (
     Option(key="variants", attribute="variants", default=list(QUANTIZED_VARIANTS), kind=VARIANTS,
            help="quantized variants run beside fp32 where a model has them ([] for none)"),
     Option(key="localize-budget", attribute="localize_budget_s", default=300, kind=number_kind(zero_is_off=True),
-           help="seconds to find the submodules behind a failed export (compat/localize.py); 0: off"),
+           help="seconds to find the submodules behind a failed export (compat/search/localize.py); 0: off"),
     Option(key="backends-budget", attribute="backends_budget_s", default=300, kind=number_kind(zero_is_off=True),
            help="seconds per model for export-only tries of the candidate's other backends; 0: off"),
     Option(key="diagnose-budget", attribute="diagnose_budget_s", default=300, kind=number_kind(zero_is_off=True),
            help="seconds per model to find the operators behind an artifact that departs from its own "
-                "eager model (compat/culprit.py); 0: off"),
+                "eager model (compat/search/culprit.py); 0: off"),
     # perf sampling costs about 5 s per ExecuTorch method; a CI job that reads only the verdict can skip it.
     Option(key="profile", attribute="profile", default=True, kind=FLAG,
            help="a per-operator profile of each artifact after its checks (explains latency; gates nothing)"),

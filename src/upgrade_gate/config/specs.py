@@ -23,16 +23,15 @@ SPEC_KEYS = {"description", "python", "requirements", "adapter", "exporter", "ru
 
 # compat/ modules that are not adapters (tests/test_compat.py checks every compat/*.py is one or the other):
 # the worker and what it runs for every stack, whatever the adapter (their code keys every result:
-# upgrade_gate.run.cache.WORKER_FILES); what an adapter builds on (keyed with the adapters that import it:
-# upgrade_gate.run.cache.adapter_files); and the project scan (a venv of its own).
+# upgrade_gate.run.cache.WORKER_FILES, with every file of its wings); what an adapter builds on (keyed with the
+# adapters that import it: upgrade_gate.run.cache.adapter_files); and the project scan (a venv of its own).
 WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_phase", "runtime_phase",
-                  "measure_server", "probe", "localize", "export_errors", "diagnose_phase", "culprit",
-                  "precision_phase", "precision", "quantized_lowering_phase", "export_remedy_phase", "latency_phase",
-                  "issue_text", "program_source", "fork_server", "bundle_phase", "device_runner", "blocks",
-                  "diagnose_reproducer", "remedy_choice", "quoting")
+                  "measure_server", "probe", "fork_server", "bundle_phase", "device_runner")
+# compat/'s folders, which the worker runs whole: the diagnose phases, and the searches they share with the adapters.
+WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
                    "executorch_precision", "torchscript_diagnose", "reproducers")
-NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan")
+NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

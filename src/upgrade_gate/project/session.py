@@ -48,7 +48,8 @@ WARNINGS_ENV = "UPGRADE_GATE_PYTEST_WARNINGS"
 RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
 # A long run prints a progress line at most this often in CI (the live view shows every test).
 PROGRESS_LINES_EVERY_S = 15.0
-SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "migration_rules.toml")
+SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "scan_visitor.py",
+                 TOOL_ROOT / "compat" / "migration_rules.toml")
 # The result cache's entries for the project (issue 37: `compat` right after `compare` ran both test suites
 # and the scan again, 6 minutes, on unchanged code): a stack's test run under <cache>/<stack>/project/tests/,
 # the scan under <cache>/scan/project/scan/ — (stack, model, phase) as the model phases' entries.

@@ -326,7 +326,7 @@ ISSUE_RELEASES = "## In ExecuTorch's releases"
 
 
 def note_releases_in_issues(out: Path, records: Sequence[ReleaseRecord]) -> None:
-    """Each reproducer's ISSUE.md (compat/issue_text.py) gains what the releases said of it: where it reproduces,
+    """Each reproducer's ISSUE.md (compat/search/issue_text.py) gains what the releases said of it: where it reproduces,
     the first release that fixes it. Written whole under a new name (the file may be a result cache's hard link),
     and only inside ``out``; a later explorer run replaces the section."""
     root = out.resolve()

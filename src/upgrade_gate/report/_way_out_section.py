@@ -1,6 +1,6 @@
 """The report's "Way out": for each artifact that departs from its own eager model, the operators behind
 it, a reproducer to hand upstream, and the change that avoids it, checked on the same inputs
-(the diagnose phase: compat/diagnose_phase.py, its records read by upgrade_gate.schema.stack.Diagnosis)."""
+(the diagnose phase: compat/diagnose/diagnose_phase.py, its records read by upgrade_gate.schema.stack.Diagnosis)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from upgrade_gate import __version__, layout
 from upgrade_gate._atomic import naming_full_disk, sha256_file
 from upgrade_gate._confined import remove_tree
 from upgrade_gate.config.catalog import ModelEntry
-from upgrade_gate.config.specs import WORKER_MODULES
+from upgrade_gate.config.specs import WORKER_MODULES, WORKER_WINGS
 from upgrade_gate.errors import RecordError
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.run import packages
@@ -49,10 +49,14 @@ CACHE_TAG = "CACHEDIR.TAG"
 CACHE_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                   "# upgrade-gate's result cache: finished phases by content hash (docs/architecture.md).\n")
 # The code every stack's worker runs, whatever its adapter, relative to the repository: compat/'s
-# modules that are no adapter and nothing only an adapter imports (specs.WORKER_MODULES), and models/'s
-# package and case.py, which checks what every factory returns — a project's model's too, whose own
-# key holds only the project's files. tests/test_compat.py reads the worker's imports to keep this whole.
-WORKER_FILES = (*(f"compat/{name}.py" for name in WORKER_MODULES), "models/__init__.py", "models/case.py")
+# modules that are no adapter and nothing only an adapter imports (specs.WORKER_MODULES), every file of its
+# wings (specs.WORKER_WINGS, by glob: a new one is keyed), and models/'s package and case.py, which checks what
+# every factory returns — a project's model's too, whose own key holds only the project's files.
+# tests/test_compat.py reads the worker's imports to keep this whole.
+WORKER_FILES = (*(f"compat/{name}.py" for name in WORKER_MODULES),
+                *sorted(path.relative_to(TOOL_ROOT).as_posix() for wing in WORKER_WINGS
+                        for path in (TOOL_ROOT / "compat" / wing).rglob("*.py")),
+                "models/__init__.py", "models/case.py")
 # compat/'s name inside a stack: a team's adapter file builds on ours with
 # `from upgrade_gate_compat.executorch_xnnpack import …` (compat/worker.py).
 COMPAT_PACKAGE = "upgrade_gate_compat"
@@ -165,11 +169,11 @@ def adapter_files(adapter: str) -> list[Path]:
         if path in found:
             continue
         found.add(path)
-        package = [COMPAT_PACKAGE] if path.parent == compat else []
+        package = [COMPAT_PACKAGE, *path.parent.relative_to(compat).parts] if path.is_relative_to(compat) else []
         for name in _imported_modules(path, package):
             parts = name.split(".")
-            if len(parts) > 1 and parts[0] == COMPAT_PACKAGE and (compat / f"{parts[1]}.py").is_file():
-                pending.append(compat / f"{parts[1]}.py")
+            if len(parts) > 1 and parts[0] == COMPAT_PACKAGE and (module := _module_path(compat, ".".join(parts[1:]))):
+                pending.append(module)
     return sorted(found)
 
 

@@ -1,6 +1,6 @@
-"""When a stack's diagnose phase runs (compat/diagnose_phase.py): for the methods whose artifact departs
+"""When a stack's diagnose phase runs (compat/diagnose/diagnose_phase.py): for the methods whose artifact departs
 from the same stack's eager model beyond the numerics threshold; for a candidate's float model whose export
-failed, every method, exported again with the export API's other options (compat/export_remedy_phase.py).
+failed, every method, exported again with the export API's other options (compat/diagnose/export_remedy_phase.py).
 
 Against its own eager model, not the reference: what the exporter and its backend changed, the part a
 different lowering can undo (a drift of eager torch between the stacks is not the artifact's).
@@ -9,12 +9,13 @@ A quantized variant departs by design; a candidate's is searched where it depart
 beyond its quantized-numerics gate's SNR or cosine — the gate's own measure, against the same stack's float
 model for the same reason: where its lowering departs from its own quantized model run eagerly by more than
 the quantization does from float (judge/attribution.py), the operators behind the lowering
-(compat/quantized_lowering_phase.py); otherwise which layers to leave in float (compat/precision_phase.py).
+(compat/diagnose/quantized_lowering_phase.py); otherwise which layers to leave in float
+(compat/diagnose/precision_phase.py).
 
 A candidate's float model that is exact, but whose per-operator profile has a portable batch norm taking at least
-PORTABLE_SHARE of a method's time, is searched for the batch norms to fold before export (compat/latency_phase.py):
-before the measure session, which times the remedy beside the stacks; the report says it where the latency gate
-failed or could not tell.
+PORTABLE_SHARE of a method's time, is searched for the batch norms to fold before export
+(compat/diagnose/latency_phase.py): before the measure session, which times the remedy beside the stacks; the
+report says it where the latency gate failed or could not tell.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items()},
             "rounds": settings.rounds, "time_budget_s": settings.time_budget_s,
             # A remedy that passes, not clearly slower than the latency gate's ratio of the shipped artifact, ends
-            # the tries: the options after it keep more out of the delegate (compat/remedy_choice.py why_not_tried).
+            # the tries: the options after it keep more out of the delegate (compat/diagnose/remedy_choice.py
+            # why_not_tried).
             "max_slowdown": (settings.gates["latency"].threshold if settings.gates["latency"].severity != "off"
                              else None)}

@@ -229,7 +229,7 @@ class Attribution(codec.Record):
     @property
     def search_threshold(self) -> float:
         """The most any output of the method allows: the scale the search's figures are said in, each output's
-        error weighed by it over the output's own allowance (``allowances``; compat/diagnose_phase.py)."""
+        error weighed by it over the output's own allowance (``allowances``; compat/diagnose/diagnose_phase.py)."""
         return max(self.method_threshold, self.threshold)
 
     @property

@@ -49,7 +49,7 @@ class Delegation:
 # kernel, outside the delegate.
 PORTABLE_KERNEL = "aten::"
 # A float method whose portable batch norms take at least this share of its profiled time gets a latency search
-# (upgrade_gate.run.diagnosis, compat/latency_phase.py): folding them before export hands them to the delegate.
+# (upgrade_gate.run.diagnosis, compat/diagnose/latency_phase.py): folding them before export hands them to the delegate.
 PORTABLE_SHARE = 0.25
 
 
@@ -96,7 +96,7 @@ class BackendTry:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Culprit:
-    """A submodule that fails to export on its own (compat/localize.py)."""
+    """A submodule that fails to export on its own (compat/search/localize.py)."""
 
     module: str
     class_name: str
@@ -166,7 +166,7 @@ class CulpritCall:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CulpritOperator:
-    """An operator whose lowering makes the artifact depart from eager (compat/culprit.py)."""
+    """An operator whose lowering makes the artifact depart from eager (compat/search/culprit.py)."""
 
     operator: str  # "aten.gelu.default(approximate='tanh')"
     backend: str  # what runs it in the artifact: "XNNPACK delegate"
@@ -196,15 +196,15 @@ class CulpritOperator:
     @property
     def named(self) -> str:
         """The culprit as said: the operator, or the fusion (``aten.mul.Tensor fused with the following
-        aten.relu.default``), as compat/culprit.py ``named`` says it in the reproducer."""
+        aten.relu.default``), as compat/search/culprit.py ``named`` says it in the reproducer."""
         return f"{self.operator} fused with the {self.fused_position} {self.fused_with}" if self.fused_with \
             else self.operator
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TriedRemedy:
-    """One remedy the diagnose phase tried for a method (compat/diagnose_phase.py ``try_remedy``): what it does,
-    and how it fared lowered, saved, loaded and run against the stack's own eager model."""
+    """One remedy the diagnose phase tried for a method (compat/diagnose/remedy_trial.py ``run_trial``): what it
+    does, and how it fared lowered, saved, loaded and run against the stack's own eager model."""
 
     remedy: str  # "rewritten into operators the delegate takes", "kept out of the delegate" …
     passes: bool
@@ -249,8 +249,8 @@ class MethodDiagnosis:
     rel_l2: float | None = None  # the artifact lowered again, as found
     culprits: tuple[CulpritOperator, ...] = ()
     lowerings: int = 0  # lowerings the search tried (a kept-float search: quantizations)
-    # Where the search lowered the method's first repeated block as a program of its own (compat/blocks.py): its
-    # path and how many blocks the method has; empty where it lowered the whole method.
+    # Where the search lowered the method's first repeated block as a program of its own (compat/diagnose/blocks.py):
+    # its path and how many blocks the method has; empty where it lowered the whole method.
     block: str = ""
     blocks: int = 0
     # A kept-float search's: the layers the recipe quantizes, and the units it ranked (parent modules of
@@ -271,8 +271,8 @@ class MethodDiagnosis:
     reproducer_runs: tuple[tuple[str, int, str], ...] = ()
     issue: str | None = None  # ISSUE.md beside it: the text to file upstream
     remedy_code: str | None = None
-    # Where the search found nothing to keep out: the method whose remedy was tried here, as written (compat/culprit.py
-    # carried_over), else empty.
+    # Where the search found nothing to keep out: the method whose remedy was tried here, as written
+    # (compat/search/culprit.py carried_over), else empty.
     remedy_found_in: str = ""
     remedy_kind: str = ""  # what the chosen remedy does (one of ``remedies_tried``)
     remedies_tried: tuple[TriedRemedy, ...] = ()  # in the order tried, the chosen one among them
@@ -297,7 +297,7 @@ class MethodDiagnosis:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Diagnosis(StagesOf, codec.Record):
-    """The diagnose phase of one stack and model (compat/diagnose_phase.py), for the methods whose
+    """The diagnose phase of one stack and model (compat/diagnose/diagnose_phase.py), for the methods whose
     artifact departed from the stack's own eager model."""
 
     record_dir: str  # relative to the report folder
@@ -313,7 +313,7 @@ class Diagnosis(StagesOf, codec.Record):
 
     @property
     def search(self) -> str:
-        """What was searched: ``operators`` (compat/diagnose_phase.py), ``keep-float`` (a quantized variant's
+        """What was searched: ``operators`` (compat/diagnose/diagnose_phase.py), ``keep-float`` (a quantized variant's
         layers to leave in float: precision_phase.py) or ``export`` (a failed export's other options:
         export_remedy_phase.py)."""
         return str(self._details("build").get("search") or "operators")
@@ -506,7 +506,7 @@ class StackResults(StagesOf, codec.Record):
 
     @property
     def localized(self) -> Localization | None:
-        """Where a failed export breaks (compat/localize.py)."""
+        """Where a failed export breaks (compat/search/localize.py)."""
         details = self._details("localize")
         return Localization.from_details(details) if details else None
 

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .common import cpu_and_isa
+from ..common import cpu_and_isa
 from .quoting import markdown_fence
 
 ISSUE = "ISSUE.md"
@@ -60,7 +60,7 @@ def environment(packages: tuple[str, ...]) -> list[str]:
 def write_issue(folder: Path, *, title: str, what: str, expected: str, runs: list[dict[str, Any]], remedy: str,
                 remedy_judged: str, machine: list[str]) -> None:
     """ISSUE.md beside the reproducer (``machine``: the lines ``environment()`` gives). ``title``, ``what`` and
-    ``remedy_judged`` are Markdown whose quoted names are code spans already (compat/quoting.py); what the
+    ``remedy_judged`` are Markdown whose quoted names are code spans already (compat/search/quoting.py); what the
     reproducer printed and the remedy's lines are quoted here, in fences no line of theirs can close."""
     quoted = []
     for run in runs:

@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import culprit
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, ReExports
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from ..contract import Adapter, ReExports
+from ..phases import PhaseLog
+from . import remedy_trial
+from .diagnose_phase import WHOLE_MODEL_STAGES, DiagnosePhase
 
 SEARCH = "export"  # the job's and the build stage's "search"
 # Where draft_export writes its structured trace (torch.export._draft_export.CaptureStructuredTrace); without it,
@@ -89,35 +88,13 @@ class ExportRemedyPhase(DiagnosePhase):
         return found, {"methods": found}
 
     def remedy(self):
-        """The lowered programs saved, loaded from their files and run as artifacts are, compared with eager."""
-        _, inputs = self.log.results["build"]
-        reference = self.model_dir.parent / "eager.npz"
-        names = load_npz_tensors(reference) if reference.is_file() else {}
-        checked, outputs = {}, {}
+        """The lowered programs saved, loaded from their files and run as artifacts are (``tried``), compared
+        with eager."""
+        remedies = remedy_trial.Remedies(self.model_dir)
         for method, lowered in self.programs.items():
-            finding = self.log.results["search"][method]
-            step = "saving"
-            try:
-                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.adapter.save(lowered, path)
-                step = "loading and running"
-                ran = self.adapter.run(self.adapter.load(path), inputs[method])
-            except Exception as failure:  # noqa: BLE001 - that method's row
-                checked[method] = {"code": finding["code"], "passes": False,
-                                   "error": failed_at(step, failure)}
-                continue
-            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(ran), self.log.results["eager"][method]))
-            outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            checked[method] = {"code": finding["code"], "rel_l2": error, "passes": error <= self.threshold,
-                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
-                               "latency": {"status": "not timed",
-                                           "reason": "no artifact shipped to time it against: the export failed"}}
-        if not checked:
-            raise StageSkipped("no option of the export API exports any method")
-        if outputs:
-            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+            remedies.add(method, self.tried(method, (), made=lowered, code=self.log.results["search"][method]["code"],
+                                            untimed="no artifact shipped to time it against: the export failed"))
+        return remedies.record("no option of the export API exports any method")
 
 
 def run_export_remedy_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .contract import Adapter, Quantizes
+from ..contract import Adapter, Quantizes
+from ..phases import PhaseLog, StageSkipped
 from .diagnose_phase import DiagnosePhase
-from .phases import PhaseLog, StageSkipped
 
 SEARCH = "quantized-lowering"  # the job's and the build stage's "search"
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import culprit
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, ReExports
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .export_errors import source_line
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
-from .quoting import python_string
+from ..contract import Adapter, ReExports
+from ..phases import PhaseLog
+from ..search import culprit
+from ..search.export_errors import source_line
+from ..search.quoting import python_string
+from . import remedy_trial
+from .diagnose_phase import WHOLE_MODEL_STAGES, DiagnosePhase
 
 SEARCH = "latency"  # the job's and the build stage's "search"
 # What a batch norm's input may pass through after the layer it folds into: views that keep its channels.
@@ -51,6 +51,7 @@ class LatencyPhase(DiagnosePhase):
     CAPABILITY = ReExports
     NOT_OFFERED = "this stack's adapter exports no module again (compat/contract.py ReExports)"
     STAGES = WHOLE_MODEL_STAGES
+    TIMES_FAILING = True
 
     def build(self):
         built, details = super().build()
@@ -98,49 +99,29 @@ class LatencyPhase(DiagnosePhase):
     def remedy(self):
         """Each method with its batch norms folded, exported, lowered, saved, loaded from its file and run as
         the artifact is, against eager; timed against the shipped artifact (the measure session times it too)."""
+        remedies = remedy_trial.Remedies(self.model_dir)
+        for method, finding in self.log.results["search"].items():
+            if finding.get("status") == "found":
+                tried = self.folded(method, finding["pairs"])
+                remedies.add(method, tried, tried=[tried])
+        return remedies.record("no batch norm to fold")
+
+    def folded(self, method: str, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+        """The method with each batch norm of ``pairs`` folded into the layer before it, as FOLD's lines do, exported,
+        then lowered, saved, loaded and run (``tried``)."""
         import torch
 
         methods, inputs = self.log.results["build"]
-        reference = self.model_dir.parent / "eager.npz"
-        names = load_npz_tensors(reference) if reference.is_file() else {}
-        checked: dict[str, dict[str, Any]] = {}
-        outputs: dict[str, Any] = {}
-        for method, finding in self.log.results["search"].items():
-            if finding.get("status") != "found":
-                continue
-            code = FOLD.format(pairs="\n".join(f"    ({python_string(into)}, {python_string(norm)}),"
-                                                for into, norm in finding["pairs"]))
-            what = f"each of the {len(finding['pairs'])} batch norm(s) folded into the layer before it, before export"
-            step = "its code"
-            try:
-                scope: dict[str, Any] = {"torch": torch, "model": copy.deepcopy(methods[method].module),
-                                         "example_inputs": inputs[method]}
-                exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
-                step = "lowering"
-                lowered = self.adapter.lower_keeping_out(scope["program"], frozenset())
-                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                step = "saving"
-                self.adapter.save(lowered, path)
-                step = "loading and running"
-                program = self.adapter.load(path)
-                ran = self.adapter.run(program, inputs[method])
-            except Exception as failure:  # noqa: BLE001 - that method's row, with its step
-                tried = {"remedy": what, "code": code, "passes": False,
-                         "error": failed_at(step, failure)}
-                checked[method] = {**tried, "tried": [tried]}
-                continue
-            error = self.error_against_eager(flat(ran), method)
-            outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            tried = {"remedy": what, "code": code, "rel_l2": error, "passes": error <= self.threshold_of(method),
-                     "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
-                     "latency": self.timed_against_shipped(method, program)}
-            checked[method] = {**tried, "tried": [tried]}
-        if not checked:
-            raise StageSkipped("no batch norm to fold")
-        if outputs:
-            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+        code = FOLD.format(pairs="\n".join(f"    ({python_string(a)}, {python_string(b)})," for a, b in pairs))
+
+        def its_code(_: None) -> Any:
+            scope = {"torch": torch, "model": copy.deepcopy(methods[method].module), "example_inputs": inputs[method]}
+            exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
+            return scope["program"]
+
+        what = f"each of the {len(pairs)} batch norm(s) folded into the layer before it, before export"
+        return self.tried(method, [("its code", its_code), ("lowering", lambda program: self.adapter.lower_keeping_out(
+            program, frozenset()))], remedy=what, code=code)
 
 
 def module_path(node: Any) -> str:

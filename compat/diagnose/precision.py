@@ -125,17 +125,7 @@ def find(units: list[str], trials: Trials) -> dict[str, Any]:
                 break
         else:  # every unit in float: the floor, which passes
             found = floor
-        for unit in sorted(kept, key=lambda u: noise[u]):  # put back to int what the gate does not need in float
-            if len(kept) == 1:
-                break
-            fewer = [u for u in kept if u != unit]
-            try:
-                tried = trials.departure(fewer, f"{unit} back to int")
-            except OutOfBudget:
-                record["reason"] = f"not minimized further: the budget ({trials.budget_s:g} s) ran out"
-                break
-            if trials.passes(tried):
-                kept, found = fewer, tried
+        kept, found = put_back(kept, found, noise, trials, record)
     except OutOfBudget as stopped:
         return {**record, "status": "stopped at budget", "reason": str(stopped),
                 "noise": noise}
@@ -151,3 +141,21 @@ def find(units: list[str], trials: Trials) -> dict[str, Any]:
             "culprits": [{"operator": unit, "share": noise[unit] / total,
                           "rel_l2_alone": math.sqrt(floor.rel_l2 ** 2 + noise[unit]),
                           "rel_l2_without": found.rel_l2, "calls": []} for unit in kept]}
+
+
+def put_back(kept: list[str], found: Departure, noise: dict[str, float], trials: Trials,
+             record: dict[str, Any]) -> tuple[list[str], Departure]:
+    """Put back to int what the gate does not need in float: each unit of ``kept``, the quietest first, where the
+    variant still meets its gate without it. A budget that runs out ends it, said in ``record``."""
+    for unit in sorted(kept, key=lambda u: noise[u]):
+        if len(kept) == 1:
+            break
+        fewer = [u for u in kept if u != unit]
+        try:
+            tried = trials.departure(fewer, f"{unit} back to int")
+        except OutOfBudget:
+            record["reason"] = f"not minimized further: the budget ({trials.budget_s:g} s) ran out"
+            break
+        if trials.passes(tried):
+            kept, found = fewer, tried
+    return kept, found

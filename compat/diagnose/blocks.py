@@ -11,8 +11,32 @@ newer than torch 2.2.
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from ..common import flat
+from ..search import culprit
+
+
+@dataclass
+class Block:
+    """A method's first repeated block as a program of its own, where the search runs when it departs as lowered
+    (``departing``): its path, how many blocks the method has, its real inputs and eager outputs, and its share
+    of the method's threshold (the threshold over the blocks: blocks each within their share keep the method
+    within about its threshold, so a method past it has a block past its share)."""
+
+    path: str
+    of: int
+    module: Any
+    inputs: tuple[Any, ...]
+    eager: list[Any]
+    threshold: float
+
+    def said(self) -> str:
+        return f"{self.path} (one of the method's {self.of} blocks) as a program of its own"
+
 
 # A member of a module list or Sequential: its parent's path and its index (``llama.layers`` and 0).
 MEMBER = re.compile(r"^(.+)\.(\d+)$")
@@ -89,6 +113,47 @@ def block_program(exported: Any, inputs: tuple[Any, ...], block: str) -> tuple[A
     if not all(isinstance(reached.get(node), torch.Tensor) for node in crossing):
         return None
     return block_module, tuple(reached[node].detach().clone() for node in crossing)
+
+
+def departing(adapter: Any, whole: Any, inputs: tuple[Any, ...], threshold: float,
+              lowers: bool) -> tuple[dict[str, Any], Block | None]:
+    """The first repeated block of the method's program ``whole`` lowered alone and run on the real tensors that
+    reached it: where it departs from the block run eagerly beyond its share of the method's ``threshold``, the
+    search's program (and the record of what was found either way). A method that does not lower (``lowers``
+    false) is stood for by its block only where the block fails to lower too."""
+    import torch
+
+    first = first_block(whole)
+    if first is None:
+        return {"searched": "the method", "reason": "no module list of two blocks or more"}, None
+    path, members = first
+    try:
+        made = block_program(whole, inputs, path)
+        if made is None:
+            return {"searched": "the method", "block": path, "reason": "a value reaching the block is no tensor"}, None
+        module, block_inputs = made
+        with torch.no_grad():
+            eager = flat(module(*block_inputs))
+        start = adapter.lowering_start(module, block_inputs)
+    except Exception as failure:  # noqa: BLE001 - a block that will not run or export alone: the method
+        return {"searched": "the method", "block": path, "reason": f"the block alone: {culprit.said(failure)}"}, None
+    try:
+        lowered = adapter.lower_keeping_out(start, frozenset())
+        error = max(culprit.rel_l2(a, e) for a, e in zip(flat(adapter.run_lowered(lowered, block_inputs)), eager))
+    except Exception as failure:  # noqa: BLE001 - it fails as the method does only where the method did not lower
+        if lowers:
+            return {"searched": "the method", "block": path,
+                    "reason": f"the block alone: {culprit.said(failure)}"}, None
+        error = math.inf
+    if not lowers and math.isfinite(error):
+        return {"searched": "the method", "block": path, "rel_l2": error,
+                "reason": "the method does not lower, and the block lowered alone does"}, None
+    share = threshold / members
+    if not error > share:
+        return {"searched": "the method", "block": path, "rel_l2": error, "threshold": share,
+                "reason": "the block lowered alone is within its share of the method's threshold"}, None
+    return ({"searched": "the block", "block": path, "of": members, "rel_l2": error, "threshold": share},
+            Block(path, members, module, block_inputs, eager, share))
 
 
 def _in(node: Any, block: str) -> bool:

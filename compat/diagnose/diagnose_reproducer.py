@@ -1,4 +1,4 @@
-"""The diagnose phase's reproducer stage (compat/diagnose_phase.py): for each method's culprit, the smallest
+"""The diagnose phase's reproducer stage (compat/diagnose/diagnose_phase.py): for each method's culprit, the smallest
 program known to fail — the operator alone, the fused pair, the block the search ran on or the whole method — as
 a standalone script, run here as written, and the ISSUE.md that quotes what it printed."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import culprit, issue_text, program_source
-from .phases import StageSkipped
-from .quoting import markdown_code
+from ..phases import StageSkipped
+from ..search import culprit, issue_text, program_source
+from ..search.quoting import markdown_code
 
 REPRO_DIR = "repro"
 
@@ -133,9 +133,9 @@ class Reproducers:
 
     def write_issue(self, folder: Path, method: str, named: str, backend: str, scope: str,
                     runs: list[dict[str, Any]], fails_with: str = "") -> None:
-        """ISSUE.md beside the reproducer, quoting what it printed here (compat/issue_text.py); ``named``: the
+        """ISSUE.md beside the reproducer, quoting what it printed here (compat/search/issue_text.py); ``named``: the
         culprit as Markdown, ``fails_with``: the lowering's error, where the method did not lower at all. Every
-        name and message the model or the lowering gave is a code span (compat/quoting.py)."""
+        name and message the model or the lowering gave is a code span (compat/search/quoting.py)."""
         remedy = (self.log.results.get("remedy") or {}).get(method)
         if remedy is None:
             judged, code = "No remedy was found to bring it within the threshold.", ""

@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import precision
-from .common import load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, KeepsFloat
-from .diagnose_phase import REMEDY_DIR, REMEDY_OUTPUTS, WHOLE_MODEL_STAGES, DiagnosePhase, flat
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, save_arrays
+from ..common import flat
+from ..contract import Adapter, KeepsFloat
+from ..phases import PhaseLog, StageSkipped
+from . import precision, remedy_trial
+from .diagnose_phase import WHOLE_MODEL_STAGES, DiagnosePhase
 
 SEARCH = "keep-float"  # the job's and the build stage's "search"
 # Units the sensitivity ranking may try: at most what half the method's budget buys at the time one
@@ -35,6 +35,7 @@ class PrecisionPhase(DiagnosePhase):
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
     STAGES = WHOLE_MODEL_STAGES
+    TIMES_FAILING = True
 
     def build(self):
         (methods, inputs), details = super().build()
@@ -110,46 +111,29 @@ class PrecisionPhase(DiagnosePhase):
         """The layers found left in float, as the export script's lines say: the method quantized and lowered
         with them, saved, loaded from its file and run as the artifact is; its outputs kept for the parent to
         judge against the reference as the gate does, its calls timed against the shipped artifact's."""
-        _, inputs = self.log.results["build"]
         unanswered = [f"{m} ({f.get('status')})" for m, f in self.log.results["search"].items()
                       if f.get("status") != "found"]
         if unanswered:  # the variant ships every method: the others' layers in float could not bring it over
             raise StageSkipped(f"no set of layers for {', '.join(unanswered)}: a remedy of the other methods alone "
                                "leaves the variant below its gate, so none is lowered")
-        reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
-        names = load_npz_tensors(reference) if reference.is_file() else {}
-        checked, outputs = {}, {}
+        remedies = remedy_trial.Remedies(self.model_dir)
         for method, finding in self.log.results["search"].items():
-            if finding.get("status") != "found":
-                continue
-            code = self.adapter.keep_float_code(self.variant, finding["kept_float"])
-            step = "quantizing"
-            try:  # a remedy that does not quantize, lower, save, load or run is that method's row
-                quantized = self.quantized(method, code)
-                step = "lowering"
-                lowered, _ = self.adapter.lower(quantized, inputs[method])
-                path = self.model_dir / REMEDY_DIR / f"{method}{self.adapter.SUFFIX}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                step = "saving"
-                self.adapter.save(lowered, path)
-                step = "loading and running"
-                program = self.adapter.load(path)
-                ran = self.adapter.run(program, inputs[method])
-            except Exception as failure:  # noqa: BLE001 - recorded with its step; the other methods go on
-                checked[method] = {"code": code, "passes": False,
-                                   "error": failed_at(step, failure)}
-                continue
-            found = self.departure(ran, method)
-            outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            checked[method] = {"code": code, "rel_l2": found.rel_l2, "cosine": found.cosine,
-                               "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine,
-                               "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size,
-                               "latency": self.timed_against_shipped(method, program)}
-        if not checked:
-            raise StageSkipped("no set of layers found")
-        if outputs:
-            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+            remedies.add(method, self.keeping_float(method, finding["kept_float"]))
+        return remedies.record("no set of layers found")
+
+    def keeping_float(self, method: str, layers: list[str]) -> dict[str, Any]:
+        """The method quantized with ``layers`` left in float, then lowered, saved, loaded and run (``tried``)."""
+        _, inputs = self.log.results["build"]
+        code = self.adapter.keep_float_code(self.variant, layers)
+        return self.tried(method, [("quantizing", lambda _: self.quantized(method, code)),
+                                   ("lowering", lambda quantized: self.adapter.lower(quantized, inputs[method])[0])],
+                          code=code)
+
+    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
+        """A remedy's outputs against the float model, as the quantized gates measure them."""
+        found = self.departure(outputs, method)
+        return {"rel_l2": found.rel_l2, "cosine": found.cosine,
+                "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine}
 
 
 def run_precision_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

@@ -85,6 +85,19 @@ def fx_stack_traces(module: torch.nn.Module) -> StackTraces:
     return found
 
 
+def children_that_ran(parent: torch.nn.Module, prefix: str, calls: dict[str, Any]) -> list[tuple[str, torch.nn.Module]]:
+    """``parent``'s children that ran (their paths in ``calls``); a container that did not run itself
+    (ModuleList) is looked through."""
+    found = []
+    for name, child in parent.named_children():
+        path = f"{prefix}.{name}" if prefix else name
+        if path in calls:
+            found.append((path, child))
+        else:
+            found += children_that_ran(child, path, calls)
+    return found
+
+
 def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
              lower: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], Any], *, error: dict[str, Any],
              budget_s: float) -> dict[str, Any]:
@@ -109,22 +122,11 @@ def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
         attempts.append({"module": path, "ok": error is None, "seconds": round(time.monotonic() - began, 3)})
         return error
 
-    def children_of(parent: torch.nn.Module, prefix: str) -> list[tuple[str, torch.nn.Module]]:
-        """Children that ran; a container that did not run itself (ModuleList) is looked through."""
-        found = []
-        for name, child in parent.named_children():
-            path = f"{prefix}.{name}" if prefix else name
-            if path in calls:
-                found.append((path, child))
-            else:
-                found += children_of(child, path)
-        return found
-
     def search(parent: torch.nn.Module, prefix: str, error: dict[str, Any]) -> None:
         nonlocal out_of_time
         failing: list[tuple[str, torch.nn.Module, dict[str, Any]]] = []
         searched: dict[tuple[str, str], dict[str, Any]] = {}  # (class, error type) → first such failure
-        for path, child in children_of(parent, prefix):
+        for path, child in children_that_ran(parent, prefix, calls):
             if time.monotonic() - start > budget_s:
                 out_of_time = True
                 break

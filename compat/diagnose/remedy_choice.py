@@ -1,4 +1,4 @@
-"""Which remedy options the diagnose phase lowers and which one it prints (compat/diagnose_phase.py ``remedy``),
+"""Which remedy options the diagnose phase lowers and which one it prints (diagnose_phase.py ``remedy``),
 from the rows it has tried: each that passes against eager was timed against the shipped artifact, in turns."""
 
 from __future__ import annotations

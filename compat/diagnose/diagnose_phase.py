@@ -8,49 +8,25 @@ generator's loop on the remedied artifact)."""
 from __future__ import annotations
 
 import copy
-import math
-import os
 import re
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import blocks, culprit
-from .common import flatten_outputs, load_case, load_methods, load_npz_tensors, named_like_reference, named_outputs
-from .contract import Adapter, Diagnoses, SearchesBlocks, require_whole
+from ..common import flat, flatten_outputs, load_case, load_methods
+from ..contract import Adapter, Diagnoses, SearchesBlocks, require_whole
+from ..phases import PhaseLog, StageSkipped, run_task
+from ..search import culprit
+from . import blocks, remedy_trial
 from .diagnose_reproducer import Reproducers
-from .phases import PhaseLog, StageSkipped, failed_at, method_outputs, run_task, save_arrays
 from .remedy_choice import cheapest, why_not_tried
 
-REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
-REMEDY_OUTPUTS = "remedy.npz"  # its outputs, named as the runtime phase names the artifact's
 # The stages of a search over the whole model (the precision, export-remedy and latency phases: no parts, no
 # operator alone, no reproducer).
 WHOLE_MODEL_STAGES = (("build", ()), ("eager", ("build",)), ("search", ("eager",)), ("remedy", ("search",)),
                       ("task", ("remedy",)))
 FOUND = ("found", "combination")  # a search's statuses that name culprits
 REMEDY_TASK = "remedy-task.npz"  # a generator's loop run on it: tokens and step logits, as the runtime's task stage
-MIN_CALLS, MAX_CALLS = 3, 200  # per side and round of the remedied-against-shipped timing (the budget decides)
-
-
-@dataclass
-class Block:
-    """A method's first repeated block as a program of its own, where the search runs when it departs as lowered
-    (compat/blocks.py): its path, how many blocks the method has, its real inputs and eager outputs, and its share
-    of the method's threshold (the threshold over the blocks: blocks each within their share keep the method
-    within about its threshold, so a method past it has a block past its share)."""
-
-    path: str
-    of: int
-    module: Any
-    inputs: tuple[Any, ...]
-    eager: list[Any]
-    threshold: float
-
-    def said(self) -> str:
-        return f"{self.path} (one of the method's {self.of} blocks) as a program of its own"
 
 
 class DiagnosePhase(Reproducers):
@@ -69,7 +45,8 @@ class DiagnosePhase(Reproducers):
         self.methods: list[str] = list(job["methods"])
         self.remedies: dict[str, str] = {}  # method → the code of the remedy chosen (or the last option, unjudged)
         self.fusions: dict[str, dict[str, Any]] = {}  # method → the fused pair that fails alone (code, tensors, error)
-        self.blocks: dict[str, Block] = {}  # method → the block the search runs on, where it does not run on the method
+        # method → the block the search runs on, where it does not run on the method
+        self.blocks: dict[str, blocks.Block] = {}
         self.whole: dict[str, Any] = {}  # method → what its lowering starts from: the remedies are judged on it
 
     # What the adapter must offer, what the report says when it does not, and the stages in order with the
@@ -165,45 +142,16 @@ class DiagnosePhase(Reproducers):
         return found, {"parts": {name: len(parts) for name, (_, parts) in found.items()}, "blocks": searched}
 
     def departing_block(self, method: str) -> dict[str, Any]:
-        """The method's first repeated block lowered alone and run on the real tensors that reached it; where it
-        departs from the block run eagerly beyond its share of the method's threshold, the search's program from here on
-        (``self.blocks``). The record says what was found either way."""
-        import torch
-
+        """The method's first repeated block, where it departs lowered alone, as the search's program from here on
+        (``self.blocks``; blocks.departing); the record says what was found either way."""
         _, inputs = self.log.results["build"]
-        first = blocks.first_block(self.whole[method])
-        if first is None:
-            return {"searched": "the method", "reason": "no module list of two blocks or more"}
-        path, members = first
         # A method that shipped no artifact did not lower: its block stands for it only where it fails to lower too.
         lowers = method in (self.job.get("artifacts") or {})
-        try:
-            made = blocks.block_program(self.whole[method], inputs[method], path)
-            if made is None:
-                return {"searched": "the method", "block": path, "reason": "a value reaching the block is no tensor"}
-            module, block_inputs = made
-            with torch.no_grad():
-                eager = flat(module(*block_inputs))
-            start = self.adapter.lowering_start(module, block_inputs)
-        except Exception as failure:  # noqa: BLE001 - a block that will not run or export alone: the method
-            return {"searched": "the method", "block": path, "reason": f"the block alone: {culprit.said(failure)}"}
-        try:
-            lowered = self.adapter.lower_keeping_out(start, frozenset())
-            error = max(culprit.rel_l2(a, e) for a, e in zip(flat(self.adapter.run_lowered(lowered, block_inputs)),
-                                                              eager))
-        except Exception as failure:  # noqa: BLE001 - it fails as the method does only where the method did not lower
-            if lowers:
-                return {"searched": "the method", "block": path, "reason": f"the block alone: {culprit.said(failure)}"}
-            error = math.inf
-        if not lowers and math.isfinite(error):
-            return {"searched": "the method", "block": path, "rel_l2": error,
-                    "reason": "the method does not lower, and the block lowered alone does"}
-        share = self.threshold_of(method) / members
-        if not error > share:
-            return {"searched": "the method", "block": path, "rel_l2": error, "threshold": share,
-                    "reason": "the block lowered alone is within its share of the method's threshold"}
-        self.blocks[method] = Block(path, members, module, block_inputs, eager, share)
-        return {"searched": "the block", "block": path, "of": members, "rel_l2": error, "threshold": share}
+        found, block = blocks.departing(self.adapter, self.whole[method], inputs[method], self.threshold_of(method),
+                                        lowers)
+        if block is not None:
+            self.blocks[method] = block
+        return found
 
     def search_threshold(self, method: str) -> float:
         """What the search holds its program to: the block's share of the method's threshold, or the method's."""
@@ -334,20 +282,14 @@ class DiagnosePhase(Reproducers):
         reference as the gate does; the others stay as rows of what was tried. A method whose search found nothing
         to keep out (the budget stopped it, or no part was pinned) is then tried with the remedy that passes for
         another method (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
-        reference = self.model_dir.parent / "eager.npz"  # the runtime's names for the outputs
-        names = load_npz_tensors(reference) if reference.is_file() else {}
-        checked, outputs = {}, {}
+        remedies = remedy_trial.Remedies(self.model_dir)
 
         def keep(method: str, tried: list[dict[str, Any]], not_tried: Sequence[dict[str, str]] = (),
                  **found_in: str) -> None:
             chosen = cheapest(tried)
             self.remedies[method] = chosen["code"]
-            ran = chosen.pop("outputs", None)
-            if ran is not None:
-                outputs[method] = named_like_reference(method, named_outputs(ran), names)
-            checked[method] = {**chosen, **found_in,
-                               "tried": [{k: v for k, v in t.items() if k != "outputs"} for t in tried],
-                               "not_tried": list(not_tried)}
+            remedies.add(method, chosen, **found_in, tried=[{k: v for k, v in t.items() if k != "outputs"}
+                                                            for t in tried], not_tried=list(not_tried))
 
         search = self.log.results["search"]
         for method, finding in search.items():
@@ -361,14 +303,11 @@ class DiagnosePhase(Reproducers):
                 else:
                     tried.append(self.try_remedy(method, number, what, code))
             keep(method, tried, not_tried)
+        checked = remedies.rows
         for method, source in culprit.carried_over(search, checked).items():
             keep(method, [self.try_remedy(method, 0, checked[source]["remedy"], checked[source]["code"])],
                  found_in=source)
-        if not checked:
-            raise StageSkipped("no culprit found")
-        if outputs:
-            save_arrays(self.model_dir / REMEDY_OUTPUTS, method_outputs(outputs))
-        return checked, {"methods": checked, "outputs": REMEDY_OUTPUTS if outputs else None}
+        return remedies.record("no culprit found")
 
     def task(self):
         """A generator's end-to-end loop (its greedy decode, models/case.py) run as the runtime phase runs the
@@ -394,68 +333,41 @@ class DiagnosePhase(Reproducers):
         return run_task(self.case, call, self.model_dir / REMEDY_TASK)
 
     def try_remedy(self, method: str, number: int, what: str, code: str) -> dict[str, Any]:
-        """One remedy lowered, saved, loaded and run; timed against the shipped artifact when it passes. A remedy
-        that does not lower, save, load or run is a finding of its own: its row, with the step and the error."""
-        _, inputs = self.log.results["build"]
-        step = "its code"
-        try:
+        """One remedy's lines run on the program as exported, then lowered, saved, loaded and run (``tried``)."""
+
+        def its_code(_: None) -> dict[str, Any]:
             # A copy: a remedy's lines may rewrite the program in place, and the next remedy and the reproducer
             # start from the program as exported.
             scope: dict[str, Any] = {"program": copy.deepcopy(self.whole[method])}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
-            step = "lowering"
-            lowered = self.adapter.lower_with_remedy(scope)
-            # The first option where the report has always had it; the others beside it, numbered.
-            path = self.model_dir / REMEDY_DIR / f"{method}{f'-{number}' if number else ''}{self.adapter.SUFFIX}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            step = "saving"
-            self.adapter.save(lowered, path)
-            step = "loading and running"
-            program = self.adapter.load(path)
-            ran = self.adapter.run(program, inputs[method])
-        except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
-            return {"remedy": what, "code": code, "passes": False, "error": failed_at(step, failure)}
-        error = self.error_against_eager(flat(ran), method)
-        passes = error <= self.threshold_of(method)
-        latency = (self.timed_against_shipped(method, program) if passes
-                   else {"status": "not timed", "reason": "it does not pass against eager"})
-        return {"remedy": what, "code": code, "rel_l2": error, "passes": passes, "outputs": ran,
-                "file": path.relative_to(self.model_dir).as_posix(), "bytes": path.stat().st_size, "latency": latency}
+            return scope
 
-    def timed_against_shipped(self, method: str, remedied: Any) -> dict[str, Any]:
-        """Calls of the remedied and the shipped artifact in turn, round by round (the order alternating),
-        in this one process: a ratio whose rounds share the machine's state, as the measure session's do."""
-        name = (self.job.get("artifacts") or {}).get(method)  # beside this phase's folder, in the model's
-        if not name:
-            return {"status": "not timed", "reason": "nothing shipped to time it against: the method did not lower"}
-        if not (self.model_dir.parent / name).is_file():
-            return {"status": "not timed", "reason": "the shipped artifact is not in the report folder"}
+        # The first option where the report has always had it; the others beside it, numbered.
+        return self.tried(method, [("its code", its_code), ("lowering", self.adapter.lower_with_remedy)],
+                          name=f"{method}{f'-{number}' if number else ''}", remedy=what, code=code)
+
+    TIMES_FAILING = False  # whether a remedy that does not pass against eager is timed all the same
+
+    def tried(self, method: str, steps: Sequence[remedy_trial.Step], name: str = "", made: Any = None,
+              untimed: str = "", **row: Any) -> dict[str, Any]:
+        """``row`` (the remedy's lines, what they do) with how the program ``steps`` make from ``made`` fared, saved
+        as ``name`` (else the method's), loaded and run (remedy_trial.run_trial): against eager (``judged``), timed
+        against the shipped artifact where it passes or the phase times every remedy (``untimed``: why not at all),
+        and its outputs; or the step it failed at, and the error."""
         _, inputs = self.log.results["build"]
-        # The shipped method as the app calls it: from its own file, or from the multi-method program.
-        shipped = load_methods(self.adapter, self.model_dir.parent, {method: name})[method]
-        calls = {"shipped": shipped, "remedied": (self.adapter.run, remedied)}
-        for run, program in calls.values():
-            run(program, inputs[method])  # the first call pays for the allocations
-        rounds, per_side_s = int(self.job["rounds"]), float(self.job["time_budget_s"]) / int(self.job["rounds"])
-        samples = []
-        for number in range(rounds):
-            order = list(calls) if number % 2 == 0 else list(reversed(calls))
-            entry: dict[str, list[float]] = {}
-            for side in order:
-                run, program = calls[side]
-                times: list[float] = []
-                started = time.perf_counter()
-                while len(times) < MIN_CALLS or (time.perf_counter() - started < per_side_s and len(times) < MAX_CALLS):
-                    call = time.perf_counter()
-                    run(program, inputs[method])
-                    times.append((time.perf_counter() - call) * 1000)
-                entry[side] = times
-            samples.append(entry)
-        return {"status": "ok", "threads": self.job["threads"], "rounds": samples, "load_average": os.getloadavg()}
+        ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, name or method, inputs[method], made)
+        if isinstance(ran, str):
+            return {**row, "passes": False, "error": ran}
+        judged = self.judged(method, ran.outputs)
+        latency = ({"status": "not timed", "reason": untimed or "it does not pass against eager"}
+                   if untimed or not (judged["passes"] or self.TIMES_FAILING) else
+                   remedy_trial.timed_against_shipped(self.adapter, self.job, method, inputs[method], ran.program))
+        return {**row, **judged, "outputs": ran.outputs, "file": ran.file, "bytes": ran.bytes, "latency": latency}
 
-
-def flat(value: Any) -> list[Any]:
-    return [t.detach() for t in flatten_outputs(value)]
+    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
+        """A remedy's outputs against eager, as the gate measures them."""
+        error = self.error_against_eager(flat(outputs), method)
+        return {"rel_l2": error, "passes": error <= self.threshold_of(method)}
 
 
 def run_diagnose_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:
