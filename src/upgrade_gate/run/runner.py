@@ -34,6 +34,8 @@ from upgrade_gate.errors import RunIncomplete
 from upgrade_gate.judge.fail_fast import first_hard_failure
 from upgrade_gate.run import cache, diagnosis, packages, shards, supervisor, workers
 from upgrade_gate.run.asset_build import assets_dir
+from upgrade_gate.run.fork_server import ForkServer
+from upgrade_gate.run.process_group import interrupted
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.schema.records import RecordError, load_diagnosis, load_stack_model, read_key_record
 from upgrade_gate.stages import RUNTIME_STAGES
@@ -54,13 +56,13 @@ class StackRun:
     digest: str
     store: cache.ResultCache
     # What forks each phase's worker with the stack's packages imported (workers.fork_servers); none: fresh.
-    fork_servers: dict[str, supervisor.ForkServer] = dataclasses.field(default_factory=dict)
+    fork_servers: dict[str, ForkServer] = dataclasses.field(default_factory=dict)
     # Held by the runtime phase that runs: one at a time, beside the exports (_export_then_runtime).
     runtime_turn: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     @classmethod
     def start(cls, plan: Plan, spec: StackSpec, bin_dir: Path, progress: Progress,
-              fork_servers: dict[str, supervisor.ForkServer] | None = None) -> StackRun:
+              fork_servers: dict[str, ForkServer] | None = None) -> StackRun:
         digest = cache.digest_of({
             "python": spec.python,
             "requirements": [str(r) for r in spec.requirements],
@@ -190,11 +192,11 @@ def _model_phases(stack: StackRun, model: ModelEntry) -> None:
     and quantizations, and its remedy's timing alternates remedied and shipped calls at one thread in one
     process, so a neighbour on the other core weighs on both sides alike."""
     run_phase(stack, model, "export")
-    if supervisor.interrupted():  # Ctrl-C: no new worker
+    if interrupted():  # Ctrl-C: no new worker
         return
     with stack.runtime_turn:
         run_phase(stack, model, "runtime")
-    if supervisor.interrupted():
+    if interrupted():
         return
     job = diagnosis.diagnose_job(stack.plan, stack.spec.name, model)
     if job is not None:
@@ -207,11 +209,11 @@ def _export_and_check(stack: StackRun, stop: threading.Event, started: set[str],
     records; the first that fails is written down (``stopped.json``) and stops the run."""
     started.add(model.name)
     for phase in ("export", "runtime"):
-        if stop.is_set() or supervisor.interrupted():  # another model failed, or Ctrl-C: no new worker
+        if stop.is_set() or interrupted():  # another model failed, or Ctrl-C: no new worker
             return
         with stack.runtime_turn if phase == "runtime" else contextlib.nullcontext():
             run_phase(stack, model, phase)
-    failed = None if supervisor.interrupted() else first_hard_failure(stack.plan, stack.spec, model)
+    failed = None if interrupted() else first_hard_failure(stack.plan, stack.spec, model)
     with _STOPPING:
         if failed is None or stop.is_set():
             return
