@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.gather import reference_side
+from upgrade_gate.judge._comparisons import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Side
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (

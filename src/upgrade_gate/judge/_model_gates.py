@@ -6,6 +6,7 @@ from __future__ import annotations
 from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge._comparisons import reference_side
 from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.judge._latency_gates import (
     budget_gates,
@@ -15,7 +16,6 @@ from upgrade_gate.judge._latency_gates import (
     latency_gate,
     memory_gate,
 )
-from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import (

@@ -303,7 +303,7 @@ class Diagnosis(StagesOf, codec.Record):
     record_dir: str  # relative to the report folder
     stages: tuple[Stage, ...]
     cache: CacheUse | None = None
-    # The remedied artifact's outputs against the reference (judge/gather.py), each method's worst rel. L2.
+    # The remedied artifact's outputs against the reference (judge/_comparisons.py), each method's worst rel. L2.
     remedy_against: str | None = None
     remedy_rel_l2: dict[str, float] = field(default_factory=dict)
     remedy_cosine: dict[str, float] = field(default_factory=dict)  # each method's worst
