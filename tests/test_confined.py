@@ -155,7 +155,7 @@ class _Case:
 def test_the_worker_refuses_exactly_the_method_names_the_parent_refuses():
     """The worker's check is the parent's rule, sent in the job the runner writes (compat/ cannot import it)."""
     from upgrade_gate.config.catalog import load_catalog
-    from upgrade_gate.run.runner import model_job
+    from upgrade_gate.run.phases import model_job
 
     common = _common()
     job = model_job(load_catalog()["vit-smoke"])
@@ -177,7 +177,7 @@ def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(t
     """The worker's record of the refusal (its build stage) is what the runner stops the run on: exit 2 naming the
     entry, the method and the rule — never a stage of the stack that failed."""
     from upgrade_gate.config.plan import load_plan
-    from upgrade_gate.run import runner
+    from upgrade_gate.run.phases import refused_method
 
     phases = compat_module("names_compat", "phases")
     common = sys.modules["names_compat.common"]
@@ -188,8 +188,8 @@ def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(t
         raise common.MethodNameRefused("../../victim_m/escaped")
 
     log.stage("build", (), build)
-    assert runner.refused_method(tmp_path / "export.json") == "../../victim_m/escaped"
-    assert runner.refused_method(tmp_path / "missing.json") is None
+    assert refused_method(tmp_path / "export.json") == "../../victim_m/escaped"
+    assert refused_method(tmp_path / "missing.json") is None
     (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\n'
                                              'victim = "victim:build"\n')
     entry = load_plan([], invoked_from=tmp_path, config_path=tmp_path / "pyproject.toml").models[0]
