@@ -90,7 +90,7 @@ from upgrade_gate.errors import EXIT_USAGE
 from upgrade_gate.layout import NOXFILE, TOOL_ROOT
 from upgrade_gate.measure import rounds
 from upgrade_gate.pipeline import check_writable
-from upgrade_gate.run import cache, guard
+from upgrade_gate.run import cache_folder, guard
 from upgrade_gate.schema.measured import RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateStatus
@@ -1021,12 +1021,12 @@ def workflow(out: Path, carried: Path, log: Any) -> int:
             link_tree(results, saved)
         folder = job / f"shard-{k}"
         folder.rename(run / "shards" / folder.name)
-        rows.append({"shard": k, "seconds": seconds, "cache_bytes": cache.tree_bytes(saved),
-                     "folder_bytes": cache.tree_bytes(run / "shards" / folder.name)})
+        rows.append({"shard": k, "seconds": seconds, "cache_bytes": cache_folder.tree_bytes(saved),
+                     "folder_bytes": cache_folder.tree_bytes(run / "shards" / folder.name)})
     start = time.monotonic()
     merged = run_workflow_command(merge, run, {})
     report = {"seconds": time.monotonic() - start, "exit": merged.returncode,
-              "folder_bytes": cache.tree_bytes(run / "report")}
+              "folder_bytes": cache_folder.tree_bytes(run / "report")}
     write_json_atomic(run / "workflow.json", {"benchmark": "workflow", "jobs": rows, "report": report})
     lines = [f"# workflow run {run.name}: report job exit {merged.returncode} in {report['seconds']:.0f} s, "
              f"merged folder {report['folder_bytes'] / 2**30:.2f} GiB", "",
