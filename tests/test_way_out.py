@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from upgrade_gate.report._way_out_section import _method_blocks, decides_first
 from upgrade_gate.report.render import to_markdown
+from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.records import Stage
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.stack import Diagnosis
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Verdict, VerdictRecord
 
 CULPRIT = {"operator": "aten.gelu.default(approximate='tanh')", "backend": "XNNPACK delegate", "share": 0.99,

@@ -18,6 +18,7 @@ from upgrade_gate.judge import agreement
 from upgrade_gate.judge.attribution import attributions, lowering_floor
 from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
 from upgrade_gate.schema.comparison import Attribution, Comparison, Side, TaskAgreement
+from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.measured import remedied
 from upgrade_gate.schema.records import (
     DamagedFile,
@@ -27,7 +28,6 @@ from upgrade_gate.schema.records import (
     read_task_result,
     released,
 )
-from upgrade_gate.schema.stack import Diagnosis
 
 # A quantized variant's two departures, apart (judge/attribution.py weighs one against the other).
 QUANTIZATION, QUANTIZED_LOWERING = "candidate quantization (eager)", "candidate lowering of the quantized model"

@@ -26,6 +26,7 @@ from upgrade_gate.judge._comparisons import (
 )
 from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
 from upgrade_gate.schema.device import DeviceRun
+from upgrade_gate.schema.diagnosis import CacheUse, Diagnosis
 from upgrade_gate.schema.measured import (
     BusyRounds,
     Contention,
@@ -46,7 +47,7 @@ from upgrade_gate.schema.records import (
     load_stack_model,
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
-from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
+from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.stats import interval_confidence
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).

@@ -1,6 +1,6 @@
 """The report's "Way out": for each artifact that departs from its own eager model, the operators behind
 it, a reproducer to hand upstream, and the change that avoids it, checked on the same inputs
-(the diagnose phase: compat/diagnose_phase.py, its records read by upgrade_gate.schema.stack.Diagnosis)."""
+(the diagnose phase: compat/diagnose_phase.py, its records read by upgrade_gate.schema.diagnosis.Diagnosis)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
+from upgrade_gate.schema.diagnosis import Diagnosis, MethodDiagnosis
 from upgrade_gate.schema.results import ModelResults, Results
-from upgrade_gate.schema.stack import PORTABLE_SHARE, Diagnosis, MethodDiagnosis
+from upgrade_gate.schema.stack import PORTABLE_SHARE
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Unit, VerdictRecord
 from upgrade_gate.text import size
 
