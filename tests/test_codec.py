@@ -52,7 +52,8 @@ from upgrade_gate.schema.project import (
     ScanResults,
     TestRun,
 )
-from upgrade_gate.schema.records import Reader, Stage, StageError
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import Stage, StageError
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, Results, StackInfo
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import (

@@ -24,7 +24,7 @@ from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.project import ProjectResults
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,8 +38,8 @@ from upgrade_gate.schema.measured import (
     remedied,
     summarize,
 )
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import (
-    Reader,
     StackModelRecord,
     load_diagnosis,
     load_measurement,

@@ -21,7 +21,8 @@ from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, RUN_FILE, WARNINGS_FILE
 from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
 from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
 from upgrade_gate.schema.project import ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
-from upgrade_gate.schema.records import Reader, check_schema
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import check_schema
 
 
 def read_scan(path: Path) -> ScanResults:

@@ -17,7 +17,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import HEADLINE
 from upgrade_gate.schema.measured import RatioEstimate
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
