@@ -1,4 +1,5 @@
-"""The report's top: each candidate's verdict, the gates that did not pass, the latency table and where it was measured."""
+"""The report's top: each candidate's verdict, the gates that did not pass, the latency table and where it
+was measured."""
 
 from __future__ import annotations
 
