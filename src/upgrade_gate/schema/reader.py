@@ -50,9 +50,6 @@ class Reader:
         assert value is not None
         return value
 
-    def opt_number(self, key: str) -> float | None:
-        return self._number(key, required=False)
-
     def _number(self, key: str, *, required: bool) -> float | None:
         # JSON has no infinity: non-finite floats are written "inf", "-inf", "nan" (atomic.to_json).
         if isinstance(self.data, dict) and self.data.get(key) in NON_FINITE:
