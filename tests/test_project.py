@@ -635,7 +635,7 @@ def test_a_test_run_on_unchanged_code_is_reused_by_key_and_the_report_says_from_
     import sys
 
     from upgrade_gate.project.session import run_tests
-    from upgrade_gate.run.cache import reached_entries
+    from upgrade_gate.run.cache_folder import reached_entries
 
     monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "ug"))  # a result cache of the test's own
     (tmp_path / "team").mkdir()
