@@ -18,12 +18,7 @@ from upgrade_gate.judge._latency_gates import (
 )
 from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Unit,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Unit
 
 # What each task's gate is called in its line, and the unit of its headline value.
 TASK_METRIC = {"classification": ("top-1 agreement", Unit.AGREEMENT), "embedding": ("min cosine", Unit.COSINE),

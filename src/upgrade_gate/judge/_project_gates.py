@@ -9,13 +9,7 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.invocation import command
 from upgrade_gate.judge._gates import Rule
 from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Severity,
-    Unit,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit
 from upgrade_gate.text import first_line
 
 PROJECT = "project"  # the model column of the project's gates

@@ -4,14 +4,7 @@ was measured."""
 from __future__ import annotations
 
 from upgrade_gate.invocation import command
-from upgrade_gate.report.render import (
-    Block,
-    Heading,
-    Paragraph,
-    Table,
-    anchor_id,
-    bullets,
-)
+from upgrade_gate.report.render import Block, Heading, Paragraph, Table, anchor_id, bullets
 from upgrade_gate.schema.measured import RatioEstimate, Target
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, VerdictRecord

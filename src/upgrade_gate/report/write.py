@@ -28,15 +28,7 @@ from upgrade_gate.report._verdict_section import (
     where_measured_blocks,
 )
 from upgrade_gate.report._way_out_section import way_out_blocks
-from upgrade_gate.report.render import (
-    Block,
-    Heading,
-    Paragraph,
-    Table,
-    bullets,
-    to_html,
-    to_markdown,
-)
+from upgrade_gate.report.render import Block, Heading, Paragraph, Table, bullets, to_html, to_markdown
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import VerdictRecord
