@@ -235,7 +235,6 @@ def check_writable(folder: Path, *, what: str = "report folder", fix: str = "cho
         fail_usage(f"{folder}: {what} is not writable ({error.strerror}); {fix}")
 
 
-
 def report(plan: Plan) -> int:
     """`nox -s report`: merge shard folders if asked, judge what the stacks wrote, write the report; the exit status."""
     if plan.merge:

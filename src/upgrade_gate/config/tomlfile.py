@@ -119,7 +119,6 @@ class Table:
         return value
 
 
-
 def _kind_name(kind: type) -> str:
     return {
         str: "a string",

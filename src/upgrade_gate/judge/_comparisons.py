@@ -60,7 +60,6 @@ def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Sid
     return pairs
 
 
-
 def compare_sides(plan: Plan, model: ModelEntry, records: dict[str, StackModelRecord], kind: str,
                   extents: dict[str, tuple[int, int]]) -> list[Comparison]:
     """Each pair of ``comparison_pairs``: its outputs compared, and its task's agreement; what is missing or

@@ -13,7 +13,6 @@ from upgrade_gate.schema.verdict import BaselineFinding
 EXPORT_MEMORY_WARNING = 0.8
 
 
-
 def baseline_findings(plan: Plan, models: list[ModelResults]) -> tuple[BaselineFinding, ...]:
     """What ships today that is already off: a model the baseline does not export, run or measure,
     a float model whose baseline artifact is further from the baseline's eager output than the

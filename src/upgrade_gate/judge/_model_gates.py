@@ -25,7 +25,6 @@ TASK_METRIC = {"classification": ("top-1 agreement", Unit.AGREEMENT), "embedding
                "generation": ("token agreement", Unit.AGREEMENT)}
 
 
-
 def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateResult]:
     gates = plan.settings.gates
     out = plan.settings.out_dir

@@ -17,7 +17,6 @@ PROJECT = "project"  # the model column of the project's gates
 NAMED_TESTS = 3
 
 
-
 def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[GateResult]:
     """The team's tests in the candidate against the baseline, and the API scan of its source."""
     settings, stack, base = plan.settings.project, spec.name, plan.baseline.name

@@ -111,7 +111,6 @@ def stack_info(out: Path, spec: StackSpec) -> StackInfo:
                                               for e in recorded.opt_children("extra_requirements") or ()))
 
 
-
 def gather_model(plan: Plan, model: ModelEntry,
                  runs: list[tuple[Path, DeviceRun]] | None = None) -> ModelResults:
     """One model's results; ``runs``: the devices' results files, read once for every model (device_runs)."""

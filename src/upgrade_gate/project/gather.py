@@ -32,7 +32,6 @@ def read_scan(path: Path) -> ScanResults:
     return ScanResults.from_reader(reader)
 
 
-
 def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
     """warnings.json: whether pytest recorded warnings at all, and those it recorded; RecordError if it is
     not a file of this schema."""
@@ -42,7 +41,6 @@ def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
         raise RecordError(f"{path.name}: not valid JSON ({error})") from None
     check_schema(reader)
     return reader.flag("captured", True), tuple(RaisedWarning.from_reader(w) for w in reader.children("warnings"))
-
 
 
 # -- the evidence a report cites ------------------------------------------------------

@@ -16,10 +16,8 @@ LISTED = ((GateStatus.INCOMPLETE, "incomplete"), (GateStatus.INCONCLUSIVE, "inco
           (GateStatus.NOT_COMPARABLE, "not comparable"))
 
 
-
 def model_anchor(model: str) -> str:
     return "model-" + anchor_id(model)
-
 
 
 def failures_line(gates: tuple[GateResult, ...]) -> str:

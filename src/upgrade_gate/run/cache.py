@@ -143,8 +143,6 @@ def model_code_digest(model: ModelEntry) -> str:
     return digest_of({"factory": model.factory, "sources": files_digest(source_files(model), root)})
 
 
-
-
 def adapter_files(adapter: str) -> list[Path]:
     """The adapter's file (a module of compat/ by name, or a spec's own file) and every module of compat/
     it imports, transitively (parsed with ast): the candidate is keyed by executorch_profile.py too, and a

@@ -44,7 +44,6 @@ def fail_incomplete(message: str) -> NoReturn:
     raise SystemExit(EXIT_INCOMPLETE)
 
 
-
 # -- every session's outcome: a verdict, a usage error, or INCOMPLETE -----------------------
 
 

@@ -67,7 +67,6 @@ class StackRun:
                    store=cache.ResultCache(plan.settings.cache_dir), fork_servers=fork_servers or {})
 
 
-
 @dataclass(frozen=True, kw_only=True)  # no slots: ``code`` is computed once, in the instance's __dict__
 class PhaseRun:
     """One model's phase in one stack: where its files go, and what its job and key are made of.

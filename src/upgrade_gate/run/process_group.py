@@ -182,7 +182,6 @@ def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> None:
         pass  # the log stays whole: a full disk is the next write's to report
 
 
-
 # Signals a process gets from outside, not from a fault of its own code: a server
 # ended by one was stopped by the machine or someone on it, not by the stack it runs.
 OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})

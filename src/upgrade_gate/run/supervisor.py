@@ -60,7 +60,6 @@ class Outcome:
         return self.cause is None and self.returncode == 0
 
 
-
 def run_supervised(
     argv: list[str],
     *,

@@ -22,7 +22,6 @@ from upgrade_gate.stages import DIAGNOSTIC_STAGES, STAGE_STATUSES, UNFINISHED_ST
 RECORDS_VERSION = Version("1.0")
 
 
-
 def check_schema(reader: Reader) -> None:
     """Reject another major schema version; a newer minor is read as far as known."""
     found = Version(reader.text("schema_version"))

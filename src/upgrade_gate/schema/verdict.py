@@ -58,7 +58,6 @@ def check_version(reader: Reader, path: Path | str) -> None:
                           f"write the report again with this version (`{command('report', '--out DIR')}`)")
 
 
-
 # -- outcomes ----------------------------------------------------------------------
 
 
@@ -179,7 +178,6 @@ class Quantity(codec.Record):
             interval = f"[{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
             shown += f", {self.level:.1%} interval {interval}" if self.level is not None else f" {interval}"
         return shown
-
 
 
 # The start of a gate's note when --fail-fast stopped the run before it: how a 2.10 file says `not_reached`.
