@@ -491,7 +491,7 @@ def llama_smoke() -> ModelCase:
 def llama_prefill_smoke() -> ModelCase:
     """llama-smoke's prefill as the one method: where ExecuTorch 0.7's XNNPACK zeroes a dynamically quantized
     prefill's KV cache (tests/test_diagnose.py). Its two layers make it a list of blocks, so the search runs on the
-    first layer as a program of its own (compat/blocks.py), as it does on SmolLM2's 30."""
+    first layer as a program of its own (compat/diagnose/blocks.py), as it does on SmolLM2's 30."""
     case = _random_weight_case(
         prefill_len=16, max_new_tokens=8, vocab_size=512, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
         hidden_dim=128, norm_eps=1e-5, rope_theta=10000.0,

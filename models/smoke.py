@@ -239,7 +239,6 @@ def planted_fusion() -> ModelCase:
     return ModelCase(ScaledBlock().eval(), (torch.randn(1, 8, 16, 16),))
 
 
-
 class SharedProjections(nn.Module):
     """An attention's q, k and v projections of the method's input, q split into heads: dynamically quantized
     (int8-dynamic), they share one quantization of it, which ExecuTorch 0.7's XNNPACK does not lower once a

@@ -10,7 +10,7 @@ from helpers.stack_records import REFERENCE, write_stack_model
 
 from upgrade_gate import layout
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.judge.gather import damaged_artifacts
+from upgrade_gate.judge._comparisons import damaged_artifacts
 from upgrade_gate.measure.rounds import runnable_stacks
 from upgrade_gate.run import artifacts, cache
 from upgrade_gate.schema.records import load_stack_model

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from benchmarks import benchmark
+from benchmarks import benchmark, repeated_runs, run_times
 from helpers.stack_records import write_stack_model
 
 from upgrade_gate import pipeline
@@ -22,15 +22,15 @@ def run(index: int, **statuses: str) -> dict:
 def test_a_planted_slowdown_counts_as_failed_as_verdict_json_writes_it():
     # verdict.json writes GateStatus values; the variant only one stack ran has no latency gate.
     runs = [run(i, a=GateStatus.FAILED.value, b=GateStatus.FAILED.value if i < 4 else "inconclusive") for i in range(1, 6)]
-    summary = benchmark.summarize_runs("sensitivity", "quiet", ["a", "b", "b@int8"], runs)
+    summary = repeated_runs.summarize_runs("sensitivity", "quiet", ["a", "b", "b@int8"], runs)
     assert summary["failed"] == 8 and summary["inconclusive"] == 2
     assert summary["failed_runs_per_model"] == {"a": 5, "b": 3, "b@int8": 0}
     assert summary["met"] is False  # b failed in 3 of 5
-    assert benchmark.summarize_runs("sensitivity", "quiet", ["a"], runs)["met"] is True
-    assert benchmark.summarize_runs("sensitivity", "all-cores", ["a", "b"], runs)["met"] is None
-    assert benchmark.summarize_runs("noise", "quiet", ["a"], runs)["met"] is False
-    assert benchmark.summarize_runs("noise", "quiet", ["a"], [run(1, a="passed"), run(2, a="incomplete")])["met"] is True
-    assert "no gate (one stack)" in benchmark._compare_markdown(
+    assert repeated_runs.summarize_runs("sensitivity", "quiet", ["a"], runs)["met"] is True
+    assert repeated_runs.summarize_runs("sensitivity", "all-cores", ["a", "b"], runs)["met"] is None
+    assert repeated_runs.summarize_runs("noise", "quiet", ["a"], runs)["met"] is False
+    assert repeated_runs.summarize_runs("noise", "quiet", ["a"], [run(1, a="passed"), run(2, a="incomplete")])["met"] is True
+    assert "no gate (one stack)" in repeated_runs._compare_markdown(
         {**summary, "runs": [{**runs[0], "machine": [{"model": "b@int8", "threads": 1, "rounds": 9, "quiet": 9,
                                                        "others_cores": 0.01, "oversubscribed": False}]}]})
 
@@ -44,7 +44,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     for stack in ("legacy", "candidate"):
         write_stack_model(out, stack, "vit-smoke", eager=[reference], artifact=[reference], latency_ms=2.0)
     pipeline.report(plan)
-    parts = benchmark.run_parts(out, export_jobs=2)
+    parts = run_times.run_parts(out, export_jobs=2)
     for stack in ("legacy", "candidate"):
         phases = {p: json.loads((out / "stacks" / stack / "models" / "vit-smoke" / f"{p}.json").read_text())
                   for p in ("export", "runtime")}
@@ -57,13 +57,13 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
     # The family's minutes: both stacks' phases and the measurements' wall time — their calls where a file has no
     # elapsed_s (from before it was recorded), else that; its suite cost beside them; one family, one part of two.
     phases_s = sum(sum(parts["stacks"][stack]["vit-smoke"].values()) for stack in ("legacy", "candidate"))
-    costs = benchmark.family_costs(out, parts)
+    costs = run_times.family_costs(out, parts)
     assert costs["families"] == [{"family": "vit-smoke", "cost": 1.0,
                                   "minutes": pytest.approx((phases_s + 4 * 7 * 8 * 2.0 / 1000) / 60)}]
     for threads in (1, 2):
         path = out / "measurements" / "vit-smoke" / f"threads-{threads}.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "elapsed_s": 30.0}))
-    costs = benchmark.family_costs(out, parts)
+    costs = run_times.family_costs(out, parts)
     assert costs["families"][0]["minutes"] == pytest.approx((phases_s + 60.0) / 60)
     assert costs["shards_by_suite_costs"] == costs["shards_by_these_minutes"] == [pytest.approx((phases_s + 60) / 60), 0]
 
@@ -74,7 +74,7 @@ def test_stages_sums_each_phase_and_the_measure_sessions_calls(project):
         inside = sum(s["duration_s"] for s in record["stages"])
         record.setdefault("facts", {})["supervisor"] = {"elapsed_s": inside + outside, "forked": forked}
         record_file.write_text(json.dumps(record))
-    assert benchmark.worker_start_up(out) == {
+    assert run_times.worker_start_up(out) == {
         "candidate": {"export": {"start_up_s": pytest.approx(3.0), "forked": 1, "fresh": 0}},
         "legacy": {"runtime": {"start_up_s": pytest.approx(1.5), "forked": 0, "fresh": 1}}}
 

@@ -11,7 +11,7 @@ import pytest
 
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import cache
+from upgrade_gate.run import cache, cache_folder
 from upgrade_gate.schema.records import RECORDS_VERSION
 
 
@@ -164,10 +164,10 @@ def test_pruning_keeps_what_a_report_folder_reached_and_nothing_else(tmp_path):
         json.dumps({"schema_version": str(RECORDS_VERSION), "model": "vit", "threads": 1, "key": "m1",
                     "order": ["legacy", "candidate"]}))
 
-    reached = cache.reached_entries(out)
+    reached = cache_folder.reached_entries(out)
     assert reached == {("legacy", "vit", "export", "new"), ("candidate", "vit", "runtime", "r1"),
                        ("candidate", "vit", "diagnose", "d1"), ("legacy+candidate", "vit", "measure-t1", "m1")}
-    pruned = store.prune(reached, {"vit-bbbbbbbbbbbb"})
+    pruned = cache_folder.prune(store.root, reached, {"vit-bbbbbbbbbbbb"})
     left = {p.parent.relative_to(tmp_path / "cache").parts for p in (tmp_path / "cache").glob("*/*/*/*/manifest.json")}
     assert left == reached
     assert [p.name for p in (tmp_path / "cache" / "fixtures").iterdir()] == ["vit-bbbbbbbbbbbb"]

@@ -24,8 +24,9 @@ from upgrade_gate.releases import _table
 from upgrade_gate.releases._table import Bisection, Release, ReleaseRecord
 from upgrade_gate.run import shards
 from upgrade_gate.run.shards import ShardManifest
-from upgrade_gate.schema import codec, comparison, measured, project, results, stack, verdict
+from upgrade_gate.schema import codec, comparison, diagnosis, measured, project, results, stack, verdict
 from upgrade_gate.schema.comparison import Attribution, Comparison, OutputMetrics, Side, TaskAgreement
+from upgrade_gate.schema.diagnosis import CacheUse, Diagnosis
 from upgrade_gate.schema.measured import (
     BusyRounds,
     DeviceLatency,
@@ -49,9 +50,10 @@ from upgrade_gate.schema.project import (
     ScanResults,
     TestRun,
 )
-from upgrade_gate.schema.records import Reader, Stage, StageError
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import Stage, StageError
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, Results, StackInfo
-from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
+from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import (
     BaselineFinding,
     GateResult,
@@ -192,7 +194,7 @@ def test_every_record_reads_back_as_written(record):
 
 
 def test_every_record_of_the_schema_is_round_tripped_here():
-    modules = (verdict, comparison, measured, stack, results, project, _table, shards)
+    modules = (verdict, comparison, measured, stack, diagnosis, results, project, _table, shards)
     records = {cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
                if issubclass(cls, codec.Record) and cls is not codec.Record and cls.__module__ == module.__name__}
     assert records - {type(r) for r in EVERY} == set()

@@ -18,7 +18,7 @@ from helpers.runs import QUICK, nox, user_project
 from upgrade_gate import layout
 from upgrade_gate._confined import OutsideOwnFolder, planted_links, remove_file, remove_tree
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import cache
+from upgrade_gate.run import cache_folder
 
 
 def listing(folder: Path) -> dict[str, bytes | str]:
@@ -155,7 +155,7 @@ class _Case:
 def test_the_worker_refuses_exactly_the_method_names_the_parent_refuses():
     """The worker's check is the parent's rule, sent in the job the runner writes (compat/ cannot import it)."""
     from upgrade_gate.config.catalog import load_catalog
-    from upgrade_gate.run.runner import model_job
+    from upgrade_gate.run.phases import model_job
 
     common = _common()
     job = model_job(load_catalog()["vit-smoke"])
@@ -177,7 +177,7 @@ def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(t
     """The worker's record of the refusal (its build stage) is what the runner stops the run on: exit 2 naming the
     entry, the method and the rule — never a stage of the stack that failed."""
     from upgrade_gate.config.plan import load_plan
-    from upgrade_gate.run import runner
+    from upgrade_gate.run.phases import refused_method
 
     phases = compat_module("names_compat", "phases")
     common = sys.modules["names_compat.common"]
@@ -188,8 +188,8 @@ def test_a_refused_method_reaches_the_parent_as_the_models_configuration_error(t
         raise common.MethodNameRefused("../../victim_m/escaped")
 
     log.stage("build", (), build)
-    assert runner.refused_method(tmp_path / "export.json") == "../../victim_m/escaped"
-    assert runner.refused_method(tmp_path / "missing.json") is None
+    assert refused_method(tmp_path / "export.json") == "../../victim_m/escaped"
+    assert refused_method(tmp_path / "missing.json") is None
     (tmp_path / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\n'
                                              'victim = "victim:build"\n')
     entry = load_plan([], invoked_from=tmp_path, config_path=tmp_path / "pyproject.toml").models[0]
@@ -344,7 +344,7 @@ def test_a_model_folder_planted_as_a_link_is_refused_before_anything_is_removed(
                        "link, or choose another folder")
     after = listing(team.parents[4])
     assert {k: v for k, v in after.items() if not k.endswith(".upgrade-gate.lock") and
-            not k.endswith(cache.CACHE_LOCK)} == before
+            not k.endswith(cache_folder.CACHE_LOCK)} == before
 
 
 def test_a_link_planted_in_the_result_cache_is_refused(tmp_path):
@@ -421,7 +421,7 @@ def test_prune_cache_refuses_while_another_run_uses_the_cache(tmp_path):
     record.write_text(json.dumps({"key": "k", "stored": True}))
     # Another run: a process holding the cache as every session does (pipeline.take_folders_or_exit).
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from upgrade_gate.run import cache; cache.use_cache(Path(sys.argv[1])); "
+                               "from upgrade_gate.run import cache_folder; cache_folder.use_cache(Path(sys.argv[1])); "
                                "print('holding', flush=True); time.sleep(120)", str(cache_dir / "results")],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TOOL_ROOT / "src")})
     try:
@@ -487,19 +487,19 @@ def test_a_cache_copied_with_hard_links_has_a_lock_of_its_own(tmp_path):
     original, copy = tmp_path / "a" / "results", tmp_path / "b" / "results"
     original.mkdir(parents=True)
     copy.mkdir(parents=True)
-    (original / cache.CACHE_LOCK).touch()
-    os.link(original / cache.CACHE_LOCK, copy / cache.CACHE_LOCK)
+    (original / cache_folder.CACHE_LOCK).touch()
+    os.link(original / cache_folder.CACHE_LOCK, copy / cache_folder.CACHE_LOCK)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from upgrade_gate.run import cache; cache.use_cache(Path(sys.argv[1])); "
+                               "from upgrade_gate.run import cache_folder; cache_folder.use_cache(Path(sys.argv[1])); "
                                "print('holding', flush=True); time.sleep(120)", str(original)],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(TOOL_ROOT / "src")})
     try:
         assert holder.stdout.readline().strip() == "holding"
-        assert cache.alone_in_cache(copy)  # its own lock now: the other run is not in it
-        assert os.stat(copy / cache.CACHE_LOCK).st_nlink == 1
-        assert not cache.alone_in_cache(original)  # the run that holds the original still does
+        assert cache_folder.alone_in_cache(copy)  # its own lock now: the other run is not in it
+        assert os.stat(copy / cache_folder.CACHE_LOCK).st_nlink == 1
+        assert not cache_folder.alone_in_cache(original)  # the run that holds the original still does
     finally:
         holder.kill()
         holder.wait()
         for root in (original, copy):
-            os.close(cache.USING.pop(root.resolve()))
+            os.close(cache_folder.USING.pop(root.resolve()))

@@ -21,7 +21,7 @@ from upgrade_gate.measure import rounds
 from upgrade_gate.measure._contention import Load
 from upgrade_gate.schema.measured import RoundsEnded
 from upgrade_gate.schema.measurement import Contention, RoundLoad
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 
 @pytest.mark.parametrize(("threads", "waited", "others", "steal", "disturbed"), [

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from benchmarks.benchmark import exact_gate_errors
+from benchmarks.gate_errors import exact_gate_errors
 from helpers.stack_records import REFERENCE, write_stack_model
 
 from upgrade_gate import layout, stats

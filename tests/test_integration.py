@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmarks.benchmark import link_tree, run_workflow_command
+from benchmarks.workflow import link_tree, run_workflow_command
 from helpers.readers import colours, render, validate_junit, verdict_of
 from helpers.runs import (
     EXPLAINING,

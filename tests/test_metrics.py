@@ -7,7 +7,7 @@ import pytest
 
 from upgrade_gate.judge.numerics import compare_arrays, compare_outputs
 from upgrade_gate.schema.comparison import OutputMetrics
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 inf, nan = math.inf, math.nan
 

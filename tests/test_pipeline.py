@@ -16,7 +16,7 @@ from helpers.stack_records import REFERENCE, write_stack_model
 from upgrade_gate import pipeline
 from upgrade_gate._atomic import sha256_file, write_json_atomic
 from upgrade_gate.config.plan import load_plan
-from upgrade_gate.run import _folder_lock, cache, guard, runner, shards, venvs
+from upgrade_gate.run import _folder_lock, cache, cache_folder, guard, runner, shards, venvs
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -163,13 +163,13 @@ def test_a_fault_with_no_report_folder_held_logs_into_the_result_cache(tmp_path,
     """Issue 61, N21: a fault before any report folder was held (a bad `--out` of `nox -s benchmark`) wrote its
     traceback into the system's temporary folder, outside the report folder and the cache."""
     monkeypatch.setattr(_folder_lock, "HELD", {})
-    monkeypatch.setattr(cache, "USING", {})
+    monkeypatch.setattr(cache_folder, "USING", {})
     monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "default-cache"))
     code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
     log = tmp_path / "default-cache" / "upgrade-gate-error.log"
     assert code == 3 and f"the traceback is in {log} — please report it" in err
     assert "ZeroDivisionError" in log.read_text()
-    monkeypatch.setattr(cache, "USING", {tmp_path / "own-cache": -1})  # the cache a run uses (`cache =` says which)
+    monkeypatch.setattr(cache_folder, "USING", {tmp_path / "own-cache": -1})  # the cache a run uses (`cache =` says which)
     (tmp_path / "own-cache").mkdir()
     code, err = exits(capsys, guarded_call(ZeroDivisionError("division by zero")))
     assert code == 3 and f"{tmp_path / 'own-cache' / 'upgrade-gate-error.log'} — please report it" in err

@@ -21,7 +21,8 @@ from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedied_verdicts, with_remedies
 from upgrade_gate.report._verdict_section import verdict_blocks
 from upgrade_gate.report.render import Bullets
-from upgrade_gate.schema.records import Reader, runtime_key
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.schema.verdict import (
     GateResult,
     GateStatus,

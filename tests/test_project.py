@@ -24,7 +24,7 @@ from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.project import ProjectResults
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.verdict import GateStatus, Quantity, Severity, Unit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -635,7 +635,7 @@ def test_a_test_run_on_unchanged_code_is_reused_by_key_and_the_report_says_from_
     import sys
 
     from upgrade_gate.project.session import run_tests
-    from upgrade_gate.run.cache import reached_entries
+    from upgrade_gate.run.cache_folder import reached_entries
 
     monkeypatch.setenv("UPGRADE_GATE_CACHE", str(tmp_path / "ug"))  # a result cache of the test's own
     (tmp_path / "team").mkdir()

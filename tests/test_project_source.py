@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from upgrade_gate.project.source import SourcePathError, files_digest, project_files
-from upgrade_gate.run import cache, shards
+from upgrade_gate.run import cache_folder, shards
 from upgrade_gate.run._folder_lock import lock_out_dir
 
 CALL = "import torch\nstate = torch.load(path)\n"
@@ -32,10 +32,10 @@ def test_venvs_build_output_report_folders_and_caches_are_not_the_teams_source(t
     (root / "report-old" / ".upgrade-gate.lock").write_text("")
     # One downloaded from CI has lost its hidden files, not its shard.json.
     (root / "ci-report" / shards.MANIFEST).write_text("{}")
-    cache.tag_cache(root / "cache" / "results")  # a result cache configured inside the repository
+    cache_folder.tag_cache(root / "cache" / "results")  # a result cache configured inside the repository
     assert project_files(root, ["."], suffix=".py") == [Path("src/app/mod.py")]
     assert project_files(root) == [Path("src/app/mod.py"), Path("src/app/notes.txt")]
-    assert (root / "cache" / "results" / cache.CACHE_TAG).read_text().startswith(
+    assert (root / "cache" / "results" / cache_folder.CACHE_TAG).read_text().startswith(
         "Signature: 8a477f597d28d172789f06886806bc55\n")  # the standard tag's own, for backup tools too
 
 

@@ -450,7 +450,7 @@ def test_the_latency_section_says_what_each_figure_covers_and_why_the_rounds_end
 def test_the_least_delegated_method_is_named_and_a_method_with_no_operator_node_is_said_apart():
     from types import SimpleNamespace
 
-    from upgrade_gate.report._verdict_section import _least_delegated
+    from upgrade_gate.report._matrix_section import _least_delegated
     from upgrade_gate.schema.stack import Delegation
 
     def delegation(delegated: int, portable: int) -> Delegation:

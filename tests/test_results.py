@@ -27,7 +27,7 @@ from upgrade_gate import layout, pipeline
 from upgrade_gate.config.plan import load_plan
 from upgrade_gate.errors import ConfigError
 from upgrade_gate.schema.comparison import Side
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit, Verdict, VerdictRecord
 

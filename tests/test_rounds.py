@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from benchmarks import scripted
-from benchmarks.benchmark import exact_gate_errors
+from benchmarks.gate_errors import exact_gate_errors
 from helpers.signs import gate_errors_through_the_code, miss_over_every_sign_sequence
 from helpers.stack_records import REFERENCE, write_remedied, write_stack_model
 

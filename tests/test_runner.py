@@ -11,7 +11,7 @@ import pytest
 from helpers.runs import plan_for
 from helpers.stack_records import write_remedied, write_stack_model
 
-from upgrade_gate.run import cache, diagnosis, runner
+from upgrade_gate.run import cache, diagnosis, phases, runner
 
 REFERENCE = np.ones((1, 4), dtype=np.float32)
 
@@ -151,7 +151,7 @@ def test_the_diagnose_phase_keeps_its_reproducers_folders_in_the_cache(tmp_path)
     (folder / "diagnose-job.json").write_text("{}")  # the runner's own: not the phase's result
     (folder / "repro" / "forward" / "repro.py").write_text("print('repro')\n")
     (folder / "repro" / "forward" / "inputs.pt").write_bytes(b"\x00" * 100)
-    files = runner._phase_files(folder, "diagnose")
+    files = phases._phase_files(folder, "diagnose")
     assert [f.relative_to(folder).as_posix() for f in files] == [
         "diagnose.json", "repro/forward/inputs.pt", "repro/forward/repro.py"]
     store = cache.ResultCache(tmp_path / "cache")

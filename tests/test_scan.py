@@ -386,7 +386,7 @@ def test_every_torchfix_code_in_a_legend_says_something_of_its_own() -> None:
     from upgrade_gate.report._project_section import scan_blocks
     from upgrade_gate.report.render import to_markdown
     from upgrade_gate.schema.project import ProjectResults, ScanResults
-    from upgrade_gate.schema.records import Reader
+    from upgrade_gate.schema.reader import Reader
 
     source = "import functorch, torch\nfunctorch.vmap(f)(x)\nfunctorch.grad(g)(x)\ntorch.solve(a, b)\ntorch.lstsq(a, b)\n"
     findings = scan.scan_source(source, "timm/layers.py")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmarks.benchmark import exact_gate_errors
+from benchmarks.gate_errors import exact_gate_errors
 from helpers.signs import miss_over_every_sign_sequence
 
 from upgrade_gate.schema.measured import RatioEstimate, ratio_by_rounds, summarize

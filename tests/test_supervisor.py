@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import supervisor, workers
+from upgrade_gate.run import fork_server as fork_servers
+from upgrade_gate.run import measure_server, process_group, supervisor, workers
 
 COMPAT = TOOL_ROOT / "compat"
 
@@ -89,10 +90,10 @@ def start(request, tmp_path):
     server.close()
 
 
-def fork_server(tmp_path: Path, *, threads: str = "") -> supervisor.ForkServer:
+def fork_server(tmp_path: Path, *, threads: str = "") -> fork_servers.ForkServer:
     (tmp_path / "fork_server_stand_in.py").write_text(FORK_SERVER)
     script = stand_in(tmp_path)
-    return supervisor.ForkServer(
+    return fork_servers.ForkServer(
         [sys.executable, str(tmp_path / "fork_server_stand_in.py"), str(COMPAT / "fork_server.py"), str(script),
          *([threads] if threads else [])],
         serves=[sys.executable, str(script)], commands=[str(tmp_path / "phase.json")], env={}, cwd=tmp_path,
@@ -101,7 +102,7 @@ def fork_server(tmp_path: Path, *, threads: str = "") -> supervisor.ForkServer:
 
 
 def supervise(tmp_path: Path, stage: str, behaviour: str, *, deadlines: dict[str, float],
-              memory_limit: int = 2**40, start: supervisor.ForkServer | None = None,
+              memory_limit: int = 2**40, start: fork_servers.ForkServer | None = None,
               env: dict[str, str] | None = None) -> supervisor.Outcome:
     phase_file = tmp_path / "phase.json"
     return supervisor.run_supervised(
@@ -163,7 +164,7 @@ def kill_9_when_running(tmp_path: Path, before_kill=lambda: None) -> threading.T
 @pytest.fixture(autouse=True)
 def run_not_stopped(monkeypatch):
     """A run that is not being stopped (another test may have stopped "the run"): every test here."""
-    monkeypatch.setattr(supervisor, "_INTERRUPTED", threading.Event())
+    monkeypatch.setattr(process_group, "_INTERRUPTED", threading.Event())
 
 
 def test_a_kill_9_from_outside_is_the_machines_not_the_models(tmp_path, run_not_stopped, start):
@@ -184,7 +185,7 @@ def test_a_kill_9_while_the_kernel_counts_an_out_of_memory_kill_is_out_of_memory
     # The kernel's counter, as memory.events/memory.oom_control/vmstat give it; the kill moves it by one.
     counter = tmp_path / "memory.events"
     counter.write_text("oom 3\noom_kill 3\n")
-    monkeypatch.setattr(supervisor, "_oom_counter_files", lambda: [tmp_path / "absent", counter])
+    monkeypatch.setattr(process_group, "_oom_counter_files", lambda: [tmp_path / "absent", counter])
     killer = kill_9_when_running(tmp_path, lambda: counter.write_text("oom 4\noom_kill 4\n"))
     outcome = supervise(tmp_path, "export", "hang", deadlines={"default": 600})
     killer.join()
@@ -274,8 +275,8 @@ def test_a_worker_the_fork_server_was_not_started_for_starts_fresh(tmp_path):
 
 
 def test_the_kernels_out_of_memory_kills_are_read_where_they_are_counted():
-    found = supervisor.oom_kill_count()
-    assert found is not None, supervisor._oom_counter_files()
+    found = process_group.oom_kill_count()
+    assert found is not None, process_group._oom_counter_files()
     path, count = found
     assert path.name in ("memory.events", "memory.oom_control", "vmstat") and count >= 0
 
@@ -329,11 +330,11 @@ SERVER = textwrap.dedent('''
 ''')
 
 
-def serve(tmp_path: Path, behaviour: str, deadlines: dict[str, float] | None = None) -> supervisor.Server:
+def serve(tmp_path: Path, behaviour: str, deadlines: dict[str, float] | None = None) -> measure_server.Server:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     deadlines = {"default": 20.0, **(deadlines or {})}
-    return supervisor.Server(
+    return measure_server.Server(
         [sys.executable, str(script), behaviour], env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path,
         log_file=tmp_path / "server.log", deadline_for=lambda stage: deadlines.get(stage, deadlines["default"]),
         memory_limit_bytes=2**40, control_env="CONTROL",
@@ -359,7 +360,7 @@ def test_server_answers_rounds_and_says_goodbye(tmp_path):
 def test_server_that_does_not_answer(tmp_path, behaviour, status, message):
     server = serve(tmp_path, behaviour, {"round": 1.0})
     server.request(None, "ready")
-    with pytest.raises(supervisor.ServerFailed) as failure:
+    with pytest.raises(measure_server.ServerFailed) as failure:
         server.request({"command": "round", "round": 1}, "round")
     server.stop()
     assert (failure.value.status, failure.value.stage, failure.value.message) == (status, "round", message)

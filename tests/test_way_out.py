@@ -4,11 +4,12 @@ rarely shows — a search the budget stopped, and a remedy that does not work as
 
 from __future__ import annotations
 
-from upgrade_gate.report._way_out_section import _method_blocks, decides_first
+from upgrade_gate.report._method_section import method_blocks
+from upgrade_gate.report._way_out_section import decides_first
 from upgrade_gate.report.render import to_markdown
+from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.records import Stage
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.stack import Diagnosis
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Verdict, VerdictRecord
 
 CULPRIT = {"operator": "aten.gelu.default(approximate='tanh')", "backend": "XNNPACK delegate", "share": 0.99,
@@ -29,7 +30,7 @@ def markdown(found: Diagnosis, method: str) -> str:
     model = ModelResults(name="m", factory="f:m", description="", source="built-in", variant="fp32",
                          task_kind="generic", stacks={}, comparisons=(), ratios=(), contention={})
     finding = next(f for f in found.findings if f.method == method)
-    return to_markdown(_method_blocks(model, "candidate", found, finding, "/venv/bin/python", shipped_bytes=1000))
+    return to_markdown(method_blocks(model, "candidate", found, finding, "/venv/bin/python", shipped_bytes=1000))
 
 
 def test_a_remedy_that_does_not_work_as_written_is_its_methods_row_and_fails():

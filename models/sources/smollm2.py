@@ -109,43 +109,14 @@ def build(out_dir: Path) -> None:
     reader = gguf.GGUFReader(gguf_path())
     if field(reader, "general.architecture") != "llama":
         raise ValueError(f"{GGUF_NAME}: expected a llama architecture")
-
-    heads = int(field(reader, "llama.attention.head_count"))
-    kv_heads = int(field(reader, "llama.attention.head_count_kv"))
-    dim = int(field(reader, "llama.embedding_length"))
-    config = {
-        "vocab_size": int(field(reader, "llama.vocab_size")),
-        "dim": dim,
-        "n_layers": int(field(reader, "llama.block_count")),
-        "n_heads": heads,
-        "n_kv_heads": kv_heads,
-        "hidden_dim": int(field(reader, "llama.feed_forward_length")),
-        "norm_eps": float(field(reader, "llama.attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(field(reader, "llama.rope.freq_base")),
-        # The trained context; the factory exports a much shorter static cache.
-        "max_seq_len": int(field(reader, "llama.context_length")),
-        "prefill_len": PREFILL_LEN,
-        "tie_embeddings": "output.weight" not in {tensor.name for tensor in reader.tensors},
-        "bos_id": int(field(reader, "tokenizer.ggml.bos_token_id")),
-        "eos_id": int(field(reader, "tokenizer.ggml.eos_token_id")),
-        "pad_id": int(field(reader, "tokenizer.ggml.padding_token_id")),
-        "chat_template": CHAT_TEMPLATE.replace("{system}", SYSTEM_PROMPT),
-        "gguf_chat_template": field(reader, "tokenizer.chat_template"),
-        "source": GGUF_NAME,
-        "rope_layout": "rotate_half (Hugging Face); q/k rows un-permuted from llama.cpp's interleaved layout",
-    }
-    if field(reader, "llama.rope.dimension_count") != dim // heads:
-        raise ValueError(f"{GGUF_NAME}: partial RoPE is not supported by models.llama")
-    if not config["tie_embeddings"]:
-        raise ValueError(f"{GGUF_NAME}: an untied output head is not expected for SmolLM2-135M")
-
+    config = _config(reader)
     weights: dict[str, Any] = {}
     for tensor in reader.tensors:
         array = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         if tensor.name.endswith("attn_q.weight"):
-            array = unpermute_rope_rows(array, heads)
+            array = unpermute_rope_rows(array, config["n_heads"])
         elif tensor.name.endswith("attn_k.weight"):
-            array = unpermute_rope_rows(array, kv_heads)
+            array = unpermute_rope_rows(array, config["n_kv_heads"])
         weights[rename(tensor.name)] = np.ascontiguousarray(array)
     np.savez(out_dir / "weights.npz", **weights)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -167,3 +138,35 @@ def build(out_dir: Path) -> None:
             raise ValueError(f"{prompt!r} renders to {len(ids)} tokens, more than the prefill window {PREFILL_LEN}")
         prompts.append({"text": prompt, "rendered": rendered, "ids": ids})
     (out_dir / "prompts.json").write_text(json.dumps(prompts, indent=2) + "\n", encoding="utf-8")
+
+
+def _config(reader: gguf.GGUFReader) -> dict[str, Any]:
+    """config.json: the GGUF file's shapes and tokens, checked to be what models.llama builds."""
+    heads = int(field(reader, "llama.attention.head_count"))
+    dim = int(field(reader, "llama.embedding_length"))
+    config = {
+        "vocab_size": int(field(reader, "llama.vocab_size")),
+        "dim": dim,
+        "n_layers": int(field(reader, "llama.block_count")),
+        "n_heads": heads,
+        "n_kv_heads": int(field(reader, "llama.attention.head_count_kv")),
+        "hidden_dim": int(field(reader, "llama.feed_forward_length")),
+        "norm_eps": float(field(reader, "llama.attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(field(reader, "llama.rope.freq_base")),
+        # The trained context; the factory exports a much shorter static cache.
+        "max_seq_len": int(field(reader, "llama.context_length")),
+        "prefill_len": PREFILL_LEN,
+        "tie_embeddings": "output.weight" not in {tensor.name for tensor in reader.tensors},
+        "bos_id": int(field(reader, "tokenizer.ggml.bos_token_id")),
+        "eos_id": int(field(reader, "tokenizer.ggml.eos_token_id")),
+        "pad_id": int(field(reader, "tokenizer.ggml.padding_token_id")),
+        "chat_template": CHAT_TEMPLATE.replace("{system}", SYSTEM_PROMPT),
+        "gguf_chat_template": field(reader, "tokenizer.chat_template"),
+        "source": GGUF_NAME,
+        "rope_layout": "rotate_half (Hugging Face); q/k rows un-permuted from llama.cpp's interleaved layout",
+    }
+    if field(reader, "llama.rope.dimension_count") != dim // heads:
+        raise ValueError(f"{GGUF_NAME}: partial RoPE is not supported by models.llama")
+    if not config["tie_embeddings"]:
+        raise ValueError(f"{GGUF_NAME}: an untied output head is not expected for SmolLM2-135M")
+    return config

@@ -96,17 +96,6 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def from_json_float(value: Any) -> float | None:
-    """Inverse of to_json for one number."""
-    if value is None:
-        return None
-    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise TypeError(f"expected a number, got {value!r}")
-
-
 def sha256_file(path: Path) -> str:
     # compat/common.py has the same function on purpose: the worker cannot import this package.
     digest = hashlib.sha256()

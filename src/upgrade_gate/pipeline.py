@@ -33,7 +33,7 @@ from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.measure.targets import measure_targets
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
-from upgrade_gate.run import artifacts, asset_build, cache, runner, shards
+from upgrade_gate.run import artifacts, asset_build, cache, cache_folder, runner, shards
 from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir, make_folder
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
@@ -79,8 +79,8 @@ def take_folders_or_exit(out: Path, cache_dir: Path) -> None:
         refuse_planted_links(cache_dir, "result cache")
     except (FolderBusy, PlantedLink) as error:
         fail_usage(error)
-    cache.use_cache(cache_dir)
-    cache.tag_cache(cache_dir)  # a cache inside the team's repository is not its source (project/source.py)
+    cache_folder.use_cache(cache_dir)
+    cache_folder.tag_cache(cache_dir)  # a cache inside the team's repository is not its source (project/source.py)
 
 
 def _folder_selection(plan: Plan, posargs: list[str], invoked_from: Path) -> Plan:
@@ -183,18 +183,18 @@ def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
     measurements' and its models' fixtures — so that a CI cache carries one run's worth, not
     every version of every model (docs/ci.md). A folder with no phase recorded keeps nothing: refused."""
     out, root = plan.settings.out_dir, plan.settings.cache_dir
-    reached = cache.reached_entries(out)
+    reached = cache_folder.reached_entries(out)
     if not reached:
         fail_usage(f"{out}: no finished phase recorded there, so pruning would empty the result cache "
                          f"{root}; run `{command('compare')}` with this --out first")
     fixtures = {layout.fixtures_dir(root, model.base, cache.model_code_digest(model)).name for model in plan.models}
-    if not cache.alone_in_cache(root):
+    if not cache_folder.alone_in_cache(root):
         fail_usage(f"{root}: another upgrade-gate run is using this result cache; pruning now would remove what it "
                    f"is reading: run `{command('prune-cache', f'--out {out}')}` again when it has finished")
     try:
-        pruned = cache.ResultCache(root).prune(reached, fixtures)
+        pruned = cache_folder.prune(root, reached, fixtures)
     finally:
-        cache.share_cache(root)
+        cache_folder.share_cache(root)
     log(f"result cache {root}: kept {len(reached)} entries reached by {out} ({size(pruned.kept_bytes)}); "
         f"removed {pruned.removed_entries} other entries and unused fixtures ({size(pruned.removed_bytes)})")
 
@@ -233,7 +233,6 @@ def check_writable(folder: Path, *, what: str = "report folder", fix: str = "cho
         probe.unlink()
     except OSError as error:
         fail_usage(f"{folder}: {what} is not writable ({error.strerror}); {fix}")
-
 
 
 def report(plan: Plan) -> int:

@@ -21,7 +21,7 @@ STAGE_STATUSES = ("ok", "failed", "skipped", "running", "timeout", "crashed", "o
                   "killed", "not-run", "vanished")
 # A stage that did not finish for a reason that is not the model's: the run was stopped
 # (Ctrl-C, SIGTERM) while it ran ("interrupted"), its worker was killed from outside with no
-# out-of-memory kill counted ("killed": someone's kill -9, supervisor.killed_from_outside),
+# out-of-memory kill counted ("killed": someone's kill -9, process_group.killed_from_outside),
 # nothing recorded its end ("running"), its phase never started for this report
 # ("not-run"), or a file the tool gave it (a fixture, an asset) was removed from outside while it
 # ran ("vanished", compat/phases.py). A re-run resumes them.

@@ -15,7 +15,7 @@ from typing import Any
 from upgrade_gate import stats
 from upgrade_gate.judge._latency_gates import deciding
 from upgrade_gate.measure import _contention, round_loop
-from upgrade_gate.run.supervisor import ServerFailed
+from upgrade_gate.run.measure_server import ServerFailed
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded
 from upgrade_gate.schema.measurement import RoundsDesign
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.verdict import VerdictRecord
 
 CHROMIUM = "/usr/bin/chromium"

@@ -117,7 +117,6 @@ class GateSettings:
         return table
 
 
-
 def load_gates(table: Table) -> GateSettings:
     table.reject_unknown({*GATE_OPTION, *GATE_TABLES})
     gates = []

@@ -216,28 +216,7 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
         known[entry.name] = entry
     if twins := same_folder(known):  # a project's models come after the built-in ones: the second is the project's
         raise ConfigError(same_folder_problem(*twins), path=config_path, key=f"{TABLE}.models.{twins[1]}")
-    if args.models is not None:
-        names = [m.strip() for m in args.models.split(",") if m.strip()]
-        if not names:
-            raise ConfigError("no models to run", key="--models")
-        for name in names:
-            base, separator, variant = name.partition(VARIANT_SEPARATOR)
-            if separator and not variant:
-                raise ConfigError(f"{name!r} names no variant after {VARIANT_SEPARATOR!r}; write {base!r} for the "
-                                  f"model and its variants, or e.g. '{base}{VARIANT_SEPARATOR}{FP32}'", key="--models")
-            if base not in known:
-                raise ConfigError(catalog.unknown_model(base, known), key="--models")
-            if variant and variant != FP32 and variant not in known[base].variants:
-                raise ConfigError(f"{base} has no variant {variant!r}; its variants: "
-                                  f"{', '.join((FP32, *known[base].variants))}", key="--models")
-    else:
-        names = [e.name for e in known.values() if settings.suite in e.suites]
-        names += [e.name for e in settings.project_models]
-        if not names and models_required:
-            raise ConfigError(
-                f"no models to run: suite {settings.suite!r} and no [{TABLE}.models] entries",
-                path=config_path, key=f"{TABLE}.suite",
-            )
+    names = _named_models(args.models, known, settings, models_required)
     for model, _ in (*settings.gates.budgets, *settings.gates.per_model):
         base, _, variant = model.partition(VARIANT_SEPARATOR)
         if base not in known or (variant and variant not in known[base].variants):
@@ -256,4 +235,33 @@ def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | Non
                 shard=shard, merge=tuple((invoked_from / d).resolve() for d in args.merge),
                 fresh=args.fresh, remeasure=args.remeasure, fail_fast=args.fail_fast,
                 keep_artifacts=args.keep_artifacts)
+
+
+def _named_models(models: str | None, known: dict[str, ModelEntry], settings: Settings,
+                  models_required: bool) -> list[str]:
+    """The models ``--models`` names, each checked to be known (a variant: one the model has); without it, the
+    suite's and the project's."""
+    if models is not None:
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        if not names:
+            raise ConfigError("no models to run", key="--models")
+        for name in names:
+            base, separator, variant = name.partition(VARIANT_SEPARATOR)
+            if separator and not variant:
+                raise ConfigError(f"{name!r} names no variant after {VARIANT_SEPARATOR!r}; write {base!r} for the "
+                                  f"model and its variants, or e.g. '{base}{VARIANT_SEPARATOR}{FP32}'", key="--models")
+            if base not in known:
+                raise ConfigError(catalog.unknown_model(base, known), key="--models")
+            if variant and variant != FP32 and variant not in known[base].variants:
+                raise ConfigError(f"{base} has no variant {variant!r}; its variants: "
+                                  f"{', '.join((FP32, *known[base].variants))}", key="--models")
+    else:
+        names = [e.name for e in known.values() if settings.suite in e.suites]
+        names += [e.name for e in settings.project_models]
+        if not names and models_required:
+            raise ConfigError(
+                f"no models to run: suite {settings.suite!r} and no [{TABLE}.models] entries",
+                path=settings.config_path, key=f"{TABLE}.suite",
+            )
+    return names
 

@@ -64,7 +64,6 @@ def runs_pytest(command: list[str] | tuple[str, ...]) -> bool:
     return len(command) >= 3 and Path(command[0]).name.startswith("python") and list(command[1:3]) == ["-m", "pytest"]
 
 
-
 def command_setting(table: Table, name: str, default: list[str]) -> list[str]:
     """A command as an array of arguments, or one string split like a shell would."""
     raw = table.data.get(name, default)

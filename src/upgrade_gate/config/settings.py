@@ -61,7 +61,6 @@ def default_config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV_VAR) or Path.cwd() / "pyproject.toml").resolve()
 
 
-
 # -- the declarations --------------------------------------------------------------------
 
 
@@ -153,7 +152,6 @@ TIMEOUTS_HELP = (
     f"(export phase), {' '.join(RUNTIME_STAGES)} (runtime phase), load {' '.join(MEASURE_STAGES)}",
     "(measurement: load covers the cold start, round one timed round).",
 )
-
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -119,14 +119,6 @@ class Table:
         return value
 
 
-    def non_negative(self, name: str, kind: type[T], default: T) -> T:
-        """A number where 0 means off."""
-        value = self.get(name, kind, default)
-        if value < 0:  # type: ignore[operator]
-            raise self.error(name, f"must be 0 (off) or more, got {value!r}")
-        return value
-
-
 def _kind_name(kind: type) -> str:
     return {
         str: "a string",

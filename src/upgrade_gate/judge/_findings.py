@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from upgrade_gate.config.plan import Plan
-from upgrade_gate.judge.gather import reference_side
+from upgrade_gate.judge._comparisons import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Side
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.verdict import (
-    BaselineFinding,
-)
+from upgrade_gate.schema.verdict import BaselineFinding
 
 # An export whose peak resident memory reaches this share of the memory limit
 # is one model size away from being killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
 EXPORT_MEMORY_WARNING = 0.8
-
 
 
 def baseline_findings(plan: Plan, models: list[ModelResults]) -> tuple[BaselineFinding, ...]:

@@ -9,12 +9,7 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.schema.measured import Measured
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import StackResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Severity,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from upgrade_gate import layout
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
+from upgrade_gate.judge._comparisons import reference_side
 from upgrade_gate.judge._gates import Gates, Missing, Rule
 from upgrade_gate.judge._latency_gates import (
     budget_gates,
@@ -15,20 +16,13 @@ from upgrade_gate.judge._latency_gates import (
     latency_gate,
     memory_gate,
 )
-from upgrade_gate.judge.gather import reference_side
 from upgrade_gate.schema.comparison import HEADLINE, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Unit,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Unit
 
 # What each task's gate is called in its line, and the unit of its headline value.
 TASK_METRIC = {"classification": ("top-1 agreement", Unit.AGREEMENT), "embedding": ("min cosine", Unit.COSINE),
                "generation": ("token agreement", Unit.AGREEMENT)}
-
 
 
 def model_gates(plan: Plan, spec: StackSpec, model: ModelResults) -> list[GateResult]:

@@ -9,19 +9,12 @@ from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.invocation import command
 from upgrade_gate.judge._gates import Rule
 from upgrade_gate.schema.project import NOT_IN_RUN, ProjectResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Quantity,
-    Severity,
-    Unit,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Quantity, Severity, Unit
 from upgrade_gate.text import first_line
 
 PROJECT = "project"  # the model column of the project's gates
 # Newly failing tests named in the gate's one line; the report lists them all.
 NAMED_TESTS = 3
-
 
 
 def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[GateResult]:

@@ -1,7 +1,7 @@
 """The remedies a candidate's diagnose phase found, judged as the stack is: one per failed gate a search answers —
 a hard numerics or export gate, a quantized variant's gates, a latency gate that failed or could not tell — each
 judged by the gates' own code on the candidate as the team would ship it remedied (``remedied_gates``): its
-comparison with the reference (judge/gather.py) by the numerics and task gates, its rounds in the measure session
+comparison with the reference (judge/_comparisons.py) by the numerics and task gates, its rounds in the measure session
 (measure/rounds.py) by the latency gate; its size beside the shipped artifact's. The verdict as configured stands;
 the report says what the remedies would make of it."""
 
@@ -21,7 +21,7 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
 # already), a quantized variant's (soft by default: its remedy lifts a condition), the latency gate.
 NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
-LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/latency_phase.py)
+LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/diagnose/latency_phase.py)
 GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT,
                   "latency": LATENCY}
 # A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
@@ -108,7 +108,7 @@ def remedied_gates(plan: Plan, model: ModelResults, stack: str) -> list[GateResu
     """The gates of what the candidate would ship remedied, each by the code that judges the stack's
     (judge/_model_gates.output_gates, judge/_latency_gates.latency_gate), on the side ``<stack>+remedy``:
     its comparison with the reference (the remedied methods' outputs, the others' as shipped, a generator's
-    loop run with the remedy: judge/gather.py) — numerics, or a quantized variant's SNR and cosine, and the
+    loop run with the remedy: judge/_comparisons.py) — numerics, or a quantized variant's SNR and cosine, and the
     task's agreement; and its rounds in the measure session against the baseline's — every thread count and
     method, min-delta-ms, the contention check, "inconclusive" when an interval straddles."""
     own = model.stacks[stack]

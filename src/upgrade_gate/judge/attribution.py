@@ -9,7 +9,7 @@ untouched is held to the float model's rule). Per output: one output the recipe 
 cache at 6 dB) must not hide another the lowering zeroes. A backend's quantized kernels round otherwise than the
 eager reference (XNNPACK quantizes a dynamic input per row, PT2E per tensor), which adds noise of the
 quantization's own order; a lowering that departs by more changed what the program computes. Measures only the
-comparisons judge/gather.py made; thresholds come from the caller.
+comparisons judge/_comparisons.py made; thresholds come from the caller.
 """
 
 from __future__ import annotations

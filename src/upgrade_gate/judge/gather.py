@@ -7,25 +7,24 @@ no thresholds. What they build are the records of the results schema
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from upgrade_gate import layout
-from upgrade_gate._atomic import sha256_file
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
-from upgrade_gate.invocation import command
-from upgrade_gate.judge import agreement
+from upgrade_gate.judge._comparisons import (
+    attributions_of,
+    compare_sides,
+    damage_note,
+    damaged_artifacts,
+    reference_side,
+    remedy_compared,
+)
 from upgrade_gate.judge._device_rounds import device_latency, device_memory, device_runs
-from upgrade_gate.judge.attribution import attributions, lowering_floor
-from upgrade_gate.judge.numerics import compare_outputs, method_of, worst_rel_l2_by_method
-from upgrade_gate.schema.comparison import Attribution, Comparison, Side, TaskAgreement
 from upgrade_gate.schema.device import DeviceRun
+from upgrade_gate.schema.diagnosis import CacheUse, Diagnosis
 from upgrade_gate.schema.measured import (
     BusyRounds,
     LatencyRatio,
@@ -35,20 +34,15 @@ from upgrade_gate.schema.measured import (
     summarize,
 )
 from upgrade_gate.schema.measurement import Contention, Measurement, TimedSide, load_measurement
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import (
-    DamagedFile,
-    Reader,
     StackModelRecord,
-    TaskResult,
     load_diagnosis,
     load_stack_info,
     load_stack_model,
-    read_arrays,
-    read_task_result,
-    released,
 )
 from upgrade_gate.schema.results import ExtraRequirement, Installed, ModelResults, StackInfo
-from upgrade_gate.schema.stack import CacheUse, Diagnosis, StackResults
+from upgrade_gate.schema.stack import StackResults
 
 # Per method, each round's samples by round number: what the ratio is computed from (the results keep summaries).
 Rounds = dict[str, dict[int, list[float]]]
@@ -107,74 +101,68 @@ def stack_info(out: Path, spec: StackSpec) -> StackInfo:
                                               for e in recorded.opt_children("extra_requirements") or ()))
 
 
-# A quantized variant's two departures, apart (judge/attribution.py weighs one against the other).
-QUANTIZATION, QUANTIZED_LOWERING = "candidate quantization (eager)", "candidate lowering of the quantized model"
-
-
-def reference_side(plan: Plan) -> Side:
-    """What every artifact is judged against: the baseline's eager outputs,
-    the numbers the team has validated today."""
-    return Side(stack=plan.baseline.name, kind="eager")
-
-
-def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Side]]:
-    """Which outputs are compared with which, and why. A candidate's quantized variant also apart: its quantization
-    run eagerly against the float model, and its artifact against that (what the lowering alone changed)."""
-    base = plan.baseline.name
-    pairs = [("baseline export fidelity", Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))]
-    for spec in plan.candidates:
-        cand = spec.name
-        pairs += [
-            ("torch upgrade drift (eager)", Side(stack=cand, kind="eager"), Side(stack=base, kind="eager")),
-            ("candidate export fidelity", Side(stack=cand, kind="artifact"), Side(stack=cand, kind="eager")),
-            ("artifact vs artifact", Side(stack=cand, kind="artifact"), Side(stack=base, kind="artifact")),
-            ("candidate artifact vs reference", Side(stack=cand, kind="artifact"), reference_side(plan)),
-        ]
-        if model.quantized:
-            pairs += [
-                (QUANTIZATION, Side(stack=cand, kind="quantized"), Side(stack=cand, kind="eager")),
-                (QUANTIZED_LOWERING, Side(stack=cand, kind="artifact"), Side(stack=cand, kind="quantized")),
-            ]
-    return pairs
-
-
 def gather_model(plan: Plan, model: ModelEntry,
                  runs: list[tuple[Path, DeviceRun]] | None = None) -> ModelResults:
     """One model's results; ``runs``: the devices' results files, read once for every model (device_runs)."""
     out = plan.settings.out_dir
     measurements = {t: found for t in plan.settings.threads if (found := load_measurement(out, model.name, t))}
-    records: dict[str, StackModelRecord] = {}
-    stacks: dict[str, StackResults] = {}
-    samples: dict[str, dict[int, Rounds]] = {}
     contention = {threads: contention_of(data) for threads, data in measurements.items()}
+    records = {spec.name: load_stack_model(out, spec.name, model.name) for spec in plan.stacks}
+    samples: dict[str, dict[int, Rounds]] = {}  # each side's, filled by _stack_results
+    stacks = {name: _stack_results(plan, model, record, measurements, contention, samples)
+              for name, record in records.items()}
+    ratios, busy_rounds = _latency_ratios(plan, stacks, samples, measurements, contention)
+    kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
+    # What part of an output a later call reads is the model's, the same in every stack: read it once.
+    extents = next((r.read_extents for r in records.values() if r.read_extents), {})
+    comparisons = compare_sides(plan, model, records, kind, extents)
+    reference = reference_side(plan)
+    stacks = {name: own if own.diagnosis is None else replace(
+        own, diagnosis=remedy_compared(own.diagnosis, out, kind, name, records, reference, extents))
+        for name, own in stacks.items()}
     runs = device_runs(plan) if runs is None else runs
+    return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
+                        variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
+                        ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
+                        attributions=attributions_of(plan, model, comparisons),
+                        device_latency=device_latency(plan, model, runs),
+                        device_memory=device_memory(plan, model, runs))
 
-    def measured_side(name: str) -> dict[int, Measured]:
+
+def _stack_results(plan: Plan, model: ModelEntry, record: StackModelRecord, measurements: dict[int, Measurement],
+                   contention: dict[int, Contention], samples: dict[str, dict[int, Rounds]]) -> StackResults:
+    """One stack's results for the model; its samples, and its remedied side's where it was timed, into
+    ``samples``."""
+    out, name = plan.settings.out_dir, record.stack
+
+    def measured_side(side: str) -> dict[int, Measured]:
         """A side's summaries per thread count (a stack's, or a candidate's remedied one), its samples kept."""
         found: dict[int, Measured] = {}
         for threads in plan.settings.threads:
-            entry = measurements[threads].stacks.get(name) if threads in measurements else None
-            found[threads], samples.setdefault(name, {})[threads] = (
+            entry = measurements[threads].stacks.get(side) if threads in measurements else None
+            found[threads], samples.setdefault(side, {})[threads] = (
                 measured_from_record(entry, contention[threads].quiet_rounds()) if entry else (NOT_MEASURED, {}))
         return found
 
-    for spec in plan.stacks:
-        record = records[spec.name] = load_stack_model(out, spec.name, model.name)
-        measured = measured_side(spec.name)
-        timed_remedied = any(remedied(spec.name) in data.stacks for data in measurements.values())
-        with_remedy = measured_side(remedied(spec.name)) if timed_remedied else {}
-        stacks[spec.name] = StackResults(
-            record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured,
-            export_peak_rss_bytes=record.peak_rss_bytes("export"),
-            runtime_phase_peak_rss_bytes=record.peak_rss_bytes("runtime"),
-            cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
-                   for phase, c in record.cache.items()},
-            damaged=tuple(_damage(out, damage) for damage in damaged_artifacts(record)),
-            diagnosis=_diagnosis(plan, spec.name, model.name),
-            remedied_measured=with_remedy)
+    timed_remedied = any(remedied(name) in data.stacks for data in measurements.values())
+    return StackResults(
+        record_dir=record.directory.relative_to(out).as_posix(), stages=record.stages, measured=measured_side(name),
+        export_peak_rss_bytes=record.peak_rss_bytes("export"),
+        runtime_phase_peak_rss_bytes=record.peak_rss_bytes("runtime"),
+        cache={phase: CacheUse(key=c.get("key"), reused_from=c.get("reused_from"))
+               for phase, c in record.cache.items()},
+        damaged=tuple(damage_note(out, damage) for damage in damaged_artifacts(record)),
+        diagnosis=_diagnosis(plan, name, model.name),
+        remedied_measured=measured_side(remedied(name)) if timed_remedied else {})
+
+
+def _latency_ratios(plan: Plan, stacks: dict[str, StackResults], samples: dict[str, dict[int, Rounds]],
+                    measurements: dict[int, Measurement], contention: dict[int, Contention],
+                    ) -> tuple[list[LatencyRatio], list[BusyRounds]]:
+    """Each candidate's ratios to the baseline, and its remedied side's where it was timed: the latency gate's rows
+    of each; and on a busy machine, every round's, which are not judged."""
     ratios, busy_rounds = [], []
     base = plan.baseline.name
-    # Each candidate's ratios, and its remedied side's where it was timed: the latency gate's rows of each.
     sides = [(spec.name, stacks[spec.name].measured) for spec in plan.candidates]
     sides += [(remedied(spec.name), stacks[spec.name].remedied_measured) for spec in plan.candidates
               if stacks[spec.name].remedied_measured]
@@ -198,69 +186,7 @@ def gather_model(plan: Plan, model: ModelEntry,
                     if every is not None:
                         busy_rounds.append(BusyRounds(stack=side, threads=threads, method=method,
                                                       per_round=every.per_round))
-    kind = next((r.task_kind for r in records.values() if r.stage("build")), "generic")
-
-    # What part of an output a later call reads is the model's, the same in every stack: read it once.
-    extents = next((r.read_extents for r in records.values() if r.read_extents), {})
-    comparisons = []
-    for purpose, actual, reference in comparison_pairs(plan, model):
-        try:
-            actual_out = records[actual.stack].outputs(actual.kind)
-            reference_out = records[reference.stack].outputs(reference.kind)
-        except DamagedFile as damage:
-            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
-                                          missing=_damage(out, damage), damaged=_damage(out, damage)))
-            continue
-        if actual_out is None or reference_out is None:
-            absent = tuple(side for side, data in ((actual, actual_out), (reference, reference_out)) if data is None)
-            comparisons.append(Comparison(purpose=purpose, actual=actual, reference=reference, outputs=None,
-                                          missing=f"no outputs from {' and '.join(map(str, absent))}", absent=absent))
-            continue
-        try:
-            task, task_missing = _task_agreement(kind, actual, reference, actual_out, reference_out,
-                                                 lambda side: records[side.stack].task_result(side.kind))
-            damaged = None
-        except DamagedFile as damage:
-            task, task_missing = None, _damage(out, damage)
-            damaged = task_missing
-        comparisons.append(
-            Comparison(
-                purpose=purpose,
-                actual=actual,
-                reference=reference,
-                outputs=tuple(compare_outputs(actual_out, reference_out, extents)),
-                task=task,
-                task_missing=task_missing,
-                damaged=damaged,
-            )
-        )
-    reference = reference_side(plan)
-    for name, own in stacks.items():
-        if own.diagnosis is not None:
-            stacks[name] = replace(own, diagnosis=_remedy_compared(own.diagnosis, out, kind, name, records,
-                                                                   reference, extents))
-    return ModelResults(name=model.name, factory=model.factory, description=model.description, source=model.source,
-                        variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
-                        ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
-                        attributions=_attributions(plan, model, comparisons),
-                        device_latency=device_latency(plan, model, runs),
-                        device_memory=device_memory(plan, model, runs))
-
-
-def _attributions(plan: Plan, model: ModelEntry, comparisons: list[Comparison]) -> tuple[Attribution, ...]:
-    """Each candidate's quantized variant, per method: its lowering weighed against its quantization, as the
-    diagnose phase chose its search (the same rule, the same floor), kept for the report to say."""
-    if not model.quantized:
-        return ()
-    outputs = {(c.actual, c.reference): list(c.outputs) for c in comparisons if c.outputs}
-    found: list[Attribution] = []
-    for spec in plan.candidates:
-        eager, quantized, artifact = (Side(stack=spec.name, kind=kind) for kind in ("eager", "quantized", "artifact"))
-        quantization, lowering = outputs.get((quantized, eager)), outputs.get((artifact, quantized))
-        if quantization is not None and lowering is not None:
-            found += attributions(quantization, lowering, floor=lowering_floor(plan, model.base),
-                                  stack=spec.name).values()
-    return tuple(found)
+    return ratios, busy_rounds
 
 
 def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
@@ -271,60 +197,6 @@ def _diagnosis(plan: Plan, stack: str, model: str) -> Diagnosis | None:
     stages, cache = found
     return Diagnosis(record_dir=layout.diagnose_dir(out, stack, model).relative_to(out).as_posix(), stages=stages,
                      cache=CacheUse(key=cache.get("key"), reused_from=cache.get("reused_from")) if cache else None)
-
-
-# What a remedied comparison is: the candidate as the team would ship it remedied, against the reference.
-REMEDIED = "candidate with its remedy vs reference"
-
-
-def _remedy_compared(diagnosis: Diagnosis, out: Path, kind: str, stack: str, records: dict[str, StackModelRecord],
-                     reference: Side, extents: dict[str, tuple[int, int]]) -> Diagnosis:
-    """The candidate as the team would ship it remedied — the remedied methods' outputs (the diagnose phase's
-    remedy.npz), the others' as shipped, a generator's loop run with the remedy (its ``task`` stage) — against
-    the reference, as the shipped artifact's comparison is made: the comparison the remedy's gates judge
-    (judge/_remedies.py), and each remedied method's worst relative L2 and cosine for its rows."""
-    remedied_file = diagnosis.remedy_outputs_file
-    if remedied_file is None or not (out / remedied_file).is_file():
-        return diagnosis
-    actual = Side(stack=remedied(stack), kind="artifact")
-    try:
-        remedy_out = read_arrays(out / remedied_file)
-        shipped, expected = records[stack].outputs("artifact") or {}, records[reference.stack].outputs(reference.kind)
-    except DamagedFile as damage:
-        return replace(diagnosis, remedy_comparison=Comparison(
-            purpose=REMEDIED, actual=actual, reference=reference, outputs=None, missing=_damage(out, damage),
-            damaged=_damage(out, damage)))
-    if expected is None:
-        return replace(diagnosis, remedy_comparison=Comparison(
-            purpose=REMEDIED, actual=actual, reference=reference, outputs=None, absent=(reference,),
-            missing=f"no outputs from {reference}"))
-    methods = {method_of(name) for name in remedy_out}
-    outputs = {**{name: array for name, array in shipped.items() if method_of(name) not in methods}, **remedy_out}
-    task_stage = diagnosis.stage("task")
-    task_file = out / diagnosis.record_dir / str((task_stage.details if task_stage else {}).get("file", ""))
-    try:
-        task, task_missing = _task_agreement(
-            kind, actual, reference, outputs, expected,
-            lambda side: read_task_result(task_stage, task_file) if side == actual
-            else records[side.stack].task_result(side.kind))
-        damaged = None
-    except DamagedFile as damage:
-        task, task_missing = None, _damage(out, damage)
-        damaged = task_missing
-    if kind == "generation" and (task_stage is None or not task_stage.ok):
-        task_missing = ("the remedy's loop did not run ("
-                        f"{task_stage.explain() if task_stage else 'the diagnose phase recorded none'})")
-    compared = compare_outputs(outputs, expected, extents)
-    own = [output for output in compared if method_of(output.name) in methods]
-    cosine: dict[str, float] = {}
-    for output in own:  # a kept-float remedy is judged by the quantized gate's cosine too
-        method = method_of(output.name)
-        cosine[method] = min(cosine.get(method, 1.0), output.cosine if output.cosine is not None else -1.0)
-    return replace(diagnosis, remedy_against=str(reference),
-                   remedy_rel_l2=worst_rel_l2_by_method(own, incomparable=math.inf), remedy_cosine=cosine,
-                   remedy_comparison=Comparison(purpose=REMEDIED, actual=actual, reference=reference,
-                                                outputs=tuple(compared), task=task, task_missing=task_missing,
-                                                damaged=damaged))
 
 
 def _counted(rounds: dict[int, list[float]], quiet: set[int] | None) -> set[int]:
@@ -338,55 +210,6 @@ def contention_of(measurement: Measurement) -> Contention:
     return Contention(threads=measurement.threads, cores=measurement.machine.cores, cpu=measurement.machine.cpu,
                       rounds=measurement.rounds, most=design.at_most, ended=measurement.ended,
                       intervals=design.intervals)
-
-
-def damaged_artifacts(record: StackModelRecord) -> list[DamagedFile]:
-    """The artifacts whose file is not the one the save stage recorded (size and SHA-256)."""
-    found = []
-    left_in_cache = released(record.directory)
-    for method in record.saved_files.values():
-        path = record.directory / str(method.get("file"))
-        if path.name in left_in_cache and not path.is_file():
-            continue  # in the result cache by digest (run/artifacts.py), as the key record says
-        if not path.is_file():
-            found.append(DamagedFile(path, "missing"))
-        elif path.stat().st_size != method.get("bytes"):
-            found.append(DamagedFile(path, f"{path.stat().st_size} bytes, the export wrote {method.get('bytes')}"))
-        elif method.get("sha256") and sha256_file(path) != method["sha256"]:
-            found.append(DamagedFile(path, "its SHA-256 is not the one the export recorded"))
-    return found
-
-
-def _damage(out: Path, damage: DamagedFile) -> str:
-    """What is damaged, and how to make it again: the cache holds the finished phase, or the phase runs again."""
-    where = damage.path.relative_to(out) if damage.path.is_relative_to(out) else damage.path
-    return (f"{where} is damaged ({damage.why}); run `{command('compare', f'--out {out}')}` again (the result cache "
-            "copies the phase back, or the phase runs again)")
-
-
-def _task_agreement(
-    kind: str, actual: Side, reference: Side, actual_out: dict[str, np.ndarray], reference_out: dict[str, np.ndarray],
-    task_of: Callable[[Side], TaskResult | None],
-) -> tuple[TaskAgreement | None, str | None]:
-    """The task metric for one comparison; the first output carries logits or embeddings, a generator's loop
-    (``task_of`` each side) its tokens and logits."""
-    if kind in ("classification", "embedding"):
-        first = sorted(reference_out)[0]
-        a, r = actual_out.get(first), reference_out.get(first)
-        if a is None or r is None or a.shape != r.shape or not (np.isfinite(a).all() and np.isfinite(r).all()):
-            return None, f"{first}: missing, shape mismatch or NaN/Inf"
-        return (agreement.classification(a, r) if kind == "classification" else agreement.embedding(a, r)), None
-    if kind == "generation":
-        if "quantized" in (actual.kind, reference.kind):
-            return None, "the quantized model is run on the method's inputs, not through a generation loop"
-        a_task, r_task = task_of(actual), task_of(reference)
-        if a_task is None or r_task is None:
-            absent = [str(side) for side, t in ((actual, a_task), (reference, r_task)) if t is None]
-            return None, f"no generation from {' and '.join(absent)}"
-        if a_task.step_logits.shape != r_task.step_logits.shape:
-            return None, f"step logits shape {a_task.step_logits.shape} vs {r_task.step_logits.shape}"
-        return agreement.generation(a_task.tokens, r_task.tokens, a_task.step_logits, r_task.step_logits), None
-    return None, None
 
 
 def gather(plan: Plan) -> list[ModelResults]:

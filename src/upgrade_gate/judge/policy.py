@@ -68,14 +68,7 @@ from upgrade_gate.judge.fail_fast import not_reached_note, stopped_at
 from upgrade_gate.schema.comparison import HEADLINE, NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.verdict import (
-    GateResult,
-    GateStatus,
-    Severity,
-    Verdict,
-    VerdictRecord,
-    WithRemedies,
-)
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict, VerdictRecord, WithRemedies
 
 # Every gate a model can have, by the name its results carry (the project's: project-tests, api-scan);
 # tests/test_releases.py checks each name model_gates.py and latency_gates.py give a gate is here.

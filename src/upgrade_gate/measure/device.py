@@ -92,6 +92,19 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path | None:
     if not models:
         remove_tree(staging, within=out)
         return None
+    _write_bundle_files(plan, staging, models, lines, pythons, dict(not_bundled))
+    target = layout.bundle_dir(out)
+    if target.exists():
+        remove_tree(target, within=out)
+    staging.rename(target)
+    return target
+
+
+def _write_bundle_files(plan: Plan, staging: Path, models: dict[str, Any], lines: list[str], pythons: dict[str, str],
+                        not_bundled: dict[str, str]) -> None:
+    """Beside the models' parts: the runner and its script, the plan, each stack's spec, the manifest, the settings
+    and the checksums of it all."""
+    out, settings = plan.settings.out_dir, plan.settings
     for name in CARRIED:
         shutil.copyfile(TOOL_ROOT / "compat" / name, staging / name)
     (staging / "run-on-device.sh").chmod(0o755)
@@ -104,7 +117,7 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path | None:
     write_json_atomic(staging / MANIFEST, {
         "format": 1, "tool_version": __version__, "report": str(out), "baseline": plan.baseline.name,
         "requested": [model.name for model in plan.models], "models": models,
-        "not_bundled": dict(not_bundled),
+        "not_bundled": not_bundled,
         "rounds": {"rounds": settings.rounds, "warmup": settings.warmup, "calls": _calls(plan),
                    "threads": list(settings.threads), "rtol": VERIFY_RTOL, "atol": VERIFY_ATOL},
     })
@@ -115,11 +128,6 @@ def write_bundle(plan: Plan, log: Callable[[str], Any] = print) -> Path | None:
     files = sorted(p for p in staging.rglob("*") if p.is_file() and p.name != SUMS)
     write_text_atomic(staging / SUMS, "".join(f"{sha256_file(p)}  {p.relative_to(staging).as_posix()}\n"
                                               for p in files))
-    target = layout.bundle_dir(out)
-    if target.exists():
-        remove_tree(target, within=out)
-    staging.rename(target)
-    return target
 
 
 def _calls(plan: Plan) -> int:

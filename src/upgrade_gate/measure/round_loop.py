@@ -23,7 +23,7 @@ import numpy as np
 from upgrade_gate import stats
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.measure import _contention
-from upgrade_gate.run import supervisor
+from upgrade_gate.run import measure_server
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded
 from upgrade_gate.schema.measurement import RoundsDesign
 
@@ -39,7 +39,7 @@ class _Process(Protocol):
 
 
 class RoundServer(Protocol):
-    """What the rounds ask of a measurement server: supervisor.Server, or an in-process stand-in
+    """What the rounds ask of a measurement server: measure_server.Server, or an in-process stand-in
     (tests/benchmarks/scripted.py: the benchmarks' and tests' rounds of known ratios, a run's rounds replayed)."""
 
     @property
@@ -119,7 +119,7 @@ def _round_parts(servers: dict[str, AnyServer], stacks: dict[str, dict[str, Any]
         watched = watch([server.process.pid for server in servers.values()], servers[name].process.pid)
         try:
             event = servers[name].request({"command": "round", "round": number}, "round")
-        except supervisor.ServerFailed as failure:
+        except measure_server.ServerFailed as failure:
             stacks[name].update(failed_record(failure))
             servers.pop(name).stop()
             ended.append(name)
@@ -226,7 +226,7 @@ def _samples_by_method(record: dict[str, Any], quiet: set[int]) -> dict[str, lis
     return found
 
 
-def failed_record(failure: supervisor.ServerFailed) -> dict[str, Any]:
+def failed_record(failure: measure_server.ServerFailed) -> dict[str, Any]:
     """A side's record of how its server ended."""
     return {"status": failure.status, "error": {"stage": failure.stage, "message": failure.message,
                                                 "traceback_tail": failure.traceback_tail}}

@@ -35,9 +35,10 @@ from upgrade_gate.judge.fail_fast import stopped_at
 from upgrade_gate.layout import PACKAGE_DIR, TOOL_ROOT
 from upgrade_gate.measure import _contention, round_loop
 from upgrade_gate.measure.round_loop import CORES, failed_record
-from upgrade_gate.run import artifacts, cache, supervisor, workers
+from upgrade_gate.run import artifacts, cache, measure_server, process_group, workers
 from upgrade_gate.run.progress import Progress
 from upgrade_gate.schema import measured, measurement
+from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.measured import RoundsEnded
 from upgrade_gate.schema.measurement import Machine, Measurement, MeasureSettings, RoundLoad, RoundsDesign, TimedSide
 from upgrade_gate.schema.records import (
@@ -48,12 +49,11 @@ from upgrade_gate.schema.records import (
     phase_code,
     read_key_record,
 )
-from upgrade_gate.schema.stack import Diagnosis
 
 # The code that decides how a measurement is made (the stop rule's ratios and design: stats, measured, measurement):
 # part of its cache key.
 MEASURE_CODE = [Path(str(module.__file__)).resolve() for module in (
-    sys.modules[__name__], round_loop, supervisor, _contention, stats, measured, measurement)]
+    sys.modules[__name__], round_loop, measure_server, process_group, _contention, stats, measured, measurement)]
 
 
 def measure_all(plan: Plan, log: Callable[[str], Any] = print) -> None:
@@ -125,7 +125,7 @@ def _time_sides(plan: Plan, model: ModelEntry, threads: int, every_side: list[Si
     """Every side's server started, loaded, timed in the rounds of ``design`` and ended, each side's record in
     ``stacks``: the rounds tried, why they ended and the design they ran with."""
     out_file = layout.measurement_file(plan.settings.out_dir, model.name, threads)
-    servers: dict[str, supervisor.Server] = {}
+    servers: dict[str, measure_server.Server] = {}
     try:
         # Started together, so that their imports run side by side; then loaded one after the other, the others
         # waiting idle: a cold start timed beside another server's start or load would time both.
@@ -230,7 +230,7 @@ def remedied_sides(plan: Plan, model: ModelEntry, runnable: list[tuple[StackSpec
 
 def start_server(
     plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path
-) -> tuple[supervisor.Server | None, dict[str, Any]]:
+) -> tuple[measure_server.Server | None, dict[str, Any]]:
     """Start one side's server and wait for its cold start and warm-up; the side's record so far (a benchmark's
     one server: ``measure_model`` starts every side's at once)."""
     server = launch_server(plan, model, side, threads, out_file)
@@ -244,7 +244,7 @@ def _job_file(out_file: Path, side: Side) -> Path:
     return stem.with_name(f"{stem.name}.{side.name}-job.json")
 
 
-def launch_server(plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path) -> supervisor.Server:
+def launch_server(plan: Plan, model: ModelEntry, side: Side, threads: int, out_file: Path) -> measure_server.Server:
     """Start one side's server: it imports its stack, says "started" and waits for ``load_server``."""
     settings = plan.settings
     spec, bin_dir = side.spec, side.bin_dir
@@ -261,29 +261,29 @@ def launch_server(plan: Plan, model: ModelEntry, side: Side, threads: int, out_f
     job_file = _job_file(out_file, side)
     write_json_atomic(job_file, job)
     stem = out_file.with_suffix("")
-    return supervisor.Server(
+    return measure_server.Server(
         workers.worker_argv(bin_dir, "measure", job_file), env=workers.worker_env(bin_dir), cwd=TOOL_ROOT,
         log_file=stem.with_name(f"{stem.name}.{side.name}.log"), deadline_for=settings.timeout_s,
-        memory_limit_bytes=settings.memory_limit_bytes, control_env=supervisor.CONTROL_FDS_ENV,
+        memory_limit_bytes=settings.memory_limit_bytes, control_env=process_group.CONTROL_FDS_ENV,
         deadline_key=settings.timeout_key,
     )
 
 
-def server_started(server: supervisor.Server) -> dict[str, Any] | None:
+def server_started(server: measure_server.Server) -> dict[str, Any] | None:
     """Wait until the server has imported its stack: None, or the side's record of why it could not."""
     try:
         server.request(None, "started")
-    except supervisor.ServerFailed as failure:
+    except measure_server.ServerFailed as failure:
         server.stop()
         return {**failed_record(failure), "rounds": []}
     return None
 
 
-def load_server(server: supervisor.Server, side: Side, out_file: Path) -> dict[str, Any]:
+def load_server(server: measure_server.Server, side: Side, out_file: Path) -> dict[str, Any]:
     """Tell a started server to load its artifacts, time their cold start and warm up; the side's record so far."""
     try:
         ready = server.request({"command": "load"}, "ready")
-    except supervisor.ServerFailed as failure:
+    except measure_server.ServerFailed as failure:
         server.stop()
         return {**failed_record(failure), "rounds": []}
     _job_file(out_file, side).unlink(missing_ok=True)

@@ -26,7 +26,7 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.judge._device_rounds import device_gate_intervals, device_runs
 from upgrade_gate.measure import _contention
 from upgrade_gate.measure.round_loop import Watch, ratio_to_decide, run_rounds, stop_rule
-from upgrade_gate.run.supervisor import ServerFailed
+from upgrade_gate.run.measure_server import ServerFailed
 from upgrade_gate.schema.measurement import RoundsDesign
 
 # ssh's own exit status for a connection that failed or dropped (a remote command's are its own).

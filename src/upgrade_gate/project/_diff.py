@@ -43,7 +43,6 @@ def _group(before: str | None, after: str | None) -> str | None:
     return None
 
 
-
 def new_warnings(baseline: tuple[RaisedWarning, ...], candidate: tuple[RaisedWarning, ...]) -> tuple[NewWarning, ...]:
     """The candidate's warnings whose kind the baseline's tests never raised, one per kind, in the order raised."""
     known = {w.kind for w in baseline}

@@ -18,7 +18,6 @@ MESSAGE_CHARS = 2000
 _ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CaseOutcome:
     test_id: str
@@ -77,7 +76,6 @@ def _message(summary: str, details: str) -> str:
         tail = "\n".join(lines[-MESSAGE_LINES:])
         text = summary if summary and summary in tail else f"{summary}\n{tail}".strip()
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 1] + "…"
-
 
 
 def counts(tests: dict[str, CaseOutcome]) -> dict[str, int]:

@@ -21,7 +21,8 @@ from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, RUN_FILE, WARNINGS_FILE
 from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
 from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
 from upgrade_gate.schema.project import ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
-from upgrade_gate.schema.records import Reader, check_schema
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import check_schema
 
 
 def read_scan(path: Path) -> ScanResults:
@@ -29,7 +30,6 @@ def read_scan(path: Path) -> ScanResults:
     reader = Reader(json.loads(path.read_text()), path.name)
     check_schema(reader)
     return ScanResults.from_reader(reader)
-
 
 
 def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
@@ -41,7 +41,6 @@ def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
         raise RecordError(f"{path.name}: not valid JSON ({error})") from None
     check_schema(reader)
     return reader.flag("captured", True), tuple(RaisedWarning.from_reader(w) for w in reader.children("warnings"))
-
 
 
 # -- the evidence a report cites ------------------------------------------------------

@@ -132,11 +132,20 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
                 "problem": f"cannot start {command[0]!r}: {error.strerror}"})
         show()
         progress.finish(task, f"exit status {outcome.returncode}" + (f", {watch.last}" if watch.last else ""))
+    record = _tests_record(project, command, outcome, junit, watch, log_file.relative_to(plan.settings.out_dir))
+    written = _write_run(plan, stack, bin_dir, record)
+    kept = [folder / name for name in KEPT_FILES if (folder / name).is_file()] if written["status"] == "ran" else []
+    _keep(plan, entry, key, folder, kept, {"seconds": written["duration_s"]})
+    return written
+
+
+def _tests_record(project: ProjectSettings, command: list[str], outcome: supervisor.Outcome, junit: Path,
+                  watch: TestProgress, log_name: Path) -> dict[str, Any]:
+    """How the test command ended, as its run record says it: its status, and the problem where it has no results."""
     record: dict[str, Any] = {"command": command, "exit_code": outcome.returncode,
                               "duration_s": round(outcome.elapsed_s, 2), "peak_rss_bytes": outcome.peak_rss_bytes}
     # The test the plugin last saw running: the one that hung, or that ended the process (os._exit).
     during = f" during {watch.running}" if watch.running else ""
-    log_name = log_file.relative_to(plan.settings.out_dir).as_posix()
     if outcome.cause == "timeout":
         record.update(status="timed-out", problem=f"killed after {project.timeout_s:g} s (project.timeout){during}")
     elif outcome.cause == "out-of-memory":
@@ -146,13 +155,10 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
         hint = "" if runs_pytest(project.test) else " (is {junit} where the command takes its JUnit XML path?)"
         ended = f"; the run ended{during} (a test that calls os._exit or kills its process?)" if during else ""
         record.update(status="no-results", problem=f"exit status {outcome.returncode} and no JUnit XML{hint}{ended}; "
-                                                   f"see {log_name}")
+                                                   f"see {log_name.as_posix()}")
     else:
         record.update(status="ran")
-    written = _write_run(plan, stack, bin_dir, record)
-    kept = [folder / name for name in KEPT_FILES if (folder / name).is_file()] if written["status"] == "ran" else []
-    _keep(plan, entry, key, folder, kept, {"seconds": written["duration_s"]})
-    return written
+    return record
 
 
 def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from upgrade_gate._atomic import sha256_file
 from upgrade_gate.layout import MANIFEST
 from upgrade_gate.run._folder_lock import LOCK_FILE
-from upgrade_gate.run.cache import CACHE_TAG
+from upgrade_gate.run.cache_folder import CACHE_TAG
 
 SKIPPED_FOLDERS = frozenset({"__pycache__", "build", "dist", "site-packages", "node_modules"})
 # A folder holding one of these is upgrade-gate's or another tool's, not the team's source.

@@ -317,16 +317,7 @@ def bisect(releases: list[Release], target: Bisect, judge: Callable[[Release], s
         return state(index) in (FAILS, HOLDS_NOT)
 
     def result(answer: str, expected: Callable[[int], str | None]) -> Bisection:
-        contradictions = []
-        for index, release in enumerate(releases):
-            seen = None if release.name in states else seen_before(release)
-            if seen in (FAILS, HOLDS_NOT) and expected(index) not in (None, seen):
-                contradictions.append(f"{release.name} {seen}")
-        if contradictions:
-            answer += (f". The evidence is not monotone: {', '.join(contradictions)} (earlier runs in this report "
-                       "folder), so the failure comes and goes between releases; read the full table")
-        return Bisection(gate=target.gate, model=target.model, states=states, built=tuple(built), answer=answer,
-                         monotone=not contradictions)
+        return _against_earlier_runs(releases, target, states, built, seen_before, answer, expected)
 
     what = f"{target.gate} for {target.model}"
     low = next((i for i in range(len(releases)) if known(i)), None)
@@ -358,3 +349,20 @@ def bisect(releases: list[Release], target: Bisect, judge: Callable[[Release], s
               + (f"; the releases between could not be judged ({', '.join(gap)})" if gap else "")
               + f": {len(built)} of {len(releases)} releases built")
     return result(answer, lambda index: first if index <= low else last if index >= high else None)
+
+
+def _against_earlier_runs(releases: list[Release], target: Bisect, states: dict[str, str], built: list[str],
+                          seen_before: Callable[[Release], str | None], answer: str,
+                          expected: Callable[[int], str | None]) -> Bisection:
+    """The bisection's answer, with what earlier runs showed for the releases it did not build where that
+    contradicts the one change it assumed (``expected``: the state each release should have, None if any)."""
+    contradictions = []
+    for index, release in enumerate(releases):
+        seen = None if release.name in states else seen_before(release)
+        if seen in (FAILS, HOLDS_NOT) and expected(index) not in (None, seen):
+            contradictions.append(f"{release.name} {seen}")
+    if contradictions:
+        answer += (f". The evidence is not monotone: {', '.join(contradictions)} (earlier runs in this report "
+                   "folder), so the failure comes and goes between releases; read the full table")
+    return Bisection(gate=target.gate, model=target.model, states=states, built=tuple(built), answer=answer,
+                     monotone=not contradictions)

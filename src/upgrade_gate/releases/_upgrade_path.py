@@ -28,17 +28,7 @@ from upgrade_gate.releases._table import (
     release_results,
 )
 from upgrade_gate.report import junit
-from upgrade_gate.report.render import (
-    Block,
-    Bullets,
-    Heading,
-    Item,
-    Paragraph,
-    Table,
-    code_span,
-    to_html,
-    to_markdown,
-)
+from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph, Table, code_span, to_html, to_markdown
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict
 

@@ -32,7 +32,6 @@ NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
 
 
-
 # -- one model -----------------------------------------------------------------------
 
 

@@ -7,15 +7,7 @@ from collections.abc import Iterable
 
 from upgrade_gate.report._stack_section import package_blocks
 from upgrade_gate.report._verdict_section import model_anchor
-from upgrade_gate.report.render import (
-    Block,
-    Code,
-    Heading,
-    Paragraph,
-    Table,
-    bullets,
-    code_span,
-)
+from upgrade_gate.report.render import Block, Code, Heading, Paragraph, Table, bullets, code_span
 from upgrade_gate.schema.project import Finding, ProjectResults
 from upgrade_gate.text import first_line, seconds, short
 

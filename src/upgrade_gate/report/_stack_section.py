@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from upgrade_gate.report.render import (
-    Block,
-    Heading,
-    Paragraph,
-    Table,
-    bullets,
-)
+from upgrade_gate.report.render import Block, Heading, Paragraph, Table, bullets
 from upgrade_gate.schema.project import Differences
 from upgrade_gate.schema.results import ExtraRequirement, StackInfo
 

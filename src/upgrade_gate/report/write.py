@@ -16,27 +16,19 @@ from upgrade_gate._atomic import write_json_atomic, write_text_atomic
 from upgrade_gate.invocation import command
 from upgrade_gate.report import junit
 from upgrade_gate.report._figures import plot_figures
+from upgrade_gate.report._matrix_section import matrix_rows
 from upgrade_gate.report._model_section import model_blocks
 from upgrade_gate.report._project_section import project_blocks
 from upgrade_gate.report._stack_section import package_blocks, stack_blocks
 from upgrade_gate.report._verdict_section import (
     gate_table,
     latency_table,
-    matrix_rows,
     model_anchor,
     verdict_blocks,
     where_measured_blocks,
 )
 from upgrade_gate.report._way_out_section import way_out_blocks
-from upgrade_gate.report.render import (
-    Block,
-    Heading,
-    Paragraph,
-    Table,
-    bullets,
-    to_html,
-    to_markdown,
-)
+from upgrade_gate.report.render import Block, Heading, Paragraph, Table, bullets, to_html, to_markdown
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import VerdictRecord

@@ -35,7 +35,6 @@ def assets_dir() -> Path:
     return cache_root() / "assets" / digest.hexdigest()[:16]
 
 
-
 def requested(posargs: list[str]) -> list[str]:
     """``nox -s assets -- --only photos,smollm2`` (what compare and releases ask for): those; else every source."""
     if "--only" not in posargs:

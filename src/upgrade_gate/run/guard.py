@@ -22,7 +22,7 @@ import nox.command
 
 from upgrade_gate import layout
 from upgrade_gate.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError, RunIncomplete
-from upgrade_gate.run import _folder_lock, cache, supervisor
+from upgrade_gate.run import _folder_lock, cache_folder, supervisor
 from upgrade_gate.text import size
 
 
@@ -42,7 +42,6 @@ def fail_incomplete(message: str) -> NoReturn:
     """Print one message and exit 3: the evidence could not be gathered, and that is not the candidate's doing."""
     print(f"upgrade-gate: incomplete: {message}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_INCOMPLETE)
-
 
 
 # -- every session's outcome: a verdict, a usage error, or INCOMPLETE -----------------------
@@ -105,7 +104,7 @@ def stop_on_sigterm() -> None:
 def _fault() -> str:
     """The traceback of the exception being handled, into a log file; the message that names it. The file is in the
     report folder the run holds, else in the result cache it uses, else in the default one: never outside them."""
-    folder = next(iter(_folder_lock.HELD), None) or next(iter(cache.USING), None) or layout.cache_root()
+    folder = next(iter(_folder_lock.HELD), None) or next(iter(cache_folder.USING), None) or layout.cache_root()
     log = folder / FAULT_LOG
     try:
         folder.mkdir(parents=True, exist_ok=True)

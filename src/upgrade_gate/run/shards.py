@@ -32,7 +32,7 @@ from upgrade_gate.run import cache
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import remedied
 from upgrade_gate.schema.measurement import Measurement, RoundLoad, TimedSide, load_measurement
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 MANIFEST = layout.MANIFEST
 WHOLE = Shard(1, 1)  # an unsharded run is its own single shard

@@ -110,7 +110,6 @@ def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, An
             "from": str(cwd) if installs else None, "local": local}
 
 
-
 def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> str | None:
     """``uv pip install`` into a stack's venv; None, or uv's error on one line to quote."""
     result = subprocess.run([uv, "pip", "install", "--python", str(bin_dir / "python"), *requirements],

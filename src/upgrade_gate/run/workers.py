@@ -16,7 +16,8 @@ from upgrade_gate import layout
 from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.layout import TOOL_ROOT
-from upgrade_gate.run import cache, supervisor
+from upgrade_gate.run import cache, process_group, supervisor
+from upgrade_gate.run.fork_server import ForkServer
 from upgrade_gate.schema.records import RECORDS_VERSION
 from upgrade_gate.text import size
 
@@ -27,7 +28,7 @@ LOG_TAIL_LINES = 20
 def start_worker(
     bin_dir: Path, command: str, job: dict[str, Any], *, job_file: Path, log_file: Path, plan: Plan,
     phase_file: Path | None = None, first_stage: str = "start", on_stage: Callable[[str], Any] | None = None,
-    fork_server: supervisor.ForkServer | None = None,
+    fork_server: ForkServer | None = None,
 ) -> supervisor.Outcome:
     """Run ``python -P compat/worker.py COMMAND JOB`` in the stack under the supervisor (forked by the
     stack's ``fork_server`` where one is given)."""
@@ -56,7 +57,7 @@ FORKED_FROM = {"runtime": "app", "export": "exporter", layout.DIAGNOSE: "exporte
 
 @contextlib.contextmanager
 def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
-                 log: Callable[[str], Any]) -> Iterator[dict[str, supervisor.ForkServer]]:
+                 log: Callable[[str], Any]) -> Iterator[dict[str, ForkServer]]:
     """The stack's fork servers for one run's phases, by phase (``worker-start``; none for "fresh": a new
     interpreter each). Each starts with the first worker it forks (a run whose phases all come from the
     cache imports nothing), and all are closed when the block ends."""
@@ -68,7 +69,7 @@ def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
     for imports in sorted(set(FORKED_FROM.values())):
         job_file = stack_dir / f"fork-server-{imports}-job.json"
         write_json_atomic(job_file, {"adapter": adapter, "imports": imports})
-        servers[imports] = supervisor.ForkServer(
+        servers[imports] = ForkServer(
             worker_argv(bin_dir, "fork-server", job_file), serves=_worker_command(bin_dir),
             commands=[phase for phase, server in FORKED_FROM.items() if server == imports], env=worker_env(bin_dir),
             cwd=TOOL_ROOT, log_file=stack_dir / f"fork-server-{imports}.log",
@@ -80,7 +81,7 @@ def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
         yield {phase: servers[imports] for phase, imports in FORKED_FROM.items()}
     finally:
         for imports, server in servers.items():
-            if server.broken is not None and not supervisor.interrupted():
+            if server.broken is not None and not process_group.interrupted():
                 log(f"{stack_dir.name}: the fork server of the {imports} stopped forking: {server.broken}; each "
                     "phase after it started an interpreter of its own")
             server.close()
@@ -189,8 +190,8 @@ def cause(outcome: supervisor.Outcome, plan: Plan) -> tuple[str, str]:
     if outcome.cause == "interrupted":
         return "interrupted", _stopped(outcome.stage)
     code = outcome.returncode
-    if code is not None and -code in supervisor.OUTSIDE_SIGNALS:
-        status, message = supervisor.killed_from_outside(-code, outcome.oom_kills, outcome.peak_rss_bytes)
+    if code is not None and -code in process_group.OUTSIDE_SIGNALS:
+        status, message = process_group.killed_from_outside(-code, outcome.oom_kills, outcome.peak_rss_bytes)
         return status, f"stage {outcome.stage}: {message}" if status == "out-of-memory" else message
     if code is not None and code < 0:
         return "crashed", f"worker killed by signal {signal.Signals(-code).name}"

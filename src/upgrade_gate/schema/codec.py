@@ -3,7 +3,7 @@
 A record is a frozen dataclass that mixes in ``Record``. ``to_dict`` writes each field under
 its name, in the order the fields are declared; ``from_reader`` reads each back by the field's
 type (``typing.get_type_hints``: every annotated type is imported at runtime in its module).
-An error names the JSON path, as ``records.Reader``'s do: ``Missing key 'model' in
+An error names the JSON path, as ``reader.Reader``'s do: ``Missing key 'model' in
 'results.json.models[0]'``, ``Unexpected type str (expected int) in '….rounds.forward'``.
 
 Types: str, int, float (JSON's "inf", "-inf", "nan" too), bool, Any (as it is), ``X | None``,
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from upgrade_gate.errors import RecordError
-from upgrade_gate.schema.records import NON_FINITE, Reader
+from upgrade_gate.schema.reader import NON_FINITE, Reader
 
 START = ""  # derived(…, after=START): written first
 

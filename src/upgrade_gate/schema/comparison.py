@@ -10,7 +10,7 @@ from typing import Any
 
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema import codec
-from upgrade_gate.schema.records import NON_FINITE, Reader
+from upgrade_gate.schema.reader import NON_FINITE, Reader
 
 # -- per output ----------------------------------------------------------------------
 

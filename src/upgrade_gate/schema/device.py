@@ -22,7 +22,7 @@ from typing import Any
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import Target
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 # compat/device_runner.py RESULTS_FORMAT: the runner writes what this reads (it cannot import this package).
 RESULTS_FORMAT = 1

@@ -14,7 +14,8 @@ from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded, ratio_by_rounds
-from upgrade_gate.schema.records import Reader, check_schema
+from upgrade_gate.schema.reader import Reader
+from upgrade_gate.schema.records import check_schema
 from upgrade_gate.stats import fewest_rounds, interval_confidence, sequential_looks
 
 
@@ -249,7 +250,7 @@ class TimedRound(codec.Record):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServerError(codec.Record):
-    """How a side's measurement server ended (supervisor.ServerFailed)."""
+    """How a side's measurement server ended (run/measure_server.py ServerFailed)."""
 
     stage: str | None = None
     message: str | None = None

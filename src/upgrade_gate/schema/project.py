@@ -79,7 +79,6 @@ class OutcomeDiff(codec.Record):
         return [(group, title, getattr(self, group)) for group, title in DIFF_GROUPS]
 
 
-
 # -- warnings (the plugin's warnings.json) -------------------------------------------
 
 # What differs between two runs of the same warning: object addresses, pytest's numbered temporary folders.
@@ -107,7 +106,6 @@ class RaisedWarning(codec.Record):
         return self.category, message
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewWarning(codec.Record):
     """A warning a candidate's tests raise and the baseline's do not (category and message)."""
@@ -117,7 +115,6 @@ class NewWarning(codec.Record):
     location: str  # where the candidate's first one was raised
     count: int  # how often, on the candidate
     tests: tuple[str, ...]  # the tests that raised it
-
 
 
 # -- the project's part of the results (results.json "project", compat.json) ---------

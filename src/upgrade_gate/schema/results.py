@@ -43,7 +43,7 @@ from upgrade_gate.schema.measured import (
 )
 from upgrade_gate.schema.measurement import Contention
 from upgrade_gate.schema.project import Differences, ProjectResults, differing
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import RESULTS_VERSION, GateResult, VerdictRecord, check_version
 

@@ -17,7 +17,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.comparison import HEADLINE
 from upgrade_gate.schema.measured import RatioEstimate
-from upgrade_gate.schema.records import Reader
+from upgrade_gate.schema.reader import Reader
 
 # 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
 # 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
@@ -56,7 +56,6 @@ def check_version(reader: Reader, path: Path | str) -> None:
     if version is None or version.major != RESULTS_VERSION.major:
         raise RecordError(f"{path}: results schema {found!r}; this upgrade-gate reads {RESULTS_VERSION.major}.x — "
                           f"write the report again with this version (`{command('report', '--out DIR')}`)")
-
 
 
 # -- outcomes ----------------------------------------------------------------------
@@ -179,7 +178,6 @@ class Quantity(codec.Record):
             interval = f"[{self.unit.show(self.low)}, {self.unit.show(self.high)}]"
             shown += f", {self.level:.1%} interval {interval}" if self.level is not None else f" {interval}"
         return shown
-
 
 
 # The start of a gate's note when --fail-fast stopped the run before it: how a 2.10 file says `not_reached`.
