@@ -12,12 +12,8 @@ NON_FINITE = ("inf", "-inf", "nan")
 
 
 class Reader:
-    """Typed access to one JSON object, remembering where it came from.
-
-    The one way records are read, the workers' and the report's alike: every
-    wrong type or missing key names its path. The results schema's records are
-    read through it by their fields (schema/codec.py), with the same messages.
-    """
+    """Typed access to one JSON object, remembering where it came from: the one way records are read, the
+    workers' and the report's (through schema/codec.py) alike."""
 
     def __init__(self, data: Any, where: str) -> None:
         self.data = data
