@@ -137,7 +137,7 @@ def _is_version(text: str) -> bool:
 
 def load_stacks(folders: list[Path], *, baseline: str, candidates: tuple[str, ...], adapters_dir: Path,
                 config_path: Path) -> list[StackSpec]:
-    """The specs in ``folders`` (a later folder's replaces an earlier one's): the baseline first, then the candidates."""
+    """The specs in ``folders`` (a later folder's replaces an earlier one's): the baseline first, then candidates."""
     by_name = {p.stem: p for folder in folders if folder.is_dir() for p in sorted(folder.glob("*.toml"))}
     if not by_name:
         raise ConfigError(f"no stack specs (*.toml) in {', '.join(map(str, folders))}", path=config_path,
