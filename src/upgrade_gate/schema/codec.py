@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import operator
 import types
 import typing
@@ -119,8 +118,17 @@ class _Plan:
     layout: tuple[_Field | tuple[str, tuple[_Field, ...]] | Derived, ...]
 
 
-@functools.cache
+_PLANS: dict[type, _Plan] = {}
+
+
 def _plan(cls: type) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _make_plan(cls)
+    return plan
+
+
+def _make_plan(cls: type) -> _Plan:
     hints = typing.get_type_hints(cls)
     found = tuple(_field(f, hints[f.name]) for f in dataclasses.fields(cls))
     extra: tuple[Derived, ...] = getattr(cls, "DERIVED", ())
