@@ -19,8 +19,8 @@ from upgrade_gate.schema.comparison import HEADLINE
 from upgrade_gate.schema.measured import RatioEstimate
 from upgrade_gate.schema.reader import Reader
 
-# A minor version adds fields an older file of the same major reads without (docs/report.md lists what each
-# added, and how an older file reads); 1.x wrote prose where 2.0 keeps enums and numbers.
+# A minor version adds fields an older file of the same major reads without (docs/report.md says how older files
+# read; this line's git history, what each version added); 1.x wrote prose where 2.0 keeps enums and numbers.
 RESULTS_VERSION = Version("2.11")
 
 
