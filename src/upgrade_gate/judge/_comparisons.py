@@ -209,5 +209,3 @@ def _task_agreement(
             return None, f"step logits shape {a_task.step_logits.shape} vs {r_task.step_logits.shape}"
         return agreement.generation(a_task.tokens, r_task.tokens, a_task.step_logits, r_task.step_logits), None
     return None, None
-
-
