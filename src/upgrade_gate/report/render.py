@@ -191,7 +191,6 @@ def _escape(text: str) -> str:
 # -- HTML ----------------------------------------------------------------------------
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _HTML_LINK = re.compile(r"\[([^\]]+)\]\((#[^)]*)\)")
 STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure", "incomplete": "missing",
                 "not comparable": "aside", "blocked": "aside"}
@@ -247,7 +246,7 @@ def _html_table(table: Table) -> list[str]:
 def inline(text: str) -> str:
     """Escaped text with the three inline marks as HTML."""
     shown = html.escape(text, quote=True)
-    shown = _CODE.sub(lambda found: f"<code>{_code_text(found[2])}</code>", shown)
+    shown = _CODE_SPAN.sub(lambda found: f"<code>{_code_text(found[2])}</code>", shown)
     shown = _BOLD.sub(r"<b>\1</b>", shown)
     shown = _MARK.sub(lambda found: _svg(found[1]), shown)
     shown = shown.replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, _svg("condition"))
