@@ -1,19 +1,6 @@
-"""The release table and what became of each release (`nox -s releases`, docs/releases.md).
-
-``envs/releases/executorch.toml`` pairs every ExecuTorch release with the torch, torchvision and
-torchao it was built for, and names the compat/ adapter that exports with it (the first
-``[[adapters]]`` rule whose version specifier matches). upgrade_gate.releases.explore builds a candidate
-stack from a row and compares it with the baseline in the release's own report folder,
-``<out>/releases/<release>/``, where ``release.json`` says what became of it:
-
-- *judged*: its comparison ran; its verdict is the release's;
-- *not covered*: the table has no adapter for its export API (nothing is built);
-- *not installed*: uv could not install its row (uv's reason is quoted);
-- *adapter does not load*: the adapter's imports fail in the installed stack (the missing API).
-
-Only a judged release can be recommended. A release that is not judged is a fact about the
-tool's coverage or the index, never a finding against the release. The bisection
-(``--bisect GATE:MODEL``) is here too: which releases to build, given what each one showed.
+"""The release table and what became of each release (`nox -s releases`, docs/releases.md: the table's rows,
+each release's status, what can be recommended), and the bisection (``--bisect GATE:MODEL``): which releases to
+build, given what each one showed.
 """
 
 from __future__ import annotations
