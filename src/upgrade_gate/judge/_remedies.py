@@ -105,12 +105,8 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
 
 
 def remedied_gates(plan: Plan, model: ModelResults, stack: str) -> list[GateResult]:
-    """The gates of what the candidate would ship remedied, each by the code that judges the stack's
-    (judge/_model_gates.output_gates, judge/_latency_gates.latency_gate), on the side ``<stack>+remedy``:
-    its comparison with the reference (the remedied methods' outputs, the others' as shipped, a generator's
-    loop run with the remedy: judge/_comparisons.py) — numerics, or a quantized variant's SNR and cosine, and the
-    task's agreement; and its rounds in the measure session against the baseline's — every thread count and
-    method, min-delta-ms, the contention check, "inconclusive" when an interval straddles."""
+    """The gates of what the candidate would ship remedied, on the side ``<stack>+remedy``, each by the code that judges
+    the stack's: its comparison with the reference (judge/_comparisons.py) and its rounds against the baseline's."""
     own = model.stacks[stack]
     assert own.diagnosis is not None
     side = remedied(stack)
