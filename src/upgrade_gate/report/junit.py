@@ -1,8 +1,5 @@
-"""The verdict for CI systems: JUnit XML with one test case per gate per model,
-and the Markdown summary GitHub Actions shows on a run's page.
-
-Both are written from the verdict record alone, so a merged sharded run gives
-the same files as a single one.
+"""The verdict for CI systems: JUnit XML and the Markdown step summary GitHub Actions shows, from the verdict
+record alone, so that a merged sharded run gives the same files as a single one.
 """
 
 from __future__ import annotations
@@ -22,13 +19,9 @@ SKIPPED = (GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE, GateStatus.BLOCKE
 
 
 def junit_xml(verdict: VerdictRecord) -> str:
-    """One <testsuite> per candidate stack, one <testcase> per gate and model.
-
-    A failed gate is a <failure> whose message carries the measured value and the
-    threshold; an incomplete one (the tool or the machine could not gather its
-    evidence) is an <error>, as a test runner's own error is; an inconclusive, not
-    comparable or blocked one is <skipped> with the reason, so no CI counts it as passed.
-    """
+    """One <testsuite> per candidate stack, one <testcase> per gate and model: failed is a <failure>, incomplete an
+    <error> (as a test runner's own error is), inconclusive, not comparable or blocked <skipped>: no CI counts them
+    as passed."""
     suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict.verdict}")
     for stack, stack_verdict in verdict.candidates.items():
         own = verdict.of(stack)

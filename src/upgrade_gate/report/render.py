@@ -1,14 +1,7 @@
-"""A report as blocks — headings, paragraphs, tables, lists, code, figures — and
-its two renderings: Markdown (report.md, compat.md) and one self-contained HTML
-page (report.html). Both are drawn from the same blocks, so the page shows
-everything the Markdown shows; figures (PNG data URIs) appear on the page only.
-
-Text inside blocks may use four inline marks, rendered by each writer:
-``**bold**``, ```code```, ``[text](#anchor)`` (a link within the page;
-Markdown keeps the text) and a status mark, ``mark("fail")`` (a word in
-Markdown, a shape the page draws). Nothing on the page needs an emoji font:
-headless Chromium without one drew ✅ ❌ ⚠️ as empty boxes (issue 26), so the
-page draws its marks as inline SVG, and a ⚠ in the text (a gate's warning) too.
+"""A report as blocks — headings, paragraphs, tables, lists, code, figures — and its two renderings, drawn from the
+same blocks: Markdown (report.md, compat.md) and one self-contained HTML page (report.html; figures there only).
+Text inside blocks may use four inline marks: ``**bold**``, ```code```, ``[text](#anchor)`` and ``mark(...)``,
+which the page draws as inline SVG, never emoji (docs/report.md: issue 26).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Writes the report folder's files from the results: report.md and report.html for
-people (the same blocks, rendered twice), results.json and verdict.json for tools,
-junit.xml and the GitHub Actions step summary for CI; compat.md and compat.json
-for `nox -s compat`.
-
-``report_blocks`` is the page from top to bottom; each section's blocks are made
-once, for both renderings, in the ``*_section`` modules beside this one.
+"""Writes the report folder's files from the results (report.md, report.html, results.json, verdict.json,
+junit.xml, the step summary; compat.md and compat.json for `nox -s compat`). ``report_blocks`` is the page from
+top to bottom, its sections made once, for both renderings, in the ``*_section`` modules beside this one.
 """
 
 from __future__ import annotations
