@@ -1,15 +1,7 @@
-"""The team's own project in every stack: its tests run in each, their outcomes
-diffed per test, and the API scan of its source (compat/scan.py) read back.
-
-    nox -s "project(<stack>)"   install the project into the stack, run its tests → project/<stack>/
-    nox -s scan                 TorchFix and compat/migration_rules.toml over its source → project/scan.json
-    gather_project              both, as evidence for the gates (policy.project_gates) and the report
-
-The tests' outcomes travel as the JUnit XML the test command wrote; this module
-is the one place that reads it. What JUnit XML has no room for — the warnings the
-tests raised, and how far a run is while it runs — comes from upgrade-gate's pytest
-plugin (compat/pytest_plugin/upgrade_gate_pytest.py), which a pytest command loads
-(``-p``); each project venv's installed packages are recorded with its run.
+"""The team's own project in every stack: its tests run in each (`nox -s "project(<stack>)"` → project/<stack>/)
+and the API scan of its source (`nox -s scan`: compat/scan.py → project/scan.json). The outcomes travel as the
+JUnit XML the test command wrote; the warnings and progress JUnit has no room for come from upgrade-gate's pytest
+plugin (compat/pytest_plugin/), which a pytest command loads with ``-p``.
 """
 
 from __future__ import annotations
