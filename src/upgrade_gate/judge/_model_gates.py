@@ -164,14 +164,9 @@ def _comparison_missing(found: Gates, comparison: Comparison | None) -> Missing 
         stacks = {side.stack for side in comparison.absent}
         return found.candidate_missing() if found.stack in stacks else found.baseline_missing()
     if comparison.reference_not_finite:
-        # The reference (the baseline's eager output) has NaN or Inf: the model or its inputs
-        # do, and the artifact's NaN there is the same NaN — not the candidate's failure. Nor
-        # can anything pass on it, so the gate is incomplete (exit 3), not a configuration
-        # error (exit 2): exit 2 is the one message about a file, key or option that stops a
-        # command before it runs, and this is found only once both stacks have run — the
-        # other models' evidence stands, and the report must be written to show which model
-        # and which output. The note says to fix the model or its inputs; resume_advice() is not
-        # offered for it (running again gives the same NaN).
+        # NaN or Inf in the reference is the model's or its inputs', not the candidate's, and nothing passes on it:
+        # incomplete (exit 3), not exit 2, which stops a command before it runs; found once both stacks ran, the
+        # other models' evidence stands and the report shows which output.
         return Missing(status=GateStatus.INCOMPLETE, note=comparison.reference_not_finite)
     outputs = comparison.comparable_outputs
     if not outputs or len(outputs) != len(comparison.outputs or ()):

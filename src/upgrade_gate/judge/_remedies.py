@@ -1,9 +1,7 @@
-"""The remedies a candidate's diagnose phase found, judged as the stack is: one per failed gate a search answers —
-a hard numerics or export gate, a quantized variant's gates, a latency gate that failed or could not tell — each
-judged by the gates' own code on the candidate as the team would ship it remedied (``remedied_gates``): its
-comparison with the reference (judge/_comparisons.py) by the numerics and task gates, its rounds in the measure session
-(measure/rounds.py) by the latency gate; its size beside the shipped artifact's. The verdict as configured stands;
-the report says what the remedies would make of it."""
+"""The remedies a candidate's diagnose phase found, one per failed gate a search answers, each judged by the gates'
+own code on the candidate as the team would ship it remedied (``remedied_gates``). The verdict as configured
+stands; the report says what the remedies would make of it.
+"""
 
 from __future__ import annotations
 

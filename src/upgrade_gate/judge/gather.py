@@ -1,8 +1,5 @@
-"""From the stacks' records to results: comparisons, latency summaries and ratios, sizes.
-
-Pure functions over what the workers and the measure session wrote; no torch,
-no thresholds. What they build are the records of the results schema
-(upgrade_gate.schema.results).
+"""From the stacks' records to results (upgrade_gate.schema.results): comparisons, latency summaries and ratios,
+sizes. Pure functions over what the workers and the measure session wrote; no torch, no thresholds.
 """
 
 from __future__ import annotations

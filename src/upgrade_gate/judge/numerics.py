@@ -1,8 +1,5 @@
-"""How far one output is from another (``schema.comparison.OutputMetrics``): measuring only, no thresholds.
-
-A threshold is applied later (gates), so a saved comparison can be re-judged
-without re-running anything. A metric that cannot be computed is ``None`` or
-NaN, and a check on it fails; it never passes silently.
+"""How far one output is from another (``schema.comparison.OutputMetrics``), without thresholds, so that a saved
+comparison can be judged again. A metric that cannot be computed is ``None`` or NaN: a check on it fails.
 """
 
 from __future__ import annotations
@@ -15,8 +12,7 @@ import numpy as np
 
 from upgrade_gate.schema.comparison import OutputMetrics
 
-# Below this, a reference element counts as zero for the relative error
-# (max_rel divides by |reference|).
+# Below this, a reference element counts as zero for the relative error (max_rel divides by |reference|).
 REL_FLOOR = 1e-12
 
 
