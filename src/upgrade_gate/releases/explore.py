@@ -6,6 +6,7 @@ venv removed; upgrade_gate.releases._upgrade_path reads the folders back into on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -302,16 +303,10 @@ def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int
     finally:
         if not request.keep_stacks:
             shutil.rmtree(venv_dir(request.out, request.plan.baseline.name), ignore_errors=True)
-            _remove_if_empty(request.out / ".venvs")
+            with contextlib.suppress(OSError):  # empty: no other run's venvs in it
+                (request.out / ".venvs").rmdir()
     return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, bisection,
                               log, request.not_run)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
 
 
 def merge(request: Request, log: Callable[[str], Any] = print) -> int:

@@ -32,9 +32,6 @@ NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
 
 
-# -- one model -----------------------------------------------------------------------
-
-
 def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block]:
     """The model's gates, stages, numerics, latency, memory and what explains them;
     its fp32 section also shows every variant side by side."""
