@@ -83,9 +83,8 @@ def judged_targets(plan: Plan, model: str, runs: list[tuple[Path, DeviceRun]]) -
 
 def device_gate_intervals(plan: Plan, model: str, thread_counts: int, methods: int,
                           runs: list[tuple[Path, DeviceRun]]) -> int:
-    """The intervals a model's device-latency gate judges, which share its 95%: one per target (``judged_targets``),
-    thread count and method. What a target's rounds over ssh are designed for (measure/target_rounds.py, its stop
-    rule's looks) and what fixed rounds (run-on-device.sh) are judged at (``device_latency``): one count."""
+    """The intervals a model's device-latency gate judges, which share its 95%: one per target, thread count and method;
+    one count for the rounds over ssh designed for it and the fixed rounds judged at it."""
     return gate_intervals(thread_counts, methods, len(judged_targets(plan, model, runs)))
 
 

@@ -261,9 +261,8 @@ def device_memory_gate(found: Gates, severity: str) -> None:
 
 
 def device_budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:
-    """The team's budgets for the model on each target it was timed on (a budget is usually the phone's): the
-    candidate's p50, every method summed at the first thread count, and its runtime memory there; the target
-    furthest over (or nearest) its budget decides, and a target that gave no figure leaves the gate incomplete."""
+    """The team's budgets for the model on each target it was timed on (docs/report.md): the target furthest over its
+    budget decides; one that gave no figure leaves the gate incomplete."""
     threads = found.plan.settings.threads[0]
     if latency_ms is not None:
         rows = [row for row in found.model.device_latency if row.stack == found.stack and row.threads == threads]

@@ -101,9 +101,8 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
 
 
 def output_gates(found: Gates) -> None:
-    """What the artifact computes, against the reference: its numerics and its task's agreement — a quantized
-    variant's by its own thresholds and the one severity of its gates. A stack's and a remedy's alike (the
-    remedy's comparison: judge/_remedies.py)."""
+    """What the artifact computes, against the reference: its numerics and its task's agreement, a quantized variant's
+    by its own thresholds; a stack's and a remedy's alike."""
     gates, model = found.plan.settings.gates, found.model
     if model.quantized:
         severity = gates["quantized"].severity

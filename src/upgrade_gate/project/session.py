@@ -85,11 +85,8 @@ def record_install_failure(plan: Plan, stack: str, error: str, bin_dir: Path) ->
 
 def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
               log: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Run the project's test command in one stack, showing how far it is; write and return its run record.
-
-    The command's own exit status says little (pytest exits 1 when a test fails):
-    the outcomes are in the JUnit XML; the status says whether there are any.
-    """
+    """Run the project's test command in one stack, showing how far it is; write and return its run record. Its exit
+    status says little (pytest exits 1 when a test fails): the outcomes are the JUnit XML's."""
     folder = layout.project_dir(plan.settings.out_dir, stack)
     folder.mkdir(parents=True, exist_ok=True)
     junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
@@ -154,9 +151,8 @@ def _tests_record(project: ProjectSettings, command: list[str], outcome: supervi
 
 
 def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> str:
-    """What determines a stack's test outcomes: the project's files (project/source.py: every file under its
-    root that is the team's), the test venv's Python and every distribution installed in it, the command,
-    and the plugin that watches the run. Not the environment variables, nor files outside the root."""
+    """What determines a stack's test outcomes: the team's files, the venv's Python and distributions, the command and
+    the plugin; not the environment variables, nor files outside the root."""
     files = source.project_files(project.root)
     return cache.digest_of({
         "tool": __version__, "python": plan.stack(stack).python,
@@ -259,9 +255,8 @@ class TestProgress:
 
 
 def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> str | None:
-    """Scan the project's source (compat/scan.py in the scan venv) into project/scan.json, showing how far it
-    is, or reuse the cache's scan of the same files; None, or a usage error to name
-    ``tool.upgrade-gate.project.scan`` with."""
+    """Scan the project's source into project/scan.json, showing how far it is, or reuse the cache's scan of the same
+    files; None, or a usage error to name ``tool.upgrade-gate.project.scan`` with."""
     settings = plan.settings.project
     assert settings is not None  # the session skips without a project
     target = layout.scan_file(plan.settings.out_dir)

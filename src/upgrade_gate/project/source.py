@@ -38,9 +38,8 @@ def _walk(folder: Path, suffix: str | None) -> Iterator[Path]:
 
 
 def project_files(root: Path, paths: Sequence[str] = (".",), suffix: str | None = None) -> list[Path]:
-    """The files under ``paths`` (relative to ``root``; a file is taken as it is), each once, in a fixed
-    order, relative to ``root``; only those ending in ``suffix`` when given. SourcePathError names a path
-    that is missing or outside the root."""
+    """The files under ``paths`` (relative to ``root``; a file as it is), each once, in a fixed order, relative to
+    ``root``, ending in ``suffix`` when given; SourcePathError for a path missing or outside the root."""
     root = root.resolve()
     found: dict[Path, None] = {}
     for given in paths:

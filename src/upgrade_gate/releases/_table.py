@@ -284,12 +284,9 @@ def gate_state(record: ReleaseRecord, folder: Path, target: Bisect) -> str:
 
 def bisect(releases: list[Release], target: Bisect, judge: Callable[[Release], str],
            seen_before: Callable[[Release], str | None] = lambda release: None) -> Bisection:
-    """Where ``target.gate`` starts or stops failing for ``target.model``: the two ends of the
-    range, then halves, building about log2(n) releases. ``judge`` builds a release and says
-    FAILS, HOLDS_NOT or why it cannot tell; a release it cannot tell about is passed over for its
-    nearest neighbour inside the interval. ``seen_before`` is what earlier runs in the report
-    folder showed for the releases the bisection did not build: a bisection assumes one change
-    between the ends, and that evidence is how it finds out when there was more than one."""
+    """Where ``target.gate`` starts or stops failing for ``target.model``: the two ends, then halves (about log2(n)
+    releases built), a release ``judge`` cannot tell about passed over for its nearest neighbour. ``seen_before``,
+    what earlier runs showed of the releases not built, says when there was more than the one change it assumes."""
     states: dict[str, str] = {}
     built: list[str] = []
 
