@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from upgrade_gate.report._method_section import method_blocks, rel_l2_text, snr_text
 from upgrade_gate.report._verdict_section import model_anchor
-from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph, code_span, mark
+from upgrade_gate.report.render import Block, Heading, Paragraph, bullets, code_span, mark
 from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import PORTABLE_SHARE
@@ -109,7 +109,7 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
         top = theirs.get(method, [])[:3]
         if top:
             items.append(f"{baseline}'s most time: " + ", ".join(f"{code_span(op.name)} {op.share:.1%}" for op in top))
-        blocks += [Paragraph(said + (":" if items else ".")), bullets_of(items)] if items else [Paragraph(said + ".")]
+        blocks += [Paragraph(said + ":"), bullets(*items)] if items else [Paragraph(said + ".")]
     if not searched:
         blocks.append(Paragraph("No remedy was lowered and timed for it: a latency search runs where a portable batch "
                                 f"norm takes at least {PORTABLE_SHARE:.0%} of a method's profiled time; the profiles "
@@ -122,10 +122,6 @@ LATENCY_TOP = 5  # portable kernels named per method
 
 def _advice(operator: str) -> str:
     return next((advice for part, advice in LATENCY_ADVICE if part in operator), "")
-
-
-def bullets_of(items: list[str]) -> Block:
-    return Bullets([Item(text) for text in items])
 
 
 def decides_first(verdict: VerdictRecord, model: str, stack: str) -> tuple[int, int]:
