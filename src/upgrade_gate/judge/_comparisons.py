@@ -34,8 +34,7 @@ QUANTIZATION, QUANTIZED_LOWERING = "candidate quantization (eager)", "candidate 
 
 
 def reference_side(plan: Plan) -> Side:
-    """What every artifact is judged against: the baseline's eager outputs,
-    the numbers the team has validated today."""
+    """What every artifact is judged against: the baseline's eager outputs, what the team validates today."""
     return Side(stack=plan.baseline.name, kind="eager")
 
 
@@ -62,8 +61,7 @@ def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Sid
 
 def compare_sides(plan: Plan, model: ModelEntry, records: dict[str, StackModelRecord], kind: str,
                   extents: dict[str, tuple[int, int]]) -> list[Comparison]:
-    """Each pair of ``comparison_pairs``: its outputs compared, and its task's agreement; what is missing or
-    damaged said instead."""
+    """Each pair of ``comparison_pairs``: its outputs and its task compared, or what is missing or damaged."""
     out = plan.settings.out_dir
     comparisons = []
     for purpose, actual, reference in comparison_pairs(plan, model):

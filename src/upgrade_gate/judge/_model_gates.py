@@ -142,8 +142,7 @@ def quantized_numerics_gate(found: Gates, severity: str) -> Comparison | None:
 
 
 def _reference_comparison(found: Gates) -> Comparison | None:
-    """The candidate's artifact against the reference; against its own eager model when the
-    baseline has no reference to give (what the candidate can show on its own)."""
+    """The candidate's artifact against the reference, or against its own eager model where the baseline gives none."""
     actual = Side(stack=found.stack, kind="artifact")
     comparison = found.model.comparison(actual, reference_side(found.plan))
     if comparison is not None and reference_side(found.plan) in comparison.absent and \

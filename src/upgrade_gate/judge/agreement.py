@@ -67,8 +67,7 @@ def generation(
     actual_logits: np.ndarray,
     reference_logits: np.ndarray,
 ) -> TaskAgreement:
-    """Token agreement over all prompts; logits compared up to each prompt's first
-    divergence (after it the two sides are continuing different texts)."""
+    """Token agreement over all prompts; logits compared up to each prompt's first divergence (then texts differ)."""
     matched = total = 0
     divergence: list[int | None] = []
     snrs, overlaps = [], []

@@ -128,8 +128,7 @@ def gather_model(plan: Plan, model: ModelEntry,
 
 def _stack_results(plan: Plan, model: ModelEntry, record: StackModelRecord, measurements: dict[int, Measurement],
                    contention: dict[int, Contention], samples: dict[str, dict[int, Rounds]]) -> StackResults:
-    """One stack's results for the model; its samples, and its remedied side's where it was timed, into
-    ``samples``."""
+    """One stack's results for the model; its samples (and its timed remedied side's) into ``samples``."""
     out, name = plan.settings.out_dir, record.stack
 
     def measured_side(side: str) -> dict[int, Measured]:

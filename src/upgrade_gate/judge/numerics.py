@@ -92,8 +92,7 @@ def method_of(output: str) -> str:
 
 
 def worst_rel_l2_by_method(outputs: list[OutputMetrics], incomparable: float | None) -> dict[str, float]:
-    """Each method's worst relative L2 over its outputs; an output that does not compare counts as
-    ``incomparable`` (None: it is left out)."""
+    """Each method's worst relative L2 over its outputs, an incomparable output's ``incomparable`` (None: left out)."""
     worst: dict[str, float] = {}
     for output in outputs:
         value = output.rel_l2 if output.comparable and output.rel_l2 is not None else incomparable

@@ -102,8 +102,7 @@ def keep_scan_evidence(out: Path) -> Path:
 
 
 def gather_project(plan: Plan) -> ProjectResults | None:
-    """What the project sessions wrote into the report folder, read from (and citing) copies that no later
-    run changes (keep_stack_evidence); None without a project."""
+    """What the project sessions wrote, read from copies no later run changes; None without a project."""
     project = plan.settings.project
     if project is None:
         return None
