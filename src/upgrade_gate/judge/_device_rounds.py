@@ -29,8 +29,8 @@ def device_runs(plan: Plan) -> list[tuple[Path, DeviceRun]]:
 
 
 def device_memory(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRun]]) -> tuple[DeviceMemory, ...]:
-    """Each candidate's runtime memory and cold start against the baseline's on each target whose rounds were
-    timed over ssh (a ``server`` line per stack: run-on-device.sh's rounds have none), per thread count."""
+    """Each candidate's runtime memory and cold start against the baseline's per thread count, on each target timed
+    over ssh (run-on-device.sh's rounds have no ``server`` line)."""
     found = []
     for _, run in runs:
         for threads in sorted({s.threads for s in run.servers if s.model == model.name}):

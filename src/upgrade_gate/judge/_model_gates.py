@@ -152,8 +152,7 @@ def _reference_comparison(found: Gates) -> Comparison | None:
 
 
 def _comparison_missing(found: Gates, comparison: Comparison | None) -> Missing | None:
-    """Why a comparison has nothing to judge: a damaged file (the tool's), a side with no
-    outputs (whoever's stage failed), outputs that do not compare (the candidate's); None when it does."""
+    """Why a comparison has nothing to judge, charged to whoever caused it; None when it does."""
     if comparison is None:
         return found.candidate_missing()
     if comparison.damaged:

@@ -46,9 +46,8 @@ Rounds = dict[str, dict[int, list[float]]]
 
 
 def measured_from_record(data: TimedSide, quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
-    """One side's entry of a measurement file: its summary, and its samples by round. The
-    summary is of the ``quiet`` rounds when any of them is here (the rounds a busy machine
-    disturbed slowed the calls, not the stack), else of every round."""
+    """One side's entry of a measurement file: its summary (of the ``quiet`` rounds when any is here: a busy machine
+    slowed the calls, not the stack) and its samples by round."""
     error = data.error
     problem = data.reason or (f"{error.stage}: {error.message}" if error else None)
     rounds: Rounds = {}
