@@ -106,7 +106,6 @@ def attributions_of(plan: Plan, model: ModelEntry, comparisons: list[Comparison]
     return tuple(found)
 
 
-# What a remedied comparison is: the candidate as the team would ship it remedied, against the reference.
 REMEDIED = "candidate with its remedy vs reference"
 
 

@@ -56,7 +56,6 @@ class Gates:
         self._append(gate, severity, status, rule, measured=measured, note=note, warnings=warnings)
 
     def missing(self, gate: str, severity: str, rule: Rule, why: Missing) -> None:
-        """A gate that cannot be judged, and why."""
         self._append(gate, severity, why.status, rule, note=why.note, blocked_by=why.blocked_by)
 
     def _append(self, gate: str, severity: str, status: GateStatus, rule: Rule, *, measured: Quantity | None = None,

@@ -82,7 +82,6 @@ def latency_gate(found: Gates, severity: str) -> None:
 
 
 def _latency_rule(plan: Plan, model: ModelResults) -> Rule:
-    """The latency gate's rule, with the rounds it was judged by."""
     gate, rounds = plan.settings.gates["latency"], plan.settings.rounds
     most = max((machine.most for machine in model.contention.values()), default=rounds)
     return Rule(metric="ratio", op="≤", threshold=Quantity(value=gate.threshold, unit=Unit.RATIO),
