@@ -29,10 +29,9 @@ from upgrade_gate.schema.records import RECORDS_VERSION
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"
 SCAN_REQUIREMENTS = ("torchfix==0.7.0",)
-# The pytest plugin: its folder goes on PYTHONPATH alone (nothing else of ours can shadow a team's
-# module), and a pytest command gets `-p upgrade_gate_pytest`. Not PYTEST_PLUGINS, which would reach
-# pytest under tox or make too: a tool that passed it on without PYTHONPATH would fail the team's run
-# on an import. The variables are the plugin's (a test keeps them equal).
+# The pytest plugin: its folder alone on PYTHONPATH (nothing else of ours can shadow a team's module), and `-p
+# upgrade_gate_pytest` for a pytest command; not PYTEST_PLUGINS, which would reach pytest under tox or make too and
+# fail the team's run on an import. The variables are the plugin's (a test keeps them equal).
 PLUGIN_DIR = TOOL_ROOT / "compat" / "pytest_plugin"
 PLUGIN = "upgrade_gate_pytest"
 PROGRESS_ENV = "UPGRADE_GATE_PYTEST_PROGRESS"
@@ -42,9 +41,8 @@ RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
 PROGRESS_LINES_EVERY_S = 15.0
 SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "scan_visitor.py",
                  TOOL_ROOT / "compat" / "migration_rules.toml")
-# The result cache's entries for the project (issue 37: `compat` right after `compare` ran both test suites
-# and the scan again, 6 minutes, on unchanged code): a stack's test run under <cache>/<stack>/project/tests/,
-# the scan under <cache>/scan/project/scan/ — (stack, model, phase) as the model phases' entries.
+# The result cache's entries for the project, (stack, model, phase) as a model phase's (issue 37: `compat` right
+# after `compare` ran both test suites and the scan again, 6 minutes, on unchanged code).
 CACHE_MODEL, TESTS_PHASE, SCAN_PHASE = "project", "tests", "scan"
 SCAN_ENTRY = ("scan", CACHE_MODEL, SCAN_PHASE)
 # A test run's files that the cache keeps: those of a run that gave outcomes ("ran"). A hang, a kill or a
