@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Server, ServerFailed and CONTROL_FDS_ENV are read here by measure/rounds.py until issue 62 item 2 moves it.
 from upgrade_gate.run import fork_server as fork_servers
 from upgrade_gate.run import process_group
 from upgrade_gate.run.fork_server import ForkedProcess, ForkServer
