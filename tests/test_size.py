@@ -14,9 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("src/upgrade_gate", "compat", "models")
 MODULE_LIMIT = 400
 FUNCTION_LIMIT = 60
-# Issue 62 asked for 26,600 (its count at 4eb55cc; 26,857 at 89dee16): the measurement record and the modules split
-# out of the long ones took the product to 27,226. The limit holds that until a change pays the difference back.
-PRODUCT_LIMIT = 27_226
+# The product's size before issue 62's splits (its count at 4eb55cc): a change that adds lines pays them back.
+PRODUCT_LIMIT = 26_600
 
 # "path" (a module) or "path:function" (a function, by its name; a method by its name alone) → why it may be
 # over its limit. Remove a line when its module or function comes back under.

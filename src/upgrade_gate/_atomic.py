@@ -32,12 +32,8 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 @contextlib.contextmanager
 def naming_full_disk(target: Path) -> Iterator[None]:
-    """A full disk met while writing ``target`` names ``target``.
-
-    A write (``write``, ``sendfile``, ``copy_file_range``) names no file, and shutil's copy
-    names its *source* (``filename``; the target is ``filename2``): a message built from the
-    error would name the disk that has room — the cache's when the report folder filled.
-    """
+    """A full disk met while writing ``target`` names ``target``: a write names no file, and shutil's copy names
+    its *source*, so a message built from the error would name the disk that has room."""
     try:
         yield
     except OSError as error:
@@ -48,30 +44,25 @@ def naming_full_disk(target: Path) -> Iterator[None]:
 
 def write_text_atomic(path: Path, text: str) -> None:
     with naming_full_disk(path):
-        _write_text_atomic(path, text)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone who reads the folder
-    try:
-        # A text a worker recorded may hold a lone surrogate (a file name not in UTF-8, decoded by os.fsdecode), which
-        # UTF-8 cannot write: it is written as its escape, never the end of the report.
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a report is for everyone who reads the folder
+        try:
+            # A text a worker recorded may hold a lone surrogate (a file name not in UTF-8, decoded by
+            # os.fsdecode), which UTF-8 cannot write: it is written as its escape, never the end of the report.
+            with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as stream:
+                stream.write(text)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def read_own_json(path: Path, *, again: str) -> Any:
-    """A JSON file upgrade-gate wrote (whole or not at all: write_json_atomic), read back. One that does not read was
-    damaged from outside — the tool's own file, never a candidate's failure: RunIncomplete (exit 3) naming it, and
-    what writes it again (``again``)."""
+    """A JSON file upgrade-gate wrote, read back; one that does not read was damaged from outside, never a
+    candidate's failure: RunIncomplete (exit 3) naming it and what writes it again (``again``)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as error:

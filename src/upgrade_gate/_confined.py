@@ -1,12 +1,7 @@
-"""Nothing outside the report folder and the result cache is written or deleted, whatever a
-name or a link planted there says.
-
-Names that become folders have one shape (``layout.NAME_SHAPE``), so no name climbs out. A link
-is another way out: a model folder that is a symbolic link to ``/home/you`` would have its
-target's files deleted by the next export's clean-up. So a run refuses to start on a report
-folder or a cache that holds a link (``refuse_planted_links``), and every removal checks, at the
-moment it removes, that what it removes lies inside the folder it belongs to (``remove_tree``,
-``remove_file``): a link itself is unlinked, never followed.
+"""Nothing outside the report folder and the result cache is written or deleted, whatever a link planted there
+says: a model folder that links to ``/home/you`` would have its target's files deleted by the next export's
+clean-up. So a run refuses to start on a folder that holds a link, and every removal checks, at the moment it
+removes, that its target lies inside its own folder: a link itself is unlinked, never followed.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``upgrade-gate``: the nox sessions of an installed upgrade-gate, in a team's repository.
 
-Words before the first option are sessions; everything from it on goes to nox as written. The
-configuration is the nearest pyproject.toml from the current folder up ($UPGRADE_GATE_CONFIG
-overrides); the venvs go to .nox/ beside it and the report to its ``out`` (report/). Nox runs in
-this process: its exit status (0 GO, 1 NO-GO, 2 usage, 3 INCOMPLETE) is the command's. Every
-message that names a command names this one (upgrade_gate.invocation).
+Words before the first option are sessions; everything from it on goes to nox as written, which runs in this
+process: its exit status is the command's. The venvs go to .nox/ beside the nearest pyproject.toml.
 """
 
 from __future__ import annotations
@@ -99,8 +96,8 @@ def unknown_sessions(wanted: list[str], known: list[tuple[str, list[str]]]) -> s
 
 
 def _checking_sessions(filter_manifest: Callable[..., Any]) -> Callable[..., Any]:
-    """nox's filter_manifest, but a session nox does not have is a usage error (exit 2) that lists
-    them — nox's own "Sessions not found" exits 3, which upgrade-gate's exit codes call INCOMPLETE."""
+    """nox's filter_manifest, but an unknown session is a usage error (exit 2) that lists them: nox's own exits 3,
+    which upgrade-gate's exit codes call INCOMPLETE."""
     def checked(manifest: Any, global_config: Any) -> Any:
         wanted = list(global_config.sessions or [])
         known = [(session.name, list(session.signatures)) for session, _ in manifest.list_all_sessions()]

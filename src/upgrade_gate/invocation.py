@@ -1,9 +1,5 @@
-"""The command a person typed, so that every message tells them to type the same one.
-
-After ``upgrade-gate compare`` the advice reads ``upgrade-gate compare -- --out DIR``; after
-``nox -s compare`` (a checkout, or a team's noxfile) it reads ``nox -s compare -- --out DIR``.
-upgrade_gate.cli sets ``$UPGRADE_GATE_COMMAND`` before it runs nox in its own process; every
-message that names a command asks :func:`command` for it.
+"""The command a person typed, so that every message tells them to type the same one: ``upgrade-gate compare``
+or ``nox -s compare`` (upgrade_gate.cli sets ``$UPGRADE_GATE_COMMAND`` before it runs nox in its own process).
 """
 
 from __future__ import annotations

@@ -68,15 +68,14 @@ CACHE_ENV_VAR = "UPGRADE_GATE_CACHE"
 ASSET_BUILDERS = TOOL_ROOT / "models" / "sources"
 ASSET_SOURCES = tuple(sorted(p.stem for p in ASSET_BUILDERS.glob("*.py") if p.stem not in ("build", "__init__")))
 PHASES = ("export", "runtime")
-EXPORT, RUNTIME = PHASES
+EXPORT = PHASES[0]
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"
 
 
-# Every name upgrade-gate did not choose that becomes a folder, a file's name or a key of its records — a model's,
-# a stack's, a target's, a release's, a method's — has one shape, defined here and nowhere else: the worker is sent
-# METHOD_SHAPE in its job (compat/ cannot import this package). So no name — "..", "/abs", "", a 300-character one —
-# reaches outside the folder it names. (A variant's name is one of catalog.QUANTIZED_VARIANTS, ours.)
+# Every name upgrade-gate did not choose that becomes a folder, a file's name or a record's key has this one shape
+# (the worker is sent METHOD_SHAPE in its job: compat/ cannot import this package), so no name — "..", "/abs", "",
+# a 300-character one — reaches outside the folder it names.
 def _shape(marks: str) -> re.Pattern[str]:
     return re.compile(rf"[A-Za-z0-9][A-Za-z0-9{marks}]{{0,63}}")
 
@@ -133,9 +132,8 @@ class NotAnEntry(ConfigError):
 
 
 def entry(folder: Path, name: str) -> Path:
-    """``folder / name``, where ``name`` is one entry of ``folder`` — as every name the shapes above let through
-    is. Anything else (a record edited by hand, a path a fault of the tool built) would write elsewhere: refused,
-    naming it, before anything is written (what planted links could do instead: _confined.py)."""
+    """``folder / name``; a name that is no single entry (a record edited by hand, a fault of the tool) would write
+    elsewhere: refused before anything is written (planted links: _confined.py)."""
     if name in ("", ".", "..") or "/" in name or "\0" in name:
         raise NotAnEntry(f"{name!r} would make {folder / name} a path outside {folder}; upgrade-gate writes only in "
                          "its report folder and its result cache: a name there is one folder or file")
@@ -143,8 +141,7 @@ def entry(folder: Path, name: str) -> Path:
 
 
 def cache_root() -> Path:
-    """Converted assets and finished phases, shared by every run on this machine:
-    ``$UPGRADE_GATE_CACHE``, else ``$XDG_CACHE_HOME/upgrade-gate``, else ``~/.cache/upgrade-gate``."""
+    """Converted assets and finished phases, shared by every run on this machine."""
     if os.environ.get(CACHE_ENV_VAR):
         return Path(os.environ[CACHE_ENV_VAR]).resolve()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -167,8 +164,7 @@ def model_dir(out: Path, stack: str, model: str) -> Path:
 
 
 def diagnose_dir(out: Path, stack: str, model: str) -> Path:
-    """The diagnose phase's folder, inside the model's: its files (a reproducer's folders among them)
-    are its own, apart from the export's and the runtime's."""
+    """Its own folder: a reproducer's folders stay apart from the export's and the runtime's files."""
     return model_dir(out, stack, model) / DIAGNOSE
 
 
@@ -207,7 +203,6 @@ def measurement_file(out: Path, model: str, threads: int) -> Path:
 
 
 def bundle_dir(out: Path) -> Path:
-    """``nox -s bundle``'s device bundle: the artifacts, inputs and runner a phone or board times (docs/device.md)."""
     return out / "bundle"
 
 
@@ -217,10 +212,8 @@ def bundle_manifest_file(out: Path) -> Path:
 
 
 def device_results_file(out: Path, target: str) -> Path:
-    """A device's rounds as `upgrade-gate device-results` read them in, by the target's name: two targets, two
-    files. A name of the allowed shape (every target of [tool.upgrade-gate.targets]) is the file's own (``pi.5`` and
-    ``pi-5`` stay apart); a name a device gives itself (``device:Pixel 8``) is made one, readable and marked by its
-    digest after a '~', which no name of the allowed shape has: ``device-Pixel-8~3c5d0e2a9f1b.jsonl``."""
+    """A name of the allowed shape is the file's own (``pi.5`` and ``pi-5`` stay apart); one a device gives itself
+    (``device:Pixel 8``) is made readable and marked by its digest after a '~', which no allowed name has."""
     if NAME_SHAPE.fullmatch(target):
         return entry(out / "device", f"{target}.jsonl")
     readable = re.sub(r"[^A-Za-z0-9_-]+", "-", target).strip("-")[:40] or "device"
@@ -273,10 +266,8 @@ def scan_evidence_file(out: Path, digest: str) -> Path:
 
 
 def fixtures_dir(cache_dir: Path, model: str, code_digest: str) -> Path:
-    """The weights and inputs every stack uses, made once by the first stack to
-    get there. Kept in the cache beside the results made from them, and keyed by
-    the model's code, so that editing a model makes new ones instead of loading
-    stale ones of another shape."""
+    """Made once by the first stack to get there; keyed by the model's code, so that editing a model makes
+    new ones instead of loading stale ones of another shape."""
     return entry(cache_dir / FIXTURES, f"{model}-{code_digest[:12]}")
 
 

@@ -1,13 +1,10 @@
 """The one pipeline: a comparison's steps as plain functions, in the order they run. It stands above the
 stages it runs (run, measure, project, judge, report), which import none of each other's steps.
 
-    plan_or_exit → per stack: venvs (run/venvs.py) → probe → run_models → measure → judge → write
+    plan_or_exit → per stack: venvs (run/venvs.py) → probe → run_models → measure → judge → write_reports
 
-`nox -s compare` runs them across its sessions, so that a shard or a CI job can run one stack:
-`run(<stack>)` makes the venv, probes it and runs the models in it, `measure` times every stack
-that ran, `report` judges and writes (``report``). `nox -s releases` runs the same steps for each
-release in one process (``compare``). How a session ends — an exit status and one message — is
-run/guard.py's.
+`nox -s compare` runs them across its sessions, so that a shard or a CI job can run one stack;
+`nox -s releases` runs them for each release in one process (``compare``).
 """
 
 from __future__ import annotations
@@ -37,18 +34,15 @@ from upgrade_gate.run import artifacts, asset_build, cache, cache_folder, runner
 from upgrade_gate.run._folder_lock import FolderBusy, lock_out_dir, make_folder
 from upgrade_gate.run.guard import fail_incomplete, fail_usage
 from upgrade_gate.run.shards import MANIFEST, read_manifest
-from upgrade_gate.schema.results import ModelResults, Results
+from upgrade_gate.schema.results import Results
 from upgrade_gate.schema.verdict import VerdictRecord
 from upgrade_gate.text import size
 
 
 def plan_or_exit(posargs: list[str], invoked_from: str | Path, *, reporting: bool = False,
                  models_required: bool = True) -> Plan:
-    """The validated plan, with the report folder writable and this process's alone, and the
-    result cache writable.
-
-    The report session (``reporting``) reads a folder a run wrote: it must exist (unless it
-    merges shard folders into it), and it reports on the models that folder holds.
+    """The validated plan, with the report folder this process's alone. The report session (``reporting``)
+    reads a folder a run wrote: it must exist (unless it merges shards into it); it reports on the models it holds.
     """
     try:
         plan = load_plan(list(posargs), invoked_from=Path(invoked_from), models_required=models_required)
@@ -166,9 +160,8 @@ def run_models(plan: Plan, spec: StackSpec, bin_dir: Path, log: Callable[[str], 
 
 
 def measure(plan: Plan, log: Callable[[str], Any] = print) -> None:
-    """Every model in every stack that ran it, the stacks taking turns (measure/rounds.py). A stack that
-    never ran in the report folder has nothing to time: exit 2 saying what to run first (a measurement
-    of the baseline alone would be a latency gate of no candidate)."""
+    """A stack that never ran in the report folder has nothing to time: exit 2 saying what to run first
+    (a measurement of the baseline alone would be a latency gate of no candidate)."""
     out = plan.settings.out_dir
     never_ran = [spec.name for spec in plan.stacks if not layout.stack_file(out, spec.name).is_file()]
     if never_ran:
@@ -179,9 +172,8 @@ def measure(plan: Plan, log: Callable[[str], Any] = print) -> None:
 
 
 def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
-    """Keep in the result cache only what the report folder reached — its phases' entries, its
-    measurements' and its models' fixtures — so that a CI cache carries one run's worth, not
-    every version of every model (docs/ci.md). A folder with no phase recorded keeps nothing: refused."""
+    """Keep in the result cache only what the report folder reached, so that a CI cache carries one run's
+    worth, not every version of every model (docs/ci.md). A folder with no phase recorded would keep nothing."""
     out, root = plan.settings.out_dir, plan.settings.cache_dir
     reached = cache_folder.reached_entries(out)
     if not reached:
@@ -200,9 +192,8 @@ def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:
 
 
 def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> None:
-    """A project model whose factory does not import, raises, returns the wrong thing, or names a method
-    with a name that cannot name its files (layout.METHOD_SHAPE) is a configuration error: exit 2 naming the
-    entry, before any export."""
+    """A project model whose factory fails, or names a method that cannot name its files, is a configuration
+    error: exit 2 naming the entry, before any export."""
     for name, result in runner.check_factories(plan, spec, bin_dir).items():
         entry = next(m for m in plan.models if m.name == name)
         if result.get("refused_method") is not None:
@@ -247,7 +238,7 @@ def report(plan: Plan) -> int:
     if not plan.keep_artifacts:  # they stay in the result cache, by digest: a folder sized for CI
         artifacts.release(plan)
     results = judge_or_exit(plan)
-    paths = write(results, plan.settings.out_dir)
+    paths = write_reports(results, plan.settings.out_dir)
     return _announce("Verdict", results.verdict, paths)
 
 
@@ -317,7 +308,7 @@ def compare(plan: Plan, venvs: dict[str, Path], log: Callable[[str], Any] = prin
         run_models(plan, spec, venvs[spec.name], log=log)
     measure(plan, log=log)
     results = judge_or_exit(plan)
-    write(results, plan.settings.out_dir, step_summary=False)
+    write_reports(results, plan.settings.out_dir, step_summary=False)
     return results
 
 
@@ -331,10 +322,9 @@ def judge_or_exit(plan: Plan) -> Results:
                         "the records (the result cache copies back what finished)")
 
 
-def judge(plan: Plan, models: list[ModelResults] | None = None) -> Results:
-    """The stacks' records in the report folder, compared and gated: the results every report renders.
-    A record that does not read raises RecordError."""
-    models = gather(plan) if models is None else models
+def judge(plan: Plan) -> Results:
+    """The results every report renders; a record that does not read raises RecordError."""
+    models = gather(plan)
     project_results = gather_project(plan)
     verdict = evaluate(plan, models, project_results)
     out = plan.settings.out_dir
@@ -342,11 +332,6 @@ def judge(plan: Plan, models: list[ModelResults] | None = None) -> Results:
         tool_version=__version__, generated_at=verdict.generated_at, config_path=str(plan.settings.config_path),
         settings=plan.settings, stacks={spec.name: stack_info(out, spec) for spec in plan.stacks},
         models=tuple(models), verdict=verdict, project=project_results)
-
-
-def write(results: Results, out: Path, *, step_summary: bool = True) -> list[Path]:
-    """The report folder's files (report/write.py); the paths written."""
-    return write_reports(results, out, step_summary=step_summary)
 
 
 def compat_report(plan: Plan) -> int:

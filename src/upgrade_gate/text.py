@@ -1,8 +1,5 @@
-"""How numbers and messages are written in every report: one convention each.
-
-Sizes are binary (KiB, MiB, GiB), as the memory settings are; a gate's size
-also gives the exact bytes. Nothing here decides anything.
-"""
+"""How numbers and messages are written in every report: one convention each (sizes binary, as the memory
+settings are). Nothing here decides anything."""
 
 from __future__ import annotations
 

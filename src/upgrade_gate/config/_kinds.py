@@ -58,11 +58,7 @@ def _names(table: Table, key: str, raw: Any, base: Path) -> tuple[str, ...]:
 NAMES = Kind(read=_names, write=list)
 
 
-def _flag(table: Table, key: str, raw: Any, base: Path) -> bool:
-    return table.get(key, bool, raw)
-
-
-FLAG = Kind(read=_flag)
+FLAG = Kind(read=lambda table, key, raw, base: table.get(key, bool, raw))
 
 
 def integer_kind(minimum: int) -> Kind:

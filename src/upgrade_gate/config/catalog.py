@@ -17,10 +17,8 @@ SUITES = ("smoke", "default", "full")
 NO_SUITE = "none"  # the suite setting's value for "the project's models only"
 # The float model every stack exports; quantized variants are run beside it.
 FP32 = "fp32"
-# Quantized variants a stack's adapter may offer (compat/*.py QUANTIZATIONS): int8 (static:
-# calibrated activations, what a CNN ships) and int8-dynamic (int8 weights, activations
-# quantized per call: what a transformer ships) in both default stacks, 8da4w (ExecuTorch's
-# LLM recipe) in the candidate. docs/models.md says which family runs which, and why.
+# Quantized variants a stack's adapter may offer (compat/*.py QUANTIZATIONS; docs/models.md says which family
+# runs which, and why).
 QUANTIZED_VARIANTS = ("int8", "int8-dynamic", "8da4w")
 # A variant's name is its model's plus this and the variant: "vit-ti16@int8".
 VARIANT_SEPARATOR = "@"
@@ -39,8 +37,7 @@ class ModelEntry:
     # What the model and its variants cost in a run, relative to others (about the minutes of their
     # exports): `--shard` balances its parts by it (plan.Shard.families).
     cost: float = 1.0
-    # The user's project root for the project's own models (put on sys.path in
-    # the worker); None for built-in models.
+    # The project's own models' root, put on sys.path in the worker; None for built-in models.
     project_root: Path | None = None
     defined_in: Path | None = None
     # The quantized variants this model has (a model that cannot quantize lists none).
@@ -159,8 +156,8 @@ def load_project_models(table: Table, *, project_root: Path) -> tuple[ModelEntry
 
 
 def method_refused(entry: ModelEntry, method: str) -> ConfigError:
-    """A method of the model whose name cannot name its files and records (``layout.method_problem``; the worker
-    refuses it before it writes a file by it): the model's configuration error, naming its entry."""
+    """A method whose name cannot name its files (the worker refuses it before it writes one): the model's
+    configuration error, naming its entry."""
     problem = method_problem(method) or f"{method!r}"
     key = f"tool.upgrade-gate.models.{entry.base}" if entry.project_root else entry.base
     return ConfigError(f"factory {entry.factory!r} returns a ModelCase whose method {problem}; rename the method "
@@ -174,8 +171,7 @@ def project_model_table(entries: tuple[ModelEntry, ...]) -> dict[str, object]:
 
 
 def units(catalog: dict[str, ModelEntry], name: str, variants: tuple[str, ...]) -> list[ModelEntry]:
-    """What a name runs: "vit-ti16" its fp32 model and each of its quantized
-    variants the settings ask for; "vit-ti16@int8" that variant alone."""
+    """"vit-ti16": its fp32 model and each variant the settings ask for; "vit-ti16@int8": that variant alone."""
     base, _, variant = name.partition(VARIANT_SEPARATOR)
     entry = catalog[base]
     if variant:

@@ -13,8 +13,7 @@ from upgrade_gate.config.tomlfile import Table
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateOption:
-    """One gate of ``[tool.upgrade-gate.gates]``: its severity, and its thresholds
-    (the first is the gate's own; the others qualify it)."""
+    """One gate's declaration: its severity, and its thresholds (the first its own; the others qualify it)."""
 
     key: str
     severity: str
@@ -99,8 +98,7 @@ class GateSettings:
         return dict(self.gates)[name]
 
     def for_model(self, model: str, key: str) -> float:
-        """The threshold ``key`` for ``model`` (or a variant, "smollm2-135m@8da4w"):
-        its own if configured, else the default — the quantized gates' for a variant."""
+        """``model``'s own threshold if configured, else the default (the quantized gates' for a variant)."""
         own = dict(dict(self.per_model).get(model, ()))
         if key in own:
             return own[key]

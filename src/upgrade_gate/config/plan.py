@@ -34,9 +34,8 @@ class Shard:
         return item % self.count == self.index - 1
 
     def families(self, costs: list[float]) -> set[int]:
-        """Which model families (each a model with its variants, by index in suite order, with its cost) are
-        ours: the costliest first, each to the part with the least cost so far (ties: the lower part), so the
-        parts take about as long — the same split in every job. Equal costs give every N-th family in turn."""
+        """Which model families (by index in suite order, with their costs) are ours: the costliest first, each to
+        the part with the least cost so far (ties: the lower), so the parts take about as long in every job."""
         loads = [0.0] * self.count
         ours = set()
         for family in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
@@ -141,15 +140,11 @@ class Plan:
     # Every unit of the run before `--shard` took its part: what shards of one run share.
     selection: tuple[str, ...] = ()
     shard: Shard | None = None
-    # `nox -s report -- DIR...`: shard folders to merge into the report folder.
+    # The options after ``--`` (ARGUMENTS says each); `--fresh` ignores the cache's entries, still storing new ones.
     merge: tuple[Path, ...] = ()
-    # Ignore the cache's entries (still store new ones): `--fresh`.
     fresh: bool = False
-    # Ignore cached measurements only: `--remeasure`.
     remeasure: bool = False
-    # Stop at the first failed hard gate: `--fail-fast` (run/runner.py).
     fail_fast: bool = False
-    # The artifacts stay in the report folder: `--keep-artifacts` (run/artifacts.py).
     keep_artifacts: bool = False
 
     def extra_requirements(self, stack: str) -> list[str]:
@@ -190,9 +185,7 @@ def stacks_of(settings: Settings) -> list[StackSpec]:
 
 def load_plan(posargs: list[str], *, invoked_from: Path, config_path: Path | None = None,
               models_required: bool = True) -> Plan:
-    """Everything a run needs, validated; raises ConfigError naming file and key.
-
-    `nox -s compat` runs no models: it needs ``[tool.upgrade-gate.project]`` instead."""
+    """Everything a run needs, validated; raises ConfigError naming file and key (`nox -s compat` runs no models)."""
     config_path = config_path or default_config_path()
     args = parse_posargs(posargs)
     settings = load_settings(config_path)

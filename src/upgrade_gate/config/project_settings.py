@@ -13,10 +13,8 @@ from upgrade_gate.config.tomlfile import Table, read_toml
 PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow"}
 # Where a non-pytest test command takes its JUnit XML output path.
 JUNIT_PLACEHOLDER = "{junit}"
-# `install`'s dependency groups, read from the pyproject.toml in `root`: uv reads PEP 735's
-# [dependency-groups] (and tool.uv.dev-dependencies as the group "dev"); PDM's older
-# [tool.pdm.dev-dependencies], which timm declares its test packages in, uv does not read
-# ("The dependency group 'test' was not found"), so such a group is passed to uv as its packages.
+# `install`'s dependency groups: uv reads PEP 735's [dependency-groups], not PDM's older
+# [tool.pdm.dev-dependencies] (timm's test packages), so such a group is passed to uv as its packages.
 GROUP_OPTION = "--group"
 PDM_ROOT_VARIABLE = "${PROJECT_ROOT}"  # how a PDM entry names the project's folder (-e file:///${PROJECT_ROOT}/x)
 
@@ -30,8 +28,7 @@ class ProjectSettings:
     install: tuple[str, ...]
     # What uv is given: ``install`` with each PDM dev-dependency group as its packages (``uv_arguments``).
     uv_install: tuple[str, ...]
-    # The test command, run in ``root`` with the stack's venv first on PATH; JUnit XML
-    # goes where {junit} stands (pytest commands get --junitxml added).
+    # Run in ``root`` with the stack's venv first on PATH; JUnit XML goes where {junit} stands.
     test: tuple[str, ...]
     # Files and folders the API scan reads, relative to ``root``.
     scan: tuple[str, ...]

@@ -1,21 +1,8 @@
-"""``[tool.upgrade-gate]``: every setting declared once.
-
-Each setting is one declaration below — its key, its default as written in
-TOML, how a value is read and checked, and its help — and everything else is
-derived from the declarations (nox's ``_options.py`` is the model):
-
-- ``load_settings`` reads a configuration file through them;
-- ``Settings.to_dict`` writes the effective table back (results.json's
-  ``settings``), and ``Settings.from_dict`` reads that through the same parsers;
-- ``defaults_text`` renders the commented table of defaults that pyproject.toml
-  shows (a test keeps the two equal);
-- the command-line options that override a setting (``--out``, ``--suite``,
-  upgrade_gate.config.plan) are read by the setting's own parser.
-
-Paths in the table are relative to the file that holds it. Everything is
-checked before any stack is built: a typo costs a second, not a venv build.
-The gates' table is declared in gate_settings.py, the project's in project_settings.py,
-the parsers in _kinds.py.
+"""``[tool.upgrade-gate]``: every setting declared once — its key, its default as written in TOML, how a value
+is read and checked, its help — and everything else derived from the declarations (nox's ``_options.py`` is the
+model): ``load_settings``, ``Settings.to_dict``/``from_dict`` (results.json's ``settings``), ``defaults_text``
+(pyproject.toml's commented defaults) and the command-line overrides. Everything is checked before any stack is
+built: a typo costs a second, not a venv build.
 """
 
 from __future__ import annotations
@@ -56,8 +43,7 @@ ALL_STACKS = "*"
 
 
 def default_config_path() -> Path:
-    """``$UPGRADE_GATE_CONFIG`` if set, else the pyproject.toml of the folder nox runs in: the
-    noxfile's own (nox changes into it), a team's repository, or this checkout."""
+    """``$UPGRADE_GATE_CONFIG``, else the pyproject.toml of the folder nox runs in (nox changes into its noxfile's)."""
     return Path(os.environ.get(CONFIG_ENV_VAR) or Path.cwd() / "pyproject.toml").resolve()
 
 
@@ -164,9 +150,7 @@ class Settings:
     candidates: tuple[str, ...]
     suite: str
     out_dir: Path
-    # Content-addressed store of finished phases, shared by every report folder.
     cache_dir: Path
-    # Intra-op thread counts: every latency measurement is made at each, in every stack.
     threads: tuple[int, ...]
     export_jobs: int
     worker_start: str
@@ -215,8 +199,7 @@ class Settings:
 
     @classmethod
     def from_dict(cls, table: dict[str, Any], *, path: Path) -> Settings:
-        """What ``to_dict`` wrote, read back through the same declarations; nothing
-        on this machine is checked (a report may come from another one)."""
+        """What ``to_dict`` wrote; nothing on this machine is checked (a report may come from another one)."""
         return _load(Table(table, path=path, key=TABLE), path, check_files=False)
 
 

@@ -1,10 +1,6 @@
-"""Stack specs: one TOML file per stack, upgrade-gate's own in ``envs/`` and a team's in its ``envs`` folder.
-
-A spec says how to build the stack's venv (Python version, requirements) and
-which adapter exports and runs models there: a module of ``compat/`` by name,
-or a file of the team's own (a path ending in ``.py``, relative to the spec). The stack's name is
-the file's stem; a team's spec replaces the built-in one of the same name. The configuration
-names one stack the baseline, and the candidates (every other spec, unless it names them).
+"""Stack specs: one TOML file per stack, upgrade-gate's own in ``envs/`` and a team's in its ``envs`` folder (a
+team's spec replaces the built-in one of the same name): the venv's Python and requirements, and the adapter that
+exports and runs models there (a module of ``compat/`` by name, or the team's own file, relative to the spec).
 """
 
 from __future__ import annotations
@@ -141,8 +137,7 @@ def _is_version(text: str) -> bool:
 
 def load_stacks(folders: list[Path], *, baseline: str, candidates: tuple[str, ...], adapters_dir: Path,
                 config_path: Path) -> list[StackSpec]:
-    """The specs in ``folders`` (a later folder's spec replaces an earlier one of the same name):
-    the baseline first, then the candidates by name."""
+    """The specs in ``folders`` (a later folder's replaces an earlier one's): the baseline first, then candidates."""
     by_name = {p.stem: p for folder in folders if folder.is_dir() for p in sorted(folder.glob("*.toml"))}
     if not by_name:
         raise ConfigError(f"no stack specs (*.toml) in {', '.join(map(str, folders))}", path=config_path,

@@ -18,11 +18,9 @@ def busy_note(threads: int, machine: Contention) -> str:
 
 
 def over_in_every_round(every: list[BusyRounds], threshold: float) -> str:
-    """What a busy thread count's rounds say all together where they say one thing: every round tried, disturbed
-    or not, over the threshold, per method ("" where none is). Not a judgement — a disturbed round may have
-    slowed either stack, and no rule here keeps its error rate under load — but a 2× regression a busy machine
-    could not time is not 'nothing to see' (issue 37: 18 disturbed rounds of levit_128s between 1.84× and
-    2.35×, threshold 1.05)."""
+    """What a busy thread count's rounds say together where they say one thing: every round, disturbed or not, over the
+    threshold, per method ("" where none is). Not a judgement (a disturbed round may have slowed either stack), but a
+    2× regression a busy machine could not time is not 'nothing to see' (issue 37: levit_128s at 1.84×–2.35×)."""
     said = [f"{'' if rounds.method == 'forward' else rounds.method + ' '}{min(rounds.per_round):.2f}×–"
             f"{max(rounds.per_round):.2f}× in every one of its {len(rounds.per_round)} rounds, disturbed or not"
             for rounds in every if len(rounds.per_round) >= fewest_rounds() and min(rounds.per_round) > threshold]

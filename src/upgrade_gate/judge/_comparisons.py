@@ -34,8 +34,7 @@ QUANTIZATION, QUANTIZED_LOWERING = "candidate quantization (eager)", "candidate 
 
 
 def reference_side(plan: Plan) -> Side:
-    """What every artifact is judged against: the baseline's eager outputs,
-    the numbers the team has validated today."""
+    """What every artifact is judged against: the baseline's eager outputs, what the team validates today."""
     return Side(stack=plan.baseline.name, kind="eager")
 
 
@@ -62,8 +61,7 @@ def comparison_pairs(plan: Plan, model: ModelEntry) -> list[tuple[str, Side, Sid
 
 def compare_sides(plan: Plan, model: ModelEntry, records: dict[str, StackModelRecord], kind: str,
                   extents: dict[str, tuple[int, int]]) -> list[Comparison]:
-    """Each pair of ``comparison_pairs``: its outputs compared, and its task's agreement; what is missing or
-    damaged said instead."""
+    """Each pair of ``comparison_pairs``: its outputs and its task compared, or what is missing or damaged."""
     out = plan.settings.out_dir
     comparisons = []
     for purpose, actual, reference in comparison_pairs(plan, model):
@@ -108,7 +106,6 @@ def attributions_of(plan: Plan, model: ModelEntry, comparisons: list[Comparison]
     return tuple(found)
 
 
-# What a remedied comparison is: the candidate as the team would ship it remedied, against the reference.
 REMEDIED = "candidate with its remedy vs reference"
 
 
@@ -209,5 +206,3 @@ def _task_agreement(
             return None, f"step logits shape {a_task.step_logits.shape} vs {r_task.step_logits.shape}"
         return agreement.generation(a_task.tokens, r_task.tokens, a_task.step_logits, r_task.step_logits), None
     return None, None
-
-

@@ -1,14 +1,7 @@
-"""A device's rounds (`upgrade-gate device-results`, docs/device.md) → each candidate's latency ratio on that
-device, per thread count and method: the same ratio by rounds, interval and coverage as the host's.
-
-The device ran the bundle's artifacts; the ratio is of the report's only while they are the ones the report
-judged: the bundle's manifest (kept beside the results when they were read in) names each stack's runtime key,
-and a key that has changed since (the model exported again) leaves the device's figures unjudged, with the reason.
-
-The device-latency gate is one gate over every target it names, the worst row deciding, so its intervals share the
-gate's 95% over every target × thread count × method (``judged_targets``, ``stats.gate_intervals``), as the host
-gate's share it over thread counts × methods: each target's rounds are a measurement of their own, and two targets
-of one interval each at 95% were wrongly clear 9.2% of the time at the threshold (issue 61, D1).
+"""A device's rounds (`upgrade-gate device-results`, docs/device.md) → each candidate's latency ratio there, per
+thread count and method, as the host's. A runtime key changed since the bundle (the model exported again) leaves
+the device's figures unjudged, with the reason. The gate's intervals share its 95% over every target × thread count
+× method: two targets of one interval each at 95% were wrongly clear 9.2% of the time (issue 61, D1).
 """
 
 from __future__ import annotations
@@ -36,8 +29,8 @@ def device_runs(plan: Plan) -> list[tuple[Path, DeviceRun]]:
 
 
 def device_memory(plan: Plan, model: ModelEntry, runs: list[tuple[Path, DeviceRun]]) -> tuple[DeviceMemory, ...]:
-    """Each candidate's runtime memory and cold start against the baseline's on each target whose rounds were
-    timed over ssh (a ``server`` line per stack: run-on-device.sh's rounds have none), per thread count."""
+    """Each candidate's runtime memory and cold start against the baseline's per thread count, on each target timed
+    over ssh (run-on-device.sh's rounds have no ``server`` line)."""
     found = []
     for _, run in runs:
         for threads in sorted({s.threads for s in run.servers if s.model == model.name}):
@@ -69,11 +62,9 @@ def _kept_manifest(out: Path, file: Path) -> dict[str, Any]:
 
 
 def judged_targets(plan: Plan, model: str, runs: list[tuple[Path, DeviceRun]]) -> list[str]:
-    """The targets whose rows a model's device-latency gate judges, which its intervals share the gate's 95% over:
-    every target of [tool.upgrade-gate.targets] (timed on every compare: its rounds, or why there are none), every
+    """The targets a model's device-latency gate judges, whose intervals share its 95%: every configured target, every
     device whose kept results hold the model (or say the bundle could not), every target whose failure is kept.
-    Counted here once, for where a target's rounds are designed (measure/target_rounds.py) and where they are
-    judged (``device_latency``)."""
+    Counted once, for where a target's rounds are designed and where they are judged."""
     out = plan.settings.out_dir
     names = {target.name for target in plan.settings.targets}
     for file, run in runs:
@@ -92,9 +83,8 @@ def judged_targets(plan: Plan, model: str, runs: list[tuple[Path, DeviceRun]]) -
 
 def device_gate_intervals(plan: Plan, model: str, thread_counts: int, methods: int,
                           runs: list[tuple[Path, DeviceRun]]) -> int:
-    """The intervals a model's device-latency gate judges, which share its 95%: one per target (``judged_targets``),
-    thread count and method. What a target's rounds over ssh are designed for (measure/target_rounds.py, its stop
-    rule's looks) and what fixed rounds (run-on-device.sh) are judged at (``device_latency``): one count."""
+    """The intervals a model's device-latency gate judges, which share its 95%: one per target, thread count and method;
+    one count for the rounds over ssh designed for it and the fixed rounds judged at it."""
     return gate_intervals(thread_counts, methods, len(judged_targets(plan, model, runs)))
 
 

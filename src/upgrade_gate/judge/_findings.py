@@ -8,8 +8,8 @@ from upgrade_gate.schema.comparison import HEADLINE, Side
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import BaselineFinding
 
-# An export whose peak resident memory reaches this share of the memory limit
-# is one model size away from being killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
+# An export whose peak resident memory reaches this share of the memory limit is one model size away from being
+# killed (seed 000: OOM at 5-6 GB, a 0-byte .pte).
 EXPORT_MEMORY_WARNING = 0.8
 
 

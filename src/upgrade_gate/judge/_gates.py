@@ -56,7 +56,6 @@ class Gates:
         self._append(gate, severity, status, rule, measured=measured, note=note, warnings=warnings)
 
     def missing(self, gate: str, severity: str, rule: Rule, why: Missing) -> None:
-        """A gate that cannot be judged, and why."""
         self._append(gate, severity, why.status, rule, note=why.note, blocked_by=why.blocked_by)
 
     def _append(self, gate: str, severity: str, status: GateStatus, rule: Rule, *, measured: Quantity | None = None,
@@ -88,14 +87,9 @@ class Gates:
         return Missing(status=GateStatus.NOT_COMPARABLE, note=f"nothing to compare with: {base}'s {problem.explain()}")
 
     def measured_missing(self, name: str, measured: Measured) -> Missing:
-        """Why one stack has no whole measurement: whoever's stage failed, the measurement's own end, or the tool's.
-
-        A server killed from outside (the kernel's out-of-memory killer, another
-        process) was stopped by the machine: incomplete. One that raised, faulted,
-        hung or outgrew the memory limit ended by what it runs: the candidate's
-        failure, or the baseline's (nothing to compare with). Either way the rounds
-        it finished are kept in the measurement file and no ratio is made of them.
-        """
+        """Why one stack has no whole measurement: whoever's stage failed, the measurement's own end, or the tool's. A
+        server killed from outside was the machine's (incomplete); one that raised, faulted, hung or outgrew the memory
+        limit, what it runs (the candidate's failure, or nothing to compare with)."""
         is_base = name == self.plan.baseline.name
         if (self.baseline if is_base else self.candidate).first_problem() is not None:
             return self.baseline_missing() if is_base else self.candidate_missing()

@@ -27,16 +27,9 @@ MORE_ROUNDS = int(OPTION["most-rounds"].default)
 
 
 def latency_gate(found: Gates, severity: str) -> None:
-    """Over every thread count and method: the deciding row's ratio and its interval.
-
-    A method at most ``min-delta-ms`` slower even at the top of its interval
-    passes whatever its ratio. Of the rest, the gate fails if one interval lies wholly beyond the threshold,
-    is inconclusive if one straddles it, and passes when all are within (``deciding``). Each interval
-    was given its share of the gate's coverage (stats.interval_confidence), so the gate's intervals
-    hold their true ratios together with at least ``CONFIDENCE``; the note says what they reach. A thread
-    count with fewer quiet rounds than an interval needs (the machine was busy) is incomplete:
-    neither a failure nor a pass. A definite failure at another thread count still fails.
-    """
+    """Over every thread count and method: the deciding row's ratio and its interval (the rule: docs/report.md,
+    ``latency``). A thread count without the quiet rounds an interval needs is incomplete, neither a failure nor a
+    pass; a definite failure at another thread count still fails."""
     plan, model, stack, base = found.plan, found.model, found.stack, found.plan.baseline.name
     max_ratio = plan.settings.gates["latency"].threshold
     rule = _latency_rule(plan, model)
@@ -89,7 +82,6 @@ def latency_gate(found: Gates, severity: str) -> None:
 
 
 def _latency_rule(plan: Plan, model: ModelResults) -> Rule:
-    """The latency gate's rule, with the rounds it was judged by."""
     gate, rounds = plan.settings.gates["latency"], plan.settings.rounds
     most = max((machine.most for machine in model.contention.values()), default=rounds)
     return Rule(metric="ratio", op="≤", threshold=Quantity(value=gate.threshold, unit=Unit.RATIO),
@@ -145,14 +137,10 @@ def _why_so_few(plan: Plan, machine: Contention | None, outcome: str, estimate: 
 
 
 def device_latency_gate(found: Gates, severity: str) -> None:
-    """The latency gate's rule on each device the report read rounds from (a target of
-    [tool.upgrade-gate.targets], `upgrade-gate device-results`): per target, thread count and method, the ratio's
-    interval against ``max-ratio``, ``min-delta-ms`` as on the host, the worst row deciding. One gate over every
-    target, so each interval has its share of the gate's 95% over all of them (judge/_device_rounds.py
-    ``judged_targets``), and the note says what they reach together. A target timed over ssh
-    had the host's stop rule and contention check; run-on-device.sh's rounds are fixed in number and unchecked: the
-    evidence says which. A row the device could not give (a failed round, artifacts of an earlier export) is
-    incomplete, never a failure of the candidate: the device, its setup or the bundle may be at fault."""
+    """The latency gate's rule on each device the report read rounds from (docs/report.md, ``device-latency``): one
+    gate over every target, so each interval has its share of the gate's 95% over all of them (``judged_targets``).
+    A row the device could not give is incomplete, never the candidate's failure: the device, its setup or the
+    bundle may be at fault."""
     rows = [row for row in found.model.device_latency if row.stack == found.stack]
     if not rows:
         return
@@ -272,9 +260,8 @@ def device_memory_gate(found: Gates, severity: str) -> None:
 
 
 def device_budget_gates(found: Gates, latency_ms: float | None, memory_mib: float | None, severity: str) -> None:
-    """The team's budgets for the model on each target it was timed on (a budget is usually the phone's): the
-    candidate's p50, every method summed at the first thread count, and its runtime memory there; the target
-    furthest over (or nearest) its budget decides, and a target that gave no figure leaves the gate incomplete."""
+    """The team's budgets for the model on each target it was timed on (docs/report.md): the target furthest over its
+    budget decides; one that gave no figure leaves the gate incomplete."""
     threads = found.plan.settings.threads[0]
     if latency_ms is not None:
         rows = [row for row in found.model.device_latency if row.stack == found.stack and row.threads == threads]

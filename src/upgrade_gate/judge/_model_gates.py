@@ -101,9 +101,8 @@ def _quantized_gates(found: Gates, record_path: str) -> None:
 
 
 def output_gates(found: Gates) -> None:
-    """What the artifact computes, against the reference: its numerics and its task's agreement — a quantized
-    variant's by its own thresholds and the one severity of its gates. A stack's and a remedy's alike (the
-    remedy's comparison: judge/_remedies.py)."""
+    """What the artifact computes, against the reference: its numerics and its task's agreement, a quantized variant's
+    by its own thresholds; a stack's and a remedy's alike."""
     gates, model = found.plan.settings.gates, found.model
     if model.quantized:
         severity = gates["quantized"].severity
@@ -143,8 +142,7 @@ def quantized_numerics_gate(found: Gates, severity: str) -> Comparison | None:
 
 
 def _reference_comparison(found: Gates) -> Comparison | None:
-    """The candidate's artifact against the reference; against its own eager model when the
-    baseline has no reference to give (what the candidate can show on its own)."""
+    """The candidate's artifact against the reference, or against its own eager model where the baseline gives none."""
     actual = Side(stack=found.stack, kind="artifact")
     comparison = found.model.comparison(actual, reference_side(found.plan))
     if comparison is not None and reference_side(found.plan) in comparison.absent and \
@@ -154,8 +152,7 @@ def _reference_comparison(found: Gates) -> Comparison | None:
 
 
 def _comparison_missing(found: Gates, comparison: Comparison | None) -> Missing | None:
-    """Why a comparison has nothing to judge: a damaged file (the tool's), a side with no
-    outputs (whoever's stage failed), outputs that do not compare (the candidate's); None when it does."""
+    """Why a comparison has nothing to judge, charged to whoever caused it; None when it does."""
     if comparison is None:
         return found.candidate_missing()
     if comparison.damaged:
@@ -164,14 +161,9 @@ def _comparison_missing(found: Gates, comparison: Comparison | None) -> Missing 
         stacks = {side.stack for side in comparison.absent}
         return found.candidate_missing() if found.stack in stacks else found.baseline_missing()
     if comparison.reference_not_finite:
-        # The reference (the baseline's eager output) has NaN or Inf: the model or its inputs
-        # do, and the artifact's NaN there is the same NaN — not the candidate's failure. Nor
-        # can anything pass on it, so the gate is incomplete (exit 3), not a configuration
-        # error (exit 2): exit 2 is the one message about a file, key or option that stops a
-        # command before it runs, and this is found only once both stacks have run — the
-        # other models' evidence stands, and the report must be written to show which model
-        # and which output. The note says to fix the model or its inputs; resume_advice() is not
-        # offered for it (running again gives the same NaN).
+        # NaN or Inf in the reference is the model's or its inputs', not the candidate's, and nothing passes on it:
+        # incomplete (exit 3), not exit 2, which stops a command before it runs; found once both stacks ran, the
+        # other models' evidence stands and the report shows which output.
         return Missing(status=GateStatus.INCOMPLETE, note=comparison.reference_not_finite)
     outputs = comparison.comparable_outputs
     if not outputs or len(outputs) != len(comparison.outputs or ()):

@@ -1,9 +1,7 @@
-"""The remedies a candidate's diagnose phase found, judged as the stack is: one per failed gate a search answers —
-a hard numerics or export gate, a quantized variant's gates, a latency gate that failed or could not tell — each
-judged by the gates' own code on the candidate as the team would ship it remedied (``remedied_gates``): its
-comparison with the reference (judge/_comparisons.py) by the numerics and task gates, its rounds in the measure session
-(measure/rounds.py) by the latency gate; its size beside the shipped artifact's. The verdict as configured stands;
-the report says what the remedies would make of it."""
+"""The remedies a candidate's diagnose phase found, one per failed gate a search answers, each judged by the gates'
+own code on the candidate as the team would ship it remedied (``remedied_gates``). The verdict as configured
+stands; the report says what the remedies would make of it.
+"""
 
 from __future__ import annotations
 
@@ -105,12 +103,8 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
 
 
 def remedied_gates(plan: Plan, model: ModelResults, stack: str) -> list[GateResult]:
-    """The gates of what the candidate would ship remedied, each by the code that judges the stack's
-    (judge/_model_gates.output_gates, judge/_latency_gates.latency_gate), on the side ``<stack>+remedy``:
-    its comparison with the reference (the remedied methods' outputs, the others' as shipped, a generator's
-    loop run with the remedy: judge/_comparisons.py) — numerics, or a quantized variant's SNR and cosine, and the
-    task's agreement; and its rounds in the measure session against the baseline's — every thread count and
-    method, min-delta-ms, the contention check, "inconclusive" when an interval straddles."""
+    """The gates of what the candidate would ship remedied, on the side ``<stack>+remedy``, each by the code that judges
+    the stack's: its comparison with the reference (judge/_comparisons.py) and its rounds against the baseline's."""
     own = model.stacks[stack]
     assert own.diagnosis is not None
     side = remedied(stack)

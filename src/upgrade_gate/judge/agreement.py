@@ -1,12 +1,6 @@
-"""Task-aware agreement: what a model's user would notice, not just tensor error.
-
-* classification — do both sides pick the same top-1 class, and share the top-5?
-* embedding — are the embeddings parallel (cosine), and do the items keep the
-  same similarity ranking (which pairs are closer than which)?
-* generation — do greedy decodes produce the same tokens, where do they first
-  diverge, and how close are the logits up to that point?
-
-Pure numpy, into ``schema.comparison.TaskAgreement``; thresholds live in policy.py.
+"""Task-aware agreement, what a model's user would notice: the same top-1 class and top-5 (classification),
+parallel embeddings that keep their similarity ranking (embedding), the same greedy tokens and where they
+first diverge (generation). Pure numpy; thresholds live in the gates.
 """
 
 from __future__ import annotations
@@ -73,8 +67,7 @@ def generation(
     actual_logits: np.ndarray,
     reference_logits: np.ndarray,
 ) -> TaskAgreement:
-    """Token agreement over all prompts; logits compared up to each prompt's first
-    divergence (after it the two sides are continuing different texts)."""
+    """Token agreement over all prompts; logits compared up to each prompt's first divergence (then texts differ)."""
     matched = total = 0
     divergence: list[int | None] = []
     snrs, overlaps = [], []

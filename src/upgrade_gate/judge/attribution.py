@@ -1,15 +1,7 @@
-"""Whether a quantized variant's lowering, not its quantization, departs: each output of a method's artifact
-against the same stack's quantized model run eagerly, weighed against that quantized model against the float
-model (docs/report.md, "Quantized variants: the lowering or the quantization").
-
-The lowering departs where, for some output, the artifact is further from its own eager quantized model than
-``LOWERING_FACTOR`` times that output's quantization error — its SNR more than 20·log10(LOWERING_FACTOR) ≈ 6 dB
-below the quantization's — and further than the float numerics gate's threshold (an output the recipe leaves
-untouched is held to the float model's rule). Per output: one output the recipe quantizes badly (an LLM's value
-cache at 6 dB) must not hide another the lowering zeroes. A backend's quantized kernels round otherwise than the
-eager reference (XNNPACK quantizes a dynamic input per row, PT2E per tensor), which adds noise of the
-quantization's own order; a lowering that departs by more changed what the program computes. Measures only the
-comparisons judge/_comparisons.py made; thresholds come from the caller.
+"""Whether a quantized variant's lowering, not its quantization, departs: per output, the artifact against the
+same stack's quantized model run eagerly, weighed against that quantized model against the float model (the rule
+and why it is per output: docs/report.md, "Quantized variants: the lowering or the quantization"). Measures only
+the comparisons judge/_comparisons.py made; thresholds come from the caller.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``--fail-fast``: a candidate's run stops at the first failed hard gate (run/runner.py), and the
-report says what it did not reach.
-
-Mid-run, right after a model's export and runtime phases in a candidate, its gates are judged as the
-report will judge them (the baseline ran first, so the reference is there); latency and memory wait
-for the measure session, which a stopped run skips, so they are never what stops it. The stop is
-written to ``stacks/<stack>/stopped.json``; every gate the run did not reach is then *not reached*
-(incomplete, never passed), and the verdict — NO-GO, for the failed hard gate — says so once.
+"""``--fail-fast`` (docs/ci.md): a candidate's run stops at the first failed hard gate (run/runner.py), judged
+mid-run as the report will judge it; latency and memory wait for the measure session, which a stopped run skips,
+so they never stop it. Every gate not reached is then incomplete, said once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""From the stacks' records to results: comparisons, latency summaries and ratios, sizes.
-
-Pure functions over what the workers and the measure session wrote; no torch,
-no thresholds. What they build are the records of the results schema
-(upgrade_gate.schema.results).
+"""From the stacks' records to results (upgrade_gate.schema.results): comparisons, latency summaries and ratios,
+sizes. Pure functions over what the workers and the measure session wrote; no torch, no thresholds.
 """
 
 from __future__ import annotations
@@ -49,9 +46,8 @@ Rounds = dict[str, dict[int, list[float]]]
 
 
 def measured_from_record(data: TimedSide, quiet: set[int] | None = None) -> tuple[Measured, Rounds]:
-    """One side's entry of a measurement file: its summary, and its samples by round. The
-    summary is of the ``quiet`` rounds when any of them is here (the rounds a busy machine
-    disturbed slowed the calls, not the stack), else of every round."""
+    """One side's entry of a measurement file: its summary (of the ``quiet`` rounds when any is here: a busy machine
+    slowed the calls, not the stack) and its samples by round."""
     error = data.error
     problem = data.reason or (f"{error.stage}: {error.message}" if error else None)
     rounds: Rounds = {}
@@ -131,8 +127,7 @@ def gather_model(plan: Plan, model: ModelEntry,
 
 def _stack_results(plan: Plan, model: ModelEntry, record: StackModelRecord, measurements: dict[int, Measurement],
                    contention: dict[int, Contention], samples: dict[str, dict[int, Rounds]]) -> StackResults:
-    """One stack's results for the model; its samples, and its remedied side's where it was timed, into
-    ``samples``."""
+    """One stack's results for the model; its samples (and its timed remedied side's) into ``samples``."""
     out, name = plan.settings.out_dir, record.stack
 
     def measured_side(side: str) -> dict[int, Measured]:

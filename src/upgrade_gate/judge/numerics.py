@@ -1,8 +1,5 @@
-"""How far one output is from another (``schema.comparison.OutputMetrics``): measuring only, no thresholds.
-
-A threshold is applied later (gates), so a saved comparison can be re-judged
-without re-running anything. A metric that cannot be computed is ``None`` or
-NaN, and a check on it fails; it never passes silently.
+"""How far one output is from another (``schema.comparison.OutputMetrics``), without thresholds, so that a saved
+comparison can be judged again. A metric that cannot be computed is ``None`` or NaN: a check on it fails.
 """
 
 from __future__ import annotations
@@ -15,8 +12,7 @@ import numpy as np
 
 from upgrade_gate.schema.comparison import OutputMetrics
 
-# Below this, a reference element counts as zero for the relative error
-# (max_rel divides by |reference|).
+# Below this, a reference element counts as zero for the relative error (max_rel divides by |reference|).
 REL_FLOOR = 1e-12
 
 
@@ -96,8 +92,7 @@ def method_of(output: str) -> str:
 
 
 def worst_rel_l2_by_method(outputs: list[OutputMetrics], incomparable: float | None) -> dict[str, float]:
-    """Each method's worst relative L2 over its outputs; an output that does not compare counts as
-    ``incomparable`` (None: it is left out)."""
+    """Each method's worst relative L2 over its outputs, an incomparable output's ``incomparable`` (None: left out)."""
     worst: dict[str, float] = {}
     for output in outputs:
         value = output.rel_l2 if output.comparable and output.rel_l2 is not None else incomparable

@@ -1,54 +1,7 @@
 """Gates and the verdict: thresholds applied to the results.
 
-The go/no-go rule, per candidate stack:
-
-| a hard gate failed | a gate is incomplete | a soft gate failed | verdict            |
-|--------------------|----------------------|--------------------|--------------------|
-| yes                | either               | either             | NO-GO              |
-| no                 | yes                  | either             | INCOMPLETE         |
-| no                 | no                   | yes                | GO-WITH-CONDITIONS |
-| no                 | no                   | no                 | GO                 |
-
-The overall verdict is the worst candidate's (GO < GO-WITH-CONDITIONS <
-INCOMPLETE < NO-GO): a hard failure the evidence shows decides whatever else is
-missing; anything missing for a reason that is not the candidate's keeps GO
-from being said.
-
-Nothing passes unmeasured, and no failure is charged to the wrong party. A gate
-whose evidence is missing is, by who caused it:
-
-- *failed* — the candidate's own failure (its export raised, its artifact gave
-  NaN, its runtime crashed under measurement). The first such gate of a model
-  (``export``, ``quantized-export``) is the root cause; the gates that needed its
-  missing evidence are *blocked* by it: listed, not counted again.
-- *not comparable* — the baseline failed to give what the gate compares with (its
-  export or measurement failed): neither passed nor failed; the model is listed
-  under baseline findings, and the candidate is still judged on what it shows
-  alone (its artifact against its own eager model).
-- *incomplete* — the tool or the machine: the run was interrupted, a session did
-  not run for this report, a file of the report folder is damaged, the disk was
-  full, a worker or measurement server was killed from outside, the machine was too
-  busy for enough quiet latency rounds — or the reference itself is NaN or Inf
-  (the model or its inputs: nothing can pass or fail against it), or the project's
-  tests gave no outcomes on the baseline (they hung past ``project.timeout`` or
-  ended the process there too: nothing to diff the candidate's against). The verdict
-  says INCOMPLETE with the reasons, and what to do.
-
-The latency gate has one more outcome: *inconclusive*, when the ratio's
-interval (at least 95% coverage) straddles the threshold — the noise is larger
-than the difference. It does not fail the verdict; more rounds (``rounds``) or a
-quieter machine can decide it.
-
-With ``[tool.upgrade-gate.project]``, two gates judge the team's own project
-for each candidate (model "project"): ``project-tests`` — no test that passes
-on the baseline fails, errors or goes missing on the candidate, but for the
-allow-list (hard by default) — and ``api-scan`` — no use of an API in the project's
-source that the candidate changes or removes (soft by default).
-
-Beside the gates, two judgements that are not gates: *baseline findings* (a
-baseline artifact further from its own eager model than the numerics gate lets
-a candidate be, or a model the baseline cannot export, run or measure — what
-ships today) and *warnings* (an export that came near the memory limit).
+The go/no-go table, every gate outcome and whose it is, and the project's gates: docs/report.md, "Verdict". The
+one rule to hold: nothing passes unmeasured, and no failure is charged to the wrong party.
 """
 
 from __future__ import annotations
@@ -83,7 +36,7 @@ def resume_advice() -> str:
 
 
 def decide(results: list[GateResult]) -> Verdict:
-    """The table in this module's docstring."""
+    """The table in docs/report.md, "Verdict"."""
     failed = [r for r in results if r.status is GateStatus.FAILED]
     if any(r.severity is Severity.HARD for r in failed):
         return Verdict.NO_GO
@@ -173,6 +126,3 @@ def with_remedied_verdicts(record: VerdictRecord) -> VerdictRecord:
     """The record with each candidate's verdict with its passing remedies (``with_remedies``) kept in it."""
     return replace(record, with_remedies={stack: found for stack in record.candidates
                                           if (found := with_remedies(record, stack)) is not None})
-
-
-

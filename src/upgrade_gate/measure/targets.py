@@ -30,6 +30,7 @@ from upgrade_gate._confined import remove_file
 from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.targets import RemoteTarget
 from upgrade_gate.measure import _wheels, device, target_rounds
+from upgrade_gate.run.cache_folder import tree_bytes
 from upgrade_gate.schema.device import RESULTS_FORMAT, results_text
 from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.text import size
@@ -117,7 +118,7 @@ def run_on(target: RemoteTarget, plan: Plan, bundle: Path, log: Callable[[str], 
     whole = _ssh(target, plan, f"cd {there} 2>/dev/null && (sha256sum --quiet -c SHA256SUMS || "
                                "shasum -a 256 --quiet -c SHA256SUMS) >/dev/null 2>&1")
     if whole.returncode != 0:
-        log(f"targets: {target.name}: copying the bundle ({_size(bundle)})")
+        log(f"targets: {target.name}: copying the bundle ({size(tree_bytes(bundle))})")
         with tempfile.TemporaryFile() as archive:
             subprocess.run(["tar", "-C", str(bundle.parent), "-cf", "-", bundle.name], stdout=archive, check=True)
             archive.seek(0)
@@ -171,7 +172,3 @@ def _last_words(done: subprocess.CompletedProcess[bytes], silent: str = "nothing
     """The last line a remote command (or ssh itself) wrote to stderr; ``silent`` where it wrote none."""
     lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
     return lines[-1].strip() if lines else silent
-
-
-def _size(folder: Path) -> str:
-    return size(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()))

@@ -78,14 +78,9 @@ def _keep(sources: list[Path], target: Path) -> None:
 
 
 def keep_stack_evidence(out: Path, stack: str) -> Path:
-    """The folder a report reads (and cites) a stack's test run from.
-
-    `nox -s compat` and `nox -s compare` run the same project sessions into the same project/<stack>/,
-    so a later run rewrites the files an earlier report pointed to (issue 26). The report instead
-    cites copies in project/evidence/<stack>-<digest>/, named by their content: a later run with
-    other outcomes makes another folder, and one with the same outcomes finds its copy there. A stack
-    without run.json (its tests did not run for this report) is read where it is: nothing to cite.
-    """
+    """The folder a report reads (and cites) a stack's test run from: a copy in project/evidence/<stack>-<digest>/
+    named by its content, since `nox -s compat` and `nox -s compare` rewrite project/<stack>/ (issue 26). A stack
+    without run.json (its tests did not run for this report) is read where it is: nothing to cite."""
     folder = layout.project_dir(out, stack)
     present = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
     if not present or present[0].name != RUN_FILE:
@@ -107,8 +102,7 @@ def keep_scan_evidence(out: Path) -> Path:
 
 
 def gather_project(plan: Plan) -> ProjectResults | None:
-    """What the project sessions wrote into the report folder, read from (and citing) copies that no later
-    run changes (keep_stack_evidence); None without a project."""
+    """What the project sessions wrote, read from copies no later run changes; None without a project."""
     project = plan.settings.project
     if project is None:
         return None

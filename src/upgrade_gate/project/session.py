@@ -1,15 +1,7 @@
-"""The team's own project in every stack: its tests run in each, their outcomes
-diffed per test, and the API scan of its source (compat/scan.py) read back.
-
-    nox -s "project(<stack>)"   install the project into the stack, run its tests → project/<stack>/
-    nox -s scan                 TorchFix and compat/migration_rules.toml over its source → project/scan.json
-    gather_project              both, as evidence for the gates (policy.project_gates) and the report
-
-The tests' outcomes travel as the JUnit XML the test command wrote; this module
-is the one place that reads it. What JUnit XML has no room for — the warnings the
-tests raised, and how far a run is while it runs — comes from upgrade-gate's pytest
-plugin (compat/pytest_plugin/upgrade_gate_pytest.py), which a pytest command loads
-(``-p``); each project venv's installed packages are recorded with its run.
+"""The team's own project in every stack: its tests run in each (`nox -s "project(<stack>)"` → project/<stack>/)
+and the API scan of its source (`nox -s scan`: compat/scan.py → project/scan.json). The outcomes travel as the
+JUnit XML the test command wrote; the warnings and progress JUnit has no room for come from upgrade-gate's pytest
+plugin (compat/pytest_plugin/), which a pytest command loads with ``-p``.
 """
 
 from __future__ import annotations
@@ -37,10 +29,9 @@ from upgrade_gate.schema.records import RECORDS_VERSION
 # The scan runs in a venv of its own: TorchFix's libcst pin is nobody else's business.
 SCAN_PYTHON = "3.11"
 SCAN_REQUIREMENTS = ("torchfix==0.7.0",)
-# The pytest plugin: its folder goes on PYTHONPATH alone (nothing else of ours can shadow a team's
-# module), and a pytest command gets `-p upgrade_gate_pytest`. Not PYTEST_PLUGINS, which would reach
-# pytest under tox or make too: a tool that passed it on without PYTHONPATH would fail the team's run
-# on an import. The variables are the plugin's (a test keeps them equal).
+# The pytest plugin: its folder alone on PYTHONPATH (nothing else of ours can shadow a team's module), and `-p
+# upgrade_gate_pytest` for a pytest command; not PYTEST_PLUGINS, which would reach pytest under tox or make too and
+# fail the team's run on an import. The variables are the plugin's (a test keeps them equal).
 PLUGIN_DIR = TOOL_ROOT / "compat" / "pytest_plugin"
 PLUGIN = "upgrade_gate_pytest"
 PROGRESS_ENV = "UPGRADE_GATE_PYTEST_PROGRESS"
@@ -50,9 +41,8 @@ RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
 PROGRESS_LINES_EVERY_S = 15.0
 SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "scan_visitor.py",
                  TOOL_ROOT / "compat" / "migration_rules.toml")
-# The result cache's entries for the project (issue 37: `compat` right after `compare` ran both test suites
-# and the scan again, 6 minutes, on unchanged code): a stack's test run under <cache>/<stack>/project/tests/,
-# the scan under <cache>/scan/project/scan/ — (stack, model, phase) as the model phases' entries.
+# The result cache's entries for the project, (stack, model, phase) as a model phase's (issue 37: `compat` right
+# after `compare` ran both test suites and the scan again, 6 minutes, on unchanged code).
 CACHE_MODEL, TESTS_PHASE, SCAN_PHASE = "project", "tests", "scan"
 SCAN_ENTRY = ("scan", CACHE_MODEL, SCAN_PHASE)
 # A test run's files that the cache keeps: those of a run that gave outcomes ("ran"). A hang, a kill or a
@@ -93,11 +83,8 @@ def record_install_failure(plan: Plan, stack: str, error: str, bin_dir: Path) ->
 
 def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
               log: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Run the project's test command in one stack, showing how far it is; write and return its run record.
-
-    The command's own exit status says little (pytest exits 1 when a test fails):
-    the outcomes are in the JUnit XML; the status says whether there are any.
-    """
+    """Run the project's test command in one stack, showing how far it is; write and return its run record. Its exit
+    status says little (pytest exits 1 when a test fails): the outcomes are the JUnit XML's."""
     folder = layout.project_dir(plan.settings.out_dir, stack)
     folder.mkdir(parents=True, exist_ok=True)
     junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
@@ -162,9 +149,8 @@ def _tests_record(project: ProjectSettings, command: list[str], outcome: supervi
 
 
 def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> str:
-    """What determines a stack's test outcomes: the project's files (project/source.py: every file under its
-    root that is the team's), the test venv's Python and every distribution installed in it, the command,
-    and the plugin that watches the run. Not the environment variables, nor files outside the root."""
+    """What determines a stack's test outcomes: the team's files, the venv's Python and distributions, the command and
+    the plugin; not the environment variables, nor files outside the root."""
     files = source.project_files(project.root)
     return cache.digest_of({
         "tool": __version__, "python": plan.stack(stack).python,
@@ -267,9 +253,8 @@ class TestProgress:
 
 
 def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> str | None:
-    """Scan the project's source (compat/scan.py in the scan venv) into project/scan.json, showing how far it
-    is, or reuse the cache's scan of the same files; None, or a usage error to name
-    ``tool.upgrade-gate.project.scan`` with."""
+    """Scan the project's source into project/scan.json, showing how far it is, or reuse the cache's scan of the same
+    files; None, or a usage error to name ``tool.upgrade-gate.project.scan`` with."""
     settings = plan.settings.project
     assert settings is not None  # the session skips without a project
     target = layout.scan_file(plan.settings.out_dir)

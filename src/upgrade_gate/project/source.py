@@ -1,13 +1,5 @@
 """Which files under the project's root are the team's own: what the API scan reads, and what keys the
-project's results in the result cache (a test run, a scan: reused while these files are unchanged).
-
-Skipped, with everything under them: hidden folders (``.git``, ``.nox``, ``.venv``, ``.tox`` …), any
-venv (a folder with ``pyvenv.cfg``), build output and installed packages (``SKIPPED_FOLDERS``,
-``*.egg-info``), and every folder upgrade-gate writes — a report folder, by the lock file every session
-takes in it (a compare's ``shard.json`` too: a folder copied out of CI may have lost the hidden lock),
-and a cache, by the standard ``CACHEDIR.TAG`` (upgrade-gate tags its result cache; other tools tag
-theirs). Issue 37: a report's diagnose reproducer (``…/diagnose/repro/forward/repro.py``) was listed
-among the team's calls to change, and the count moved with whether a diagnose had run.
+project's results in the result cache. What is skipped, and why (issue 37): docs/compat.md, the `scan` paths.
 """
 
 from __future__ import annotations
@@ -46,9 +38,8 @@ def _walk(folder: Path, suffix: str | None) -> Iterator[Path]:
 
 
 def project_files(root: Path, paths: Sequence[str] = (".",), suffix: str | None = None) -> list[Path]:
-    """The files under ``paths`` (relative to ``root``; a file is taken as it is), each once, in a fixed
-    order, relative to ``root``; only those ending in ``suffix`` when given. SourcePathError names a path
-    that is missing or outside the root."""
+    """The files under ``paths`` (relative to ``root``; a file as it is), each once, in a fixed order, relative to
+    ``root``, ending in ``suffix`` when given; SourcePathError for a path missing or outside the root."""
     root = root.resolve()
     found: dict[Path, None] = {}
     for given in paths:

@@ -1,11 +1,5 @@
-"""Compare's reproducers, run in each release's stack: whether a newer release fixes a finding, asked the
-way a team would ask it — `python repro.py` with that release's Python (exit 1: it reproduces, 0: fixed, 3 or a
-crash: it could not run there, which answers nothing).
-
-`nox -s compare` writes a reproducer for each finding of its culprit search, in the report folder the
-explorer shares with it (``<out>/stacks/<candidate>/models/<model>/diagnose/repro/<method>/repro.py``,
-torch and executorch only). The explorer runs each whose model it judges in every release it builds,
-before the release's venv is removed, and the upgrade path shows the answers beside the findings.
+"""Compare's reproducers, run in each release's stack before its venv is removed: whether a newer release fixes a
+finding, asked the way a team would ask it — `python repro.py` with that release's Python (docs/releases.md).
 """
 
 from __future__ import annotations

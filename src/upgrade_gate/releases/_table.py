@@ -1,19 +1,6 @@
-"""The release table and what became of each release (`nox -s releases`, docs/releases.md).
-
-``envs/releases/executorch.toml`` pairs every ExecuTorch release with the torch, torchvision and
-torchao it was built for, and names the compat/ adapter that exports with it (the first
-``[[adapters]]`` rule whose version specifier matches). upgrade_gate.releases.explore builds a candidate
-stack from a row and compares it with the baseline in the release's own report folder,
-``<out>/releases/<release>/``, where ``release.json`` says what became of it:
-
-- *judged*: its comparison ran; its verdict is the release's;
-- *not covered*: the table has no adapter for its export API (nothing is built);
-- *not installed*: uv could not install its row (uv's reason is quoted);
-- *adapter does not load*: the adapter's imports fail in the installed stack (the missing API).
-
-Only a judged release can be recommended. A release that is not judged is a fact about the
-tool's coverage or the index, never a finding against the release. The bisection
-(``--bisect GATE:MODEL``) is here too: which releases to build, given what each one showed.
+"""The release table and what became of each release (`nox -s releases`, docs/releases.md: the table's rows,
+each release's status, what can be recommended), and the bisection (``--bisect GATE:MODEL``): which releases to
+build, given what each one showed.
 """
 
 from __future__ import annotations
@@ -297,12 +284,9 @@ def gate_state(record: ReleaseRecord, folder: Path, target: Bisect) -> str:
 
 def bisect(releases: list[Release], target: Bisect, judge: Callable[[Release], str],
            seen_before: Callable[[Release], str | None] = lambda release: None) -> Bisection:
-    """Where ``target.gate`` starts or stops failing for ``target.model``: the two ends of the
-    range, then halves, building about log2(n) releases. ``judge`` builds a release and says
-    FAILS, HOLDS_NOT or why it cannot tell; a release it cannot tell about is passed over for its
-    nearest neighbour inside the interval. ``seen_before`` is what earlier runs in the report
-    folder showed for the releases the bisection did not build: a bisection assumes one change
-    between the ends, and that evidence is how it finds out when there was more than one."""
+    """Where ``target.gate`` starts or stops failing for ``target.model``: the two ends, then halves (about log2(n)
+    releases built), a release ``judge`` cannot tell about passed over for its nearest neighbour. ``seen_before``,
+    what earlier runs showed of the releases not built, says when there was more than the one change it assumes."""
     states: dict[str, str] = {}
     built: list[str] = []
 

@@ -116,10 +116,8 @@ class UpgradePath:
     generated_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
 
     def exit_code(self) -> int:
-        """0: a release to move to; 1: releases were judged and none is fit; 3: undecided — no release
-        could be judged, or one newer than the answer was INCOMPLETE. With --bisect too: the status
-        follows the recommendation (a CI job reads 0 as "a release is recommended"), and the
-        bisection's answer is in the report."""
+        """0: a release to move to; 1: releases were judged and none is fit; 3: undecided (none judged, or one
+        newer than the answer INCOMPLETE). With --bisect too: a CI job reads 0 as "a release is recommended"."""
         if self.undecided or not any(r.judged for r in self.records):
             return EXIT_INCOMPLETE
         return EXIT_GO if self.recommendation else EXIT_NO_GO
@@ -172,10 +170,8 @@ def upgrade_path(out: Path, releases: Sequence[Release], table: ReleaseTable, ba
 
 def recommend(records: Sequence[ReleaseRecord], findings: Sequence[Finding], models: Sequence[str],
               not_run: str = "") -> tuple[str | None, str, tuple[str, ...]]:
-    """The newest judged release with no hard failure (GO or GO-WITH-CONDITIONS), the sentence that
-    says so — or what blocks each release — and the INCOMPLETE releases newer than the answer, which
-    could have changed it. A release is judged on what ran in it; ``not_run`` says what did not (the
-    project's tests and scan), so that nobody reads the answer as covering it."""
+    """The newest judged release with no hard failure, the sentence that says so (or what blocks each release), and the
+    INCOMPLETE releases newer than it, which could have changed it; ``not_run``: what no release was judged on."""
     judged = [r for r in records if r.judged]
     fit = [r for r in judged if r.verdict in (Verdict.GO, Verdict.GO_WITH_CONDITIONS)]
     best = fit[-1] if fit else None

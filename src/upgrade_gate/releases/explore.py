@@ -1,17 +1,12 @@
-"""`nox -s releases`: which release to move to (docs/releases.md).
-
-For each release in range (upgrade_gate.releases._table has the table) the explorer makes a candidate
-stack from its row, in a venv of its own, and runs an ordinary comparison against the baseline in
-the release's report folder — the same worker, fixtures, reference (the baseline's eager outputs)
-and gates as `nox -s compare`, latency at one thread — then removes the venv. With
-``--bisect GATE:MODEL`` it builds only the releases a bisection asks for. upgrade_gate.releases._upgrade_path
-reads the folders back into one report. A run that stops resumes from the result cache: each
-release's phases and measurements are cached like any stack's.
+"""`nox -s releases`: which release to move to (docs/releases.md). Each release in range is a candidate stack
+in a venv of its own, compared with the baseline in its own report folder as `nox -s compare` would, then its
+venv removed; upgrade_gate.releases._upgrade_path reads the folders back into one report.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -54,14 +49,10 @@ from upgrade_gate.schema.verdict import Verdict
 
 
 def release_settings(settings: Settings) -> Settings:
-    """What the explorer changes in the configuration's settings: latency at one thread, the ratio
-    that does not depend on how many cores are free; no tries of ExecuTorch's other backends — the
-    question is the XNNPACK path across releases (`compare` tries the others for its candidate); no
-    per-operator profile, which the upgrade-path report does not show; no culprit search per release (a
-    minute or more for each release a finding persists in: compare's reproducer answers whether a
-    release fixes it, in one command, with that release's Python); and no project: its tests and
-    scan do not run per release, so their gates would only ever say *incomplete* and hold every
-    release's verdict at INCOMPLETE (the report says they were not run)."""
+    """What the explorer changes in the configuration's settings: latency at one thread (the ratio that does not depend
+    on free cores); no other backends (the question is the XNNPACK path), no profile (the report does not show it),
+    no culprit search (compare's reproducer answers whether a release fixes a finding, in one command), no project
+    (its gates would only say *incomplete* and hold every verdict at INCOMPLETE)."""
     return dataclasses.replace(settings, threads=(1,), backends_budget_s=0.0, profile=False, diagnose_budget_s=0.0,
                                project=None)
 
@@ -76,7 +67,6 @@ class Request:
     prune: bool = False
     merge: tuple[Path, ...] = ()
     not_run: str = ""  # what the configuration asks for that no release is judged on
-
 
     @property
     def out(self) -> Path:
@@ -313,16 +303,10 @@ def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int
     finally:
         if not request.keep_stacks:
             shutil.rmtree(venv_dir(request.out, request.plan.baseline.name), ignore_errors=True)
-            _remove_if_empty(request.out / ".venvs")
+            with contextlib.suppress(OSError):  # empty: no other run's venvs in it
+                (request.out / ".venvs").rmdir()
     return write_upgrade_path(request.out, request.releases, request.table, request.plan.baseline.name, bisection,
                               log, request.not_run)
-
-
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
 
 
 def merge(request: Request, log: Callable[[str], Any] = print) -> int:

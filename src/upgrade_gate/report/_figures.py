@@ -28,7 +28,6 @@ def plot_figures(results: Results) -> list[Block]:
 
 
 def drawing(name: str, *args: object) -> Callable[[], str | None]:
-    """A figure's maker; matplotlib is imported when the page is drawn, not before."""
     def draw() -> str | None:
         from upgrade_gate.report import _plots
 

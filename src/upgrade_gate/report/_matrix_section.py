@@ -159,8 +159,7 @@ def _least_delegated(models: tuple[ModelResults, ...], stack: str) -> str:
 
 
 def _latency_summary(models: tuple[ModelResults, ...], stack: str, threads: int) -> str:
-    """One candidate's latency at a thread count in a line: the typical ratio (geometric mean of the
-    methods' medians) and how many methods its intervals call faster, slower or not told apart."""
+    """A candidate's latency at a thread count in a line (``_typical``), and the models a busy machine left untimed."""
     estimates = [e for m in models if m.busy_at(threads) is None for e in m.ratios_of(stack, threads)]
     busy = sum(1 for m in models if m.busy_at(threads) is not None and m.ratios_of(stack, threads))
     aside = f"; {busy} model{'s' if busy > 1 else ''} not timed: machine busy" if busy else ""
@@ -190,8 +189,7 @@ def _device_memory_summary(models: tuple[ModelResults, ...], stack: str, target:
 
 
 def _typical(estimates: list[RatioEstimate]) -> str:
-    """The typical ratio (geometric mean of the medians) and how many intervals call the candidate faster, slower
-    or not told apart."""
+    """The geometric mean of the medians, and how many intervals call the candidate faster, slower or not told apart."""
     if not estimates:
         return "no ratio"
     typical = math.exp(sum(math.log(e.median) for e in estimates) / len(estimates))

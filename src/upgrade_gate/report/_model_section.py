@@ -32,12 +32,8 @@ NUMERIC_GATES = ("numerics", "quantized-numerics")
 PROFILE_TOP = 10
 
 
-# -- one model -----------------------------------------------------------------------
-
-
 def model_blocks(results: Results, model: ModelResults, out: Path) -> list[Block]:
-    """The model's gates, stages, numerics, latency, memory and what explains them;
-    its fp32 section also shows every variant side by side."""
+    """The model's gates, stages, numerics, latency, memory and what explains them; its fp32 section, every variant."""
     names = list(model.stacks)
     blocks: list[Block] = [Heading(3, model.name, anchor=model_anchor(model.name)), Paragraph(model.description)]
     gates = results.gates_of(model.name)
@@ -163,8 +159,7 @@ def generated_text_blocks(results: Results, model: ModelResults) -> list[Block]:
 
 
 def variants_blocks(results: Results, family: list[ModelResults]) -> list[Block]:
-    """fp32 and every quantized variant, per stack: numerics against the fp32
-    reference, latency at the first thread count, size, delegation."""
+    """fp32 and every quantized variant, per stack, against the fp32 reference, at the first thread count."""
     threads = results.settings.threads[0]
     reference = Side(stack=results.baseline.name, kind="eager")
     rows = []

@@ -1,8 +1,6 @@
-"""report.html's figures, drawn with matplotlib from the results and embedded as
-PNG data: URIs — the page fetches nothing. Imported only when a page is drawn
-(nox logs at DEBUG, and matplotlib's font-cache chatter would fill the log).
-
-Each function returns a figure's data URI, or None when there is nothing to plot.
+"""report.html's figures, drawn with matplotlib and embedded as PNG data: URIs (the page fetches nothing); each a
+data URI, or None when there is nothing to plot. Imported only when a page is drawn: matplotlib's font-cache
+chatter would fill nox's DEBUG log.
 """
 
 from __future__ import annotations

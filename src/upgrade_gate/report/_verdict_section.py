@@ -34,9 +34,8 @@ def failures_line(gates: tuple[GateResult, ...]) -> str:
 
 def verdict_blocks(verdict: VerdictRecord, *, link_models: bool = False,
                    measured_on: Target | None = None, devices: list[Target] | None = None) -> list[Block]:
-    """The verdict, each candidate's with the gates that did not pass, and those gates' table; ``measured_on``, where
-    its latency was measured: an x86-64 host gets one short note, since a phone runs other kernels, which names the
-    ``devices`` its rounds were also read from (those that gave rounds: Results.measured_targets)."""
+    """The verdict, each candidate's with the gates that did not pass, and those gates' table; on an x86-64 host
+    (``measured_on``), a short note that a phone runs other kernels, naming the ``devices`` that gave rounds."""
     blocks: list[Block] = [Heading(2, f"Verdict: **{verdict.verdict}**", anchor="verdict",
                                    style=f"verdict {VERDICT_STYLE.get(verdict.verdict.value, '')}")]
     lines = []

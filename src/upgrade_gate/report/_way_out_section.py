@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from upgrade_gate.report._method_section import method_blocks, rel_l2_text, snr_text
 from upgrade_gate.report._verdict_section import model_anchor
-from upgrade_gate.report.render import Block, Bullets, Heading, Item, Paragraph, code_span, mark
+from upgrade_gate.report.render import Block, Heading, Paragraph, bullets, code_span, mark
 from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import PORTABLE_SHARE
@@ -80,12 +80,9 @@ LATENCY_ADVICE = (
 
 
 def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, searched: bool) -> list[Block]:
-    """A candidate's latency gate that failed or could not tell: where the candidate's time goes, method by method,
-    from its per-operator profile (the runtime phase's profile stage) — its share in ExecuTorch's portable
-    kernels, outside the delegate, each with its calls and what the export left undelegated — and what a team
-    would try for each; the baseline's top operators beside it. The gate's interval is the measure session's;
-    each stack's profile is its own tool's (perf samples, the Lite Interpreter's profiler), to say where the time
-    goes, not how much (``searched``: a latency search follows with its remedy)."""
+    """A candidate's latency gate that failed or could not tell: where its time goes, method by method, from its
+    per-operator profile (its share in portable kernels, and what a team would try for each), the baseline's top
+    operators beside it; ``searched``: a latency search follows with its remedy."""
     stack = gate.stack
     failed = gate.status is GateStatus.FAILED
     outcome = "fails" if failed else "cannot tell (its interval straddles the threshold)"
@@ -112,7 +109,7 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
         top = theirs.get(method, [])[:3]
         if top:
             items.append(f"{baseline}'s most time: " + ", ".join(f"{code_span(op.name)} {op.share:.1%}" for op in top))
-        blocks += [Paragraph(said + (":" if items else ".")), bullets_of(items)] if items else [Paragraph(said + ".")]
+        blocks += [Paragraph(said + ":"), bullets(*items)] if items else [Paragraph(said + ".")]
     if not searched:
         blocks.append(Paragraph("No remedy was lowered and timed for it: a latency search runs where a portable batch "
                                 f"norm takes at least {PORTABLE_SHARE:.0%} of a method's profiled time; the profiles "
@@ -127,14 +124,9 @@ def _advice(operator: str) -> str:
     return next((advice for part, advice in LATENCY_ADVICE if part in operator), "")
 
 
-def bullets_of(items: list[str]) -> Block:
-    return Bullets([Item(text) for text in items])
-
-
 def decides_first(verdict: VerdictRecord, model: str, stack: str) -> tuple[int, int]:
-    """Entries in the order they weigh on the verdict: a candidate's failed hard gate, then a failed soft one,
-    then the rest of the candidates', then the baseline's own findings; within each, one whose remedy passes
-    (what the headline counts) first. ``sorted`` keeps the suite's order among equals."""
+    """Entries in the order they weigh on the verdict: a candidate's failed hard gate, a failed soft one, the rest of
+    the candidates', the baseline's own findings; within each, one whose remedy passes (what the headline counts)."""
     if stack == verdict.baseline:
         return 3, 0
     failed = {g.severity for g in verdict.of(stack) if g.model == model and g.status is GateStatus.FAILED}

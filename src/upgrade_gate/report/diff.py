@@ -1,20 +1,5 @@
-"""What changed between two reports (`nox -s diff -- OLD NEW`), for following a
-migration over time: the verdict, every gate whose status moved, and the metrics
-that moved by more than their noise.
-
-"Beyond noise" per metric:
-- latency ratio: the two runs' intervals do not overlap, *and* the median moved by
-  more than repeated runs of an unchanged stack scatter by (RUN_TO_RUN, the noise
-  benchmark's figure: within one run the interval is narrow, but two runs of the
-  same stack differ by more — the machine's state changes between them);
-- numerics (worst relative L2 error of an artifact against the reference): a
-  factor of NUMERICS_FACTOR either way, and above NUMERICS_FLOOR (float
-  round-off moves between machines by less);
-- artifact size: SIZE_CHANGE of the old size;
-- runtime memory: MEMORY_CHANGE of the old value and MEMORY_FLOOR_BYTES
-  (a process's resident memory moves by a few MiB from run to run);
-- stages: any status change.
-Inputs are report folders (or their results.json).
+"""What changed between two reports (`nox -s diff -- OLD NEW`): the verdict, every gate whose status
+moved, and the metrics that moved beyond their noise (each threshold below; docs/ci.md says them in words).
 """
 
 from __future__ import annotations
@@ -35,10 +20,10 @@ from upgrade_gate.text import size
 # moved by up to 8.8% (`nox -s benchmark -- noise`, 2026-11-25, docs/benchmarks-log.md).
 RUN_TO_RUN = 0.09
 NUMERICS_FACTOR = 2.0
-NUMERICS_FLOOR = 1e-6
+NUMERICS_FLOOR = 1e-6  # float round-off moves between machines by less
 SIZE_CHANGE = 0.01
 MEMORY_CHANGE = 0.10
-MEMORY_FLOOR_BYTES = 16 * 2**20
+MEMORY_FLOOR_BYTES = 16 * 2**20  # a process's resident memory moves by a few MiB from run to run
 REFERENCE_PURPOSE = "candidate artifact vs reference"
 
 

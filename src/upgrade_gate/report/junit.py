@@ -1,8 +1,5 @@
-"""The verdict for CI systems: JUnit XML with one test case per gate per model,
-and the Markdown summary GitHub Actions shows on a run's page.
-
-Both are written from the verdict record alone, so a merged sharded run gives
-the same files as a single one.
+"""The verdict for CI systems: JUnit XML and the Markdown step summary GitHub Actions shows, from the verdict
+record alone, so that a merged sharded run gives the same files as a single one.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from upgrade_gate._atomic import write_text_atomic
 from upgrade_gate.report.render import markdown_table
 from upgrade_gate.schema.verdict import GateResult, GateStatus, VerdictRecord
 
@@ -23,15 +19,10 @@ SKIPPED = (GateStatus.INCONCLUSIVE, GateStatus.NOT_COMPARABLE, GateStatus.BLOCKE
 
 
 def junit_xml(verdict: VerdictRecord) -> str:
-    """One <testsuite> per candidate stack, one <testcase> per gate and model.
-
-    A failed gate is a <failure> whose message carries the measured value and the
-    threshold; an incomplete one (the tool or the machine could not gather its
-    evidence) is an <error>, as a test runner's own error is; an inconclusive, not
-    comparable or blocked one is <skipped> with the reason, so no CI counts it as passed.
-    """
+    """One <testsuite> per candidate stack, one <testcase> per gate and model: failed is a <failure>, incomplete an
+    <error> (as a test runner's own error is), inconclusive, not comparable or blocked <skipped>: no CI counts them
+    as passed."""
     suites = ET.Element("testsuites", name=f"upgrade-gate: {verdict.verdict}")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for stack, stack_verdict in verdict.candidates.items():
         own = verdict.of(stack)
         failures = sum(1 for g in own if g.status is GateStatus.FAILED)
@@ -48,13 +39,10 @@ def junit_xml(verdict: VerdictRecord) -> str:
             ET.SubElement(properties, "property", name=name, value=value)
         for gate in own:
             _case(suite, stack, gate)
-        totals["tests"] += len(own)
-        totals["failures"] += failures
-        totals["errors"] += errors
-        totals["skipped"] += skipped
-    suites.set("tests", str(totals["tests"]))
-    suites.set("failures", str(totals["failures"]))
-    suites.set("errors", str(totals["errors"]))
+    every = [g for stack in verdict.candidates for g in verdict.of(stack)]
+    suites.set("tests", str(len(every)))
+    suites.set("failures", str(sum(g.status is GateStatus.FAILED for g in every)))
+    suites.set("errors", str(sum(g.status is GateStatus.INCOMPLETE for g in every)))
     suites.set("time", "0")
     ET.indent(suites)
     text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
@@ -82,11 +70,6 @@ def _case(suite: ET.Element, stack: str, gate: GateResult) -> None:
         ET.SubElement(case, "system-out").text = text
 
 
-def write_junit(path: Path, verdict: VerdictRecord) -> Path:
-    write_text_atomic(path, junit_xml(verdict))
-    return path
-
-
 def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
     """The verdict, the gates that did not pass, and where the full report is."""
     lines = [f"## upgrade-gate: {verdict.verdict}", ""]
@@ -104,11 +87,6 @@ def step_summary(verdict: VerdictRecord, report_dir: Path) -> str:
         lines.append(f"All {len(verdict.gates)} gates passed.")
     lines += ["", f"Full report: `{report_dir / 'report.html'}` (and report.md, results.json, junit.xml).", ""]
     return "\n".join(lines)
-
-
-def append_step_summary(verdict: VerdictRecord, report_dir: Path) -> Path | None:
-    """Append the summary to $GITHUB_STEP_SUMMARY when a GitHub Actions step set it."""
-    return append_to_step_summary(step_summary(verdict, report_dir))
 
 
 def append_to_step_summary(text: str) -> Path | None:

@@ -1,14 +1,7 @@
-"""A report as blocks — headings, paragraphs, tables, lists, code, figures — and
-its two renderings: Markdown (report.md, compat.md) and one self-contained HTML
-page (report.html). Both are drawn from the same blocks, so the page shows
-everything the Markdown shows; figures (PNG data URIs) appear on the page only.
-
-Text inside blocks may use four inline marks, rendered by each writer:
-``**bold**``, ```code```, ``[text](#anchor)`` (a link within the page;
-Markdown keeps the text) and a status mark, ``mark("fail")`` (a word in
-Markdown, a shape the page draws). Nothing on the page needs an emoji font:
-headless Chromium without one drew ✅ ❌ ⚠️ as empty boxes (issue 26), so the
-page draws its marks as inline SVG, and a ⚠ in the text (a gate's warning) too.
+"""A report as blocks — headings, paragraphs, tables, lists, code, figures — and its two renderings, drawn from the
+same blocks: Markdown (report.md, compat.md) and one self-contained HTML page (report.html; figures there only).
+Text inside blocks may use four inline marks: ``**bold**``, ```code```, ``[text](#anchor)`` and ``mark(...)``,
+which the page draws as inline SVG, never emoji (docs/report.md: issue 26).
 """
 
 from __future__ import annotations
@@ -191,7 +184,6 @@ def _escape(text: str) -> str:
 # -- HTML ----------------------------------------------------------------------------
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _HTML_LINK = re.compile(r"\[([^\]]+)\]\((#[^)]*)\)")
 STATUS_CLASS = {"passed": "pass", "FAILED": "fail", "inconclusive": "unsure", "incomplete": "missing",
                 "not comparable": "aside", "blocked": "aside"}
@@ -247,7 +239,7 @@ def _html_table(table: Table) -> list[str]:
 def inline(text: str) -> str:
     """Escaped text with the three inline marks as HTML."""
     shown = html.escape(text, quote=True)
-    shown = _CODE.sub(lambda found: f"<code>{_code_text(found[2])}</code>", shown)
+    shown = _CODE_SPAN.sub(lambda found: f"<code>{_code_text(found[2])}</code>", shown)
     shown = _BOLD.sub(r"<b>\1</b>", shown)
     shown = _MARK.sub(lambda found: _svg(found[1]), shown)
     shown = shown.replace(WARNING_SIGN + "\ufe0f", WARNING_SIGN).replace(WARNING_SIGN, _svg("condition"))

@@ -1,10 +1,6 @@
-"""Writes the report folder's files from the results: report.md and report.html for
-people (the same blocks, rendered twice), results.json and verdict.json for tools,
-junit.xml and the GitHub Actions step summary for CI; compat.md and compat.json
-for `nox -s compat`.
-
-``report_blocks`` is the page from top to bottom; each section's blocks are made
-once, for both renderings, in the ``*_section`` modules beside this one.
+"""Writes the report folder's files from the results (report.md, report.html, results.json, verdict.json,
+junit.xml, the step summary; compat.md and compat.json for `nox -s compat`). ``report_blocks`` is the page from
+top to bottom, its sections made once, for both renderings, in the ``*_section`` modules beside this one.
 """
 
 from __future__ import annotations
@@ -47,9 +43,9 @@ def write_reports(results: Results, out: Path, *, step_summary: bool = True) -> 
     write_text_atomic(paths[2], to_markdown(blocks))
     write_text_atomic(paths[3], to_html(blocks, f"upgrade-gate: {results.verdict.verdict} "
                                                 f"({' → '.join(results.stacks)})"))
-    junit.write_junit(paths[4], results.verdict)
+    write_text_atomic(paths[4], junit.junit_xml(results.verdict))
     if step_summary:
-        junit.append_step_summary(results.verdict, out)
+        junit.append_to_step_summary(junit.step_summary(results.verdict, out))
     return paths
 
 
@@ -133,12 +129,6 @@ READING_NOTES = bullets(
     "Every file named under *Evidence* is relative to this folder; `results.json` holds every record, "
     "`verdict.json` every gate.",
 )
-
-
-# -- the verdict and the gates -------------------------------------------------------
-
-
-# -- the project -------------------------------------------------------------------
 
 
 def _diagnosed(results: Results, model: str, stack: str) -> bool:

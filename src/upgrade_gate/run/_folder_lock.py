@@ -18,9 +18,7 @@ class FolderBusy(Exception):
     """Another run holds the report folder."""
 
 
-# Report folders this process holds, by path: nox runs every session of
-# `compare` in one process, and each one asks again. Held until the process
-# exits; the kernel releases the lock even after a kill -9.
+# Report folders this process holds, by path: nox runs every session of `compare` in one process, and each asks.
 HELD: dict[Path, int] = {}
 LOCK_FILE = ".upgrade-gate.lock"
 # Report folders this process made: one it leaves with a usage error (exit 2) holding only the lock
@@ -29,11 +27,8 @@ MADE: set[Path] = set()
 
 
 def lock_out_dir(out: Path) -> None:
-    """Take the report folder for this process, or raise FolderBusy naming who has it.
-
-    Two runs writing into one folder would interleave their records; the second
-    one refuses at once instead of waiting for a run that can take an hour.
-    """
+    """Take the report folder for this process, or raise FolderBusy naming who has it: the second run refuses at
+    once instead of waiting for one that can take an hour."""
     if out in HELD:
         return
     path = out / LOCK_FILE
@@ -74,8 +69,7 @@ def make_folder(folder: Path) -> None:
 
 
 def release_if_unused() -> None:
-    """Remove the folders this process made that hold nothing but a report folder's lock file,
-    deepest first: a command refused with exit 2 leaves nothing behind."""
+    """Remove the folders this process made that hold nothing but a lock file: a refused command leaves nothing."""
     for folder in sorted(MADE, key=lambda p: len(p.parts), reverse=True):
         try:
             if folder.is_symlink() or not folder.is_dir() or {p.name for p in folder.iterdir()} - {LOCK_FILE}:

@@ -1,16 +1,9 @@
 """Artifacts (``.pte``, ``.ptl``) kept once: in the result cache, referenced by digest from the report folder.
 
-The artifacts are most of a run's bytes (the default suite's are 9.5 GB; the records, outputs and
-measurements the report is made of, well under one): a folder that carries them is too big for a CI
-artifact, and the result cache already holds each one in its export phase's entry. So when the report is
-written, each artifact whose bytes that entry holds (same SHA-256 as the export recorded) leaves the
-folder; the phase's key record (``export.cache.json``) lists it under ``released``, beside the key and
-every file's digest. ``--keep-artifacts`` keeps them in the folder; an artifact no cache entry holds (a
-phase that was not stored) always stays: nothing is lost.
-
-A step that needs the files again (``measure -- --remeasure``) restores them from the entry, verified; a
-run of ``compare`` copies them back with the phase. When the entry is gone (pruned, another machine),
-the step says which artifact is missing and how to get it back.
+They are most of a run's bytes (the default suite's 9.5 GB): a folder that carries them is too big for a CI
+artifact, and the export's cache entry already holds each one. An artifact that entry holds leaves the folder
+when the report is written, listed under ``released`` in ``export.cache.json``; a step that needs it again
+restores it from the entry, verified, or says how to get it back. One no entry holds always stays.
 """
 
 from __future__ import annotations

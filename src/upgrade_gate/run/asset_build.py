@@ -1,10 +1,6 @@
-"""The assets venv's requirements and where its output lives.
-
-Real weights, tokens and photos are converted once, in a small venv of their
-own (``nox -s assets``), into plain ``.npz``/``.json`` files every stack reads.
-The folder is named by a hash of everything that determines its content — the
-builders' code and the pinned requirements — and lives in a cache shared by all
-runs, so a second run or another report folder reuses it.
+"""The assets venv's requirements and where its output lives: real weights, tokens and photos converted once
+(``nox -s assets``) into plain files every stack reads, in a cache folder named by a hash of the builders' code
+and the pinned requirements.
 """
 
 from __future__ import annotations

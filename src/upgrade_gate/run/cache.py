@@ -1,17 +1,7 @@
-"""Finished phases, kept by a hash of everything that determines them.
-
-A phase (one model's export or runtime in one stack) is determined by the
-stack (spec and every distribution installed in its venv), the model's code
-(the factory's module and what it imports from its package), its weights and
-inputs (the converted assets, the shared fixture files), the tool's worker and
-adapter code, and for the runtime the export's artifacts and the timing
-settings. The SHA-256 of all of that is the phase's key.
-
-After a phase finishes, its files are stored under its key with a manifest of
-their SHA-256. A later run with the same key — an unchanged re-run, a resumed
-interrupted run, another report folder — copies them into its report folder
-instead of running the phase. A stored file that does not match its manifest is
-a corrupt entry: it is deleted and the phase runs again.
+"""Finished phases, kept by the SHA-256 of everything that determines them: the stack (spec and every installed
+distribution), the model's code, its weights and inputs, the worker's and adapter's code, and for a later phase
+the one before it. A later run with the same key copies the files instead of running the phase; a stored file
+that does not match its manifest is a corrupt entry, deleted, and the phase runs again.
 
     <cache>/<stack>/<model>/<phase>/<key>/{manifest.json, files…}
 """
@@ -305,12 +295,9 @@ def _verified_manifest(path: Path, key: str) -> tuple[dict[str, Any] | None, str
 
 
 def copy_file(source: Path, target: Path) -> None:
-    """A copy of its own, never a link: nothing done to the cache (a repaired entry, a damaged
-    file) may change a finished report folder, nor a report folder the cache.
-
-    Written under a temporary name and renamed, so a reader (and a disk that fills up midway)
-    sees the whole file or none; a clone of the blocks where the file system has them (btrfs,
-    XFS: no bytes copied), else the bytes (copy_file_range or sendfile on Linux).
+    """A copy of its own, never a link: nothing done to the cache may change a finished report folder, nor a
+    report folder the cache. Written under a temporary name and renamed; the blocks cloned where the file system
+    can (btrfs, XFS), else the bytes copied.
     """
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     with naming_full_disk(target):

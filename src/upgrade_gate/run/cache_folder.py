@@ -21,10 +21,8 @@ CACHE_TAG = "CACHEDIR.TAG"
 CACHE_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                   "# upgrade-gate's result cache: finished phases by content hash (docs/architecture.md).\n")
 
-# Result caches this process uses: a shared flock on <cache>/.upgrade-gate-cache.lock, held until the
-# process exits (the kernel drops it even after kill -9), as a venv's (run/venvs.py). `prune-cache`
-# takes it alone: pruning under a live run removed fixtures its phases were reading, and the
-# candidate was charged with a "FileNotFoundError" (a false NO-GO).
+# Result caches this process uses: a shared flock held until it exits, as a venv's (run/venvs.py). `prune-cache`
+# takes it alone: pruning under a live run removed fixtures its phases were reading (a false NO-GO).
 USING: dict[Path, int] = {}
 CACHE_LOCK = ".upgrade-gate-cache.lock"
 
@@ -38,9 +36,8 @@ def use_cache(root: Path) -> None:
 
 
 def _shared_lock(path: Path) -> int:
-    """A shared flock on the cache's lock file, on an inode of this cache's own: a copy made with hard links
-    (``cp -al``, the workflow rehearsal's link_tree) shares the original's lock inode, and a run in one would
-    hold the other. Such a file is replaced by a new one; the lock counts only on the file the path names."""
+    """A shared flock on an inode of this cache's own: a copy made with hard links (``cp -al``) shares the
+    original's lock inode, and a run in one would hold the other; such a file is replaced by a new one."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         if os.fstat(fd).st_nlink > 1:
@@ -86,8 +83,8 @@ def tag_cache(folder: Path) -> None:
 
 
 def prune(root: Path, reached: set[tuple[str, str, str, str]], fixtures: set[str]) -> Pruned:
-    """Delete every entry but those ``reached`` — (stack, model, phase, key) — and every fixtures
-    folder but those named: what a CI cache carries to the next run is what this run used."""
+    """Delete every entry but those ``reached`` and every fixtures folder but those named: what a CI cache
+    carries to the next run is what this run used."""
     kept = removed = 0
     removed_entries = 0
     for manifest in sorted(root.glob(f"*/*/*/*/{MANIFEST}")):
@@ -125,9 +122,7 @@ def tree_bytes(folder: Path) -> int:
 
 
 def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
-    """The cache entries a report folder's phases and measurements came from or went to: each
-    phase's key record (``<phase>.cache.json``; the project's test runs and scan too) and each
-    measurement file's key, stored under the stacks it measured (upgrade_gate.measure.rounds)."""
+    """The cache entries a report folder's phases, project runs and measurements came from or went to."""
     reached = set()
     for record in sorted(out.glob("stacks/*/models/*/*.cache.json")) + sorted(
             out.glob(f"stacks/*/models/*/{layout.DIAGNOSE}/*.cache.json")):

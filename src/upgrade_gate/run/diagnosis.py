@@ -1,21 +1,8 @@
-"""When a stack's diagnose phase runs (compat/diagnose/diagnose_phase.py): for the methods whose artifact departs
-from the same stack's eager model beyond the numerics threshold; for a candidate's float model whose export
-failed, every method, exported again with the export API's other options (compat/diagnose/export_remedy_phase.py).
-
-Against its own eager model, not the reference: what the exporter and its backend changed, the part a
-different lowering can undo (a drift of eager torch between the stacks is not the artifact's).
-
-A quantized variant departs by design; a candidate's is searched where it departs from the float model
-beyond its quantized-numerics gate's SNR or cosine — the gate's own measure, against the same stack's float
-model for the same reason: where its lowering departs from its own quantized model run eagerly by more than
-the quantization does from float (judge/attribution.py), the operators behind the lowering
-(compat/diagnose/quantized_lowering_phase.py); otherwise which layers to leave in float
-(compat/diagnose/precision_phase.py).
-
-A candidate's float model that is exact, but whose per-operator profile has a portable batch norm taking at least
-PORTABLE_SHARE of a method's time, is searched for the batch norms to fold before export
-(compat/diagnose/latency_phase.py): before the measure session, which times the remedy beside the stacks; the
-report says it where the latency gate failed or could not tell.
+"""When a stack's diagnose phase runs (compat/diagnose/): for the methods whose artifact departs from the same
+stack's eager model beyond the numerics threshold — against its own eager model, not the reference: what the
+exporter and its backend changed is the part a different lowering can undo; for a candidate's float model whose
+export failed; for a candidate's quantized variant below its quantized-numerics gate against the same stack's float
+model; and for an exact float model whose profile has a portable batch norm taking PORTABLE_SHARE of a method's time.
 """
 
 from __future__ import annotations
@@ -131,9 +118,8 @@ def portable_heavy_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[st
 
 
 def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | None:
-    """What the diagnose phase's job adds for this model in this stack, or None when it does not run:
-    nothing departs, the model is a quantized variant of the baseline (its gates judge candidates only),
-    its gate is off, or so is the phase (``diagnose-budget = 0``: the report says so)."""
+    """What the diagnose phase's job adds for this model in this stack, or None when it does not run (a quantized
+    variant of the baseline's: its gates judge candidates only)."""
     settings = plan.settings
     if not settings.diagnose_budget_s:
         return None
@@ -182,8 +168,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             # runs the methods not remedied from them.
             "artifacts": {m: str(d["file"]) for m, d in (saved.get("methods") or {}).items()},
             "rounds": settings.rounds, "time_budget_s": settings.time_budget_s,
-            # A remedy that passes, not clearly slower than the latency gate's ratio of the shipped artifact, ends
-            # the tries: the options after it keep more out of the delegate (compat/diagnose/remedy_choice.py
-            # why_not_tried).
+            # A remedy that passes, not clearly slower than the latency gate's ratio, ends the tries: the options
+            # after it keep more out of the delegate (compat/diagnose/remedy_choice.py).
             "max_slowdown": (settings.gates["latency"].threshold if settings.gates["latency"].severity != "off"
                              else None)}

@@ -19,8 +19,7 @@ _FORK_SERVERS: set[ForkServer] = set()
 
 
 class ForkedProcess:
-    """A child of the fork server, as the supervisor uses a ``Popen``: its pid (and process group), its exit
-    status as the server reported it (``-N`` for signal N), and a wait for it."""
+    """A child of the fork server, as the supervisor uses a ``Popen`` (``-N`` for signal N, as the server says)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -42,16 +41,12 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """One stack's fork server (compat/fork_server.py), started at the first worker it is asked for: it
-    imports torch and the stack's packages once and forks a child per worker. Only a worker that a fresh
-    process would run the same way is forked (the server's interpreter and script, the same environment);
-    anything else — and every worker once the server could not start, died or refused — gets
-    ``None`` from ``start``, and the caller starts a fresh process. So the server changes how long a
-    worker takes to start, never what it does or how it is watched.
+    """One stack's fork server, started at the first worker it is asked for. Only a worker that a fresh process
+    would run the same way is forked; anything else, and every worker once the server failed, gets ``None`` from
+    ``start``: the server changes how long a worker takes to start, never what it does or how it is watched.
 
-    The server is started by a thread of its own that then reads its events, so the kernel's
-    ``PR_SET_PDEATHSIG`` (which fires when the thread that started a process ends) ties the server to this
-    object's life; each child is tied to the server the same way (compat/worker.py).
+    A thread of its own starts it and reads its events, so ``PR_SET_PDEATHSIG`` (which fires when the thread
+    that started a process ends) ties the server to this object's life.
     """
 
     def __init__(self, argv: list[str], *, serves: list[str], commands: Collection[str], env: dict[str, str],
@@ -179,8 +174,8 @@ class ForkServer:
                     child.ended(int(event["returncode"]))
 
     def _ended(self, process: subprocess.Popen[bytes] | None) -> None:
-        """The server is gone: every request still waiting falls back to a fresh process, and a child it
-        could not report on was killed with it (its PR_SET_PDEATHSIG), which is what its status says."""
+        """Every request still waiting falls back to a fresh process; a child it could not report on was killed
+        with it (its PR_SET_PDEATHSIG), which is what its status says."""
         code = process.wait() if process is not None else None
         if self.broken is None:
             self.broken = f"it ended (exit status {code}; {self.log_file.name})"

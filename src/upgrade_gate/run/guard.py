@@ -27,12 +27,7 @@ from upgrade_gate.text import size
 
 
 def fail_usage(error: Exception | str) -> NoReturn:
-    """Print one message and exit 2.
-
-    Raised as SystemExit on purpose: nox turns any exception inside a session
-    into "session failed" and exit status 1, but lets SystemExit through, so
-    this is how a bad configuration reaches the shell as 2.
-    """
+    """Print one message and exit 2: as SystemExit, which nox lets through (any other exception is its exit 1)."""
     print(f"upgrade-gate: error: {error}", file=sys.stderr, flush=True)
     _folder_lock.release_if_unused()
     raise SystemExit(EXIT_USAGE)
@@ -48,13 +43,8 @@ def fail_incomplete(message: str) -> NoReturn:
 
 
 def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
-    """A nox session whose every end is an exit status and one message, never a traceback.
-
-    A usage error (SystemExit 2) and nox's own control flow (session.error, skip) pass
-    through. Ctrl-C or SIGTERM stops the workers, records their stages as interrupted,
-    and exits 3 saying the same command resumes; a full disk exits 3 naming it; any
-    other fault of the tool exits 3 naming the log file its traceback went to.
-    """
+    """A nox session whose every end is an exit status and one message, never a traceback. A usage error and
+    nox's own control flow (session.error, skip) pass through."""
     @functools.wraps(session)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -85,9 +75,8 @@ def guarded(session: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def stop_writers() -> None:
-    """Stop every worker, and remove what they left half-written in the report folders this run
-    holds: the hidden ``.<name>.partial…`` files (compat/phases.py's partial_file,
-    upgrade_gate.run.cache.copy_file) that only a finished write renames to its name."""
+    """Stop every worker, and remove the hidden ``.<name>.partial…`` files they left half-written in the report
+    folders this run holds (only a finished write renames one to its name)."""
     supervisor.stop_all()
     for folder in _folder_lock.HELD:
         for leftover in folder.rglob(".*.partial*"):
@@ -127,8 +116,7 @@ def disk_full(error: OSError) -> str:
     elif isinstance(error.filename, (str, Path)):
         path = Path(error.filename)
     else:
-        # A write that ran out (write, sendfile) names no file: of the places this run
-        # writes to, the one on the fullest disk.
+        # A write that ran out (write, sendfile) names no file: of the places this run writes to, the fullest.
         writes_to = [*_folder_lock.HELD, layout.cache_root(), Path.cwd()]
         path = min(writes_to, key=lambda p: shutil.disk_usage(_existing(p)).free)
     existing = _existing(path)

@@ -1,10 +1,6 @@
-"""What a venv has installed, read from its ``*.dist-info`` folders (no import, no
-subprocess); where two or more venvs differ is schema.project.differing.
-
-A test that newly passes or fails on a candidate, or a model that changed, may owe
-it to a package the spec pins beside torch (`setuptools<81` brings back
-`pkg_resources`) or one an extra requirement pulled in: the report lists every
-package whose version is not the same in every stack.
+"""What a venv has installed, read from its ``*.dist-info`` folders (no import, no subprocess): a test or model
+that changed may owe it to a package pinned beside torch (`setuptools<81` brings back `pkg_resources`) or pulled
+in by an extra requirement, so the report lists every package whose version differs between the stacks.
 """
 
 from __future__ import annotations
@@ -31,12 +27,8 @@ def installed_versions(venv: Path) -> dict[str, str]:
 
 
 def requirement_names(arguments: list[str] | tuple[str, ...], cwd: Path) -> list[tuple[str, str | None]]:
-    """Each requirement of ``uv pip install`` arguments with the distribution it installs (None: cannot tell).
-
-    A requirement string names it (``timm>=1``, ``name @ url``); a local project (``-e .``,
-    a folder) names it in its pyproject.toml; a wheel or sdist in its file name; a
-    requirements file (``-r``) gives its lines. Options and their values are not requirements.
-    """
+    """Each requirement of ``uv pip install`` arguments with the distribution it installs (None: cannot tell);
+    a requirements file (``-r``) gives its lines, and options and their values are not requirements."""
     found: list[tuple[str, str | None]] = []
     pending = list(arguments)
     while pending:

@@ -1,11 +1,6 @@
-"""One model's phase in one stack, one fresh worker process per phase.
-
-Each phase has a key (upgrade_gate.run.cache): when the cache holds a verified
-entry for it, its files are linked into the report folder and the worker does
-not start. Otherwise the worker runs under the supervisor (a deadline per stage,
-a memory limit). A worker that raises is recorded by the worker itself; one
-that dies or is killed cannot record anything, so its phase file is amended
-(run/workers.py): the stage that was running gets the cause.
+"""One model's phase in one stack: copied from the cache entry its key names (run/cache.py), else run by a
+fresh worker process under the supervisor. A worker that dies or is killed cannot record anything, so its phase
+file is amended (run/workers.py): the stage that was running gets the cause.
 """
 
 from __future__ import annotations
@@ -69,9 +64,8 @@ class StackRun:
 
 @dataclass(frozen=True, kw_only=True)  # no slots: ``code`` is computed once, in the instance's __dict__
 class PhaseRun:
-    """One model's phase in one stack: where its files go, and what its job and key are made of.
-    ``extra``: what the phase's job holds beyond every phase's (the diagnose phase's methods and
-    threshold), part of its key."""
+    """Where a phase's files go, and what its job and key are made of. ``extra``: what its job holds beyond
+    every phase's (the diagnose phase's methods and threshold), part of its key."""
 
     stack: StackRun
     model: ModelEntry
@@ -109,8 +103,7 @@ class PhaseRun:
 
     def key(self) -> str | None:
         """Its key now (the fixtures a first stack writes are part of it): ``_phase_key``."""
-        return _phase_key(self.stack, self.model, self.code, self.phase, self.model_dir, self.fixtures_dir,
-                          self.extra)
+        return _phase_key(self)
 
     def fresh_folder(self) -> None:
         """Its files of an earlier run, and what depends on them, removed; its folder made."""
@@ -140,15 +133,13 @@ def run_phase(stack: StackRun, model: ModelEntry, phase: str, *, extra: dict[str
 
 
 # (report folder, model) → the digest of the model's code this process's phases ran with, and the last of them:
-# every stack's phases of a model in one run use one version of its code (session after session: nox runs
-# `compare`'s in one process).
+# every stack's phases of a model in one run use one version of its code (nox runs `compare`'s in one process).
 _CODE_IN_RUN: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 def code_changed(model: ModelEntry, when: str) -> RunIncomplete:
     """A model's code edited while the run used it: the phases after would run other code than those before
-    (the candidate's export other inputs than the baseline's, the runtime phase would look for the export's inputs
-    under the new code's digest), so the run stops rather than charge that to the candidate."""
+    (the candidate's export other inputs than the baseline's), so the run stops rather than charge that to it."""
     return RunIncomplete(f"{model.name}: its code ({model.factory} and the files it imports) changed {when}; the "
                          "phases of one run must use one version of it. What finished is kept: run the same command "
                          "again and it redoes this model with the code as it is now")
@@ -198,8 +189,7 @@ def _phase_job(run: PhaseRun) -> dict[str, Any]:
 
 
 def _run_worker(run: PhaseRun) -> tuple[bool, float]:
-    """The phase run by a worker of the stack, and what the supervisor saw added to its record; whether
-    its result may be cached, and the worker's seconds. Ctrl-C: the running stage is recorded
+    """Whether the worker's result may be cached, and its seconds. Ctrl-C: the running stage is recorded
     interrupted, and the run stops."""
     job = _phase_job(run)
     try:
@@ -233,25 +223,23 @@ def _store(run: PhaseRun, cacheable: bool, seconds: float) -> None:
     _ran_with_its_code(run)
 
 
-def _phase_key(
-    stack: StackRun, model: ModelEntry, code: str, phase: str, model_dir: Path, fixtures_dir: Path,
-    extra: dict[str, Any],
-) -> str | None:
+def _phase_key(run: PhaseRun) -> str | None:
     """What determines this phase's result; None when it cannot be known (the phase before it was not stored)."""
+    stack, model, phase = run.stack, run.model, run.phase
     parts: dict[str, Any] = {
         "phase": phase,
         "stack": stack.digest,
         "model": model.name,
         "variant": model.variant,
-        "code": code,
+        "code": run.code,
         "project_root": str(model.project_root) if model.project_root else None,
         "assets": assets_dir().name,
-        "fixtures": cache.fixtures_digest(fixtures_dir),
+        "fixtures": cache.fixtures_digest(run.fixtures_dir),
     }
     # Each later phase reads the files of the one before it (whose key includes the one before that).
     before = {"runtime": "export", layout.DIAGNOSE: "runtime"}.get(phase)
     if before is not None:
-        record = read_key_record(model_dir, before)
+        record = read_key_record(run.model_dir, before)
         if record is None or not record.get("stored"):
             return None
         parts.update({f"{before}_key": record["key"], f"{before}_files": record["files"]})
@@ -259,14 +247,14 @@ def _phase_key(
     parts["budgets"] = [stack.plan.settings.localize_budget_s, stack.plan.settings.backends_budget_s]
     if not stack.plan.settings.profile:  # only then: the keys of every profiled result stay as they were
         parts["profile"] = False
-    parts.update(extra)
+    parts.update(run.extra)
     return cache.digest_of(parts)
 
 
 def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[str, Any], *, stored: bool,
                       reused_from: Path | None = None, code: str | None = None) -> None:
-    """Which key a phase's files in the report folder belong to, whether they came from the cache, and the
-    model code's digest they were made with (schema.records.phase_code)."""
+    """Which key a phase's files belong to, whether they came from the cache, and the model code's digest
+    (schema.records.phase_code)."""
     write_json_atomic(layout.key_record_file(model_dir, phase), {
         "key": key, "stored": stored, "reused_from": str(reused_from) if reused_from else None, "files": files,
         **({"code": code} if code is not None else {}),

@@ -1,9 +1,5 @@
-"""Where a session is, while it runs: stack, model, stage, elapsed, done/total.
-
-In a terminal a live `rich` view shows every running task and its stage, the
-log lines scrolling above it. Anywhere else (CI, a pipe) each event is one plain
-line — a task starting, entering a stage, ending — so a log file reads in order.
-"""
+"""Where a session is, while it runs: a live `rich` view in a terminal; anywhere else (CI, a pipe) one plain
+line per event, so a log file reads in order."""
 
 from __future__ import annotations
 

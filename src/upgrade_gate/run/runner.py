@@ -55,12 +55,8 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
           workers.fork_servers(plan, bin_dir, spec.adapter, layout.stack_dir(plan.settings.out_dir, spec.name),
                                progress.log) as forks):
         stack = StackRun.start(plan, spec, bin_dir, progress, forks)
-        # Exports are single-threaded Python (graph capture, partitioning,
-        # serialization): `export-jobs` of them share the machine. A model's runtime
-        # phase follows its export at once, beside the other exports, one runtime
-        # phase at a time (StackRun.runtime_turn), then its diagnose phase where its
-        # artifact departs; latency is measured later, by the measure session, when no
-        # stack has anything else to do.
+        # Exports are single-threaded Python: `export-jobs` of them share the machine. Latency is measured
+        # later, by the measure session, when no stack has anything else to do.
         remove_file(layout.stopped_file(plan.settings.out_dir, spec.name), within=plan.settings.out_dir)
         if plan.fail_fast and spec.name != plan.baseline.name:
             # Each model's checks right after its export, and no model started after a hard gate failed.
@@ -89,16 +85,12 @@ def run_stack(plan: Plan, spec: StackSpec, bin_dir: Path, log: Any = print) -> N
 
 
 def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str) -> list[ModelEntry]:
-    """``models``, costliest ``phase`` (export or diagnose) first, so that the ``export-jobs`` workers finish
-    together: a long phase started last runs alone while the other cores idle.
+    """``models``, costliest ``phase`` first, so that the ``export-jobs`` workers finish together: a long phase
+    started last runs alone while the other cores idle.
 
-    The cost is the seconds the phase took for each model when this stack last ran it — its record in the
-    report folder, whose stages keep their durations when the phase came from the result cache — where every
-    model has one; an export's with the diagnose phase that follows it in the same job (issue 40: SmolLM2's
-    diagnose phase outlasts its export many times over). Otherwise it is
-    parameters × methods, from the build records another stack left in the report folder (the baseline runs
-    first, so the candidate, whose exports are the long ones, has them); models no other stack has built
-    follow in suite order.
+    The cost is the seconds the phase took when this stack last ran it, where every model has a record (an
+    export's with its diagnose phase: issue 40, SmolLM2's outlasts its export many times over); otherwise
+    parameters × methods from another stack's build records (the baseline runs first); the rest in suite order.
     """
     out = plan.settings.out_dir
 
@@ -137,13 +129,10 @@ def phase_order(plan: Plan, stack: str, models: Sequence[ModelEntry], phase: str
 
 
 def _model_phases(stack: StackRun, model: ModelEntry) -> None:
-    """A model's export phase, then its runtime phase as soon as the export is done (the critical path
-    had every runtime phase after the last export), one runtime phase of the stack at a time: its
-    ``profile`` stage times operators, and two profiles never share the machine. Then, where its artifact
-    departs from its own eager model, its diagnose phase, in the same one of the ``export-jobs`` (issue 40:
-    after every runtime phase, the diagnoses waited for the last export while a core idled). Each is lowerings
-    and quantizations, and its remedy's timing alternates remedied and shipped calls at one thread in one
-    process, so a neighbour on the other core weighs on both sides alike."""
+    """A model's phases in one of the ``export-jobs``: the runtime phase as soon as its export is done, one at a
+    time in the stack (two ``profile`` stages never share the machine); then its diagnose phase where it
+    departs (issue 40: waiting for the last export left a core idle). A remedy's timing alternates remedied and
+    shipped calls in one process, so a neighbour on the other core weighs on both sides alike."""
     run_phase(stack, model, "export")
     if interrupted():  # Ctrl-C: no new worker
         return
@@ -183,12 +172,8 @@ _STOPPING = threading.Lock()
 
 def _in_parallel(plan: Plan, order: list[ModelEntry], run_one: Callable[[ModelEntry], None],
                  stop: threading.Event | None = None) -> None:
-    """A phase of every model in ``order`` (the exports, the diagnoses), up to ``export-jobs`` at once;
-    none started once ``stop`` is set (the running ones finish).
-
-    A model marked ``exclusive`` (one whose export needs most of the memory)
-    waits for the others to finish and runs alone.
-    """
+    """A phase of every model in ``order``, up to ``export-jobs`` at once; none started once ``stop`` is set.
+    A model marked ``exclusive`` (its export needs most of the memory) waits for the others and runs alone."""
     jobs = plan.settings.export_jobs
     pending = list(order)
     running: dict[Future[None], ModelEntry] = {}

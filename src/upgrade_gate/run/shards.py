@@ -1,17 +1,8 @@
-"""Sharded runs: a CI matrix splits the work, `nox -s report -- DIR...` joins it.
+"""Sharded runs: a CI matrix splits the work (`--shard K/N`, docs/ci.md), `nox -s report -- DIR...` joins it.
 
-A job runs part of the models in one stack or all of them:
-
-    nox -s "run(candidate)" measure -- --shard 2/4 --out shard-candidate-2
-
-and its report folder says what it holds in ``shard.json``: the tool version,
-the stack specs (by digest), the run's full model selection, which shard and
-which stacks. Merging checks that every folder comes from the same tool, specs
-and selection, that each stack has every shard exactly once, then links each
-folder's records and artifacts into the report folder, where the report is
-written as for a single run. Measurements of one model made by different jobs
-(one stack each) are joined into one file; each stack's record names the host
-that timed it, and the latency gate will not compare times from two machines.
+A job's report folder says what it holds in ``shard.json``; merging checks that every folder comes from the same
+tool, specs and selection and that each stack has every shard once, then copies their records in. Each stack's
+measurement names the host that timed it: the latency gate will not compare times from two machines.
 """
 
 from __future__ import annotations
@@ -62,7 +53,7 @@ def spec_digests(plan: Plan) -> dict[str, str]:
     return {spec.name: cache.digest_of(spec.to_dict()) for spec in plan.stacks}
 
 
-def describe(plan: Plan, stack: str) -> Path:
+def describe(plan: Plan, stack: str) -> None:
     """Add ``stack`` to the report folder's shard.json (written for every run, sharded or not)."""
     path = plan.settings.out_dir / MANIFEST
     try:
@@ -74,7 +65,6 @@ def describe(plan: Plan, stack: str) -> Path:
     write_json_atomic(path, ShardManifest(
         tool_version=__version__, shard=plan.shard or WHOLE, selection=plan.selection, models=models,
         stacks=tuple(sorted(stacks | {stack})), specs=spec_digests(plan), host=socket.gethostname()).to_dict())
-    return path
 
 
 def read_manifest(path: Path) -> ShardManifest:

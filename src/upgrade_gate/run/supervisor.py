@@ -1,16 +1,7 @@
-"""One worker process under watch: its stage's deadline, its memory, its parent.
-
-The worker rewrites its phase file at every stage change, and the running stage
-carries ``started_at``. Every ``POLL_S`` the supervisor reads that file and the
-resident memory of the worker and its children, and kills the worker's process
-group when the running stage is past its deadline (a ``forward()`` that hangs,
-seed 002) or the group is past the memory limit (an export that would take the
-machine down, seed 000). The worker cannot record either, so the caller
-records the outcome on the stage that was running.
-
-The worker also dies with its parent: it asks the kernel for SIGKILL when the
-thread that started it goes away (``PR_SET_PDEATHSIG``, see compat/worker.py),
-so a ``kill -9`` of nox leaves no export running into the report folder.
+"""One worker process under watch: every ``POLL_S`` its phase file's running stage and its group's memory, its
+group killed past the stage's deadline (a ``forward()`` that hangs, seed 002) or the memory limit (an export that
+would take the machine down, seed 000). The worker cannot record either: the caller records it on the running stage.
+The worker also dies with its parent (``PR_SET_PDEATHSIG``, compat/worker.py): a ``kill -9`` of nox leaves none.
 """
 
 from __future__ import annotations
@@ -24,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Server, ServerFailed and CONTROL_FDS_ENV are read here by measure/rounds.py until issue 62 item 2 moves it.
 from upgrade_gate.run import fork_server as fork_servers
 from upgrade_gate.run import process_group
 from upgrade_gate.run.fork_server import ForkedProcess, ForkServer
@@ -72,12 +62,8 @@ def run_supervised(
     fork_server: ForkServer | None = None,
 ) -> Outcome:
     """Run ``argv`` to its end or until a deadline or the memory limit; never raises for the worker's sake.
-
-    ``deadline_for(stage)`` gives the seconds a stage may run; ``first_stage``
-    names the time before the phase file shows one. ``on_stage`` hears of each
-    stage the phase file shows, as the poll sees it; ``on_poll`` is called at
-    every poll (a caller's own look at what the process writes). With ``fork_server``, the worker is
-    its child where it can be (the same command and environment as its own), else a fresh process.
+    ``first_stage`` names the time before the phase file shows one; ``on_poll`` is a caller's own look at what
+    the process writes. With ``fork_server``, the worker is its child where it can be, else a fresh process.
     """
     env = {**env, PARENT_PID_ENV: str(os.getpid())}
     start = time.monotonic()

@@ -25,8 +25,7 @@ def install_stack_or_exit(uv: str, spec: StackSpec, bin_dir: Path) -> None:
 
 
 def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir: Path) -> str | None:
-    """Install the stack, then the project into it with the stack's requirements as
-    constraints: the project may add packages, never move the stack's own."""
+    """The stack, then the project with the stack's requirements as constraints: it may add, never move them."""
     install_stack_or_exit(uv, spec, bin_dir)
     constraints = bin_dir.parent / "stack-constraints.txt"
     constraints.write_text("".join(f"{r}\n" for r in spec.requirements))
@@ -37,11 +36,9 @@ def install_project(uv: str, settings: ProjectSettings, spec: StackSpec, bin_dir
 VENV_RECIPE = "upgrade-gate-recipe.json"
 
 
-# Venvs this process uses, by folder: a shared flock on <venv>/upgrade-gate-venv.lock, held until the
-# process exits (the kernel drops it even after kill -9). Emptying a venv whose recipe changed takes it
-# alone: another run sharing the venvs folder may have workers importing torch from it (seen: a second
-# run with another configuration emptied a venv under a first run's exports, which failed "No module
-# named 'torch'").
+# Venvs this process uses: a shared flock held until it exits (the kernel drops it even after kill -9).
+# Emptying a venv whose recipe changed takes it alone: a second run with another configuration once emptied
+# a venv under a first run's exports, which failed "No module named 'torch'".
 USING: dict[Path, int] = {}
 VENV_LOCK = "upgrade-gate-venv.lock"
 
@@ -57,12 +54,9 @@ def use_venv(bin_dir: Path) -> int:
 
 
 def empty_venv_unless_made_from(uv: str, bin_dir: Path, recipe: dict[str, Any]) -> None:
-    """Make a reused venv hold its recipe and nothing else (``recipe_installed`` records it).
-
-    ``uv pip install`` only adds: a requirement dropped from a spec or the configuration would
-    stay installed, and the stack would no longer be what its spec says. When the recipe is not
-    the one the venv was last made from, every distribution in it is removed first (uv links
-    from its cache: reinstalling costs seconds) — unless another run is using the venv: exit 2."""
+    """Make a reused venv hold its recipe and nothing else: ``uv pip install`` only adds, so a requirement
+    dropped from a spec would stay. A venv last made from another recipe is emptied first (uv links from its
+    cache: reinstalling costs seconds), unless another run is using it: exit 2."""
     fd = use_venv(bin_dir)
     marker = bin_dir.parent / VENV_RECIPE
     try:
@@ -91,9 +85,8 @@ def recipe_installed(bin_dir: Path, recipe: dict[str, Any]) -> None:
 
 
 def venv_recipe(spec: StackSpec, installs: list[str], cwd: Path) -> dict[str, Any]:
-    """A stack's venv: the spec's Python and requirements, then ``installs`` (uv pip install
-    arguments, from ``cwd``), and the metadata of the local projects among them (``-e .``), whose
-    own dependencies change with it."""
+    """The spec's Python and requirements, ``installs`` (from ``cwd``), and the metadata of the local projects
+    among them (``-e .``), whose own dependencies change with it."""
     local = {}
     for argument in installs:
         folder = cwd / argument.split("[", 1)[0]

@@ -58,9 +58,8 @@ FORKED_FROM = {"runtime": "app", "export": "exporter", layout.DIAGNOSE: "exporte
 @contextlib.contextmanager
 def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
                  log: Callable[[str], Any]) -> Iterator[dict[str, ForkServer]]:
-    """The stack's fork servers for one run's phases, by phase (``worker-start``; none for "fresh": a new
-    interpreter each). Each starts with the first worker it forks (a run whose phases all come from the
-    cache imports nothing), and all are closed when the block ends."""
+    """The stack's fork servers for one run's phases, by phase (none for ``worker-start = "fresh"``). Each starts
+    with the first worker it forks: a run whose phases all come from the cache imports nothing."""
     if plan.settings.worker_start != "fork":
         yield {}
         return
@@ -91,8 +90,7 @@ def venv_env(bin_dir: Path) -> dict[str, str]:
     """This process's environment for a program of the venv that holds ``bin_dir``:
     that venv's bin/ first on PATH, nothing of the caller's on its Python path."""
     env = dict(os.environ)
-    # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under
-    # private names, so nothing of ours shadows a user's package of the same name.
+    # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under private names, shadowing nothing.
     env.pop("PYTHONPATH", None)
     # executorch's serializer runs `flatc` from the venv's bin/.
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
@@ -104,20 +102,15 @@ def worker_env(bin_dir: Path) -> dict[str, str]:
     """The environment of a worker in the stack whose venv holds ``bin_dir``."""
     env = venv_env(bin_dir)
     env["PYTHONWARNINGS"] = "ignore"
-    # Importing torch._inductor (executorch's export does) starts a pool of
-    # compile subprocesses when triton is installed, as in the CUDA wheels;
-    # nothing here compiles with inductor, and on 2 cores they steal time.
+    # Importing torch._inductor (executorch's export does) starts a pool of compile subprocesses when triton is
+    # installed (the CUDA wheels); nothing here compiles with inductor, and on 2 cores they steal time.
     env["TORCH_WARM_POOL"] = "0"
-    # The host wheels' OpenMP busy-waits between parallel regions. On this
-    # 2-core machine that made torch 2.2's Lite Interpreter 4-10× slower at 2
-    # threads than at 1 (ViT-Ti/16: 500 ms against 70 ms with passive waiting).
-    # A phone's build runs on pthreadpool, which sleeps; so do XNNPACK's
-    # threads. Set the same in every stack; a user's own setting wins.
+    # The host wheels' OpenMP busy-waits between parallel regions: on 2 cores torch 2.2's Lite Interpreter ran
+    # 4-10× slower at 2 threads than at 1 (ViT-Ti/16: 500 ms against 70 ms passive). A phone's pthreadpool sleeps,
+    # as XNNPACK's threads do. The same in every stack; a user's own setting wins.
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # Every phase is a fresh interpreter: without cached bytecode each one
-    # compiles torch's and executorch's sources again (≈ 7 s per process here,
-    # where PYTHONDONTWRITEBYTECODE is set). The cache lives in the stack's venv,
-    # so nothing is written into a user's project.
+    # Without cached bytecode each worker compiles torch's and executorch's sources again (≈ 7 s a process where
+    # PYTHONDONTWRITEBYTECODE is set); the cache lives in the stack's venv, not in a user's project.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(bin_dir.parent / "pycache")
     return env
@@ -126,8 +119,8 @@ def worker_env(bin_dir: Path) -> dict[str, str]:
 def record_outcome(
     phase_file: Path, job: dict[str, Any], phase: str, outcome: supervisor.Outcome, log_file: Path, plan: Plan
 ) -> bool:
-    """Add what the supervisor saw to the phase file; for a worker that did not
-    finish, record why on the stage that was running. True when the result may be cached."""
+    """Add what the supervisor saw to the phase file, and why a worker did not finish on the stage that was running;
+    True when the result may be cached."""
     data = phase_record(phase_file, job, phase)
     data.setdefault("facts", {})["supervisor"] = {
         "elapsed_s": round(outcome.elapsed_s, 3),

@@ -14,19 +14,8 @@ a ``Text`` (written as its str, read with its ``parse``), ``tuple[T, ...]`` and 
 
 A field with a default may be absent from the JSON (a file older than the field), and reads
 as its default when absent or null (unless it may be None); a field without one is required.
-The irregular cases are field metadata, combined with ``|``:
-
-- ``key("model")``: the JSON key, where it is not the field's name;
-- ``group("memory")``: the field lives in a nested object, written where its first field is;
-- ``absent(value)``: what a missing or null key reads as, where the constructor has no default;
-- ``custom(write=…, read=…)``: ``write(record)`` gives the JSON value, ``read(reader, key)``
-  the field's; either may be left to the codec;
-- ``spread()``: a record or dict written into the enclosing object, read from it;
-- ``omitted()``: not written while it has its default (a key some records have and others lack).
-
-Values derived from the fields, written for the file's readers and not read back, are the
-class attribute ``DERIVED``: ``derived(key, get, after=…)`` entries, each written after the
-JSON key ``after`` names (``START``: first; None: last).
+The irregular cases are field metadata (below), combined with ``|``; values written for the
+file's readers and not read back are the class attribute ``DERIVED``.
 """
 
 from __future__ import annotations
@@ -57,7 +46,7 @@ def key(name: str) -> dict[str, Any]:
 
 
 def group(name: str) -> dict[str, Any]:
-    """The field is written inside the nested object ``name``, beside the group's other fields."""
+    """The field is written inside the nested object ``name``, where the group's first field is."""
     return {"codec.group": name}
 
 
@@ -67,7 +56,8 @@ def absent(value: Any) -> dict[str, Any]:
 
 
 def custom(write: Write | None = None, read: Read | None = None) -> dict[str, Any]:
-    """``write(record)`` gives the field's JSON value; ``read(reader, key)`` its value back."""
+    """``write(record)`` gives the field's JSON value; ``read(reader, key)`` its value back; either may be left
+    to the codec."""
     found: dict[str, Any] = {}
     if write is not None:
         found["codec.write"] = write
@@ -83,7 +73,7 @@ def spread(read: Read | None = None) -> dict[str, Any]:
 
 
 def omitted() -> dict[str, Any]:
-    """The field is not written while it has its default value."""
+    """The field is not written while it has its default value (a key some records have and others lack)."""
     return {"codec.omit": True}
 
 

@@ -1,14 +1,7 @@
 """A device's results file: what a bundle's ``run-on-device.sh`` wrote (compat/device_runner.py writes its lines),
-one JSON object per line, read back with the file and line in every error.
-
-The first line names the bundle it ran (its manifest's SHA-256) and the rounds asked for; the second the machine
-(``target``); then one line per stack, model, thread count and round: its samples per method (``round``) or why
-there are none (``failed``); the last (``end``), written when every round has run, the SHA-256 of the lines before
-it: a file edited since does not read, and one without it is of rounds that were stopped.
-
-A target's rounds timed over ssh (measure/target_rounds.py) say more: each round whether the target was busy
-(``disturbed``: it does not count), each server's cold start and memory (``server``), and per model and thread
-count why its rounds ended (``rounds``: the stop rule's looks, as the host's).
+one JSON object per line, read back with the file and line in every error: the bundle it ran, the machine, one line
+per stack, model, thread count and round, and (on targets timed over ssh) servers and why rounds ended. The last line
+is the SHA-256 of those before it: a file edited since does not read, and one without it is of rounds stopped.
 """
 
 from __future__ import annotations

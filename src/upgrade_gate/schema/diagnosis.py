@@ -3,7 +3,6 @@ remedies tried, and the remedy kept, as the worker's stage details say them."""
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,8 +66,7 @@ class CulpritOperator:
 
     @property
     def named(self) -> str:
-        """The culprit as said: the operator, or the fusion (``aten.mul.Tensor fused with the following
-        aten.relu.default``), as compat/search/culprit.py ``named`` says it in the reproducer."""
+        """The operator, or the fusion, as compat/search/culprit.py ``named`` says it in the reproducer."""
         return f"{self.operator} fused with the {self.fused_position} {self.fused_with}" if self.fused_with \
             else self.operator
 
@@ -94,16 +92,8 @@ class TriedRemedy:
 
 
 def _number(value: Any) -> float | None:
-    """A measure the worker wrote, as a float: its records write a non-finite one as text ("inf": a lowering
-    that failed)."""
+    """A measure the worker wrote, as a float: a non-finite one is text ("inf": a lowering that failed)."""
     return None if value is None else float(value)
-
-
-def _shipped_ms(details: dict[str, Any]) -> float | None:
-    """The median over rounds of the shipped artifact's median call, in the rounds its remedy was timed in."""
-    rounds = (details.get("latency") or {}).get("rounds") or []
-    medians = [statistics.median(r["shipped"]) for r in rounds if r.get("shipped")]
-    return statistics.median(medians) if medians else None
 
 
 def _remedy_latency(details: dict[str, Any]) -> RatioEstimate | None:
@@ -156,15 +146,11 @@ class MethodDiagnosis:
     remedy_error: str = ""  # the remedy's code did not lower, save, load or run: the step and the error
     remedy_file: str | None = None  # the remedied artifact, relative to the report folder
     remedy_bytes: int | None = None
-    # Against the reference, as the numerics gate judges the shipped artifact (None: not compared).
-    remedy_rel_l2_reference: float | None = None
     remedy_cosine: float | None = None  # a kept-float search's: the worst output's, against the float model
-    remedy_cosine_reference: float | None = None
     # Remedied over shipped latency, from calls in turns in one process; or why there is none.
     latency: RatioEstimate | None = None
     latency_note: str = ""
     latency_threads: int | None = None
-    latency_shipped_ms: float | None = None  # the shipped artifact's typical call in those rounds (for min-delta-ms)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,9 +171,7 @@ class Diagnosis(StagesOf, codec.Record):
 
     @property
     def search(self) -> str:
-        """What was searched: ``operators`` (compat/diagnose/diagnose_phase.py), ``keep-float`` (a quantized variant's
-        layers to leave in float: precision_phase.py) or ``export`` (a failed export's other options:
-        export_remedy_phase.py)."""
+        """What was searched, as run/diagnosis.py's job says: ``operators`` where it names none."""
         return str(self._details("build").get("search") or "operators")
 
     @property
@@ -250,8 +234,7 @@ class Diagnosis(StagesOf, codec.Record):
                 remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
-                remedy_bytes=remedy.get("bytes"), remedy_rel_l2_reference=self.remedy_rel_l2.get(method),
-                remedy_cosine=remedy.get("cosine"), remedy_cosine_reference=self.remedy_cosine.get(method),
+                remedy_bytes=remedy.get("bytes"), remedy_cosine=remedy.get("cosine"),
                 latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
-                latency_threads=timing.get("threads"), latency_shipped_ms=_shipped_ms(remedy)))
+                latency_threads=timing.get("threads")))
         return found

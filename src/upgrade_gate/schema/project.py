@@ -212,8 +212,7 @@ class ProjectResults(codec.Record):
                              get=lambda p: {name: p.package_changes(name) for name in list(p.stacks)[1:]}),)
 
     def package_changes(self, candidate: str) -> Differences:
-        """The packages whose versions differ between the baseline's test venv and a candidate's
-        ({} when either venv's were not recorded)."""
+        """Between the baseline's test venv and a candidate's ({} when either venv's were not recorded)."""
         runs = {name: s.run.installed for name, s in self.stacks.items()
                 if name in (next(iter(self.stacks)), candidate) and s.run and s.run.installed}
         return differing(runs) if len(runs) == 2 else {}

@@ -12,12 +12,8 @@ NON_FINITE = ("inf", "-inf", "nan")
 
 
 class Reader:
-    """Typed access to one JSON object, remembering where it came from.
-
-    The one way records are read, the workers' and the report's alike: every
-    wrong type or missing key names its path. The results schema's records are
-    read through it by their fields (schema/codec.py), with the same messages.
-    """
+    """Typed access to one JSON object, remembering where it came from: the one way records are read, the
+    workers' and the report's (through schema/codec.py) alike."""
 
     def __init__(self, data: Any, where: str) -> None:
         self.data = data
@@ -57,9 +53,6 @@ class Reader:
         value = self._get(key, (int, float), required=required)
         return None if value is None else float(value)
 
-    def integer(self, key: str) -> int:
-        return int(self._get(key, int, required=True))
-
     def opt_integer(self, key: str) -> int | None:
         value = self._get(key, int, required=False)
         return None if value is None else int(value)
@@ -86,10 +79,3 @@ class Reader:
         if self._get(key, list, required=False) is None:
             return None
         return self.children(key)
-
-    def entries(self, key: str) -> dict[str, Reader]:
-        """An object of objects, each by its key."""
-        table = self.child(key)
-        if table is None:
-            return {}
-        return {name: table.required_child(name) for name in table.data}

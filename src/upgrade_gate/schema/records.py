@@ -132,8 +132,7 @@ def read_task_result(stage: Stage | None, path: Path) -> TaskResult | None:
 
 
 class StagesOf:
-    """What a stack's stages for a model say, for the record read from disk and the results
-    made of it alike."""
+    """What a stack's stages for a model say, for the record read from disk and the results made of it alike."""
 
     __slots__ = ()
     stages: tuple[Stage, ...]
@@ -197,8 +196,7 @@ class StackModelRecord(StagesOf):
 
     @property
     def read_extents(self) -> dict[str, tuple[int, int]]:
-        """Output name → (axis, count): the part of the output a later call reads, where the
-        model says it is not all of it (models/case.py ``Method.read_extents``)."""
+        """Output name → (axis, count): the part a later call reads, where not all (models/case.py)."""
         build = self.stage("build")
         if build is None or not build.ok:
             return {}
@@ -217,8 +215,7 @@ class StackModelRecord(StagesOf):
                                 self.directory / f"{which}-task.npz")
 
     def peak_rss_bytes(self, phase: str) -> int | None:
-        """The phase's peak resident memory: the worker's own figure, or what the
-        supervisor saw of it and its children (all there is after a kill)."""
+        """The worker's own figure, or what the supervisor saw of it and its children (all there is after a kill)."""
         facts = self.facts.get(phase, {})
         values = [facts.get("peak_rss_bytes"), facts.get("supervisor", {}).get("peak_rss_bytes")]
         found = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
@@ -265,8 +262,7 @@ def load_stack_model(out: Path, stack: str, model: str) -> StackModelRecord:
 
 
 def load_diagnosis(out: Path, stack: str, model: str) -> tuple[tuple[Stage, ...], dict[str, Any]] | None:
-    """The diagnose phase's stages and cache record for one stack and model; None where it did not run
-    (nothing departed from its eager model, or the phase is off)."""
+    """The diagnose phase's stages and cache record for one stack and model; None where it did not run."""
     directory = layout.diagnose_dir(out, stack, model)
     path = directory / f"{layout.DIAGNOSE}.json"
     if not path.is_file():
@@ -287,8 +283,7 @@ def _read_record(path: Path, out: Path) -> Reader:
 
 
 def read_key_record(phase_dir: Path, phase: str) -> dict[str, Any] | None:
-    """The runner's key record of a phase (layout.key_record_file): written after the phase; an older or
-    interrupted run has none."""
+    """The runner's key record of a phase, written after it: an older or interrupted run has none."""
     try:
         return dict(json.loads(layout.key_record_file(phase_dir, phase).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
@@ -302,8 +297,7 @@ def runtime_key(out: Path, stack: str, model: str) -> str | None:
 
 
 def phase_code(model_dir: Path, phase: str) -> str | None:
-    """The digest of the model's code a phase ran with (cache.model_code_digest), from its key record; None for a
-    record written before it was kept."""
+    """The digest of the model's code a phase ran with; None for a record written before it was kept."""
     code = (read_key_record(model_dir, phase) or {}).get("code")
     return code if isinstance(code, str) else None
 

@@ -1,24 +1,7 @@
-"""The results schema: every record of a report's results.json and verdict.json.
-
-Each record is a frozen dataclass that mixes in ``codec.Record``: its fields
-drive both ``to_dict`` and ``from_reader`` (schema/codec.py), and field metadata
-says where a key, a nested group or a value written for the file's readers
-departs from them. Every record lives in schema/, below the code that fills it
-(judge.numerics and judge.agreement measure into comparison.OutputMetrics and
-TaskAgreement; measured.RatioEstimate's interval is upgrade_gate.stats'), and
-schema imports nothing above config. judge/gather.py builds these records from
-the workers' files (schema/records.py), judge/policy.py adds the gates and the
-verdict, and every renderer — report.md and report.html (report/write.py),
-junit.xml and the step summary (report/junit.py), ``nox -s diff``
-(report/diff.py) — reads them, never the JSON. A report written by
-another run is read back with ``Results.load``, which refuses another major
-version.
-
-This module holds the whole report, its models and stacks; the schema's other
-modules hold a stack's results for one model and the typed views of its stages'
-details (stack.py), the measurements (measured.py), the comparisons
-(comparison.py), the project's part (project.py), the verdict (verdict.py), and
-the workers' records they are read from (records.py).
+"""The results schema: every record of a report's results.json and verdict.json, below the code that fills
+them (schema imports nothing above config). judge/gather.py builds them from the workers' files, judge/policy.py adds
+the gates and the verdict, and every renderer reads them, never the JSON. This module holds the whole report, its
+models and stacks; the schema's other modules the parts.
 """
 
 from __future__ import annotations
@@ -108,8 +91,8 @@ class ModelResults(codec.Record):
         return [r for r in self.busy_rounds if (r.stack, r.threads) == (stack, threads)]
 
     def busy_at(self, threads: int) -> Contention | None:
-        """The rounds at this thread count when the machine was too busy for an interval, else None.
-        A ratio made of so few rounds is no judgement: reports show none there."""
+        """The rounds at this thread count when the machine was too busy for an interval (a ratio of so few rounds
+        is no judgement: reports show none there)."""
         machine = self.contention.get(threads)
         return machine if machine is not None and machine.busy else None
 
@@ -160,8 +143,7 @@ class StackInfo(codec.Record):
     exporter: str = field(metadata=_SPEC)
     runtime: str = field(metadata=_SPEC)
     installed: Installed | None  # None: the stack was not built for this report
-    # The project's extras; each written with its installed version (derived from packages, for readers
-    # of the file).
+    # Each written with its installed version (from packages), for readers of the file.
     extra_requirements: tuple[ExtraRequirement, ...] = field(default=(), metadata=codec.custom(
         write=lambda s: [{**e.to_dict(), "version": s.version_of(e)} for e in s.extra_requirements]))
     # Every distribution in the venv, name → version ({} when not recorded).
@@ -219,8 +201,7 @@ class Results(codec.Record):
 
     @property
     def measured_on(self) -> Target | None:
-        """Where every latency, cold-start and memory figure of this report was measured: ``local``, the machine
-        that ran the stacks, as their probes read it (None: no stack was built)."""
+        """Where every local latency, cold-start and memory figure was measured, as the probes read it."""
         probed = next((s.installed for s in self.stacks.values() if s.installed is not None), None)
         if probed is None:
             return None

@@ -44,8 +44,7 @@ class Delegation:
                    portable_ops={str(k): int(v) for k, v in (details.get("portable_ops") or {}).items()})
 
 
-# A kernel in the candidate's profile (compat/executorch_profile.py: "aten::<op>.<overload>"): ExecuTorch's portable
-# kernel, outside the delegate.
+# ExecuTorch's portable kernel in the candidate's profile (compat/executorch_profile.py), outside the delegate.
 PORTABLE_KERNEL = "aten::"
 # A float method whose portable batch norms take at least this share of its profiled time gets a latency search
 # (upgrade_gate.run.diagnosis, compat/diagnose/latency_phase.py): folding them before export hands them to the delegate.
@@ -149,8 +148,7 @@ class StackResults(StagesOf, codec.Record):
 
     record_dir: str  # relative to the report folder
     stages: tuple[Stage, ...]
-    # Per thread count, in the configured order. Raw samples stay in measurements/<model>/threads-<n>.json;
-    # summaries here.
+    # Per thread count, in the configured order: summaries (the samples stay in measurements/).
     measured: dict[int, Measured]
     export_peak_rss_bytes: int | None = None
     runtime_phase_peak_rss_bytes: int | None = None
@@ -192,8 +190,7 @@ class StackResults(StagesOf, codec.Record):
         return int(self.artifact["bytes"]) if self.artifact else None
 
     def method_bytes(self, method: str) -> int | None:
-        """The size of the method's own artifact; None where it has none (not saved, or one method of the
-        multi-method program, whose bytes are every method's)."""
+        """None where the method has no artifact of its own (not saved, or in the multi-method program)."""
         saved = ((self.artifact or {}).get("methods") or {}).get(method) or {}
         if not saved.get("bytes") or saved.get("file") == (self.artifact or {}).get("program"):
             return None
@@ -207,8 +204,7 @@ class StackResults(StagesOf, codec.Record):
 
     @property
     def recipe(self) -> str | None:
-        """The quantization each method really got ("float" for the fp32 model); the
-        legacy recipe falls back to dynamic quantization where FX cannot trace."""
+        """The quantization each method really got: the legacy recipe falls back to dynamic where FX cannot trace."""
         quantize = self.stage("quantize")
         if quantize is None:
             return "float"

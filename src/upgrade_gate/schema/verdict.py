@@ -19,30 +19,8 @@ from upgrade_gate.schema.comparison import HEADLINE
 from upgrade_gate.schema.measured import RatioEstimate
 from upgrade_gate.schema.reader import Reader
 
-# 2.0: gates keep their outcome as an enum and their numbers as numbers; 1.x wrote prose.
-# 2.1: gates keep their warnings; compared outputs the reference's range; each stack's packages and
-# extra requirements; the project's warnings and test venvs' packages (2.0 files read without them).
-# 2.2: each stack's diagnosis (the culprit search) and the verdict's remedies (2.1 files read without them).
-# 2.3: a quantized variant's remedy (layers left in float) and its cosine (2.2 files read without them).
-# 2.4: a latency ratio's `planned` rounds when the rounds could stop early (2.3 files read as fixed rounds).
-# 2.5: a project test run's and scan's `reused_from`, the cache entry they came from (2.4 files read as run).
-# 2.6: why a measurement's rounds ended, the rounds asked for and the intervals its gate judges
-# (`contention[].ended`, `.planned`, `.intervals`; each interval's `confidence` is its share of the gate's), and
-# a busy thread count's every-round ratios (`busy_rounds`) (2.5 files read as one interval per gate).
-# 2.7: a remedy's gates (`remedies[].gates`), judged on the candidate with its remedy: its comparison with the
-# reference (`diagnosis.remedy_comparison`) and its rounds in the measure session (`stacks.*.remedied_measured`, its
-# ratios under the stack "<candidate>+remedy") (2.6 files read without them).
-# 2.8: the stacks whose part of a round its server cut short, and after how long (`contention[].rounds[].cut`)
-# (2.7 files read without them).
-# 2.9: a latency ratio's `most` rounds, to which its measurement could go on while an interval straddled after its
-# `planned` ones (most-rounds), and a measurement's `contention[].planned` is then that most (2.8 files read as none).
-# 2.10: the sides whose measurement server ended in a round (`contention[].rounds[].servers_ended`): each ends alone,
-# the others' rounds go on, and a server's end is never "machine busy" (2.9 files read without them).
-# 2.11: each NO-GO candidate's verdict with its passing remedies (`with_remedies`: the verdict, how many, the gates
-# they clear, the conditions), judged where the verdict is; a gate --fail-fast did not reach says so
-# (`not_reached`); a candidate's quantized variant keeps its lowering weighed against its quantization, per method
-# (`models[].attributions`) (2.10 files read without remedied verdicts or attributions; a gate not reached, from its
-# note).
+# A minor version adds fields an older file of the same major reads without (docs/report.md says how older files
+# read; this line's git history, what each version added); 1.x wrote prose where 2.0 keeps enums and numbers.
 RESULTS_VERSION = Version("2.11")
 
 
@@ -192,9 +170,8 @@ def _not_reached(r: Reader, key: str) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GateResult(codec.Record):
-    """One gate for one candidate and model: its outcome, the number it measured
-    and the limit it holds that number to (same unit), and what the numbers do
-    not say — where it was measured, or why there is no number."""
+    """One gate for one candidate and model: its outcome, its number and the limit it holds it to (same unit),
+    and what the numbers do not say — where it was measured, or why there is no number."""
 
     gate: str
     stack: str
@@ -285,8 +262,7 @@ class BaselineFinding(codec.Record):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Remedy(codec.Record):
     """The change that avoids one failed hard gate of a candidate, found by its diagnose phase and judged as the
-    stack is: the remedied artifact against the reference with the gate's threshold, the latency gate on the
-    candidate timed with it, its cost against the shipped artifact, its size. The verdict as configured stands."""
+    stack is. The verdict as configured stands."""
 
     stack: str
     model: str
@@ -322,10 +298,8 @@ class Remedy(codec.Record):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WithRemedies(codec.Record):
-    """A NO-GO candidate's verdict were its passing remedies applied, judged by the same rule (judge/policy.py
-    ``with_remedies``): only where they answer every failed hard gate. The verdict as configured stands and sets
-    the exit status; this is the second half of the headline ("NO-GO as configured; GO-WITH-CONDITIONS with 1
-    remedy"), kept so that CI reads what a person reads."""
+    """A NO-GO candidate's verdict were its passing remedies applied (judge/policy.py ``with_remedies``): the
+    headline's second half, kept so that CI reads what a person reads; the verdict as configured sets the exit."""
 
     verdict: Verdict
     remedies: int  # the passing remedies applied
