@@ -478,6 +478,17 @@ def test_a_measurement_killed_part_way_is_incomplete_and_keeps_its_rounds(tmp_pa
         "export": GateStatus.PASSED, "numerics": GateStatus.PASSED}
 
 
+def quiet_compare(out: Path, models: tuple[str, ...], env: dict[str, str], cache: Path, tries: int = 3) -> None:
+    """A run this test needs quiet: judged (exit 0 or 1). The idle check before the test cannot promise the
+    minute after it (CI's first run once met 15 s of disturbed rounds): a run the machine left busy, as
+    ``ended_as`` accepts it, is not cached, so the next try times afresh; after ``tries``, the test is skipped
+    with the reason."""
+    for _ in range(tries):
+        if not ended_as(nox("-s", "compare", "--", "--out", str(out), *models, env=env), out, 0, 1, cache=cache):
+            return
+    pytest.skip(f"the machine stayed busy through {tries} runs: {verdict_of(out).incomplete[0]}")
+
+
 @pytest.mark.quiet  # its first and last runs time a quiet machine; the middle one makes it busy
 def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     """Real load on every core: every round disturbed, repeated up to the budget, and the
@@ -488,8 +499,7 @@ def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     env = user_project(tmp_path, CONFIG.replace("threads = [1]", "threads = [2]"))
     out = tmp_path / "report"
     models = ("--models", "vit-smoke@fp32")
-    first = nox("-s", "compare", "--", "--out", str(out), *models, env=env)
-    assert first.returncode in (0, 1), first.stderr[-3000:]
+    quiet_compare(out, models, env, tmp_path / "cache")
     measurement = out / "measurements" / "vit-smoke" / "threads-2.json"
     quiet_run = json.loads(measurement.read_text())
     # The order alternates over the rounds that count: A B, B A, … (a disturbed one is repeated in its order)
@@ -523,8 +533,7 @@ def test_a_busy_machine_gives_no_latency_verdict_and_a_quiet_one_does(tmp_path):
     assert "rounds quiet (disturbed: round " in report and "other processes kept " in report
     busy_run_shows(out, tmp_path / "cache")  # the reason, nothing stored, the advice: as the tests that accept one
 
-    again = nox("-s", "compare", "--", "--out", str(out), *models, env=env)
-    assert again.returncode in (0, 1), again.stderr[-3000:]
+    quiet_compare(out, models, env, tmp_path / "cache")
     # The busy measurement was not cached: this run has the quiet one (the first run's, from the
     # cache, or measured afresh) and judges.
     assert sum(not r["disturbed"] for r in json.loads(measurement.read_text())["rounds"]) >= 6
