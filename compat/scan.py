@@ -1,6 +1,7 @@
 """Which uses of torch in a project's source change on the candidate stack: an API-migration scan.
 
-    python compat/scan.py --root PROJECT_DIR --out OUT.json [--files-from LIST] [--progress FILE] [FILE ...]
+    python compat/scan.py --root PROJECT_DIR --out OUT.json [--files-from LIST] [--progress FILE]
+                          [--torch VERSION ...] [FILE ...]
 
 Runs TorchFix's own checks (its default selection) and our rules
 (compat/migration_rules.toml: TorchScript capture, Lite Interpreter artifacts, FX
@@ -18,7 +19,9 @@ torch.cuda.amp.autocast`, `partial(autocast, ...)` after `from torch.cuda.amp im
 each reported once: a call is not also reported as the reference it calls.
 
 The record: schema_version, scanner (versions, number of our rules), root, files (those
-scanned), files_scanned, findings and errors (files that could not be read or parsed). While it
+scanned), files_scanned, torch (the candidates' releases), findings, set_aside (findings a
+candidate never meets, each with ``set_aside``: why; compat/scan_guards.py) and errors (files
+that could not be read or parsed). While it
 runs, --progress FILE holds {"done", "total", "file"}: how far it is. A finding is
 {file (relative to root, POSIX), line, column (both 1-based; an import's is its name's),
 code (UGnnn ours, TORnnn TorchFix's), source ("upgrade-gate" | "torchfix"), name (the
@@ -60,8 +63,10 @@ def _beside(name: str) -> ModuleType:
 
 
 if TYPE_CHECKING:  # mypy reads compat/ as a package
+    from .scan_guards import SetAsides
     from .scan_visitor import EveryQualifiedName, MigrationVisitor, Rule, one_line, torchfix_name
 else:
+    SetAsides = _beside("scan_guards").SetAsides
     _visitor = _beside("scan_visitor")
     EveryQualifiedName, MigrationVisitor, Rule = _visitor.EveryQualifiedName, _visitor.MigrationVisitor, _visitor.Rule
     one_line, torchfix_name = _visitor.one_line, _visitor.torchfix_name
@@ -145,21 +150,25 @@ def _default_rules() -> RuleSet:
     return load_rules(RULES_PATH)
 
 
-def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, Any]]:
-    """Findings in one file's source; raises libcst.ParserSyntaxError when it does not parse."""
+def _scan_text(text: str, filename: str, rule_set: RuleSet,
+               torch_versions: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Findings in one file's source, and those set aside (each with why: compat/scan_guards.py) for the
+    candidates' ``torch_versions``; raises libcst.ParserSyntaxError when it does not parse."""
     wrapper = cst.MetadataWrapper(cst.parse_module(text))
     selected = process_error_code_str(None)  # TorchFix's default: all but TOR3, TOR4, TOR9
     # In a fixed order: TorchFix makes them from a set of classes.
     torchfix_visitors = [EveryQualifiedName(v) for v in sorted(get_visitors_with_error_codes(selected),
                                                                 key=lambda v: type(v).__qualname__)]
-    ours = MigrationVisitor(rule_set.rules)
-    wrapper.visit_batched([*(driven.visitor for driven in torchfix_visitors), ours])
+    ours, guards = MigrationVisitor(rule_set.rules), SetAsides(torch_versions)
+    wrapper.visit_batched([*(driven.visitor for driven in torchfix_visitors), ours, guards])
 
-    findings = []
+    findings: list[dict[str, Any]] = []
+    set_aside: list[dict[str, Any]] = []
     for hit in ours.hits:
         findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
                          "source": "upgrade-gate", "name": hit.name, "call": one_line(hit.shown),
                          "summary": hit.rule.summary, "why": hit.rule.why, "replacement": hit.rule.replacement})
+    nodes = [None] * len(findings)
     violations = [(v, d.names_of.get(id(v))) for d in torchfix_visitors for v in d.visitor.violations]
     for violation, found_as in violations:
         if violation.error_code not in selected:
@@ -172,7 +181,12 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet) -> list[dict[str, An
                          "name": found_as or torchfix_name(violation.node, ours.call_names),
                          "call": one_line(violation.node), "summary": violation.message, "why": advice.why,
                          "replacement": replacement})
-    return _sorted_unique(findings)
+        nodes.append(violation.node)
+    for finding, node in zip(list(findings), nodes, strict=True):
+        if why := guards.why_set_aside(finding["code"], finding["line"], node):
+            findings.remove(finding)
+            set_aside.append({**finding, "set_aside": why})
+    return _sorted_unique(findings), _sorted_unique(set_aside)
 
 
 def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -180,11 +194,13 @@ def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [unique[k] for k in sorted(unique, key=lambda k: (*(unique[k][f] for f in SORT_FIELDS), k))]
 
 
-def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None) -> list[dict[str, Any]]:
-    """Findings in a piece of source, as scan() reports them.
+def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None,
+                torch_versions: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Findings in a piece of source, as scan() reports them, those set aside last.
 
     Raises libcst.ParserSyntaxError for source that does not parse (scan() records it instead)."""
-    return _scan_text(text, filename, rule_set or _default_rules())
+    findings, set_aside = _scan_text(text, filename, rule_set or _default_rules(), torch_versions)
+    return findings + set_aside
 
 
 def resolve_files(root: Path, files: Sequence[str]) -> list[Path]:
@@ -222,7 +238,7 @@ def _syntax_error_text(text: str, filename: str, error: cst.ParserSyntaxError) -
 
 
 def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
-         progress: Path | None = None) -> dict[str, Any]:
+         progress: Path | None = None, torch_versions: Sequence[str] = ()) -> dict[str, Any]:
     """The scan record for FILEs (relative to root), as the module docstring describes it; how far it is
     written to ``progress`` before each file.
 
@@ -233,6 +249,7 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
     root = Path(root).resolve()
     paths = resolve_files(root, files)
     findings: list[dict[str, Any]] = []
+    set_aside: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
     for done, path in enumerate(paths):
         relative = path.relative_to(root).as_posix()
@@ -241,7 +258,9 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
         text = ""
         try:
             text = _read_source(path)
-            findings.extend(_scan_text(text, relative, rule_set))
+            counted, aside = _scan_text(text, relative, rule_set, torch_versions)
+            findings += counted
+            set_aside += aside
         except cst.ParserSyntaxError as error:
             errors.append({"file": relative, "error": _syntax_error_text(text, relative, error)})
         except Exception as error:  # noqa: BLE001 - one bad file is recorded, the scan goes on
@@ -254,7 +273,9 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
         "root": str(root),
         "files": [path.relative_to(root).as_posix() for path in paths],
         "files_scanned": len(paths),
+        "torch": list(torch_versions),
         "findings": _sorted_unique(findings),
+        "set_aside": _sorted_unique(set_aside),
         "errors": errors,
     }
 
@@ -281,11 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--files-from", type=argparse.FileType("r", encoding="utf-8"), metavar="LIST",
                         help="more files to scan, one a line")
     parser.add_argument("--progress", type=Path, metavar="FILE", help="how far the scan is, rewritten per file")
+    parser.add_argument("--torch", action="append", default=[], metavar="VERSION",
+                        help="a candidate's torch release: calls its version guards keep from it are set aside")
     parser.add_argument("files", nargs="*", metavar="FILE", help="files relative to --root")
     args = parser.parse_args(argv)
     listed = args.files_from.read().splitlines() if args.files_from else []
     try:
-        record = scan(args.root, [*args.files, *(line for line in listed if line)], progress=args.progress)
+        record = scan(args.root, [*args.files, *(line for line in listed if line)], progress=args.progress,
+                      torch_versions=args.torch)
     except (ScanPathError, RulesError) as error:
         print(f"scan: error: {error}", file=sys.stderr)
         return 2

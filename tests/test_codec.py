@@ -156,8 +156,10 @@ RUN = TestRun(status="ran", command=("python", "-m", "pytest"), exit_code=1, dur
 NEW_WARNING = NewWarning(category="FutureWarning", message="m", location="a.py:1", count=2, tests=("t1", "t2"))
 SCAN = ScanResults(torchfix="0.7.0", rules=11, files_scanned=40,
                    findings=(Finding(file="m.py", line=1, column=2, code="UG101", call="torch.jit.script(m)",
-                                     summary="s", why="w", replacement="r"),),
-                   errors=(("bad.py", "SyntaxError"),))
+                                     summary="s", why="w", replacement="r", allowed="onnx export"),),
+                   set_aside=(Finding(file="m.py", line=9, column=1, code="UG108", call="GradScaler()",
+                                      summary="s", why="w", replacement="", set_aside="`TORCH_2_4` is True"),),
+                   torch=("2.8.0",), unused_allow=("TOR102 old/*.py",), errors=(("bad.py", "SyntaxError"),))
 PROJECT = ProjectResults(root="/team", install=("uv", "pip", "install", "."), test=("pytest",), allow={"t": "why"},
                          stacks={"legacy": ProjectStack(run=RUN, counts={"passed": 2}, junit="project/legacy/junit.xml",
                                                         warnings={"t1": 1}),
@@ -243,9 +245,10 @@ def test_keys_and_their_order_are_the_files():
     assert list(PROJECT.stacks["legacy"].to_dict()) == ["run", "problem", "counts", "junit", "warnings",
                                                         "warnings_problem"]
     assert SCAN.to_dict() == {"scanner": {"torchfix": "0.7.0", "rules": 11}, "files_scanned": 40,
-                              "findings": [SCAN.findings[0].to_dict()], "errors": [{"file": "bad.py",
-                                                                                    "error": "SyntaxError"}],
-                              "reused_from": None}
+                              "findings": [SCAN.findings[0].to_dict()], "set_aside": [SCAN.set_aside[0].to_dict()],
+                              "torch": ["2.8.0"], "unused_allow": ["TOR102 old/*.py"],
+                              "errors": [{"file": "bad.py", "error": "SyntaxError"}], "reused_from": None}
+    assert (SCAN.findings[0].to_dict()["allowed"], SCAN.findings[0].to_dict()["set_aside"]) == ("onnx export", "")
     assert list(CHANGE.to_dict())[0] == "test"
     assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load", "cut", "servers_ended"]
 

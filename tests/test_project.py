@@ -21,7 +21,7 @@ from upgrade_gate.judge._project_gates import project_gates
 from upgrade_gate.project._diff import diff_outcomes
 from upgrade_gate.project._junit import CaseOutcome, case_id, read_junit
 from upgrade_gate.project.gather import gather_project
-from upgrade_gate.report._project_section import project_blocks
+from upgrade_gate.report._project_section import project_blocks, scan_blocks
 from upgrade_gate.report.render import to_markdown
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.reader import Reader
@@ -179,6 +179,10 @@ def test_project_settings_and_the_junit_argument_pytest_gets(tmp_path):
     ('root = "team"\nseverity = "fatal"\n', "tool.upgrade-gate.project.severity: expected one of hard, soft, off"),
     ('root = "team"\n[tool.upgrade-gate.project.allow]\n"t::a" = ""\n',
      'tool.upgrade-gate.project.allow.t::a: give the reason'),
+    ('root = "team"\n[tool.upgrade-gate.project.scan-allow]\n"export/onnx.py" = "ONNX"\n',
+     'tool.upgrade-gate.project.scan-allow.export/onnx.py: name a rule and the files, "CODE PATTERN"'),
+    ('root = "team"\n[tool.upgrade-gate.project.scan-allow]\n"UG101 export/*.py" = " "\n',
+     'tool.upgrade-gate.project.scan-allow.UG101 export/*.py: give the reason these findings are not migration'),
 ])
 def test_bad_project_tables_name_the_key(tmp_path, table, message):
     with pytest.raises(ConfigError) as caught:
@@ -281,6 +285,34 @@ def test_allowed_breaks_pass_and_a_missing_run_fails_saying_which(tmp_path):
     gate, = project_gates(plan, plan.candidates[0], gather_project(plan))
     assert gate.status is GateStatus.FAILED and gate.measured is None
     assert gate.note == "the project does not install into candidate: torch==2.8.0 and edge-app depend on torch<2.5"
+
+
+def test_scan_findings_on_the_allow_list_or_set_aside_are_shown_with_their_reason_and_not_counted(tmp_path):
+    plan = plan_of(tmp_path, 'root = "team"\n[tool.upgrade-gate.project.scan-allow]\n'
+                             '"UG101 edge_app/*.py" = "the ONNX export path, not the phone\'s"\n'
+                             '"TOR102 tools/*.py" = "no such file"\n', "--out", "report")
+    out = plan.settings.out_dir
+    guarded = {**SCAN["findings"][1], "line": 31, "set_aside": "`TORCH_2_4` is True on the candidate's torch 2.8.0: "
+                                                               "this branch never runs there"}
+    layout.scan_file(out).parent.mkdir(parents=True)
+    layout.scan_file(out).write_text(json.dumps({**SCAN, "torch": ["2.8.0"], "set_aside": [guarded]}))
+    evidence = gather_project(plan)
+    assert [(f.code, f.allowed) for f in evidence.scan.findings] == [("UG101", "the ONNX export path, not the phone's"),
+                                                                     ("TOR102", "")]
+    assert evidence.scan.unused_allow == ("TOR102 tools/*.py",)
+    _, scan = project_gates(plan, plan.candidates[0], evidence)
+    assert scan.status is GateStatus.FAILED and scan.measured == Quantity(value=1, unit=Unit.COUNT)
+    assert scan.note == ("in 4 files: TOR102 ×1; 1 on the scan allow-list; 1 set aside (never run on the "
+                         "candidate)")
+    again = ProjectResults.from_reader(Reader(json.loads(json.dumps(evidence.to_dict())), "project"))
+    assert again == evidence
+    text = to_markdown(scan_blocks(again))
+    assert "1 calls to change in 4 files" in text and "| edge_app/export.py:7 |" not in text
+    assert ("- edge_app/export.py:7 UG101 `torch.jit.trace(model, example)`: the ONNX export path, not the phone's"
+            in text)
+    assert ("- edge_app/checkpoint.py:31 TOR102 `torch.load(path)`: `TORCH_2_4` is True on the candidate's torch "
+            "2.8.0: this branch never runs there") in text
+    assert "`project.scan-allow` keys that allowed no finding: `TOR102 tools/*.py`" in text
 
 
 def test_nothing_passes_unmeasured_and_what_did_not_run_is_incomplete(tmp_path):
@@ -699,7 +731,8 @@ def test_the_scan_reads_the_teams_source_alone_and_is_reused_while_it_is_unchang
     team = tmp_path / "team"
     team.mkdir()
     monkeypatch.setenv("UPGRADE_GATE_CACHE", str(team / "ug-cache"))  # configured inside the repository
-    (team / "app.py").write_text("import torch\nstate = torch.load(path)\n")
+    # Issue 63: a call a version guard keeps from the candidate's torch (envs/candidate.toml pins 2.8.0) is set aside.
+    (team / "app.py").write_text("import torch\nstate = torch.load(path)\nif not TORCH_2_4:\n    torch.jit.trace(m, x)\n")
     bin_dir = Path(sys.executable).parent  # has torchfix and libcst, as the scan venv does
 
     def scanned(*posargs: str) -> tuple[object, list[str]]:
@@ -714,6 +747,7 @@ def test_the_scan_reads_the_teams_source_alone_and_is_reused_while_it_is_unchang
     repro.write_text("import torch\nx = torch.load('inputs.pt')\n")
     first, lines = scanned()
     assert [(f.file, f.code) for f in first.findings] == [("app.py", "TOR102")] and first.files_scanned == 1
+    assert (first.torch, [(f.line, f.code) for f in first.set_aside]) == (("2.8.0",), [(4, "UG101")])
     assert first.reused_from is None and any(re.fullmatch(r"\[1/1 \d+:\d\d\] scan 1 files in \d+ s", line)
                                              for line in lines), lines
     # The cache inside the repository holds the scan's own record now: tagged, so not read either.

@@ -402,3 +402,88 @@ def test_every_torchfix_code_in_a_legend_says_something_of_its_own() -> None:
         assert legend.startswith(f"- **{code}** (2): {advice[code].why}")  # the replacement: where shared
     assert "no explanation" not in text
     assert "| timm/layers.py:2 | TOR101 | `functorch.vmap(f)` | Use of deprecated function functorch.vmap |" in text
+
+
+# Version guards as teams write them (issue 63: ultralytics' `if TORCH_2_4: … else: torch.cuda.amp.GradScaler`), each
+# with the lines of its findings the candidate's torch 2.8.0 never runs: (source, lines set aside, lines counted).
+GUARD_CASES = {
+    "a release flag's else": (
+        "import torch\nif TORCH_2_4:\n    s = torch.amp.GradScaler('cuda')\nelse:\n    s = torch.cuda.amp.GradScaler()\n",
+        [5], []),
+    "a flag of a later release": ("import torch\nif TORCH_2_9:\n    pass\nelse:\n    s = torch.cuda.amp.GradScaler()\n",
+                                  [], [5]),
+    "a flag negated, through an attribute": (
+        "import torch\nfrom ultralytics import utils\nif not utils.TORCH_1_13:\n    torch.jit.trace(m, x)\n", [4], []),
+    "torch.__version__ against a string": (
+        "import torch\nif torch.__version__ < '2.4':\n    torch.jit.trace(m, x)\nelse:\n    torch.jit.script(m)\n",
+        [3], [5]),
+    "version.parse on both sides, the literal on the left": (
+        "import torch\nfrom packaging import version\nif version.parse('2.10') <= version.parse(torch.__version__):\n"
+        "    pass\nelif True:\n    torch.jit.trace(m, x)\n", [], [6]),
+    "a module's TORCH_VERSION against a tuple": (
+        "import torch\nif TORCH_VERSION >= (2, 0):\n    pass\nelse:\n    torch.jit.trace(m, x)\n", [5], []),
+    "an elif chain after a guard that holds": (
+        "import torch\nif TORCH_2_0:\n    pass\nelif x:\n    torch.jit.trace(m, x)\nelse:\n    torch.jit.script(m)\n",
+        [5, 7], []),
+    "a guard and a condition it cannot read": (
+        "import torch\nif TORCH_2_4 and use_amp:\n    pass\nelse:\n    torch.jit.trace(m, x)\n", [], [5]),
+    "a guard that cannot hold, and-ed with one it cannot read": (
+        "import torch\nif not TORCH_2_0 and use_amp:\n    torch.jit.trace(m, x)\n", [3], []),
+    "hasattr, which needs the candidate's torch to read": (
+        "import torch\nif hasattr(torch, 'compile'):\n    pass\nelse:\n    torch.jit.trace(m, x)\n", [], [5]),
+}
+
+
+@pytest.mark.parametrize(("source", "aside", "counted"), GUARD_CASES.values(), ids=GUARD_CASES.keys())
+def test_a_call_a_version_guard_keeps_from_the_candidates_torch_is_set_aside(
+        source: str, aside: list[int], counted: list[int]) -> None:
+    found = scan.scan_source(source, torch_versions=["2.8.0+cu128"])
+    assert [f["line"] for f in found if f.get("set_aside")] == aside
+    assert [f["line"] for f in found if not f.get("set_aside")] == counted
+    assert all(f["set_aside"].endswith("on the candidate's torch 2.8.0: this branch never runs there")
+               for f in found if f.get("set_aside"))
+    # Without the candidate's release, no guard is read: every finding counts.
+    assert [f["line"] for f in scan.scan_source(source)] == sorted(aside + counted)
+
+
+def test_a_guard_the_candidates_releases_read_differently_sets_nothing_aside() -> None:
+    source = "import torch\nif TORCH_2_4:\n    pass\nelse:\n    torch.jit.trace(m, x)\n"
+    assert [f.get("set_aside") for f in scan.scan_source(source, torch_versions=["2.2.2", "2.8.0"])] == [None]
+    assert scan.scan_source(source, torch_versions=["2.8.0", "2.9.1"])[0]["set_aside"].startswith(
+        "`TORCH_2_4` is True on the candidate's torch 2.8.0, 2.9.1")
+
+
+# torch.load whose weights_only comes through a mapping (issue 63: a wrapper that sets it in kwargs): TOR102 or not.
+KWARGS_CASES = {
+    "set by key before the call": ('def load(f, **kw):\n    kw["weights_only"] = False\n    return torch.load(f, **kw)\n',
+                                   "weights_only is set in kw at line 3, before the call"),
+    "setdefault": ('def load(f, **kw):\n    kw.setdefault("weights_only", True)\n    return torch.load(f, **kw)\n',
+                   "weights_only is set in kw at line 3, before the call"),
+    "a dict built with it": ('def load(f):\n    kw = dict(map_location="cpu", weights_only=True)\n'
+                             '    return torch.load(f, **kw)\n', "weights_only is set in kw at line 3, before the call"),
+    "a literal mapping": ('def load(f):\n    return torch.load(f, **{"weights_only": True})\n',
+                          "weights_only is passed in the ** mapping"),
+    "set after the call": ('def load(f, **kw):\n    m = torch.load(f, **kw)\n    kw["weights_only"] = True\n    return m\n',
+                           None),
+    "set in another function": ('def prepare(kw):\n    kw["weights_only"] = True\n\n'
+                                'def load(f, **kw):\n    return torch.load(f, **kw)\n', None),
+    "a mapping that never has it": ('def load(f, **kw):\n    kw["map_location"] = "cpu"\n    return torch.load(f, **kw)\n',
+                                    None),
+}
+
+
+@pytest.mark.parametrize(("source", "why"), KWARGS_CASES.values(), ids=KWARGS_CASES.keys())
+def test_torch_load_given_weights_only_through_its_kwargs_is_not_tor102(source: str, why: str | None) -> None:
+    (finding,) = scan.scan_source("import torch\n" + source, torch_versions=["2.8.0"])
+    assert (finding["code"], finding.get("set_aside")) == ("TOR102", why)
+
+
+def test_cli_takes_the_candidates_torch_and_records_what_it_set_aside(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(GUARD_CASES["a release flag's else"][0])
+    out = tmp_path / "scan.json"
+    done = subprocess.run([sys.executable, str(SCAN_PY), "--root", str(tmp_path), "--out", str(out),
+                           "--torch", "2.8.0", "train.py"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.read_text())
+    assert (record["torch"], record["findings"]) == (["2.8.0"], [])
+    assert [(f["file"], f["line"], f["code"]) for f in record["set_aside"]] == [("train.py", 5, "UG108")]

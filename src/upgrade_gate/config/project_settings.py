@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 from upgrade_gate.config._kinds import finite, severity
 from upgrade_gate.config.tomlfile import Table, read_toml
 
-PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow"}
+PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow", "scan-allow"}
+# A scan-allow key: a rule's code and a file pattern (fnmatch, relative to root): "TOR102 tools/*.py".
+SCAN_ALLOW_KEY = re.compile(r"(?P<code>[A-Z]+\d+) (?P<files>\S+)")
 # Where a non-pytest test command takes its JUnit XML output path.
 JUNIT_PLACEHOLDER = "{junit}"
 # `install`'s dependency groups: uv reads PEP 735's [dependency-groups], not PDM's older
@@ -37,6 +40,8 @@ class ProjectSettings:
     scan_severity: str  # the api-scan gate
     # test id → why its failure on the candidate is known and accepted
     allow: tuple[tuple[str, str], ...] = ()
+    # "CODE files" → why a scan finding of that rule in those files is not a migration item
+    scan_allow: tuple[tuple[str, str], ...] = ()
     defined_in: Path | None = None
 
     def test_command(self, junit: Path) -> list[str]:
@@ -49,7 +54,7 @@ class ProjectSettings:
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "install": list(self.install), "test": list(self.test),
                 "scan": list(self.scan), "timeout": self.timeout_s, "severity": self.severity,
-                "scan-severity": self.scan_severity, "allow": dict(self.allow)}
+                "scan-severity": self.scan_severity, "allow": dict(self.allow), "scan-allow": dict(self.scan_allow)}
 
 
 def runs_pytest(command: list[str] | tuple[str, ...]) -> bool:
@@ -152,6 +157,12 @@ def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings
     for test_id in allow.data:
         if not allow.get(test_id, str, "").strip():
             raise allow.error(test_id, "give the reason the break is accepted, as a string")
+    scan_allow = table.get_table("scan-allow")
+    for finding in scan_allow.data:
+        if not SCAN_ALLOW_KEY.fullmatch(finding):
+            raise scan_allow.error(finding, 'name a rule and the files, "CODE PATTERN" (e.g. "UG101 export/onnx.py")')
+        if not scan_allow.get(finding, str, "").strip():
+            raise scan_allow.error(finding, "give the reason these findings are not migration items, as a string")
     timeout = finite(table, "timeout", 1800.0)
     if timeout <= 0:
         raise table.error("timeout", f"must be greater than 0, got {timeout!r}")
@@ -160,4 +171,5 @@ def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings
         uv_install=tuple(uv_arguments(install, root, table) if check_files else install),
         severity=severity(table, "severity", "hard"), scan_severity=severity(table, "scan-severity", "soft"),
         allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
+        scan_allow=tuple(scan_allow.data.items()),
     )

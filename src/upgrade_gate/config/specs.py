@@ -27,7 +27,7 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
 WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
                    "executorch_precision", "torchscript_diagnose", "reproducers")
-NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor")
+NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor", "scan_guards")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,6 +45,11 @@ class StackSpec:
     @property
     def role(self) -> str:
         return "baseline" if self.is_baseline else "candidate"
+
+    def pinned(self, name: str) -> list[str]:
+        """The release the spec pins distribution ``name`` to (``==``), if it does."""
+        return [pin.version for req in self.requirements if req.name == name for pin in req.specifier
+                if pin.operator == "=="]
 
     @property
     def distributions(self) -> list[str]:

@@ -65,15 +65,23 @@ def project_gates(plan: Plan, spec: StackSpec, project: ProjectResults) -> list[
             notes.insert(0, f"{len(diff.accepted)} accepted")
         add("project-tests", settings.severity, GateStatus.FAILED if breaking else GateStatus.PASSED, tests,
             count=len(breaking), note="; ".join(notes))
+    status, scan, count, note = _scan_gate(project)
+    add("api-scan", settings.scan_severity, status, scan, count=count, note=note)
+    return found
+
+
+def _scan_gate(project: ProjectResults) -> tuple[GateStatus, Rule, int | None, str]:
+    """The api-scan gate's outcome, rule, count and note: the findings neither allowed nor set aside."""
     scan = Rule(metric="calls to change", op="=", threshold=Quantity(value=0, unit=Unit.COUNT),
                 condition="none that the candidate changes, deprecates or removes (TorchFix and upgrade-gate's rules)",
                 evidence=project.scan_file)
     if project.scan is None:  # the scan did not run or its file does not read: the tool's
-        add("api-scan", settings.scan_severity, GateStatus.INCOMPLETE, scan, note=project.scan_problem or "not scanned")
-    else:
-        by_code = Counter(finding.code for finding in project.scan.findings)
-        where = f"in {project.scan.files_scanned} files"
-        counted = ", ".join(f"{code} ×{n}" for code, n in sorted(by_code.items()))
-        add("api-scan", settings.scan_severity, GateStatus.FAILED if project.scan.findings else GateStatus.PASSED,
-            scan, count=len(project.scan.findings), note=f"{where}: {counted}" if counted else where)
-    return found
+        return GateStatus.INCOMPLETE, scan, None, project.scan_problem or "not scanned"
+    to_change = project.scan.to_change
+    counted = ", ".join(f"{code} ×{n}" for code, n in sorted(Counter(f.code for f in to_change).items()))
+    left = [f"{n} {what}" for n, what in ((len(project.scan.findings) - len(to_change), "on the scan allow-list"),
+                                           (len(project.scan.set_aside), "set aside (never run on the candidate)"))
+            if n]
+    where = f"in {project.scan.files_scanned} files"
+    return (GateStatus.FAILED if to_change else GateStatus.PASSED, scan, len(to_change),
+            "; ".join([f"{where}: {counted}" if counted else where, *left]))

@@ -25,7 +25,7 @@ def missing_wheels(spec: StackSpec, system: str, machine: str) -> list[str]:
         return []
     said = []
     for requirement in spec.requirements:
-        pins = [pin.version for pin in requirement.specifier if pin.operator == "=="]
+        pins = spec.pinned(requirement.name)
         if not pins or _resolves(f"{requirement.name}=={pins[0]}", spec.python, platform) is not False:
             continue
         first = _resolves(f"{requirement.name}>{pins[0]}", spec.python, platform, lowest=True)

@@ -3,12 +3,13 @@ from copies named by their content, so a later run never changes what an earlier
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from upgrade_gate import layout
@@ -30,6 +31,15 @@ def read_scan(path: Path) -> ScanResults:
     reader = Reader(json.loads(path.read_text()), path.name)
     check_schema(reader)
     return ScanResults.from_reader(reader)
+
+
+def allowing(scan: ScanResults, allow: dict[str, str]) -> ScanResults:
+    """``scan`` with each finding a ``project.scan-allow`` key ("CODE PATTERN", the first that matches) allows given
+    its reason, and the keys that allow none."""
+    keys = [next((key for key in allow if key.split(" ", 1)[0] == found.code
+                  and fnmatch.fnmatchcase(found.file, key.split(" ", 1)[1])), None) for found in scan.findings]
+    findings = tuple(replace(found, allowed=allow[key]) if key else found for found, key in zip(scan.findings, keys))
+    return replace(scan, findings=findings, unused_allow=tuple(key for key in allow if key not in keys))
 
 
 def read_warnings(path: Path) -> tuple[bool, tuple[RaisedWarning, ...]]:
@@ -116,7 +126,7 @@ def gather_project(plan: Plan) -> ProjectResults | None:
     scan_file = keep_scan_evidence(out)
     scan, scan_problem = None, None
     try:
-        scan = read_scan(scan_file)
+        scan = allowing(read_scan(scan_file), dict(project.scan_allow))
     except FileNotFoundError:
         scan_problem = f"the API scan did not run for this report ({command('scan')})"
     except (OSError, ValueError, RecordError) as error:

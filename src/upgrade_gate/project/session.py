@@ -39,8 +39,8 @@ WARNINGS_ENV = "UPGRADE_GATE_PYTEST_WARNINGS"
 RESTORE_ENV = "UPGRADE_GATE_PYTEST_RESTORE"
 # A long run prints a progress line at most this often in CI (the live view shows every test).
 PROGRESS_LINES_EVERY_S = 15.0
-SCANNER_FILES = (TOOL_ROOT / "compat" / "scan.py", TOOL_ROOT / "compat" / "scan_visitor.py",
-                 TOOL_ROOT / "compat" / "migration_rules.toml")
+SCAN_SCRIPT = TOOL_ROOT / "compat" / "scan.py"
+SCANNER_FILES = (*sorted((TOOL_ROOT / "compat").glob("scan*.py")), TOOL_ROOT / "compat" / "migration_rules.toml")
 # The result cache's entries for the project, (stack, model, phase) as a model phase's (issue 37: `compat` right
 # after `compare` ran both test suites and the scan again, 6 minutes, on unchanged code).
 CACHE_MODEL, TESTS_PHASE, SCAN_PHASE = "project", "tests", "scan"
@@ -264,10 +264,12 @@ def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> st
         files = source.project_files(settings.root, settings.scan, suffix=".py")
     except source.SourcePathError as error:
         return str(error)
+    # The candidates' torch releases, as their specs pin them: the scan sets aside what their version guards skip.
+    torch = sorted({pin for spec in plan.candidates for pin in spec.pinned("torch")})
     key = cache.digest_of({
         "tool": __version__, "scanner": {path.name: sha256_file(path) for path in SCANNER_FILES},
         "installed": cache.installed_distributions(bin_dir.parent),
-        "files": source.files_digest(settings.root, files), "root": str(settings.root),
+        "files": source.files_digest(settings.root, files), "root": str(settings.root), "torch": torch,
     })
     if _reuse(plan, SCAN_ENTRY, key, folder, target.name, log) is not None:
         return None
@@ -277,8 +279,8 @@ def run_scan(plan: Plan, bin_dir: Path, log: Callable[[str], Any] = print) -> st
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".scan-files.", suffix=".txt",
                                      delete=False) as listing:
         listing.write("".join(f"{path.as_posix()}\n" for path in files))
-    argv = [str(bin_dir / "python"), "-P", str(SCANNER_FILES[0]), "--root", str(settings.root), "--out", str(target),
-            "--files-from", listing.name, "--progress", str(watch.path)]
+    argv = [str(bin_dir / "python"), "-P", str(SCAN_SCRIPT), "--root", str(settings.root), "--out", str(target),
+            "--files-from", listing.name, "--progress", str(watch.path), *(f"--torch={v}" for v in torch)]
     task = "scan"
     try:
         with Progress("the API scan", 1, log=log) as progress:

@@ -249,6 +249,6 @@ def _project_cell(project: ProjectResults, stack: str, is_baseline: bool) -> str
     diff = project.diffs.get(stack)
     newly = diff.newly_failing if diff else ()
     accepted = sum(1 for c in newly if c.allowed)
-    calls = f"{len(project.scan.findings)} calls to migrate" if project.scan else "not scanned"
+    calls = f"{len(project.scan.to_change)} calls to migrate" if project.scan else "not scanned"
     return (f"{ran}; {len(newly) - accepted} newly failing" + (f" (+{accepted} accepted)" if accepted else "")
             + f", {len(diff.newly_passing) if diff else 0} newly passing; {calls}")

@@ -93,14 +93,15 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
     scan = project.scan
     if scan is None:
         return blocks + [Paragraph(f"Not scanned: {project.scan_problem}")]
+    findings = scan.to_change
     blocks.append(Paragraph(
-        f"{len(scan.findings)} calls to change in {scan.files_scanned} files (TorchFix {scan.torchfix} and "
+        f"{len(findings)} calls to change in {scan.files_scanned} files (TorchFix {scan.torchfix} and "
         f"upgrade-gate's {scan.rules} rules for the move to the candidate, compat/migration_rules.toml):"))
-    if scan.findings:
+    if findings:
         # Each rule's explanation once, as a legend; a finding cites its rule and says only what is its own
         # (issue 26: the same 60 words 12 times over). What every finding of a rule shares goes in the legend.
         by_code: dict[str, list[Finding]] = {}
-        for f in scan.findings:
+        for f in findings:
             by_code.setdefault(f.code, []).append(f)
         shared = {code: (_same(f.summary for f in found), _same(f.why for f in found),
                          _same(f.replacement for f in found)) for code, found in by_code.items()}
@@ -113,13 +114,23 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
             legend.append(f"**{code}** ({len(by_code[code])}): {said}")
         blocks += [Paragraph("The rules found, each explained once:"), bullets(*legend)]
         rows = []
-        for f in scan.findings:
+        for f in findings:
             summary, why, replacement = shared[f.code]
             own = [part for part, common in ((f.summary, summary), (f.why, why)) if part and common is None]
             rows.append([f"{f.file}:{f.line}", f.code, code_span(short(f.call)), " — ".join(own),
                          code_span(short(f.replacement)) if f.replacement and replacement is None else ""])
         blocks.append(Table(["Where", "Rule", "Call", "What (where the rule's legend does not say it)",
                              "Replacement (where it is this call's own)"], rows))
+    for title, found in (("On the scan allow-list (`project.scan-allow`), not counted:",
+                          [(f, f.allowed) for f in scan.findings if f.allowed]),
+                         ("Set aside, not counted: the candidate never runs them", [(f, f.set_aside) for f in
+                                                                                   scan.set_aside])):
+        if found:
+            blocks += [Paragraph(title), bullets(*(f"{f.file}:{f.line} {f.code} {code_span(short(f.call))}: {why}"
+                                                   for f, why in found))]
+    if scan.unused_allow:
+        blocks.append(Paragraph(f"`project.scan-allow` keys that allowed no finding: "
+                                f"{', '.join(code_span(k) for k in scan.unused_allow)}"))
     if scan.errors:
         blocks += [Paragraph("Files the scan could not parse:"), bullets(*(f"{file}: {e}" for file, e in scan.errors))]
     return blocks

@@ -171,6 +171,10 @@ class Finding(codec.Record):
     summary: str = field(metadata=codec.absent(""))
     why: str = field(metadata=codec.absent(""))
     replacement: str = field(metadata=codec.absent(""))
+    # Why the candidate never meets it (a version guard skips it, compat/scan_guards.py): not counted.
+    set_aside: str = field(default="", metadata=codec.absent(""))
+    # The team's reason, from `project.scan-allow`: not a migration item, not counted.
+    allowed: str = field(default="", metadata=codec.absent(""))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,12 +186,20 @@ class ScanResults(codec.Record):
     rules: int = field(metadata=codec.group("scanner") | codec.absent(0))
     files_scanned: int
     findings: tuple[Finding, ...]
+    set_aside: tuple[Finding, ...] = ()  # absent from a scan before 2.12
+    torch: tuple[str, ...] = ()  # the candidates' releases its version guards were read for
+    unused_allow: tuple[str, ...] = ()  # `project.scan-allow` keys that matched no finding
     # (file, why it could not be read or parsed), each written as {"file", "error"}.
     errors: tuple[tuple[str, str], ...] = field(metadata=codec.custom(
         write=lambda s: [{"file": file, "error": error} for file, error in s.errors],
         read=lambda r, key: tuple((e.text("file"), e.text("error")) for e in r.children(key))))
     # The result cache's entry this scan was copied from (the same files, scanner and venv).
     reused_from: str | None = None
+
+    @property
+    def to_change(self) -> tuple[Finding, ...]:
+        """What the api-scan gate counts: the findings the team has not allowed."""
+        return tuple(f for f in self.findings if not f.allowed)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
