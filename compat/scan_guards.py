@@ -1,11 +1,6 @@
-"""compat/scan.py's set-asides: findings the candidate never meets, each with why (issue 63, a YOLO team's scan).
-
-A call on a branch that a version guard keeps from the candidate's torch never runs there: the ``else`` of
-``if TORCH_2_4:`` (ultralytics' flags: "torch ≥ 2.4"), the body of ``if torch.__version__ < "2.4":`` or of
-``if version.parse(TORCH_VERSION) < version.parse("2.4")``. A ``torch.load(f, **kwargs)`` whose ``weights_only``
-the same function set in ``kwargs`` before the call (or that passes ``**{"weights_only": …}``) is not TorchFix's
-TOR102. Guards read without importing anything: ``hasattr(torch, …)`` needs the candidate's torch and is not read.
-In the scan venv only (libcst); scan.py loads it from beside itself."""
+"""compat/scan.py's set-asides: findings the candidate never meets, each with why (issue 63; the guards read and
+why ``hasattr`` is not: docs/compat.md, "What the scan reads"). In the scan venv only (libcst); scan.py loads it
+from beside itself."""
 
 from __future__ import annotations
 
@@ -24,8 +19,6 @@ VERSION_NAME = re.compile(r"\btorch\.__version__\b|\bTORCH_VERSION\b")
 COMPARE: dict[type[cst.BaseCompOp], Callable[[Any, Any], bool]] = {
     cst.GreaterThanEqual: operator.ge, cst.GreaterThan: operator.gt, cst.LessThanEqual: operator.le,
     cst.LessThan: operator.lt, cst.Equal: operator.eq, cst.NotEqual: operator.ne}
-FLIPPED = {operator.ge: operator.le, operator.gt: operator.lt, operator.le: operator.ge, operator.lt: operator.gt,
-           operator.eq: operator.eq, operator.ne: operator.ne}
 TOR102 = "TOR102"  # TorchFix: torch.load without weights_only
 
 
@@ -71,11 +64,12 @@ def guard_holds(test: cst.BaseExpression, torch: tuple[int, ...]) -> bool | None
         type(test.comparisons[0].operator))
     if not isinstance(test, cst.Comparison) or not compared:
         return None
-    ours, theirs = test.left, test.comparisons[0].comparator
-    if VERSION_NAME.search(_code(theirs)) and not VERSION_NAME.search(_code(ours)):
-        ours, theirs, compared = theirs, ours, FLIPPED[compared]
-    other = _literal_release(theirs)
-    return compared(torch, other) if VERSION_NAME.search(_code(ours)) and other is not None else None
+    subject, other_side = test.left, test.comparisons[0].comparator
+    if VERSION_NAME.search(_code(subject)) and (other := _literal_release(other_side)) is not None:
+        return compared(torch, other)
+    if VERSION_NAME.search(_code(other_side)) and (other := _literal_release(subject)) is not None:
+        return compared(other, torch)
+    return None
 
 
 class SetAsides(cst.BatchableCSTVisitor):

@@ -14,8 +14,13 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("src/upgrade_gate", "compat", "models")
 MODULE_LIMIT = 400
 FUNCTION_LIMIT = 60
-# The product's size before issue 62's splits (its count at 4eb55cc): a change that adds lines pays them back.
+# The product's size before issue 62's splits (its count at 4eb55cc): a change that adds lines pays them back, or
+# names here what they bought. The limit follows a trim down (SLACK), so that no growth goes unnamed.
 PRODUCT_LIMIT = 26_600
+GROWTH = {
+    "issue 63, item 5: the scan's set-asides (compat/scan_guards.py) and project.scan-allow": 232,
+}
+SLACK = 50
 
 # "path" (a module) or "path:function" (a function, by its name; a method by its name alone) → why it may be
 # over its limit. Remove a line when its module or function comes back under.
@@ -65,8 +70,9 @@ def test_every_exception_is_still_over_its_limit():
 
 
 def test_the_product_is_no_larger_than_its_limit():
-    total = sum(line_count(path) for path in product_files(REPO))
-    assert total <= PRODUCT_LIMIT, f"the product is {total} lines (limit {PRODUCT_LIMIT})"
+    total, limit = sum(line_count(path) for path in product_files(REPO)), PRODUCT_LIMIT + sum(GROWTH.values())
+    assert total <= limit, f"the product is {total} lines (limit {limit}): pay them back, or name them in GROWTH"
+    assert total > limit - SLACK, f"the product is {total} lines, {limit - total} under its limit: lower it"
 
 
 def test_the_check_names_a_long_module_and_a_long_function_with_their_lines(tmp_path):
