@@ -383,3 +383,23 @@ def test_a_bad_project_factory_is_one_usage_error_naming_the_entry(tmp_path, cap
         f"upgrade-gate: error: {config}: tool.upgrade-gate.models.mine: factory 'models.nets:tiny' failed in stack "
         f"'legacy': {error}; the factory must be importable from {tmp_path} and return (torch.nn.Module, tuple of "
         "tensors)\n")
+
+
+@pytest.mark.parametrize("missing", ["timm", "cv2.dnn"])
+def test_a_package_the_factory_imports_and_no_stack_has_is_the_configurations_to_list(tmp_path, capsys, monkeypatch,
+                                                                                       missing):
+    """Issue 63: a YOLO team's factories failed on `import timm` in every release, blamed on the releases. The
+    package is the team's to list in the extra requirements: exit 2 naming the key (the error's top package)."""
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.upgrade-gate]\nsuite = "none"\n[tool.upgrade-gate.models]\nmine = "team.nets:tiny"\n')
+    plan = load_plan(["--out", "out"], invoked_from=tmp_path, config_path=config)
+    error = f"ModuleNotFoundError: No module named '{missing}'"
+    monkeypatch.setattr(runner, "check_factories", lambda plan, spec, bin_dir: {"mine": {"ok": False, "error": error}})
+    with pytest.raises(SystemExit) as ended:
+        pipeline.check_project_models_or_exit(plan, plan.stack("legacy"), Path("/nowhere/bin"))
+    assert ended.value.code == 2
+    top = missing.split(".")[0]
+    assert capsys.readouterr().err == (
+        f"upgrade-gate: error: {config}: tool.upgrade-gate.models.mine: factory 'team.nets:tiny' failed in stack "
+        f"'legacy': {error}; install the package that provides '{top}' into every stack: "
+        f'[tool.upgrade-gate.extra-requirements] "*" = ["<its distribution>"] in {config}\n')

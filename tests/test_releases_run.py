@@ -23,7 +23,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]
 # 2.9.0), one the adapters do not cover and one the index does not have. The bisection's table has
 # 1.0.0 between them too, which it need not build.
 JUDGED = ["executorch-0.7.0", "executorch-1.0.1"]
-MODELS = "vit-smoke,nanovlm-smoke"
+# team-tiny: a project model whose factory imports a package of the team's extra requirements (issue 63: releases
+# were built without them, and every release failed on the import).
+MODELS = "vit-smoke,nanovlm-smoke,team-tiny"
+TEAM_PROJECT = {
+    "team_model.py": "import team_dep\nimport torch\n\n\ndef build():\n    torch.manual_seed(0)\n"
+                     "    return team_dep.net(), (torch.randn(1, 8),)\n",
+    "team_dep/team_dep.py": "import torch\n\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Linear(8, 8), "
+                            "torch.nn.ReLU()).eval()\n",
+    "team_dep/pyproject.toml": '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+                               '[project]\nname = "ug-team-dep"\nversion = "0.1"\n[tool.setuptools]\n'
+                               'py-modules = ["team_dep"]\n',
+}
+TEAM_CONFIG = ('[tool.upgrade-gate.models]\nteam-tiny = { factory = "team_model:build", variants = [] }\n'
+               '[tool.upgrade-gate.extra-requirements]\n"*" = ["./team_dep"]\n')
 
 
 def nox(*args: str, config: Path, timeout: float = 2400) -> subprocess.CompletedProcess[str]:
@@ -39,7 +52,11 @@ def folder(tmp_path_factory) -> Path:
     # an interval allows (6: its coverage, 96.9%, is stated with it) and an eighth of the timing budget:
     # three stacks' worth of exports and measurements within the test budget.
     (folder / "pyproject.toml").write_text(f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "smoke"\n'
-                                           "variants = []\nthreads = [1]\nrounds = 6\ntime-budget = 0.25\n")
+                                           "variants = []\nthreads = [1]\nrounds = 6\ntime-budget = 0.25\n"
+                                           + TEAM_CONFIG)
+    for name, text in TEAM_PROJECT.items():
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_text(text)
     shipped = tomllib.loads((REPO / "envs" / "releases" / "executorch.toml").read_text())
     rows = [row for row in shipped["releases"] if row["executorch"] in ("0.3.0", "0.7.0", "1.0.0", "1.0.1")]
     rows.append({"executorch": "1.9.0", "torch": "2.15.0", "torchvision": "0.30.0", "pythons": ["3.11"],
@@ -83,6 +100,7 @@ def test_each_release_is_built_compared_and_judged_or_says_why_not(explored):
         installed = json.loads((folder / "stacks" / name / "stack.json").read_text())["packages"]
         assert installed["torch"].split("+")[0] == ("2.8.0" if name == "executorch-0.7.0" else "2.9.0")
         assert installed["executorch"] == records[name]["release"]["executorch"]
+        assert installed["ug-team-dep"] == "0.1"  # the team's extra requirements, as `nox -s run` installs them
     # The stacks no longer needed are gone.
     assert not (out / ".venvs").exists()
 
@@ -135,3 +153,26 @@ def test_a_bisection_builds_only_the_ends_when_they_agree(explored, folder):
     # "a release is recommended").
     assert "Recommendation: none in range" in result.stdout + result.stderr
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_a_package_the_teams_factory_needs_and_no_stack_has_is_exit_2_before_any_release(tmp_path):
+    """Issue 63: `No module named 'timm'` in every release was scored as each release's export failure, and
+    "none in range". A factory that does not import in the baseline is the configuration's: exit 2, naming the key."""
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.upgrade-gate]\nenvs = "{REPO / "envs"}"\nsuite = "none"\nvariants = []\n'
+        '[tool.upgrade-gate.models]\nteam-tiny = { factory = "team_model:build", variants = [] }\n')
+    (tmp_path / "team_model.py").write_text(TEAM_PROJECT["team_model.py"])
+    shipped = tomllib.loads((REPO / "envs" / "releases" / "executorch.toml").read_text())
+    rows = [row for row in shipped["releases"] if row["executorch"] == "0.7.0"]
+    (tmp_path / "table.toml").write_text(tomlkit.dumps({**shipped, "releases": rows}))
+    out = tmp_path / "report"
+    result = nox("-s", "releases", "--", "--table", str(tmp_path / "table.toml"), "--out", str(out),
+                 config=tmp_path / "pyproject.toml", timeout=900)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("upgrade-gate: error:")]
+    assert errors == [f"upgrade-gate: error: {tmp_path / 'pyproject.toml'}: tool.upgrade-gate.models.team-tiny: "
+                      "factory 'team_model:build' failed in stack 'legacy': ModuleNotFoundError: No module named "
+                      "'team_dep'; install the package that provides 'team_dep' into every stack: "
+                      f'[tool.upgrade-gate.extra-requirements] "*" = ["<its distribution>"] in '
+                      f"{tmp_path / 'pyproject.toml'}"], result.stderr[-3000:]
+    assert not (out / "releases").exists() and "Traceback" not in result.stderr  # no release was built

@@ -10,6 +10,7 @@ stages it runs (run, measure, project, judge, report), which import none of each
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -199,11 +200,15 @@ def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> 
         if result.get("refused_method") is not None:
             fail_usage(method_refused(entry, str(result["refused_method"])))
         if not result.get("ok"):
-            fail_usage(
-                f"{entry.defined_in}: tool.upgrade-gate.models.{name}: factory {entry.factory!r} failed in stack "
-                f"{spec.name!r}: {result.get('error')}; the factory must be importable from {entry.project_root} "
-                "and return (torch.nn.Module, tuple of tensors)"
-            )
+            # A package the factory imports that the stack lacks: the team's to list (issue 63), not a stack's failure.
+            missing = re.search(r"No module named '([^'.]+)", str(result.get("error")))
+            fix = (f"install the package that provides {missing[1]!r} into every stack: [tool.upgrade-gate."
+                   f'extra-requirements] "*" = ["<its distribution>"] in {plan.settings.config_path}'
+                   if missing and missing[1] != entry.factory.split(".")[0].split(":")[0] else
+                   f"the factory must be importable from {entry.project_root} and return (torch.nn.Module, tuple of "
+                   "tensors)")
+            fail_usage(f"{entry.defined_in}: tool.upgrade-gate.models.{name}: factory {entry.factory!r} failed in "
+                       f"stack {spec.name!r}: {result.get('error')}; {fix}")
 
 
 def project_or_exit(plan: Plan) -> ProjectSettings:

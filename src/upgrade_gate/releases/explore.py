@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -231,13 +232,17 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
     wheels = venv.with_name(f"{release.name}.wheels") if request.prune else None
     log(f"releases: {release.name}: building the stack (torch {release.torch}, torchvision {release.torchvision}"
         + (f", torchao {release.torchao}" if release.torchao else "") + ")")
-    error = venvs.build_venv(uv, spec, venv, wheels)
+    # The release stands in for the configured candidate: the project's extra requirements for it, installed after
+    # the release's own as `nox -s run` installs them (issue 63: without them every release failed on `import timm`).
+    extra = request.plan.extra_requirements(request.plan.candidates[0].name)
+    error = venvs.build_venv(uv, spec, venv, wheels, extra=extra, team_folder=request.plan.settings.config_path.parent)
     if error:
         _remove(venv, wheels)
         if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
             guard.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
                                   "again: it resumes")
-        return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))} for Python "
+        return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))}"
+                                     f"{f' and then {shlex.join(extra)}' if extra else ''} for Python "
                                      f"{spec.python}: {error}", rule.adapter)
     try:
         plan = release_plan(request, release, spec, names)
@@ -267,13 +272,19 @@ def _remove(*folders: Path | None) -> None:
 
 
 def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path:
-    """The baseline's venv (uv links it from its cache); exit 2 when its spec does not install."""
-    spec = request.plan.baseline
+    """The baseline's venv (uv links it from its cache) with the project's extra requirements, as `nox -s run` makes
+    it; exit 2 when it does not install, or when a project model's factory fails in it (a package the team did
+    not list is the configuration's, never a release's: issue 63)."""
+    plan, spec = request.plan, request.plan.baseline
     log(f"releases: the baseline {spec.name}: building its venv")
-    error = venvs.build_venv(uv, spec, venv_dir(request.out, spec.name))
+    extra = plan.extra_requirements(spec.name)
+    error = venvs.build_venv(uv, spec, venv_dir(request.out, spec.name), extra=extra,
+                             team_folder=plan.settings.config_path.parent)
     if error:
-        guard.fail_usage(f"{spec.path}: requirements: uv could not install them: {error}; fix the versions in the "
-                         "spec")
+        guard.fail_usage(f"{spec.path}: requirements: uv could not install them"
+                         f"{f' and then {shlex.join(extra)} (tool.upgrade-gate.extra-requirements)' if extra else ''}"
+                         f": {error}; fix the versions in the spec")
+    pipeline.check_project_models_or_exit(plan, spec, venv_dir(request.out, spec.name) / "bin")
     return venv_dir(request.out, spec.name) / "bin"
 
 

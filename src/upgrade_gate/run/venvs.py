@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,19 +116,22 @@ def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> st
     return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 
-def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None) -> str | None:
+def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None, *, extra: Sequence[str] = (),
+               team_folder: Path | None = None) -> str | None:
     """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
-    of its own); uv's error, or None."""
+    of its own), then the project's ``extra`` requirements, run in ``team_folder``; uv's error, or None."""
     bin_dir = folder / "bin"
     if not (bin_dir / "python").is_file():
         made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
                               capture_output=True, text=True, check=False)
         if made.returncode != 0:
             return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
-    recipe = venv_recipe(spec, [], spec.path.parent)
+    recipe = venv_recipe(spec, list(extra), team_folder or spec.path.parent)
     empty_venv_unless_made_from(uv, bin_dir, recipe)
     own_cache = ["--cache-dir", str(wheels)] if wheels else []
     error = install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
+    if error is None and extra:
+        error = install(uv, bin_dir, [*own_cache, *extra], cwd=team_folder or spec.path.parent)
     if error is None:
         recipe_installed(bin_dir, recipe)
     return error
