@@ -26,6 +26,7 @@ from typing import Any
 
 # The bundle carries device_runner.py alone, so the machine's description is defined there, once.
 from .device_runner import ISA_FLAGS, cpu_and_isa  # noqa: F401 - re-exported for probe.py and issue_text.py
+from .search.export_errors import source_line
 
 # The records' version; the parent's upgrade_gate.schema.records checks it.
 RECORDS_VERSION = "1.0"
@@ -77,11 +78,14 @@ def peak_rss_bytes() -> int:
 
 
 def error_record(error: BaseException) -> dict[str, Any]:
-    """An exception as a record: its qualified type, message, the end of its traceback, an OSError's errno (the
-    parent tells a full disk from the model's own failure by it), and a refused method's name (the parent refuses
-    the model's configuration by it: MethodNameRefused)."""
+    """An exception as a record: its qualified type, message, the end of its traceback, the model's line it was
+    raised under (issue 63: where FX tracing stopped in a YOLO head), an OSError's errno (the parent tells a full
+    disk from the model's own failure by it), and a refused method's name (the parent refuses the model's
+    configuration by it: MethodNameRefused)."""
+    told = traceback.format_exc()
     return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": str(error)[:MESSAGE_CHARS],
-            "traceback_tail": traceback.format_exc().splitlines()[-TRACEBACK_TAIL_LINES:],
+            "traceback_tail": told.splitlines()[-TRACEBACK_TAIL_LINES:],
+            "source": source_line(told, {}, tool=str(Path(__file__).parent)),
             "errno": error.errno if isinstance(error, OSError) else None,
             **({"refused_method": error.method} if isinstance(error, MethodNameRefused) else {})}
 

@@ -257,7 +257,7 @@ def test_spread_values_are_written_beside_the_others():
     assert RATIO.to_dict() == {"stack": "candidate", "threads": 2, "method": "forward", "median": 1.1, "low": 1.0,
                                "high": 1.2, "per_round": [1.0, 1.1, 1.2], "confidence": 0.95, "level": 0.961,
                                "dropped": 1, "planned": 0, "most": 0}
-    assert list(FINDING.to_dict())[-2:] == ["failure", "min_cosine"]
+    assert list(FINDING.to_dict())[-3:] == ["failure", "stage", "min_cosine"]
     assert TASK.to_dict() == {"kind": "generation", **TASK.values, "first_divergence": [3, None]}
 
 

@@ -82,3 +82,27 @@ def test_an_error_names_its_type_operator_and_the_start_of_its_message(export_er
     assert export_errors.describe_error("builtins.NotImplementedError", message) == {
         "type": "builtins.NotImplementedError", "message": message[:export_errors.MESSAGE_CHARS],
         "operator": "aten::_local_scalar_dense"}
+
+
+def test_an_error_record_names_the_models_line_it_was_raised_under(tmp_path):
+    """Issue 63: FX could not trace a YOLO head, and the baseline's finding did not say where. A stage's error record
+    carries the innermost frame that is neither an installed package's (torch raising inside the proxy's __bool__)
+    nor the tool's own (the adapter calling prepare_fx)."""
+    from helpers.compat_package import compat_module
+
+    common = compat_module("error_record_under_test", "common")
+    head = tmp_path / "team_head.py"
+    head.write_text("def forward(x):\n    if as_bool(x):\n        return x\n    return -x\n")
+    scope: dict = {}
+    exec(compile("def as_bool(x):\n    raise TypeError('symbolically traced variables cannot be used as inputs to "
+                 "control flow')\n", f"{TORCH}/fx/proxy.py", "exec"), scope)
+    exec(compile(head.read_text(), str(head), "exec"), scope)
+    exec(compile("def quantize(forward):\n    return forward(2)\n", str(TOOL_ROOT / "compat" / "torchscript_mobile.py"),
+                 "exec"), scope)
+    with pytest.raises(TypeError) as raised:
+        scope["quantize"](scope["forward"])
+    try:
+        raise raised.value
+    except TypeError as error:  # error_record reads the exception being handled, as the worker's stages do
+        record = common.error_record(error)
+    assert record["source"] == "team_head.py:2 in forward: if as_bool(x):"

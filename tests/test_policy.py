@@ -20,7 +20,8 @@ from upgrade_gate.errors import RecordError
 from upgrade_gate.judge.gather import gather
 from upgrade_gate.judge.policy import decide, evaluate, headline, with_remedied_verdicts, with_remedies
 from upgrade_gate.report._verdict_section import verdict_blocks
-from upgrade_gate.report.render import Bullets
+from upgrade_gate.report.render import Bullets, to_markdown
+from upgrade_gate.report.write import report_blocks
 from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import runtime_key
 from upgrade_gate.schema.verdict import (
@@ -975,6 +976,17 @@ def test_a_variant_the_baseline_has_no_recipe_for_is_no_finding_and_one_it_fails
                       failed_stage="export")
     finding, = evaluate(plan, gather(plan)).baseline_findings
     assert (finding.model, finding.failure) == ("vit-smoke@int8-dynamic", "export failed: RuntimeError: export broke")
+    # Issue 63: FX could not trace a YOLO head. A stage that fails is said as such, with the model's line, and the
+    # report does not file it under the artifacts that depart.
+    write_stack_model(out, "legacy", "vit-smoke@int8-dynamic", eager=[REFERENCE], artifact=None, quantize="FX",
+                      failed_stage="quantize", failed_at="head.py:52 in forward: if x.shape[0] > 1:")
+    results = pipeline.judge(plan)
+    finding, = results.verdict.baseline_findings
+    assert (finding.stage, finding.failure) == (
+        "quantize", "quantize failed: RuntimeError: quantize broke (at head.py:52 in forward: if x.shape[0] > 1:)")
+    text = to_markdown(report_blocks(results, out))
+    assert ("What legacy ships today fails at a stage, whatever the verdict:\n\n- **vit-smoke@int8-dynamic**: quantize "
+            "failed") in text and "departs from its eager models" not in text
 
 
 def test_remedies_that_answer_every_hard_failure_say_what_the_verdict_would_be():

@@ -19,6 +19,8 @@ FUNCTION_LIMIT = 60
 PRODUCT_LIMIT = 26_600
 GROWTH = {
     "issue 63, item 5: the scan's set-asides (compat/scan_guards.py) and project.scan-allow": 232,
+    "issue 63, item 3: releases built with the extra requirements; a missing package named with its key": 20,
+    "issue 63, item 4: the baseline's failures by stage, with the model's line an error was raised under": 14,
 }
 SLACK = 50
 

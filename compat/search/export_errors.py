@@ -40,9 +40,10 @@ def describe_error(error_type: str, message: str, generated: StackTraces | None 
     return found
 
 
-def source_line(text: str, generated: StackTraces) -> str | None:
-    """``file:line in function: code`` of the innermost user frame in ``text``, through generated code."""
-    frame = _innermost_user_frame(text)
+def source_line(text: str, generated: StackTraces, tool: str = "\0") -> str | None:
+    """``file:line in function: code`` of the innermost user frame in ``text`` (not an installed package's, nor one
+    under the folder ``tool``), through generated code."""
+    frame = _innermost_user_frame(text, tool)
     if frame is None:
         return None
     if not frame["file"].startswith(GENERATED):
@@ -56,8 +57,8 @@ def source_line(text: str, generated: StackTraces) -> str | None:
     return f"{key}:{frame['line']} in {frame['function']}{of}: {frame['code'].strip()}"
 
 
-def _innermost_user_frame(text: str) -> re.Match[str] | None:
-    frames = [m for m in _FRAME.finditer(text) if "site-packages" not in m["file"]]
+def _innermost_user_frame(text: str, tool: str = "\0") -> re.Match[str] | None:
+    frames = [m for m in _FRAME.finditer(text) if "site-packages" not in m["file"] and not m["file"].startswith(tool)]
     return frames[-1] if frames else None
 
 

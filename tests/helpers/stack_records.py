@@ -31,6 +31,7 @@ def write_stack_model(
     threads: tuple[int, ...] = (1, 2),
     artifact_bytes: int = 1000,
     failed_stage: str | None = None,
+    failed_at: str | None = None,
     hashes: dict[str, str] = HASHES,
     runtime_peak_rss: int = 300 * 2**20,
     task: str = "generic",
@@ -42,7 +43,8 @@ def write_stack_model(
     localize: dict | None = None,
     build_details: dict | None = None,
 ) -> Path:
-    """Both phase files as the worker writes them; ``failed_stage`` fails there and skips what depends on it.
+    """Both phase files as the worker writes them; ``failed_stage`` fails there (its error raised under the model's
+    line ``failed_at``) and skips what depends on it.
 
     ``quantize``: a quantized variant's recipe (a quantize stage before export),
     or "no recipe" for a stack without one (the quantize stage skipped, nothing after it); ``quantized``: the
@@ -58,7 +60,8 @@ def write_stack_model(
         if name == failed_stage:
             failed = True
             return {"stage": name, "status": "failed", "duration_s": 0.5,
-                    "error": {"type": "RuntimeError", "message": f"{name} broke", "traceback_tail": ["line"]}}
+                    "error": {"type": "RuntimeError", "message": f"{name} broke", "traceback_tail": ["line"],
+                              **({"source": failed_at} if failed_at else {})}}
         return {"stage": name, "status": "ok", "duration_s": 0.1, "details": details or {}}
 
     export = [

@@ -29,12 +29,12 @@ def baseline_findings(plan: Plan, models: list[ModelResults]) -> tuple[BaselineF
             continue
         problem = stack.first_problem()
         if problem is not None and not problem.unfinished:
-            findings.append(BaselineFinding(model=model.name, failure=problem.explain()))
+            findings.append(BaselineFinding(model=model.name, failure=problem.explain(), stage=problem.stage))
             continue
         unmeasured = [f"measurement at {t} thread(s) {m.status}" + (f": {m.problem}" if m.problem else "")
                       for t, m in stack.measured.items() if m.status not in ("ok", "not run")]
         if unmeasured:
-            findings.append(BaselineFinding(model=model.name, failure="; ".join(unmeasured)))
+            findings.append(BaselineFinding(model=model.name, failure="; ".join(unmeasured), stage="measure"))
         comparison = model.comparison(Side(stack=base, kind="artifact"), Side(stack=base, kind="eager"))
         worst = comparison.worst_output if comparison else None
         tolerance = plan.settings.gates.for_model(model.name, "max-rel-l2")
@@ -55,7 +55,8 @@ def _baseline_variant_finding(plan: Plan, model: ModelResults) -> list[BaselineF
     base = plan.baseline.name
     problem = model.stacks[base].first_problem()
     if problem is not None:
-        return [] if problem.unfinished else [BaselineFinding(model=model.name, failure=problem.explain())]
+        return [] if problem.unfinished else [BaselineFinding(model=model.name, failure=problem.explain(),
+                                                              stage=problem.stage)]
     comparison = model.comparison(Side(stack=base, kind="artifact"), reference_side(plan))
     outputs = comparison.comparable_outputs if comparison else ()
     snrs = [(o.snr_db, o.name) for o in outputs if o.snr_db is not None]

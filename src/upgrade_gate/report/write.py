@@ -72,12 +72,15 @@ def report_blocks(results: Results, out: Path) -> list[Block]:
     warnings = (*verdict.warnings, *verdict.gate_warnings)
     if warnings:
         blocks += [Paragraph("Warnings:", style="warning"), bullets(*warnings)]
-    if verdict.baseline_findings:
-        blocks += [Paragraph(f"The baseline's own artifacts depart from its eager models (what "
-                             f"{verdict.baseline} ships today, whatever the verdict):"),
-                   bullets(*(f"{finding} — [details](#{model_anchor(finding.model)})" + (
-                       " · [way out](#way-out)" if _diagnosed(results, finding.model, verdict.baseline) else "")
-                       for finding in verdict.baseline_findings))]
+    # What ships today, whatever the verdict: a stage that fails is not a departure (issue 63: FX could not trace a
+    # YOLO head, and it read as the baseline's artifact departing).
+    for title, found in (("fails at a stage", [f for f in verdict.baseline_findings if f.stage]),
+                         ("departs from its eager models", [f for f in verdict.baseline_findings if not f.stage])):
+        if found:
+            blocks += [Paragraph(f"What {verdict.baseline} ships today {title}, whatever the verdict:"),
+                       bullets(*(f"{finding} — [details](#{model_anchor(finding.model)})" + (
+                           " · [way out](#way-out)" if _diagnosed(results, finding.model, verdict.baseline) else "")
+                           for finding in found))]
     blocks += way_out_blocks(results)
     settings = results.settings
     past = (f", going on up to {settings.most_rounds} while one still straddles where its gate's intervals leave "

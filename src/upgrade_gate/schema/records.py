@@ -35,6 +35,7 @@ class StageError:
     message: str
     traceback_tail: tuple[str, ...]
     errno: int | None = None  # an OSError's
+    source: str | None = None  # the model's line it was raised under (compat/common.py error_record)
 
 
 # A stage that failed on these is the machine's failure, not the model's: the disk is full.
@@ -69,7 +70,8 @@ class Stage:
             first_line = self.error.message.splitlines()[0] if self.error.message else ""
             # A worker killed by the runner carries its status as the error type: say it once.
             kind = "" if self.error.type == self.status else f"{self.error.type}: "
-            return f"{self.stage} {self.status}: {kind}{first_line}"
+            return f"{self.stage} {self.status}: {kind}{first_line}" + (
+                f" (at {self.error.source})" if self.error.source else "")
         if self.reason:
             return f"{self.stage} {self.status}: {self.reason}"
         return f"{self.stage} {self.status}"
@@ -90,6 +92,7 @@ class Stage:
                 message=err.text("message"),
                 traceback_tail=tuple(str(line) for line in err.data.get("traceback_tail") or ()),
                 errno=err.opt_integer("errno"),
+                source=err.opt_text("source"),
             ),
             details=r.opt_dict("details"),
         )

@@ -242,6 +242,8 @@ class BaselineFinding(codec.Record):
     # Not "min_cosine": that is the embedding task's headline, which is written beside these.
     gate_min_cosine: float | None = None
     failure: str = ""  # the baseline's stage that did not succeed, when it is one
+    # That stage (quantize, export, load, run, measure, …): what ships today fails there, before any departure.
+    stage: str = ""
     # The task's headline value, by name: written beside the others, read back by the headlines' names.
     task: dict[str, float] = field(default_factory=dict, metadata=codec.spread(
         read=lambda r, _: {key: r.number(key) for key in r.data if key in _HEADLINES}))
