@@ -25,7 +25,8 @@ SEARCH = "latency"  # the job's and the build stage's "search"
 VIEWS = ("view", "reshape", "flatten", "_unsafe_view", "clone", "alias")
 EXPORT = "program = torch.export.export(model, example_inputs)"
 # The lines a team adds to its export script: each batch norm folded into the layer before it, in eval mode.
-FOLD = '''from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+FOLD = '''import torch
+from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
 
 
 def fold_batch_norm(model, into, norm):
@@ -109,13 +110,12 @@ class LatencyPhase(DiagnosePhase):
     def folded(self, method: str, pairs: list[tuple[str, str]]) -> dict[str, Any]:
         """The method with each batch norm of ``pairs`` folded into the layer before it, as FOLD's lines do, exported,
         then lowered, saved, loaded and run (``tried``)."""
-        import torch
-
         methods, inputs = self.log.results["build"]
         code = FOLD.format(pairs="\n".join(f"    ({python_string(a)}, {python_string(b)})," for a, b in pairs))
 
         def its_code(_: None) -> Any:
-            scope = {"torch": torch, "model": copy.deepcopy(methods[method].module), "example_inputs": inputs[method]}
+            # Nothing but the model and its inputs: the lines printed import what they use (issue 63: they did not).
+            scope = {"model": copy.deepcopy(methods[method].module), "example_inputs": inputs[method]}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - FOLD, our own lines
             return scope["program"]
 

@@ -23,6 +23,8 @@ _OPERATOR = re.compile(r"\b(?:aten|quantized|prepacked|prim|torchvision)(?:\.|::
 # by " from FILE:LINE in NAME" (the traced function) where FX knows it.
 GENERATED = "<eval_with_key>"
 MESSAGE_CHARS = 600
+# Installed packages that run a model rather than define it: their frames are never the model's line.
+FRAMEWORK = re.compile(r"site-packages/(torch|torchvision|torchao|executorch|functorch|numpy)/")
 
 # The stack traces of a model's FX-generated code: file name → line in it → the node's stack trace.
 StackTraces = dict[str, dict[int, str]]
@@ -58,8 +60,11 @@ def source_line(text: str, generated: StackTraces, tool: str = "\0") -> str | No
 
 
 def _innermost_user_frame(text: str, tool: str = "\0") -> re.Match[str] | None:
-    frames = [m for m in _FRAME.finditer(text) if "site-packages" not in m["file"] and not m["file"].startswith(tool)]
-    return frames[-1] if frames else None
+    frames = [m for m in _FRAME.finditer(text) if not m["file"].startswith(tool)]
+    # The team's own files first; else a model an installed package defines (timm's LeViT, issue 63), not torch's.
+    found = ([m for m in frames if "site-packages" not in m["file"]]
+             or [m for m in frames if not FRAMEWORK.search(m["file"])])
+    return found[-1] if found else None
 
 
 def _at(frame: re.Match[str]) -> str:
