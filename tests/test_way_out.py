@@ -4,6 +4,8 @@ rarely shows — a search the budget stopped, and a remedy that does not work as
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from upgrade_gate.report._method_section import method_blocks
 from upgrade_gate.report._way_out_section import decides_first
 from upgrade_gate.report.render import to_markdown
@@ -252,3 +254,36 @@ def test_a_latency_gate_that_fails_says_where_the_candidates_time_goes():
                         task_kind="classification", comparisons=(),
                         stacks={"legacy": legacy, "candidate": StackResults(record_dir="r", stages=(), measured={})})
     assert "No per-operator profile of candidate" in to_markdown(latency_blocks(bare, gate, "legacy", searched=False))
+
+
+def test_a_latency_remedy_is_judged_by_the_latency_gate_and_an_unjudged_one_is_provisional():
+    """Issue 63, item 2: a busy machine left the gate incomplete, and the remedy's judgement read "[FAILED] the
+    latency gate still fails … (threshold 1.00e-04, against the reference)": the numerics threshold, and a status
+    it did not have. It says the latency gate's own status and rule, against the baseline and against what ships,
+    the numerics apart, and why it is provisional."""
+    from upgrade_gate.report._way_out_section import _judged
+    from upgrade_gate.schema.measured import RatioEstimate
+    from upgrade_gate.schema.verdict import Quantity, Unit
+
+    def timed(status: GateStatus, measured: Quantity | None, note: str) -> GateResult:
+        return GateResult(gate="latency", stack="candidate+remedy", model="levit", severity=Severity.SOFT,
+                          status=status, metric="ratio", op="≤", threshold=Quantity(value=1.05, unit=Unit.RATIO),
+                          measured=measured, note=note)
+
+    busy = "1 thread(s): machine busy: 3 of 12 rounds quiet; an interval needs 6 quiet rounds"
+    shipped = RatioEstimate(median=0.3, low=0.29, high=0.31, confidence=0.95, level=0.96, per_round=(0.3,) * 6)
+    remedy = Remedy(stack="candidate", model="levit", gate="latency", methods=("forward",), operators=("batch_norm",),
+                    passes=False, rel_l2=2e-7, threshold=1e-4, latency_ratio=shipped, threads=1,
+                    gates=(timed(GateStatus.INCOMPLETE, None, busy),), note="the latency gate with the remedy: …",
+                    provisional=f"the latency gate was not judged: {busy}")
+    text = to_markdown([_judged(remedy)])
+    assert ("[incomplete] the latency gate was not judged with the remedy, against the baseline: "
+            f"{busy}; ratio ≤ 1.050; against the shipped artifact, ×0.3 (timed in turns in the diagnose phase).") in text
+    assert "Its outputs are within the numerics threshold (rel. L2 2.00e-07, threshold 1.00e-04" in text
+    assert f"Provisional: the latency gate was not judged: {busy}." in text
+    assert "still fails" not in text and "FAILED" not in text
+    judged = replace(remedy, passes=True, provisional="", gates=(timed(
+        GateStatus.PASSED, Quantity(value=0.62, unit=Unit.RATIO, low=0.6, high=0.64, level=0.95), "1 thread(s)"),))
+    text = to_markdown([_judged(judged)])
+    assert "[passed] the latency gate passes with the remedy, against the baseline: ratio = 0.620" in text, text
+    assert "Provisional" not in text

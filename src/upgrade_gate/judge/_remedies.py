@@ -25,14 +25,17 @@ GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-low
 # A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
 # numerics, or its export (a variant that did not lower: quantized-lowering, from the lowering's error).
 QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)
+LATENCY_ANSWERED = (GateStatus.FAILED, GateStatus.INCONCLUSIVE, GateStatus.INCOMPLETE)
 
 
 def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) -> tuple[Remedy, ...]:
     failed = {(g.stack, g.model, g.gate) for g in gates if g.status is GateStatus.FAILED
               and (g.gate in QUANTIZED_GATES or g.severity is Severity.HARD)}
-    # A latency gate that failed or could not tell, of either severity: what a latency search answers.
-    failed |= {(g.stack, g.model, g.gate) for g in gates
-               if g.gate == LATENCY and g.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE)}
+    # A latency gate that failed or could not tell, of either severity: what a latency search answers; one not
+    # judged (incomplete) too, its remedy provisional.
+    failed |= {(g.stack, g.model, g.gate) for g in gates if g.gate == LATENCY and g.status in LATENCY_ANSWERED}
+    unjudged = {(g.stack, g.model): f"the latency gate was not judged: {g.note}" for g in gates
+                if g.gate == LATENCY and g.status is GateStatus.INCOMPLETE}
     found = []
     for model in models:
         for stack, own in model.stacks.items():
@@ -42,7 +45,8 @@ def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) ->
             if (stack, model.name, gate) in failed and own.diagnosis is not None:
                 remedy = _judged(plan, model, stack, own, gate)
                 if remedy is not None:
-                    found.append(remedy)
+                    provisional = unjudged.get((stack, model.name), "") if gate == LATENCY else ""
+                    found.append(replace(remedy, provisional=provisional))
     return tuple(found)
 
 

@@ -28,9 +28,13 @@ def way_out_blocks(results: Results) -> list[Block]:
     """The section, where any stack's artifact was diagnosed or would have been had the search been on, and
     where a candidate's latency gate failed or could not tell (where its time goes)."""
     by_name = {model.name: model for model in results.models}
+    # A latency gate not judged (the machine busy) keeps a search's entry, provisional: what was computed is shown.
+    searched_latency = {(m.name, s) for m in results.models for s, own in m.stacks.items()
+                        if own.diagnosis is not None and own.diagnosis.search == "latency"}
     slow = {(gate.model, gate.stack): gate for gate in results.verdict.gates
             if gate.gate == "latency" and gate.stack != results.verdict.baseline and gate.model in by_name
-            and gate.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE)}
+            and (gate.status in (GateStatus.FAILED, GateStatus.INCONCLUSIVE)
+                 or gate.status is GateStatus.INCOMPLETE and (gate.model, gate.stack) in searched_latency)}
     # A latency search is said where its gate failed or could not tell, with where the time goes; where the gate
     # passed, what it found is not needed.
     entries: list[tuple[tuple[int, int], str, str, Diagnosis | GateResult]] = [
@@ -84,10 +88,11 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
     per-operator profile (its share in portable kernels, and what a team would try for each), the baseline's top
     operators beside it; ``searched``: a latency search follows with its remedy."""
     stack = gate.stack
-    failed = gate.status is GateStatus.FAILED
-    outcome = "fails" if failed else "cannot tell (its interval straddles the threshold)"
+    failed, unjudged = gate.status is GateStatus.FAILED, gate.status is GateStatus.INCOMPLETE
+    outcome = ("fails" if failed else "was not judged, so this entry is **provisional**" if unjudged
+               else "cannot tell (its interval straddles the threshold)")
     blocks: list[Block] = [
-        Heading(3, f"{code_span(model.name)} · latency in {stack}",
+        Heading(3, f"{code_span(model.name)} · latency in {stack}" + (" (provisional)" if unjudged else ""),
                 anchor=f"way-out-{model_anchor(model.name)}-latency"),
         Paragraph(f"{mark('FAILED' if failed else 'incomplete')} The latency gate {outcome}: "
                   f"{gate.measured_against_rule}.")]
@@ -137,6 +142,8 @@ def decides_first(verdict: VerdictRecord, model: str, stack: str) -> tuple[int, 
 
 def _judged(remedy: Remedy) -> Paragraph:
     """The remedy judged as the stack is: the gate's comparison and threshold, its cost against what ships."""
+    if remedy.gate == "latency":
+        return _judged_latency(remedy)
     outcome = (f"{mark('passed')} the {remedy.gate} gate passes" if remedy.passes
                else f"{mark('FAILED')} the {remedy.gate} gate still fails ({remedy.note})")
     if remedy.min_snr_db is not None:
@@ -165,3 +172,28 @@ def _departs(results: Results, model: ModelResults) -> bool:
     threshold = results.settings.gates.for_model(model.name, "max-rel-l2")
     return any(o.rel_l2 is not None and o.rel_l2 > threshold for c in model.comparisons
                if c.purpose == "candidate export fidelity" for o in c.outputs or ())
+
+
+# How a gate's status reads after "the latency gate …", with a mark of its own.
+STATUS_WORDS = {GateStatus.PASSED: ("passed", "passes"), GateStatus.FAILED: ("FAILED", "still fails"),
+                GateStatus.INCONCLUSIVE: ("incomplete", "cannot tell"), GateStatus.INCOMPLETE: ("incomplete", "was not "
+                                                                                                   "judged")}
+
+
+def _judged_latency(remedy: Remedy) -> Paragraph:
+    """A latency remedy judged by the latency gate, its status and threshold its own (issue 63: it read "FAILED … still
+    fails" for an incomplete gate, quoting the numerics threshold), against the baseline and against what ships."""
+    gate = remedy.latency_gate
+    marked, verb = STATUS_WORDS.get(gate.status, ("incomplete", gate.status.value)) if gate else ("incomplete",
+                                                                                                  "was not timed")
+    against = f": {gate.measured_against_rule}" if gate else ""
+    shipped = (f"; against the shipped artifact, ×{remedy.latency_ratio.median:.3g} (timed in turns in the diagnose "
+               "phase)" if remedy.latency_ratio else "")
+    within = "within" if remedy.rel_l2 is not None and remedy.rel_l2 <= remedy.threshold else "beyond"
+    numerics = (f" Its outputs are {within} the numerics threshold (rel. L2 {rel_l2_text(remedy.rel_l2)}, threshold "
+                f"{rel_l2_text(remedy.threshold)}, against the reference).")
+    provisional = f" Provisional: {remedy.provisional}." if remedy.provisional else ""
+    return Paragraph(f"Judged as the stack is, {code_span(remedy.model)} with the remedy ({', '.join(remedy.methods)} "
+                     f"remedied): {mark(marked)} the latency gate {verb} with the remedy, against the baseline"
+                     f"{against}{shipped}." + numerics
+                     + "".join(f" A condition: {condition}." for condition in remedy.conditions) + provisional)

@@ -291,6 +291,9 @@ class Remedy(codec.Record):
     min_cosine: float | None = None
     # What a soft gate would say of the remedied artifact (its latency against the shipped one): conditions.
     conditions: tuple[str, ...] = ()
+    # Where the gate it answers was not judged (the machine too busy to time): why, and what was computed stands,
+    # marked so (issue 63: a latency finding with its remedy lowered and timed was hidden).
+    provisional: str = ""
 
     @property
     def latency_gate(self) -> GateResult | None:
