@@ -83,7 +83,8 @@ def error_record(error: BaseException) -> dict[str, Any]:
     disk from the model's own failure by it), and a refused method's name (the parent refuses the model's
     configuration by it: MethodNameRefused)."""
     told = traceback.format_exc()
-    return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": str(error)[:MESSAGE_CHARS],
+    message = " — ".join([str(error), *getattr(error, "__notes__", ())])  # a note: what the runtime said (runtime_said)
+    return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": message[:MESSAGE_CHARS],
             "traceback_tail": told.splitlines()[-TRACEBACK_TAIL_LINES:],
             "source": source_line(told, {}, tool=str(Path(__file__).parent)),
             "errno": error.errno if isinstance(error, OSError) else None,
@@ -200,12 +201,41 @@ def is_program(file: str) -> bool:
 
 
 MethodCall = Callable[[Any, tuple[Any, ...]], Any]
+# A native runtime's own log line that says why it failed: "[XNNCompiler.cpp:1311] Failed to create cat3 node 52 with
+# code: xnn_status_invalid_parameter" (ExecuTorch's release log), where its exception says "error 0x1".
+NATIVE_FAILURE = re.compile(r"^\[?[\w.]+\.(?:cpp|cc|h):\d+\]?.*(?:fail|error|invalid|unsupported)", re.IGNORECASE)
+NATIVE_LINES = 4
+
+
+def runtime_said(action: Callable[..., Any], *args: Any) -> Any:
+    """``action(*args)``, and where it raises, the native runtime's own words while it ran added to the exception as
+    a note (issue 63: a .pte that lowered but did not load said why only in runtime.log). What the runtime writes
+    to the process's stderr is caught around the call and written on, so the phase's log still has every line."""
+    sys.stderr.flush()
+    saved, caught = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(caught.fileno(), 2)
+    try:
+        return action(*args)
+    except Exception as error:
+        caught.seek(0)
+        lines = caught.read().decode("utf-8", "replace").splitlines()
+        said = [line.strip() for line in lines if NATIVE_FAILURE.search(line.strip())][:NATIVE_LINES]
+        if said:
+            error.add_note("the runtime said: " + " · ".join(said))
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        caught.seek(0)
+        os.write(2, caught.read())
+        caught.close()
 
 
 def load_methods(adapter: Any, model_dir: Path, files: dict[str, str]) -> dict[str, tuple[MethodCall, Any]]:
     """Each method's call and the loaded artifact it takes: ``adapter.run`` on the method's own file, or
     ``adapter.run_method`` by name on the multi-method program, which is loaded once for all its methods."""
-    loaded = {file: adapter.load(model_dir / file) for file in dict.fromkeys(files.values())}
+    loaded = {file: runtime_said(adapter.load, model_dir / file) for file in dict.fromkeys(files.values())}
 
     def call_of(name: str, file: str) -> MethodCall:
         if not is_program(file):

@@ -120,8 +120,9 @@ class ExportPhase:
         # A variant whose recipe found nothing to quantize would be judged as the float model.
         counts = [d.get("quantized_modules", d.get("quantize_nodes")) for d in details.values()]
         if counts and all(c == 0 for c in counts):
+            why = "; ".join(dict.fromkeys(d["static_failed"] for d in details.values() if d.get("static_failed")))
             raise ValueError(f"{recipes[self.variant]}: quantized nothing in any method (no module or operator it "
-                             "takes); the artifact would be the float model")
+                             "takes); the artifact would be the float model" + (f" — {why}" if why else ""))
         return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details,
                            **self.quantized_outputs(quantized)}
 

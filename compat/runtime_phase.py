@@ -16,6 +16,7 @@ from .common import (
     load_npz_tensors,
     named_like_reference,
     named_outputs,
+    runtime_said,
     saved_files,
 )
 from .contract import (
@@ -79,7 +80,7 @@ class RuntimePhase:
 
     def call(self, name: str, args: tuple[Any, ...]) -> Any:
         run, program = self.log.results["load"][name]
-        return run(program, args)
+        return runtime_said(run, program, args)
 
     def run(self):
         args = self.log.results["inputs"]

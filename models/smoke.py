@@ -292,3 +292,31 @@ class PlantedLatency(nn.Module):
 def planted_latency() -> ModelCase:
     torch.manual_seed(13)
     return ModelCase(PlantedLatency().eval(), (torch.randn(1, 1024, 32),))
+
+
+def _conv(inputs: int, outputs: int, kernel: int = 1) -> nn.Sequential:
+    """ultralytics' Conv: a convolution, its batch norm and a SiLU."""
+    return nn.Sequential(nn.Conv2d(inputs, outputs, kernel, padding=kernel // 2, bias=False), nn.BatchNorm2d(outputs),
+                         nn.SiLU())
+
+
+class SplitShortcut(nn.Module):
+    """ultralytics' C2f with one bottleneck and its shortcut (yolov8n's backbone): a convolution's output split in
+    two, the bottleneck and its add on the second half, the three concatenated. Quantized int8 by ExecuTorch 0.7's
+    XNNPACKQuantizer it lowers, and XNNPACK refuses the three-input concatenation when the program loads."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        half = width // 2
+        self.cv1, self.cv2 = _conv(width, 2 * half), _conv(3 * half, width)
+        self.bottleneck = nn.Sequential(_conv(half, half, 3), _conv(half, half, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = list(self.cv1(x).chunk(2, 1))
+        parts.append(parts[-1] + self.bottleneck(parts[-1]))
+        return self.cv2(torch.cat(parts, 1))
+
+
+def planted_load() -> ModelCase:
+    torch.manual_seed(17)
+    return ModelCase(SplitShortcut().eval(), (torch.randn(1, 16, 20, 20),))

@@ -693,3 +693,27 @@ def test_a_method_written_as_source_rebuilds_the_same_program_and_says_when_it_c
     assert lines[0] == "plain True ['BUFFER', 'CONSTANT_TENSOR', 'PARAMETER', 'PARAMETER', 'USER_INPUT']", lines
     assert lines[1] == "Counting | written | it writes a buffer or an input back (a functionalized mutation)", lines
     assert lines[2] == "Branching | it calls submodules (control flow)", lines
+
+
+PLANTED_LOAD = "planted-load@int8"
+
+
+def test_a_program_that_lowers_and_does_not_load_says_what_the_runtime_said(explained_run):
+    """Issue 63, item 1 (its first part) and item 4: yolov8n's C2f block in int8. The candidate's program lowers and
+    fails to load with "error 0x1"; why — XNNPACK refusing the three-input concatenation — was only in runtime.log.
+    The load stage's error says it, and so does the gate. The baseline's FX cannot trace the block: what ships today
+    fails at quantize, with the line where tracing stopped."""
+    out, _ = explained_run
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == PLANTED_LOAD)
+    loaded = next(s for s in model["stacks"]["candidate"]["stages"] if s["stage"] == "load")
+    said = r"the runtime said: \[XNNCompiler\.cpp:\d+\] Failed to create cat3 node \d+ with code: xnn_status_invalid_parameter"
+    assert loaded["status"] == "failed" and re.search(r"error 0x1 — " + said, loaded["error"]["message"]), loaded
+    verdict = verdict_of(out)
+    gate = next(g for g in verdict.gates if (g.stack, g.model, g.gate) == ("candidate", PLANTED_LOAD, "quantized-export"))
+    assert gate.status is GateStatus.FAILED and re.search(said, gate.note), gate
+    (finding,) = (f for f in verdict.baseline_findings if f.model == PLANTED_LOAD)
+    assert finding.stage == "quantize" and "FX symbolic tracing (prepare_fx): TraceError: Proxy object cannot be " \
+        "iterated" in finding.failure, finding
+    traced = "parts = list(self.cv1(x).chunk(2, 1))"  # FX cannot iterate a traced value
+    line = (REPO / "models" / "smoke.py").read_text().splitlines().index(f"        {traced}") + 1
+    assert finding.failure.endswith(f"(at smoke.py:{line} in forward: {traced})"), finding

@@ -118,3 +118,33 @@ def test_a_model_an_installed_package_defines_has_its_line_named_not_torchs(expo
     team = '  File "/work/team/net.py", line 9, in forward\n    return self.levit(x)\n'
     assert export_errors.source_line(team + trace, {}) == "net.py:9 in forward: return self.levit(x)"
     assert export_errors.source_line(torch_only, {}) is None
+
+
+def test_what_the_native_runtime_said_while_it_failed_is_added_to_the_error_and_still_logged(capfd):
+    """Issue 63: an int8 .pte that lowered failed to load with "error 0x1"; why was only in the log, written by
+    the runtime's C++ to the process's stderr. runtime_said adds those lines to the exception, and writes every
+    line on to stderr, where the phase's log has it."""
+    import os
+
+    from helpers.compat_package import compat_module
+
+    common = compat_module("runtime_said_under_test", "common")
+
+    def load(path: str) -> None:
+        os.write(2, b"[program.cpp:134] InternalConsistency verification requested but not available\n"
+                    b"[XNNCompiler.cpp:1311] Failed to create cat3 node 52 with code: xnn_status_invalid_parameter\n"
+                    b"[method.cpp:109] Init failed for backend XnnpackBackend: 0x1\n")
+        raise RuntimeError(f"loading method forward of {path} failed with error 0x1")
+
+    with pytest.raises(RuntimeError) as raised:
+        common.runtime_said(load, "m.pte")
+    assert raised.value.__notes__ == [
+        "the runtime said: [XNNCompiler.cpp:1311] Failed to create cat3 node 52 with code: xnn_status_invalid_parameter"
+        " · [method.cpp:109] Init failed for backend XnnpackBackend: 0x1"]
+    assert "InternalConsistency verification requested" in capfd.readouterr().err  # every line still logged
+    try:
+        raise raised.value
+    except RuntimeError as error:
+        assert common.error_record(error)["message"] == (
+            "loading method forward of m.pte failed with error 0x1 — " + raised.value.__notes__[0])
+    assert common.runtime_said(lambda: 7) == 7 and capfd.readouterr().err == ""  # nothing said, nothing added
