@@ -9,6 +9,7 @@ twice on purpose, one copy per side of the process boundary.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -207,29 +208,44 @@ NATIVE_FAILURE = re.compile(r"^\[?[\w.]+\.(?:cpp|cc|h):\d+\]?.*(?:fail|error|inv
 NATIVE_LINES = 4
 
 
+@contextlib.contextmanager
+def stderr_kept(kept: list[str]) -> Iterator[None]:
+    """Everything written to stderr meanwhile — by this process and by the tools it starts — appended to
+    ``kept`` as text, and passed on to the real stderr (the worker's log) afterwards.
+
+    ExecuTorch runs flatc with ``subprocess.run(..., check=True)`` and no capture: its CalledProcessError
+    says only "returned non-zero exit status 1", while flatc's reason went to the log (issue 37). Taken at
+    the file descriptor, so a child's output is kept too."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            data = sink.read()
+            os.write(2, data)
+            kept.append(data.decode(errors="replace"))
+
+
 def runtime_said(action: Callable[..., Any], *args: Any) -> Any:
     """``action(*args)``, and where it raises, the native runtime's own words while it ran added to the exception as
     a note (issue 63: a .pte that lowered but did not load said why only in runtime.log). What the runtime writes
-    to the process's stderr is caught around the call and written on, so the phase's log still has every line."""
-    sys.stderr.flush()
-    saved, caught = os.dup(2), tempfile.TemporaryFile()
-    os.dup2(caught.fileno(), 2)
+    to the process's stderr is kept around the call (``stderr_kept``) and written on, so the log has every line."""
+    kept: list[str] = []
     try:
-        return action(*args)
+        with stderr_kept(kept):
+            return action(*args)
     except Exception as error:
-        caught.seek(0)
-        lines = caught.read().decode("utf-8", "replace").splitlines()
+        lines = "".join(kept).splitlines()
         said = [line.strip() for line in lines if NATIVE_FAILURE.search(line.strip())][:NATIVE_LINES]
         if said:
             error.add_note("the runtime said: " + " · ".join(said))
         raise
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        caught.seek(0)
-        os.write(2, caught.read())
-        caught.close()
 
 
 def load_methods(adapter: Any, model_dir: Path, files: dict[str, str]) -> dict[str, tuple[MethodCall, Any]]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # imported where it is used: the stderr capture below is tested without a stack
+from .common import stderr_kept
+
+if TYPE_CHECKING:  # imported where it is used: the stderr capture is tested without a stack
     import torch
 
 MESSAGE_CHARS = 600
@@ -152,30 +153,6 @@ def _scratch_directory() -> Iterator[None]:
             os.chdir(before)
 
 
-@contextlib.contextmanager
-def _stderr_kept(kept: list[str]) -> Iterator[None]:
-    """Everything written to stderr meanwhile — by this process and by the tools it starts — appended to
-    ``kept`` as text, and passed on to the real stderr (the worker's log) afterwards.
-
-    ExecuTorch runs flatc with ``subprocess.run(..., check=True)`` and no capture: its CalledProcessError
-    says only "returned non-zero exit status 1", while flatc's reason went to the log (issue 37). Taken at
-    the file descriptor, so a child's output is kept too."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            data = sink.read()
-            os.write(2, data)
-            kept.append(data.decode(errors="replace"))
-
-
 def failure_message(error: BaseException, stderr: str) -> str:
     """A backend's error; for a tool that failed (a CalledProcessError, raised or behind what was), the last
     lines it wrote to stderr first — what flatc said, not only its exit status."""
@@ -211,7 +188,7 @@ def try_backend(name: str, module: torch.nn.Module, inputs: tuple[torch.Tensor, 
 
     stderr: list[str] = []
     try:
-        with _scratch_directory(), torch.no_grad(), _stderr_kept(stderr):
+        with _scratch_directory(), torch.no_grad(), stderr_kept(stderr):
             lowered = to_edge_transform_and_lower(
                 torch.export.export(module, inputs), partitioner=partitioners,
                 transform_passes=[_fill_default_args()],

@@ -80,11 +80,12 @@ class RuntimePhase:
 
     def call(self, name: str, args: tuple[Any, ...]) -> Any:
         run, program = self.log.results["load"][name]
-        return runtime_said(run, program, args)
+        return run(program, args)
 
     def run(self):
         args = self.log.results["inputs"]
-        named = {name: named_outputs(self.call(name, args[name])) for name in self.methods}
+        # What the runtime says while a method fails, caught once for the stage, not around every call.
+        named = runtime_said(lambda: {name: named_outputs(self.call(name, args[name])) for name in self.methods})
         reference = self.model_dir / "eager.npz"
         expected = load_npz_tensors(reference) if reference.is_file() else None
         if expected is not None:
@@ -103,7 +104,7 @@ class RuntimePhase:
         def call(name: str, *args: Any) -> list[Any]:
             return flatten_outputs(self.call(name, args))
 
-        return run_task(case, call, self.model_dir / "artifact-task.npz")
+        return runtime_said(run_task, case, call, self.model_dir / "artifact-task.npz")
 
     def profile(self):
         # Where the time goes, operator by operator, in the stack's own runtime.

@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers.compat_package import compat_module
 from helpers.imports import circles
 
 from upgrade_gate.config.specs import ADAPTER_HELPERS, NOT_ADAPTERS, WORKER_MODULES, WORKER_WINGS, load_spec
@@ -467,13 +468,11 @@ def test_no_worker_file_is_long():
 def test_a_backend_try_that_fails_in_a_tool_says_what_the_tool_wrote(capfd):
     # Issue 37: ExecuTorch runs flatc with check=True and no capture, so an export-only try that failed there
     # said "returned non-zero exit status 1" and flatc's reason was only in the worker's log.
-    spec = importlib.util.spec_from_file_location("backends_under_test", COMPAT / "executorch_backends.py")
-    backends = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(backends)  # imports no torch until a backend is tried
+    backends = compat_module("backends_under_test", "executorch_backends")  # no torch until a backend is tried
     flatc = ["sh", "-c", "echo 'lowering…' >&2; echo 'error: program.json:3: unknown field: delegate_data' >&2; "
                          "exit 1", "flatc"]
     kept: list[str] = []
-    with pytest.raises(RuntimeError) as raised, backends._stderr_kept(kept):
+    with pytest.raises(RuntimeError) as raised, backends.stderr_kept(kept):
         try:
             subprocess.run(flatc, check=True)
         except subprocess.CalledProcessError as error:  # as ExecuTorch's serializer lets it out, wrapped
