@@ -19,10 +19,11 @@ FUNCTION_LIMIT = 60
 PRODUCT_LIMIT = 26_600
 GROWTH = {
     "issue 63, item 5: the scan's set-asides (compat/scan_guards.py) and project.scan-allow": 232,
-    "issue 63, item 3: releases built with the extra requirements; a missing package named with its key": 20,
+    "issue 63, item 3: releases built with the extra requirements, the install that failed named; a missing "
+    "package named with its key": 43,
     "issue 63, item 4: the baseline's failures by stage, with the model's line an error was raised under": 14,
     "issue 63, item 2: a latency finding on a busy machine kept, provisional; its remedy judged by its own gate": 44,
-    "issue 63, item 1 (in part): a native runtime's own words on a failed load or run; yolov8n's C2f planted": 65,
+    "issue 63, item 1 (in part): a native runtime's own words on a failed load or run; yolov8n's C2f planted": 57,
 }
 SLACK = 50
 

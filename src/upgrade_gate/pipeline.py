@@ -204,7 +204,7 @@ def check_project_models_or_exit(plan: Plan, spec: StackSpec, bin_dir: Path) -> 
             missing = re.search(r"No module named '([^'.]+)", str(result.get("error")))
             fix = (f"install the package that provides {missing[1]!r} into every stack: [tool.upgrade-gate."
                    f'extra-requirements] "*" = ["<its distribution>"] in {plan.settings.config_path}'
-                   if missing and missing[1] != entry.factory.split(".")[0].split(":")[0] else
+                   if missing and missing[1] != entry.factory.partition(":")[0].partition(".")[0] else
                    f"the factory must be importable from {entry.project_root} and return (torch.nn.Module, tuple of "
                    "tensors)")
             fail_usage(f"{entry.defined_in}: tool.upgrade-gate.models.{name}: factory {entry.factory!r} failed in "

@@ -36,8 +36,9 @@ def read_scan(path: Path) -> ScanResults:
 def allowing(scan: ScanResults, allow: dict[str, str]) -> ScanResults:
     """``scan`` with each finding a ``project.scan-allow`` key ("CODE PATTERN", the first that matches) allows given
     its reason, and the keys that allow none."""
-    keys = [next((key for key in allow if key.split(" ", 1)[0] == found.code
-                  and fnmatch.fnmatchcase(found.file, key.split(" ", 1)[1])), None) for found in scan.findings]
+    rules = [(key, *key.split(" ", 1)) for key in allow]  # its shape checked by config/project_settings.py
+    keys = [next((key for key, code, files in rules if code == found.code and fnmatch.fnmatchcase(found.file, files)),
+                 None) for found in scan.findings]
     findings = tuple(replace(found, allowed=allow[key]) if key else found for found, key in zip(scan.findings, keys))
     return replace(scan, findings=findings, unused_allow=tuple(key for key in allow if key not in keys))
 

@@ -232,18 +232,9 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
     wheels = venv.with_name(f"{release.name}.wheels") if request.prune else None
     log(f"releases: {release.name}: building the stack (torch {release.torch}, torchvision {release.torchvision}"
         + (f", torchao {release.torchao}" if release.torchao else "") + ")")
-    # The release stands in for the configured candidate: the project's extra requirements for it, installed after
-    # the release's own as `nox -s run` installs them (issue 63: without them every release failed on `import timm`).
-    extra = request.plan.extra_requirements(request.plan.candidates[0].name)
-    error = venvs.build_venv(uv, spec, venv, wheels, extra=extra, team_folder=request.plan.settings.config_path.parent)
-    if error:
-        _remove(venv, wheels)
-        if not refused_by_the_index(error):  # the network or the disk: the machine's, not the release's
-            guard.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
-                                  "again: it resumes")
-        return finish(NOT_INSTALLED, f"uv could not install {', '.join(map(str, spec.requirements))}"
-                                     f"{f' and then {shlex.join(extra)}' if extra else ''} for Python "
-                                     f"{spec.python}: {error}", rule.adapter)
+    refused = _release_stack(request, release, spec, uv, venv, wheels)
+    if refused:
+        return finish(NOT_INSTALLED, refused, rule.adapter)
     try:
         plan = release_plan(request, release, spec, names)
         outcome = pipeline.compare(plan, {plan.baseline.name: baseline_bin, spec.name: venv / "bin"}, log=log)
@@ -265,6 +256,26 @@ def explore_release(request: Request, release: Release, uv: str, baseline_bin: P
             _remove(venv, wheels)
 
 
+def _release_stack(request: Request, release: Release, spec: StackSpec, uv: str, venv: Path,
+                   wheels: Path | None) -> str | None:
+    """The release's stack, built as `nox -s run` builds the candidate's, for whose place it stands: its requirements,
+    then the project's extra requirements for the candidate (issue 63: without them every release failed on `import
+    timm`). None, or why the index refused it; the network or the disk failing is the machine's: exit 3."""
+    extra = request.plan.extra_requirements(request.plan.candidates[0].name)
+    failed = venvs.build_venv(uv, spec, venv, wheels, extra=extra,
+                              team_folder=request.plan.settings.config_path.parent)
+    if not failed:
+        return None
+    _remove(venv, wheels)
+    on, error = failed
+    if not refused_by_the_index(error):
+        guard.fail_incomplete(f"{release.name}: uv could not build its stack ({error}); run the same command "
+                              "again: it resumes")
+    what = (', '.join(map(str, spec.requirements)) if on == venvs.SPEC_REQUIREMENTS
+            else f"the project's extra requirements {shlex.join(extra)} beside them")
+    return f"uv could not install {what} for Python {spec.python}: {error}"
+
+
 def _remove(*folders: Path | None) -> None:
     for folder in folders:
         if folder is not None:
@@ -277,15 +288,17 @@ def build_baseline(request: Request, uv: str, log: Callable[[str], Any]) -> Path
     not list is the configuration's, never a release's: issue 63)."""
     plan, spec = request.plan, request.plan.baseline
     log(f"releases: the baseline {spec.name}: building its venv")
+    folder, config = venv_dir(request.out, spec.name), plan.settings.config_path
     extra = plan.extra_requirements(spec.name)
-    error = venvs.build_venv(uv, spec, venv_dir(request.out, spec.name), extra=extra,
-                             team_folder=plan.settings.config_path.parent)
-    if error:
-        guard.fail_usage(f"{spec.path}: requirements: uv could not install them"
-                         f"{f' and then {shlex.join(extra)} (tool.upgrade-gate.extra-requirements)' if extra else ''}"
-                         f": {error}; fix the versions in the spec")
-    pipeline.check_project_models_or_exit(plan, spec, venv_dir(request.out, spec.name) / "bin")
-    return venv_dir(request.out, spec.name) / "bin"
+    failed = venvs.build_venv(uv, spec, folder, extra=extra, team_folder=config.parent)
+    if failed and failed[0] == venvs.SPEC_REQUIREMENTS:
+        guard.fail_usage(f"{spec.path}: requirements: uv could not install them: {failed[1]}; fix the versions in "
+                         "the spec")
+    if failed:  # as `nox -s run` says it
+        guard.fail_usage(f"{config}: {venvs.EXTRA_REQUIREMENTS}: uv could not install {shlex.join(extra)} into stack "
+                         f"{spec.name!r}: {failed[1]}")
+    pipeline.check_project_models_or_exit(plan, spec, folder / "bin")
+    return folder / "bin"
 
 
 def explore(request: Request, uv: str, log: Callable[[str], Any] = print) -> int:

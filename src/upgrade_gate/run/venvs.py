@@ -116,22 +116,29 @@ def install(uv: str, bin_dir: Path, requirements: list[str], *, cwd: Path) -> st
     return " ".join(line for line in lines if line) or f"exit status {result.returncode}"
 
 
+# What a venv that could not be built failed on: the spec's requirements, or the project's extra ones after them.
+SPEC_REQUIREMENTS, EXTRA_REQUIREMENTS = "requirements", "tool.upgrade-gate.extra-requirements"
+
+
 def build_venv(uv: str, spec: StackSpec, folder: Path, wheels: Path | None = None, *, extra: Sequence[str] = (),
-               team_folder: Path | None = None) -> str | None:
-    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache
-    of its own), then the project's ``extra`` requirements, run in ``team_folder``; uv's error, or None."""
-    bin_dir = folder / "bin"
+               team_folder: Path | None = None) -> tuple[str, str] | None:
+    """A venv of exactly the spec's recipe (uv links it from its cache, or from ``wheels``, a cache of its own), then
+    the project's ``extra`` requirements, run in ``team_folder``, as `nox -s run` installs them; None, or what it
+    failed on (SPEC_REQUIREMENTS or EXTRA_REQUIREMENTS) and uv's error."""
+    bin_dir, team_folder = folder / "bin", team_folder or spec.path.parent
     if not (bin_dir / "python").is_file():
         made = subprocess.run([uv, "venv", "--quiet", "--python", spec.python, str(folder)],
                               capture_output=True, text=True, check=False)
         if made.returncode != 0:
-            return " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
-    recipe = venv_recipe(spec, list(extra), team_folder or spec.path.parent)
+            return SPEC_REQUIREMENTS, " ".join(line.strip() for line in made.stderr.splitlines() if line.strip())
+    recipe = venv_recipe(spec, list(extra), team_folder)
     empty_venv_unless_made_from(uv, bin_dir, recipe)
     own_cache = ["--cache-dir", str(wheels)] if wheels else []
     error = install(uv, bin_dir, [*own_cache, *(str(r) for r in spec.requirements)], cwd=spec.path.parent)
-    if error is None and extra:
-        error = install(uv, bin_dir, [*own_cache, *extra], cwd=team_folder or spec.path.parent)
-    if error is None:
-        recipe_installed(bin_dir, recipe)
-    return error
+    if error is not None:
+        return SPEC_REQUIREMENTS, error
+    error = install(uv, bin_dir, [*own_cache, *extra], cwd=team_folder) if extra else None
+    if error is not None:
+        return EXTRA_REQUIREMENTS, error
+    recipe_installed(bin_dir, recipe)
+    return None
