@@ -163,7 +163,6 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet,
     wrapper.visit_batched([*(driven.visitor for driven in torchfix_visitors), ours, guards])
 
     findings: list[dict[str, Any]] = []
-    set_aside: list[dict[str, Any]] = []
     for hit in ours.hits:
         findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
                          "source": "upgrade-gate", "name": hit.name, "call": one_line(hit.shown),
@@ -182,11 +181,9 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet,
                          "call": one_line(violation.node), "summary": violation.message, "why": advice.why,
                          "replacement": replacement})
         nodes.append(violation.node)
-    for finding, node in zip(list(findings), nodes, strict=True):
-        if why := guards.why_set_aside(finding["code"], finding["line"], node):
-            findings.remove(finding)
-            set_aside.append({**finding, "set_aside": why})
-    return _sorted_unique(findings), _sorted_unique(set_aside)
+    whys = [guards.why_set_aside(f["code"], f["line"], node) for f, node in zip(findings, nodes, strict=True)]
+    return (_sorted_unique([f for f, why in zip(findings, whys) if not why]),
+            _sorted_unique([{**f, "set_aside": why} for f, why in zip(findings, whys) if why]))
 
 
 def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:

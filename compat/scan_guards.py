@@ -84,8 +84,8 @@ class SetAsides(cst.BatchableCSTVisitor):
         self.unreached: list[tuple[int, int, str]] = []  # (first line, last line, why)
         self.functions: list[int] = [0]  # the enclosing functions, by id; 0: the module
         self.weights_only_set: dict[tuple[int, str], int] = {}  # (function, mapping's name) → first line it is set
-        self.kwargs_of: dict[int, tuple[str, ...]] = {}  # id(call) → the mappings it passes with **
-        self.call_function: dict[int, int] = {}  # id(call) → its function
+        self.kwargs_of: dict[int, tuple[str, ...]] = {}  # id(call) → the mappings it passes with ** (if any)
+        self.call_function: dict[int, int] = {}  # id(call) → its function, for those calls
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.get_metadata(PositionProvider, node).start.line
@@ -126,11 +126,10 @@ class SetAsides(cst.BatchableCSTVisitor):
         if (isinstance(func, cst.Attribute) and func.attr.value in ("setdefault", "update")
                 and "weights_only" in " ".join(_code(arg) for arg in node.args)):
             self._sets(func.value, node)
-        self.call_function[id(node)] = self.functions[-1]
-        self.kwargs_of[id(node)] = tuple(
-            "weights_only" if isinstance(arg.value, cst.Dict | cst.Call) and "weights_only" in _code(arg.value)
-            else _code(arg.value)
-            for arg in node.args if arg.star == "**")
+        mappings = tuple("weights_only" if isinstance(arg.value, cst.Dict | cst.Call) and "weights_only" in
+                         _code(arg.value) else _code(arg.value) for arg in node.args if arg.star == "**")
+        if mappings:  # only a call that passes a mapping with ** can be given weights_only through it
+            self.call_function[id(node)], self.kwargs_of[id(node)] = self.functions[-1], mappings
 
     def why_set_aside(self, code: str, line: int, node: cst.CSTNode | None) -> str | None:
         """Why a finding of ``code`` at ``line`` (``node``: the call TorchFix flagged) is set aside, or None."""
