@@ -214,6 +214,27 @@ class SearchesBlocks(Protocol):
 
 
 @runtime_checkable
+class AnswersLoadFailures(Protocol):
+    """Where a program lowers and fails when the runtime loads it (compat/diagnose/load_phase.py): the runtime's own
+    words matched to the calls that make the node they name, that call alone as a reproducer, and the remedies the
+    words point at."""
+
+    def load_culprits(self, lowerable: Any, said: str) -> dict[str, Any]:
+        """The search's finding from the runtime's words ``said``: ``{"status": "found", "reason", "culprits": [{
+        "operator", "backend", "calls": [{"key", "module", "source", "inputs"}]}]}``, or ``"not pinned"`` and why."""
+
+    def load_call_code(self, lowerable: Any, key: str, tensors: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        """The call ``key`` alone as a reproducer's code, on the real tensors that reached it, and those tensors."""
+
+    def load_remedy_options(self, lowerable: Any, found: dict[str, Any]) -> list[tuple[str, str, bool]]:
+        """The remedies for ``found`` (load_culprits'), as Diagnoses.remedy_options gives them."""
+
+    def load_reproducer_source(self, *, kind: str, call: str, arguments: int, threshold: float, remedy: str,
+                               found_in: str, fails_with: str) -> str:
+        """As Diagnoses.reproducer_source, exiting 1 while the program fails to load with ``fails_with``."""
+
+
+@runtime_checkable
 class KeepsFloat(Protocol):
     """Where a quantized variant departs from the float model beyond its gate: the recipe run again with
     some layers left in float (compat/diagnose/precision.py, compat/diagnose/precision_phase.py), and the lines
@@ -257,7 +278,7 @@ CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, 
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
-                               ReExports: "the export options"}
+                               ReExports: "the export options", AnswersLoadFailures: "the load-failure search"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -329,4 +350,5 @@ if TYPE_CHECKING:
     _candidate_diagnoses: Diagnoses = executorch_xnnpack
     _candidate_searches_blocks: SearchesBlocks = executorch_xnnpack
     _candidate_keeps_float: KeepsFloat = executorch_xnnpack
+    _candidate_load_failures: AnswersLoadFailures = executorch_xnnpack
     _candidate_re_exports: ReExports = executorch_xnnpack

@@ -189,7 +189,7 @@ def remedy_options(exported: Any, culprits: list[tuple[str, str]], *,
     if kinds and all(kind in DECOMPOSITIONS for kind in kinds):
         options.append(("rewritten into operators the delegate takes",
                         _rewrite_code([DECOMPOSITIONS[kind] for kind in kinds]), False))
-    narrowed, whole = _kept_out_code(exported, culprits), _kept_out_code(exported, culprits, narrowed=False)
+    narrowed, whole = kept_out_code(exported, culprits), kept_out_code(exported, culprits, narrowed=False)
     options.append(("kept out of the delegate", narrowed, False))
     if whole != narrowed:  # the narrowing missed what the search kept out: every call of the kind, as it did
         options.append(("every call of the kind kept out of the delegate", whole, True))
@@ -242,7 +242,7 @@ def shared_dynamic_quantizations(exported: Any) -> dict[str, list[str]]:
     return shared
 
 
-def _kept_out_code(exported: Any, culprits: list[tuple[str, str]], *, narrowed: bool = True) -> str:
+def kept_out_code(exported: Any, culprits: list[tuple[str, str]], *, narrowed: bool = True) -> str:
     """The lines of an export script that keep each culprit kind out of the delegate: its partitioner config
     narrowed by the string arguments of its first call (``approximate='tanh'``), or left out where it has none
     or ``narrowed`` is False. Numbers are never narrowed on: at partition time a Python scalar argument is a

@@ -26,6 +26,12 @@ from .executorch_diagnose import (  # noqa: F401 - the adapter's members
     reproducer_source,
     run_lowered,
 )
+from .executorch_load import (  # noqa: F401 - the adapter's members
+    load_call_code,
+    load_culprits,
+    load_remedy_options,
+    load_reproducer_source,
+)
 from .executorch_precision import (  # noqa: F401 - the adapter's members, and what quantize() is built from
     WEIGHT_GROUP_SIZE,
     capture_for_quantization,

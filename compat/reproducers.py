@@ -43,7 +43,7 @@ EXECUTORCH_OPERATOR_DOC = '''One operator lowered to ExecuTorch's XNNPACK delega
 The comments below name it, the release and where upgrade-gate found it; inputs.pt holds the real
 tensors that reached that call. Run with the Python of a venv that has torch and executorch:
 
-    python repro.py                  # exit 1: the lowered operator differs from eager; 0: it does not
+    python repro.py                  # exit 1: the lowered operator differs from eager (or fails as found); 0: not
     python repro.py --with-remedy    # the same, lowered with the remedy below: exit 0 when it fixes it
 
 Exit 3: it could not run (the lowering or the runtime failed, the error printed): no answer either way.
@@ -56,6 +56,8 @@ from pathlib import Path
 
 KIND = {kind}  # the operator, as the line printed names it
 THRESHOLD = {threshold}  # the relative L2 error against eager the lowering may have
+# Where the program lowered and failed to load or run when found: the runtime's error, which reproduces when raised.
+FAILS_WITH = {fails_with}
 
 
 def remedy(program):
@@ -72,6 +74,8 @@ def main():
     from executorch.exir import to_edge_transform_and_lower
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
+    __import__("torch.ao.quantization.fx._decomposed")  # the quantize and dequantize operators a call may use
+
     class Operator(torch.nn.Module):
         def forward(self, {names}):
             return {call}
@@ -79,10 +83,17 @@ def main():
     eager = Operator()(*inputs)
     program = torch.export.export(Operator(), inputs)
     program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())
-    buffer = to_edge_transform_and_lower(program, partitioner=[partitioner]).to_executorch().buffer
-    lowered = _load_for_executorch_from_buffer(buffer).forward(inputs)[0]
-    error = (torch.linalg.vector_norm((lowered - eager).double()) / torch.linalg.vector_norm(eager.double())).item()
     how = "with the remedy" if "--with-remedy" in sys.argv else "to XNNPACK"
+    buffer = to_edge_transform_and_lower(program, partitioner=[partitioner]).to_executorch().buffer
+    try:
+        lowered = _load_for_executorch_from_buffer(buffer).forward(inputs)[0]
+    except Exception as failure:
+        if not FAILS_WITH or FAILS_WITH not in str(failure):
+            raise  # another failure than the one found: no answer either way (exit 3)
+        print(f"torch {{torch.__version__}}: {{KIND}} lowered {{how}} fails when the runtime loads it: "
+              f"{{type(failure).__name__}}: {{FAILS_WITH}} (the runtime's own words are on stderr)")
+        return 1
+    error = (torch.linalg.vector_norm((lowered - eager).double()) / torch.linalg.vector_norm(eager.double())).item()
     print(f"torch {{torch.__version__}}: {{KIND}} lowered {{how}}: "
           f"relative L2 error {{error:.3g}} against eager (threshold {{THRESHOLD:g}}), "
           f"largest difference {{(lowered - eager).abs().max().item():.3g}}")
@@ -92,12 +103,14 @@ def main():
 
 
 def executorch_operator(*, kind: str, executorch: str, found_in: str, call: str, arguments: int, threshold: float,
-                        remedy: str) -> str:
-    """The script that lowers one operator (``call``, code op_call_code wrote) on ``inputs.pt`` beside it."""
-    said = (f"{kind}: ExecuTorch {executorch}'s XNNPACK delegate differs from eager.\n"
+                        remedy: str, fails_with: str = "") -> str:
+    """The script that lowers one operator (``call``, code op_call_code wrote) on ``inputs.pt`` beside it;
+    ``fails_with``: the runtime's error where the program failed to load or run when found."""
+    differs = "fails when its program loads" if fails_with else "differs from eager"
+    said = (f"{kind}: ExecuTorch {executorch}'s XNNPACK delegate {differs}.\n"
             f"Found by upgrade-gate in {found_in}")
     return script(EXECUTORCH_OPERATOR_DOC, said, EXECUTORCH_OPERATOR_CODE, kind=python_string(kind),
-                  threshold=repr(threshold), remedy=indented(remedy), call=call,
+                  threshold=repr(threshold), remedy=indented(remedy), call=call, fails_with=python_string(fails_with),
                   names=", ".join(f"x{i}" for i in range(arguments)))
 
 
@@ -173,15 +186,15 @@ def main():
     eager = torch.utils._pytree.tree_leaves(program.module()(*inputs))
     program, partitioner = remedy(program) if "--with-remedy" in sys.argv else (program, XnnpackPartitioner())
     how = "with the remedy" if "--with-remedy" in sys.argv else "to XNNPACK"
-    try:
+    try:  # a method that lowered and failed to load when found fails here too
         buffer = to_edge_transform_and_lower(program, partitioner=[partitioner]).to_executorch().buffer
+        outputs = _load_for_executorch_from_buffer(buffer).forward(inputs)
     except Exception as failure:
         if not FAILS_WITH or FAILS_WITH not in str(failure):
             raise  # another failure than the one found: no answer either way (exit 3)
         print(f"torch {{torch.__version__}}: the method lowered {{how}}{{rebuilt}} {{FAILS}}: "
               f"{{type(failure).__name__}}: {{FAILS_WITH}}")
         return 1
-    outputs = _load_for_executorch_from_buffer(buffer).forward(inputs)
     errors = [(torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())).item()
               for a, e in zip(outputs, eager)]
     limits = THRESHOLD if isinstance(THRESHOLD, list) else [THRESHOLD] * len(errors)

@@ -285,7 +285,8 @@ def test_each_diagnose_search_runs_the_phase_that_records_it():
             picked[node.test.comparators[0].value] = call.args[0].value
     assert picked == {"keep-float": "diagnose.precision_phase",
                       "quantized-lowering": "diagnose.quantized_lowering_phase",
-                      "export": "diagnose.export_remedy_phase", "latency": "diagnose.latency_phase"}
+                      "export": "diagnose.export_remedy_phase", "latency": "diagnose.latency_phase",
+                      "load": "diagnose.load_phase"}
     for search, module in picked.items():
         assert search == string_constants_of(COMPAT.joinpath(*module.split(".")).with_suffix(".py"))["SEARCH"], module
 

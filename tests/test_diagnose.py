@@ -717,3 +717,45 @@ def test_a_program_that_lowers_and_does_not_load_says_what_the_runtime_said(expl
     traced = "parts = list(self.cv1(x).chunk(2, 1))"  # FX cannot iterate a traced value
     line = (REPO / "models" / "smoke.py").read_text().splitlines().index(f"        {traced}") + 1
     assert finding.failure.endswith(f"(at smoke.py:{line} in forward: {traced})"), finding
+
+
+def test_a_program_that_does_not_load_gets_the_node_a_reproducer_and_a_remedy(explained_run, tmp_path):
+    """Issue 63, item 1: the int8 C2f block's Way out. The runtime's words name XNNPACK's cat3 node; the entry
+    names the concatenation's call, its line, and how its inputs' quantization departs from its output's (the split
+    halves stay float: the shortcut's add reads one of them too). The call alone on its real inputs fails to load as
+    the model did (exit 1) and loads with the remedy (exit 0), and fails so from a copy with the candidate's Python; the
+    remedy, each input quantized as the concatenation's output, passes the quantized gate it answers."""
+    out, _ = explained_run
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == PLANTED_LOAD)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
+    assert stages["build"]["details"]["search"] == "load", stages["build"]
+    found = stages["search"]["details"]["methods"]["forward"]
+    assert found["status"] == "found" and found["runtime"]["node"] == "cat" and found["runtime"]["inputs"] == 3
+    (culprit,) = found["culprits"]
+    (call,) = culprit["calls"]
+    concatenated = "return self.cv2(torch.cat(parts, 1))"
+    line = (REPO / "models" / "smoke.py").read_text().splitlines().index(f"        {concatenated}") + 1
+    assert culprit["operator"] == "aten.cat.default (3 inputs)" and call["source"] == (
+        f"smoke.py:{line} in forward: {concatenated}"), culprit
+    assert call["inputs"][:2] == ["input 0: float", "input 1: float"] and call["inputs"][-1].startswith("output:")
+    written = stages["reproducer"]["details"]["methods"]["forward"]
+    assert written["scope"] == "operator" and [(r["args"], r["exit"]) for r in written["runs"]] == [
+        ([], 1), (["--with-remedy"], 0)], written
+    copy = tmp_path / "handed on"
+    shutil.copytree(out / "stacks/candidate/models" / PLANTED_LOAD / "diagnose" / written["folder"], copy)
+    python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
+    # As lowered (the phase ran both where it wrote them): the runtime's own words reach the team's terminal.
+    ran = subprocess.run([python, str(copy / "repro.py")], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert ran.returncode == 1 and "fails when the runtime loads it" in ran.stdout, ran.stdout + ran.stderr[-2000:]
+    assert "Failed to create cat3 node" in ran.stderr, ran.stderr[-2000:]
+    remedy = stages["remedy"]["details"]["methods"]["forward"]
+    assert remedy["passes"] and remedy["remedy"].startswith("each input of the concatenation quantized as its "
+                                                            "output is"), remedy
+    (judged,) = (r for r in verdict_of(out).remedies if r.model == PLANTED_LOAD)
+    assert judged.passes and judged.gate == "quantized-export" and judged.operators == (
+        "aten.cat.default (3 inputs)",), judged
+    way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
+    entry = way_out.split(f"### `{PLANTED_LOAD}` · `forward` in candidate")[1].split("\n### ")[0]
+    assert "[FAILED] **It lowers and does not load**: the runtime said: [XNNCompiler.cpp:" in entry, entry
+    assert f"- **`aten.cat.default (3 inputs)`** (XNNPACK delegate): the model itself, at smoke.py:{line}" in entry

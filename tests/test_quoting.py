@@ -92,7 +92,7 @@ def test_a_fence_and_a_code_span_hold_any_text(text):
 def _executorch_operator(text: str) -> str:
     return reproducers.executorch_operator(kind=text, executorch=text, found_in=f"m's forward:\n{text}",
                                            call="torch.ops.aten.gelu.default(x0, approximate='tanh')", arguments=1,
-                                           threshold=1e-4, remedy=_remedy(text))
+                                           threshold=1e-4, remedy=_remedy(text), fails_with=text)
 
 
 def _executorch_method(text: str) -> str:
@@ -112,7 +112,7 @@ def _program_source(text: str) -> str:
 
 
 def _remedy(text: str) -> str:
-    """A remedy's lines as executorch_diagnose._kept_out_code writes them: the culprit named in a comment, its
+    """A remedy's lines as executorch_diagnose.kept_out_code writes them: the culprit named in a comment, its
     argument in a condition."""
     return "\n".join([quoting.python_comment(f"{text} stays out of XNNPACK"), "class Kept:",
                       f"    def check(self, node):\n        return node.args[1] == {quoting.python_string(text)}",
@@ -377,3 +377,30 @@ def test_junit_xml_is_well_formed_whatever_a_gates_note_holds():
     (failure,) = ET.fromstring(junit_xml(record)).iter("failure")
     assert "RuntimeError: \\x1b[31mbad\\x1b[0m \\x07 </failure><x/>" in failure.attrib["message"]
     assert "evidence: m.py:7 in forward" in failure.text and "\\x1b[31m \\x07 \\ud800" in failure.text
+
+
+# -- a runtime's own words on a program that does not load ----------------------------------------------------
+
+executorch_load = compat_module("quoting_under_test", "executorch_load")
+
+
+@pytest.mark.parametrize(("said", "node"), [
+    # The planted C2f block, as runtime_said joins the native lines.
+    ("the runtime said: [XNNCompiler.cpp:1311] Failed to create cat3 node 52 with code: xnn_status_invalid_parameter"
+     " · [XNNPACKBackend.cpp:119] XNNCompiler::compileModel failed: 0x1",
+     {"node": "cat", "inputs": 3, "id": 52, "code": "xnn_status_invalid_parameter",
+      "said": "[XNNCompiler.cpp:1311] Failed to create cat3 node 52 with code: xnn_status_invalid_parameter"}),
+    # yolov8n's second C2f (two bottlenecks: four inputs), the line alone.
+    ("[XNNCompiler.cpp:1311] Failed to create cat4 node 372 with code: xnn_status_invalid_parameter",
+     {"node": "cat", "inputs": 4, "id": 372, "code": "xnn_status_invalid_parameter",
+      "said": "[XNNCompiler.cpp:1311] Failed to create cat4 node 372 with code: xnn_status_invalid_parameter"}),
+    ("[XNNCompiler.cpp:900] Failed to create convolution node 3 with code: xnn_status_unsupported_parameter",
+     {"node": "convolution", "inputs": None, "id": 3, "code": "xnn_status_unsupported_parameter",
+      "said": "[XNNCompiler.cpp:900] Failed to create convolution node 3 with code: xnn_status_unsupported_parameter"}),
+    ("[method.cpp:109] Init failed for backend XnnpackBackend: 0x1", None),
+    ("", None),
+])
+def test_the_node_a_runtime_could_not_create_is_read_from_its_own_words(said, node):
+    """Issue 63, item 1: XNNPACK's compiler names the node it refused, a concatenation by its number of inputs;
+    words that name no node name none (the search then says why it names no operator)."""
+    assert executorch_load.runtime_node(said) == node

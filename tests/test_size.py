@@ -22,8 +22,12 @@ GROWTH = {
     "issue 63, item 3: releases built with the extra requirements, the install that failed named; a missing "
     "package named with its key": 43,
     "issue 63, item 4: the baseline's failures by stage, with the model's line an error was raised under": 14,
-    "issue 63, item 2: a latency finding on a busy machine kept, provisional; its remedy judged by its own gate": 44,
+    "issue 63, item 2: a latency finding on a busy machine kept, provisional; its remedy judged by its own gate; "
+    "a profile the cache gave back said to be an earlier run's": 48,
     "issue 63, item 1 (in part): a native runtime's own words on a failed load or run; yolov8n's C2f planted": 57,
+    "issue 63, item 1: a program that lowers and does not load gets its Way out — the node the runtime names matched "
+    "to its calls, the call alone as a reproducer, the remedies judged (compat/executorch_load.py, "
+    "compat/diagnose/load_phase.py)": 412,
 }
 SLACK = 50
 

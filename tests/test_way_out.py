@@ -9,7 +9,7 @@ from dataclasses import replace
 from upgrade_gate.report._method_section import method_blocks
 from upgrade_gate.report._way_out_section import decides_first
 from upgrade_gate.report.render import to_markdown
-from upgrade_gate.schema.diagnosis import Diagnosis
+from upgrade_gate.schema.diagnosis import CacheUse, Diagnosis
 from upgrade_gate.schema.records import Stage
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, Verdict, VerdictRecord
@@ -254,6 +254,14 @@ def test_a_latency_gate_that_fails_says_where_the_candidates_time_goes():
                         task_kind="classification", comparisons=(),
                         stacks={"legacy": legacy, "candidate": StackResults(record_dir="r", stages=(), measured={})})
     assert "No per-operator profile of candidate" in to_markdown(latency_blocks(bare, gate, "legacy", searched=False))
+    # Issue 63, item 2: a profile the result cache gave back is said to be an earlier run's, beside this run's figure.
+    cached = replace(candidate, cache={"export": CacheUse(key="e", reused_from="/cache/e"),
+                                       "runtime": CacheUse(key="k", reused_from="/cache/k")})
+    reused = to_markdown(latency_blocks(replace(model, stacks={"legacy": legacy, "candidate": cached}), gate, "legacy",
+                                        searched=False))
+    assert ("candidate's profile (profiled by an earlier run, its runtime phase reused from the result cache: "
+            "`--fresh` profiles again): 68.0% of its time") in reused
+    assert "earlier run" not in text  # this run's own profile says nothing of the kind
 
 
 def test_a_latency_remedy_is_judged_by_the_latency_gate_and_an_unjudged_one_is_provisional():

@@ -347,6 +347,7 @@ class DiagnosePhase(Reproducers):
                           name=f"{method}{f'-{number}' if number else ''}", remedy=what, code=code)
 
     TIMES_FAILING = False  # whether a remedy that does not pass against eager is timed all the same
+    UNTIMED = ""  # why no remedy of the phase is timed against the shipped artifact (there is none that runs)
 
     def tried(self, method: str, steps: Sequence[remedy_trial.Step], name: str = "", made: Any = None,
               untimed: str = "", **row: Any) -> dict[str, Any]:
@@ -355,6 +356,7 @@ class DiagnosePhase(Reproducers):
         against the shipped artifact where it passes or the phase times every remedy (``untimed``: why not at all),
         and its outputs; or the step it failed at, and the error."""
         _, inputs = self.log.results["build"]
+        untimed = untimed or self.UNTIMED
         ran = remedy_trial.run_trial(self.adapter, steps, self.model_dir, name or method, inputs[method], made)
         if isinstance(ran, str):
             return {**row, "passes": False, "error": ran}

@@ -28,6 +28,10 @@ class Reproducers:
     output_thresholds: dict[str, dict[str, float]]
     PROGRAM: str
     MADE: str
+    FAILS_AT = "lower"  # the step a program that fails as found fails at: "load" for one that lowers and does not load
+
+    def load_failure_said(self, method: str) -> str:
+        return ""
 
     def threshold_of(self, method: str) -> float:
         raise NotImplementedError
@@ -153,7 +157,12 @@ class Reproducers:
                     "block": f"{self.block_named(method)}, on the real tensors that reached it"}[scope]
         machine = issue_text.environment(("torch", "executorch"))
         found_in = f"Found in {markdown_code(self.job['model'])}'s {markdown_code(method)}."
-        if fails_with:
+        if fails_with and self.FAILS_AT == "load":
+            title = f"[{backend}] {self.PROGRAM} lowers and does not load: {markdown_code(fails_with)} ({machine[0]})"
+            what = (f"Lowering {operator} through the {backend} succeeds ({self.PROGRAM}{self.MADE}); loading it in "
+                    f"the runtime raises {markdown_code(fails_with)}, and the runtime says why on stderr: "
+                    f"{markdown_code(self.load_failure_said(method))}. {found_in}")
+        elif fails_with:
             title = f"[{backend}] {self.PROGRAM} does not lower: {markdown_code(fails_with)} ({machine[0]})"
             what = (f"Lowering {operator} through the {backend} raises {markdown_code(fails_with)} ({self.PROGRAM}"
                     f"{self.MADE}); with {named} kept out of the delegate it lowers and runs. {found_in}")
@@ -166,7 +175,7 @@ class Reproducers:
                   f"within relative L2 {self.search_threshold(method):.3g} of eager's on the same inputs.")
         issue_text.write_issue(
             folder, title=title, what=what,
-            expected=f"The method lowers, its outputs {within}" if fails_with else
+            expected=f"The method {self.FAILS_AT}s, its outputs {within}" if fails_with else
             f"The lowered program's outputs {within}",
             runs=runs, remedy=code, remedy_judged=judged, machine=machine)
 

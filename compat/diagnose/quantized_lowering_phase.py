@@ -31,13 +31,18 @@ class QuantizedLoweringPhase(DiagnosePhase):
 
     def build(self):
         """Each method quantized as the export phase quantized it: the program whose lowering departs."""
-        if not isinstance(self.adapter, Quantizes) or self.variant not in self.adapter.QUANTIZATIONS:
-            raise StageSkipped(f"this stack has no {self.variant} recipe to quantize the method with again")
         (methods, inputs), details = super().build()
-        quantized = {name: QuantizedMethod(self.adapter.quantize(methods[name].module, inputs[name], self.variant)[0])
-                     for name in self.methods}
-        return (quantized, inputs), {**details, "search": SEARCH, "variant": self.variant,
-                                     "thresholds": {m: self.threshold_of(m) for m in self.methods}}
+        return (quantized_methods(self, methods, inputs), inputs), {
+            **details, "search": SEARCH, "variant": self.variant,
+            "thresholds": {m: self.threshold_of(m) for m in self.methods}}
+
+
+def quantized_methods(phase: Any, methods: dict[str, Any], inputs: dict[str, Any]) -> dict[str, QuantizedMethod]:
+    """Each of the ``phase``'s methods quantized as the export phase quantized it (its job's variant)."""
+    if not isinstance(phase.adapter, Quantizes) or phase.variant not in phase.adapter.QUANTIZATIONS:
+        raise StageSkipped(f"this stack has no {phase.variant} recipe to quantize the method with again")
+    return {name: QuantizedMethod(phase.adapter.quantize(methods[name].module, inputs[name], phase.variant)[0])
+            for name in phase.methods}
 
 
 class QuantizedMethod:

@@ -21,7 +21,7 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
 LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/diagnose/latency_phase.py)
 GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT,
-                  "latency": LATENCY}
+                  "latency": LATENCY, "load": EXPORT}
 # A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
 # numerics, or its export (a variant that did not lower: quantized-lowering, from the lowering's error).
 QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)
@@ -40,8 +40,9 @@ def remedies(plan: Plan, models: list[ModelResults], gates: list[GateResult]) ->
     for model in models:
         for stack, own in model.stacks.items():
             gate = GATE_OF_SEARCH.get(own.diagnosis.search, NUMERICS) if own.diagnosis is not None else NUMERICS
-            if gate == QUANTIZED and (stack, model.name, QUANTIZED_EXPORT) in failed:
-                gate = QUANTIZED_EXPORT  # the variant did not lower: what its remedy answers first
+            if (gate == QUANTIZED or gate == EXPORT and model.quantized) and \
+                    (stack, model.name, QUANTIZED_EXPORT) in failed:
+                gate = QUANTIZED_EXPORT  # the variant did not lower, or load: what its remedy answers first
             if (stack, model.name, gate) in failed and own.diagnosis is not None:
                 remedy = _judged(plan, model, stack, own, gate)
                 if remedy is not None:

@@ -37,14 +37,7 @@ def method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Met
         skipped = found.stage("remedy")
         why = (skipped.reason or "") if skipped is not None and skipped.status == "skipped" else ""
         return blocks + _kept_float_blocks(method, shipped_bytes, why)
-    combined = " together" if len(method.culprits) > 1 else ""
-    what = "fusion" if any(c.fused_with for c in method.culprits) else "operator"
-    searched = (f" of {code_span(method.block)}, the first of the method's {method.blocks} blocks, lowered as a "
-                "program of its own (lowered alone, it departs past its share of the method's threshold; a lowering "
-                "of the whole method costs many times more)"
-                if method.block else "")
-    blocks += [Paragraph(f"The {what}{'s' if combined else ''} behind it{combined}, found in "
-                         f"{method.lowerings} lowerings{searched}:"), Bullets(_culprit_items(method))]
+    blocks += _load_failure_blocks(found, method) if found.search == "load" else _culprit_blocks(method)
     if method.reproducer:
         blocks.append(_reproducer(found, method, python))
     if method.remedy_error:
@@ -61,6 +54,28 @@ def method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Met
     if len(method.remedies_tried) > 1 or method.remedies_not_tried:
         blocks += _tried_blocks(method, shipped_bytes)
     return blocks
+
+
+def _culprit_blocks(method: MethodDiagnosis) -> list[Block]:
+    """The operators (or fusions) behind a departure, and how many lowerings found them."""
+    combined = " together" if len(method.culprits) > 1 else ""
+    what = "fusion" if any(c.fused_with for c in method.culprits) else "operator"
+    searched = (f" of {code_span(method.block)}, the first of the method's {method.blocks} blocks, lowered as a "
+                "program of its own (lowered alone, it departs past its share of the method's threshold; a lowering "
+                "of the whole method costs many times more)"
+                if method.block else "")
+    return [Paragraph(f"The {what}{'s' if combined else ''} behind it{combined}, found in "
+                      f"{method.lowerings} lowerings{searched}:"), Bullets(_culprit_items(method))]
+
+
+def _load_failure_blocks(found: Diagnosis, method: MethodDiagnosis) -> list[Block]:
+    """A program that lowers and fails when the runtime loads (or runs) it: the runtime's own words, and the calls of
+    the operator they name, each with how its inputs' quantization departs from what the backend takes."""
+    items = [Item(f"**{code_span(culprit.operator)}** ({culprit.backend}): {call.where()}",
+                  [code_span(departs) for departs in call.inputs])
+             for culprit in method.culprits for call in culprit.calls]
+    return [Paragraph(f"{mark('FAILED')} **It lowers and does not {found.failed_at}**: {method.reason}. The node "
+                      "the runtime named, matched to the calls of the program that make it:"), Bullets(items)]
 
 
 def _not_found_blocks(model: ModelResults, found: Diagnosis, method: MethodDiagnosis, python: str | None,

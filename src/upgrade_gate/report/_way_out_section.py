@@ -19,7 +19,9 @@ INTRO = ("Where an artifact departs from its own stack's eager model beyond the 
          "lowering the whole method with it. Where a candidate's quantized variant is below its quantized-numerics "
          "gate, the recipe is run again with layers left in float, ranked by the noise each adds, until the "
          "variant meets the gate; the lines that leave them so are checked the same way. Where a candidate's model "
-         "does not export, each method is exported again with the export API's other options, in order. Where a "
+         "does not export, each method is exported again with the export API's other options, in order. Where it "
+         "lowers and the runtime refuses to load it, the node the runtime's own words name is matched to the calls "
+         "that make it, and the remedies those words point at are checked the same way. Where a "
          "candidate's latency gate fails or cannot tell, its entry says where the candidate's time goes, from both "
          "stacks' per-operator profiles.")
 
@@ -101,11 +103,15 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
         return blocks + [Paragraph(f"No per-operator profile of {stack} (`profile = false`, or its profile stage did "
                                    "not run): nothing says where its time goes.")]
     undelegated = model.stacks[stack].delegation
+    # A profile the result cache gave back was taken by an earlier run, on that run's machine load: said so beside
+    # this run's latency figure (issue 63).
+    earlier = (" (profiled by an earlier run, its runtime phase reused from the result cache: `--fresh` profiles "
+               "again)" if "runtime" in model.stacks[stack].reused_phases() else "")
     for method, operators in own.items():
         portable = [op for op in operators if op.portable]
         where = "" if method == "forward" else f" ({code_span(method)})"
-        said = (f"{stack}'s profile{where}: {sum(op.share for op in portable):.1%} of its time in ExecuTorch's "
-                "portable kernels, outside the delegate")
+        said = (f"{stack}'s profile{where}{earlier}: {sum(op.share for op in portable):.1%} of its time in "
+                "ExecuTorch's portable kernels, outside the delegate")
         items = [f"{code_span(op.name)}: {op.share:.1%}, {op.total_ms:.3f} ms over {op.calls} call(s) per call"
                  + (f" — {advice}" if (advice := _advice(op.name)) else "") for op in portable[:LATENCY_TOP]]
         left = undelegated.get(method)

@@ -1,8 +1,9 @@
 """When a stack's diagnose phase runs (compat/diagnose/): for the methods whose artifact departs from the same
 stack's eager model beyond the numerics threshold — against its own eager model, not the reference: what the
 exporter and its backend changed is the part a different lowering can undo; for a candidate's float model whose
-export failed; for a candidate's quantized variant below its quantized-numerics gate against the same stack's float
-model; and for an exact float model whose profile has a portable batch norm taking PORTABLE_SHARE of a method's time.
+export failed; for a candidate's artifact that lowered and failed when the runtime loaded or ran it; for a
+candidate's quantized variant below its quantized-numerics gate against the same stack's float model; and for an
+exact float model whose profile has a portable batch norm taking PORTABLE_SHARE of a method's time.
 """
 
 from __future__ import annotations
@@ -99,6 +100,22 @@ def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str
     return [str(m) for m in build.details.get("methods") or ()]
 
 
+def failed_at_runtime(plan: Plan, stack: str, model: ModelEntry) -> tuple[str, list[str]]:
+    """Where the artifact lowered and then failed when the runtime loaded or ran it (the stage raised: not a crash,
+    not a timeout): that stage, and every method of the artifact (the remedy must lower them all); else nothing."""
+    try:
+        record = load_stack_model(plan.settings.out_dir, stack, model.name)
+    except (DamagedFile, RecordError):
+        return "", []
+    failed = next((stage for stage in RUNTIME_STAGES if (found := record.stage(stage)) is not None
+                   and found.status == "failed"), "")
+    methods = ((record.artifact or {}).get("methods") or {}) if failed else {}
+    return failed, sorted(str(m) for m in methods)
+
+
+RUNTIME_STAGES = ("load", "run")  # the runtime phase's stages a lowered program can fail at (compat/runtime_phase.py)
+
+
 def portable_heavy_methods(plan: Plan, stack: str, model: ModelEntry) -> dict[str, float]:
     """Each float method whose per-operator profile (the runtime phase's profile stage) has at least
     PORTABLE_SHARE of its time in a portable batch norm kernel: its share in portable kernels."""
@@ -126,29 +143,18 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
     if model.quantized:
         if stack == plan.baseline.name or settings.gates["quantized"].severity == "off":
             return None
-        gates = {"min_snr_db": settings.gates.for_model(model.name, "min-snr-db"),
-                 "min_cosine": settings.gates.for_model(model.name, "min-cosine")}
-        if failed := failed_export_methods(plan, stack, model):
-            # It does not lower at all: the operators behind the lowering's error, on the quantized program.
-            thresholds = quantization_thresholds(plan, stack, model)
-            methods = {method: math.nan for method in failed if method in thresholds}
-            searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
-                        "thresholds": {m: thresholds[m] for m in methods}}
-        elif lowered := lowering_departures(plan, stack, model):
-            # It lowers, and the lowering is at fault: its operators (the layers' search answers the quantization).
-            below = below_gate_methods(plan, stack, model)
-            methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below}
-            searched = {"search": "quantized-lowering", "variant": model.variant, **gates,
-                        "thresholds": {m: lowered[m].search_threshold for m in methods},
-                        "output_thresholds": {m: dict(lowered[m].allowances) for m in methods}}
-        else:
-            methods = below_gate_methods(plan, stack, model)
-            searched = {"search": "keep-float", "variant": model.variant, **gates}
+        methods, searched = _quantized_search(plan, stack, model)
     elif failed := failed_export_methods(plan, stack, model):
         if stack == plan.baseline.name or settings.gates["export"].severity == "off":
             return None  # the baseline's export failures are what ships today, not gated
         methods = {method: math.nan for method in failed}
         searched = {"search": "export", "threshold": settings.gates.for_model(model.name, "max-rel-l2")}
+    elif (runtime := failed_at_runtime(plan, stack, model))[0]:
+        if stack == plan.baseline.name or settings.gates["export"].severity == "off":
+            return None  # what ships today, not gated
+        methods = {method: math.nan for method in runtime[1]}
+        searched = {"search": "load", "failed_at": runtime[0],
+                    "threshold": settings.gates.for_model(model.name, "max-rel-l2")}
     else:
         if settings.gates["numerics"].severity == "off":
             return None
@@ -172,3 +178,31 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
             # after it keep more out of the delegate (compat/diagnose/remedy_choice.py).
             "max_slowdown": (settings.gates["latency"].threshold if settings.gates["latency"].severity != "off"
                              else None)}
+
+
+def _quantized_search(plan: Plan, stack: str, model: ModelEntry) -> tuple[dict[str, float], dict[str, Any]]:
+    """A candidate's quantized variant: the methods to search and what its search is — the node behind a program
+    that lowers and does not load, the operators behind one that does not lower or whose lowering departs, or the
+    layers to keep in float."""
+    gates = {"min_snr_db": plan.settings.gates.for_model(model.name, "min-snr-db"),
+             "min_cosine": plan.settings.gates.for_model(model.name, "min-cosine")}
+    failed_at, loaded = failed_at_runtime(plan, stack, model)
+    if failed_at and (thresholds := quantization_thresholds(plan, stack, model)):
+        # It lowers and does not load: the node the runtime's words name, on the quantized program.
+        methods = {method: math.nan for method in loaded if method in thresholds}
+        return methods, {"search": "load", "failed_at": failed_at, "variant": model.variant, **gates,
+                         "thresholds": {m: thresholds[m] for m in methods}}
+    if failed := failed_export_methods(plan, stack, model):
+        # It does not lower at all: the operators behind the lowering's error, on the quantized program.
+        thresholds = quantization_thresholds(plan, stack, model)
+        methods = {method: math.nan for method in failed if method in thresholds}
+        return methods, {"search": "quantized-lowering", "variant": model.variant, **gates,
+                         "thresholds": {m: thresholds[m] for m in methods}}
+    if lowered := lowering_departures(plan, stack, model):
+        # It lowers, and the lowering is at fault: its operators (the layers' search answers the quantization).
+        below = below_gate_methods(plan, stack, model)
+        methods = {m: a.lowering_rel_l2 for m, a in lowered.items() if m in below}
+        return methods, {"search": "quantized-lowering", "variant": model.variant, **gates,
+                         "thresholds": {m: lowered[m].search_threshold for m in methods},
+                         "output_thresholds": {m: dict(lowered[m].allowances) for m in methods}}
+    return below_gate_methods(plan, stack, model), {"search": "keep-float", "variant": model.variant, **gates}

@@ -27,6 +27,8 @@ class CulpritCall:
     module: str | None
     source: str | None
     share: float | None = None  # of the error, keeping this call out alone (when it is not the only one)
+    # A load failure's call: how each input's quantization departs from the output's ("input 0: float").
+    inputs: tuple[str, ...] = ()
 
     def where(self) -> str:
         if not self.module and not self.source:
@@ -57,7 +59,8 @@ class CulpritOperator:
         alone = details.get("rel_l2_alone")
         fused = details.get("fused_with") or {}
         return cls(operator=str(details.get("operator", "?")), backend=str(details.get("backend", "?")),
-                   calls=tuple(CulpritCall(module=c.get("module"), source=c.get("source"), share=c.get("share"))
+                   calls=tuple(CulpritCall(module=c.get("module"), source=c.get("source"), share=c.get("share"),
+                                           inputs=tuple(str(i) for i in c.get("inputs") or ()))
                                for c in details.get("calls", [])),
                    share=float(details.get("share", 0.0)), rel_l2_without=float(details.get("rel_l2_without", 0.0)),
                    rel_l2_alone=None if alone is None else float(alone),
@@ -173,6 +176,11 @@ class Diagnosis(StagesOf, codec.Record):
     def search(self) -> str:
         """What was searched, as run/diagnosis.py's job says: ``operators`` where it names none."""
         return str(self._details("build").get("search") or "operators")
+
+    @property
+    def failed_at(self) -> str:
+        """The runtime stage a load search's program failed at (``load``, ``run``); empty for another search."""
+        return str(self._details("build").get("failed_at") or "")
 
     @property
     def keeps_float(self) -> bool:

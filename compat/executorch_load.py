@@ -1,0 +1,174 @@
+"""A program that lowers to XNNPACK and fails when the runtime loads it (the AnswersLoadFailures capability of
+compat/contract.py, for executorch_xnnpack.py): the node XNNPACK's compiler names in its own words ("Failed to
+create cat3 node 52 with code: xnn_status_invalid_parameter") matched to the calls of the exported program that
+make it, the code of that call alone for a reproducer, and the remedies the runtime's words point at.
+
+torch is imported inside the functions: the words are read, and tested, without a stack."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# What XNNPACK's compiler says of the node it could not create; the digits after a concatenation's name are its
+# number of inputs (cat3: three).
+XNN_NODE = re.compile(r"Failed to create (?P<node>[a-z_]+?)(?P<inputs>\d*) node (?P<id>\d+) with code: (?P<code>\w+)")
+# XNNPACK's node names upgrade-gate maps to the operator of the exported program that defines them.
+XNN_OPERATORS = {"cat": "aten.cat.default"}
+BACKEND = "XNNPACK delegate"
+QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
+DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor.default"
+
+
+def runtime_node(said: str) -> dict[str, Any] | None:
+    """The node XNNPACK's compiler could not create, as its words name it: its name, inputs, id and code; None where
+    they name none."""
+    found = XNN_NODE.search(said)
+    if found is None:
+        return None
+    line = next(part for part in said.split(" · ") if found.group(0) in part)  # runtime_said joins lines so
+    return {"node": found["node"], "inputs": int(found["inputs"]) if found["inputs"] else None,
+            "id": int(found["id"]), "code": found["code"], "said": line.removeprefix("the runtime said: ")}
+
+
+def load_culprits(exported: Any, said: str) -> dict[str, Any]:
+    """The search's finding for a method whose program fails to load with the runtime's words ``said``: the calls of
+    the operator XNNPACK named, of its number of inputs, those whose inputs are not quantized as its output is first
+    (what XNNPACK's concatenate refuses); or why none is named."""
+    from .search.culprit import source_key
+    from .search.export_errors import source_line
+
+    node = runtime_node(said)
+    if node is None:
+        return {"status": "not pinned", "reason": "the runtime's words name no XNNPACK node: "
+                + (said[:300] or "it said nothing on stderr")}
+    operator = XNN_OPERATORS.get(node["node"])
+    if operator is None:
+        return {"status": "not pinned", "reason": f"the runtime said {node['said']!r}: XNNPACK's "
+                f"{node['node']} node is not one upgrade-gate maps to an operator of the program", "runtime": node}
+    calls = [n for n in exported.graph.nodes if n.op == "call_function" and str(n.target) == operator
+             and (node["inputs"] is None or len(n.args[0]) == node["inputs"])]
+    unshared = [n for n in calls if unshared_inputs(n)]
+    if not calls:
+        return {"status": "not pinned", "runtime": node,
+                "reason": f"the runtime said {node['said']!r}, and the program makes no such {operator} call"}
+    named = f"{operator} ({node['inputs']} inputs)" if node["inputs"] else operator
+    why = (f"{len(unshared)} of its {len(calls)} call(s) take inputs not quantized as the output is "
+           "(XNNPACK's concatenate takes only its output's scale and zero point)" if unshared
+           else f"{len(calls)} call(s), none with inputs quantized otherwise than the output")
+    modules = [list(n.meta.get("nn_module_stack", {}).values()) for n in unshared or calls]
+    return {"status": "found", "rel_l2": math.inf, "runtime": node,
+            "reason": f"the runtime said: {node['said']}; {why}",
+            "culprits": [{"operator": named, "backend": BACKEND, "share": 1.0, "rel_l2_without": math.nan,
+                          "calls": [{"key": source_key(n), "module": stack[-1][0] if stack else "",
+                                     "source": source_line(n.meta.get("stack_trace") or "", {}) or "",
+                                     "inputs": unshared_inputs(n)}
+                                    for n, stack in zip(unshared or calls, modules)]}]}
+
+
+def unshared_inputs(cat: Any) -> list[str]:
+    """How each input of a quantized concatenation (its output quantized per tensor) departs from its output's
+    quantization: ``input 0: float`` or ``input 2: scale 0.0087, zero point -91``; empty where none does."""
+    output = [user for user in cat.users if str(user.target) == QUANTIZE]
+    if len(output) != 1:
+        return []
+    wanted = tuple(output[0].args[1:])
+    said = []
+    for index, given in enumerate(cat.args[0]):
+        if str(getattr(given, "target", "")) != DEQUANTIZE:
+            said.append(f"input {index}: float")
+        elif tuple(given.args[1:]) != wanted:
+            said.append(f"input {index}: scale {given.args[1]:.4g}, zero point {given.args[2]}")
+    return [*said, f"output: scale {wanted[0]:.4g}, zero point {wanted[1]}"] if said else []
+
+
+def load_call_code(exported: Any, key: str, tensors: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """The call ``key`` alone as a reproducer's code on the real tensors that reached it (``tensors``: its first
+    argument's): each input quantized and dequantized as the program does, the call, and its output's quantization,
+    so that the lowering sees the pattern the program has."""
+    from .search.culprit import source_key
+
+    call = next(n for n in exported.graph.nodes if n.op == "call_function" and source_key(n) == key)
+    output = next(user for user in call.users if str(user.target) == QUANTIZE)
+
+    def quantized(code: str, params: tuple[Any, ...]) -> str:
+        shown = ", ".join(str(p) if "torch." in str(p) else repr(p) for p in params)
+        return f"torch.ops.{DEQUANTIZE}(torch.ops.{QUANTIZE}({code}, {shown}), {shown})"
+
+    inputs = [quantized(f"x{i}", tuple(given.args[1:])) if str(getattr(given, "target", "")) == DEQUANTIZE
+              else f"x{i}" for i, given in enumerate(call.args[0])]
+    rest = "".join(f", {a!r}" for a in call.args[1:])
+    return quantized(f"torch.ops.{call.target}([{', '.join(inputs)}]{rest})", tuple(output.args[1:])), list(tensors)
+
+
+def load_remedy_options(exported: Any, found: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """The remedies for the calls XNNPACK refused, the one expected cheapest first, as remedy_options gives them:
+    a concatenation's inputs quantized as its output is (exact: the output is quantized so in any case), then the
+    calls kept out of the delegate (which a layout pass may refuse to lower: "non-NHWC compatible node")."""
+    from .executorch_diagnose import kept_out_code, operator_kind
+    from .search.culprit import source_key
+
+    options = []
+    culprits = found.get("culprits") or []
+    calls = [call for c in culprits for call in c["calls"]]
+    if any(call.get("inputs") for call in calls):
+        options.append(("each input of the concatenation quantized as its output is, as XNNPACK's concatenate "
+                        "requires", CONCAT_QUANTIZED_AS_OUTPUT, False))
+    nodes = {source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
+    kept = [(operator_kind(nodes[call["key"]]), call["key"]) for call in calls if call["key"] in nodes]
+    if kept:
+        options.append(("kept out of the delegate", kept_out_code(exported, kept[:1]), False))
+    return options
+
+
+# A concatenation whose output the quantizer quantized, but not each of its inputs alike (ultralytics' C2f: a split
+# output that the shortcut's add also reads stays float): XNNPACK 0.7 lowers it and refuses it at load. The remedy,
+# as lines run on the exported program.
+CONCAT_QUANTIZED_AS_OUTPUT = '''\
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+
+def concat_inputs_quantized_as_output(graph_module):
+    \"\"\"Each input of a quantized concatenation quantized as its output is: XNNPACK's concatenate takes only
+    inputs of its output's scale and zero point. Exact: the concatenation's output is quantized so anyway.\"\"\"
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    graph = graph_module.graph
+    for cat in [node for node in graph.nodes if node.target == torch.ops.aten.cat.default]:
+        output = [user for user in cat.users if user.target == quantize]
+        if len(output) != 1:
+            continue
+        params = tuple(output[0].args[1:])  # scale, zero point, min, max, dtype
+        inputs = []
+        for given in cat.args[0]:
+            if given.target == dequantize and tuple(given.args[1:]) == params:
+                inputs.append(given)
+                continue
+            with graph.inserting_before(cat):
+                quantized = graph.call_function(quantize, (given, *params))
+                quantized.meta["val"] = given.meta["val"].to(params[-1])
+                inputs.append(graph.call_function(dequantize, (quantized, *params)))
+                inputs[-1].meta["val"] = given.meta["val"]
+        cat.args = (inputs, *cat.args[1:])
+    graph.lint()
+    graph_module.recompile()
+
+
+concat_inputs_quantized_as_output(program.graph_module)
+partitioner = XnnpackPartitioner()
+'''
+
+
+def load_reproducer_source(*, kind: str, call: str, arguments: int, threshold: float, remedy: str, found_in: str,
+                           fails_with: str) -> str:
+    """A standalone script (torch and executorch only) that lowers the call alone on its real inputs and exits 1
+    while its program fails to load with ``fails_with`` (0 with ``--with-remedy`` when the remedy fixes it)."""
+    from importlib.metadata import version
+
+    from . import reproducers
+
+    return reproducers.executorch_operator(kind=kind, executorch=version("executorch"), found_in=found_in, call=call,
+                                           arguments=arguments, threshold=threshold, remedy=remedy,
+                                           fails_with=fails_with)
