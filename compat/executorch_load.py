@@ -13,9 +13,13 @@ from typing import Any
 
 # What XNNPACK's compiler says of the node it could not create; the digits after a concatenation's name are its
 # number of inputs (cat3: three).
-XNN_NODE = re.compile(r"Failed to create (?P<node>[a-z_]+?)(?P<inputs>\d*) node (?P<id>\d+) with code: (?P<code>\w+)")
-# XNNPACK's node names upgrade-gate maps to the operator of the exported program that defines them.
-XNN_OPERATORS = {"cat": "aten.cat.default"}
+XNN_NODE = re.compile(r"Failed to create (?P<node>[A-Za-z_]+?)(?P<inputs>\d*) node (?P<id>\d+) "
+                      r"with code: (?P<code>\w+)")
+# XNNPACK's node names upgrade-gate maps to the operator of the exported program that defines them (yolov8n int8:
+# its C2f blocks' concatenations, and once those load, its head's subtraction).
+XNN_OPERATORS = {"cat": "aten.cat.default", "XNNSubtract": "aten.sub.Tensor", "XNNAdd": "aten.add.Tensor",
+                 "XNNMultiply": "aten.mul.Tensor"}
+CONCAT = "aten.cat.default"
 BACKEND = "XNNPACK delegate"
 QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
 DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor.default"
@@ -48,15 +52,15 @@ def load_culprits(exported: Any, said: str) -> dict[str, Any]:
         return {"status": "not pinned", "reason": f"the runtime said {node['said']!r}: XNNPACK's "
                 f"{node['node']} node is not one upgrade-gate maps to an operator of the program", "runtime": node}
     calls = [n for n in exported.graph.nodes if n.op == "call_function" and str(n.target) == operator
-             and (node["inputs"] is None or len(n.args[0]) == node["inputs"])]
+             and (node["inputs"] is None or len(_inputs_of(n)) == node["inputs"])]
     unshared = [n for n in calls if unshared_inputs(n)]
     if not calls:
         return {"status": "not pinned", "runtime": node,
                 "reason": f"the runtime said {node['said']!r}, and the program makes no such {operator} call"}
     named = f"{operator} ({node['inputs']} inputs)" if node["inputs"] else operator
-    why = (f"{len(unshared)} of its {len(calls)} call(s) take inputs not quantized as the output is "
-           "(XNNPACK's concatenate takes only its output's scale and zero point)" if unshared
-           else f"{len(calls)} call(s), none with inputs quantized otherwise than the output")
+    why = (f"{len(unshared)} of its {len(calls)} call(s) take inputs not quantized as the output is"
+           + (" (XNNPACK's concatenate takes only its output's scale and zero point)" if operator == CONCAT else "")
+           if unshared else f"{len(calls)} call(s), none with inputs quantized otherwise than the output")
     modules = [list(n.meta.get("nn_module_stack", {}).values()) for n in unshared or calls]
     return {"status": "found", "rel_l2": math.inf, "runtime": node,
             "reason": f"the runtime said: {node['said']}; {why}",
@@ -67,15 +71,20 @@ def load_culprits(exported: Any, said: str) -> dict[str, Any]:
                                     for n, stack in zip(unshared or calls, modules)]}]}
 
 
-def unshared_inputs(cat: Any) -> list[str]:
-    """How each input of a quantized concatenation (its output quantized per tensor) departs from its output's
+def _inputs_of(call: Any) -> list[Any]:
+    """A call's tensor inputs: a concatenation's list, a binary operator's two arguments."""
+    return list(call.args[0]) if str(call.target) == CONCAT else list(call.args[:2])
+
+
+def unshared_inputs(call: Any) -> list[str]:
+    """How each input of a quantized call (its output quantized per tensor) departs from its output's
     quantization: ``input 0: float`` or ``input 2: scale 0.0087, zero point -91``; empty where none does."""
-    output = [user for user in cat.users if str(user.target) == QUANTIZE]
+    output = [user for user in call.users if str(user.target) == QUANTIZE]
     if len(output) != 1:
         return []
     wanted = tuple(output[0].args[1:])
     said = []
-    for index, given in enumerate(cat.args[0]):
+    for index, given in enumerate(_inputs_of(call)):
         if str(getattr(given, "target", "")) != DEQUANTIZE:
             said.append(f"input {index}: float")
         elif tuple(given.args[1:]) != wanted:
@@ -112,7 +121,7 @@ def load_remedy_options(exported: Any, found: dict[str, Any]) -> list[tuple[str,
     options = []
     culprits = found.get("culprits") or []
     calls = [call for c in culprits for call in c["calls"]]
-    if any(call.get("inputs") for call in calls):
+    if any(call.get("inputs") for c in culprits if c["operator"].startswith(CONCAT) for call in c["calls"]):
         options.append(("each input of the concatenation quantized as its output is, as XNNPACK's concatenate "
                         "requires", CONCAT_QUANTIZED_AS_OUTPUT, False))
     nodes = {source_key(n): n for n in exported.graph.nodes if n.op == "call_function"}
@@ -130,12 +139,15 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
 
-def concat_inputs_quantized_as_output(graph_module):
-    \"\"\"Each input of a quantized concatenation quantized as its output is: XNNPACK's concatenate takes only
-    inputs of its output's scale and zero point. Exact: the concatenation's output is quantized so anyway.\"\"\"
+def concat_inputs_quantized_as_output(program):
+    \"\"\"The program exported again with each input of a quantized concatenation quantized as its output is:
+    XNNPACK's concatenate takes only inputs of its output's scale and zero point. Exact: the concatenation's
+    output is quantized so anyway. Rewritten on the program's module and exported again, so that every node
+    torch.export records is its own.\"\"\"
     quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
     dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
-    graph = graph_module.graph
+    module = program.module()
+    graph = module.graph
     for cat in [node for node in graph.nodes if node.target == torch.ops.aten.cat.default]:
         output = [user for user in cat.users if user.target == quantize]
         if len(output) != 1:
@@ -148,15 +160,15 @@ def concat_inputs_quantized_as_output(graph_module):
                 continue
             with graph.inserting_before(cat):
                 quantized = graph.call_function(quantize, (given, *params))
-                quantized.meta["val"] = given.meta["val"].to(params[-1])
                 inputs.append(graph.call_function(dequantize, (quantized, *params)))
-                inputs[-1].meta["val"] = given.meta["val"]
         cat.args = (inputs, *cat.args[1:])
     graph.lint()
-    graph_module.recompile()
+    module.recompile()
+    args, kwargs = program.example_inputs
+    return torch.export.export(module, args, kwargs)
 
 
-concat_inputs_quantized_as_output(program.graph_module)
+program = concat_inputs_quantized_as_output(program)
 partitioner = XnnpackPartitioner()
 '''
 

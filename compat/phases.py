@@ -157,7 +157,8 @@ def check_like_reference(outputs: dict[str, Any], reference: dict[str, Any]) -> 
 
 def failed_at(step: str, failure: Exception) -> str:
     """A remedy's row where it did not lower, save, load or run: the step, and the error."""
-    return f"{step}: {type(failure).__name__}: {str(failure)[:500]}"
+    said = " — ".join([str(failure)[:500], *getattr(failure, "__notes__", [])])  # a runtime's own words (runtime_said)
+    return f"{step}: {type(failure).__name__}: {said}"
 
 
 def run_task(case: Any, call: Callable[..., list[Any]], path: Path) -> tuple[bool, dict[str, Any]]:

@@ -110,13 +110,17 @@ def test_an_error_record_names_the_models_line_it_was_raised_under(tmp_path):
 
 def test_a_model_an_installed_package_defines_has_its_line_named_not_torchs(export_errors):
     """Issue 63: LeViT's culprit calls had an empty source — every frame of timm's model is under site-packages.
-    The team's own files come first; where there are none, the defining package's frame, never torch's."""
+    The team's own files come first; where there are none, the defining package's frame, never torch's. Under a
+    team's wrapper, the package's line that makes the operator follows the team's (yolov8n's concatenation is made
+    in ultralytics' C2f, which a team's line only calls)."""
     torch_only = f'  File "{TORCH}/nn/modules/module.py", line 1775, in _call_impl\n    return forward_call(*args)\n'
     trace = ('  File "/venv/lib/python3.11/site-packages/timm/models/levit.py", line 212, in forward\n'
              '    x = self.bn(x.flatten(0, 1)).reshape_as(x)\n' + torch_only)
     assert export_errors.source_line(trace, {}) == "levit.py:212 in forward: x = self.bn(x.flatten(0, 1)).reshape_as(x)"
     team = '  File "/work/team/net.py", line 9, in forward\n    return self.levit(x)\n'
-    assert export_errors.source_line(team + trace, {}) == "net.py:9 in forward: return self.levit(x)"
+    assert export_errors.source_line(team + trace, {}) == (
+        "net.py:9 in forward: return self.levit(x) → levit.py:212 in forward: x = self.bn(x.flatten(0, 1)).reshape_as(x)")
+    assert export_errors.source_line(team + torch_only, {}) == "net.py:9 in forward: return self.levit(x)"
     assert export_errors.source_line(torch_only, {}) is None
 
 

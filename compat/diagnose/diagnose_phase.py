@@ -338,13 +338,17 @@ class DiagnosePhase(Reproducers):
         def its_code(_: None) -> dict[str, Any]:
             # A copy: a remedy's lines may rewrite the program in place, and the next remedy and the reproducer
             # start from the program as exported.
-            scope: dict[str, Any] = {"program": copy.deepcopy(self.whole[method])}
+            scope: dict[str, Any] = {"program": self.remedy_start(method)}
             exec(compile(code, f"<remedy for {method}>", "exec"), scope)  # noqa: S102 - code we generated
             return scope
 
         # The first option where the report has always had it; the others beside it, numbered.
         return self.tried(method, [("its code", its_code), ("lowering", self.adapter.lower_with_remedy)],
                           name=f"{method}{f'-{number}' if number else ''}", remedy=what, code=code)
+
+    def remedy_start(self, method: str) -> Any:
+        """What a remedy's lines start from: a copy of the program as exported."""
+        return copy.deepcopy(self.whole[method])
 
     TIMES_FAILING = False  # whether a remedy that does not pass against eager is timed all the same
     UNTIMED = ""  # why no remedy of the phase is timed against the shipped artifact (there is none that runs)

@@ -75,6 +75,13 @@ class LoadFailurePhase(DiagnosePhase):
                                  "reason": "lowered again as the artifact was, the program loads and runs here"}
         return found, {"methods": found}
 
+    def remedy_start(self, method: str) -> Any:
+        """The method exported again for each remedy: a copy of a quantized program shares its symbolic shapes with
+        the program it was copied from, which a remedy that exports its module again leaves unusable to the next
+        (yolov8n int8: "PendingUnbackedSymbolNotFound" where the same lines lowered alone)."""
+        methods, inputs = self.log.results["build"]
+        return self.adapter.lowering_start(methods[method].module, inputs[method])
+
     def remedy_options(self, method: str) -> list[tuple[str, str, bool]]:
         return self.adapter.load_remedy_options(self.whole[method], self.log.results["search"][method])
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common import load_methods, load_npz_tensors, named_like_reference, named_outputs
+from ..common import load_methods, load_npz_tensors, named_like_reference, named_outputs, runtime_said
 from ..phases import StageSkipped, failed_at, method_outputs, save_arrays
 
 REMEDY_DIR = "remedy"  # the remedied artifact, <method><SUFFIX>
@@ -51,8 +51,8 @@ def run_trial(adapter: Any, steps: Sequence[Step], folder: Path, name: str, inpu
         path.parent.mkdir(parents=True, exist_ok=True)
         adapter.save(value, path)
         step = "loading and running"
-        program = adapter.load(path)
-        outputs = adapter.run(program, inputs)
+        program = runtime_said(adapter.load, path)
+        outputs = runtime_said(adapter.run, program, inputs)
     except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
         return failed_at(step, failure)
     return Ran(program, outputs, path.relative_to(folder).as_posix(), path.stat().st_size)

@@ -49,7 +49,7 @@ def source_line(text: str, generated: StackTraces, tool: str = "\0") -> str | No
     if frame is None:
         return None
     if not frame["file"].startswith(GENERATED):
-        return _at(frame)
+        return _at(frame) + _deeper(text, frame)
     made_by = _innermost_user_frame(generated.get(frame["file"], {}).get(int(frame["line"]), ""))
     if made_by is not None and not made_by["file"].startswith(GENERATED):
         return _at(made_by)
@@ -65,6 +65,14 @@ def _innermost_user_frame(text: str, tool: str = "\0") -> re.Match[str] | None:
     found = ([m for m in frames if "site-packages" not in m["file"]]
              or [m for m in frames if not FRAMEWORK.search(m["file"])])
     return found[-1] if found else None
+
+
+def _deeper(text: str, frame: re.Match[str]) -> str:
+    """Where the team's line calls into a package that defines the model (ultralytics' C2f under a team's wrapper):
+    `` → `` and the innermost line of that package, which makes the operator; else nothing."""
+    inner = [m for m in _FRAME.finditer(text, frame.end()) if "site-packages" in m["file"]
+             and not FRAMEWORK.search(m["file"])]
+    return f" → {_at(inner[-1])}" if inner else ""
 
 
 def _at(frame: re.Match[str]) -> str:
