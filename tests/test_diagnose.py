@@ -719,7 +719,7 @@ def test_a_program_that_lowers_and_does_not_load_says_what_the_runtime_said(expl
     assert finding.failure.endswith(f"(at smoke.py:{line} in forward: {traced})"), finding
 
 
-def test_a_program_that_does_not_load_gets_the_node_a_reproducer_and_a_remedy(explained_run, tmp_path):
+def test_a_program_that_does_not_load_gets_the_node_a_reproducer_and_a_remedy(explained_run):
     """Issue 63, item 1: the int8 C2f block's Way out. The runtime's words name XNNPACK's cat3 node; the entry
     names the concatenation's call, its line, and how its inputs' quantization departs from its output's (the split
     halves stay float: the shortcut's add reads one of them too). The call alone on its real inputs fails to load as
