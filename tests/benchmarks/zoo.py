@@ -72,17 +72,22 @@ def zoo(out: Path, models: str | None, report: Path | None, log: Any) -> int:
     that finished report folder. 0 when a table was written."""
     if report is None:
         report = out / "report"
-        runs = _read_runs(report)
-        started, start = time.time(), time.monotonic()
+        started = time.time()
         log(f"benchmark zoo: compare → {report}; its output: {out / 'compare.log'}")
-        result = compare(CONFIG, report, models or ",".join(zoo_models()), log_file=out / "compare.log")
-        runs.append({"seconds": round(time.monotonic() - start, 1), "exit": result.returncode, "models": models or "all",
-                     "finished": _now(), "commit": _commit(), **machine()})
-        write_json_atomic(report.parent / RUNS, runs)
+        exit_status: int | str = "stopped"  # a run stopped part-way still counts its wall time, which a resume adds to
+        try:
+            exit_status = compare(CONFIG, report, models or ",".join(zoo_models()), log_file=out / "compare.log").returncode
+        finally:
+            runs = [*_read_runs(report), {"seconds": round(time.time() - started, 1), "exit": exit_status,
+                                          "models": models or "all", "finished": _now(), "commit": _commit(),
+                                          **machine()}]
+            write_json_atomic(report.parent / RUNS, runs)
         written = report / "results.json"
         if not written.is_file() or written.stat().st_mtime < started:  # an earlier run's is not this one's
-            raise SystemExit(f"benchmark zoo: the compare wrote no report (exit {result.returncode}); run the same "
-                             f"command again to resume it")
+            raise SystemExit(f"benchmark zoo: the compare wrote no report (exit {exit_status}); run the same "
+                             f"command again to resume it, or write the report of what finished: "
+                             f"UPGRADE_GATE_CONFIG={CONFIG} nox -s report -- --out {report}, then {COMMAND} --report "
+                             f"{report}")
     rows = table_rows(Results.load(report))
     text = markdown(rows, _read_runs(report), Results.load(report))
     write_json_atomic(out / "zoo.json", {"rows": [asdict(row) for row in rows], "totals": totals(rows)})
