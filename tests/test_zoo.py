@@ -34,7 +34,8 @@ def test_each_candidate_failure_has_its_class_and_what_its_way_out_did():
 
 def test_the_totals_count_the_failures_by_class_and_the_way_outs():
     counted = zoo.totals(zoo.table_rows(Results.load(REPORT)))
-    assert counted["models"] == 3 and counted["rows"] == 4 and counted["candidate_failures"] == 3
+    assert counted["models"] == 3 and counted["rows"] == 4 and counted["finished"] == 4
+    assert counted["candidate_failures"] == 3
     assert counted["by_class"] == {"lower": 1, "load": 1, "numerics": 1}
     assert (counted["entry_named"], counted["entry_why_not"], counted["no_entry"]) == (2, 0, 1)
     assert (counted["reproduces"], counted["remedy_passes"], counted["baseline_failed"]) == (1, 2, 1)

@@ -33,6 +33,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 COMMAND = "nox -s benchmark -- zoo"
 # The table's section of docs/benchmarks.md, replaced whole on each run.
 START, END = "<!-- zoo: written by `nox -s benchmark -- zoo`; replaced on each run -->", "<!-- zoo: end -->"
+NOT_RUN = "not run"
 RUNS = "zoo-runs.json"  # beside the report folder: each compare's wall time and machine (a resume adds one)
 
 CLASSES = ("build", "quantize", "export", "lower", "load", "run", "numerics", "latency", "memory", "size")
@@ -133,11 +134,11 @@ def table_rows(results: Results) -> list[Row]:
 
 def _row(results: Results, model: ModelResults) -> Row:
     baseline = results.baseline.name
-    candidate = next(name for name in model.stacks if name != baseline)
+    candidate = results.candidates[0].name  # the zoo judges one candidate, the built-in one
     gates = results.gates_of(model.name)
     family = model.description.partition(" — ")[0]  # a variant's description names its variant after the dash
     return Row(model=model.base, variant=model.variant, family=family, seconds=_seconds(model),
-               baseline=outcome(model.stacks[baseline]), candidate=outcome(model.stacks[candidate]),
+               baseline=outcome(model.stacks.get(baseline)), candidate=outcome(model.stacks.get(candidate)),
                failures=tuple(failures(results, model, candidate, [g for g in gates if g.stack == candidate])))
 
 
@@ -163,11 +164,14 @@ def stage_class(stack: StackResults) -> str | None:
     return kind
 
 
-def outcome(stack: StackResults) -> str:
-    """A stack's stages in a cell: ok, or the class of the first that failed and its status."""
-    problem = stack.first_problem()
+def outcome(stack: StackResults | None) -> str:
+    """A stack's stages in a cell: ok, the class of the first that failed and its status, or not run (a run stopped
+    before it: its stages unfinished)."""
+    problem = stack.first_problem() if stack is not None else None
+    if stack is None or not stack.stages or problem is not None and problem.unfinished:
+        return NOT_RUN
     if problem is None:
-        return "ok" if stack.stages else "not run"
+        return "ok"
     return f"✗ {stage_class(stack)} ({problem.status})"
 
 
@@ -238,6 +242,7 @@ def totals(rows: list[Row]) -> dict[str, Any]:
         "reproduces": sum(f.reproduces is True for f in every),
         "remedy_tried": sum(f.remedy is not None for f in every),
         "remedy_passes": sum(f.remedy is True for f in every),
+        "finished": sum(NOT_RUN not in (row.baseline, row.candidate) for row in rows),
         "baseline_failed": sum(row.baseline.startswith("✗") for row in rows),
         "candidate_failed_a_stage": sum(row.candidate.startswith("✗") for row in rows),
     }
@@ -273,7 +278,8 @@ def markdown(rows: list[Row], runs: list[dict[str, Any]], results: Results) -> s
         + (f" ({', '.join(_duration(r['seconds']) + ' exit ' + str(r['exit']) for r in runs)})" if runs else "")
         + f"; the models' stage time {_duration(sum(row.seconds for row in rows))} (both stacks, "
         "made or reused; the measure session apart).", "",
-        f"**{counted['models']} models, {counted['rows']} rows** (fp32 and the quantized variant). Candidate failures: "
+        f"**{counted['models']} models, {counted['rows']} rows** (fp32 and the quantized variant), "
+        f"{counted['finished']} run through both stacks. Candidate failures: "
         f"**{counted['candidate_failures']}** ({by_class}). Their Way out: **{counted['entry_named']}** named the "
         f"operator (a quantized variant's: the layers to keep in float), **{counted['entry_why_not']}** said why not, "
         f"{counted['no_entry']} had no entry; reproducer "
