@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import zoo
+
 from upgrade_gate.schema.results import Results
 
 REPORT = Path(__file__).parent / "data" / "zoo" / "results.json"
