@@ -20,6 +20,9 @@
     nox -s benchmark -- stop-early [--report DIR] what stopping the rounds early saves, replayed on a run's rounds
     nox -s benchmark -- most-rounds [--report DIR]
                                                   the gates the rounds past `rounds` decided, replayed on a run's rounds
+    nox -s benchmark -- zoo [--models a,b] [--report DIR]
+                                                  real architectures (timm, torchvision, transformers, ultralytics)
+                                                  through both stacks: the zoo's table in docs/benchmarks.md
 
 Installed (`pip install upgrade-gate`), the same sessions run as `upgrade-gate compare`, … in a
 team's repository (upgrade_gate.cli), or from the team's own noxfile after `import upgrade_gate.sessions`.

@@ -44,6 +44,12 @@ tests/benchmarks/, which the wheel does not carry.
   its workers' seconds outside their stages (the start and the imports: ``stages``' table), and every
   file the phases left in the two caches compared by SHA-256 (artifacts, eager and runtime outputs).
   Target: every file identical.
+* ``zoo`` — real architectures from the package index (timm, torchvision, transformers from their configs,
+  ultralytics from its yamls; random seeded weights, real photos and sentences), fp32 and int8, through both
+  stacks as a team runs its own models (``zoo/pyproject.toml``), and the table in docs/benchmarks.md: each
+  stack's outcome per model, every candidate failure's class, and whether its Way out named the operator,
+  reproduced and found a passing remedy. ``--models a,b`` runs part of it; run again, it resumes from the result
+  cache; ``--report DIR`` writes the table of a finished report folder without running anything.
 * ``noise`` — a stack against an identical copy of itself, five times, each
   time measured afresh. Target: no latency gate fails, whatever the load.
 * ``sensitivity`` — a stack against a copy that is 20% slower (its adapter
@@ -74,10 +80,11 @@ from benchmarks.repeated_runs import LOADS, MODELS, repeated_compare
 from benchmarks.replays import past_planned, stop_early
 from benchmarks.run_times import stages, worker_start
 from benchmarks.workflow import workflow
+from benchmarks.zoo import zoo
 from upgrade_gate.pipeline import check_writable
 
 NAMES = ("overhead", "noise", "sensitivity", "coverage", "gate", "looks", "stages", "stop-early", "most-rounds",
-         "workflow", "worker-start")
+         "workflow", "worker-start", "zoo")
 
 
 def main(argv: list[str], log: Any = print, invoked_from: Path | None = None) -> int:
@@ -89,17 +96,19 @@ def main(argv: list[str], log: Any = print, invoked_from: Path | None = None) ->
     parser.add_argument("--load", choices=[*LOADS, "all"], default="quiet",
                         help="background load during noise and sensitivity: quiet (default), one-core, all-cores, "
                              "or all three in turn")
-    parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS})")
+    parser.add_argument("--models", help=f"models to run (default {MODELS}; for overhead {OVERHEAD_MODELS}; for zoo "
+                                         "all of zoo/pyproject.toml)")
     parser.add_argument("--out", type=Path, help="where results go (default benchmarks/NAME)")
-    parser.add_argument("--report", type=Path, default=Path("report"),
-                        help="stages, stop-early, most-rounds: the report folder to read")
+    parser.add_argument("--report", type=Path,
+                        help="stages, stop-early, most-rounds: the report folder to read (default report); zoo: "
+                             "write the table of this finished report folder, running nothing")
     parser.add_argument("--carried", type=Path,
                         help="workflow: the result caches carried between runs, one folder per shard "
                              "(default OUT/actions-cache)")
     args = parser.parse_args(argv)
     here = invoked_from or Path.cwd()
     out = (here / (args.out or Path("benchmarks") / args.name)).resolve()
-    report = (here / args.report).resolve()
+    report = (here / (args.report or Path("report"))).resolve()
     check_writable(out, what="benchmark folder", fix="choose another with --out DIR")  # else exit 2, naming it
     if args.name == "overhead":
         return overhead(out, args.models or OVERHEAD_MODELS, log)
@@ -117,6 +126,8 @@ def main(argv: list[str], log: Any = print, invoked_from: Path | None = None) ->
         return past_planned(report, out, log)
     if args.name == "workflow":
         return workflow(out, (here / args.carried if args.carried else out / "actions-cache").resolve(), log)
+    if args.name == "zoo":
+        return zoo(out, args.models, report if args.report else None, log)
     if args.name == "worker-start":
         return worker_start(out, args.models, log)
     loads = list(LOADS) if args.load == "all" else [args.load]

@@ -36,11 +36,18 @@ SENSITIVITY_FAILS = 4
 SENSITIVITY_TARGET_LOADS = ("quiet", "one-core")
 
 
-def compare(config: Path | None, out: Path, models: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def compare(config: Path | None, out: Path, models: str, *extra: str,
+            log_file: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`nox -s compare` on ``config``'s project; its output captured, or written to ``log_file`` as it comes (a
+    long run's progress, to follow with tail -f)."""
     env = {**os.environ, **({"UPGRADE_GATE_CONFIG": str(config)} if config else {})}
     command = [sys.executable, "-m", "nox", "--noxfile", str(NOXFILE), "--no-color",
                "-s", "compare", "--", "--out", str(out), "--models", models, *extra]
-    return subprocess.run(command, env=env, capture_output=True, text=True)
+    if log_file is None:
+        return subprocess.run(command, env=env, capture_output=True, text=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a", encoding="utf-8") as written:
+        return subprocess.run(command, env=env, stdout=written, stderr=subprocess.STDOUT, text=True)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,56 @@
+"""The zoo's table (tests/benchmarks/zoo.py), from a report the zoo wrote: three of its rows, trimmed to what the table
+reads (tests/data/zoo/results.json: hf-bert, and efficientnet-b0, hf-bert and yolov8n quantized, at df1ac8a)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import zoo
+
+from upgrade_gate.schema.results import Results
+
+REPORT = Path(__file__).parent / "data" / "zoo" / "results.json"
+
+
+def test_each_candidate_failure_has_its_class_and_what_its_way_out_did():
+    rows = {(row.model, row.variant): row for row in zoo.table_rows(Results.load(REPORT))}
+    assert rows["hf-bert", "fp32"].failures == () and rows["hf-bert", "fp32"].candidate == "ok"
+    # The export stage raised from executorch's code: the lowering's failure, its operator named, reproduced, remedied.
+    bert = rows["hf-bert", "int8-dynamic"]
+    assert bert.family == "transformers" and bert.candidate == "✗ lower (failed)"
+    (failure,) = bert.failures
+    assert (failure.kind, failure.entry, failure.found, failure.reproduces, failure.remedy) == (
+        "lower", "named", "aten.linear.default", True, True)
+    assert failure.said == "export failed: builtins.RuntimeError: Weight and Input should both be quantized"
+    # A load failure has no search yet (issue 63, item 1): no entry; the baseline's own quantize crashed.
+    yolo = rows["yolov8n", "int8"]
+    assert yolo.baseline == "✗ quantize (crashed)"
+    (failure,) = yolo.failures
+    assert (failure.kind, failure.entry, failure.reproduces, failure.remedy) == ("load", "none", None, None)
+    assert "Failed to create cat3 node" in failure.said
+    # A quantized variant below its gate: the layers kept in float, the remedy passing.
+    (failure,) = rows["efficientnet-b0", "int8"].failures
+    assert (failure.kind, failure.entry, failure.remedy) == ("numerics", "named layers", True)
+
+
+def test_the_totals_count_the_failures_by_class_and_the_way_outs():
+    counted = zoo.totals(zoo.table_rows(Results.load(REPORT)))
+    assert counted["models"] == 3 and counted["rows"] == 4 and counted["finished"] == 4
+    assert counted["candidate_failures"] == 3
+    assert counted["by_class"] == {"lower": 1, "load": 1, "numerics": 1}
+    assert (counted["entry_named"], counted["entry_why_not"], counted["no_entry"]) == (2, 0, 1)
+    assert (counted["reproduces"], counted["remedy_passes"], counted["baseline_failed"]) == (1, 2, 1)
+
+
+def test_the_section_is_replaced_on_each_run_and_appended_the_first_time():
+    results = Results.load(REPORT)
+    runs = [{"seconds": 724.0, "exit": 3, "cores": 2, "memory_bytes": 24 * 2**30}]
+    section = zoo.markdown(zoo.table_rows(results), runs, results)
+    assert section.startswith(zoo.START) and section.rstrip().endswith(zoo.END)
+    assert "`nox -s benchmark -- zoo`" in section and "Wall time: **12 min 4 s**" in section
+    assert "| hf-bert | int8-dynamic | transformers | ok | ✗ lower (failed) |" in section
+    document = zoo.replace_section("# Benchmarks\n\ntoday's table\n", section)
+    assert document.startswith("# Benchmarks\n\ntoday's table\n\n" + zoo.START)
+    again = zoo.replace_section(document + "\nafter\n", section.replace("12 min 4 s", "1 min 0 s"))
+    assert again.count(zoo.START) == 1 and "1 min 0 s" in again and "12 min 4 s" not in again
+    assert again.endswith("\nafter\n")
