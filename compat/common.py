@@ -9,6 +9,7 @@ twice on purpose, one copy per side of the process boundary.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import importlib
@@ -20,14 +21,13 @@ import resource
 import shutil
 import sys
 import tempfile
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 # The bundle carries device_runner.py alone, so the machine's description is defined there, once.
 from .device_runner import ISA_FLAGS, cpu_and_isa  # noqa: F401 - re-exported for probe.py and issue_text.py
-from .search.export_errors import source_line
+from .search.export_errors import source_line, told_traceback
 
 # The records' version; the parent's upgrade_gate.schema.records checks it.
 RECORDS_VERSION = "1.0"
@@ -83,7 +83,7 @@ def error_record(error: BaseException) -> dict[str, Any]:
     raised under (issue 63: where FX tracing stopped in a YOLO head), an OSError's errno (the parent tells a full
     disk from the model's own failure by it), and a refused method's name (the parent refuses the model's
     configuration by it: MethodNameRefused)."""
-    told = traceback.format_exc()
+    told = told_traceback(error)
     message = " — ".join([str(error), *getattr(error, "__notes__", ())])  # a note: what the runtime said (runtime_said)
     return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": message[:MESSAGE_CHARS],
             "traceback_tail": told.splitlines()[-TRACEBACK_TAIL_LINES:],
@@ -312,7 +312,11 @@ def load_case(job: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]], dic
     fixtures_dir = Path(job["fixtures_dir"])
     ensure_fixtures(case, fixtures_dir)
     if case.weights == "fixture":
-        case.module.load_state_dict(load_npz_tensors(fixtures_dir / "weights.npz"), strict=True)
+        weights = collections.OrderedDict(load_npz_tensors(fixtures_dir / "weights.npz"))
+        # The module's own versions of its parts, which an .npz does not keep: a part whose _load_from_state_dict
+        # reads its version refuses the weights without them (torchvision's MNASNet: "version shluld be set …").
+        weights._metadata = getattr(case.module.state_dict(), "_metadata", {})  # type: ignore[attr-defined]
+        case.module.load_state_dict(weights, strict=True)
     case.module.eval()
     for method in case.entry_points().values():
         method.module.eval()

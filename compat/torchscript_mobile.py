@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from torch.utils.mobile_optimizer import optimize_for_mobile
 
 # What optimize_for_mobile's passes do to a method that departs (culprit.py; the Diagnoses capability), from
 # torchscript_diagnose.py, which defines them (and imports nothing back).
-from .search.export_errors import source_line
+from .search.export_errors import source_line, told_traceback
 from .torchscript_diagnose import (  # noqa: F401 - the adapter's members
     REMEDY_NAME,
     lower_keeping_out,
@@ -64,7 +63,7 @@ def quantize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant:
         converted = convert_fx(prepared)
     except Exception as error:  # noqa: BLE001 - FX static failed: the dynamic recipe, and why
         # Where in the model FX stopped (issue 63: a YOLO head it could not trace, said without its line).
-        where = source_line(traceback.format_exc(), {}, tool=str(Path(__file__).parent))
+        where = source_line(told_traceback(error), {}, tool=str(Path(__file__).parent))
         dynamic = quantize_dynamic(copy.deepcopy(module).eval(), {torch.nn.Linear}, dtype=torch.qint8)
         return dynamic, {"recipe": "dynamic Linear, qnnpack (quantize_dynamic: int8 weights, activations per call)",
                          "static_failed": f"FX {step}: {type(error).__name__}: {str(error)[:300]}"

@@ -152,3 +152,21 @@ def test_what_the_native_runtime_said_while_it_failed_is_added_to_the_error_and_
         assert common.error_record(error)["message"] == (
             "loading method forward of m.pte failed with error 0x1 — " + raised.value.__notes__[0])
     assert common.runtime_said(lambda: 7) == 7 and capfd.readouterr().err == ""  # nothing said, nothing added
+
+
+def test_an_error_whose_traceback_cannot_be_told_is_recorded_all_the_same(export_errors, monkeypatch):
+    """The zoo (issue 63, item 6): FX failing to trace a team's ``forward(self, *inputs)`` left an exception whose
+    traceback Python 3.11 cannot format ("generator raised StopIteration"); the worker died with code 1 and the
+    legacy stack's int8 was "quantize crashed", the FX error lost. Telling it now falls back to the exception alone."""
+    def cannot_tell() -> str:
+        raise RuntimeError("generator raised StopIteration")
+
+    try:
+        raise TypeError("Proxy object cannot be iterated")
+    except TypeError as error:
+        assert "Traceback (most recent call last)" in export_errors.told_traceback(error)  # as format_exc tells it
+        monkeypatch.setattr(export_errors.traceback, "format_exc", cannot_tell)
+        told = export_errors.told_traceback(error)
+    assert told == ("TypeError: Proxy object cannot be iterated\n(its traceback could not be told: RuntimeError: "
+                    "generator raised StopIteration)\n")
+    assert export_errors.source_line(told, {}) is None  # no frame to name, and nothing raised
