@@ -223,8 +223,8 @@ class AnswersLoadFailures(Protocol):
         """The search's finding from the runtime's words ``said``: ``{"status": "found", "reason", "culprits": [{
         "operator", "backend", "calls": [{"key", "module", "source", "inputs"}]}]}``, or ``"not pinned"`` and why."""
 
-    def load_call_code(self, lowerable: Any, key: str, tensors: tuple[Any, ...]) -> tuple[str, list[Any]]:
-        """The call ``key`` alone as a reproducer's code, on the real tensors that reached it, and those tensors."""
+    def load_call_code(self, lowerable: Any, key: str, arguments: tuple[Any, ...]) -> tuple[str, list[Any]]:
+        """The call ``key`` alone as a reproducer's code, on the real arguments that reached it, and its tensors."""
 
     def load_remedy_options(self, lowerable: Any, found: dict[str, Any]) -> list[tuple[str, str, bool]]:
         """The remedies for ``found`` (load_culprits'), as Diagnoses.remedy_options gives them."""

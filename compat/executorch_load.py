@@ -92,23 +92,35 @@ def unshared_inputs(call: Any) -> list[str]:
     return [*said, f"output: scale {wanted[0]:.4g}, zero point {wanted[1]}"] if said else []
 
 
-def load_call_code(exported: Any, key: str, tensors: tuple[Any, ...]) -> tuple[str, list[Any]]:
-    """The call ``key`` alone as a reproducer's code on the real tensors that reached it (``tensors``: its first
-    argument's): each input quantized and dequantized as the program does, the call, and its output's quantization,
-    so that the lowering sees the pattern the program has."""
+def load_call_code(exported: Any, key: str, arguments: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """The call ``key`` alone as a reproducer's code on the real tensors that reached it (``arguments``: its
+    arguments as captured): each input quantized and dequantized as the program does, the call, and its output's
+    quantization where it has one, so that the lowering sees the pattern the program has."""
     from .search.culprit import source_key
 
     call = next(n for n in exported.graph.nodes if n.op == "call_function" and source_key(n) == key)
-    output = next(user for user in call.users if str(user.target) == QUANTIZE)
+    output = next((user for user in call.users if str(user.target) == QUANTIZE), None)
 
     def quantized(code: str, params: tuple[Any, ...]) -> str:
         shown = ", ".join(str(p) if "torch." in str(p) else repr(p) for p in params)
         return f"torch.ops.{DEQUANTIZE}(torch.ops.{QUANTIZE}({code}, {shown}), {shown})"
 
-    inputs = [quantized(f"x{i}", tuple(given.args[1:])) if str(getattr(given, "target", "")) == DEQUANTIZE
-              else f"x{i}" for i, given in enumerate(call.args[0])]
-    rest = "".join(f", {a!r}" for a in call.args[1:])
-    return quantized(f"torch.ops.{call.target}([{', '.join(inputs)}]{rest})", tuple(output.args[1:])), list(tensors)
+    concat = str(call.target) == CONCAT
+    values = list(arguments[0]) if concat else list(arguments[:2])
+    tensors: list[Any] = []
+    inputs = []
+    for given, value in zip(_inputs_of(call), values):
+        if getattr(given, "op", None) is None:  # a Python number: written as it is
+            inputs.append(repr(given))
+            continue
+        tensors.append(value)
+        name = f"x{len(tensors) - 1}"
+        dequantized = str(getattr(given, "target", "")) == DEQUANTIZE
+        inputs.append(quantized(name, tuple(given.args[1:])) if dequantized else name)
+    rest = "".join(f", {a!r}" for a in call.args[1 if concat else 2:])
+    listed = ", ".join(inputs)
+    made = f"torch.ops.{call.target}({f'[{listed}]' if concat else listed}{rest})"
+    return (quantized(made, tuple(output.args[1:])) if output is not None else made), tensors
 
 
 def load_remedy_options(exported: Any, found: dict[str, Any]) -> list[tuple[str, str, bool]]:

@@ -100,7 +100,7 @@ class LoadFailurePhase(DiagnosePhase):
             found_in = f"{self.job['model']}'s {method}:\n{where(found)}. {finding['reason']}."
             remedy, key = self.remedy_code(method), found["calls"][0]["key"]
             (_, arguments, _), = culprit.capture_node_inputs(self.whole[method], inputs[method], {key}).values()
-            call, tensors = self.adapter.load_call_code(self.whole[method], key, tuple(arguments[0]))
+            call, tensors = self.adapter.load_call_code(self.whole[method], key, tuple(arguments))
             culprit.write_reproducer(folder, tuple(tensors), self.adapter.load_reproducer_source(
                 kind=found["operator"], call=call, arguments=len(tensors), threshold=self.threshold_of(method),
                 remedy=remedy, found_in=found_in, fails_with=fails_with))
