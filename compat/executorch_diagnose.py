@@ -14,6 +14,7 @@ import torch
 from . import reproducers
 from .executorch_runtime import binding
 from .search import culprit, issue_text, program_source
+from .search.export_errors import source_line
 from .search.quoting import python_comment, python_string
 
 # What the remedy's code defines, passed as ``to_edge_transform_and_lower(..., partitioner=[partitioner])``.
@@ -29,8 +30,6 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
     """The exported program and what the XNNPACK delegate took of it: one part per source call
     (``gelu_1``), with its kind, module path and the user's line. Where the program does not lower at all,
     every call is a part."""
-    from .search.export_errors import source_line
-
     exported = lowering_start(module, inputs) if start is None else start
     try:
         lowered = lower_keeping_out(exported, frozenset())
@@ -46,14 +45,19 @@ def lowering_parts(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
         if node.op != "call_function" or key in portable or key in seen or node.target.__name__ == "getitem":
             continue
         seen.add(key)
-        modules = list(node.meta.get("nn_module_stack", {}).values())
-        parts.append({"key": key, "kind": operator_kind(node), "backend": BACKEND, "quantized": quantized(node),
+        parts.append({**call_site(node), "kind": operator_kind(node), "backend": BACKEND, "quantized": quantized(node),
                       # A quantization's own operators (and a metadata assert) are pieces of a pattern the delegate
                       # fuses, not operators to lower alone (alone, the runtime may abort on them).
-                      "runs_alone": not str(node.target).startswith(NOT_ALONE),
-                      "module": modules[-1][0] if modules else "",
-                      "source": source_line(node.meta.get("stack_trace") or "", {}) or ""})
+                      "runs_alone": not str(node.target).startswith(NOT_ALONE)})
     return exported, parts
+
+
+def call_site(node: Any) -> dict[str, str]:
+    """Where the model makes a call of the exported program: its source call (culprit.source_key), the innermost
+    module's path and the user's line."""
+    modules = list(node.meta.get("nn_module_stack", {}).values())
+    return {"key": culprit.source_key(node), "module": modules[-1][0] if modules else "",
+            "source": source_line(node.meta.get("stack_trace") or "", {}) or ""}
 
 
 def lowering_start(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:

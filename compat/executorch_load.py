@@ -40,8 +40,7 @@ def load_culprits(exported: Any, said: str) -> dict[str, Any]:
     """The search's finding for a method whose program fails to load with the runtime's words ``said``: the calls of
     the operator XNNPACK named, of its number of inputs, those whose inputs are not quantized as its output is first
     (what XNNPACK's concatenate refuses); or why none is named."""
-    from .search.culprit import source_key
-    from .search.export_errors import source_line
+    from .executorch_diagnose import call_site
 
     node = runtime_node(said)
     if node is None:
@@ -53,7 +52,8 @@ def load_culprits(exported: Any, said: str) -> dict[str, Any]:
                 f"{node['node']} node is not one upgrade-gate maps to an operator of the program", "runtime": node}
     calls = [n for n in exported.graph.nodes if n.op == "call_function" and str(n.target) == operator
              and (node["inputs"] is None or len(_inputs_of(n)) == node["inputs"])]
-    unshared = [n for n in calls if unshared_inputs(n)]
+    departs = {n: unshared_inputs(n) for n in calls}
+    unshared = [n for n in calls if departs[n]]
     if not calls:
         return {"status": "not pinned", "runtime": node,
                 "reason": f"the runtime said {node['said']!r}, and the program makes no such {operator} call"}
@@ -61,14 +61,10 @@ def load_culprits(exported: Any, said: str) -> dict[str, Any]:
     why = (f"{len(unshared)} of its {len(calls)} call(s) take inputs not quantized as the output is"
            + (" (XNNPACK's concatenate takes only its output's scale and zero point)" if operator == CONCAT else "")
            if unshared else f"{len(calls)} call(s), none with inputs quantized otherwise than the output")
-    modules = [list(n.meta.get("nn_module_stack", {}).values()) for n in unshared or calls]
     return {"status": "found", "rel_l2": math.inf, "runtime": node,
             "reason": f"the runtime said: {node['said']}; {why}",
             "culprits": [{"operator": named, "backend": BACKEND, "share": 1.0, "rel_l2_without": math.nan,
-                          "calls": [{"key": source_key(n), "module": stack[-1][0] if stack else "",
-                                     "source": source_line(n.meta.get("stack_trace") or "", {}) or "",
-                                     "inputs": unshared_inputs(n)}
-                                    for n, stack in zip(unshared or calls, modules)]}]}
+                          "calls": [{**call_site(n), "inputs": departs[n]} for n in unshared or calls]}]}
 
 
 def _inputs_of(call: Any) -> list[Any]:
