@@ -37,6 +37,7 @@ from .phases import (
     written_artifact,
 )
 
+NOTHING_QUANTIZED = "quantized nothing"  # the quantize stage's words where the recipe took no module
 QUANTIZED_OUTPUTS = "quantized.npz"  # a variant's quantized methods run eagerly (schema/records.py reads it)
 
 
@@ -49,7 +50,7 @@ class ExportPhase:
         self.job, self.adapter, self.log = job, adapter, log
         self.model_dir, self.adapter_name = Path(job["model_dir"]), job["adapter"]
         self.variant = job.get("variant", FP32)
-        self.exporting = ""  # the method being exported, for localize
+        self.working_on = ""  # the method being quantized or exported, for localize
 
     def run_stages(self) -> None:
         import torch
@@ -60,10 +61,13 @@ class ExportPhase:
         if built is not None and built[0].task.drive is not None:
             self.log.stage("eager-task", ("build",), self.eager_task)
         if self.variant != FP32:
-            self.log.stage("quantize", ("build",), self.quantize)
+            quantized = self.log.stage("quantize", ("build",), self.quantize)
+            # A variant whose recipe fails: find the submodules that fail to quantize alone.
+            if quantized is None and built is not None and failed(self.log, "quantize"):
+                self.log.stage("localize", ("build",), self.localize)
         exported = self.log.stage("export", ("build",) if self.variant == FP32 else ("quantize",), self.export)
         # A float model that does not export: find the submodules that fail alone.
-        # (A quantized variant's failure is its recipe's; its float model is localized.)
+        # (A quantized variant's export failure is its recipe's; its float model is localized.)
         if exported is None and self.variant == FP32 and built is not None and failed(self.log, "export"):
             self.log.stage("localize", ("build",), self.localize)
         self.log.stage("save", ("export",), self.save)
@@ -114,6 +118,7 @@ class ExportPhase:
         assert isinstance(self.adapter, Quantizes)
         quantized, details = {}, {}
         for name, method in case.entry_points().items():
+            self.working_on = name
             start = time.perf_counter()
             quantized[name], details[name] = self.adapter.quantize(method.module, inputs[name], self.variant)
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
@@ -121,7 +126,7 @@ class ExportPhase:
         counts = [d.get("quantized_modules", d.get("quantize_nodes")) for d in details.values()]
         if counts and all(c == 0 for c in counts):
             why = "; ".join(dict.fromkeys(d["static_failed"] for d in details.values() if d.get("static_failed")))
-            raise ValueError(f"{recipes[self.variant]}: quantized nothing in any method (no module or operator it "
+            raise ValueError(f"{recipes[self.variant]}: {NOTHING_QUANTIZED} in any method (no module or operator it "
                              "takes); the artifact would be the float model" + (f" — {why}" if why else ""))
         return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details,
                            **self.quantized_outputs(quantized)}
@@ -153,7 +158,7 @@ class ExportPhase:
         one_program = self.one_program(case)
         lowered, details = {}, {}
         for name, module in modules.items():
-            self.exporting = name
+            self.working_on = name
             start = time.perf_counter()
             with torch.no_grad():
                 program, details[name] = self.adapter.lower(module, inputs[name])
@@ -176,20 +181,29 @@ class ExportPhase:
         return True, {"methods": details, "program": {**written, "seconds": round(time.perf_counter() - start, 3)}}
 
     def localize(self):
-        # Which submodules fail to export on their own, with their real inputs.
+        # Which submodules fail to quantize (or export) on their own, with their real inputs.
         if not self.job["localize_budget_s"]:
             raise StageSkipped("turned off (localize-budget = 0)")
         if not isinstance(self.adapter, Adapter):
             raise StageSkipped("the adapter does not keep the contract (the export stage names what it lacks)")
         case, inputs = self.log.results["build"]
         from .search import localize as localizer
-        error = next(r["error"] for r in self.log.data["stages"] if r["stage"] == "export")
-        # The export stopped at its first failing method: that one is searched.
-        name = self.exporting
-        method = case.entry_points()[name]
-        found = localizer.localize(method.module, inputs[name], self.adapter.lower, error=error,
-                                   budget_s=self.job["localize_budget_s"])
-        return True, {"method": name, **found}
+        attempt = "quantize" if failed(self.log, "quantize") else "export"
+        error = next(r["error"] for r in self.log.data["stages"] if r["stage"] == attempt)
+        # The stage stopped at its first failing method: that one is searched.
+        name = self.working_on
+        module = case.entry_points()[name].module
+        if attempt == "quantize" and NOTHING_QUANTIZED in error["message"]:
+            # No submodule fails: the recipe takes none of the modules that hold the weights. Those are the answer.
+            return True, {"method": name, "attempt": attempt, **localizer.weights_not_taken(module)}
+        try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
+        found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"])
+        return True, {"method": name, "attempt": attempt, **found}
+
+    def quantize_alone(self, module: Any, inputs: tuple[Any, ...]) -> Any:
+        """The variant's recipe on one submodule; one that finds nothing to quantize has not failed."""
+        assert isinstance(self.adapter, Quantizes)  # the quantize stage required it
+        return self.adapter.quantize(module, inputs, self.variant)
 
     def one_program(self, case: Any) -> bool:
         """Every method in one multi-method artifact: the model has several and asks for one, and the stack

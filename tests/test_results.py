@@ -264,7 +264,7 @@ def test_each_scan_rule_is_explained_once_and_cited_per_finding(report):
 
 def test_the_page_shows_where_an_export_breaks(report):
     page = (report / "report.html").read_text()
-    assert "<b>candidate: where the export of forward breaks</b> (4 submodule exports in 2.5 s):" in page
+    assert "<b>candidate: where the export of forward breaks</b> (4 submodules tried alone in 2.5 s):" in page
     assert ("<li><code>blocks.1.gate</code> (ValueGate): torch._dynamo.exc.UserError: Dynamic control flow is not "
             "supported (the same in blocks.2.gate) — at smoke.py:50 in forward: if y.mean() &gt; 0:</li>") in page
     # Linked from the gates that did not pass, to the model's section.

@@ -154,3 +154,27 @@ def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
         "complete": not out_of_time,
         "budget_s": budget_s,
     }
+
+
+def weights_not_taken(module: torch.nn.Module, listed: int = 5) -> dict[str, Any]:
+    """Where a recipe quantized nothing: the classes of the modules that hold ``module``'s weights, the most first,
+    each with its first module (the recipe took none of them; GPT-2's Conv1D is not an nn.Linear)."""
+    start = time.monotonic()
+    held: dict[type, list[tuple[str, int]]] = {}
+    for path, submodule in module.named_modules():
+        own = sum(p.numel() for p in submodule.parameters(recurse=False))
+        if own:
+            held.setdefault(type(submodule), []).append((path or "(root)", own))
+    total = sum(n for modules in held.values() for _, n in modules) or 1
+    culprits = []
+    for kind, modules in sorted(held.items(), key=lambda item: -sum(n for _, n in item[1])):
+        share = sum(n for _, n in modules) / total
+        if share < 0.01:
+            break
+        paths = [path for path, _ in modules]
+        culprits.append({"module": paths[0], "class": kind.__name__, "type": "not quantized",
+                         "message": f"{len(paths)} {kind.__module__}.{kind.__qualname__} module(s) hold {share:.0%} "
+                                    "of the weights; the recipe quantized none of them",
+                         "same_failure_in": paths[1:listed]})
+    return {"culprits": culprits, "attempts": 0, "tried": [], "seconds": round(time.monotonic() - start, 3),
+            "complete": True, "budget_s": 0.0}

@@ -196,13 +196,16 @@ def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: 
     diagnosis = own.diagnosis if own.diagnosis is not None and _answers(own.diagnosis.search, kind) else None
     findings = diagnosis.findings if diagnosis is not None else []
     named = sorted({c.named for f in findings for c in f.culprits})
-    localized = own.localized if kind in ("export", "lower") else None
-    if not named and localized is not None:
+    localized = own.localized if kind in ("quantize", "export", "lower") else None
+    # A localization whose one culprit is the whole model found no smaller part: it says why not, it names nothing.
+    whole = localized is not None and [c.module for c in localized.culprits] == ["(root)"]
+    if not named and localized is not None and not whole:
         named = sorted({c.operator or f"{c.module} ({c.class_name})" for c in localized.culprits})
     stopped = diagnosis.first_problem() if diagnosis is not None else None
     why = "; ".join(f"{f.method}: {f.status}" + (f" — {f.reason}" if f.reason else "") for f in findings) or (
         stopped.explain() if stopped else "") or (
-        f"no submodule fails to export alone ({localized.attempts} tried)" if localized is not None else "")
+        f"no submodule fails to {localized.attempt} alone ({localized.attempts} tried): the failure is in how the "
+        "model puts them together" if localized is not None else "")
     if named:
         # A keep-float search names the layers left in float, not operators.
         entry = "named layers" if diagnosis is not None and diagnosis.keeps_float else "named"

@@ -319,9 +319,12 @@ def localization_blocks(model: ModelResults) -> list[Block]:
         found = stack.localized
         if found is None:
             continue
-        tried = f"{found.attempts} submodule exports in {found.seconds:.1f} s"
+        tried = f"{found.attempts} submodules tried alone in {found.seconds:.1f} s"
         if not found.complete:
             tried += f", stopped at the {found.budget_s:g} s budget (localize-budget)"
+        what = "the quantization" if found.attempt == "quantize" else "the export"
+        if found.attempt == "quantize" and not found.attempts:
+            tried = "the modules that hold its weights, by class"
         lines = []
         for culprit in found.culprits:
             op = f", operator {code_span(culprit.operator)}" if culprit.operator else ""
@@ -329,5 +332,5 @@ def localization_blocks(model: ModelResults) -> list[Block]:
             where = f" — at {culprit.source}" if culprit.source else ""
             lines.append(f"{code_span(culprit.module)} ({culprit.class_name}){op}: {culprit.error_type}: "
                          f"{first_line(culprit.message)}{also}{where}")
-        blocks += [Paragraph(f"**{n}: where the export of {found.method} breaks** ({tried}):"), bullets(*lines)]
+        blocks += [Paragraph(f"**{n}: where {what} of {found.method} breaks** ({tried}):"), bullets(*lines)]
     return blocks

@@ -114,9 +114,10 @@ class Culprit:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Localization:
-    """Where a failed export breaks: the smallest submodules that fail alone."""
+    """Where a failed quantization or export breaks: the smallest submodules that fail alone."""
 
     method: str
+    attempt: str  # the stage tried on each submodule alone: "quantize" or "export"
     culprits: tuple[Culprit, ...]
     attempts: int
     seconds: float
@@ -125,7 +126,7 @@ class Localization:
 
     @classmethod
     def from_details(cls, details: dict[str, Any]) -> Localization:
-        return cls(method=str(details.get("method", "forward")),
+        return cls(method=str(details.get("method", "forward")), attempt=str(details.get("attempt", "export")),
                    culprits=tuple(Culprit.from_details(c) for c in details.get("culprits", [])),
                    attempts=int(details.get("attempts", 0)), seconds=float(details.get("seconds", 0.0)),
                    complete=bool(details.get("complete", True)), budget_s=float(details.get("budget_s", 0.0)))
