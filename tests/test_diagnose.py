@@ -717,6 +717,15 @@ def test_a_program_that_lowers_and_does_not_load_says_what_the_runtime_said(expl
     traced = "parts = list(self.cv1(x).chunk(2, 1))"  # FX cannot iterate a traced value
     line = (REPO / "models" / "smoke.py").read_text().splitlines().index(f"        {traced}") + 1
     assert finding.failure.endswith(f"(at smoke.py:{line} in forward: {traced})"), finding
+    # A recipe that fails is localized as an export is: each child quantizes alone, so the block's own code is it.
+    localized = next(s for s in model["stacks"]["legacy"]["stages"] if s["stage"] == "localize")["details"]
+    assert localized["attempt"] == "quantize" and localized["complete"], localized
+    assert sorted(t["module"] for t in localized["tried"] if t["ok"]) == ["bottleneck", "cv1", "cv2"], localized
+    (culprit,) = localized["culprits"]
+    assert (culprit["module"], culprit["class"]) == ("(root)", "SplitShortcut") and "cannot be iterated" in \
+        culprit["message"], culprit
+    assert "**legacy: where the quantization of forward breaks** (3 submodules tried alone in" in \
+        (out / "report.md").read_text()
 
 
 def test_a_program_that_does_not_load_gets_the_node_a_reproducer_and_a_remedy(explained_run):
