@@ -5,6 +5,7 @@
     nox -s "run(candidate)" [-- --shard K/N …]    build one stack and run the models (or the K-th of N parts) in it
     nox -s measure [-- --out DIR]                 latency rounds, cold start, memory: every stack, interleaved
     nox -s report [-- --out DIR] [SHARD_DIR...]   compare the stacks' records (merging shards), write the report
+    nox -s migrate [-- --out DIR --models a,b]    each judged model's export script and MIGRATION.md (migrate/)
     nox -s diff -- OLD NEW                        what changed between two reports
     nox -s prune-cache [-- --out DIR]             keep in the result cache only what that report folder used
     nox -s releases [-- --from V --to V --models a,b --bisect GATE:MODEL --shard K/N]
@@ -245,6 +246,14 @@ def report(session: nox.Session) -> None:
     """Compare the stacks' records in the report folder (or merge shard folders: `-- DIR...`) and write the report."""
     plan = pipeline.plan_or_exit(session.posargs, session.invoked_from, reporting=True)
     _exit_with(pipeline.report(plan))
+
+
+@nox.session(python=False, default=False)
+@guard.guarded
+def migrate(session: nox.Session) -> None:
+    """The migration a GO hands over, written again from a finished report folder: each judged model's export script
+    and MIGRATION.md (migrate/ in the report folder; compare writes it after the report)."""
+    pipeline.migrate(pipeline.bundle_plan_or_exit(session.posargs, session.invoked_from))
 
 
 @nox.session(python=False, default=False)

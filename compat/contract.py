@@ -269,16 +269,32 @@ class ReExports(Protocol):
         of the example inputs (each decision specialized to their values), said for the report."""
 
 
+@runtime_checkable
+class WritesExportScript(Protocol):
+    """What a GO hands the team (issue 64, upgrade_gate.migrate): the stack's recipe as the lines of the team's own
+    export script, the calls ``quantize``, ``lower`` and ``save`` make, so that the script rebuilds the judged
+    artifact byte for byte (tests/test_migrate.py checks it)."""
+
+    def export_script(self, variant: str) -> str:
+        """Python that imports only the stack's packages and defines ``quantize(module, inputs)`` (the variant's
+        recipe; the module itself for fp32) and ``artifact_bytes(module, inputs)`` (exported, lowered, serialized)."""
+
+    def method_signature(self, program: Any, method: str) -> dict[str, Any]:
+        """The loaded ``program``'s metadata of ``method``: ``{"inputs": [{"sizes", "dtype"}], "outputs": [...]}``,
+        what the app-side code of the migration is filled with."""
+
+
 # What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
 # Diagnoses.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
-                                 "keep-float": KeepsFloat, "re-export": ReExports}
+                                 "keep-float": KeepsFloat, "re-export": ReExports, "migrate": WritesExportScript}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
-                               ReExports: "the export options", AnswersLoadFailures: "the load-failure search"}
+                               ReExports: "the export options", AnswersLoadFailures: "the load-failure search",
+                               WritesExportScript: "the export script"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -352,3 +368,4 @@ if TYPE_CHECKING:
     _candidate_keeps_float: KeepsFloat = executorch_xnnpack
     _candidate_load_failures: AnswersLoadFailures = executorch_xnnpack
     _candidate_re_exports: ReExports = executorch_xnnpack
+    _candidate_export_script: WritesExportScript = executorch_xnnpack

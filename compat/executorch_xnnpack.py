@@ -32,6 +32,7 @@ from .executorch_load import (  # noqa: F401 - the adapter's members
     load_remedy_options,
     load_reproducer_source,
 )
+from .executorch_migrate import export_script, method_signature  # noqa: F401 - the adapter's members
 from .executorch_precision import (  # noqa: F401 - the adapter's members, and what quantize() is built from
     WEIGHT_GROUP_SIZE,
     capture_for_quantization,

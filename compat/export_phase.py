@@ -21,6 +21,7 @@ from .contract import (
     MultiMethod,
     OtherBackends,
     Quantizes,
+    WritesExportScript,
     claims,
     require,
     require_whole,
@@ -173,12 +174,22 @@ class ExportPhase:
             gc.collect()
             details[name]["seconds"] = round(time.perf_counter() - start, 3)
         if not one_program:
-            return True, {"methods": details}
+            return True, {"methods": details, **self.export_script()}
         start = time.perf_counter()
         assert isinstance(self.adapter, MultiMethod)  # one_program
         with partial_file(artifact_path(self.model_dir, PROGRAM, self.adapter)) as partial:
             written = self.adapter.save_program(lowered, partial) or {}
         return True, {"methods": details, "program": {**written, "seconds": round(time.perf_counter() - start, 3)}}
+
+    def export_script(self) -> dict[str, Any]:
+        """The recipe as a team's export script writes it (upgrade_gate.migrate), where the adapter writes one; a
+        script it could not write is said, and the export stands."""
+        if not isinstance(self.adapter, WritesExportScript):
+            return {}
+        try:
+            return {"export_script": self.adapter.export_script(self.variant)}
+        except Exception as failure:  # noqa: BLE001 - recorded: the migration says why it has no script
+            return {"export_script_error": f"{type(failure).__name__}: {failure}"}
 
     def localize(self):
         # Which submodules fail to quantize (or export) on their own, with their real inputs.

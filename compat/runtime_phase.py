@@ -24,6 +24,7 @@ from .contract import (
     MultiMethod,
     ProfilerCheck,
     Profiles,
+    WritesExportScript,
     require,
     require_whole,
 )
@@ -76,7 +77,19 @@ class RuntimePhase:
                 raise StageSkipped(f"no artifact {file or 'for ' + name}: the export phase did not write one")
         if any(is_program(file) for file in files.values()):
             require_whole(self.adapter, MultiMethod, self.adapter_name)
-        return load_methods(self.adapter, self.model_dir, files), {"files": sorted(set(files.values()))}
+        loaded = load_methods(self.adapter, self.model_dir, files)
+        return loaded, {"files": sorted(set(files.values())), **self.signatures(loaded)}
+
+    def signatures(self, loaded: dict[str, Any]) -> dict[str, Any]:
+        """Each method's inputs and outputs as the artifact's metadata says them (the migration's app-side code),
+        where the adapter reads them; one it cannot read is said, and the load stands."""
+        if not isinstance(self.adapter, WritesExportScript):
+            return {}
+        try:
+            return {"signatures": {name: self.adapter.method_signature(program, name)
+                                   for name, (_, program) in loaded.items()}}
+        except Exception as failure:  # noqa: BLE001 - recorded: the migration says why it has no signature
+            return {"signatures_error": f"{type(failure).__name__}: {failure}"}
 
     def call(self, name: str, args: tuple[Any, ...]) -> Any:
         run, program = self.log.results["load"][name]

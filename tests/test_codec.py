@@ -58,6 +58,7 @@ from upgrade_gate.schema.verdict import (
     BaselineFinding,
     GateResult,
     GateStatus,
+    JudgedArtifact,
     Quantity,
     Remedy,
     Severity,
@@ -89,7 +90,9 @@ VERDICT = VerdictRecord(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+
                                          reproducers=("stacks/candidate/models/vit/diagnose/repro/forward",)),),
                         with_remedies={"candidate": WithRemedies(
                             verdict=Verdict.GO_WITH_CONDITIONS, remedies=1, clears=("numerics (vit)",),
-                            conditions=("forward ×1.2 against the shipped artifact",))})
+                            conditions=("forward ×1.2 against the shipped artifact",))},
+                        artifacts=(JudgedArtifact(stack="candidate", model="vit", file="forward.pte", sha256="ab" * 32,
+                                                  bytes=1000),))
 OUTPUT = OutputMetrics(name="forward.output_0", shape=(1, 16), reference_shape=(1, 16), shape_match=True, finite=True,
                        reference_finite=True, max_abs=0.01, mean_abs=0.005, max_rel=0.02, rel_l2=0.01,
                        snr_db=math.inf, cosine=1.0, min_atol=0.01, reference_max_abs=1.0, reference_spread=2.0,
@@ -174,7 +177,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, DEVICE_MEMORY, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, DIAGNOSIS, MODEL.attributions[0], VERDICT.remedies[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, DIAGNOSIS, MODEL.attributions[0], VERDICT.remedies[0], VERDICT.artifacts[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),
@@ -236,7 +239,7 @@ def test_keys_and_their_order_are_the_files():
                                        "stacks", "package_differences", "measured_on", "models", "project", "verdict"]
     assert list(VERDICT.to_dict()) == ["schema_version", "tool_version", "generated_at", "verdict", "baseline",
                                        "candidates", "gates", "baseline_findings", "warnings", "incomplete", "remedies",
-                                       "with_remedies"]
+                                       "with_remedies", "artifacts"]
     assert VERDICT.to_dict()["with_remedies"] == {"candidate": {
         "verdict": "GO-WITH-CONDITIONS", "remedies": 1, "clears": ["numerics (vit)"],
         "conditions": ["forward ×1.2 against the shipped artifact"]}}

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("judge", "report"),
     ("run",),
     ("measure", "project"),
+    ("migrate",),
     ("pipeline",),
     ("releases",),
     ("cli", "sessions", "__main__"),

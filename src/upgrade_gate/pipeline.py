@@ -29,6 +29,7 @@ from upgrade_gate.judge.policy import evaluate, headline
 from upgrade_gate.measure import device
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.measure.targets import measure_targets
+from upgrade_gate.migrate import write_migration
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import artifacts, asset_build, cache, cache_folder, runner, shards
@@ -244,7 +245,20 @@ def report(plan: Plan) -> int:
         artifacts.release(plan)
     results = judge_or_exit(plan)
     paths = write_reports(results, plan.settings.out_dir)
+    write_migration(plan, results)
     return _announce("Verdict", results.verdict, paths)
+
+
+def migrate(plan: Plan) -> None:
+    """`nox -s migrate`: the report folder's migration written again from its results (upgrade_gate.migrate)."""
+    written = plan.settings.out_dir / "results.json"
+    if not written.is_file():
+        fail_usage(f"{plan.settings.out_dir}: no results.json to migrate from; run `{command('compare')}` first")
+    try:
+        results = Results.load(written)
+    except RecordError as error:
+        fail_usage(f"{written}: {error}; run `{command('report', f'--out {plan.settings.out_dir}')}` to write it again")
+    write_migration(plan, results)
 
 
 def bundle_plan_or_exit(posargs: list[str], invoked_from: str | Path) -> Plan:

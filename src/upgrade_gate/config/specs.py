@@ -26,7 +26,8 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
 # compat/'s folders, which the worker runs whole: the diagnose phases, and the searches they share with the adapters.
 WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
-                   "executorch_precision", "executorch_load", "torchscript_diagnose", "reproducers")
+                   "executorch_precision", "executorch_load", "executorch_migrate", "torchscript_diagnose",
+                   "reproducers")
 NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor", "scan_guards")
 
 

@@ -21,7 +21,15 @@ from upgrade_gate.judge.fail_fast import not_reached_note, stopped_at
 from upgrade_gate.schema.comparison import HEADLINE, NOT_FINITE_REFERENCE
 from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults
-from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity, Verdict, VerdictRecord, WithRemedies
+from upgrade_gate.schema.verdict import (
+    GateResult,
+    GateStatus,
+    JudgedArtifact,
+    Severity,
+    Verdict,
+    VerdictRecord,
+    WithRemedies,
+)
 
 # Every gate a model can have, by the name its results carry (the project's: project-tests, api-scan);
 # tests/test_releases.py checks each name model_gates.py and latency_gates.py give a gate is here.
@@ -118,8 +126,22 @@ def evaluate(plan: Plan, models: list[ModelResults], project: ProjectResults | N
         verdict=max(per_stack.values(), key=lambda v: v.rank), baseline=plan.baseline.name, candidates=per_stack,
         gates=tuple(results), baseline_findings=baseline_findings(plan, models),
         warnings=export_memory_warnings(plan, models),
-        incomplete=(*dict.fromkeys(incomplete), *resume), remedies=remedies(plan, models, results))
+        incomplete=(*dict.fromkeys(incomplete), *resume), remedies=remedies(plan, models, results),
+        artifacts=judged_artifacts(plan, models))
     return with_remedied_verdicts(record)
+
+
+def judged_artifacts(plan: Plan, models: list[ModelResults]) -> tuple[JudgedArtifact, ...]:
+    """Every file a candidate saved for a model, with the SHA-256 the save stage took of it."""
+    found = []
+    for spec in plan.candidates:
+        for model in models:
+            stack = model.stacks.get(spec.name)
+            methods = ((stack.artifact if stack is not None else None) or {}).get("methods") or {}
+            for saved in {str(m["file"]): m for m in methods.values() if m.get("file") and m.get("sha256")}.values():
+                found.append(JudgedArtifact(stack=spec.name, model=model.name, file=str(saved["file"]),
+                                            sha256=str(saved["sha256"]), bytes=int(saved["bytes"])))
+    return tuple(found)
 
 
 def with_remedied_verdicts(record: VerdictRecord) -> VerdictRecord:

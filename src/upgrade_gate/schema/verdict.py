@@ -262,6 +262,17 @@ class BaselineFinding(codec.Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class JudgedArtifact(codec.Record):
+    """A candidate's file its gates judged: what the team's export script (upgrade_gate.migrate) must rebuild."""
+
+    stack: str
+    model: str
+    file: str
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Remedy(codec.Record):
     """The change that avoids one failed hard gate of a candidate, found by its diagnose phase and judged as the
     stack is. The verdict as configured stands."""
@@ -344,6 +355,8 @@ class VerdictRecord(codec.Record):
     remedies: tuple[Remedy, ...] = ()
     # Per candidate whose passing remedies answer every failed hard gate: its verdict with them.
     with_remedies: dict[str, WithRemedies] = field(default_factory=dict)
+    # Each candidate's artifacts as judged, by SHA-256: what a migration's export script rebuilds (issue 64).
+    artifacts: tuple[JudgedArtifact, ...] = ()
 
     def of(self, stack: str) -> tuple[GateResult, ...]:
         return tuple(g for g in self.gates if g.stack == stack)

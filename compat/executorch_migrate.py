@@ -1,0 +1,86 @@
+"""The candidate's recipe as the lines of a team's own export script (the WritesExportScript capability of
+compat/contract.py; upgrade_gate.migrate writes the script around them): the calls executorch_xnnpack.py's
+quantize(), lower() and save() make, written once more as a team writes them, with nothing of upgrade-gate
+imported. tests/test_migrate.py runs the script and checks that its .pte is the judged one, byte for byte: the two
+cannot drift apart unseen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .executorch_precision import PT2E_IMPORTS, PT2E_RECIPES, WEIGHT_GROUP_SIZE
+
+LOWERING = [
+    "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner",
+    "from executorch.exir import to_edge_transform_and_lower",
+    "",
+    "",
+    "def artifact_bytes(module, inputs):",
+    '    """torch.export, every operator XNNPACK takes delegated to it, the program serialized (the .pte)."""',
+    "    with torch.no_grad():",
+    "        lowered = to_edge_transform_and_lower(torch.export.export(module, inputs),",
+    "                                              partitioner=[XnnpackPartitioner()])",
+    "    return lowered.to_executorch().buffer",
+]
+
+
+def export_script(variant: str) -> str:
+    """Python defining ``quantize(module, inputs)`` and ``artifact_bytes(module, inputs)`` for ``variant``."""
+    return "\n".join(["import torch", *_quantizing(variant), "", "", *LOWERING]) + "\n"
+
+
+def _quantizing(variant: str) -> list[str]:
+    if variant == "fp32":
+        return ["", "", "def quantize(module, inputs):", '    """fp32: no recipe."""', "    return module"]
+    if variant == "8da4w":
+        import torchao.quantization as torchao_quantization
+
+        # The config executorch_precision.torchao_quantized takes in this stack's torchao.
+        config = (f"torchao_quantization.int8_dynamic_activation_int4_weight(group_size={WEIGHT_GROUP_SIZE})"
+                  if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight") else
+                  "torchao_quantization.Int8DynamicActivationIntxWeightConfig(\n"
+                  "        weight_dtype=torch.int4,\n"
+                  f"        weight_granularity=torchao.quantization.granularity.PerGroup({WEIGHT_GROUP_SIZE}))")
+        return ["import copy", "", "import torchao.quantization as torchao_quantization",
+                "import torchao.quantization.granularity", "import torchao.utils", "", "",
+                "def quantize(module, inputs):",
+                f'    """8da4w: int4 weights in groups of {WEIGHT_GROUP_SIZE}, int8 per-token activations, on every '
+                'nn.Linear."""',
+                "    quantized = copy.deepcopy(module).eval()",
+                f"    torchao_quantization.quantize_(quantized, {config})",
+                '    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)']
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
+    # prepare and convert from the package the quantizer is built on, as executorch_precision.pt2e_quantized.
+    pt2e = ("torchao.quantization.pt2e.quantize_pt2e"
+            if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__)
+            else "torch.ao.quantization.quantize_pt2e")
+    recipe = PT2E_RECIPES[variant].replace("\n", "\n    ")
+    return [*PT2E_IMPORTS[1:], f"from {pt2e} import convert_pt2e, prepare_pt2e", "", "",
+            "def quantize(module, inputs):",
+            '    """PT2E: the pre-dispatch graph captured, prepared with the quantizer, calibrated on the inputs, '
+            'converted."""',
+            '    capture = getattr(torch.export, "export_for_training", None) or torch.export.export',
+            "    captured = capture(module, inputs).module()",
+            f"    {recipe}",
+            "    prepared = prepare_pt2e(captured, quantizer)",
+            "    with torch.no_grad():",
+            "        prepared(*inputs)",
+            "    return convert_pt2e(prepared)"]
+
+
+# ExecuTorch's ScalarType codes (runtime/core/portable_type/scalar_type.h) by torch's dtype names.
+SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+                11: "bool", 15: "bfloat16"}
+
+
+def method_signature(program: Any, method: str) -> dict[str, Any]:
+    """``method``'s inputs and outputs as the loaded program's metadata says them: each tensor's sizes and dtype."""
+    meta = program.method_meta(method)
+
+    def tensors(count: int, info: Any) -> list[dict[str, Any]]:
+        return [{"sizes": list(info(i).sizes()), "dtype": SCALAR_TYPES.get(int(info(i).dtype()), str(info(i).dtype()))}
+                for i in range(count)]
+
+    return {"inputs": tensors(meta.num_inputs(), meta.input_tensor_meta),
+            "outputs": tensors(meta.num_outputs(), meta.output_tensor_meta)}
