@@ -95,9 +95,12 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
                                                             "a script per method, or for a multi-method program, "
                                                             "is not yet written")
     entry = next(m for m in plan.models if m.name == model.name)
+    fixtures = Path(artifacts_job(plan, entry, spec)["fixtures_dir"])
+    if not (fixtures / "inputs.npz").is_file():  # a merged report's shards ran with caches of their own
+        why = f"its weights and inputs are not in this machine's result cache ({fixtures}): run `migrate` there"
+        return Handover(model=model.name, folder=None, why=why)
     folder = layout.entry(staging, model.name)
     folder.mkdir()
-    fixtures = Path(artifacts_job(plan, entry, spec)["fixtures_dir"])
     (method,) = saved
     if (fixtures / "weights.npz").is_file():
         shutil.copyfile(fixtures / "weights.npz", folder / "weights.npz")
