@@ -60,8 +60,13 @@ def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = pr
     staging.mkdir()
     candidate = plan.candidates[0]  # the built-in candidate's, or the first configured
     wanted = {entry.name for entry in plan.models}  # --models: those only
-    handed = [_handover(plan, results, candidate, model, staging) for model in results.models if model.name in wanted]
-    write_text_atomic(staging / "README.md", _index(results, candidate, handed))
+    try:
+        handed = [_handover(plan, results, candidate, model, staging) for model in results.models
+                  if model.name in wanted]
+        write_text_atomic(staging / "README.md", _index(results, candidate, handed))
+    except BaseException:  # a full disk, Ctrl-C: no half folder left behind
+        remove_tree(staging, within=out)
+        raise
     target = out / FOLDER
     if target.exists():
         remove_tree(target, within=out)
