@@ -223,8 +223,10 @@ def _answers(search: str, kind: str) -> bool:
     """Whether a diagnose phase of this search is the Way out of a failure of this class."""
     if kind == "numerics":
         return search in ("operators", "keep-float", "quantized-lowering")
-    if kind in ("export", "lower", "load", "run"):
+    if kind in ("export", "lower"):
         return search in ("export", "quantized-lowering")
+    if kind in ("load", "run"):  # a program that lowers and fails to load or to run: the load search's (item 1)
+        return search == "load"
     return search == kind
 
 
