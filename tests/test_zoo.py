@@ -1,6 +1,6 @@
 """The zoo's table (tests/benchmarks/zoo.py), from a report the zoo wrote: three of its rows, trimmed to what the table
-reads (tests/data/zoo/results.json: hf-bert, and efficientnet-b0, hf-bert and yolov8n quantized, at 623aee1; their
-measurements dropped, which the table does not read)."""
+reads (tests/data/zoo/results.json: hf-bert and levit-128s, and efficientnet-b0, hf-bert and yolov8n quantized, at
+623aee1; their rounds dropped, which the table does not read: the gates judged from them stay)."""
 
 from __future__ import annotations
 
@@ -35,14 +35,19 @@ def test_each_candidate_failure_has_its_class_and_what_its_way_out_did():
     (failure,) = rows["efficientnet-b0", "int8"].failures
     assert (failure.kind, failure.entry, failure.remedy) == ("numerics", "why not", None)
     assert failure.found.startswith("forward: not pinned — with every quantized layer in float the variant still fails")
+    # A latency failure no search took up: the entry the report gives it, here why it names nothing.
+    (failure,) = rows["levit-128s", "fp32"].failures
+    assert (failure.kind, failure.entry, failure.reproduces, failure.remedy) == ("latency", "why not", None, None)
+    assert failure.found == "no per-operator profile of candidate (profile = false): nothing says where its time goes"
+    assert failure.said.startswith("ratio = 2.755, 96.9% interval")
 
 
 def test_the_totals_count_the_failures_by_class_and_the_way_outs():
     counted = zoo.totals(zoo.table_rows(Results.load(REPORT)))
-    assert counted["models"] == 3 and counted["rows"] == 4 and counted["finished"] == 4
-    assert counted["candidate_failures"] == 3
-    assert counted["by_class"] == {"lower": 1, "load": 1, "numerics": 1}
-    assert (counted["entry_named"], counted["entry_why_not"], counted["no_entry"]) == (2, 1, 0)
+    assert counted["models"] == 4 and counted["rows"] == 5 and counted["finished"] == 5
+    assert counted["candidate_failures"] == 4
+    assert counted["by_class"] == {"lower": 1, "load": 1, "numerics": 1, "latency": 1}
+    assert (counted["entry_named"], counted["entry_why_not"], counted["no_entry"]) == (2, 2, 0)
     assert (counted["reproduces"], counted["remedy_passes"], counted["baseline_failed"]) == (2, 2, 1)
 
 

@@ -193,6 +193,8 @@ def failures(results: Results, model: ModelResults, stack: str, gates: list[Gate
 def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: str) -> Failure:
     """What the candidate's diagnose phase (and, for a failed export, the localization) found for this failure."""
     own = model.stacks[stack]
+    if kind == "latency" and (own.diagnosis is None or own.diagnosis.search != "latency"):
+        return latency_entry(model, stack, said)
     diagnosis = own.diagnosis if own.diagnosis is not None and _answers(own.diagnosis.search, kind) else None
     findings = diagnosis.findings if diagnosis is not None else []
     named = sorted({c.named for f in findings for c in f.culprits})
@@ -217,6 +219,23 @@ def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: 
     remedies += [bool(f.remedy_passes) for f in findings if f.remedy_passes is not None]
     return Failure(model=model.name, kind=kind, said=said, entry=entry, found=found[:300],
                    reproduces=(1 in runs) if runs else None, remedy=any(remedies) if remedies else None)
+
+
+def latency_entry(model: ModelResults, stack: str, said: str) -> Failure:
+    """A latency failure no search took up: its entry as the report's Way out gives it (report/_way_out_section.py
+    latency_blocks) — the portable kernels the profile names, or why it names none."""
+    profile = model.stacks[stack].profile
+    portable = sorted({op.name for operators in profile.values() for op in operators if op.portable})
+    if portable:
+        entry, found = "named", ", ".join(portable[:LATENCY_TOP])
+    elif profile:
+        entry, found = "why not", "no portable kernel in its profile: its time is the delegate's"
+    else:
+        entry, found = "why not", f"no per-operator profile of {stack} (profile = false): nothing says where its time goes"
+    return Failure(model=model.name, kind="latency", said=said, entry=entry, found=found, reproduces=None, remedy=None)
+
+
+LATENCY_TOP = 5  # as the report names them
 
 
 def _answers(search: str, kind: str) -> bool:
