@@ -26,6 +26,8 @@ every run on a machine, and every file of a run in its report folder.
               repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
+      migrate/README.md  migrate/<model>/              what a GO hands over (upgrade_gate.migrate): export.py,
+          export.py  MIGRATION.md  weights.npz  inputs.npz   which rebuilds the judged artifact, and the app's change
       bundle/  (docs/device.md)                        `nox -s bundle`, the device bundle: manifest.json,
           run-on-device.sh  device_runner.py  …        SHA256SUMS, plan.tsv, <model>/inputs.npz, <model>/<stack>/…
       device/<target>.jsonl  <target>.manifest.json    `device-results`: a device's rounds, and the bundle they ran
