@@ -51,9 +51,11 @@ class Handover:
     why: str = ""
 
 
-def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = print) -> Path:
-    """``migrate/`` of the report folder, written whole (staged, then put in place); its path."""
+def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = print) -> Path | None:
+    """``migrate/`` of the report folder, written whole (staged, then put in place); its path (None: no candidate)."""
     out = plan.settings.out_dir
+    if not plan.candidates:
+        return None
     staging = out / f".{FOLDER}.partial"
     if staging.exists():
         remove_tree(staging, within=out)
