@@ -52,6 +52,7 @@ class ExportPhase:
         self.model_dir, self.adapter_name = Path(job["model_dir"]), job["adapter"]
         self.variant = job.get("variant", FP32)
         self.working_on = ""  # the method being quantized or exported, for localize
+        self.fell_back = ""  # why a recipe fell back to another before it quantized nothing
 
     def run_stages(self) -> None:
         import torch
@@ -127,6 +128,7 @@ class ExportPhase:
         counts = [d.get("quantized_modules", d.get("quantize_nodes")) for d in details.values()]
         if counts and all(c == 0 for c in counts):
             why = "; ".join(dict.fromkeys(d["static_failed"] for d in details.values() if d.get("static_failed")))
+            self.fell_back = why  # the recipe's own path failed first (FX static): localize searches that
             raise ValueError(f"{recipes[self.variant]}: {NOTHING_QUANTIZED} in any method (no module or operator it "
                              "takes); the artifact would be the float model" + (f" — {why}" if why else ""))
         return quantized, {"variant": self.variant, "recipe": recipes[self.variant], "methods": details,
@@ -204,7 +206,7 @@ class ExportPhase:
         # The stage stopped at its first failing method: that one is searched.
         name = self.working_on
         module = case.entry_points()[name].module
-        if attempt == "quantize" and NOTHING_QUANTIZED in error["message"]:
+        if attempt == "quantize" and NOTHING_QUANTIZED in error["message"] and not self.fell_back:
             # No submodule fails: the recipe takes none of the modules that hold the weights. Those are the answer.
             return True, {"method": name, "attempt": attempt, **localizer.weights_not_taken(module)}
         try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
@@ -212,9 +214,13 @@ class ExportPhase:
         return True, {"method": name, "attempt": attempt, **found}
 
     def quantize_alone(self, module: Any, inputs: tuple[Any, ...]) -> Any:
-        """The variant's recipe on one submodule; one that finds nothing to quantize has not failed."""
+        """The variant's recipe on one submodule: it fails where it raises, or where its own path failed and it fell
+        back to another (the legacy's FX static to dynamic); one that finds nothing to quantize has not failed."""
         assert isinstance(self.adapter, Quantizes)  # the quantize stage required it
-        return self.adapter.quantize(module, inputs, self.variant)
+        quantized, details = self.adapter.quantize(module, inputs, self.variant)
+        if details.get("static_failed"):
+            raise RecipeFellBack(details["static_failed"])
+        return quantized, details
 
     def one_program(self, case: Any) -> bool:
         """Every method in one multi-method artifact: the model has several and asks for one, and the stack
@@ -257,6 +263,10 @@ class ExportPhase:
                     found[backend][name] = self.adapter.export_only(backend, method.module, inputs[name])
                     gc.collect()
         return True, {"backends": found, "seconds": round(time.monotonic() - start, 3)}
+
+
+class RecipeFellBack(Exception):
+    """A submodule its variant's recipe did not quantize as asked: it fell back to another (the error is why)."""
 
 
 def run_export_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

@@ -40,11 +40,24 @@ class _Bound(torch.nn.Module):
         self.inputs = tuple(leaves[i].detach().clone() for i in self._tensor_slots)
 
     def forward(self, *tensors: torch.Tensor) -> Any:
+        return self.call_with(tensors)
+
+    def call_with(self, tensors: tuple[torch.Tensor, ...]) -> Any:
         leaves = list(self._leaves)
         for slot, tensor in zip(self._tensor_slots, tensors):
             leaves[slot] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         return self.inner(*args, **kwargs)
+
+
+def bound(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Bound:
+    """A submodule bound to one real call, its forward taking its tensors by name (``input_0`` …): FX's symbolic
+    tracing (the legacy stack's quantization) cannot iterate a ``*tensors`` argument; torch.export takes either."""
+    count = sum(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_flatten((args, kwargs))[0])
+    names = ", ".join(f"input_{i}" for i in range(count))
+    scope: dict[str, Any] = {}
+    exec(f"def forward(self, {names}):\n    return self.call_with(({names}{',' if count == 1 else ''}))", scope)  # noqa: S102
+    return type(f"_Bound{count}", (_Bound,), {"forward": scope["forward"]})(module, args, kwargs)
 
 
 def capture_calls(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> dict[str, _Bound]:
@@ -56,7 +69,7 @@ def capture_calls(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     def keep(submodule: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         path = paths.get(id(submodule))
         if path is not None and path not in calls:
-            calls[path] = _Bound(submodule, args, kwargs)
+            calls[path] = bound(submodule, args, kwargs)
 
     for submodule in module.modules():
         if submodule is not module:
