@@ -34,7 +34,8 @@ GROWTH = {
     "crash; a fixture's weights keep the module's versions (torchvision's MNASNet); a load failure's reproducer of "
     "an add or a subtract, not only a concatenation (mobileone's XNNAdd)": 27,
     "issue 63, item 1: a variant whose recipe fails to quantize is localized as an export is (the submodules that "
-    "fail to quantize alone; where it quantized nothing, the modules that hold its weights)": 42,
+    "fail to quantize alone; where it quantized nothing, the modules that hold its weights; where it fell back, "
+    "where; submodules bound with their tensors by name, which FX can trace)": 77,
     "issue 64 (its first part): what a GO hands the team — each judged model's export script, which rebuilds the "
     "judged artifact byte for byte (the adapter writes its recipe: compat/executorch_migrate.py), MIGRATION.md with "
     "the artifact's own method metadata, verdict.json's judged artifacts, `nox -s migrate`": 577,
