@@ -17,7 +17,12 @@ from upgrade_gate.schema.records import load_stack_model
 
 
 def exported(project: Path, *, stored: bool = True):
-    """A report folder whose vit-smoke export (forward.pte) is also a cache entry, as the runner leaves them."""
+    """A report folder whose vit-smoke export (forward.pte) is also a cache entry, as the runner leaves them. The
+    cache is the project's own: a run of another test beside it (the second pass's) stores vit-smoke's exports in
+    the shared one, which keeps the newest two per phase and had evicted this test's entry."""
+    config = project / "pyproject.toml"
+    if 'cache = "cache"' not in config.read_text():
+        config.write_text(config.read_text() + 'cache = "cache"\n')
     plan = load_plan(["--out", "out", "--models", "vit-smoke@fp32"], invoked_from=project,
                      config_path=project / "pyproject.toml")
     out = plan.settings.out_dir

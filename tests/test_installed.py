@@ -191,8 +191,9 @@ def test_a_session_that_does_not_exist_is_a_usage_error_listing_them(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
         "upgrade-gate: error: no command 'nosuchsession'; the commands: compare, compat, assets, run(legacy), "
-        "run(candidate), project(legacy), project(candidate), scan, compat-report, measure, prune-cache, report, bundle, "
-        "targets, device-results, releases, upgrade-path, diff, benchmark (`upgrade-gate --help` says what each does)")
+        "run(candidate), project(legacy), project(candidate), scan, compat-report, measure, prune-cache, report, migrate, "
+        "bundle, targets, device-results, releases, upgrade-path, diff, benchmark (`upgrade-gate --help` says what each "
+        "does)")
     assert cli.unknown_sessions(["run(legacy)", "compare"], [("run", ["run(legacy)"]), ("compare", [])]) is None
 
 
