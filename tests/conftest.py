@@ -28,14 +28,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("quiet") or (item.get_closest_marker("integration")
                                                 and not item.get_closest_marker("shares_machine")):
             item.add_marker(pytest.mark.alone)
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-
-
-# Files whose tests each make their own runs (no module fixture): the README's second pass (`--dist loadgroup`)
-# spreads their tests over both processes. Every other file's tests stay in one process, where its module's
-# fixtures (a real run each of its tests reads) are made once.
-SPREAD = ("test_failures.py", "test_installed.py")
 
 
 @pytest.fixture(autouse=True)
