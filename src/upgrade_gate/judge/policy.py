@@ -137,10 +137,10 @@ def judged_artifacts(plan: Plan, models: list[ModelResults]) -> tuple[JudgedArti
     for spec in plan.candidates:
         for model in models:
             stack = model.stacks.get(spec.name)
-            methods = ((stack.artifact if stack is not None else None) or {}).get("methods") or {}
-            for saved in {str(m["file"]): m for m in methods.values() if m.get("file") and m.get("sha256")}.values():
-                found.append(JudgedArtifact(stack=spec.name, model=model.name, file=str(saved["file"]),
-                                            sha256=str(saved["sha256"]), bytes=int(saved["bytes"])))
+            for saved in (stack.saved_files if stack is not None else {}).values():
+                if saved.get("sha256"):
+                    found.append(JudgedArtifact(stack=spec.name, model=model.name, file=str(saved["file"]),
+                                                sha256=str(saved["sha256"]), bytes=int(saved["bytes"])))
     return tuple(found)
 
 

@@ -151,6 +151,14 @@ class StagesOf:
     def all_ok(self) -> bool:
         return bool(self.stages) and self.first_problem() is None
 
+    @property
+    def saved_files(self) -> dict[str, dict[str, Any]]:
+        """Each artifact file the save stage recorded, once (a multi-method program is every method's):
+        file name → its record (``file``, ``bytes``, ``sha256``)."""
+        saved = self.stage("save")
+        methods = (saved.details if saved is not None and saved.ok else {}).get("methods") or {}
+        return {str(m["file"]): m for m in methods.values() if m.get("file")}
+
 
 # Each kind of outputs (``<kind>.npz`` in a model's record folder) and the stage that writes it.
 OUTPUTS_STAGE = {"eager": "eager", "quantized": "quantize", "artifact": "run"}
@@ -185,12 +193,6 @@ class StackModelRecord(StagesOf):
         stage = self.stage("save")
         return stage.details if stage and stage.ok else None
 
-    @property
-    def saved_files(self) -> dict[str, dict[str, Any]]:
-        """Each artifact file the save stage recorded, once (a multi-method program is every method's):
-        file name → its record (``file``, ``bytes``, ``sha256``)."""
-        methods = (self.artifact or {}).get("methods") or {}
-        return {str(m["file"]): m for m in methods.values() if m.get("file")}
 
     @property
     def task_kind(self) -> str:
