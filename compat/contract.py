@@ -272,12 +272,15 @@ class ReExports(Protocol):
 @runtime_checkable
 class WritesExportScript(Protocol):
     """What a GO hands the team (issue 64, upgrade_gate.migrate): the stack's recipe as the lines of the team's own
-    export script, the calls ``quantize``, ``lower`` and ``save`` make, so that the script rebuilds the judged
-    artifact byte for byte (tests/test_migrate.py checks it)."""
+    export script, the calls ``quantize``, ``lower`` and ``save`` (or ``save_program``) make, with the steps a remedy's
+    lines replace (compat/diagnose/remedy_trial.py REPLACED_STEPS), so that the script rebuilds the judged artifact
+    byte for byte (tests/test_migrate.py checks it)."""
 
     def export_script(self, variant: str) -> str:
-        """Python that imports only the stack's packages and defines ``quantize(module, inputs)`` (the variant's
-        recipe; the module itself for fp32) and ``artifact_bytes(module, inputs)`` (exported, lowered, serialized)."""
+        """Python that imports only the stack's packages and defines ``quantize(module, inputs, replaced=None)`` (the
+        variant's recipe, ``replaced``: what a quantization remedy binds in place of its own; the module itself for
+        fp32), ``exported(module, inputs)``, ``lowered(program, partitioner=None)`` (a lowering remedy's partitioner,
+        else the stack's) and ``program_bytes(methods)`` (the lowered methods serialized, several in one program)."""
 
     def method_signature(self, program: Any, method: str) -> dict[str, Any]:
         """The loaded ``program``'s metadata of ``method``: ``{"inputs": [{"sizes", "dtype"}], "outputs": [...]}``,

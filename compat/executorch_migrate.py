@@ -12,26 +12,45 @@ from .executorch_precision import PT2E_IMPORTS, PT2E_RECIPES, WEIGHT_GROUP_SIZE
 
 LOWERING = [
     "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner",
-    "from executorch.exir import to_edge_transform_and_lower",
+    "from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower",
     "",
     "",
-    "def artifact_bytes(module, inputs):",
-    '    """torch.export, every operator XNNPACK takes delegated to it, the program serialized (the .pte)."""',
+    "def exported(module, inputs):",
+    '    """torch.export: the program the lowering starts from."""',
     "    with torch.no_grad():",
-    "        lowered = to_edge_transform_and_lower(torch.export.export(module, inputs),",
-    "                                              partitioner=[XnnpackPartitioner()])",
-    "    return lowered.to_executorch().buffer",
+    "        return torch.export.export(module, inputs)",
+    "",
+    "",
+    "def lowered(program, partitioner=None):",
+    '    """Every operator the partitioner takes (XNNPACK\'s; a remedy\'s where it makes one) delegated to it."""',
+    "    with torch.no_grad():",
+    "        return to_edge_transform_and_lower(program, partitioner=[partitioner or XnnpackPartitioner()])",
+    "",
+    "",
+    "def program_bytes(methods):",
+    '    """The .pte of the lowered ``methods`` (name → program): one serialized, or several in one program, the',
+    '    weights they share stored once. to_executorch may rewrite a lowered program: each is serialized once."""',
+    "    if len(methods) == 1:",
+    "        (only,) = methods.values()",
+    "        return only.to_executorch().buffer",
+    "    first = next(iter(methods.values()))",
+    "    # Each method was checked when it was lowered; a second check rejects the operators the delegate kept whole.",
+    "    config = dataclasses.replace(first.compile_config, _check_ir_validity=False)",
+    "    programs = {name: method.exported_program() for name, method in methods.items()}",
+    "    return EdgeProgramManager(programs, compile_config=config).to_executorch().buffer",
 ]
 
 
 def export_script(variant: str) -> str:
-    """Python defining ``quantize(module, inputs)`` and ``artifact_bytes(module, inputs)`` for ``variant``."""
-    return "\n".join(["import torch", *_quantizing(variant), "", "", *LOWERING]) + "\n"
+    """Python defining ``quantize(module, inputs, replaced=None)``, ``exported(module, inputs)``,
+    ``lowered(program, partitioner=None)`` and ``program_bytes(methods)`` for ``variant``."""
+    return "\n".join(["import dataclasses", "", "import torch", *_quantizing(variant), "", "", *LOWERING]) + "\n"
 
 
 def _quantizing(variant: str) -> list[str]:
     if variant == "fp32":
-        return ["", "", "def quantize(module, inputs):", '    """fp32: no recipe."""', "    return module"]
+        return ["", "", "def quantize(module, inputs, replaced=None):", '    """fp32: no recipe."""',
+                "    return module"]
     if variant == "8da4w":
         import torchao.quantization as torchao_quantization
 
@@ -43,11 +62,12 @@ def _quantizing(variant: str) -> list[str]:
                   f"        weight_granularity=torchao.quantization.granularity.PerGroup({WEIGHT_GROUP_SIZE}))")
         return ["import copy", "", "import torchao.quantization as torchao_quantization",
                 "import torchao.quantization.granularity", "import torchao.utils", "", "",
-                "def quantize(module, inputs):",
+                "def quantize(module, inputs, quantized_here=None):",
                 f'    """8da4w: int4 weights in groups of {WEIGHT_GROUP_SIZE}, int8 per-token activations, on every '
-                'nn.Linear."""',
+                'nn.Linear (a remedy\'s\n    ``quantized_here``: those it takes)."""',
                 "    quantized = copy.deepcopy(module).eval()",
-                f"    torchao_quantization.quantize_(quantized, {config})",
+                f"    torchao_quantization.quantize_(quantized, {config},",
+                '                                   **({"filter_fn": quantized_here} if quantized_here else {}))',
                 '    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)']
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
 
@@ -55,14 +75,15 @@ def _quantizing(variant: str) -> list[str]:
     pt2e = ("torchao.quantization.pt2e.quantize_pt2e"
             if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__)
             else "torch.ao.quantization.quantize_pt2e")
-    recipe = PT2E_RECIPES[variant].replace("\n", "\n    ")
+    recipe = PT2E_RECIPES[variant].replace("\n", "\n        ")
     return [*PT2E_IMPORTS[1:], f"from {pt2e} import convert_pt2e, prepare_pt2e", "", "",
-            "def quantize(module, inputs):",
-            '    """PT2E: the pre-dispatch graph captured, prepared with the quantizer, calibrated on the inputs, '
-            'converted."""',
+            "def quantize(module, inputs, quantizer=None):",
+            '    """PT2E: the pre-dispatch graph captured, prepared with the quantizer (the recipe\'s; a remedy\'s',
+            '    where it makes one), calibrated on the inputs, converted."""',
             '    capture = getattr(torch.export, "export_for_training", None) or torch.export.export',
             "    captured = capture(module, inputs).module()",
-            f"    {recipe}",
+            "    if quantizer is None:",
+            f"        {recipe}",
             "    prepared = prepare_pt2e(captured, quantizer)",
             "    with torch.no_grad():",
             "        prepared(*inputs)",

@@ -8,8 +8,10 @@ by lowering the model with it. The search itself is unit-tested in tests/test_cu
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import statistics
@@ -291,6 +293,51 @@ def test_the_remedy_is_judged_as_the_stack_is_and_the_verdict_as_configured_stan
     if judged.status is GateStatus.PASSED:
         assert ("[passed] The latency gate passes with the remedy, timed in the measure session's rounds against the "
                 f"baseline's: {judged.measured_against_rule}.") in report, report
+
+
+# One remedied model per step of the export a remedy's lines replace: the partitioner (the planted operator's
+# rewrite), the export (the data-dependent branch's draft_export; the planted latency's batch norms folded before
+# it), the quantizer (the team's layer kept in float).
+REMEDIED = ("planted-operator", "data-dependent-branch", "planted-latency", "team-outlier@int8-dynamic")
+
+
+def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_remedied_artifact_judged(explained_run,
+                                                                                                  tmp_path):
+    """Issue 64: the export script of a model the verdict passes with a remedy applies the remedy's lines, as the
+    report printed them, at the step they replace; run from an empty folder in the candidate's venv, it writes the
+    file the remedy's gates judged, byte for byte (its SHA-256 in verdict.json's remedies)."""
+    out, _ = explained_run
+    verdict = load(out, "verdict.json")
+    remedied = {r["model"]: r for r in verdict["remedies"] if r["passes"] and r["model"] in REMEDIED}
+    assert set(remedied) == set(REMEDIED), [(r["model"], r["passes"], r["note"]) for r in verdict["remedies"]]
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def rebuilt(model: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        folder = tmp_path / model
+        folder.mkdir()
+        # draft_export's structured trace in the script's own folder, not /tmp/export_<user> (which a test below
+        # checks the run left alone).
+        ran = subprocess.run([str(python), str(out / "migrate" / model / "export.py")], cwd=folder,
+                             env={**env, "TORCH_DTRACE": str(folder / "trace")}, capture_output=True, text=True,
+                             timeout=600)
+        return ran, folder
+
+    with ThreadPoolExecutor(2) as pool:  # each script is mostly torch's import: two at a time on 2 cores
+        runs = dict(zip(REMEDIED, pool.map(rebuilt, REMEDIED)))
+    for model, (ran, folder) in runs.items():
+        assert ran.returncode == 0, (model, ran.stderr[-3000:])
+        ((method, judged),) = ((a["method"], a) for a in remedied[model]["artifacts"])
+        written = folder / f"{method}.pte"
+        assert hashlib.sha256(written.read_bytes()).hexdigest() == judged["sha256"], model
+        assert hashlib.sha256((out / judged["file"]).read_bytes()).hexdigest() == judged["sha256"], model
+        script = (out / "migrate" / model / "export.py").read_text()
+        # The remedy's lines as the report printed them, inside the function that applies them.
+        for line in remedied[model]["code"].strip().splitlines():
+            assert (f"    {line}" if line else "") in script.splitlines(), (model, line)
+    guide = (out / "migrate" / "planted-operator" / "MIGRATION.md").read_text()
+    assert ("- with the remedy the verdict judged passing (rewritten into operators the delegate takes): its lines "
+            "replace the lowering step of forward") in guide, guide
 
 
 def test_the_same_model_without_the_operator_has_no_way_out(explained_run):

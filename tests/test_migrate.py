@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -57,11 +58,13 @@ def judged(out: Path) -> dict[str, dict]:
 def rebuilt(migrated, tmp_path_factory):
     """Each handed-over model's export.py, run once from an empty folder of its own: the run, and the folder."""
     out, _ = migrated
-    found = {}
-    for model in HANDED_OVER:
+
+    def rebuilt(model: str) -> tuple[subprocess.CompletedProcess[str], Path]:
         empty = tmp_path_factory.mktemp("rebuilt")
-        found[model] = run_in_candidate(out, [str(out / "migrate" / model / "export.py")], cwd=empty), empty
-    return found
+        return run_in_candidate(out, [str(out / "migrate" / model / "export.py")], cwd=empty), empty
+
+    with ThreadPoolExecutor(2) as pool:  # each script is mostly torch's import: two at a time on 2 cores
+        return dict(zip(HANDED_OVER, pool.map(rebuilt, HANDED_OVER)))
 
 
 def test_each_model_the_verdict_passes_rebuilds_its_judged_artifact_from_an_empty_folder(migrated, rebuilt):

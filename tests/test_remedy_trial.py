@@ -3,6 +3,7 @@ the remedy stage's record — with a stand-in adapter, in the test's Python (no 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def steps(fails: str = "") -> list[tuple[str, Any]]:
 def test_a_remedy_that_runs_is_its_loaded_program_its_outputs_and_its_file(tmp_path):
     ran = remedy_trial.run_trial(Adapter(), steps(), tmp_path, "forward-1", (1,))
     assert ran == remedy_trial.Ran(program="lowered program", outputs="LOWERED PROGRAM(1,)",
-                                   file="remedy/forward-1.x", bytes=len("lowered program"))
+                                   file="remedy/forward-1.x", bytes=len("lowered program"),
+                                   sha256=hashlib.sha256(b"lowered program").hexdigest())
     assert (tmp_path / "remedy" / "forward-1.x").read_text() == "lowered program"
 
 
@@ -77,23 +79,25 @@ def test_a_remedy_that_fails_is_the_step_it_failed_at_and_its_error(tmp_path, fa
 
 def test_the_record_of_no_row_is_a_skipped_stage_saying_why(tmp_path):
     with pytest.raises(phases.StageSkipped, match="^no culprit found$"):
-        remedy_trial.Remedies(tmp_path / "diagnose").record("no culprit found")
+        remedy_trial.Remedies(tmp_path / "diagnose", "lowering").record("no culprit found")
 
 
 def test_the_record_keeps_the_outputs_of_the_remedies_that_ran_apart_from_their_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(remedy_trial, "named_outputs", lambda outputs: [("output_0", outputs)])  # torch's walk
-    remedies = remedy_trial.Remedies(tmp_path / "diagnose")
+    remedies = remedy_trial.Remedies(tmp_path / "diagnose", "export")
     ran = {"code": "fold()", "passes": True, "outputs": np.arange(3.0)}
     remedies.add("forward", ran, tried=[ran])
     remedies.add("decode", {"code": "keep()", "passes": False, "error": "saving: OSError: disk full"})
     rows = {"forward": {"code": "fold()", "passes": True, "tried": [{"code": "fold()", "passes": True}]},
             "decode": {"code": "keep()", "passes": False, "error": "saving: OSError: disk full"}}
-    assert remedies.record("no culprit found") == (rows, {"methods": rows, "outputs": "remedy.npz"})
+    assert remedies.record("no culprit found") == (rows, {"methods": rows, "outputs": "remedy.npz",
+                                                           "replaces": "export"})
     with np.load(tmp_path / "diagnose" / "remedy.npz") as saved:
         assert saved.files == ["forward.output_0"] and saved["forward.output_0"].tolist() == [0.0, 1.0, 2.0]
-    failed = remedy_trial.Remedies(tmp_path / "other")
+    failed = remedy_trial.Remedies(tmp_path / "other", "quantization")
     failed.add("decode", {"passes": False})
-    assert failed.record("none")[1] == {"methods": {"decode": {"passes": False}}, "outputs": None}
+    assert failed.record("none")[1] == {"methods": {"decode": {"passes": False}}, "outputs": None,
+                                        "replaces": "quantization"}
     assert not (tmp_path / "other" / "remedy.npz").exists()
 
 
@@ -141,7 +145,8 @@ def test_a_phase_judges_a_remedy_against_eager_and_times_it_as_the_phase_says(tm
     phase = diagnose_phase.DiagnosePhase(job, Returns(output), Log())
     row = phase.tried("forward", [("lowering", lambda _: "program")], untimed=untimed, remedy="fold", code="fold()")
     assert row == {"remedy": "fold", "code": "fold()", "rel_l2": output, "passes": output <= 0.5, "outputs": output,
-                   "file": "remedy/forward.x", "bytes": len("program"), "latency": latency}
+                   "file": "remedy/forward.x", "bytes": len("program"), "sha256": hashlib.sha256(b"program").hexdigest(),
+                   "latency": latency}
     failed = diagnose_phase.DiagnosePhase(job, Returns(output), Log()).tried(
         "forward", [("lowering", lambda _: 1 / 0)], name="forward-1", code="fold()")
     assert failed == {"code": "fold()", "passes": False, "error": "lowering: ZeroDivisionError: division by zero"}

@@ -282,7 +282,7 @@ class DiagnosePhase(Reproducers):
         reference as the gate does; the others stay as rows of what was tried. A method whose search found nothing
         to keep out (the budget stopped it, or no part was pinned) is then tried with the remedy that passes for
         another method (culprit.carried_over): its lines rewrite or partition the whole program, kind by kind."""
-        remedies = remedy_trial.Remedies(self.model_dir)
+        remedies = remedy_trial.Remedies(self.model_dir, self.REMEDY_REPLACES)
 
         def keep(method: str, tried: list[dict[str, Any]], not_tried: Sequence[dict[str, str]] = (),
                  **found_in: str) -> None:
@@ -351,6 +351,7 @@ class DiagnosePhase(Reproducers):
         return copy.deepcopy(self.whole[method])
 
     TIMES_FAILING = False  # whether a remedy that does not pass against eager is timed all the same
+    REMEDY_REPLACES = "lowering"  # its remedies bind the partitioner (remedy_trial.REPLACED_STEPS)
     UNTIMED = ""  # why no remedy of the phase is timed against the shipped artifact (there is none that runs)
 
     def tried(self, method: str, steps: Sequence[remedy_trial.Step], name: str = "", made: Any = None,
@@ -368,7 +369,8 @@ class DiagnosePhase(Reproducers):
         latency = ({"status": "not timed", "reason": untimed or "it does not pass against eager"}
                    if untimed or not (judged["passes"] or self.TIMES_FAILING) else
                    remedy_trial.timed_against_shipped(self.adapter, self.job, method, inputs[method], ran.program))
-        return {**row, **judged, "outputs": ran.outputs, "file": ran.file, "bytes": ran.bytes, "latency": latency}
+        return {**row, **judged, "outputs": ran.outputs, "file": ran.file, "bytes": ran.bytes,
+                "sha256": ran.sha256, "latency": latency}
 
     def judged(self, method: str, outputs: Any) -> dict[str, Any]:
         """A remedy's outputs against eager, as the gate measures them."""

@@ -50,6 +50,7 @@ class ExportRemedyPhase(DiagnosePhase):
     """build → eager → search → remedy: an export option each method exports with."""
 
     CAPABILITY = ReExports
+    REMEDY_REPLACES = "export"  # an option of the export API: its line makes the program
     NOT_OFFERED = "this stack's adapter tries no other export options (compat/contract.py ReExports)"
     STAGES = WHOLE_MODEL_STAGES
 
@@ -90,7 +91,7 @@ class ExportRemedyPhase(DiagnosePhase):
     def remedy(self):
         """The lowered programs saved, loaded from their files and run as artifacts are (``tried``), compared
         with eager."""
-        remedies = remedy_trial.Remedies(self.model_dir)
+        remedies = remedy_trial.Remedies(self.model_dir, self.REMEDY_REPLACES)
         for method, lowered in self.programs.items():
             remedies.add(method, self.tried(method, (), made=lowered, code=self.log.results["search"][method]["code"],
                                             untimed="no artifact shipped to time it against: the export failed"))

@@ -53,6 +53,7 @@ class LatencyPhase(DiagnosePhase):
     NOT_OFFERED = "this stack's adapter exports no module again (compat/contract.py ReExports)"
     STAGES = WHOLE_MODEL_STAGES
     TIMES_FAILING = True
+    REMEDY_REPLACES = "export"  # FOLD's lines make the program from the model
 
     def build(self):
         built, details = super().build()
@@ -100,7 +101,7 @@ class LatencyPhase(DiagnosePhase):
     def remedy(self):
         """Each method with its batch norms folded, exported, lowered, saved, loaded from its file and run as
         the artifact is, against eager; timed against the shipped artifact (the measure session times it too)."""
-        remedies = remedy_trial.Remedies(self.model_dir)
+        remedies = remedy_trial.Remedies(self.model_dir, self.REMEDY_REPLACES)
         for method, finding in self.log.results["search"].items():
             if finding.get("status") == "found":
                 tried = self.folded(method, finding["pairs"])

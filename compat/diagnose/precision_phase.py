@@ -36,6 +36,7 @@ class PrecisionPhase(DiagnosePhase):
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
     STAGES = WHOLE_MODEL_STAGES
     TIMES_FAILING = True
+    REMEDY_REPLACES = "quantization"  # its lines bind the recipe's quantizer, some layers kept in float
 
     def build(self):
         (methods, inputs), details = super().build()
@@ -116,7 +117,7 @@ class PrecisionPhase(DiagnosePhase):
         if unanswered:  # the variant ships every method: the others' layers in float could not bring it over
             raise StageSkipped(f"no set of layers for {', '.join(unanswered)}: a remedy of the other methods alone "
                                "leaves the variant below its gate, so none is lowered")
-        remedies = remedy_trial.Remedies(self.model_dir)
+        remedies = remedy_trial.Remedies(self.model_dir, self.REMEDY_REPLACES)
         for method, finding in self.log.results["search"].items():
             remedies.add(method, self.keeping_float(method, finding["kept_float"]))
         return remedies.record("no set of layers found")

@@ -7,6 +7,7 @@ parent to judge against the reference as the gate does."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -29,12 +30,13 @@ Step = tuple[str, Callable[[Any], Any]]
 @dataclass(frozen=True)
 class Ran:
     """A remedy's artifact as loaded from its file, its outputs on the method's inputs, and where its file is
-    (relative to the phase's folder) with its size."""
+    (relative to the phase's folder) with its size and SHA-256 (what a migration's export script rebuilds)."""
 
     program: Any
     outputs: Any
     file: str
     bytes: int
+    sha256: str
 
 
 def run_trial(adapter: Any, steps: Sequence[Step], folder: Path, name: str, inputs: tuple[Any, ...],
@@ -55,15 +57,25 @@ def run_trial(adapter: Any, steps: Sequence[Step], folder: Path, name: str, inpu
         outputs = runtime_said(adapter.run, program, inputs)
     except Exception as failure:  # noqa: BLE001 - recorded with its step; the other remedies go on
         return failed_at(step, failure)
-    return Ran(program, outputs, path.relative_to(folder).as_posix(), path.stat().st_size)
+    return Ran(program, outputs, path.relative_to(folder).as_posix(), path.stat().st_size,
+               hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+# The step of an export script a phase's remedy lines take the place of (each phase's REMEDY_REPLACES; a team's
+# script, upgrade_gate.migrate, puts them there): "lowering" — they bind the partitioner, and may rewrite the exported
+# ``program`` first; "export" — they make ``program`` from ``model`` and ``example_inputs``; "quantization" — they
+# bind the recipe's quantizer (or its module filter) in place of the recipe's own.
+REPLACED_STEPS = ("lowering", "export", "quantization")
 
 
 class Remedies:
     """The remedy stage's record: each method's row, and the outputs of the remedies kept, named as the runtime
-    phase names the artifact's (its ``eager.npz`` beside the phase's folder), in ``remedy.npz``."""
+    phase names the artifact's (its ``eager.npz`` beside the phase's folder), in ``remedy.npz``; and the step of an
+    export script the remedies' lines replace (``REPLACED_STEPS``)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, folder: Path, replaces: str) -> None:
+        assert replaces in REPLACED_STEPS, replaces
+        self.folder, self.replaces = folder, replaces
         reference = folder.parent / "eager.npz"  # the runtime's names for the outputs
         self.names = load_npz_tensors(reference) if reference.is_file() else {}
         self.rows: dict[str, dict[str, Any]] = {}
@@ -81,7 +93,8 @@ class Remedies:
             raise StageSkipped(none)
         if self.outputs:
             save_arrays(self.folder / REMEDY_OUTPUTS, method_outputs(self.outputs))
-        return self.rows, {"methods": self.rows, "outputs": REMEDY_OUTPUTS if self.outputs else None}
+        return self.rows, {"methods": self.rows, "outputs": REMEDY_OUTPUTS if self.outputs else None,
+                           "replaces": self.replaces}
 
 
 def timed_against_shipped(adapter: Any, job: dict[str, Any], method: str, inputs: tuple[Any, ...],

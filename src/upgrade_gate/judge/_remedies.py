@@ -14,7 +14,7 @@ from upgrade_gate.judge._model_gates import output_gates
 from upgrade_gate.schema.measured import Measured, remedied
 from upgrade_gate.schema.results import ModelResults
 from upgrade_gate.schema.stack import StackResults
-from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
+from upgrade_gate.schema.verdict import GateResult, GateStatus, JudgedArtifact, Remedy, Severity
 
 # The gate each kind of search answers: a float model's numerics (hard failures: a soft one is a condition
 # already), a quantized variant's (soft by default: its remedy lifts a condition), the latency gate.
@@ -103,6 +103,9 @@ def _judged(plan: Plan, model: ModelResults, stack: str, own: StackResults, gate
         else None,
         shipped_bytes=sum(b or 0 for b in shipped_bytes) if all(shipped_bytes) else None,
         code="\n\n".join(dict.fromkeys(m.remedy_code for m in remedied_methods if m.remedy_code)),
+        artifacts=tuple(JudgedArtifact(stack=stack, model=model.name, file=m.remedy_file, sha256=m.remedy_sha256,
+                                       bytes=m.remedy_bytes or 0, method=m.method)
+                        for m in remedied_methods if m.remedy_file and m.remedy_sha256),
         reproducers=tuple(f"{own.diagnosis.record_dir}/{m.reproducer}" for m in findings if m.reproducer),
         note="; ".join(notes), conditions=tuple(conditions))
 

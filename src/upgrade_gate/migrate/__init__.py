@@ -1,11 +1,15 @@
-"""What a GO hands the team (issue 64): for every model the verdict judged passing, ``migrate/<model>/`` in the
+"""What a GO hands the team (issue 64): for every model the verdict judged passing, as configured or with a remedy,
+``migrate/<model>/`` in the
 report folder —
 
     export.py      the team's own export script: the factory, the weights and inputs every stack was judged with,
-                   the candidate's recipe as its adapter writes it; it rebuilds the judged artifact and checks its
-                   SHA-256 against verdict.json's
+                   the candidate's recipe as its adapter writes it, and the remedy the verdict judged passing (its
+                   lines at the step they replace); it rebuilds the judged artifact and checks its SHA-256 against
+                   verdict.json's — a multi-method program whose remedied methods were judged one by one: those
+                   methods' SHA-256 lowered alone, and the program's outputs on the judged inputs
     weights.npz    the weights every stack loaded (a model whose factory draws random ones)
     inputs.npz     the inputs the artifact was exported, run and judged with
+    outputs.npz    the outputs the verdict judged, where the program is checked by them
     MIGRATION.md   what changes in the export and in the app (Python, C++, Android, iOS), filled with the artifact's
                    own method metadata; the verdict's conditions; the device check to run
 
@@ -30,9 +34,10 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.measure.rounds import artifacts_job
 from upgrade_gate.migrate._guide import guide
-from upgrade_gate.migrate._script import export_script
+from upgrade_gate.migrate._script import RemedyLines, Written, export_script
 from upgrade_gate.schema.results import ModelResults, Results
-from upgrade_gate.schema.verdict import GateResult, GateStatus, Severity
+from upgrade_gate.schema.stack import StackResults
+from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
 
 FOLDER = "migrate"
 
@@ -83,24 +88,28 @@ def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = pr
 def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults, staging: Path) -> Handover:
     """The model's folder, or why it gets none."""
     stack = model.stacks.get(spec.name)
-    failed = [g for g in results.verdict.gates
-              if (g.stack, g.model) == (spec.name, model.name) and keeps_it_back(g)]
-    if stack is None or failed:
-        why = ", ".join(f"{g.gate} {g.status.value}" for g in failed) or f"{spec.name} did not run it"
+    if stack is None:
+        return Handover(model=model.name, folder=None, why=f"{spec.name} did not run it")
+    failed = [g for g in results.verdict.gates if (g.stack, g.model) == (spec.name, model.name) and keeps_it_back(g)]
+    remedy = next((r for r in results.verdict.remedies if (r.stack, r.model) == (spec.name, model.name)
+                   and r.passes and not r.provisional), None)
+    # The remedy answers the gate it was judged for; the gates a failed export blocked, it measured (its gates).
+    if remedy is not None and any(g.gate != remedy.gate and g.status is not GateStatus.BLOCKED for g in failed):
+        remedy = None
+    if failed and remedy is None:
+        why = ", ".join(f"{g.gate} {g.status.value}" for g in failed)
         return Handover(model=model.name, folder=None, why=f"{why}: its artifact is not what should ship as "
-                                                           "configured (a passing remedy's script: not yet written)")
-    export = stack.stage("export")
-    script = (export.details if export is not None and export.ok else {}).get("export_script")
-    judged = [a for a in results.verdict.artifacts if (a.stack, a.model) == (spec.name, model.name)]
-    saved = (stack.artifact or {}).get("methods") or {}
+                                                           "configured, and no remedy the verdict judged passes")
+    build = stack.stage("build")
+    script = (build.details if build is not None and build.ok else {}).get("export_script")
     if not script:
-        why = (export.details.get("export_script_error") if export is not None and export.ok else None) or (
+        why = (build.details.get("export_script_error") if build is not None and build.ok else None) or (
             f"{spec.name}'s adapter ({spec.adapter}) writes no export script")
         return Handover(model=model.name, folder=None, why=why)
-    if len(saved) != 1 or len(judged) != 1:
-        return Handover(model=model.name, folder=None, why=f"{len(saved)} methods in {len(judged)} artifact(s): "
-                                                            "a script per method, or for a multi-method program, "
-                                                            "is not yet written")
+    lines = _remedy_lines(stack, remedy) if remedy is not None else None
+    written = _written(results, spec, model, remedy)
+    if isinstance(written, str):
+        return Handover(model=model.name, folder=None, why=written)
     entry = next(m for m in plan.models if m.name == model.name)
     fixtures = Path(artifacts_job(plan, entry, spec)["fixtures_dir"])
     if not (fixtures / "inputs.npz").is_file():  # a merged report's shards ran with caches of their own
@@ -108,23 +117,77 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
         return Handover(model=model.name, folder=None, why=why)
     folder = layout.entry(staging, model.name)
     folder.mkdir()
-    (method,) = saved
+    methods = [m for methods, _ in written.files.values() for m in methods]
     if (fixtures / "weights.npz").is_file():
         shutil.copyfile(fixtures / "weights.npz", folder / "weights.npz")
     with np.load(fixtures / "inputs.npz", allow_pickle=False) as arrays:
-        np.savez(folder / "inputs.npz", **{key: arrays[key] for key in arrays.files if key.startswith(f"{method}.")})
+        np.savez(folder / "inputs.npz", **{key: arrays[key] for key in arrays.files
+                                           if key.partition(".")[0] in methods})
+    if written.checked_by_outputs:
+        np.savez(folder / "outputs.npz", **_judged_outputs(plan.settings.out_dir, stack, remedy, methods))
     installed = results.stacks[spec.name].installed if spec.name in results.stacks else None
     python = installed.executable if installed is not None else None
     loaded = stack.stage("load")
-    signature = ((loaded.details if loaded is not None and loaded.ok else {}).get("signatures") or {}).get(method)
-    (artifact,) = judged
+    signatures = (loaded.details if loaded is not None and loaded.ok else {}).get("signatures") or {}
     write_text_atomic(folder / "export.py", export_script(
-        entry=entry, spec=spec, method=method, recipe=script, artifact=artifact, python=python,
+        entry=entry, spec=spec, recipe=script, written=written, remedy=lines, python=python,
         weights=(folder / "weights.npz").is_file(), report=plan.settings.out_dir))
     write_text_atomic(folder / "MIGRATION.md", guide(
-        results=results, model=model, spec=spec, method=method, artifact=artifact, signature=signature,
+        results=results, model=model, spec=spec, written=written, remedy=lines, signatures=signatures,
         python=python, report=plan.settings.out_dir))
     return Handover(model=model.name, folder=folder)
+
+
+def _remedy_lines(stack: StackResults, remedy: Remedy) -> RemedyLines:
+    """The remedy's lines per method, as the diagnose phase lowered and judged them."""
+    assert stack.diagnosis is not None  # a remedy is its diagnosis's
+    findings = {f.method: f for f in stack.diagnosis.findings if f.method in remedy.methods and f.remedy_code}
+    replaces = stack.diagnosis.remedy_replaces or "lowering"
+    unnamed = "layers kept in float" if replaces == "quantization" else "its lines"  # the precision search names none
+    return RemedyLines(what="; ".join(dict.fromkeys(f.remedy_kind or unnamed for f in findings.values())),
+                       replaces=replaces, code={method: str(f.remedy_code) for method, f in findings.items()})
+
+
+def _written(results: Results, spec: StackSpec, model: ModelResults, remedy: Remedy | None) -> Written | str:
+    """The files the script writes, each with the SHA-256 it is checked by (or why there is no script)."""
+    stack = model.stacks[spec.name]
+    remedied = {a.method: a for a in (remedy.artifacts if remedy is not None else ())}
+    shipped = {a.file: a.sha256 for a in results.verdict.artifacts if (a.stack, a.model) == (spec.name, model.name)}
+    saved = ((stack.artifact or {}).get("methods") or {})
+    files: dict[str, list[str]] = {}
+    for method, record in saved.items():
+        files.setdefault(str(record["file"]), []).append(method)
+    if not files:  # the export failed: each remedied method's file, named as the save stage names it
+        if remedy is None or len(remedied) != 1:
+            return "its export failed and no single remedied file was judged to rebuild"
+        ((method, artifact),) = remedied.items()
+        files = {f"{method}{Path(artifact.file).suffix}": [method]}
+    found: dict[str, tuple[tuple[str, ...], str | None]] = {}
+    for file, methods in files.items():
+        if len(methods) == 1 and methods[0] in remedied:
+            found[file] = (tuple(methods), remedied[methods[0]].sha256)
+        elif not set(methods) & set(remedied):
+            if file not in shipped:
+                return f"{file} was not judged (verdict.json has no SHA-256 of it)"
+            found[file] = (tuple(methods), shipped[file])
+        else:
+            found[file] = (tuple(methods), None)
+    return Written(files=found, remedied_sha256={m: a.sha256 for m, a in remedied.items()})
+
+
+def _judged_outputs(report: Path, stack: StackResults, remedy: Remedy | None, methods: list[str]) -> dict[str, Any]:
+    """The outputs the verdict judged, each method's: its remedied file's (the remedy's outputs), else the shipped
+    artifact's, as ``<method>.output_<i>`` in the artifact's order."""
+    remedied = set(remedy.methods) if remedy is not None else set()
+    sources = {"artifact": report / stack.record_dir / "artifact.npz"}
+    if stack.diagnosis is not None and stack.diagnosis.remedy_outputs_file:
+        sources["remedy"] = report / stack.diagnosis.remedy_outputs_file
+    found: dict[str, Any] = {}
+    for method in methods:
+        with np.load(sources["remedy" if method in remedied else "artifact"], allow_pickle=False) as data:
+            keys = [key for key in data.files if key.startswith(f"{method}.")]
+            found.update({f"{method}.output_{index}": data[key] for index, key in enumerate(keys)})
+    return found
 
 
 def _index(results: Results, spec: StackSpec, handed: list[Handover]) -> str:

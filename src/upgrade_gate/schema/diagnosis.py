@@ -149,6 +149,7 @@ class MethodDiagnosis:
     remedy_error: str = ""  # the remedy's code did not lower, save, load or run: the step and the error
     remedy_file: str | None = None  # the remedied artifact, relative to the report folder
     remedy_bytes: int | None = None
+    remedy_sha256: str | None = None  # what a migration's export script rebuilds (upgrade_gate.migrate)
     remedy_cosine: float | None = None  # a kept-float search's: the worst output's, against the float model
     # Remedied over shipped latency, from calls in turns in one process; or why there is none.
     latency: RatioEstimate | None = None
@@ -185,6 +186,12 @@ class Diagnosis(StagesOf, codec.Record):
     @property
     def keeps_float(self) -> bool:
         return self.search == "keep-float"
+
+    @property
+    def remedy_replaces(self) -> str:
+        """The step of an export script the remedies' lines take the place of (compat/diagnose/remedy_trial.py
+        REPLACED_STEPS): ``lowering``, ``export`` or ``quantization``; empty where no remedy was tried."""
+        return str(self._details("remedy").get("replaces") or "")
 
     @property
     def remedy_outputs_file(self) -> str | None:
@@ -242,7 +249,8 @@ class Diagnosis(StagesOf, codec.Record):
                 remedy_rel_l2=remedy.get("rel_l2"), remedy_passes=remedy.get("passes"),
                 remedy_error=str(remedy.get("error") or ""),
                 remedy_file=f"{self.record_dir}/{remedy['file']}" if remedy.get("file") else None,
-                remedy_bytes=remedy.get("bytes"), remedy_cosine=remedy.get("cosine"),
+                remedy_bytes=remedy.get("bytes"), remedy_sha256=remedy.get("sha256"),
+                remedy_cosine=remedy.get("cosine"),
                 latency=latency, latency_note=str(timing.get("reason") or ("" if latency else "no timed rounds")),
                 latency_threads=timing.get("threads")))
         return found

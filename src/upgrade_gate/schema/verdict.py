@@ -267,9 +267,10 @@ class JudgedArtifact(codec.Record):
 
     stack: str
     model: str
-    file: str
+    file: str  # relative to the model's record folder; a remedy's, to the report folder
     sha256: str
     bytes: int
+    method: str = ""  # a remedy's file: the one method it holds, remedied (empty: the artifact as shipped)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -293,6 +294,8 @@ class Remedy(codec.Record):
     bytes: int | None = None  # the remedied artifacts'
     shipped_bytes: int | None = None
     code: str = ""  # the lines of an export script
+    # Each remedied method's file, lowered alone with its lines, as the gates judged it (upgrade_gate.migrate).
+    artifacts: tuple[JudgedArtifact, ...] = ()
     reproducers: tuple[str, ...] = ()  # folders, relative to the report folder
     note: str = ""  # why it does not pass, when it does not
     # A quantized variant's (gate "quantized-numerics"): the SNR the gate asks for (``threshold`` is its relative
