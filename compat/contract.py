@@ -287,17 +287,28 @@ class WritesExportScript(Protocol):
         what the app-side code of the migration is filled with."""
 
 
+@runtime_checkable
+class WritesExportLines(Protocol):
+    """The stack's export as the lines a team's script writes today (the legacy stack's): what MIGRATION.md shows
+    beside the candidate's script (upgrade_gate.migrate); tests/test_migrate.py runs them as written."""
+
+    def export_lines(self, variant: str, file: str) -> str:
+        """Python that quantizes ``model`` with ``variant``'s recipe, exports it on ``example_inputs`` and writes
+        ``file``, as the stack's quantize, lower and save do."""
+
+
 # What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
 # Diagnoses.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
-                                 "keep-float": KeepsFloat, "re-export": ReExports, "migrate": WritesExportScript}
+                                 "keep-float": KeepsFloat, "re-export": ReExports, "migrate": WritesExportScript,
+                                 "export-lines": WritesExportLines}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
                                ReExports: "the export options", AnswersLoadFailures: "the load-failure search",
-                               WritesExportScript: "the export script"}
+                               WritesExportScript: "the export script", WritesExportLines: "the export's lines"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -360,6 +371,7 @@ if TYPE_CHECKING:
     _legacy_profiles: Profiles = torchscript_mobile
     _legacy_profiler_check: ProfilerCheck = torchscript_mobile
     _legacy_diagnoses: Diagnoses = torchscript_mobile
+    _legacy_export_lines: WritesExportLines = torchscript_mobile
     _candidate: Adapter = executorch_xnnpack
     _candidate_quantizes: Quantizes = executorch_xnnpack
     _candidate_program: MultiMethod = executorch_xnnpack

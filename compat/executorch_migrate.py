@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .executorch_precision import PT2E_IMPORTS, PT2E_RECIPES, WEIGHT_GROUP_SIZE
+from .executorch_precision import (
+    PT2E_IMPORTS,
+    PT2E_RECIPES,
+    WEIGHT_GROUP_SIZE,
+    int8_dynamic_int4_config_code,
+    pt2e_functions,
+)
 
 LOWERING = [
     "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner",
@@ -54,12 +60,7 @@ def _quantizing(variant: str) -> list[str]:
     if variant == "8da4w":
         import torchao.quantization as torchao_quantization
 
-        # The config executorch_precision.torchao_quantized takes in this stack's torchao.
-        config = (f"torchao_quantization.int8_dynamic_activation_int4_weight(group_size={WEIGHT_GROUP_SIZE})"
-                  if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight") else
-                  "torchao_quantization.Int8DynamicActivationIntxWeightConfig(\n"
-                  "        weight_dtype=torch.int4,\n"
-                  f"        weight_granularity=torchao.quantization.granularity.PerGroup({WEIGHT_GROUP_SIZE}))")
+        config = int8_dynamic_int4_config_code(torchao_quantization)  # what torchao_quantized takes, as its line
         return ["import copy", "", "import torchao.quantization as torchao_quantization",
                 "import torchao.quantization.granularity", "import torchao.utils", "", "",
                 "def quantize(module, inputs, quantized_here=None):",
@@ -69,12 +70,7 @@ def _quantizing(variant: str) -> list[str]:
                 f"    torchao_quantization.quantize_(quantized, {config},",
                 '                                   **({"filter_fn": quantized_here} if quantized_here else {}))',
                 '    return getattr(torchao.utils, "unwrap_tensor_subclass", lambda m: m)(quantized)']
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
-
-    # prepare and convert from the package the quantizer is built on, as executorch_precision.pt2e_quantized.
-    pt2e = ("torchao.quantization.pt2e.quantize_pt2e"
-            if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__)
-            else "torch.ao.quantization.quantize_pt2e")
+    pt2e = pt2e_functions()  # prepare and convert from the package the quantizer is built on
     recipe = PT2E_RECIPES[variant].replace("\n", "\n        ")
     return [*PT2E_IMPORTS[1:], f"from {pt2e} import convert_pt2e, prepare_pt2e", "", "",
             "def quantize(module, inputs, quantizer=None):",

@@ -7,6 +7,7 @@ was checked."""
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import torch
@@ -32,19 +33,21 @@ LAYER_TYPES: dict[str, tuple[type[torch.nn.Module], ...]] = {
 
 def pt2e_quantized(captured: Any, inputs: tuple[torch.Tensor, ...], quantizer: Any) -> Any:
     """The captured graph prepared with ``quantizer``, calibrated on ``inputs``, converted."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
-
-    # The quantizer and the prepare/convert it works with come from one package: torch.ao up
-    # to executorch 0.6, torchao's copy of PT2E from 0.7 on.
-    if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    else:
-        from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    prepared = prepare_pt2e(captured, quantizer)
+    functions = importlib.import_module(pt2e_functions())
+    prepared = functions.prepare_pt2e(captured, quantizer)
     with torch.no_grad():
         prepared(*inputs)  # calibration: the observers see the same inputs in every stack
-    return convert_pt2e(prepared)
+    return functions.convert_pt2e(prepared)
+
+
+def pt2e_functions() -> str:
+    """The module of prepare_pt2e and convert_pt2e the quantizer works with: one package holds both — torch.ao up to
+    executorch 0.6, torchao's copy of PT2E from 0.7 on (executorch_migrate.py writes the same import)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
+    if any(base.__module__.startswith("torchao.") for base in XNNPACKQuantizer.__mro__):
+        return "torchao.quantization.pt2e.quantize_pt2e"
+    return "torch.ao.quantization.quantize_pt2e"
 
 
 def torchao_quantized(module: torch.nn.Module, filter_fn: Any) -> torch.nn.Module:
@@ -65,15 +68,23 @@ def unwrapped(quantized: torch.nn.Module) -> torch.nn.Module:
 
 
 def _int8_dynamic_int4_config(torchao_quantization: Any) -> Any:
-    """8da4w as torchao names it: the function of torchao ≤ 0.16 (executorch 0.7's), else the
-    config that replaced it (the old one was removed in torchao 0.17: pytorch/ao#3884) with the
-    same recipe — int4 symmetric weights in groups, int8 asymmetric per-token activations."""
-    if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight"):
-        return torchao_quantization.int8_dynamic_activation_int4_weight(group_size=WEIGHT_GROUP_SIZE)
-    from torchao.quantization.granularity import PerGroup
+    import torchao.quantization.granularity
 
-    return torchao_quantization.Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4, weight_granularity=PerGroup(WEIGHT_GROUP_SIZE))
+    scope = {"torch": torch, "torchao": torchao, "torchao_quantization": torchao_quantization}
+    return eval(int8_dynamic_int4_config_code(torchao_quantization), scope)  # noqa: S307 - our own line
+
+
+def int8_dynamic_int4_config_code(torchao_quantization: Any) -> str:
+    """8da4w as torchao names it, as the line an export script writes (executorch_migrate.py; with ``torch``,
+    ``torchao.quantization.granularity`` and ``torchao.quantization as torchao_quantization`` imported): the
+    function of torchao ≤ 0.16 (executorch 0.7's), else the config that replaced it (the old one was removed in
+    torchao 0.17: pytorch/ao#3884) with the same recipe — int4 symmetric weights in groups, int8 asymmetric
+    per-token activations."""
+    if hasattr(torchao_quantization, "int8_dynamic_activation_int4_weight"):
+        return f"torchao_quantization.int8_dynamic_activation_int4_weight(group_size={WEIGHT_GROUP_SIZE})"
+    return ("torchao_quantization.Int8DynamicActivationIntxWeightConfig(\n"
+            "        weight_dtype=torch.int4,\n"
+            f"        weight_granularity=torchao.quantization.granularity.PerGroup({WEIGHT_GROUP_SIZE}))")
 
 
 def capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:

@@ -21,6 +21,7 @@ from .contract import (
     MultiMethod,
     OtherBackends,
     Quantizes,
+    WritesExportLines,
     WritesExportScript,
     claims,
     require,
@@ -86,7 +87,7 @@ class ExportPhase:
             "task": case.task.kind,
             # The recipe as the team's export script writes it: recorded whether or not the export succeeds (a
             # failed one's script applies the export remedy the verdict judged).
-            **self.export_script(),
+            **self.export_script(list(inputs)),
             # The part of an output a later call reads, where it is not all of it (models/case.py Method).
             "read_extents": {f"{name}.output_{index}": list(extent) for name, method in case.entry_points().items()
                              for index, extent in method.read_extents.items()},
@@ -186,15 +187,18 @@ class ExportPhase:
             written = self.adapter.save_program(lowered, partial) or {}
         return True, {"methods": details, "program": {**written, "seconds": round(time.perf_counter() - start, 3)}}
 
-    def export_script(self) -> dict[str, Any]:
+    def export_script(self, methods: list[str]) -> dict[str, Any]:
         """The recipe as a team's export script writes it (upgrade_gate.migrate), where the adapter writes one; a
         script it could not write is said, and the export stands."""
-        if not isinstance(self.adapter, WritesExportScript):
-            return {}
         try:
-            return {"export_script": self.adapter.export_script(self.variant)}
+            if isinstance(self.adapter, WritesExportScript):
+                return {"export_script": self.adapter.export_script(self.variant)}
+            if isinstance(self.adapter, WritesExportLines):  # the legacy's, shown beside the candidate's script
+                return {"export_lines": {name: self.adapter.export_lines(self.variant, f"{name}{self.adapter.SUFFIX}")
+                                         for name in methods}}
         except Exception as failure:  # noqa: BLE001 - recorded: the migration says why it has no script
             return {"export_script_error": f"{type(failure).__name__}: {failure}"}
+        return {}
 
     def localize(self):
         # Which submodules fail to quantize (or export) on their own, with their real inputs.

@@ -23,6 +23,7 @@ from .torchscript_diagnose import (  # noqa: F401 - the adapter's members
     reproducer_source,
     run_lowered,
 )
+from .torchscript_migrate import export_lines  # noqa: F401 - the adapter's member
 
 SUFFIX = ".ptl"
 

@@ -94,7 +94,7 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
         return {capability for capability, protocol in contract.CAPABILITIES.items()
                 if set(contract.members(protocol)) <= names}
 
-    assert offered("torchscript_mobile") == {"quantize", "profile", "diagnose"}
+    assert offered("torchscript_mobile") == {"quantize", "profile", "diagnose", "export-lines"}
     assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends", "diagnose", "keep-float",
                                                     "re-export", "migrate"}
 
@@ -370,7 +370,8 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
         "diagnose": ["REMEDY_NAME", "lowering_parts", "lower_keeping_out", "lower_with_remedy", "run_lowered",
                      "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
-        "re-export": ["EXPORT_REMEDIES", "export_with"], "migrate": ["export_script", "method_signature"]}
+        "re-export": ["EXPORT_REMEDIES", "export_with"], "migrate": ["export_script", "method_signature"],
+        "export-lines": ["export_lines"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

@@ -115,6 +115,53 @@ def test_the_python_snippet_of_migration_md_gives_the_judged_outputs(migrated, r
         np.testing.assert_allclose(got["arr_0"], expected[0], rtol=1e-5, atol=1e-6)
 
 
+# The team's model built as its factory builds it, with the weights and inputs every stack was judged with, as
+# ``model`` and ``example_inputs``: what the legacy lines of MIGRATION.md are written against.
+LEGACY_DRIVER = """\
+import sys
+
+import numpy as np
+import torch
+from torch.jit.mobile import _load_for_lite_interpreter
+
+sys.path.insert(0, sys.argv[1])
+from team_outlier import outlier
+
+model, _ = outlier()
+with np.load("weights.npz") as data:
+    model.load_state_dict({key: torch.from_numpy(data[key]) for key in data.files})
+with np.load("inputs.npz") as data:
+    example_inputs = (torch.from_numpy(data["forward.input_0"]),)
+exec(open("lines.py").read())
+outputs = _load_for_lite_interpreter("forward.ptl")(*example_inputs)
+np.savez("got.npz", outputs.numpy())
+"""
+
+
+@pytest.mark.parametrize("model", ["team-outlier", "team-outlier@int8-dynamic"])
+def test_the_legacy_lines_of_migration_md_are_the_export_the_baseline_judged(migrated, tmp_path, model):
+    """MIGRATION.md shows the team's export today, as the legacy adapter writes its lines; run as written in the
+    legacy stack, they make a .ptl whose outputs are the legacy artifact's (the lines cannot drift from the recipe
+    unseen)."""
+    out, _ = migrated
+    folder = out / "migrate" / model
+    guide = (folder / "MIGRATION.md").read_text()
+    (lines,) = re.findall(r"Today \(legacy\), `forward`[^\n]*\n\n```python\n(.*?)```", guide, flags=re.S)
+    assert "torch.jit.trace(model, example_inputs" in lines and "_save_for_lite_interpreter" in lines, lines
+    (tmp_path / "lines.py").write_text(lines)
+    (tmp_path / "driver.py").write_text(LEGACY_DRIVER)
+    shutil.copy(folder / "inputs.npz", tmp_path / "inputs.npz")
+    shutil.copy(folder / "weights.npz", tmp_path / "weights.npz")
+    python = Path(json.loads((out / "results.json").read_text())["stacks"]["legacy"]["installed"]["executable"])
+    ran = subprocess.run([str(python), "driver.py", str(DATA)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    with np.load(out / "stacks" / "legacy" / "models" / model / "artifact.npz") as recorded, \
+            np.load(tmp_path / "got.npz") as got:
+        (expected,) = [recorded[key] for key in recorded.files if key.startswith("forward.")]
+        np.testing.assert_allclose(got["arr_0"], expected, rtol=1e-5, atol=1e-6)  # the run stage's threads, not these
+
+
 def test_migrate_writes_the_folder_again_from_the_report_without_running_anything(migrated):
     out, env = migrated
     before = (out / "results.json").stat().st_mtime_ns

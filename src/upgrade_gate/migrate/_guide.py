@@ -31,6 +31,7 @@ def guide(*, results: Results, model: ModelResults, spec: StackSpec, written: Wr
     if remedy is not None:
         lines += [f"- with the remedy the verdict judged passing ({remedy.what}): its lines replace the "
                   f"{remedy.replaces} step of {', '.join(remedy.code)}, in `export.py` as the report printed them"]
+    lines += _legacy_lines(model.stacks.get(results.baseline.name), results.baseline.name)
     lines += ["", "`export.py` beside this file is that export as the team's own script: it builds the model with its "
               "factory, loads the weights and inputs every stack was judged with, runs the recipe and writes "
               f"{', '.join(f'`{file}`' for file in written.files)}, and checks it is what was judged:", "",
@@ -58,6 +59,18 @@ def guide(*, results: Results, model: ModelResults, spec: StackSpec, written: Wr
               "It must show:"]
     lines += _budgets(results, model, spec)
     return "\n".join(lines) + "\n"
+
+
+def _legacy_lines(stack: Any, name: str) -> list[str]:
+    """The baseline's export as its adapter writes the lines (compat/contract.py WritesExportLines), each method's:
+    what the team's script holds today, which ``export.py`` replaces."""
+    build = stack.stage("build") if stack is not None else None
+    written = (build.details if build is not None and build.ok else {}).get("export_lines") or {}
+    lines = []
+    for method, code in written.items():
+        lines += ["", f"Today ({name}), `{method}` — `model` the method's module, `example_inputs` its inputs:", "",
+                  "```python", code.rstrip("\n"), "```"]
+    return lines
 
 
 def _recipe(stack: Any) -> str:
