@@ -102,7 +102,7 @@ def test_the_python_snippet_of_migration_md_gives_the_judged_outputs(migrated, r
     folder = out / "migrate" / model
     guide = (folder / "MIGRATION.md").read_text()
     assert "- input 0: float32 [1, 3, 32, 32]" in guide and "- output 0: float32 [1, 32]" in guide, guide
-    (snippet,) = re.findall(r"```python\n(.*?)```", guide, flags=re.S)
+    (snippet,) = re.findall(r"### Python [^\n]*\n.*?```python\n(.*?)```", guide, flags=re.S)  # the app's
     shutil.copy(folder / "inputs.npz", tmp_path / "inputs.npz")
     shutil.copy(rebuilt[model][1] / "forward.pte", tmp_path / "forward.pte")  # as export.py wrote it
     (tmp_path / "snippet.py").write_text(snippet + 'np.savez("got.npz", *[o.numpy() for o in outputs])\n')
