@@ -336,9 +336,9 @@ def export_with(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], code:
     """The exported program ``code`` makes (``program``), and what it assumed of the example inputs: each
     data-dependent decision draft_export specialized, with the user's line that made it."""
     scope: dict[str, Any] = {"torch": torch, "model": module, "example_inputs": inputs}
-    # Each option as a team's script runs it, alone: what a failed option left in dynamo's caches changed the program
-    # draft_export made after it (data-dependent-branch: 3,264 bytes, 3,136 alone), which the migration's export.py
-    # could then not rebuild.
+    # Each option as a team's script runs it, as far as dynamo's caches go: after the options that failed, draft_export
+    # made data-dependent-branch 3,264 bytes, alone 3,136. The reset made it 3,136 in one run and not in another, so
+    # the migration checks such a program by its outputs (upgrade_gate.migrate).
     torch._dynamo.reset()
     exec(compile(code, "<export remedy>", "exec"), scope)  # noqa: S102 - one of EXPORT_REMEDIES
     program = scope["program"]

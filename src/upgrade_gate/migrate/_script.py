@@ -23,6 +23,8 @@ class Written:
 
     files: dict[str, tuple[tuple[str, ...], str | None]]
     remedied_sha256: dict[str, str] = field(default_factory=dict)
+    # Why a file is checked by its outputs, not its bytes (said in the script).
+    by_outputs: str = "its bytes as one program were never judged"
 
     @property
     def checked_by_outputs(self) -> bool:
@@ -85,8 +87,10 @@ QUANTIZED = {quantized!r}  # the variant's recipe runs (quantize above); fp32 ex
 FILES = {files}
 # Each remedied method lowered alone: the file the remedy's gates judged (verdict.json's remedies).
 REMEDIED_SHA256 = {remedied}
-# An output within this relative L2 of the judged one is the judged output (a program checked by its outputs).
+# An output within this relative L2 of the judged one is the judged output (a program checked by its outputs), and
+# why such a program is not checked by its bytes.
 OUTPUTS_REL_L2 = 1e-6
+BY_OUTPUTS = {by_outputs!r}
 
 
 def tensors(name):
@@ -197,9 +201,10 @@ def main():
                 print(f"{{out / file}}: {{line}}", file=sys.stderr)
             failures += bool(differ)
             if not differ:
+                alone = [name for name in methods if name in REMEDIED_SHA256 and len(methods) > 1]
                 print(f"{{out / file}}: {{len(data)}} bytes, SHA-256 {{digest}}: its outputs are the judged ones "
-                      f"(every method within relative L2 {{OUTPUTS_REL_L2:g}}); its remedied methods lowered alone are "
-                      "the judged files")
+                      f"(every method within relative L2 {{OUTPUTS_REL_L2:g}}; not its bytes: {{BY_OUTPUTS}})"
+                      + (f"; {{', '.join(alone)}} lowered alone: the judged files" if alone else ""))
         elif digest != judged_sha256:
             print(f"{{out / file}}: SHA-256 {{digest}}, not the judged artifact's {{judged_sha256}}: this is not the "
                   "artifact upgrade-gate judged (another stack, or the model's code changed since)", file=sys.stderr)
@@ -224,8 +229,8 @@ def export_script(*, entry: ModelEntry, spec: StackSpec, recipe: str, written: W
     check = ("each file's SHA-256 against the one " if not written.checked_by_outputs else
              "what the verdict judged (verdict.json in ") + f"{report}" + (
         "/verdict.json records for it" if not written.checked_by_outputs else
-        "): the remedied methods lowered alone by their SHA-256, the program by its outputs on the judged inputs "
-        "(outputs.npz beside this file), since its bytes as one program were never judged")
+        "): the remedied methods of a program lowered alone by their SHA-256, the file by its outputs on the judged "
+        f"inputs (outputs.npz beside this file), since {written.by_outputs}")
     head = HEAD.format(
         model=entry.name, stack=spec.name, description=spec.description, python=python or "python",
         here=layout.entry(report, "migrate") / entry.name, factory=entry.factory, steps=steps,
@@ -234,7 +239,8 @@ def export_script(*, entry: ModelEntry, spec: StackSpec, recipe: str, written: W
         factory=entry.factory, project=str(entry.project_root) if entry.project_root else None,
         models=None if entry.project_root else str(layout.TOOL_ROOT / "models"),
         assets=_assets_dir(entry), quantized=quantized, files=repr(written.files),
-        remedied=repr(written.remedied_sha256), package=MODELS_PACKAGE, weights=weights)
+        remedied=repr(written.remedied_sha256), by_outputs=written.by_outputs, package=MODELS_PACKAGE,
+        weights=weights)
     return head + "\n" + recipe + _remedy_functions(remedy) + body
 
 
