@@ -309,7 +309,15 @@ def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_rem
     out, _ = explained_run
     verdict = load(out, "verdict.json")
     remedied = {r["model"]: r for r in verdict["remedies"] if r["passes"] and r["model"] in REMEDIED}
-    assert set(remedied) == set(REMEDIED), [(r["model"], r["passes"], r["note"]) for r in verdict["remedies"]]
+    # draft_export specializes the data-dependent branch by what the process ran before it: its remedy passes in
+    # some runs, not in others (test_the_remedy_is_judged_as_the_stack_is… takes both); one that does not pass is
+    # not handed over, and the index says why.
+    expected = set(REMEDIED) - ({"data-dependent-branch"} - set(remedied))
+    assert set(remedied) == expected, [(r["model"], r["passes"], r["note"]) for r in verdict["remedies"]]
+    if "data-dependent-branch" not in remedied:
+        assert not (out / "migrate" / "data-dependent-branch").exists()
+        assert ("- data-dependent-branch: not handed over — export failed" in (out / "migrate" / "README.md")
+                .read_text())
     python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
 
@@ -324,7 +332,7 @@ def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_rem
         return ran, folder
 
     with ThreadPoolExecutor(2) as pool:  # each script is mostly torch's import: two at a time on 2 cores
-        runs = dict(zip(REMEDIED, pool.map(rebuilt, REMEDIED)))
+        runs = dict(zip(remedied, pool.map(rebuilt, remedied)))
     for model, (ran, folder) in runs.items():
         assert ran.returncode == 0, (model, ran.stderr[-3000:])
         ((method, judged),) = ((a["method"], a) for a in remedied[model]["artifacts"])
