@@ -100,11 +100,10 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
         why = ", ".join(f"{g.gate} {g.status.value}" for g in failed)
         return Handover(model=model.name, folder=None, why=f"{why}: its artifact is not what should ship as "
                                                            "configured, and no remedy the verdict judged passes")
-    build = stack.stage("build")
-    script = (build.details if build is not None and build.ok else {}).get("export_script")
+    built = stack.details_of("build")
+    script = built.get("export_script")
     if not script:
-        why = (build.details.get("export_script_error") if build is not None and build.ok else None) or (
-            f"{spec.name}'s adapter ({spec.adapter}) writes no export script")
+        why = built.get("export_script_error") or f"{spec.name}'s adapter ({spec.adapter}) writes no export script"
         return Handover(model=model.name, folder=None, why=why)
     lines = _remedy_lines(stack, remedy) if remedy is not None else None
     written = _written(results, spec, model, remedy)
@@ -127,8 +126,7 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
         np.savez(folder / "outputs.npz", **_judged_outputs(plan.settings.out_dir, stack, remedy, methods))
     installed = results.stacks[spec.name].installed if spec.name in results.stacks else None
     python = installed.executable if installed is not None else None
-    loaded = stack.stage("load")
-    signatures = (loaded.details if loaded is not None and loaded.ok else {}).get("signatures") or {}
+    signatures = stack.details_of("load").get("signatures") or {}
     write_text_atomic(folder / "export.py", export_script(
         entry=entry, spec=spec, recipe=script, written=written, remedy=lines, python=python,
         weights=(folder / "weights.npz").is_file(), report=plan.settings.out_dir))

@@ -64,8 +64,7 @@ def guide(*, results: Results, model: ModelResults, spec: StackSpec, written: Wr
 def _legacy_lines(stack: Any, name: str) -> list[str]:
     """The baseline's export as its adapter writes the lines (compat/contract.py WritesExportLines), each method's:
     what the team's script holds today, which ``export.py`` replaces."""
-    build = stack.stage("build") if stack is not None else None
-    written = (build.details if build is not None and build.ok else {}).get("export_lines") or {}
+    written = (stack.details_of("build") if stack is not None else {}).get("export_lines") or {}
     lines = []
     for method, code in written.items():
         lines += ["", f"Today ({name}), `{method}` — `model` the method's module, `example_inputs` its inputs:", "",

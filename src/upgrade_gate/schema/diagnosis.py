@@ -176,12 +176,12 @@ class Diagnosis(StagesOf, codec.Record):
     @property
     def search(self) -> str:
         """What was searched, as run/diagnosis.py's job says: ``operators`` where it names none."""
-        return str(self._details("build").get("search") or "operators")
+        return str(self.details_of("build").get("search") or "operators")
 
     @property
     def failed_at(self) -> str:
         """The runtime stage a load search's program failed at (``load``, ``run``); empty for another search."""
-        return str(self._details("build").get("failed_at") or "")
+        return str(self.details_of("build").get("failed_at") or "")
 
     @property
     def keeps_float(self) -> bool:
@@ -191,17 +191,13 @@ class Diagnosis(StagesOf, codec.Record):
     def remedy_replaces(self) -> str:
         """The step of an export script the remedies' lines take the place of (compat/diagnose/remedy_trial.py
         REPLACED_STEPS): ``lowering``, ``export`` or ``quantization``; empty where no remedy was tried."""
-        return str(self._details("remedy").get("replaces") or "")
+        return str(self.details_of("remedy").get("replaces") or "")
 
     @property
     def remedy_outputs_file(self) -> str | None:
         """The remedied artifacts' outputs (relative to the report folder), named as the artifact's are."""
-        name = self._details("remedy").get("outputs")
+        name = self.details_of("remedy").get("outputs")
         return f"{self.record_dir}/{name}" if name else None
-
-    def _details(self, stage: str) -> dict[str, Any]:
-        found = self.stage(stage)
-        return found.details if found is not None and found.ok else {}
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -211,9 +207,9 @@ class Diagnosis(StagesOf, codec.Record):
     @property
     def findings(self) -> list[MethodDiagnosis]:
         """Per method searched; a search that did not run is ``not searched``, with the stage that stopped it."""
-        searched = self._details("search").get("methods", {})
-        written = self._details("reproducer").get("methods", {})
-        checked = self._details("remedy").get("methods", {})
+        searched = self.details_of("search").get("methods", {})
+        written = self.details_of("reproducer").get("methods", {})
+        checked = self.details_of("remedy").get("methods", {})
         stopped = self.first_problem()
         found = []
         for method in self.methods:

@@ -151,12 +151,21 @@ class StagesOf:
     def all_ok(self) -> bool:
         return bool(self.stages) and self.first_problem() is None
 
+    def details_of(self, stage: str) -> dict[str, Any]:
+        """What the stage recorded where it succeeded; empty where it failed or did not run."""
+        found = self.stage(stage)
+        return found.details if found is not None and found.ok else {}
+
+    @property
+    def artifact(self) -> dict[str, Any] | None:
+        """The save stage's record of the files written: bytes, and each method's file."""
+        return self.details_of("save") or None
+
     @property
     def saved_files(self) -> dict[str, dict[str, Any]]:
         """Each artifact file the save stage recorded, once (a multi-method program is every method's):
         file name → its record (``file``, ``bytes``, ``sha256``)."""
-        saved = self.stage("save")
-        methods = (saved.details if saved is not None and saved.ok else {}).get("methods") or {}
+        methods = (self.artifact or {}).get("methods") or {}
         return {str(m["file"]): m for m in methods.values() if m.get("file")}
 
 
@@ -187,12 +196,6 @@ class StackModelRecord(StagesOf):
         if stage is None or not stage.ok or (which == "quantized" and not stage.details.get("outputs")):
             return None  # a quantized module that did not run eagerly says why in its stage
         return read_arrays(path)
-
-    @property
-    def artifact(self) -> dict[str, Any] | None:
-        stage = self.stage("save")
-        return stage.details if stage and stage.ok else None
-
 
     @property
     def task_kind(self) -> str:

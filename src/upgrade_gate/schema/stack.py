@@ -168,23 +168,14 @@ class StackResults(StagesOf, codec.Record):
     def reused_phases(self) -> list[str]:
         return [phase for phase, use in self.cache.items() if use.reused_from]
 
-    def _details(self, stage: str) -> dict[str, Any]:
-        found = self.stage(stage)
-        return found.details if found is not None and found.ok else {}
-
     @property
     def fixtures(self) -> dict[str, str] | None:
         """The weights and inputs hashes this stack loaded (the build stage's)."""
-        return self._details("build").get("fixtures")
+        return self.details_of("build").get("fixtures")
 
     @property
     def task_kind(self) -> str | None:
-        return self._details("build").get("task")
-
-    @property
-    def artifact(self) -> dict[str, Any] | None:
-        """The save stage's record of the files written: bytes, and each method's file."""
-        return self._details("save") or None
+        return self.details_of("build").get("task")
 
     @property
     def artifact_bytes(self) -> int | None:
@@ -215,18 +206,18 @@ class StackResults(StagesOf, codec.Record):
     @property
     def delegation(self) -> dict[str, Delegation]:
         """Per method, where the stack delegates (none for the Lite Interpreter)."""
-        found = {name: Delegation.from_details(d) for name, d in self._details("export").get("methods", {}).items()
+        found = {name: Delegation.from_details(d) for name, d in self.details_of("export").get("methods", {}).items()
                  if isinstance(d, dict)}
         return {name: d for name, d in found.items() if d is not None}
 
     @property
     def export_details(self) -> dict[str, Any]:
-        return self._details("export")
+        return self.details_of("export")
 
     @property
     def planned_memory_bytes(self) -> dict[str, int] | None:
         """Each method's memory-planned buffers (ExecuTorch), from the export; None where the runtime has no plan."""
-        export = self._details("export")
+        export = self.details_of("export")
         planned = {name: sum(d["planned_memory_bytes"].values())
                    for name, d in export.get("methods", {}).items()
                    if isinstance(d, dict) and isinstance(d.get("planned_memory_bytes"), dict)}
@@ -247,24 +238,24 @@ class StackResults(StagesOf, codec.Record):
     @property
     def profile(self) -> dict[str, list[OperatorTime]]:
         """Per method, operators by time in the stack's own runtime (the runtime phase's profile stage)."""
-        return operator_profile(self._details("profile"))
+        return operator_profile(self.details_of("profile"))
 
     @property
     def other_backends(self) -> dict[str, dict[str, BackendTry]]:
         """Export-only tries of the stack's other backends: backend → method → outcome."""
         return {backend: {method: BackendTry.from_details(d) for method, d in methods.items()}
-                for backend, methods in self._details("backends").get("backends", {}).items()
+                for backend, methods in self.details_of("backends").get("backends", {}).items()
                 if isinstance(methods, dict)}
 
     @property
     def localized(self) -> Localization | None:
         """Where a failed export breaks (compat/search/localize.py)."""
-        details = self._details("localize")
+        details = self.details_of("localize")
         return Localization.from_details(details) if details else None
 
     def generated(self, which: str) -> GeneratedText | None:
         """What the generation loop answered: ``eager`` (export phase) or ``artifact`` (runtime phase)."""
-        details = self._details("eager-task" if which == "eager" else "task")
+        details = self.details_of("eager-task" if which == "eager" else "task")
         if not details:
             return None
         return GeneratedText(prompts=tuple(str(p) for p in details.get("prompts", [])),
