@@ -30,7 +30,8 @@ team's repository (upgrade_gate.cli), or from the team's own noxfile after `impo
 
 `compare` validates the configuration, then queues `assets`, one `run` session
 per stack (the built-in specs in envs/ and the team's, baseline first), then — with [tool.upgrade-gate.project] —
-one `project` session per stack and `scan`, `measure` and `report` last. Each
+`scan` and one `project` session per stack (a candidate's runs the tests again with the scan's rewrites
+applied to a copy: migrate/project.diff), `measure` and `report` last. Each
 `run` session's venv *is* the stack: nox builds it with uv from the spec's Python
 and requirements. A `project` session builds the same stack in a venv of its own,
 so the team's dependencies never change what the models are measured in.
@@ -54,6 +55,7 @@ from upgrade_gate.config.plan import Plan, stacks_of
 from upgrade_gate.config.settings import default_config_path, load_settings
 from upgrade_gate.errors import EXIT_GO, ConfigError
 from upgrade_gate.project.gather import read_scan
+from upgrade_gate.project.patched_run import run_patched_tests
 from upgrade_gate.project.session import SCAN_PYTHON, SCAN_REQUIREMENTS, record_install_failure, run_scan, run_tests
 from upgrade_gate.run import asset_build, guard, runner, venvs
 
@@ -118,9 +120,10 @@ def _notify_assets(session: nox.Session, plan: Plan) -> None:
 
 
 def _notify_project_sessions(session: nox.Session, plan: Plan) -> None:
+    # The scan first: a candidate's project session runs the tests again with its rewrites (migrate/project.diff).
+    session.notify("scan", session.posargs)
     for spec in plan.stacks:
         session.notify(f"project({spec.name})", session.posargs)
-    session.notify("scan", session.posargs)
 
 
 @nox.session(python=asset_build.PYTHON, venv_backend="uv", reuse_venv=True)
@@ -195,6 +198,13 @@ def project(session: nox.Session, stack: str) -> None:
     folder = layout.project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
     session.log(f"project: {stack}: {shlex.join(run['command'])}: {run['status']} in {run['duration_s']:g} s "
                 f"→ {folder}")
+    if spec.is_baseline:
+        return
+    patched = run_patched_tests(plan, settings, stack, bin_dir, log=session.log)
+    if patched is not None:
+        folder = layout.patched_project_dir(plan.settings.out_dir, stack).relative_to(plan.settings.out_dir)
+        session.log(f"project: {stack} with project.diff: {patched['status']} in {patched['duration_s']:g} s "
+                    f"→ {folder}")
 
 
 @nox.session(python=SCAN_PYTHON, venv_backend="uv", reuse_venv=True, default=False)

@@ -297,18 +297,30 @@ class WritesExportLines(Protocol):
         ``file``, as the stack's quantize, lower and save do."""
 
 
+@runtime_checkable
+class ReproducesQuantizeFailures(Protocol):
+    """A recipe that raises, written as a standalone reproducer (the export phase's localize stage, for the smallest
+    module that raises): its float program, its real inputs and the recipe's lines."""
+
+    def quantize_reproducer(self, module: Any, inputs: tuple[Any, ...], folder: Path, *, variant: str,
+                            fails_with: str, found_in: str, named: str) -> None:
+        """repro.py in ``folder``: ``module`` quantized with ``variant``'s recipe, exit 1 while it raises
+        ``fails_with``, 0 when it quantizes."""
+
+
 # What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
 # Diagnoses.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
                                  "keep-float": KeepsFloat, "re-export": ReExports, "migrate": WritesExportScript,
-                                 "export-lines": WritesExportLines}
+                                 "export-lines": WritesExportLines, "quantize-repro": ReproducesQuantizeFailures}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
                                ReExports: "the export options", AnswersLoadFailures: "the load-failure search",
-                               WritesExportScript: "the export script", WritesExportLines: "the export's lines"}
+                               WritesExportScript: "the export script", WritesExportLines: "the export's lines",
+                               ReproducesQuantizeFailures: "a quantize failure's reproducer"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -384,3 +396,4 @@ if TYPE_CHECKING:
     _candidate_load_failures: AnswersLoadFailures = executorch_xnnpack
     _candidate_re_exports: ReExports = executorch_xnnpack
     _candidate_export_script: WritesExportScript = executorch_xnnpack
+    _candidate_quantize_repro: ReproducesQuantizeFailures = executorch_xnnpack

@@ -22,6 +22,7 @@ from .executorch_diagnose import (  # noqa: F401 - the adapter's members
     lowering_parts,
     lowering_start,
     method_reproducer,
+    quantize_reproducer,
     remedy_options,
     reproducer_source,
     run_lowered,

@@ -21,6 +21,7 @@ from .contract import (
     MultiMethod,
     OtherBackends,
     Quantizes,
+    ReproducesQuantizeFailures,
     WritesExportLines,
     WritesExportScript,
     claims,
@@ -39,6 +40,7 @@ from .phases import (
     written_artifact,
 )
 
+LOCALIZE = "localize"  # the phase's own folder (upgrade_gate.layout.LOCALIZE): a failed quantization's reproducer
 NOTHING_QUANTIZED = "quantized nothing"  # the quantize stage's words where the recipe took no module
 QUANTIZED_OUTPUTS = "quantized.npz"  # a variant's quantized methods run eagerly (schema/records.py reads it)
 
@@ -218,7 +220,34 @@ class ExportPhase:
             return True, {"method": name, "attempt": attempt, **localizer.weights_not_taken(module)}
         try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
         found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"])
+        if attempt == "quantize" and found["culprits"] and isinstance(self.adapter, ReproducesQuantizeFailures):
+            found["reproducer"] = self.quantize_reproducer(name, module, inputs[name], found["culprits"][0])
         return True, {"method": name, "attempt": attempt, **found}
+
+    def quantize_reproducer(self, method: str, module: Any, inputs: tuple[Any, ...],
+                            first: dict[str, Any]) -> dict[str, Any]:
+        """The first culprit of a recipe that raises (a submodule, or the method where none raises alone) as a
+        standalone reproducer, run here as written: exit 1 while the recipe raises as found. One that could not be
+        written is said, and the localization stands."""
+        from .search import issue_text
+        from .search import localize as localizer
+
+        path = "" if first["module"] == "(root)" else first["module"]
+        target = localizer.capture_calls(module, inputs)[path] if path else module
+        named = f"{path} ({first['class']})" if path else f"the whole method {method} ({first['class']})"
+        folder = self.model_dir / LOCALIZE / "repro" / method
+        folder.mkdir(parents=True, exist_ok=True)
+        assert isinstance(self.adapter, ReproducesQuantizeFailures)  # localize checked it
+        try:
+            self.adapter.quantize_reproducer(
+                target, target.inputs if path else inputs, folder, variant=self.variant,
+                fails_with=" ".join(first["message"].split())[:100],
+                found_in=f"{self.job['model']}'s {method}", named=named)
+        except Exception as failure:  # noqa: BLE001 - recorded: the localization is the finding
+            return {"status": "not written", "why": f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
+        run = issue_text.run_reproducer(folder)
+        return {"status": "written", "folder": folder.relative_to(self.model_dir).as_posix(), "module": named,
+                "runs": [run]}
 
     def quantize_alone(self, module: Any, inputs: tuple[Any, ...]) -> Any:
         """The variant's recipe on one submodule: it fails where it raises, or where its own path failed and it fell

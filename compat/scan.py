@@ -21,19 +21,22 @@ each reported once: a call is not also reported as the reference it calls.
 The record: schema_version, scanner (versions, number of our rules), root, files (those
 scanned), files_scanned, torch (the candidates' releases), findings, set_aside (findings a
 candidate never meets, each with ``set_aside``: why; compat/scan_guards.py) and errors (files
-that could not be read or parsed). While it
+that could not be read or parsed) and rewrites (per file whose findings have one: {file, sha256 of the file
+as scanned, text: its source with them written for the candidate}; compat/scan_rewrites.py). While it
 runs, --progress FILE holds {"done", "total", "file"}: how far it is. A finding is
 {file (relative to root, POSIX), line, column (both 1-based; an import's is its name's),
 code (UGnnn ours, TORnnn TorchFix's), source ("upgrade-gate" | "torchfix"), name (the
 qualified name matched; the method name for attribute-call rules), call (the source, one
 line: the call or import; for another reference, the statement holding it), summary, why,
-replacement}. Findings are sorted by file, line, column and code.
+replacement, and rewritten: true where the file's rewrite writes it}. Findings are sorted by file, line, column
+and code.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -64,9 +67,12 @@ def _beside(name: str) -> ModuleType:
 
 if TYPE_CHECKING:  # mypy reads compat/ as a package
     from .scan_guards import SetAsides
+    from .scan_rewrites import has_rewrite, rewrite
     from .scan_visitor import EveryQualifiedName, MigrationVisitor, Rule, one_line, torchfix_name
 else:
     SetAsides = _beside("scan_guards").SetAsides
+    _rewrites = _beside("scan_rewrites")
+    has_rewrite, rewrite = _rewrites.has_rewrite, _rewrites.rewrite
     _visitor = _beside("scan_visitor")
     EveryQualifiedName, MigrationVisitor, Rule = _visitor.EveryQualifiedName, _visitor.MigrationVisitor, _visitor.Rule
     one_line, torchfix_name = _visitor.one_line, _visitor.torchfix_name
@@ -151,9 +157,11 @@ def _default_rules() -> RuleSet:
 
 
 def _scan_text(text: str, filename: str, rule_set: RuleSet,
-               torch_versions: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Findings in one file's source, and those set aside (each with why: compat/scan_guards.py) for the
-    candidates' ``torch_versions``; raises libcst.ParserSyntaxError when it does not parse."""
+               torch_versions: Sequence[str] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Findings in one file's source, those set aside (each with why: compat/scan_guards.py) for the
+    candidates' ``torch_versions``, and the source with the findings that have a rewrite written for the candidate
+    (compat/scan_rewrites.py; each such finding says ``rewritten``); raises libcst.ParserSyntaxError when it does
+    not parse."""
     wrapper = cst.MetadataWrapper(cst.parse_module(text))
     selected = process_error_code_str(None)  # TorchFix's default: all but TOR3, TOR4, TOR9
     # In a fixed order: TorchFix makes them from a set of classes.
@@ -167,7 +175,9 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet,
         findings.append({"file": filename, "line": hit.line, "column": hit.column, "code": hit.rule.code,
                          "source": "upgrade-gate", "name": hit.name, "call": one_line(hit.shown),
                          "summary": hit.rule.summary, "why": hit.rule.why, "replacement": hit.rule.replacement})
-    nodes = [None] * len(findings)
+    nodes: list[cst.CSTNode | None] = [None] * len(findings)
+    shown: list[cst.CSTNode | None] = [hit.shown for hit in ours.hits]  # the node a rewrite replaces
+    fixes: dict[int, cst.CSTNode] = {}  # TorchFix's replacements, by id(node)
     violations = [(v, d.names_of.get(id(v))) for d in torchfix_visitors for v in d.visitor.violations]
     for violation, found_as in violations:
         if violation.error_code not in selected:
@@ -181,9 +191,21 @@ def _scan_text(text: str, filename: str, rule_set: RuleSet,
                          "call": one_line(violation.node), "summary": violation.message, "why": advice.why,
                          "replacement": replacement})
         nodes.append(violation.node)
+        shown.append(violation.node)
+        if violation.replacement is not None:
+            fixes[id(violation.node)] = violation.replacement
     whys = [guards.why_set_aside(f["code"], f["line"], node) for f, node in zip(findings, nodes, strict=True)]
-    return (_sorted_unique([f for f, why in zip(findings, whys) if not why]),
-            _sorted_unique([{**f, "set_aside": why} for f, why in zip(findings, whys) if why]))
+    # What the candidate meets is rewritten; what a version guard keeps from it is not.
+    counted = [(f, node) for f, node, why in zip(findings, shown, whys, strict=True) if not why]
+    ours_found = {id(node): f["name"] for f, node in counted
+                  if f["source"] == "upgrade-gate" and isinstance(node, cst.Call) and has_rewrite(f["name"])}
+    theirs_found = {id(node): fixes[id(node)] for f, node in counted if f["source"] == "torchfix" and id(node) in fixes}
+    needed = sorted({(item.module_name, item.obj_name) for driven in torchfix_visitors
+                     for item in getattr(driven.visitor, "needed_imports", ())})
+    rewritten, done = rewrite(wrapper.module, ours_found, theirs_found, needed)
+    kept = [{**f, "rewritten": True} if id(node) in done else f for f, node in counted]
+    return (_sorted_unique(kept),
+            _sorted_unique([{**f, "set_aside": why} for f, why in zip(findings, whys) if why]), rewritten)
 
 
 def _sorted_unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -196,8 +218,14 @@ def scan_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = No
     """Findings in a piece of source, as scan() reports them, those set aside last.
 
     Raises libcst.ParserSyntaxError for source that does not parse (scan() records it instead)."""
-    findings, set_aside = _scan_text(text, filename, rule_set or _default_rules(), torch_versions)
+    findings, set_aside, _ = _scan_text(text, filename, rule_set or _default_rules(), torch_versions)
     return findings + set_aside
+
+
+def rewrite_source(text: str, filename: str = "x.py", rule_set: RuleSet | None = None,
+                   torch_versions: Sequence[str] = ()) -> str:
+    """The source with the findings that have a rewrite written for the candidate, as scan() records it."""
+    return _scan_text(text, filename, rule_set or _default_rules(), torch_versions)[2]
 
 
 def resolve_files(root: Path, files: Sequence[str]) -> list[Path]:
@@ -248,6 +276,7 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
     findings: list[dict[str, Any]] = []
     set_aside: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
+    rewrites: list[dict[str, str]] = []
     for done, path in enumerate(paths):
         relative = path.relative_to(root).as_posix()
         if progress is not None:
@@ -255,9 +284,12 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
         text = ""
         try:
             text = _read_source(path)
-            counted, aside = _scan_text(text, relative, rule_set, torch_versions)
+            counted, aside, rewritten = _scan_text(text, relative, rule_set, torch_versions)
             findings += counted
             set_aside += aside
+            if rewritten != text:
+                rewrites.append({"file": relative, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                                 "text": rewritten})
         except cst.ParserSyntaxError as error:
             errors.append({"file": relative, "error": _syntax_error_text(text, relative, error)})
         except Exception as error:  # noqa: BLE001 - one bad file is recorded, the scan goes on
@@ -274,6 +306,7 @@ def scan(root: Path, files: Sequence[str], rule_set: RuleSet | None = None,
         "findings": _sorted_unique(findings),
         "set_aside": _sorted_unique(set_aside),
         "errors": errors,
+        "rewrites": rewrites,
     }
 
 

@@ -320,3 +320,26 @@ class SplitShortcut(nn.Module):
 def planted_load() -> ModelCase:
     torch.manual_seed(17)
     return ModelCase(SplitShortcut().eval(), (torch.randn(1, 16, 20, 20),))
+
+
+class PaddedPositions(nn.Module):
+    """RoBERTa's embeddings in small: position ids counted from the padding mask (a cumulative sum of the mask, times
+    the mask) beside the token embeddings. Quantized int8-dynamic by ExecuTorch 0.7's XNNPACKQuantizer, the integer
+    arithmetic is quantized too, and the position embedding is handed float indices: the recipe raises."""
+
+    def __init__(self, vocabulary: int = 50, width: int = 16, padding: int = 1) -> None:
+        super().__init__()
+        self.padding = padding
+        self.tokens = nn.Embedding(vocabulary, width)
+        self.positions = nn.Embedding(vocabulary, width, padding_idx=padding)
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = ids.ne(self.padding).int()
+        positions = torch.cumsum(mask, dim=1).type_as(mask) * mask
+        return self.linear(self.tokens(ids) + self.positions(positions.long() + self.padding))
+
+
+def planted_quantize() -> ModelCase:
+    torch.manual_seed(23)
+    return ModelCase(PaddedPositions().eval(), (torch.randint(2, 50, (2, 8)),))

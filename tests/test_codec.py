@@ -44,9 +44,11 @@ from upgrade_gate.schema.project import (
     Finding,
     NewWarning,
     OutcomeDiff,
+    PatchedTests,
     ProjectResults,
     ProjectStack,
     RaisedWarning,
+    Rewrite,
     ScanResults,
     TestRun,
 )
@@ -159,17 +161,20 @@ RUN = TestRun(status="ran", command=("python", "-m", "pytest"), exit_code=1, dur
 NEW_WARNING = NewWarning(category="FutureWarning", message="m", location="a.py:1", count=2, tests=("t1", "t2"))
 SCAN = ScanResults(torchfix="0.7.0", rules=11, files_scanned=40,
                    findings=(Finding(file="m.py", line=1, column=2, code="UG101", call="torch.jit.script(m)",
-                                     summary="s", why="w", replacement="r", allowed="onnx export"),),
+                                     summary="s", why="w", replacement="r", allowed="onnx export", rewritten=True),),
                    set_aside=(Finding(file="m.py", line=9, column=1, code="UG108", call="GradScaler()",
                                       summary="s", why="w", replacement="", set_aside="`TORCH_2_4` is True"),),
-                   torch=("2.8.0",), unused_allow=("TOR102 old/*.py",), errors=(("bad.py", "SyntaxError"),))
+                   torch=("2.8.0",), unused_allow=("TOR102 old/*.py",), errors=(("bad.py", "SyntaxError"),),
+                   rewrites=(Rewrite(file="m.py", sha256="ab" * 32, text="import torch\n"),))
 PROJECT = ProjectResults(root="/team", install=("uv", "pip", "install", "."), test=("pytest",), allow={"t": "why"},
                          stacks={"legacy": ProjectStack(run=RUN, counts={"passed": 2}, junit="project/legacy/junit.xml",
                                                         warnings={"t1": 1}),
                                  "candidate": ProjectStack(run=None, counts={}, junit="j", problem="p",
                                                            warnings=None, warnings_problem="wp")},
                          diffs={"candidate": DIFF}, new_warnings={"candidate": (NEW_WARNING,)}, scan=SCAN,
-                         scan_problem="sp", scan_file="project/scan-1.json")
+                         scan_problem="sp", scan_file="project/scan-1.json",
+                         patched={"candidate": PatchedTests(stack=ProjectStack(run=RUN, counts={"passed": 2}, junit="j"),
+                                                            files=("m.py",), diff=DIFF)})
 RESULTS = Results(tool_version="0.1.0", generated_at="2026-01-01T00:00:00+00:00", config_path="/team/pyproject.toml",
                   settings=Settings.from_dict({}, path=Path("/team/pyproject.toml")),
                   stacks={"candidate": STACK_INFO}, models=(MODEL,), project=PROJECT, verdict=VERDICT)
@@ -177,7 +182,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, DEVICE_MEMORY, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, DIAGNOSIS, MODEL.attributions[0], VERDICT.remedies[0], VERDICT.artifacts[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, SCAN.rewrites[0], PROJECT.patched["candidate"], DIAGNOSIS, MODEL.attributions[0], VERDICT.remedies[0], VERDICT.artifacts[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),
@@ -244,13 +249,14 @@ def test_keys_and_their_order_are_the_files():
         "verdict": "GO-WITH-CONDITIONS", "remedies": 1, "clears": ["numerics (vit)"],
         "conditions": ["forward ×1.2 against the shipped artifact"]}}
     assert list(PROJECT.to_dict()) == ["root", "install", "test", "allow", "stacks", "diffs", "new_warnings",
-                                       "package_changes", "scan", "scan_problem", "scan_file"]
+                                       "package_changes", "scan", "scan_problem", "scan_file", "patched"]
     assert list(PROJECT.stacks["legacy"].to_dict()) == ["run", "problem", "counts", "junit", "warnings",
                                                         "warnings_problem"]
     assert SCAN.to_dict() == {"scanner": {"torchfix": "0.7.0", "rules": 11}, "files_scanned": 40,
                               "findings": [SCAN.findings[0].to_dict()], "set_aside": [SCAN.set_aside[0].to_dict()],
                               "torch": ["2.8.0"], "unused_allow": ["TOR102 old/*.py"],
-                              "errors": [{"file": "bad.py", "error": "SyntaxError"}], "reused_from": None}
+                              "errors": [{"file": "bad.py", "error": "SyntaxError"}], "reused_from": None,
+                              "rewrites": [{"file": "m.py", "sha256": "ab" * 32, "text": "import torch\n"}]}
     assert (SCAN.findings[0].to_dict()["allowed"], SCAN.findings[0].to_dict()["set_aside"]) == ("onnx export", "")
     assert list(CHANGE.to_dict())[0] == "test"
     assert list(ROUND.to_dict()) == ["round", "order", "disturbed", "load", "cut", "servers_ended"]

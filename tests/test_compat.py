@@ -96,7 +96,7 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
 
     assert offered("torchscript_mobile") == {"quantize", "profile", "diagnose", "export-lines"}
     assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends", "diagnose", "keep-float",
-                                                    "re-export", "migrate"}
+                                                    "re-export", "migrate", "quantize-repro"}
 
 
 # -- the code that keys every result ----------------------------------------------------
@@ -371,7 +371,7 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
                      "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
         "re-export": ["EXPORT_REMEDIES", "export_with"], "migrate": ["export_script", "method_signature"],
-        "export-lines": ["export_lines"]}
+        "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from helpers.readers import verdict_of
 from helpers.runs import load, nox
-from helpers.sample_project import BREAKS, PLANTED, copy_sample_project, where_planted
+from helpers.sample_project import BREAKS, PLANTED, SAMPLE_PROJECT, copy_sample_project, where_planted
 
 from upgrade_gate.schema.verdict import GateStatus
 
@@ -32,7 +34,7 @@ def team(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 
-def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replacements(team):
+def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replacements(team, tmp_path_factory):
     root, env = team
     out = root / "compat-report"
     # --fresh: the tests and the scan run here whether or not the compare test ran them already.
@@ -82,10 +84,39 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     assert all(f["why"] and f["replacement"] for f in findings), findings
     load_finding = next(f for f in findings if f["code"] == "TOR102")
     assert "weights_only=True" in load_finding["replacement"] and "2.6" in load_finding["why"]
-    assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 |" in markdown
+    assert f"| edge_app/checkpoint.py:{load_finding['line']} | TOR102 ✎ |" in markdown  # ✎: project.diff writes it
     # The project's own files only: not the reports beside them in its folder (issue 37, item 7).
     scanned = json.loads((out / compat["project"]["scan_file"]).read_text())["files"]
     assert scanned and all(f.startswith(("edge_app/", "tests/")) for f in scanned), scanned
+
+    # Issue 64, item 3: the deploy path (trace → optimize_for_mobile → .ptl; the Lite Interpreter loader) and
+    # TorchFix's torch.load fix written for the candidate in migrate/project.diff, never applied to the team's
+    # files; the tests run again in the candidate on a patched copy: the deploy path's pass, and what still breaks
+    # is the checkpoint's (its TrainConfig is no allowed global, weights_only or not).
+    patch_text = (out / "migrate" / "project.diff").read_text()
+    for line in ("-    traced = torch.jit.trace(model, example)",
+                 "+    traced = torch.export.export(model, (example,) if isinstance(example, torch.Tensor) else "
+                 "tuple(example))",
+                 "+    optimized = to_edge_transform_and_lower(traced, partitioner=[XnnpackPartitioner()]).to_executorch()",
+                 "+    pathlib.Path(str(path)).write_bytes(optimized.buffer)",
+                 "+    return _ExecuTorchModule(str(path))", "+    checkpoint = torch.load(path, weights_only=True)"):
+        assert f"\n{line}\n" in patch_text, patch_text
+    assert (root / "edge_app" / "export.py").read_text() == (SAMPLE_PROJECT / "edge_app" / "export.py").read_text()
+    applied = tmp_path_factory.mktemp("applied")
+    shutil.copytree(SAMPLE_PROJECT, applied, dirs_exist_ok=True)
+    subprocess.run(["git", "apply", "--check", "-v", str(out / "migrate" / "project.diff")], cwd=applied, check=True)
+    rewritten = {(f["file"], f["code"]) for f in findings if f.get("rewritten")}
+    assert rewritten == {("edge_app/export.py", "UG101"), ("edge_app/export.py", "UG102"),
+                         ("edge_app/export.py", "UG103"), ("edge_app/runtime.py", "UG104"),
+                         ("edge_app/checkpoint.py", "TOR102")}, findings
+    patched = compat["project"]["patched"]["candidate"]
+    assert patched["stack"]["run"]["status"] == "ran", patched
+    assert [c["test"] for c in patched["diff"]["newly_failing"]] == [BREAKS], patched["diff"]
+    outcomes = {case.get("name"): case for case in
+                ElementTree.parse(out / patched["stack"]["junit"]).getroot().iter("testcase")}
+    assert list(outcomes["test_lite_interpreter_matches_eager"]) == [], "the patched export failed"
+    assert not (out / "project" / "patched" / "candidate" / "tree").exists()  # the copy is gone after its run
+    assert "With `migrate/project.diff` applied to a copy of the project" in markdown
 
     # Issue 37, item 8: the same code again runs no test and no scan — the results come from the result
     # cache, by key, and the report says from where.
@@ -93,7 +124,8 @@ def test_compat_shows_each_changed_test_and_the_planted_calls_with_their_replace
     again = nox("-s", "compat", "--", "--out", str(again_out), env=env)
     assert again.returncode == 1, again.stderr[-4000:]
     for said in ("legacy: project: tests reused from the result cache", "candidate: project: tests reused from "
-                 "the result cache", "scan reused from the result cache"):
+                 "the result cache", "scan reused from the result cache",
+                 "candidate: project: tests with project.diff reused from the result cache"):
         assert said in again.stderr, again.stderr[-4000:]
     assert not re.search(r"project: tests exit status", again.stderr)  # no pytest started
     reused = load(again_out, "compat.json")["project"]

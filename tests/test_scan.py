@@ -197,6 +197,7 @@ def test_torch_load_without_weights_only_is_torchfix_tor102_with_our_why() -> No
         "name": "torch.load", "call": "torch.load(p)",
         "summary": finding["summary"], "why": advice.why,
         "replacement": "torch.load(p, weights_only=True)",  # TorchFix's own fix
+        "rewritten": True,  # and the file's rewrite (migrate/project.diff) writes it
     }
     assert "weights_only" in finding["summary"]
     assert "Weights only load failed" in advice.why
@@ -401,7 +402,8 @@ def test_every_torchfix_code_in_a_legend_says_something_of_its_own() -> None:
         legend = next(line for line in text.splitlines() if line.startswith(f"- **{code}** (2): "))
         assert legend.startswith(f"- **{code}** (2): {advice[code].why}")  # the replacement: where shared
     assert "no explanation" not in text
-    assert "| timm/layers.py:2 | TOR101 | `functorch.vmap(f)` | Use of deprecated function functorch.vmap |" in text
+    # TorchFix renders vmap's fix: the row says the file's rewrite writes it (✎).
+    assert "| timm/layers.py:2 | TOR101 ✎ | `functorch.vmap(f)` | Use of deprecated function functorch.vmap |" in text
 
 
 # Version guards as teams write them (issue 63: ultralytics' `if TORCH_2_4: … else: torch.cuda.amp.GradScaler`), each

@@ -24,10 +24,13 @@ every run on a machine, and every file of a run in its report folder.
           diagnose/                                    only where the artifact departs from its own eager model:
               diagnose.json  diagnose.log  diagnose.cache.json   the culprit search's stages, as a phase's
               repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)
+          localize/repro/<method>/repro.py  …          a recipe that raises: its reproducer (the export phase's)
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
       migrate/README.md  migrate/<model>/              what a GO hands over (upgrade_gate.migrate): export.py,
           export.py  MIGRATION.md  weights.npz  inputs.npz   which rebuilds the judged artifact, and the app's change
+      migrate/project.diff                             the project's calls the move changes, written for the
+                                                       candidate by the scan's rewrites; never applied
       bundle/  (docs/device.md)                        `nox -s bundle`, the device bundle: manifest.json,
           run-on-device.sh  device_runner.py  …        SHA256SUMS, plan.tsv, <model>/inputs.npz, <model>/<stack>/…
       device/<target>.jsonl  <target>.manifest.json    `device-results`: a device's rounds, and the bundle they ran
@@ -35,6 +38,8 @@ every run on a machine, and every file of a run in its report folder.
       project/<stack>/run.json  junit.xml  test.log    the team's tests in one stack ([tool.upgrade-gate.project])
       project/<stack>/warnings.json  progress.json     what upgrade-gate's pytest plugin saw of them
       project/<stack>/tests.cache.json                 the run's cache key and entry (upgrade_gate.project.session)
+      project/patched/<stack>/run.json  junit.xml  …    a candidate's tests again, on a copy with migrate/project.diff
+                                                       applied (the copy, in tree/, is gone after the run)
       project/scan.json  scan.cache.json  scan.log     the API scan of the team's source, its key, the scanner's output
       project/evidence/<stack>-<digest>/               what a report cites of a stack's test run: copies of the four
           run.json  junit.xml  test.log  warnings.json   files above, in a folder named by their SHA-256, so that
@@ -73,6 +78,8 @@ PHASES = ("export", "runtime")
 EXPORT = PHASES[0]
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"
+# The export phase's own folder: where its localize stage writes a failed quantization's reproducer.
+LOCALIZE = "localize"
 
 
 # Every name upgrade-gate did not choose that becomes a folder, a file's name or a record's key has this one shape
@@ -248,6 +255,11 @@ JUNIT_FILE, LOG_FILE, WARNINGS_FILE, PROGRESS_FILE = "junit.xml", "test.log", "w
 
 def project_dir(out: Path, stack: str) -> Path:
     return entry(out / "project", stack)
+
+
+def patched_project_dir(out: Path, stack: str) -> Path:
+    """A candidate's run of the project's tests with migrate/project.diff applied to a copy."""
+    return entry(out / "project" / "patched", stack)
 
 
 def scan_file(out: Path) -> Path:

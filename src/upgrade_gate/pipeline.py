@@ -29,7 +29,7 @@ from upgrade_gate.judge.policy import evaluate, headline
 from upgrade_gate.measure import device
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.measure.targets import measure_targets
-from upgrade_gate.migrate import write_migration
+from upgrade_gate.migrate import write_migration, write_project_diff
 from upgrade_gate.project.gather import gather_project
 from upgrade_gate.report.write import write_compat_report, write_reports
 from upgrade_gate.run import artifacts, asset_build, cache, cache_folder, runner, shards
@@ -359,6 +359,9 @@ def compat_report(plan: Plan) -> int:
     assert project_results is not None  # project_or_exit ran first
     verdict = evaluate(plan, [], project_results)  # no models: the project's gates alone
     paths = write_compat_report(verdict, project_results, [s.name for s in plan.stacks], plan.settings.out_dir)
+    if plan.candidates and (diff := write_project_diff(plan.settings.out_dir, project_results,
+                                                       plan.candidates[0].name)) is not None:
+        paths.append(diff)
     return _announce("Project compatibility", verdict, paths)
 
 

@@ -215,6 +215,8 @@ def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: 
     else:
         entry, found = ("why not", why) if why else ("none", "")
     runs = [code for f in findings for args, code, _ in f.reproducer_runs if not args]
+    if localized is not None and not findings:  # a recipe that raises: the localization's reproducer
+        runs = [code for args, code, _ in localized.reproducer_runs if not args]
     remedies = [r.passes for r in results.verdict.remedies if (r.model, r.stack) == (model.name, stack)]
     remedies += [bool(f.remedy_passes) for f in findings if f.remedy_passes is not None]
     return Failure(model=model.name, kind=kind, said=said, entry=entry, found=found[:300],

@@ -28,7 +28,7 @@ WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
                    "executorch_precision", "executorch_load", "executorch_migrate", "torchscript_diagnose",
                    "torchscript_migrate", "reproducers")
-NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor", "scan_guards")
+NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor", "scan_guards", "scan_rewrites")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

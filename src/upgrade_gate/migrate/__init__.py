@@ -13,7 +13,9 @@ report folder —
     MIGRATION.md   what changes in the export and in the app (Python, C++, Android, iOS), filled with the artifact's
                    own method metadata; the verdict's conditions; the device check to run
 
-and ``migrate/README.md``: every model, handed over or why not. Written from the report folder's records and the
+and ``migrate/README.md``: every model, handed over or why not; with ``[tool.upgrade-gate.project]``,
+``migrate/project.diff``: the project's calls the move changes, written for the candidate, never applied
+(``_project``), and what its tests said with it. Written from the report folder's records and the
 result cache's fixtures: nothing runs again (``compare`` writes it after the report; ``migrate`` refreshes it).
 """
 
@@ -34,7 +36,10 @@ from upgrade_gate.config.plan import Plan
 from upgrade_gate.config.specs import StackSpec
 from upgrade_gate.measure.rounds import artifacts_job
 from upgrade_gate.migrate._guide import guide
+from upgrade_gate.migrate._project import FILE as PROJECT_DIFF
+from upgrade_gate.migrate._project import project_diff
 from upgrade_gate.migrate._script import RemedyLines, Written, export_script
+from upgrade_gate.schema.project import ProjectResults
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import StackResults
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity
@@ -56,6 +61,19 @@ class Handover:
     why: str = ""
 
 
+def write_project_diff(out: Path, project: ProjectResults, candidate: str) -> Path | None:
+    """migrate/project.diff alone, for `compat` (whose report has no models); its path, None (and none left) where
+    nothing is rewritten."""
+    target = out / FOLDER / PROJECT_DIFF
+    diff, _ = project_diff(project, candidate)
+    if diff is None:
+        target.unlink(missing_ok=True)
+        return None
+    target.parent.mkdir(exist_ok=True)
+    write_text_atomic(target, diff)
+    return target
+
+
 def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = print) -> Path | None:
     """``migrate/`` of the report folder, written whole (staged, then put in place); its path (None: no candidate)."""
     out = plan.settings.out_dir
@@ -70,7 +88,10 @@ def write_migration(plan: Plan, results: Results, log: Callable[[str], Any] = pr
     try:
         handed = [_handover(plan, results, candidate, model, staging) for model in results.models
                   if model.name in wanted]
-        write_text_atomic(staging / "README.md", _index(results, candidate, handed))
+        diff, said = project_diff(results.project, candidate.name) if results.project else (None, [])
+        if diff is not None:
+            write_text_atomic(staging / PROJECT_DIFF, diff)
+        write_text_atomic(staging / "README.md", _index(results, candidate, handed, said))
     except BaseException:  # a full disk, Ctrl-C: no half folder left behind
         remove_tree(staging, within=out)
         raise
@@ -175,8 +196,9 @@ def _written(results: Results, spec: StackSpec, model: ModelResults, remedy: Rem
             found[file] = (tuple(methods), shipped[file])
         else:
             found[file] = (tuple(methods), None)
-    why = ("draft_export specialized what the program decides from its data to the example inputs, and the bytes of "
-           "the program it makes depend on what the process exported before it" if unstable else "")
+    why = ("draft_export specialized what the program decides from its data to the example inputs, and the program "
+           "it makes (its bytes, even which way it decides) depends on what the process exported before it"
+           if unstable else "")
     return Written(files=found, remedied_sha256={m: a.sha256 for m, a in remedied.items()},
                    **({"by_outputs": why} if why else {}))
 
@@ -196,11 +218,13 @@ def _judged_outputs(report: Path, stack: StackResults, remedy: Remedy | None, me
     return found
 
 
-def _index(results: Results, spec: StackSpec, handed: list[Handover]) -> str:
+def _index(results: Results, spec: StackSpec, handed: list[Handover], project: list[str]) -> str:
     lines = [f"# The migration to {spec.name} ({spec.description})", "",
              f"Verdict: **{results.verdict.verdict}** ({results.verdict.generated_at}). Each folder rebuilds the "
              "judged artifact with the team's own export script and says what changes in the app "
              "(`<model>/MIGRATION.md`).", ""]
     lines += [f"- `{h.model}/`" if h.folder is not None else f"- {h.model}: not handed over — {h.why}"
               for h in handed]
+    if project:
+        lines += ["", "## The project's own code", "", *project]
     return "\n".join(lines) + "\n"

@@ -198,6 +198,8 @@ def main():
             differ = outputs_differ(data, methods, inputs)
             for line in differ:
                 print(f"{{out / file}}: {{line}}", file=sys.stderr)
+            if differ:  # why the bytes were not what is checked may be why the outputs differ
+                print(f"{{out / file}}: checked by its outputs, not its bytes: {{BY_OUTPUTS}}", file=sys.stderr)
             failures += bool(differ)
             if not differ:
                 alone = [name for name in methods if name in REMEDIED_SHA256 and len(methods) > 1]

@@ -21,7 +21,8 @@ from upgrade_gate.invocation import command
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, RUN_FILE, WARNINGS_FILE
 from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
 from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
-from upgrade_gate.schema.project import ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
+from upgrade_gate.project.patch import patch_of
+from upgrade_gate.schema.project import PatchedTests, ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
 from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import check_schema
 
@@ -88,15 +89,16 @@ def _keep(sources: list[Path], target: Path) -> None:
             raise
 
 
-def keep_stack_evidence(out: Path, stack: str) -> Path:
+def keep_stack_evidence(out: Path, stack: str, *, patched: bool = False) -> Path:
     """The folder a report reads (and cites) a stack's test run from: a copy in project/evidence/<stack>-<digest>/
     named by its content, since `nox -s compat` and `nox -s compare` rewrite project/<stack>/ (issue 26). A stack
-    without run.json (its tests did not run for this report) is read where it is: nothing to cite."""
-    folder = layout.project_dir(out, stack)
+    without run.json (its tests did not run for this report) is read where it is: nothing to cite. ``patched``: its
+    run with migrate/project.diff applied (project/patched/<stack>/)."""
+    folder = layout.patched_project_dir(out, stack) if patched else layout.project_dir(out, stack)
     present = [folder / name for name in EVIDENCE_FILES if (folder / name).is_file()]
     if not present or present[0].name != RUN_FILE:
         return folder
-    target = layout.stack_evidence_dir(out, stack, _digest(present))
+    target = layout.stack_evidence_dir(out, f"{stack}-patched" if patched else stack, _digest(present))
     _keep(present, target)
     return target
 
@@ -139,12 +141,25 @@ def gather_project(plan: Plan) -> ProjectResults | None:
                                  warnings=per_test(warned[name][1]) if warned[name][0] is None else None,
                                  warnings_problem=warned[name][0])
               for name, found in runs.items()}
+    patched = {spec.name: _patched(out, spec.name, scan, project, base, allow) for spec in plan.candidates
+               if scan is not None and (layout.patched_project_dir(out, spec.name) / RUN_FILE).is_file()}
     base_warned = warned[plan.baseline.name]
     fresh = {spec.name: new_warnings(base_warned[1], warned[spec.name][1]) for spec in plan.candidates
              if base_warned[0] is None and warned[spec.name][0] is None}
     return ProjectResults(root=str(project.root), install=project.install, test=project.test, allow=allow,
                           stacks=stacks, diffs=diffs, scan=scan, scan_problem=scan_problem, new_warnings=fresh,
-                          scan_file=scan_file.relative_to(out).as_posix())
+                          scan_file=scan_file.relative_to(out).as_posix(), patched=patched)
+
+
+def _patched(out: Path, stack: str, scan: ScanResults, project: ProjectSettings, base: _StackTests,
+             allow: dict[str, str]) -> PatchedTests:
+    """A candidate's run of the tests with migrate/project.diff applied, diffed against the baseline's run."""
+    folder = keep_stack_evidence(out, stack, patched=True)
+    found = _stack_tests(out, folder, f"{stack} with project.diff")
+    run = ProjectStack(run=found.run, problem=found.problem, counts=counts(found.tests),
+                       junit=(folder / JUNIT_FILE).relative_to(out).as_posix())
+    diff = diff_outcomes(base.tests, found.tests, allow) if base.problem is None and found.problem is None else None
+    return PatchedTests(stack=run, files=tuple(patch_of(scan, project.root).files), diff=diff)
 
 
 def _stack_warnings(out: Path, folder: Path, tests_problem: str | None,

@@ -11,7 +11,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ SCANNER_FILES = (*sorted((TOOL_ROOT / "compat").glob("scan*.py")), TOOL_ROOT / "
 # The result cache's entries for the project, (stack, model, phase) as a model phase's (issue 37: `compat` right
 # after `compare` ran both test suites and the scan again, 6 minutes, on unchanged code).
 CACHE_MODEL, TESTS_PHASE, SCAN_PHASE = "project", "tests", "scan"
+# The tests again on a copy with migrate/project.diff applied (upgrade_gate.project.patched_run).
+PATCHED_PHASE = "tests-patched"
 SCAN_ENTRY = ("scan", CACHE_MODEL, SCAN_PHASE)
 # A test run's files that the cache keeps: those of a run that gave outcomes ("ran"). A hang, a kill or a
 # crash may be the machine's, and is run again, as a model phase's would be.
@@ -54,16 +56,18 @@ SCAN_LOG, SCAN_PROGRESS = "scan.log", "scan-progress.json"
 # -- running the tests (inside `nox -s "project(<stack>)"`) -------------------------
 
 
-def project_env(bin_dir: Path, folder: Path) -> dict[str, str]:
+def project_env(bin_dir: Path, folder: Path, source_paths: Sequence[Path] = ()) -> dict[str, str]:
     """The environment of the project's tests: the user's, with the stack's venv first on PATH, and
-    where upgrade-gate's pytest plugin finds it and writes into ``folder``."""
+    where upgrade-gate's pytest plugin finds it and writes into ``folder``; ``source_paths`` (a patched copy's
+    folders) lead the tests' import path, before the installed project's."""
     env = venv_env(bin_dir)
     env["VIRTUAL_ENV"] = str(bin_dir.parent)
     # executorch imports torch._inductor, which starts a compile pool on CUDA wheels (see workers.worker_env).
     env.setdefault("TORCH_WARM_POOL", "0")
+    paths = [str(path) for path in source_paths]
     # The plugin puts PYTHONPATH back as it was before the tests run: the tests see the team's environment.
-    env[RESTORE_ENV] = json.dumps({"PYTHONPATH": env.get("PYTHONPATH")})
-    env["PYTHONPATH"] = str(PLUGIN_DIR)  # venv_env removed the caller's: ours alone
+    env[RESTORE_ENV] = json.dumps({"PYTHONPATH": os.pathsep.join(paths) if paths else env.get("PYTHONPATH")})
+    env["PYTHONPATH"] = os.pathsep.join([str(PLUGIN_DIR), *paths])  # venv_env removed the caller's: ours alone
     env[PROGRESS_ENV], env[WARNINGS_ENV] = str(folder / PROGRESS_FILE), str(folder / WARNINGS_FILE)
     return env
 
@@ -77,29 +81,37 @@ def watched_command(project: ProjectSettings, junit: Path) -> list[str]:
 def record_install_failure(plan: Plan, stack: str, error: str, bin_dir: Path) -> dict[str, Any]:
     """The project does not install into this stack: a result, not a usage error (the candidate's pins may
     refuse it)."""
-    return _write_run(plan, stack, bin_dir, {"status": "install-failed", "install_error": error, "command": [],
-                                             "exit_code": None, "duration_s": 0.0})
+    return write_run(layout.project_dir(plan.settings.out_dir, stack), stack, bin_dir, {
+        "status": "install-failed", "install_error": error, "command": [], "exit_code": None, "duration_s": 0.0})
 
 
 def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
               log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Run the project's test command in one stack, showing how far it is; write and return its run record. Its exit
     status says little (pytest exits 1 when a test fails): the outcomes are the JUnit XML's."""
-    folder = layout.project_dir(plan.settings.out_dir, stack)
+    return run_tests_in(plan, project, stack, bin_dir, layout.project_dir(plan.settings.out_dir, stack), TESTS_PHASE,
+                        "project: tests", log)
+
+
+def run_tests_in(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path, folder: Path, phase: str,
+                 what: str, log: Callable[[str], Any], keyed_root: Path | None = None,
+                 source_paths: Sequence[Path] = ()) -> dict[str, Any]:
+    """The test command run in ``project.root`` into ``folder``, its outcomes kept in the result cache as
+    ``phase`` (keyed by ``keyed_root`` where the root is a copy's, whose ``source_paths`` lead the import path)."""
     folder.mkdir(parents=True, exist_ok=True)
     junit, log_file = folder / JUNIT_FILE, folder / LOG_FILE
-    for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE, layout.key_record_file(folder, TESTS_PHASE)):
+    for stale in (junit, folder / WARNINGS_FILE, folder / PROGRESS_FILE, layout.key_record_file(folder, phase)):
         stale.unlink(missing_ok=True)  # an old run's outcomes must not pass for this one's
     # Keyed before the tests run: a run may leave files in the project.
-    key = tests_key(plan, project, stack, bin_dir)
-    entry = (stack, CACHE_MODEL, TESTS_PHASE)
+    key = tests_key(plan, project, stack, bin_dir, keyed_root)
+    entry = (stack, CACHE_MODEL, phase)
     reused = _reuse(plan, entry, key, folder, RUN_FILE, log)
     if reused is not None:
         return reused
     # `python` and `pytest` are the stack's: its bin/ leads PATH, and a bare name is resolved there first.
     command = watched_command(project, junit)
     argv = [str(bin_dir / command[0]) if (bin_dir / command[0]).exists() else command[0], *command[1:]]
-    task = f"{stack}: project: tests"
+    task = f"{stack}: {what}"
     with Progress(f"{stack}: the project's tests", 1, log=log) as progress:
         progress.start(task)
         watch = TestProgress(folder / PROGRESS_FILE)
@@ -109,18 +121,19 @@ def run_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path,
                 progress.stage(task, text, lines_every_s=PROGRESS_LINES_EVERY_S)
         try:
             outcome = supervisor.run_supervised(
-                argv, env=project_env(bin_dir, folder), cwd=project.root, log_file=log_file, phase_file=None,
+                argv, env=project_env(bin_dir, folder, source_paths), cwd=project.root, log_file=log_file,
+                phase_file=None,
                 deadline_for=lambda _stage: project.timeout_s, memory_limit_bytes=plan.settings.memory_limit_bytes,
                 on_poll=show)
         except OSError as error:  # the command does not exist in the stack
             progress.finish(task, "did not start")
-            return _write_run(plan, stack, bin_dir, {
+            return write_run(folder, stack, bin_dir, {
                 "status": "not-started", "command": command, "exit_code": None, "duration_s": 0.0,
                 "problem": f"cannot start {command[0]!r}: {error.strerror}"})
         show()
         progress.finish(task, f"exit status {outcome.returncode}" + (f", {watch.last}" if watch.last else ""))
     record = _tests_record(project, command, outcome, junit, watch, log_file.relative_to(plan.settings.out_dir))
-    written = _write_run(plan, stack, bin_dir, record)
+    written = write_run(folder, stack, bin_dir, record)
     kept = [folder / name for name in KEPT_FILES if (folder / name).is_file()] if written["status"] == "ran" else []
     _keep(plan, entry, key, folder, kept, {"seconds": written["duration_s"]})
     return written
@@ -148,14 +161,15 @@ def _tests_record(project: ProjectSettings, command: list[str], outcome: supervi
     return record
 
 
-def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path) -> str:
+def tests_key(plan: Plan, project: ProjectSettings, stack: str, bin_dir: Path, root: Path | None = None) -> str:
     """What determines a stack's test outcomes: the team's files, the venv's Python and distributions, the command and
-    the plugin; not the environment variables, nor files outside the root."""
+    the plugin; not the environment variables, nor files outside the root. ``root``: the team's, where the files
+    are a patched copy's (whose place is the report folder's)."""
     files = source.project_files(project.root)
     return cache.digest_of({
         "tool": __version__, "python": plan.stack(stack).python,
         "installed": cache.installed_distributions(bin_dir.parent),
-        "command": list(project.test), "root": str(project.root),
+        "command": list(project.test), "root": str(root or project.root),
         "files": source.files_digest(project.root, files),
         "plugin": sha256_file(PLUGIN_DIR / f"{PLUGIN}.py"),
     })
@@ -181,7 +195,8 @@ def _reuse(plan: Plan, entry: tuple[str, str, str], key: str, folder: Path, reco
     _write_key_record(folder, entry, key, hit.files, stored=True, reused_from=hit.path)
     stored_at = hit.manifest.get("stored_at")
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stored_at)) if isinstance(stored_at, int | float) else "?"
-    what = f"{stack}: project: tests" if phase == TESTS_PHASE else "scan"
+    what = {TESTS_PHASE: f"{stack}: project: tests", PATCHED_PHASE: f"{stack}: project: tests with project.diff"
+            }.get(phase, "scan")
     log(f"{what} reused from the result cache (entry {key[:12]}, stored {when}: the same project files, "
         f"packages and command; --fresh runs it again) → {hit.path}")
     return record
@@ -205,12 +220,12 @@ def _write_key_record(folder: Path, entry: tuple[str, str, str], key: str, files
         "files": files})
 
 
-def _write_run(plan: Plan, stack: str, bin_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+def write_run(folder: Path, stack: str, bin_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     full = {"schema_version": str(RECORDS_VERSION), "stack": stack, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **record,
             # What the tests ran with: a test that changed may owe it to a package the spec pins beside torch.
             "installed": packages.installed_versions(bin_dir.parent)}
-    write_json_atomic(layout.project_dir(plan.settings.out_dir, stack) / RUN_FILE, full)
+    write_json_atomic(folder / RUN_FILE, full)
     return full
 
 

@@ -21,7 +21,9 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
                   f"{code_span(f'uv pip install {shlex.join(project.install)}')} into each stack, then "
                   f"{code_span(shlex.join(project.test))}.")]
     rows = []
-    for stack, tests in project.stacks.items():
+    runs = [*project.stacks.items(), *((f"{stack} with project.diff", patched.stack)
+                                       for stack, patched in project.patched.items())]
+    for stack, tests in runs:
         run = tests.run
         warned = tests.warning_total
         rows.append([stack, (f"{run.status} (reused)" if run.reused_from else run.status) if run else "did not run",
@@ -63,11 +65,30 @@ def project_blocks(project: ProjectResults, base: str, candidates: list[str]) ->
         if diff.unused_allow:
             blocks.append(Paragraph("Allow-list entries that name no test of either run (a typo, or a test that is "
                                     "gone): " + ", ".join(code_span(t) for t in diff.unused_allow)))
+        blocks += _patched_blocks(project, base, stack)
         blocks += new_warning_blocks(project, base, stack)
         blocks += package_blocks(project.package_changes(stack), [base, stack],
                                  "Packages whose versions differ between the two test venvs (a test that changed may "
                                  "owe it to one of these rather than to torch)")
     return blocks + scan_blocks(project)
+
+
+def _patched_blocks(project: ProjectResults, base: str, stack: str) -> list[Block]:
+    """The candidate's tests again with migrate/project.diff applied to a copy: what still breaks."""
+    patched = project.patched.get(stack)
+    if patched is None:
+        return []
+    files = ", ".join(code_span(name) for name in patched.files)
+    said = f"With `migrate/project.diff` applied to a copy of the project ({files}), on {stack}: "
+    if patched.diff is None:
+        return [Paragraph(said + (patched.stack.problem or "no outcomes to compare") + ".")]
+    broken = patched.diff.newly_failing
+    if not broken:
+        return [Paragraph(said + f"every test that passes on {base} passes.")]
+    return [Paragraph(said + f"{len(broken)} test(s) that pass on {base} still fail:"),
+            Table(["Test", base, stack, "Message", "Allow-list"], [
+                [code_span(c.test_id), c.baseline, c.candidate, first_line(c.message), c.allowed or ""]
+                for c in broken])]
 
 
 def new_warning_blocks(project: ProjectResults, base: str, stack: str) -> list[Block]:
@@ -94,9 +115,12 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
     if scan is None:
         return blocks + [Paragraph(f"Not scanned: {project.scan_problem}")]
     findings = scan.to_change
+    rewritten = sum(f.rewritten for f in findings)
     blocks.append(Paragraph(
         f"{len(findings)} calls to change in {scan.files_scanned} files (TorchFix {scan.torchfix} and "
-        f"upgrade-gate's {scan.rules} rules for the move to the candidate, compat/migration_rules.toml):"))
+        f"upgrade-gate's {scan.rules} rules for the move to the candidate, compat/migration_rules.toml)"
+        + (f"; {rewritten} of them written for the candidate in `migrate/project.diff` (never applied), marked "
+           "✎ below:" if rewritten else ":")))
     if findings:
         # Each rule's explanation once, as a legend; a finding cites its rule and says only what is its own
         # (issue 26: the same 60 words 12 times over). What every finding of a rule shares goes in the legend.
@@ -117,7 +141,8 @@ def scan_blocks(project: ProjectResults) -> list[Block]:
         for f in findings:
             summary, why, replacement = shared[f.code]
             own = [part for part, common in ((f.summary, summary), (f.why, why)) if part and common is None]
-            rows.append([f"{f.file}:{f.line}", f.code, code_span(short(f.call)), " — ".join(own),
+            rows.append([f"{f.file}:{f.line}", f.code + (" ✎" if f.rewritten else ""), code_span(short(f.call)),
+                         " — ".join(own),
                          code_span(short(f.replacement)) if f.replacement and replacement is None else ""])
         blocks.append(Table(["Where", "Rule", "Call", "What (where the rule's legend does not say it)",
                              "Replacement (where it is this call's own)"], rows))

@@ -132,7 +132,8 @@ def reached_entries(out: Path) -> set[tuple[str, str, str, str]]:
         if key:
             reached.add((model_dir.parent.parent.name, model_dir.name, phase, str(key)))
     # The project's test runs and scan (upgrade_gate.project.session): their records name their entry.
-    for record in sorted(out.glob("project/*.cache.json")) + sorted(out.glob("project/*/*.cache.json")):
+    for record in (sorted(out.glob("project/*.cache.json")) + sorted(out.glob("project/*/*.cache.json"))
+                   + sorted(out.glob("project/patched/*/*.cache.json"))):
         data = read_json(record) or {}
         entry, key = data.get("entry"), data.get("key")
         if key and isinstance(entry, list) and len(entry) == 3:

@@ -10,6 +10,7 @@ import functools
 import json
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,12 +263,15 @@ def _write_key_record(model_dir: Path, phase: str, key: str | None, files: dict[
 
 
 def _phase_files(phase_dir: Path, phase: str) -> list[Path]:
-    """The files a phase left: the export owns everything it finds in the model's folder; the runtime what
-    the export did not write; the diagnose phase everything in its own folder, a reproducer's folders too."""
+    """The files a phase left: the export owns everything it finds in the model's folder and its localize folder
+    (a reproducer's); the runtime what the export did not write; the diagnose phase everything in its own folder, a
+    reproducer's folders too."""
     own_records = {layout.key_record_file(phase_dir, p).name for p in (*layout.PHASES, layout.DIAGNOSE)} | {
         f"{p}-job.json" for p in (*layout.PHASES, layout.DIAGNOSE)}
     export_files = set((read_key_record(phase_dir, "export") or {}).get("files", {})) if phase == "runtime" else set()
-    found = phase_dir.rglob("*") if phase == layout.DIAGNOSE else phase_dir.iterdir()
+    found: Iterable[Path] = phase_dir.rglob("*") if phase == layout.DIAGNOSE else phase_dir.iterdir()
+    if phase == layout.EXPORT:
+        found = [*found, *(phase_dir / layout.LOCALIZE).rglob("*")]
     return sorted(p for p in found if p.is_file() and not p.name.startswith(".")
                   and p.relative_to(phase_dir).as_posix() not in own_records | export_files)
 
@@ -278,6 +282,7 @@ def _clear_phase(model_dir: Path, phase: str, out: Path) -> None:
     if phase == layout.DIAGNOSE:
         return
     if phase == "export":
+        remove_tree(model_dir / layout.LOCALIZE, within=out)
         doomed = [p for p in model_dir.iterdir() if p.is_file() or p.is_symlink()]
     else:
         doomed = [*_phase_files(model_dir, phase), layout.key_record_file(model_dir, phase)]

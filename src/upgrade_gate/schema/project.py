@@ -159,6 +159,16 @@ class ProjectStack(codec.Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PatchedTests(codec.Record):
+    """A candidate's run of the project's tests on a copy of the project with ``migrate/project.diff`` applied (the
+    team's files are never changed): its outcomes, and what still breaks against the baseline."""
+
+    stack: ProjectStack
+    files: tuple[str, ...]  # the files the diff changes
+    diff: OutcomeDiff | None  # against the baseline's run; None where either has no outcomes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Finding(codec.Record):
     """A call in the project's source that the candidate changes, deprecates or removes (compat/scan.py)."""
 
@@ -175,6 +185,18 @@ class Finding(codec.Record):
     set_aside: str = field(default="", metadata=codec.absent(""))
     # The team's reason, from `project.scan-allow`: not a migration item, not counted.
     allowed: str = field(default="", metadata=codec.absent(""))
+    # Written for the candidate in its file's rewrite (migrate/project.diff).
+    rewritten: bool = field(default=False, metadata=codec.absent(False))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rewrite(codec.Record):
+    """One file of the team's with the findings that have a rewrite written for the candidate (compat/scan.py,
+    compat/scan_rewrites.py): what ``migrate/project.diff`` is made of."""
+
+    file: str  # relative to the project's root
+    sha256: str  # of the file as it was scanned: a file changed since is not patched
+    text: str  # its source, rewritten
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -195,6 +217,7 @@ class ScanResults(codec.Record):
         read=lambda r, key: tuple((e.text("file"), e.text("error")) for e in r.children(key))))
     # The result cache's entry this scan was copied from (the same files, scanner and venv).
     reused_from: str | None = None
+    rewrites: tuple[Rewrite, ...] = ()  # absent from a scan before issue 64
 
     @property
     def to_change(self) -> tuple[Finding, ...]:
@@ -218,6 +241,8 @@ class ProjectResults(codec.Record):
     scan_problem: str | None = None
     # The scan record the report cites, relative to the report folder (a copy named by its content).
     scan_file: str = "project/scan.json"  # absent from a 2.1 file before issue 26
+    # Per candidate: its tests run again with the scan's rewrites (migrate/project.diff) applied to a copy.
+    patched: dict[str, PatchedTests] = field(default_factory=dict)
 
     # Derived from each run's installed packages, for readers of the file.
     DERIVED = (codec.derived("package_changes", after="new_warnings",

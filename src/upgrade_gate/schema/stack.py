@@ -123,13 +123,24 @@ class Localization:
     seconds: float
     complete: bool  # False: stopped at the budget
     budget_s: float
+    # A recipe that raises: its first culprit as a standalone reproducer (compat/export_phase.py), its folder
+    # relative to the model's record folder and its runs there as a diagnosis's are, (args, exit, what it printed);
+    # or why none was written.
+    reproducer: str | None = None
+    reproducer_runs: tuple[tuple[str, int, str], ...] = ()
+    reproducer_problem: str = ""
 
     @classmethod
     def from_details(cls, details: dict[str, Any]) -> Localization:
+        written = details.get("reproducer") or {}
         return cls(method=str(details.get("method", "forward")), attempt=str(details.get("attempt", "export")),
                    culprits=tuple(Culprit.from_details(c) for c in details.get("culprits", [])),
                    attempts=int(details.get("attempts", 0)), seconds=float(details.get("seconds", 0.0)),
-                   complete=bool(details.get("complete", True)), budget_s=float(details.get("budget_s", 0.0)))
+                   complete=bool(details.get("complete", True)), budget_s=float(details.get("budget_s", 0.0)),
+                   reproducer=str(written["folder"]) if written.get("folder") else None,
+                   reproducer_runs=tuple((" ".join(r.get("args", [])), int(r.get("exit", -1)), str(r.get("said", "")))
+                                         for r in written.get("runs", [])),
+                   reproducer_problem=str(written.get("why", "")))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
