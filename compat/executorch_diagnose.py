@@ -323,17 +323,23 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
 
 def quantize_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, *, variant: str,
                         fails_with: str, found_in: str, named: str) -> None:
-    """Where the variant's recipe raises: the float program of the smallest module that raises (``named``), its real
-    inputs and a standalone script (torch and executorch only) in ``folder`` that quantizes it with the recipe as
-    the team's export script writes it: exit 1 while it raises as found."""
+    """Where the variant's recipe raises: the program the recipe captures of the smallest module that raises
+    (``named``), its real inputs and a standalone script (torch and executorch only) in ``folder`` that quantizes
+    it with the recipe as the team's export script writes it: exit 1 while it raises as found. A recipe that quantizes
+    modules (8da4w's torchao) has none of them in a program: ValueError."""
     from importlib.metadata import version
 
     from .executorch_migrate import export_script
 
+    script = export_script(variant)
+    if "def quantize_captured(" not in script:
+        raise ValueError(f"{variant}'s recipe quantizes modules, not a captured program: no program to hand on")
+    scope: dict[str, Any] = {}
+    exec(compile(script, f"<{variant} recipe>", "exec"), scope)  # noqa: S102 - the adapter's own recipe text
     with torch.no_grad():
-        torch.export.save(torch.export.export(module, inputs), folder / "program.pt2")
+        torch.export.save(scope["capture"](module, inputs), folder / "program.pt2")
     culprit.write_reproducer(folder, inputs, reproducers.executorch_quantize(
-        executorch=version("executorch"), found_in=found_in, module=named, recipe=export_script(variant),
+        executorch=version("executorch"), found_in=found_in, module=named, recipe=script,
         fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND))
 
 

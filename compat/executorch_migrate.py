@@ -48,7 +48,8 @@ LOWERING = [
 
 
 def export_script(variant: str) -> str:
-    """Python defining ``quantize(module, inputs, replaced=None)``, ``exported(module, inputs)``,
+    """Python defining ``quantize(module, inputs, replaced=None)`` (a PT2E variant's also ``capture(module, inputs)``
+    and ``quantize_captured(captured, inputs, quantizer=None)``, its two steps), ``exported(module, inputs)``,
     ``lowered(program, partitioner=None)`` and ``program_bytes(methods)`` for ``variant``."""
     return "\n".join(["import dataclasses", "", "import torch", *_quantizing(variant), "", "", *LOWERING]) + "\n"
 
@@ -74,10 +75,18 @@ def _quantizing(variant: str) -> list[str]:
     recipe = PT2E_RECIPES[variant].replace("\n", "\n        ")
     return [*PT2E_IMPORTS[1:], f"from {pt2e} import convert_pt2e, prepare_pt2e", "", "",
             "def quantize(module, inputs, quantizer=None):",
-            '    """PT2E: the pre-dispatch graph captured, prepared with the quantizer (the recipe\'s; a remedy\'s',
-            '    where it makes one), calibrated on the inputs, converted."""',
-            '    capture = getattr(torch.export, "export_for_training", None) or torch.export.export',
-            "    captured = capture(module, inputs).module()",
+            '    """PT2E: the pre-dispatch graph captured, then quantized."""',
+            "    return quantize_captured(capture(module, inputs).module(), inputs, quantizer)",
+            "",
+            "",
+            "def capture(module, inputs):",
+            '    """The pre-dispatch program PT2E quantizes."""',
+            '    return (getattr(torch.export, "export_for_training", None) or torch.export.export)(module, inputs)',
+            "",
+            "",
+            "def quantize_captured(captured, inputs, quantizer=None):",
+            '    """The captured graph prepared with the quantizer (the recipe\'s; a remedy\'s where it makes one),',
+            '    calibrated on the inputs, converted."""',
             "    if quantizer is None:",
             f"        {recipe}",
             "    prepared = prepare_pt2e(captured, quantizer)",

@@ -222,8 +222,9 @@ def executorch_method(*, kind: str, executorch: str, found_in: str, program: str
 EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer), which raises.
 
 The comments below name the module, the release and where upgrade-gate found it. program.pt2 is the module's
-float program (torch.export.save), inputs.pt its real inputs; quantize() is the recipe as the team's export
-script writes it. Run with the Python of a venv that has torch and executorch:
+float program as the recipe captures it (torch.export.save), inputs.pt its real inputs; quantize_captured() is the
+recipe's quantization of it, as the team's export script writes it. Run with the Python of a venv that has torch
+and executorch:
 
     python repro.py      # exit 1: the recipe raises as found; 0: it quantizes the module
 
@@ -246,9 +247,9 @@ def main():
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     here = Path(__file__).parent
     inputs = tuple(torch.load(here / "inputs.pt"))
-    module = torch.export.load(here / "program.pt2").module()
+    captured = torch.export.load(here / "program.pt2").module()
     try:
-        quantize(module, inputs)
+        quantize_captured(captured, inputs)
     except Exception as failure:
         if FAILS_WITH not in " ".join(str(failure).split()):
             raise  # another failure than the one found: no answer either way (exit 3)
@@ -262,8 +263,8 @@ def main():
 
 def executorch_quantize(*, executorch: str, found_in: str, module: str, recipe: str, fails_with: str,
                         fails_as_found: str) -> str:
-    """The script that quantizes the float program beside it with the variant's recipe (``recipe``: the export
-    script's lines, defining ``quantize(module, inputs)``)."""
+    """The script that quantizes the captured program beside it with the variant's recipe (``recipe``: the export
+    script's lines, defining ``quantize_captured(captured, inputs)``)."""
     said = (f"ExecuTorch {executorch}: the quantization recipe raises on {module}.\n"
             f"Found by upgrade-gate in {found_in}")
     return script(EXECUTORCH_QUANTIZE_DOC, said, EXECUTORCH_QUANTIZE_CODE, fails_with=python_string(fails_with),

@@ -809,16 +809,62 @@ def test_other_backends_export_only(explained_run):
     assert "| candidate | coreml | ok | " in (out / "report.md").read_text()
 
 
+PLANTED_QUANTIZE = "planted-quantize@int8-dynamic"
+
+
 @pytest.fixture(scope="module")
 def localized_run(tmp_path_factory):
-    """Two models whose candidate export fails in one submodule, exported side by side."""
+    """Two models whose candidate export fails in one submodule, exported side by side, and a quantized variant
+    whose candidate recipe raises (RoBERTa's padded position ids)."""
     folder = tmp_path_factory.mktemp("localized")
     out = folder / "report"
     # The export API's other options for a model that does not export (the diagnose phase): the explained run's.
     # The shortest measurement: its tests read the candidate's localized export failures, not the baseline's latency.
-    result = nox("-s", "compare", "--", "--out", str(out), "--models", "broken-submodule,traced-submodule",
+    result = nox("-s", "compare", "--", "--out", str(out), "--models",
+                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE}",
                  env=user_project(folder, f"[tool.upgrade-gate]\ndiagnose-budget = 0\n{QUICK_TIMING}"))
     return out, result
+
+
+
+
+@pytest.mark.shares_machine
+def test_a_recipe_that_raises_gets_the_module_and_a_reproducer_that_reproduces(localized_run, tmp_path):
+    """Issue 63: a quantize failure's Way out has a reproducer, as a lowering's has. RoBERTa's padded position ids:
+    XNNPACKQuantizer quantizes the mask's integer arithmetic and the position embedding gets float indices. No child
+    fails to quantize alone, so the module's own code is the culprit, and the reproducer is its float program
+    quantized with the recipe as the team's export script writes it: exit 1 as found, run here and again alone."""
+    out, _ = localized_run
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == PLANTED_QUANTIZE)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    said = "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int"
+    assert stages["quantize"]["status"] == "failed" and said in stages["quantize"]["error"]["message"], stages
+    localized = stages["localize"]["details"]
+    assert localized["attempt"] == "quantize" and localized["complete"], localized
+    assert sorted(t["module"] for t in localized["tried"] if t["ok"]) == ["linear", "positions", "tokens"], localized
+    (culprit,) = localized["culprits"]
+    assert (culprit["module"], culprit["class"]) == ("(root)", "PaddedPositions"), culprit
+    reproducer = localized["reproducer"]
+    ((run,),) = [reproducer["runs"]]
+    assert (reproducer["status"], run["exit"]) == ("written", 1) and "fails as found" in run["said"], reproducer
+    # Standalone: copied to an empty folder and run with the candidate's Python, it fails as it did.
+    record_dir = out / model["stacks"]["candidate"]["record_dir"]
+    copy = tmp_path / "repro"
+    shutil.copytree(record_dir / reproducer["folder"], copy)
+    assert sorted(p.name for p in copy.iterdir()) == ["inputs.pt", "program.pt2", "repro.py"]
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert ran.returncode == 1 and f"fails as found: RuntimeError: {said}" in ran.stdout, (ran.stdout, ran.stderr)
+    # Kept in the result cache with the export phase's files, and named in the report.
+    key = json.loads((record_dir / "export.cache.json").read_text())
+    assert f"{reproducer['folder']}/repro.py" in key["files"], key["files"]
+    # A soft gate's failure keeps no artifact to hand over: the migration's index says why.
+    assert (f"- {PLANTED_QUANTIZE}: not handed over — quantize failed: builtins.RuntimeError: {said}" in
+            (out / "migrate" / "README.md").read_text())
+    report = (out / "report.md").read_text()
+    assert ("Reproducer, the recipe on the first of them alone (torch and executorch only): "
+            f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
 
 
 def localized(out: Path, name: str) -> dict:

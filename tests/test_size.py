@@ -47,11 +47,12 @@ GROWTH = {
     "issue 64: a remedy whose program draft_export made is checked by its outputs, the reason in the script": 14,
     "issue 64, item 3: migrate/project.diff — the scan's rewrites (TorchFix's fixes and the Lite Interpreter deploy "
     "path's, compat/scan_rewrites.py), the patch made of them, the project's tests run again on a patched copy "
-    "(upgrade_gate/project/patch.py, patched_run.py), its outcomes in the report": 526,
+    "(upgrade_gate/project/patch.py, patched_run.py; `test-patched`), its outcomes in the report": 534,
     "issue 63, item 1: a recipe that raises gets a reproducer (its smallest module's float program quantized with "
-    "the recipe's lines: the ReproducesQuantizeFailures capability), kept with the export phase and reported; "
-    "RoBERTa's padded position ids planted": 159,
-    "issue 64: a script whose outputs differ says why they are checked by outputs": 2,
+    "the recipe's lines — its captured program, quantize_captured: the ReproducesQuantizeFailures capability), kept "
+    "with the export phase and reported; RoBERTa's padded position ids planted": 175,
+    "issue 64: a script whose outputs differ says why they are checked by outputs; a model not handed over because a "
+    "stage failed says which": 5,
 }
 SLACK = 50
 

@@ -11,7 +11,8 @@ from typing import Any
 from upgrade_gate.config._kinds import finite, severity
 from upgrade_gate.config.tomlfile import Table, read_toml
 
-PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow", "scan-allow"}
+PROJECT_KEYS = {"root", "install", "test", "scan", "timeout", "severity", "scan-severity", "allow", "scan-allow",
+                "test-patched"}
 # A scan-allow key: a rule's code and a file pattern (fnmatch, relative to root): "TOR102 tools/*.py".
 SCAN_ALLOW_KEY = re.compile(r"(?P<code>[A-Z]+\d+) (?P<files>\S+)")
 # Where a non-pytest test command takes its JUnit XML output path.
@@ -42,6 +43,8 @@ class ProjectSettings:
     allow: tuple[tuple[str, str], ...] = ()
     # "CODE files" → why a scan finding of that rule in those files is not a migration item
     scan_allow: tuple[tuple[str, str], ...] = ()
+    # The tests run again in each candidate with migrate/project.diff applied to a copy (a second run of them).
+    test_patched: bool = True
     defined_in: Path | None = None
 
     def test_command(self, junit: Path) -> list[str]:
@@ -54,7 +57,8 @@ class ProjectSettings:
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "install": list(self.install), "test": list(self.test),
                 "scan": list(self.scan), "timeout": self.timeout_s, "severity": self.severity,
-                "scan-severity": self.scan_severity, "allow": dict(self.allow), "scan-allow": dict(self.scan_allow)}
+                "scan-severity": self.scan_severity, "allow": dict(self.allow), "scan-allow": dict(self.scan_allow),
+                "test-patched": self.test_patched}
 
 
 def runs_pytest(command: list[str] | tuple[str, ...]) -> bool:
@@ -171,5 +175,5 @@ def load_project(table: Table, base: Path, check_files: bool) -> ProjectSettings
         uv_install=tuple(uv_arguments(install, root, table) if check_files else install),
         severity=severity(table, "severity", "hard"), scan_severity=severity(table, "scan-severity", "soft"),
         allow=tuple((test_id, allow.data[test_id]) for test_id in allow.data), defined_in=table.path,
-        scan_allow=tuple(scan_allow.data.items()),
+        scan_allow=tuple(scan_allow.data.items()), test_patched=table.get("test-patched", bool, True),
     )

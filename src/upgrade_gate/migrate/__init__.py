@@ -117,6 +117,9 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
     # The remedy answers the gate it was judged for; the gates a failed export blocked, it measured (its gates).
     if remedy is not None and any(g.gate != remedy.gate and g.status is not GateStatus.BLOCKED for g in failed):
         remedy = None
+    problem = stack.first_problem()
+    if problem is not None and remedy is None:  # what failed first, not the gates it blocked: nothing was judged
+        return Handover(model=model.name, folder=None, why=f"{problem.explain()}; no remedy the verdict judged passes")
     if failed and remedy is None:
         why = ", ".join(f"{g.gate} {g.status.value}" for g in failed)
         return Handover(model=model.name, folder=None, why=f"{why}: its artifact is not what should ship as "

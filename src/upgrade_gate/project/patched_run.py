@@ -29,11 +29,13 @@ def run_patched_tests(plan: Plan, project: ProjectSettings, stack: str, bin_dir:
                       log: Callable[[str], Any] = print) -> dict[str, Any] | None:
     """Run the project's tests in a candidate on a copy of the project with the scan's rewrites applied (what
     migrate/project.diff holds; the team's files are not touched), into project/patched/<stack>/; its run record,
-    or None where the scan (which runs first) rewrote nothing."""
+    or None where the scan (which runs first) rewrote nothing, or ``test-patched = false``."""
     out = plan.settings.out_dir
     folder = layout.patched_project_dir(out, stack)
     if folder.exists():
         remove_tree(folder, within=out)  # an older run's outcomes must not pass for this one's
+    if not project.test_patched:
+        return None
     try:
         scan = allowing(read_scan(layout.scan_file(out)), dict(project.scan_allow))
     except (OSError, ValueError, RecordError):
