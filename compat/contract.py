@@ -1,30 +1,24 @@
 """The adapter contract: what a stack's adapter module gives the worker.
 
-A stack spec names its adapter (``adapter = "executorch_xnnpack"``, a module of
-compat/, or ``adapter = "own.py"``, a file of the team's own beside the spec,
-which may build on ours: ``from upgrade_gate_compat.executorch_xnnpack import
-SUFFIX, load, lower, run, save, set_threads``). The module itself is the
-adapter: its top-level names are the members below.
+A stack spec names its adapter (``adapter = "executorch_xnnpack"``, a module of compat/, or ``adapter = "own.py"``,
+a file of the team's own beside the spec, which may build on ours: ``from upgrade_gate_compat.executorch_xnnpack
+import SUFFIX, load, lower, run, save, set_threads``). The module itself is the adapter: its top-level names are the
+members below.
 
-Every adapter is an ``Adapter``. What it can do beyond that is one Protocol per
-capability (``Quantizes``, ``MultiMethod``, ``Profiles``, ``OtherBackends``),
-checked with ``isinstance`` — a module conforms by having the members, as a
-duck would. A capability is all of its members or none of them: the stage
-that uses one an adapter has in part fails naming what it lacks
-(``require_whole``), so a misspelt ``quantise`` is not taken for "no recipe".
-``ProfilerCheck`` is the one optional member: a profiler without it is taken
-to lack nothing.
+Every adapter is an ``Adapter``. What it can do beyond that is one Protocol per capability (``Quantizes``,
+``MultiMethod``, ``Profiles``, ``OtherBackends``), checked with ``isinstance`` — a module conforms by having the
+members, as a duck would. A capability is all of its members or none of them: the stage that uses one an adapter has
+in part fails naming what it lacks (``require_whole``), so a misspelt ``quantise`` is not taken for "no recipe".
+``ProfilerCheck`` is the one optional member: a profiler without it is taken to lack nothing.
 
-Who checks: the probe (``compat/probe.py``), before any export — the parent
-ends the run with exit 2 naming the spec and the members its adapter lacks —
-and the worker again where it uses the adapter (``require``): a phase or a
-measurement started without the probe records a ``ContractError`` naming the
-adapter and the missing members on the stage that needed them, as for anything
-else that raises. mypy checks the built-in adapters against these Protocols,
+Who checks: the probe (``compat/probe.py``), before any export — the parent ends the run with exit 2 naming the spec
+and the members its adapter lacks — and the worker again where it uses the adapter (``require``): a phase or a
+measurement started without the probe records a ``ContractError`` naming the adapter and the missing members on the
+stage that needed them, as for anything else that raises. mypy checks the built-in adapters against these Protocols,
 signatures included (the end of this file).
 
-Types: torch is not installed where the parent runs mypy, so modules, tensors
-and programs are ``Any``. Standard library only: this runs inside the stacks.
+Types: torch is not installed where the parent runs mypy, so modules, tensors and programs are ``Any``. Standard
+library only: this runs inside the stacks.
 """
 
 from __future__ import annotations
@@ -299,13 +293,18 @@ class WritesExportLines(Protocol):
 
 @runtime_checkable
 class ReproducesQuantizeFailures(Protocol):
-    """A recipe that raises, written as a standalone reproducer (the export phase's localize stage, for the smallest
-    module that raises): its float program, its real inputs and the recipe's lines."""
+    """A recipe's failure as a standalone reproducer (float program, real inputs, the recipe's lines): one that
+    raises (the localize stage's) and one below its gate (the keep-float search's)."""
 
     def quantize_reproducer(self, module: Any, inputs: tuple[Any, ...], folder: Path, *, variant: str,
                             fails_with: str, found_in: str, named: str) -> None:
-        """repro.py in ``folder``: ``module`` quantized with ``variant``'s recipe, exit 1 while it raises
-        ``fails_with``, 0 when it quantizes."""
+        """repro.py in ``folder``: exit 1 while the recipe raises ``fails_with``, 0 when it quantizes."""
+
+    def precision_reproducer(self, module: Any, inputs: tuple[Any, ...], expected: list[Any], folder: Path, *,
+                             variant: str, keep_float: list[str], min_snr_db: float, min_cosine: float,
+                             extents: dict[int, tuple[int, int]], found_in: str) -> None:
+        """repro.py in ``folder``: exit 1 while below the gate against ``expected``, the float outputs (with
+        ``--with-remedy``, the layers in ``keep_float`` left in float)."""
 
 
 # What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
@@ -320,7 +319,7 @@ _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
                                ReExports: "the export options", AnswersLoadFailures: "the load-failure search",
                                WritesExportScript: "the export script", WritesExportLines: "the export's lines",
-                               ReproducesQuantizeFailures: "a quantize failure's reproducer"}
+                               ReproducesQuantizeFailures: "a recipe's reproducers"}
 
 
 def declared(protocol: type) -> list[str]:

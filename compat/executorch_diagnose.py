@@ -321,28 +321,6 @@ def method_reproducer(exported: Any, inputs: tuple[torch.Tensor, ...], folder: P
         fails_as_found=issue_text.FAILS_AS_FOUND))
 
 
-def quantize_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, *, variant: str,
-                        fails_with: str, found_in: str, named: str) -> None:
-    """Where the variant's recipe raises: the program the recipe captures of the smallest module that raises
-    (``named``), its real inputs and a standalone script (torch and executorch only) in ``folder`` that quantizes
-    it with the recipe as the team's export script writes it: exit 1 while it raises as found. A recipe that quantizes
-    modules (8da4w's torchao) has none of them in a program: ValueError."""
-    from importlib.metadata import version
-
-    from .executorch_migrate import export_script
-
-    script = export_script(variant)
-    if "def quantize_captured(" not in script:
-        raise ValueError(f"{variant}'s recipe quantizes modules, not a captured program: no program to hand on")
-    scope: dict[str, Any] = {}
-    exec(compile(script, f"<{variant} recipe>", "exec"), scope)  # noqa: S102 - the adapter's own recipe text
-    with torch.no_grad():
-        torch.export.save(scope["capture"](module, inputs), folder / "program.pt2")
-    culprit.write_reproducer(folder, inputs, reproducers.executorch_quantize(
-        executorch=version("executorch"), found_in=found_in, module=named, recipe=script,
-        fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND))
-
-
 # A method whose export failed is exported again with the export API's other options, in order, as an export
 # script writes them (torch ≥ 2.8 exports non-strict by default: the first is what the stack ran). strict=True
 # traces with TorchDynamo instead; draft_export goes through data-dependent decisions by specializing each to

@@ -2,19 +2,26 @@
 compat/contract.py; upgrade_gate.migrate writes the script around them): the calls executorch_xnnpack.py's
 quantize(), lower() and save() make, written once more as a team writes them, with nothing of upgrade-gate
 imported. tests/test_migrate.py runs the script and checks that its .pte is the judged one, byte for byte: the two
-cannot drift apart unseen."""
+cannot drift apart unseen. A recipe's failure is handed on in the same lines: its reproducers (the
+ReproducesQuantizeFailures capability; their text, compat/recipe_reproducers.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from . import recipe_reproducers
 from .executorch_precision import (
     PT2E_IMPORTS,
     PT2E_RECIPES,
     WEIGHT_GROUP_SIZE,
     int8_dynamic_int4_config_code,
+    keep_float_code,
     pt2e_functions,
 )
+from .search import culprit, issue_text
 
 LOWERING = [
     "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner",
@@ -110,3 +117,46 @@ def method_signature(program: Any, method: str) -> dict[str, Any]:
 
     return {"inputs": tensors(meta.num_inputs(), meta.input_tensor_meta),
             "outputs": tensors(meta.num_outputs(), meta.output_tensor_meta)}
+
+
+
+def quantize_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, *, variant: str,
+                        fails_with: str, found_in: str, named: str) -> None:
+    """Where the variant's recipe raises: the program the recipe captures of the smallest module that raises
+    (``named``), its real inputs and a standalone script (torch and executorch only) in ``folder`` that quantizes
+    it with the recipe as the team's export script writes it: exit 1 while it raises as found."""
+    from importlib.metadata import version
+
+    script = _captured(module, inputs, folder, variant)
+    culprit.write_reproducer(folder, inputs, recipe_reproducers.executorch_quantize(
+        executorch=version("executorch"), found_in=found_in, module=named, recipe=script,
+        fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND))
+
+
+def precision_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], expected: list[torch.Tensor],
+                         folder: Path, *, variant: str, keep_float: list[str], min_snr_db: float, min_cosine: float,
+                         extents: dict[int, tuple[int, int]], found_in: str) -> None:
+    """Where the variant's recipe departs from the float model beyond its gate: the program the recipe captures of
+    ``module``, its real inputs, the float outputs on them (``expected``) and a standalone script in ``folder`` that
+    quantizes it as the team's export script does and measures the worst output by the gate: exit 1 while below it,
+    and with ``--with-remedy`` the layers in ``keep_float`` left in float."""
+    from importlib.metadata import version
+
+    script = _captured(module, inputs, folder, variant)
+    torch.save(list(expected), folder / "expected.pt")
+    culprit.write_reproducer(folder, inputs, recipe_reproducers.executorch_precision(
+        executorch=version("executorch"), found_in=found_in, recipe=script, remedy=keep_float_code(variant, keep_float),
+        min_snr_db=min_snr_db, min_cosine=min_cosine, extents=extents))
+
+
+def _captured(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, variant: str) -> str:
+    """The variant's export script (its recipe's lines), the program its ``capture`` makes of ``module`` saved as
+    program.pt2 in ``folder``. A recipe that quantizes modules (8da4w's torchao) has no program: ValueError."""
+    script = export_script(variant)
+    if "def quantize_captured(" not in script:
+        raise ValueError(f"{variant}'s recipe quantizes modules, not a captured program: no program to hand on")
+    scope: dict[str, Any] = {}
+    exec(compile(script, f"<{variant} recipe>", "exec"), scope)  # noqa: S102 - the adapter's own recipe text
+    with torch.no_grad():
+        torch.export.save(scope["capture"](module, inputs), folder / "program.pt2")
+    return script

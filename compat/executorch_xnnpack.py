@@ -22,7 +22,6 @@ from .executorch_diagnose import (  # noqa: F401 - the adapter's members
     lowering_parts,
     lowering_start,
     method_reproducer,
-    quantize_reproducer,
     remedy_options,
     reproducer_source,
     run_lowered,
@@ -33,7 +32,12 @@ from .executorch_load import (  # noqa: F401 - the adapter's members
     load_remedy_options,
     load_reproducer_source,
 )
-from .executorch_migrate import export_script, method_signature  # noqa: F401 - the adapter's members
+from .executorch_migrate import (  # noqa: F401 - the adapter's members
+    export_script,
+    method_signature,
+    precision_reproducer,
+    quantize_reproducer,
+)
 from .executorch_precision import (  # noqa: F401 - the adapter's members, and what quantize() is built from
     WEIGHT_GROUP_SIZE,
     capture_for_quantization,

@@ -219,58 +219,6 @@ def executorch_method(*, kind: str, executorch: str, found_in: str, program: str
                   saved_by=python_string(saved_by), remedy=indented(remedy))
 
 
-EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer), which raises.
-
-The comments below name the module, the release and where upgrade-gate found it. program.pt2 is the module's
-float program as the recipe captures it (torch.export.save), inputs.pt its real inputs; quantize_captured() is the
-recipe's quantization of it, as the team's export script writes it. Run with the Python of a venv that has torch
-and executorch:
-
-    python repro.py      # exit 1: the recipe raises as found; 0: it quantizes the module
-
-Exit 3: it could not run (the program does not load, or another error): no answer either way.
-'''
-
-EXECUTORCH_QUANTIZE_CODE = '''
-import os
-import sys
-from pathlib import Path
-
-# The recipe's error when found, which the quantization reproduces when it raises it.
-FAILS_WITH = {fails_with}
-FAILS = {fails_as_found}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
-
-{recipe}
-
-def main():
-    # ExecuTorch runs flatc from its own venv's bin/.
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    here = Path(__file__).parent
-    inputs = tuple(torch.load(here / "inputs.pt"))
-    captured = torch.export.load(here / "program.pt2").module()
-    try:
-        quantize_captured(captured, inputs)
-    except Exception as failure:
-        if FAILS_WITH not in " ".join(str(failure).split()):
-            raise  # another failure than the one found: no answer either way (exit 3)
-        print(f"torch {{torch.__version__}}: the recipe {{FAILS}}: {{type(failure).__name__}}: {{FAILS_WITH}}")
-        return 1
-    print(f"torch {{torch.__version__}}: the recipe quantizes the module")
-    return 0
-
-'''
-
-
-def executorch_quantize(*, executorch: str, found_in: str, module: str, recipe: str, fails_with: str,
-                        fails_as_found: str) -> str:
-    """The script that quantizes the captured program beside it with the variant's recipe (``recipe``: the export
-    script's lines, defining ``quantize_captured(captured, inputs)``)."""
-    said = (f"ExecuTorch {executorch}: the quantization recipe raises on {module}.\n"
-            f"Found by upgrade-gate in {found_in}")
-    return script(EXECUTORCH_QUANTIZE_DOC, said, EXECUTORCH_QUANTIZE_CODE, fails_with=python_string(fails_with),
-                  fails_as_found=python_string(fails_as_found), recipe=recipe)
-
-
 TORCHSCRIPT_METHOD_DOC = '''A traced method optimized by optimize_for_mobile and run by the Lite Interpreter,
 against the traced method.
 

@@ -371,7 +371,7 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
                      "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
         "re-export": ["EXPORT_REMEDIES", "export_with"], "migrate": ["export_script", "method_signature"],
-        "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer"]}
+        "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer", "precision_reproducer"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

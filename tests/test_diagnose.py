@@ -405,7 +405,7 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
 OUTLIER = "team-outlier@int8-dynamic"  # a team's own model: tests/data/team_outlier.py
 
 
-def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judged(explained_run):
+def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judged(explained_run, tmp_path):
     """A quantized variant of a team's own model, below its gate: the search names the one layer whose int8
     input loses every channel but the outlier, and the lines that leave it in float pass the gate."""
     out, result = explained_run
@@ -416,11 +416,25 @@ def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judge
     assert model["stacks"]["legacy"]["diagnosis"] is None  # the quantized gates judge candidates only
     stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
     assert {name: s["status"] for name, s in stages.items()} == {
-        "build": "ok", "eager": "ok", "search": "ok", "remedy": "ok", "task": "skipped"}
+        "build": "ok", "eager": "ok", "search": "ok", "remedy": "ok", "task": "skipped", "reproducer": "ok"}
     found = stages["search"]["details"]["methods"]["forward"]
     assert found["status"] == "found" and found["units"] == ["up", "proj", "down"] and found["kept_float"] == ["proj"]
     snr_before = -20 * math.log10(found["rel_l2"])
     assert snr_before < 20 <= -20 * math.log10(found["found_rel_l2"])
+    # The reproducer, for the team: the recipe's own lines on the float program, run in a bare environment with the
+    # candidate's Python from another folder — below the gate as found, within it with proj kept in float.
+    written = stages["reproducer"]["details"]["methods"]["forward"]
+    folder = out / model["stacks"]["candidate"]["diagnosis"]["record_dir"] / written["folder"]
+    assert {p.name for p in folder.iterdir()} == {"repro.py", "program.pt2", "inputs.pt", "expected.pt"}
+    assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
+    python = json.loads((out / "stacks" / "candidate" / "stack.json").read_text())["installed"]["executable"]
+    runs = [subprocess.run([python, str(folder / "repro.py"), *args], capture_output=True, text=True, timeout=600,
+                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+            for args in ((), ("--with-remedy",))]
+    assert [r.returncode for r in runs] == [1, 0], [r.stdout + r.stderr[-1000:] for r in runs]
+    snrs = [float(re.search(r"SNR (-?[\d.]+|inf) dB", r.stdout).group(1)) for r in runs]
+    # What the script measures is what the search measured: the same recipe, the same inputs.
+    assert abs(snrs[0] - snr_before) < 0.5 and snrs[1] >= 20, (snrs, snr_before)
     # Judged as the stack is: the remedied artifact against the reference, by the gate's own SNR and cosine.
     (remedy,) = (r for r in verdict.remedies if r.model == OUTLIER)
     assert (remedy.stack, remedy.gate, remedy.methods, remedy.operators) == (
@@ -433,6 +447,7 @@ def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judge
     report = (out / "report.md").read_text()
     way_out = report.split("## Way out")[1].split("## Decision")[0]
     assert "- **`proj`**: quantized alone, SNR " in way_out and "KEEP_FLOAT = {'proj'}" in way_out
+    assert "`repro.py` exit 1; `repro.py --with-remedy` exit 0" in way_out, way_out
     assert re.search(rf"Judged as the stack is, `{re.escape(OUTLIER)}` with the remedy \(forward remedied, its other "
                      r"methods as shipped\): \[passed\] the quantized-numerics gate passes \(SNR \d+\.\d dB ≥ 20 dB, "
                      r"cosine 0\.99\d+ ≥ 0\.99, against the reference\)", way_out), way_out

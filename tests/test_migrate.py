@@ -23,8 +23,9 @@ from helpers.runs import QUICK, nox, user_project
 pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]  # its subject is the files, not the timing
 
 DATA = Path(__file__).resolve().parent / "data"
-HANDED_OVER = ("vit-smoke", "vit-smoke@int8-dynamic", "team-outlier", "team-outlier@int8-dynamic")
-MODELS = ",".join((*HANDED_OVER, "data-dependent-branch"))
+# llama-smoke: a multi-method program (prefill and decode, their weights stored once), rebuilt byte for byte too.
+HANDED_OVER = ("vit-smoke", "vit-smoke@int8-dynamic", "team-outlier", "team-outlier@int8-dynamic", "llama-smoke")
+MODELS = ",".join((*HANDED_OVER[:-1], "llama-smoke@fp32", "data-dependent-branch"))
 TEAM = '[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = ["int8-dynamic"]\n'
 
 

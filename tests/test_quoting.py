@@ -25,6 +25,7 @@ from upgrade_gate.report.render import Code, code_span, to_markdown
 
 quoting = compat_module("quoting_under_test", "search.quoting")
 reproducers = compat_module("quoting_under_test", "reproducers")
+recipe_reproducers = compat_module("quoting_under_test", "recipe_reproducers")
 program_source = compat_module("quoting_under_test", "search.program_source")
 diagnose_reproducer = compat_module("quoting_under_test", "diagnose.diagnose_reproducer")
 
@@ -106,6 +107,22 @@ def _torchscript_method(text: str) -> str:
                                           threshold=1e-4, remedy="optimization_blocklist = set()\n")
 
 
+# A recipe's lines as compat/executorch_migrate.py writes them (no torch needed to write it): the adapter's own text.
+_RECIPE = "def quantize_captured(captured, inputs, quantizer=None):\n    return captured\n"
+
+
+def _executorch_quantize(text: str) -> str:
+    return recipe_reproducers.executorch_quantize(executorch=text, found_in=f"m's forward:\n{text}", module=text,
+                                                  recipe=_RECIPE, fails_with=text, fails_as_found=text)
+
+
+def _executorch_precision(text: str) -> str:
+    kept = f"KEEP_FLOAT = {{{quoting.python_string(text)}}}\nquantizer = None\n"  # keep_float_code's layer names
+    return recipe_reproducers.executorch_precision(executorch=text, found_in=f"m's forward:\n{text}", recipe=_RECIPE,
+                                                   remedy=kept, min_snr_db=20.0, min_cosine=0.99,
+                                                   extents={0: (1, 3)})
+
+
 def _program_source(text: str) -> str:
     return program_source.source_text(what=text, saved_by=text, lifted=[(text, "PARAMETER")],
                                       code="def graph(p, x):\n    return (x + p,)")
@@ -122,6 +139,8 @@ def _remedy(text: str) -> str:
 GENERATED = {"repro.py, one operator (ExecuTorch)": _executorch_operator,
              "repro.py, a method (ExecuTorch)": _executorch_method,
              "repro.py, a method (optimize_for_mobile)": _torchscript_method,
+             "repro.py, a recipe that raises (ExecuTorch)": _executorch_quantize,
+             "repro.py, a recipe below its gate (ExecuTorch)": _executorch_precision,
              "program.py": _program_source}
 
 

@@ -53,6 +53,10 @@ GROWTH = {
     "with the export phase and reported; RoBERTa's padded position ids planted": 175,
     "issue 64: a script whose outputs differ says why they are checked by outputs; a model not handed over because a "
     "stage failed says which": 5,
+    "issue 63, item 6: a quantized variant below its gate gets a reproducer — the float program quantized by the "
+    "export script's lines, measured by the gate, exit 1 / 0 with the layers found kept in float "
+    "(compat/recipe_reproducers.py, the keep-float search's reproducer stage, its report entry); a recipe's "
+    "reproducer holds its lines in a function, so that a Python without torch answers exit 3": 194,
 }
 SLACK = 50
 

@@ -136,6 +136,48 @@ def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_t
     assert "gives rel. L2 1.00e-07 against eager on the example inputs — [passed] passes; not timed" in text
 
 
+def test_a_quantized_variants_reproducer_is_for_the_team_and_says_what_its_runs_showed():
+    """A kept-float search's reproducer (compat/diagnose/precision_phase.py): the recipe's rounding, not a bug to
+    file — no issue text; exit 1 as found, and with the layers found kept in float exit 0 — or, where no set of
+    layers is a remedy, what --with-remedy does instead."""
+    def kept(status: str, runs: list) -> Diagnosis:
+        found = {"status": status, "rel_l2": 0.2, "layers": 3, "units": ["up", "proj", "down"], "tried": [{}] * 2,
+                 "reason": "with every quantized layer in float the variant still fails (SNR 16.2 dB)"}
+        if status == "found":
+            found["culprits"] = [{"operator": "proj", "share": 1.0, "rel_l2_alone": 0.2, "rel_l2_without": 0.0075,
+                                  "calls": []}]
+        stages = (Stage(stage="build", status="ok", duration_s=1.0, details={"methods": ["forward"],
+                                                                              "search": "keep-float"}),
+                  Stage(stage="search", status="ok", duration_s=9.0, details={"methods": {"forward": found}}),
+                  Stage(stage="reproducer", status="ok", duration_s=3.0, details={"methods": {"forward": {
+                      "status": "written", "folder": "repro/forward", "scope": "quantized", "issue": None,
+                      "runs": runs}}}))
+        return Diagnosis(record_dir="stacks/candidate/models/m/diagnose", stages=stages)
+
+    found = kept("found", [{"args": [], "exit": 1, "said": "SNR 14.0 dB"},
+                           {"args": ["--with-remedy"], "exit": 0, "said": "SNR 42.5 dB"}])
+    (finding,) = found.findings
+    assert finding.reproducer == "repro/forward" and finding.issue is None
+    text = markdown(found, "forward")
+    assert ("Reproducer, to hand on: `stacks/candidate/models/m/diagnose/repro/forward/` (the float program as the "
+            "recipe captures it") in text and "ISSUE.md" not in text
+    assert ("`/venv/bin/python stacks/candidate/models/m/diagnose/repro/forward/repro.py` exits 1 while the variant is "
+            "below its gate, 0 with `--with-remedy` (the layers above left in float). Run here as written: `repro.py` "
+            "exit 1; `repro.py --with-remedy` exit 0.") in text
+    text = markdown(kept("not pinned", [{"args": [], "exit": 1, "said": "SNR 10.2 dB"}]), "forward")
+    assert "[incomplete] not pinned to operators: with every quantized layer in float" in text
+    assert ("exits 1 while the variant is below its gate, and `--with-remedy` leaves in float what the search last "
+            "held there, which does not make a remedy (not pinned). Run here as written: `repro.py` exit 1.") in text
+    assert "exits 1 as lowered" not in text
+    # An LLM's float program is not carried: the search's figures are the evidence, and the entry says so.
+    big = kept("spread", [])
+    stages = (*big.stages[:2], Stage(stage="reproducer", status="ok", duration_s=0.1, details={"methods": {"forward": {
+        "status": "not written", "reason": "its float weights are 517 MiB, more than the 256 MiB a reproducer carries"}}}))
+    text = markdown(Diagnosis(record_dir=big.record_dir, stages=stages), "forward")
+    assert "No reproducer: its float weights are 517 MiB, more than the 256 MiB a reproducer carries." in text
+    assert "Reproducer, to hand on" not in text
+
+
 def test_the_entries_come_in_the_order_they_weigh_on_the_verdict():
     """Issue 39, item 9: the hard failures' findings first (the one whose remedy the headline counts before
     one with none), then soft, then the rest, then the baseline's own."""

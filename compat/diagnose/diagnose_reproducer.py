@@ -132,8 +132,8 @@ class Reproducers:
 
     def written(self, folder: Path, runs: list[dict[str, Any]], **found: Any) -> dict[str, Any]:
         """A reproducer's record: where it is, what it found (``found``), its runs here and its files' size."""
-        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), **found, "runs": runs,
-                "issue": issue_text.ISSUE, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+        return {"status": "written", "folder": str(folder.relative_to(self.model_dir)), "issue": issue_text.ISSUE,
+                **found, "runs": runs, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
     def write_issue(self, folder: Path, method: str, named: str, backend: str, scope: str,
                     runs: list[dict[str, Any]], fails_with: str = "") -> None:

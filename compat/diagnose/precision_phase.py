@@ -3,8 +3,10 @@ from the float model beyond its quantized-numerics gate. Which layers to leave i
 and the lines of an export script that do, checked by lowering the method with them — one method per
 stage: build → eager → search → remedy, for each method that failed.
 
-Its records are the diagnose phase's (diagnose_phase.py): a culprit is a unit kept in float; there is no
-reproducer (a quantization's rounding is the recipe's choice, not a bug to file).
+Its records are the diagnose phase's (diagnose_phase.py): a culprit is a unit kept in float. Its reproducer is
+for the team, not to file upstream (a quantization's rounding is the recipe's choice, not a bug): the float program
+as the recipe captures it, quantized by the export script's own lines and measured by the gate, exit 1 / 0 with the
+layers kept in float (``reproducer``, after ``remedy``: the lines it runs are the ones judged).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import time
 from typing import Any
 
 from ..common import flat
-from ..contract import Adapter, KeepsFloat
+from ..contract import Adapter, KeepsFloat, ReproducesQuantizeFailures
 from ..phases import PhaseLog, StageSkipped
+from ..search import issue_text
+from ..search.program_source import WEIGHTS_MAX_BYTES
 from . import precision, remedy_trial
 from .diagnose_phase import WHOLE_MODEL_STAGES, DiagnosePhase
+from .diagnose_reproducer import REPRO_DIR
 
 SEARCH = "keep-float"  # the job's and the build stage's "search"
 # Units the sensitivity ranking may try: at most what half the method's budget buys at the time one
@@ -34,7 +39,7 @@ class PrecisionPhase(DiagnosePhase):
 
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
-    STAGES = WHOLE_MODEL_STAGES
+    STAGES = (*WHOLE_MODEL_STAGES, ("reproducer", ("search",)))
     TIMES_FAILING = True
     REMEDY_REPLACES = "quantization"  # its lines bind the recipe's quantizer, some layers kept in float
 
@@ -129,6 +134,50 @@ class PrecisionPhase(DiagnosePhase):
         return self.tried(method, [("quantizing", lambda _: self.quantized(method, code)),
                                    ("lowering", lambda quantized: self.adapter.lower(quantized, inputs[method])[0])],
                           code=code)
+
+    def reproducer(self):
+        """For each method whose departure the search confirmed: the float program as the recipe captures it,
+        quantized by the export script's lines and measured against the float model by the gate, run here as
+        written — exit 1, and with ``--with-remedy`` (the layers found, the ones the remedy judged) exit 0. A search
+        with no remedy (not pinned, spread, stopped) gets the departure alone; one that did not reproduce, none."""
+        if not isinstance(self.adapter, ReproducesQuantizeFailures):
+            raise StageSkipped("this stack's adapter writes no quantization reproducer "
+                               "(compat/contract.py ReproducesQuantizeFailures)")
+        methods, inputs = self.log.results["build"]
+        written: dict[str, Any] = {}
+        for method, finding in self.log.results["search"].items():
+            status = finding.get("status")
+            if status == "does not reproduce":
+                continue
+            # The remedy's layers where one was found; else what the search last held in float: every unit, which
+            # does not bring a "not pinned" variant within its gate, or the most of it a "spread" one needs.
+            keep = finding.get("kept_float") or list(finding.get("units") or [])
+            weights = sum(t.numel() * t.element_size() for t in methods[method].module.state_dict().values())
+            if weights > WEIGHTS_MAX_BYTES:  # an LLM's float program: hundreds of MB in the folder a team hands on
+                written[method] = {"status": "not written", "reason": (
+                    f"its float weights are {weights / 2**20:.0f} MiB, more than the {WEIGHTS_MAX_BYTES // 2**20} MiB "
+                    "a reproducer carries: the search's figures above are the evidence")}
+                continue
+            folder = self.model_dir / REPRO_DIR / method
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                self.adapter.precision_reproducer(
+                    methods[method].module, inputs[method], self.log.results["eager"][method], folder,
+                    variant=self.variant, keep_float=keep, min_snr_db=self.min_snr_db, min_cosine=self.min_cosine,
+                    extents=self.extents[method], found_in=f"{self.job['model']}'s {method} ({status})")
+            except ValueError as why:  # a recipe with no program to hand on (8da4w's torchao)
+                written[method] = {"status": "not written", "reason": str(why)}
+                continue
+            runs = [issue_text.run_reproducer(folder)]
+            if status == "found":
+                runs.append(issue_text.run_reproducer(folder, "--with-remedy"))
+            written[method] = self.written(folder, runs, operator=None, scope="quantized", issue=None,
+                                           rel_l2=finding.get("rel_l2"),
+                                           reason=f"{status}: the layers kept in float by --with-remedy: "
+                                                  f"{', '.join(keep) or 'none'}")
+        if not written:
+            raise StageSkipped("the search found no departure to reproduce")
+        return written, {"methods": written}
 
     def judged(self, method: str, outputs: Any) -> dict[str, Any]:
         """A remedy's outputs against the float model, as the quantized gates measure them."""

@@ -36,7 +36,7 @@ def method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Met
     if found.keeps_float:
         skipped = found.stage("remedy")
         why = (skipped.reason or "") if skipped is not None and skipped.status == "skipped" else ""
-        return blocks + _kept_float_blocks(method, shipped_bytes, why)
+        return blocks + _kept_float_blocks(found, method, python, shipped_bytes, why)
     blocks += _load_failure_blocks(found, method) if found.search == "load" else _culprit_blocks(method)
     if method.reproducer:
         blocks.append(_reproducer(found, method, python))
@@ -85,7 +85,9 @@ def _not_found_blocks(model: ModelResults, found: Diagnosis, method: MethodDiagn
     why = NOT_FOUND.get(method.status, method.status)
     blocks: list[Block] = [Paragraph(f"{mark('incomplete')} {why}: {method.reason or 'no reason recorded'} "
                                      f"({method.lowerings} {tries} tried; [details](#{model_anchor(model.name)}))")]
-    if method.reproducer:  # not pinned: the smallest program found to fail is the whole method
+    if found.keeps_float:
+        blocks += _quantized_reproducer(found, method, python)
+    elif method.reproducer:  # not pinned: the smallest program found to fail is the whole method
         folder = f"{found.record_dir}/{method.reproducer}"
         run = f"{python or 'python'} {folder}/repro.py"
         blocks.append(Paragraph(
@@ -194,6 +196,23 @@ def _carried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[
                       f"same lines gives {measured} against eager — {verdict}; {_cost(method, shipped_bytes)}.")]
 
 
+def _quantized_reproducer(found: Diagnosis, method: MethodDiagnosis, python: str | None) -> list[Block]:
+    """A kept-float search's reproducer, for the team rather than upstream (rounding is the recipe's choice): the
+    float program quantized by the export script's lines, measured by the gate; or why there is none."""
+    if not method.reproducer:
+        return [Paragraph(f"No reproducer: {method.reproducer_note}.")] if method.reproducer_note else []
+    folder = f"{found.record_dir}/{method.reproducer}"
+    run = f"{python or 'python'} {folder}/repro.py"
+    with_remedy = ("0 with `--with-remedy` (the layers above left in float)" if method.status == "found" else
+                   f"and `--with-remedy` leaves in float what the search last held there, which does not make a "
+                   f"remedy ({method.status})")
+    return [Paragraph(
+        f"Reproducer, to hand on: {code_span(folder + '/')} (the float program as the recipe captures it, its real "
+        "inputs and the float model's outputs on them, quantized by the export script's own lines; the stack's own "
+        f"packages only, no upgrade-gate). Run from the report folder, {code_span(run)} exits 1 while the variant is "
+        f"below its gate, {with_remedy}." + _ran_here(method))]
+
+
 def _with_remedy(method: MethodDiagnosis) -> str:
     """What the reproducer's ``--with-remedy`` does, said only as far as the remedy was judged."""
     ran = dict((args, code) for args, code, _ in method.reproducer_runs).get("--with-remedy")
@@ -244,7 +263,8 @@ def _tried_blocks(method: MethodDiagnosis, shipped_bytes: int | None) -> list[Bl
             Bullets(items)]
 
 
-def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None, no_remedy: str) -> list[Block]:
+def _kept_float_blocks(found: Diagnosis, method: MethodDiagnosis, python: str | None, shipped_bytes: int | None,
+                       no_remedy: str) -> list[Block]:
     """A quantized variant's layers to leave in float, and the lines that do, checked (``no_remedy``: why
     none was lowered)."""
     units = (f"; the {method.layers} layers it quantizes ranked as {method.units} parent modules, what the budget "
@@ -258,6 +278,7 @@ def _kept_float_blocks(method: MethodDiagnosis, shipped_bytes: int | None, no_re
                   f"SNR {snr_text(method.rel_l2)} → {snr_text(after)} "
                   f"against the float model (found in {method.lowerings} quantizations{units}):"),
         Bullets(items)]
+    blocks += _quantized_reproducer(found, method, python)
     if method.remedy_error:
         return blocks + [Paragraph(f"The change that should leave them in float {mark('FAILED')} does not work as "
                                    f"written: {method.remedy_error}."), Code((method.remedy_code or "").splitlines())]

@@ -1,0 +1,145 @@
+"""The reproducers' scripts of a quantization recipe's failure, as text (compat/reproducers.py holds the lowerings'):
+a recipe that raises (the export phase's localize stage) and one whose rounding takes a variant below its gate (the
+keep-float search, compat/diagnose/precision_phase.py). Each holds the recipe as the team's export script writes it
+(compat/executorch_migrate.py) inside a function, so that a Python without torch answers exit 3, not 1. No torch
+here: tests/test_quoting.py checks the text without a stack."""
+
+from __future__ import annotations
+
+from .reproducers import indented, script
+from .search.quoting import python_string
+
+EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer), which raises.
+
+The comments below name the module, the release and where upgrade-gate found it. program.pt2 is the module's
+float program as the recipe captures it (torch.export.save), inputs.pt its real inputs; quantize_captured() is the
+recipe's quantization of it, as the team's export script writes it. Run with the Python of a venv that has torch
+and executorch:
+
+    python repro.py      # exit 1: the recipe raises as found; 0: it quantizes the module
+
+Exit 3: it could not run (the program does not load, or another error): no answer either way.
+'''
+
+EXECUTORCH_QUANTIZE_CODE = '''
+import os
+import sys
+from pathlib import Path
+
+# The recipe's error when found, which the quantization reproduces when it raises it.
+FAILS_WITH = {fails_with}
+FAILS = {fails_as_found}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
+
+
+def recipe():
+    """The quantization as the team's export script writes it: its quantize_captured(captured, inputs)."""
+{recipe}    return quantize_captured
+
+
+def main():
+    import torch
+
+    # ExecuTorch runs flatc from its own venv's bin/.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    here = Path(__file__).parent
+    inputs = tuple(torch.load(here / "inputs.pt"))
+    captured = torch.export.load(here / "program.pt2").module()
+    quantize_captured = recipe()
+    try:
+        quantize_captured(captured, inputs)
+    except Exception as failure:
+        if FAILS_WITH not in " ".join(str(failure).split()):
+            raise  # another failure than the one found: no answer either way (exit 3)
+        print(f"torch {{torch.__version__}}: the recipe {{FAILS}}: {{type(failure).__name__}}: {{FAILS_WITH}}")
+        return 1
+    print(f"torch {{torch.__version__}}: the recipe quantizes the module")
+    return 0
+
+'''
+
+
+def executorch_quantize(*, executorch: str, found_in: str, module: str, recipe: str, fails_with: str,
+                        fails_as_found: str) -> str:
+    """The script that quantizes the captured program beside it with the variant's recipe (``recipe``: the export
+    script's lines, defining ``quantize_captured(captured, inputs)``)."""
+    said = (f"ExecuTorch {executorch}: the quantization recipe raises on {module}.\n"
+            f"Found by upgrade-gate in {found_in}")
+    return script(EXECUTORCH_QUANTIZE_DOC, said, EXECUTORCH_QUANTIZE_CODE, fails_with=python_string(fails_with),
+                  fails_as_found=python_string(fails_as_found), recipe=indented(recipe))
+
+
+EXECUTORCH_PRECISION_DOC = '''The variant's recipe (PT2E, XNNPACKQuantizer) on a module, against the float model.
+
+The comments below name the model, the release and where upgrade-gate found it. program.pt2 is the module's
+float program as the recipe captures it (torch.export.save), inputs.pt its real inputs, expected.pt the float
+model's outputs on them; recipe() is the quantization as the team's export script writes it, remedy() the lines
+that leave some layers in float. The quantized program runs eagerly: what is measured is the recipe's rounding,
+not a lowering. Run with the Python of a venv that has torch and executorch:
+
+    python repro.py                  # exit 1: quantized, it departs from the float model beyond the gate; 0: not
+    python repro.py --with-remedy    # the same, the remedy's layers left in float: exit 0 when that meets the gate
+
+Exit 3: it could not run (the program does not load, or another error): no answer either way.
+'''
+
+EXECUTORCH_PRECISION_CODE = '''
+import math
+import os
+import sys
+from pathlib import Path
+
+MIN_SNR_DB = {min_snr_db}  # the quantized-numerics gate: the worst output's SNR against the float model ...
+MIN_COSINE = {min_cosine}  # ... and its cosine similarity
+# Output index → (axis, count): the part of an output a later call reads, where it reads only part.
+EXTENTS = {extents}
+
+
+def recipe():
+    """The quantization as the team's export script writes it: its quantize_captured(captured, inputs, quantizer)."""
+{recipe}    return quantize_captured
+
+
+def remedy():
+{remedy}    return quantizer
+
+
+def main():
+    import torch
+
+    # ExecuTorch runs flatc from its own venv's bin/.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    here = Path(__file__).parent
+    inputs = tuple(torch.load(here / "inputs.pt"))
+    expected = list(torch.load(here / "expected.pt"))
+    captured = torch.export.load(here / "program.pt2").module()
+    quantized = recipe()(captured, inputs, remedy() if "--with-remedy" in sys.argv else None)
+    with torch.no_grad():
+        outputs = torch.utils._pytree.tree_leaves(quantized(*inputs))
+    snr, cosine = math.inf, 1.0  # the worst output's
+    for index, (actual, reference) in enumerate(zip(outputs, expected)):
+        if index in EXTENTS:
+            axis, count = EXTENTS[index]
+            actual, reference = actual.narrow(axis, 0, count), reference.narrow(axis, 0, count)
+        a, e = actual.double().flatten(), reference.double().flatten()
+        error, norm = torch.linalg.vector_norm(a - e).item(), torch.linalg.vector_norm(e).item()
+        snr = min(snr, -20 * math.log10(error / norm) if error and norm else (math.inf if not error else -math.inf))
+        both = torch.linalg.vector_norm(a).item() * norm
+        cosine = min(cosine, torch.dot(a, e).item() / both if both else 1.0)
+    how = "with the remedy's layers in float" if "--with-remedy" in sys.argv else "by the recipe"
+    print(f"torch {{torch.__version__}}: quantized {{how}}, SNR {{snr:.1f}} dB and cosine {{cosine:.5f}} against the "
+          f"float model (the gate: SNR >= {{MIN_SNR_DB:g}} dB, cosine >= {{MIN_COSINE:g}})")
+    return 0 if snr >= MIN_SNR_DB and cosine >= MIN_COSINE else 1
+
+'''
+
+
+def executorch_precision(*, executorch: str, found_in: str, recipe: str, remedy: str, min_snr_db: float,
+                         min_cosine: float, extents: dict[int, tuple[int, int]]) -> str:
+    """The script that quantizes the captured program beside it with the variant's recipe (``recipe``: the export
+    script's lines, defining ``quantize_captured(captured, inputs, quantizer=None)``) and measures it against the
+    float model's outputs; ``remedy``: the lines that bind ``quantizer``, some layers left in float."""
+    said = (f"ExecuTorch {executorch}: the quantization recipe departs from the float model beyond the gate.\n"
+            f"Found by upgrade-gate in {found_in}")
+    return script(EXECUTORCH_PRECISION_DOC, said, EXECUTORCH_PRECISION_CODE, recipe=indented(recipe),
+                  remedy=indented(remedy), min_snr_db=repr(float(min_snr_db)), min_cosine=repr(float(min_cosine)),
+                  extents=repr({int(k): (int(a), int(c)) for k, (a, c) in extents.items()}))
