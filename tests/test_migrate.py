@@ -172,3 +172,22 @@ def test_migrate_writes_the_folder_again_from_the_report_without_running_anythin
     assert (out / "results.json").stat().st_mtime_ns == before
     said = result.stdout + result.stderr
     assert "migrate: " in said and "export scripts for vit-smoke" in said, said[-3000:]
+
+
+def test_migrate_without_the_result_cache_keeps_what_an_earlier_migrate_wrote(migrated, tmp_path):
+    """The result cache cleared (or another machine's): a team's model's weights and inputs come from the folder the
+    last migrate wrote, so refreshing it loses no export script."""
+    out, env = migrated
+    result = nox("-s", "migrate", "--", "--out", str(out), "--models", "team-outlier", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = {p.name: p.read_bytes() for p in (out / "migrate" / "team-outlier").iterdir()}
+    emptied = {**env, "UPGRADE_GATE_CACHE": str(tmp_path / "empty-cache")}
+    result = nox("-s", "migrate", "--", "--out", str(out), "--models", "team-outlier", env=emptied)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in (out / "migrate" / "team-outlier").iterdir()} == before
+    # With no earlier folder either, the model is not handed over, and the index says where to run it.
+    shutil.rmtree(out / "migrate")
+    result = nox("-s", "migrate", "--", "--out", str(out), "--models", "team-outlier", env=emptied)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (out / "migrate" / "team-outlier").exists()
+    assert "its weights and inputs are not in this machine's result cache" in (out / "migrate" / "README.md").read_text()

@@ -135,9 +135,15 @@ def _handover(plan: Plan, results: Results, spec: StackSpec, model: ModelResults
         return Handover(model=model.name, folder=None, why=written)
     entry = next(m for m in plan.models if m.name == model.name)
     fixtures = Path(artifacts_job(plan, entry, spec)["fixtures_dir"])
-    if not (fixtures / "inputs.npz").is_file():  # a merged report's shards ran with caches of their own
-        why = f"its weights and inputs are not in this machine's result cache ({fixtures}): run `migrate` there"
-        return Handover(model=model.name, folder=None, why=why)
+    if not (fixtures / "inputs.npz").is_file():
+        # A merged report's shards ran with caches of their own, or the cache was cleared since: the folder an earlier
+        # migrate wrote holds the same weights and inputs (copied from the cache), so a refresh loses nothing — for a
+        # team's own model: a built-in one's script reads the cache's converted assets too.
+        earlier = layout.entry(plan.settings.out_dir / FOLDER, model.name)
+        if not (entry.project_root and (earlier / "inputs.npz").is_file()):
+            why = f"its weights and inputs are not in this machine's result cache ({fixtures}): run `migrate` there"
+            return Handover(model=model.name, folder=None, why=why)
+        fixtures = earlier
     folder = layout.entry(staging, model.name)
     folder.mkdir()
     methods = [m for methods, _ in written.files.values() for m in methods]
