@@ -41,6 +41,8 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
 RESULTS_FORMAT = 1
 # What a bundle's runtimes are, by the artifact's suffix as the bundle holds it.
 RUNTIMES = {".bpte": "executorch-bundled", ".ptl": "lite-interpreter"}
+# A latency reproducer's candidate (upgrade_gate.measure.latency_reproducer): the program as shipped, nothing bundled.
+PROGRAM_RUNTIME = "executorch"
 # The Lite Interpreter's quantized kernels, set before a quantized .ptl loads (compat/torchscript_mobile.py).
 QUANTIZED_ENGINE = "qnnpack"
 # A round of a call that takes microseconds would otherwise be millions of calls long.
@@ -232,31 +234,33 @@ _KEPT_ALIVE: list[Any] = []
 
 
 def executorch_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load the bundled program and check every method against the outputs bundled with it (ExecuTorch's own
-    verification, in the order the bundle recorded them: a method may read what an earlier one wrote); each
-    method's call on the fixture's inputs, and what the load said: its time, each method's first run (the
-    verification's), and the memory of the runtime alone, before the load."""
+    """Load the bundled program and check every method against its bundled outputs (ExecuTorch's verification, in
+    the bundle's order: a method may read what an earlier one wrote), or the plain program (PROGRAM_RUNTIME); each
+    method's call on the fixture's inputs, and what the load said: its time, each method's first run, and the
+    memory of the runtime alone, before the load."""
     binding = executorch_binding()
     binding._unsafe_reset_threadpool(args.threads)  # before any load (compat/executorch_xnnpack.py set_threads)
     idle = memory_status()
+    bundled = args.runtime == RUNTIMES[".bpte"]
     start = time.perf_counter_ns()
     buffer = Path(args.artifact).read_bytes()
-    bundle = binding._load_bundled_program_from_buffer(buffer)
-    module = binding._load_for_executorch_from_bundled_program(bundle)
+    bundle = binding._load_bundled_program_from_buffer(buffer) if bundled else None
+    module = (binding._load_for_executorch_from_bundled_program(bundle) if bundled
+              else binding._load_for_executorch_from_buffer(buffer))
     # The loaded program reads the bundle's bytes in place, not a copy: they live as long as the server (freed,
     # a later call read reused memory and crashed in Program::method_meta).
     _KEPT_ALIVE.extend((buffer, bundle))
     load_ms = (time.perf_counter_ns() - start) / 1e6
-    first_ms = {}
-    for method in methods:
+    inputs = {method: _inputs(Path(args.inputs), method) for method in methods}
+    calls = {method: functools.partial(module.run_method, method, inputs[method]) for method in methods}
+    first_ms = {} if bundled else {method: _time(call, 0, 1)[0] for method, call in calls.items()}
+    for method in methods if bundled else ():
         module.load_bundled_input(bundle, method, 0)
         start = time.perf_counter_ns()
         module.plan_execute(method)
         first_ms[method] = (time.perf_counter_ns() - start) / 1e6
         module.verify_result_with_bundled_expected_output(bundle, method, 0, args.rtol, args.atol)
-    inputs = {method: _inputs(Path(args.inputs), method) for method in methods}
-    calls = {method: functools.partial(module.run_method, method, inputs[method]) for method in methods}
-    return calls, {"load_ms": load_ms, "verified": True, "first_ms": first_ms, "idle": idle}
+    return calls, {"load_ms": load_ms, "verified": True if bundled else None, "first_ms": first_ms, "idle": idle}
 
 
 def lite_calls(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -300,7 +304,7 @@ def serve(args: argparse.Namespace, requests: Any, answer: Any) -> int:
         answer.flush()
 
     try:
-        calls, loaded = (executorch_calls if args.runtime == RUNTIMES[".bpte"] else lite_calls)(args, methods)
+        calls, loaded = (lite_calls if args.runtime == RUNTIMES[".ptl"] else executorch_calls)(args, methods)
         after_first = memory_status()
         warm_calls = {method: functools.partial(_time, call, 0) for method, call in calls.items()}
         warm_mean_ms, sized_runs = warm_up(warm_calls, args.warmup, rounds=args.rounds, iterations=args.iterations,
@@ -372,7 +376,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     machine.add_argument("--cores", type=int, default=0)
     machine.add_argument("--runner", default="python", choices=("python", "adb"))
     rounds = commands.add_parser("serve")
-    rounds.add_argument("--runtime", choices=sorted(RUNTIMES.values()), required=True)
+    rounds.add_argument("--runtime", choices=sorted([*RUNTIMES.values(), PROGRAM_RUNTIME]), required=True)
     rounds.add_argument("--artifact", required=True, help="the .bpte, or the folder of a stack's .ptl files")
     rounds.add_argument("--inputs", required=True, help="the model's inputs.npz")
     rounds.add_argument("--methods", required=True)

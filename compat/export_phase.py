@@ -18,6 +18,7 @@ from .common import (
 )
 from .contract import (
     Adapter,
+    Diagnoses,
     MultiMethod,
     OtherBackends,
     Quantizes,
@@ -220,29 +221,38 @@ class ExportPhase:
             return True, {"method": name, "attempt": attempt, **localizer.weights_not_taken(module)}
         try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
         found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"])
-        if attempt == "quantize" and found["culprits"] and isinstance(self.adapter, ReproducesQuantizeFailures):
-            found["reproducer"] = self.quantize_reproducer(name, module, inputs[name], found["culprits"][0])
+        # Its first culprit as a reproducer: the recipe's (a recipe that raises), or the lowering's (regnet's block).
+        reproduces = ReproducesQuantizeFailures if attempt == "quantize" else Diagnoses
+        if found["culprits"] and isinstance(self.adapter, reproduces):
+            found["reproducer"] = self.localized_reproducer(name, module, inputs[name], found["culprits"][0], attempt)
         return True, {"method": name, "attempt": attempt, **found}
 
-    def quantize_reproducer(self, method: str, module: Any, inputs: tuple[Any, ...],
-                            first: dict[str, Any]) -> dict[str, Any]:
-        """The first culprit of a recipe that raises (a submodule, or the method where none raises alone) as a
-        standalone reproducer, run here as written: exit 1 while the recipe raises as found. One that could not be
-        written is said, and the localization stands."""
+    def localized_reproducer(self, method: str, module: Any, inputs: tuple[Any, ...], first: dict[str, Any],
+                             attempt: str) -> dict[str, Any]:
+        """The first culprit (a submodule, or the method where none fails alone) as a standalone reproducer, run
+        here as written: the recipe on it (``attempt`` quantize), or its exported program lowered (export), exit 1
+        while it raises as found. One that could not be written is said, and the localization stands."""
         from .search import issue_text
         from .search import localize as localizer
 
         path = "" if first["module"] == "(root)" else first["module"]
         target = localizer.capture_calls(module, inputs)[path] if path else module
+        alone = target.inputs if path else inputs
         named = f"{path} ({first['class']})" if path else f"the whole method {method} ({first['class']})"
         folder = self.model_dir / LOCALIZE / "repro" / method
         folder.mkdir(parents=True, exist_ok=True)
-        assert isinstance(self.adapter, ReproducesQuantizeFailures)  # localize checked it
+        fails_with = " ".join(first["message"].split())[:100]
         try:
-            self.adapter.quantize_reproducer(
-                target, target.inputs if path else inputs, folder, variant=self.variant,
-                fails_with=" ".join(first["message"].split())[:100],
-                found_in=f"{self.job['model']}'s {method}", named=named)
+            if isinstance(self.adapter, ReproducesQuantizeFailures) and attempt == "quantize":
+                self.adapter.quantize_reproducer(target, alone, folder, variant=self.variant, fails_with=fails_with,
+                                                 found_in=f"{self.job['model']}'s {method}", named=named)
+            else:
+                assert isinstance(self.adapter, Diagnoses)  # localize checked it
+                exported, _ = self.adapter.lowering_parts(target, alone)
+                self.adapter.method_reproducer(
+                    exported, alone, folder, kind="not pinned to an operator", threshold=self.job["max_rel_l2"],
+                    remedy=self.adapter.remedy_options(exported, [])[-1][1], fails_with=fails_with, program=named,
+                    found_in=f"{self.job['model']}'s {method}: {named} fails to lower alone")
         except Exception as failure:  # noqa: BLE001 - recorded: the localization is the finding
             return {"status": "not written", "why": f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
         run = issue_text.run_reproducer(folder)

@@ -343,3 +343,30 @@ class PaddedPositions(nn.Module):
 def planted_quantize() -> ModelCase:
     torch.manual_seed(23)
     return ModelCase(PaddedPositions().eval(), (torch.randint(2, 50, (2, 8)),))
+
+
+class HyphenatedStage(nn.Module):
+    """torchvision's RegNet names its blocks ``block1-0``: a convolution and its batch norm in a block of that name.
+    ExecuTorch 0.7's XNNPACK fuses the two into a weight named after the module's path (``trunk_block1-0_0_weight_
+    fused_bn``), which its fusion pass (FuseBatchNormWithConvPass) then cannot find: the model exports, and does not
+    lower. Named ``block1_0``, it lowers; so does the block alone, its path no longer hyphenated."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 1)
+        self.trunk = nn.Sequential()
+        self.trunk.add_module("block1-0", nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False),
+                                                        nn.BatchNorm2d(width), nn.ReLU()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.stem(x))
+
+
+def planted_lowering() -> ModelCase:
+    torch.manual_seed(29)
+    model = HyphenatedStage().eval()
+    with torch.no_grad():  # batch statistics of their own, so that the fold is not the identity
+        norm = model.trunk.get_submodule("block1-0")[1]
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 1.5)
+    return ModelCase(model, (torch.randn(1, 3, 16, 16),))

@@ -32,6 +32,7 @@ from upgrade_gate.schema.measured import (
     DeviceLatency,
     DeviceMemory,
     LatencyRatio,
+    LatencyReproducer,
     LatencySummary,
     Measured,
     RatioEstimate,
@@ -143,7 +144,10 @@ MODEL = ModelResults(name="vit@int8", factory="models.vit:make", description="Vi
                      device_latency=(DEVICE, UNJUDGED), device_memory=(DEVICE_MEMORY,),
                      attributions=(Attribution(stack="candidate", method="forward", output="forward.output_0",
                                                quantization_rel_l2=0.03, lowering_rel_l2=math.inf, floor=1e-4,
-                                               method_threshold=0.06, allowances={"output_0": 0.06}),))
+                                               method_threshold=0.06, allowances={"output_0": 0.06}),),
+                     latency_reproducer=LatencyReproducer(stack="candidate", threads=2, method="forward",
+                                                          found_ratio=1.27, threshold=1.05, script="m/repro/repro.py",
+                                                          exit_code=1, said="slower, as found"))
 INSTALLED = Installed(python="3.12.1", executable="/venv/bin/python", platform="linux", cpu="x86_64", cpu_count=None,
                       architecture="x86_64", isa=("avx2", "fma"), torch_version="2.8.0",
                       distributions={"torch": "2.8.0", "timm": None})
@@ -182,7 +186,7 @@ RELEASE = Release(executorch=Version("0.7.0"), released="2025-07-01", torch="2.8
                   numpy=">=2", pythons=("3.10", "3.12"), source="https://example.org")
 EVERY = [QUANTITY, GATE, FINDING, VERDICT, OUTPUT, TASK, COMPARISON, LATENCY, ESTIMATE, MEASURED, LOAD, ROUND,
          CONTENTION, BUSY, RATIO, DEVICE, UNJUDGED, DEVICE_MEMORY, STACK_RESULTS, MODEL, INSTALLED, TARGET, EXTRA, STACK_INFO, CHANGE, DIFF, RUN, NEW_WARNING,
-         SCAN.findings[0], SCAN, SCAN.rewrites[0], PROJECT.patched["candidate"], DIAGNOSIS, MODEL.attributions[0], VERDICT.remedies[0], VERDICT.artifacts[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
+         SCAN.findings[0], SCAN, SCAN.rewrites[0], PROJECT.patched["candidate"], DIAGNOSIS, MODEL.attributions[0], MODEL.latency_reproducer, VERDICT.remedies[0], VERDICT.artifacts[0], VERDICT.with_remedies["candidate"], PROJECT.stacks["legacy"], PROJECT, RESULTS, CacheUse(key="k"),
          RaisedWarning(test="t", category="UserWarning", message="m", location="a.py:1", count=1),
          ShardManifest(tool_version="0.1.0", shard=Shard(2, 4), selection=("a", "b"), models=("a",), stacks=("x",),
                        specs={"x": "digest"}, host="ci"),
@@ -216,7 +220,7 @@ def test_every_record_of_the_schema_is_round_tripped_here():
 def test_keys_and_their_order_are_the_files():
     assert list(MODEL.to_dict()) == ["model", "factory", "description", "source", "variant", "task", "fixtures",
                                      "stacks", "comparisons", "latency_ratios", "contention", "busy_rounds",
-                                     "device_latency", "device_memory", "attributions"]
+                                     "device_latency", "device_memory", "attributions", "latency_reproducer"]
     assert MODEL.to_dict()["contention"] == [CONTENTION.to_dict()]
     assert list(CONTENTION.to_dict()) == ["threads", "cores", "cpu", "rounds", "planned", "ended", "intervals"]
     assert CONTENTION.to_dict()["ended"] == "repeats ran out"

@@ -16,6 +16,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -658,7 +659,7 @@ def test_a_fusion_no_operator_of_which_fails_alone_is_named_and_its_cheap_remedy
 LATENCY = "planted-latency"
 
 
-def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_timed_and_judged(explained_run):
+def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_timed_and_judged(explained_run, tmp_path):
     """Issue 39, item 6: an exact model whose candidate profile spends its time in the portable batch norm
     (twelve after linear layers: ExecuTorch 0.7's XNNPACK takes the linears, not the norms) is searched for the
     batch norms to fold; the lines that fold them are run as written, lowered, checked against eager and timed
@@ -684,6 +685,7 @@ def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_time
     measurement = load(out, f"measurements/{LATENCY}/threads-1.json")
     assert measurement["remedied"] == {"candidate+remedy": {"forward": "diagnose/remedy/forward.pte"}}
     assert measurement["stacks"]["candidate+remedy"]["status"] == "ok"
+    latency_reproducer_reproduces(out, tmp_path)
     verdict = verdict_of(out)
     gate = next(g for g in verdict.gates if (g.stack, g.model, g.gate) == ("candidate", LATENCY, "latency"))
     (judged,) = (r for r in verdict.remedies if r.model == LATENCY)
@@ -711,6 +713,33 @@ def test_a_latency_regression_in_portable_batch_norms_gets_the_fold_lowered_time
     assert "of its time in ExecuTorch's portable kernels, outside the delegate:" in entry, entry
     assert "fold the batch norm into the convolution or linear that precedes it" in entry, entry
     assert "fold_batch_norm(model, into, norm)" in way_out.split(f"### `{LATENCY}` · `forward` in candidate")[1]
+
+
+def latency_reproducer_reproduces(out: Path, tmp_path: Path) -> None:
+    """Issue 63, item 6: the measure session hands the slowdown on as a reproducer — both stacks' artifacts of the
+    method timed in alternating rounds, each in its own stack's Python — that exits 1, as its record and the
+    report's entry say; a copy run again here, with a threshold past the slowdown, exits 0."""
+    record = load(out, f"measurements/{LATENCY}/latency-reproducer.json")
+    assert (record["stack"], record["method"], record["threads"], record["threshold"]) == (
+        "candidate", "forward", 1, 1.05) and record["found_ratio"] > 1.05, record
+    assert record["script"] == f"measurements/{LATENCY}/repro/repro.py" and record["exit_code"] == 1, record
+    assert record["said"].endswith("slower, as found"), record
+    folder = tmp_path / "repro"  # handed on: nothing of the report folder or the tool is needed beside it
+    shutil.copytree((out / record["script"]).parent, folder)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "baseline", "baseline.log", "candidate.log", "candidate.pte", "device_runner.py", "inputs.npz", "repro.json",
+        "repro.py"]
+    assert [p.name for p in (folder / "baseline").iterdir()] == ["forward.ptl"]
+    settings = json.loads((folder / "repro.json").read_text())
+    settings["threshold"] = 1000.0
+    (folder / "repro.json").write_text(json.dumps(settings))
+    again = subprocess.run([sys.executable, "repro.py", "--rounds", "3"], cwd=folder, capture_output=True, text=True,
+                           timeout=600, env={"PATH": "/usr/bin:/bin"})
+    assert again.returncode == 0 and again.stdout.strip().endswith("not slower here"), again.stdout + again.stderr
+    assert again.stdout.count("round ") == 3
+    entry = (out / "report.md").read_text().split(f"### `{LATENCY}` · latency in candidate")[1].split("\n### ")[0]
+    assert f"Reproducer (`forward` at 1 thread(s), ×{record['found_ratio']:.3f} in the rounds): " \
+           f"`{record['script']}` times both stacks' artifacts" in entry and "Run here: exit 1, reproduces" in entry
 
 
 PROGRAM_SOURCE_CHECK = '''

@@ -810,18 +810,20 @@ def test_other_backends_export_only(explained_run):
 
 
 PLANTED_QUANTIZE = "planted-quantize@int8-dynamic"
+PLANTED_LOWERING = "planted-lowering"
 
 
 @pytest.fixture(scope="module")
 def localized_run(tmp_path_factory):
-    """Two models whose candidate export fails in one submodule, exported side by side, and a quantized variant
-    whose candidate recipe raises (RoBERTa's padded position ids)."""
+    """Two models whose candidate export fails in one submodule, exported side by side, a quantized variant
+    whose candidate recipe raises (RoBERTa's padded position ids), and a model that exports and does not lower
+    (RegNet's hyphenated block)."""
     folder = tmp_path_factory.mktemp("localized")
     out = folder / "report"
     # The export API's other options for a model that does not export (the diagnose phase): the explained run's.
     # The shortest measurement: its tests read the candidate's localized export failures, not the baseline's latency.
     result = nox("-s", "compare", "--", "--out", str(out), "--models",
-                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE}",
+                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE},{PLANTED_LOWERING}",
                  env=user_project(folder, f"[tool.upgrade-gate]\ndiagnose-budget = 0\n{QUICK_TIMING}"))
     return out, result
 
@@ -864,6 +866,40 @@ def test_a_recipe_that_raises_gets_the_module_and_a_reproducer_that_reproduces(l
             (out / "migrate" / "README.md").read_text())
     report = (out / "report.md").read_text()
     assert ("Reproducer, the recipe on the first of them alone (torch and executorch only): "
+            f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
+
+
+@pytest.mark.shares_machine
+def test_a_block_that_does_not_lower_gets_a_reproducer_of_its_lowering(localized_run, tmp_path):
+    """Issue 63, item 6 (the zoo's regnet_x_400mf): a model that exports and whose lowering raises is localized to
+    the smallest block that fails to lower alone, and that block's exported program is its reproducer — lowered as
+    the artifact was, exit 1 while it raises as found, run here and again alone with the candidate's Python."""
+    out, _ = localized_run
+    model = localized(out, PLANTED_LOWERING)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    said = "An error occurred when running the 'FuseBatchNormWithConvPass' pass"
+    assert stages["export"]["status"] == "failed" and said in stages["export"]["error"]["message"], stages["export"]
+    found = stages["localize"]["details"]
+    assert found["attempt"] == "export" and found["complete"], found
+    # The stem lowers alone, the trunk does not; its block alone, its path no longer hyphenated, does.
+    assert [(t["module"], t["ok"]) for t in found["tried"]] == [
+        ("stem", True), ("trunk", False), ("trunk.block1-0", True)], found["tried"]
+    (culprit,) = found["culprits"]
+    assert (culprit["module"], culprit["class"]) == ("trunk", "Sequential"), culprit
+    reproducer = found["reproducer"]
+    ((run,),) = [reproducer["runs"]]
+    assert (reproducer["status"], run["exit"]) == ("written", 1) and "fails as found" in run["said"], reproducer
+    record_dir = out / model["stacks"]["candidate"]["record_dir"]
+    copy = tmp_path / "repro"
+    shutil.copytree(record_dir / reproducer["folder"], copy)
+    assert {"inputs.pt", "program.pt2", "repro.py"} <= {p.name for p in copy.iterdir()}
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert ran.returncode == 1 and "fails as found" in ran.stdout and said in ran.stdout, (ran.stdout, ran.stderr)
+    assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}  # TorchScript folds it
+    report = (out / "report.md").read_text()
+    assert ("Reproducer, the lowering of the first of them alone (torch and executorch only): "
             f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
 
 

@@ -59,6 +59,13 @@ GROWTH = {
     "reproducer holds its lines in a function, so that a Python without torch answers exit 3": 194,
     "issue 64: migrate refreshed without the result cache takes a team's model's weights and inputs from the folder "
     "an earlier migrate wrote": 6,
+    "issue 63, item 6: a latency finding's reproducer — both stacks' artifacts of the slowest method timed in "
+    "alternating rounds, each in its own Python (measure/latency_repro_script.py, device_runner.py's plain program; "
+    "measure/latency_reproducer.py writes and runs it), its record and report entry; where a slowdown is the "
+    "delegate's (schema/stack.py SlowdownSplit)": 384,
+    "issue 63, item 6: a block that does not lower gets its exported program as a reproducer (the localization's, "
+    "compat/export_phase.py; RegNet's hyphenated block planted); a load reproducer's call alone run in a Python of "
+    "its own, so that a runtime's abort is an exit status (mobileone's)": 72,
 }
 SLACK = 50
 

@@ -337,3 +337,65 @@ def test_a_latency_remedy_is_judged_by_the_latency_gate_and_an_unjudged_one_is_p
     text = to_markdown([_judged(judged)])
     assert "[passed] the latency gate passes with the remedy, against the baseline: ratio = 0.620" in text, text
     assert "Provisional" not in text
+
+
+def test_a_slowdown_says_whether_its_portable_kernels_can_account_for_it_and_quotes_its_reproducer():
+    """Issue 63, item 6: were its portable kernels free, a method 2.0x slower with 1.8% of its time in them would
+    still take 2.0 x 0.982 = 1.964x the baseline's time — over the gate's 1.05, so the gap is inside the delegate,
+    whose calls are named; with 60% in them, 0.8x — within it, so they can account for it. The measure session's
+    reproducer is quoted with what its run answered, or why none was written."""
+    from upgrade_gate.report._way_out_section import latency_blocks
+    from upgrade_gate.schema.measured import LatencyRatio, LatencyReproducer, RatioEstimate
+    from upgrade_gate.schema.stack import StackResults
+    from upgrade_gate.schema.verdict import Quantity, Unit
+
+    def profiled(portable_share: float) -> StackResults:
+        operators = [{"name": "DELEGATE_CALL:XnnpackBackend", "calls": 42, "total_ms": 90.0, "share": 0.9},
+                     {"name": "aten::native_layer_norm.out", "calls": 9, "total_ms": 1.8, "share": portable_share}]
+        return StackResults(record_dir="r", measured={}, stages=(
+            Stage(stage="profile", status="ok", duration_s=1.0, details={"methods": {"forward": {"operators": operators}}}),))
+
+    ratio = LatencyRatio(stack="candidate", threads=1, method="forward",
+                         estimate=RatioEstimate(median=2.0, low=1.9, high=2.1, per_round=(2.0,) * 6))
+    reproducer = LatencyReproducer(stack="candidate", threads=1, method="forward", found_ratio=1.98765, threshold=1.05,
+                                   script="measurements/vit/repro/repro.py", exit_code=1,
+                                   said="vit (forward, 1 thread(s)): the candidate takes x1.990 …: slower, as found")
+    gate = GateResult(gate="latency", stack="candidate", model="vit", severity=Severity.SOFT,
+                      status=GateStatus.FAILED, metric="ratio", op="≤", threshold=Quantity(value=1.05, unit=Unit.RATIO),
+                      measured=Quantity(value=2.0, unit=Unit.RATIO, low=1.9, high=2.1), note="1 thread(s)")
+
+    def entry(portable_share: float, found: LatencyReproducer) -> str:
+        model = ModelResults(name="vit", factory="f:m", description="", source="built-in", variant="fp32",
+                             task_kind="generic", comparisons=(), ratios=(ratio,), latency_reproducer=found,
+                             stacks={"legacy": profiled(0.0), "candidate": profiled(portable_share)})
+        return to_markdown(latency_blocks(model, gate, "legacy", searched=False))
+
+    text = entry(0.018, reproducer)
+    assert ("Were its portable kernels free, it would still take ×1.964 the baseline's time (×2.000 now, less their "
+            "1.8%), over ×1.05: most of the slowdown is inside the delegate (`DELEGATE_CALL:XnnpackBackend` 90.0% over "
+            "42 call(s))") in text
+    assert ("Reproducer (`forward` at 1 thread(s), ×1.988 in the rounds): `measurements/vit/repro/repro.py` times both "
+            "stacks' artifacts of the method in alternating rounds") in text
+    assert "Run here: exit 1, reproduces — `vit (forward, 1 thread(s)): the candidate takes x1.990 …: slower, as " \
+           "found`." in text
+    text = entry(0.6, replace(reproducer, script="", exit_code=None, said="", reason="its artifacts are 900 MiB"))
+    assert "it would still take ×0.800 the baseline's time (×2.000 now, less their 60.0%): within ×1.05, so they " \
+           "can account for the slowdown." in text
+    assert "No reproducer of the slowdown (`forward` at 1 thread(s), ×1.988 in the rounds): its artifacts are 900 MiB." \
+           in text
+
+
+def test_a_reproducer_that_aborts_its_python_is_an_exit_status_not_the_workers_end(tmp_path):
+    """Issue 63: mobileone's call alone made the runtime assert, which took the diagnose worker down with it. Run
+    isolated, a reproducer's abort is its exit status (the signal's, negative) with its last words on stderr."""
+    from compat.search.issue_text import run_reproducer
+
+    (tmp_path / "repro.py").write_text(
+        "import os, sys\nprint('loading', flush=True)\nprint('aten_bridge.cpp: ETensor must have valid sizes array', "
+        "file=sys.stderr, flush=True)\nos.abort()\n")
+    run = run_reproducer(tmp_path, isolated=True)
+    assert run == {"args": [], "exit": -6, "said": "aborted by SIGABRT: aten_bridge.cpp: ETensor must have valid sizes "
+                                                    "array"}
+    (tmp_path / "repro.py").write_text("import sys\nprint('fails as found: 0x1')\nsys.exit(1)\n")
+    assert run_reproducer(tmp_path, "--with-remedy", isolated=True) == {
+        "args": ["--with-remedy"], "exit": 1, "said": "fails as found: 0x1"}

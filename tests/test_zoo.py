@@ -11,6 +11,10 @@ from benchmarks import zoo
 from upgrade_gate.schema.results import Results
 
 REPORT = Path(__file__).parent / "data" / "zoo" / "results.json"
+# deit-tiny's row of a zoo run of the eight latency failures with `profile = true` (2026-12-07, its stages' details
+# as written): its gate failed at ratio 1.271, the candidate's profile 94.9% in XNNPACK's delegate calls, 4.8% in
+# portable kernels; the measure session's reproducer exited 1.
+LATENCY = Path(__file__).parent / "data" / "zoo" / "latency.json"
 
 
 def test_each_candidate_failure_has_its_class_and_what_its_way_out_did():
@@ -40,6 +44,17 @@ def test_each_candidate_failure_has_its_class_and_what_its_way_out_did():
     assert (failure.kind, failure.entry, failure.reproduces, failure.remedy) == ("latency", "why not", None, None)
     assert failure.found == "no per-operator profile of candidate (profile = false): nothing says where its time goes"
     assert failure.said.startswith("ratio = 2.755, 96.9% interval")
+
+
+def test_a_latency_failure_whose_time_is_the_delegates_says_so_and_counts_its_reproducer():
+    """Issue 63, item 6: were its portable kernels free, deit-tiny would still take 1.271 x (1 - 0.048) = 1.21 times
+    the baseline's time, over the gate's 1.05: its entry says why it names no operator (the delegate's own are not
+    in the profile), and the measure session's reproducer, which exited 1, counts as reproducing."""
+    (row,) = zoo.table_rows(Results.load(LATENCY))
+    (failure,) = row.failures
+    assert (failure.kind, failure.entry, failure.reproduces, failure.remedy) == ("latency", "why not", True, None)
+    assert failure.found == "its time is the delegate's: ×1.21 were its portable kernels free " \
+                            "(DELEGATE_CALL:XnnpackBackend 95%)"
 
 
 def test_the_totals_count_the_failures_by_class_and_the_way_outs():

@@ -104,7 +104,8 @@ class LoadFailurePhase(DiagnosePhase):
             culprit.write_reproducer(folder, tuple(tensors), self.adapter.load_reproducer_source(
                 kind=found["operator"], call=call, arguments=len(tensors), threshold=self.threshold_of(method),
                 remedy=remedy, found_in=found_in, fails_with=fails_with))
-            runs, scope, note = [issue_text.run_reproducer(folder)], "operator", ""
+            # The call alone may abort in the runtime (mobileone's add): in a Python of its own, not this worker.
+            runs, scope, note = [issue_text.run_reproducer(folder, isolated=True)], "operator", ""
             if runs[0]["exit"] != 1:  # the call alone loads: the smallest program known to fail is the method
                 note = f"the call alone {runs[0]['said'] or 'does not fail as found'}: the reproducer is the method"
                 self.method_reproducer(method, self.whole[method], folder, kind=found["operator"], remedy=remedy,

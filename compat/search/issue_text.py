@@ -3,14 +3,19 @@ the backend's tracker — the operator and backend, the versions and the CPU, wh
 lowered and with the remedy, expected against actual, and the remedy's lines as the workaround.
 
 The reproducer runs in this worker's own interpreter (torch and the stack's packages are imported already),
-as ``python repro.py [--with-remedy]`` would: its printed line and exit status are what the text quotes."""
+as ``python repro.py [--with-remedy]`` would: its printed line and exit status are what the text quotes. One that
+may take the process down with it (a native runtime's assertion: mobileone's call alone) runs in a Python of its
+own (``isolated``), its abort an exit status like any other."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import platform
 import runpy
+import signal
+import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -24,9 +29,12 @@ EXITS = {0: "within the threshold", 1: "differs", 3: "could not run"}
 FAILS_AS_FOUND = "fails as found"  # a reproducer of a method that did not lower, exit 1 (executorch_diagnose.py)
 
 
-def run_reproducer(folder: Path, *args: str) -> dict[str, Any]:
-    """``python repro.py *args`` in this process: its exit status and its last printed line."""
+def run_reproducer(folder: Path, *args: str, isolated: bool = False) -> dict[str, Any]:
+    """``python repro.py *args`` in this process (``isolated``: in a Python of its own, this one's): its exit status
+    (a signal's as ``-N``) and its last printed line."""
     script = folder / "repro.py"
+    if isolated:
+        return _run_apart(script, args)
     printed = io.StringIO()
     saved = sys.argv
     sys.argv = [str(script), *args]
@@ -43,6 +51,23 @@ def run_reproducer(folder: Path, *args: str) -> dict[str, Any]:
         sys.argv = saved
     lines = printed.getvalue().strip().splitlines()
     return {"args": list(args), "exit": code if isinstance(code, int) else 1, "said": lines[-1][:500] if lines else ""}
+
+
+def _run_apart(script: Path, args: tuple[str, ...]) -> dict[str, Any]:
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    try:
+        done = subprocess.run([sys.executable, str(script), *args], cwd=script.parent, capture_output=True, text=True,
+                              env=env, timeout=900, check=False)
+    except subprocess.TimeoutExpired:
+        return {"args": list(args), "exit": 3, "said": "could not run: it did not finish in 900 s"}
+    lines = done.stdout.strip().splitlines()
+    said = lines[-1] if lines else ""
+    if done.returncode < 0:  # killed by a signal: the runtime's own last words are on stderr
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        name = signal.Signals(-done.returncode).name if -done.returncode in signal.valid_signals() else (
+            f"signal {-done.returncode}")
+        said = f"aborted by {name}" + (f": {last}" if last else "")
+    return {"args": list(args), "exit": done.returncode, "said": said[:500]}
 
 
 def environment(packages: tuple[str, ...]) -> list[str]:

@@ -27,6 +27,8 @@ every run on a machine, and every file of a run in its report folder.
           localize/repro/<method>/repro.py  …          a recipe that raises: its reproducer (the export phase's)
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
+      measurements/<model>/repro/repro.py  …           a candidate found slower than the latency gate allows: both
+      measurements/<model>/latency-reproducer.json     stacks' artifacts timed in turns, and what its run answered
       migrate/README.md  migrate/<model>/              what a GO hands over (upgrade_gate.migrate): export.py,
           export.py  MIGRATION.md  weights.npz  inputs.npz   which rebuilds the judged artifact, and the app's change
       migrate/project.diff                             the project's calls the move changes, written for the
@@ -209,6 +211,14 @@ def measurement_dir(out: Path, model: str) -> Path:
 
 def measurement_file(out: Path, model: str, threads: int) -> Path:
     return measurement_dir(out, model) / f"threads-{threads}.json"
+
+
+def latency_reproducer_dir(out: Path, model: str) -> Path:
+    return measurement_dir(out, model) / "repro"
+
+
+def latency_reproducer_file(out: Path, model: str) -> Path:
+    return measurement_dir(out, model) / "latency-reproducer.json"
 
 
 def bundle_dir(out: Path) -> Path:

@@ -27,6 +27,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.judge.gather import gather, stack_info
 from upgrade_gate.judge.policy import evaluate, headline
 from upgrade_gate.measure import device
+from upgrade_gate.measure.latency_reproducer import write_latency_reproducer
 from upgrade_gate.measure.rounds import measure_all
 from upgrade_gate.measure.targets import measure_targets
 from upgrade_gate.migrate import write_migration, write_project_diff
@@ -171,6 +172,8 @@ def measure(plan: Plan, log: Callable[[str], Any] = print) -> None:
                    f"it to time; run `{command('compare', f'--out {out}')}`, or "
                    f"`{command(f'run({never_ran[0]})', f'--out {out}')}` before `{command('measure', f'--out {out}')}`")
     measure_all(plan, log=log)
+    for model in plan.models:  # once every model is timed: its run times the stacks again
+        write_latency_reproducer(plan, model, log)
 
 
 def prune_cache(plan: Plan, log: Callable[[str], Any] = print) -> None:

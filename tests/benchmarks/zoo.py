@@ -194,7 +194,7 @@ def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: 
     """What the candidate's diagnose phase (and, for a failed export, the localization) found for this failure."""
     own = model.stacks[stack]
     if kind == "latency" and (own.diagnosis is None or own.diagnosis.search != "latency"):
-        return latency_entry(model, stack, said)
+        return latency_entry(model, stack, said, results.settings.gates["latency"].threshold)
     diagnosis = own.diagnosis if own.diagnosis is not None and _answers(own.diagnosis.search, kind) else None
     findings = diagnosis.findings if diagnosis is not None else []
     named = sorted({c.named for f in findings for c in f.culprits})
@@ -215,26 +215,38 @@ def way_out(results: Results, model: ModelResults, stack: str, kind: str, said: 
     else:
         entry, found = ("why not", why) if why else ("none", "")
     runs = [code for f in findings for args, code, _ in f.reproducer_runs if not args]
-    if localized is not None and not findings:  # a recipe that raises: the localization's reproducer
+    if localized is not None and not runs:  # the localization's reproducer (a recipe that raises, a block's lowering)
         runs = [code for args, code, _ in localized.reproducer_runs if not args]
     remedies = [r.passes for r in results.verdict.remedies if (r.model, r.stack) == (model.name, stack)]
     remedies += [bool(f.remedy_passes) for f in findings if f.remedy_passes is not None]
     return Failure(model=model.name, kind=kind, said=said, entry=entry, found=found[:300],
-                   reproduces=(1 in runs) if runs else None, remedy=any(remedies) if remedies else None)
+                   reproduces=(1 in runs) if runs else latency_reproduces(model, stack) if kind == "latency" else None,
+                   remedy=any(remedies) if remedies else None)
 
 
-def latency_entry(model: ModelResults, stack: str, said: str) -> Failure:
-    """A latency failure no search took up: its entry as the report's Way out gives it (report/_way_out_section.py
-    latency_blocks) — the portable kernels the profile names, or why it names none."""
-    profile = model.stacks[stack].profile
-    portable = sorted({op.name for operators in profile.values() for op in operators if op.portable})
-    if portable:
-        entry, found = "named", ", ".join(portable[:LATENCY_TOP])
-    elif profile:
+def latency_entry(model: ModelResults, stack: str, said: str, threshold: float) -> Failure:
+    """A latency failure: its entry as the report's Way out gives it (report/_way_out_section.py latency_blocks) —
+    the portable kernels the profile names where they can account for the slowdown, or why it names none (its
+    time is the delegate's, or there is no profile) — and the measure session's reproducer."""
+    splits = [s for method in model.stacks[stack].profile if (s := model.slowdown_split(stack, method)) is not None]
+    split = max(splits, key=lambda s: s.ratio, default=None)
+    if split is not None and split.in_delegate(threshold):
+        entry, found = "why not", (f"its time is the delegate's: ×{split.without_portable:.3g} were its portable "
+                                   f"kernels free ({', '.join(f'{op.name} {op.share:.0%}' for op in split.delegates)})")
+    elif split is not None and split.portable:
+        entry, found = "named", ", ".join(f"{op.name} {op.share:.0%}" for op in split.portable[:LATENCY_TOP])
+    elif model.stacks[stack].profile:
         entry, found = "why not", "no portable kernel in its profile: its time is the delegate's"
     else:
         entry, found = "why not", f"no per-operator profile of {stack} (profile = false): nothing says where its time goes"
-    return Failure(model=model.name, kind="latency", said=said, entry=entry, found=found, reproduces=None, remedy=None)
+    return Failure(model=model.name, kind="latency", said=said, entry=entry, found=found,
+                   reproduces=latency_reproduces(model, stack), remedy=None)
+
+
+def latency_reproduces(model: ModelResults, stack: str) -> bool | None:
+    """Whether the measure session's latency reproducer of the stack answered exit 1 (None: none written)."""
+    found = model.latency_reproducer
+    return found.exit_code == 1 if found is not None and found.stack == stack and found.script else None
 
 
 LATENCY_TOP = 5  # as the report names them

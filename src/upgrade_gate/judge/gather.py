@@ -30,7 +30,13 @@ from upgrade_gate.schema.measured import (
     remedied,
     summarize,
 )
-from upgrade_gate.schema.measurement import Contention, Measurement, TimedSide, load_measurement
+from upgrade_gate.schema.measurement import (
+    Contention,
+    Measurement,
+    TimedSide,
+    load_latency_reproducer,
+    load_measurement,
+)
 from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import (
     StackModelRecord,
@@ -121,6 +127,7 @@ def gather_model(plan: Plan, model: ModelEntry,
                         variant=model.variant, task_kind=kind, stacks=stacks, comparisons=tuple(comparisons),
                         ratios=tuple(ratios), contention=contention, busy_rounds=tuple(busy_rounds),
                         attributions=attributions_of(plan, model, comparisons),
+                        latency_reproducer=load_latency_reproducer(out, model.name),
                         device_latency=device_latency(plan, model, runs),
                         device_memory=device_memory(plan, model, runs))
 

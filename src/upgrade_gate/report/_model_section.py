@@ -335,7 +335,8 @@ def localization_blocks(model: ModelResults) -> list[Block]:
         blocks += [Paragraph(f"**{n}: where {what} of {found.method} breaks** ({tried}):"), bullets(*lines)]
         if found.reproducer is not None:
             ran = "; ".join(f"exit {code}: {said}" for _, code, said in found.reproducer_runs) or "not run"
-            blocks.append(Paragraph(f"Reproducer, the recipe on the first of them alone (torch and executorch only): "
+            what = "the recipe on" if found.attempt == "quantize" else "the lowering of"
+            blocks.append(Paragraph(f"Reproducer, {what} the first of them alone (torch and executorch only): "
                                     f"{code_span(f'{stack.record_dir}/{found.reproducer}/repro.py')} — {ran}"))
         elif found.reproducer_problem:
             blocks.append(Paragraph(f"No reproducer: {found.reproducer_problem}"))

@@ -9,7 +9,7 @@ from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Heading, Paragraph, bullets, code_span, mark
 from upgrade_gate.schema.diagnosis import Diagnosis
 from upgrade_gate.schema.results import ModelResults, Results
-from upgrade_gate.schema.stack import PORTABLE_SHARE
+from upgrade_gate.schema.stack import PORTABLE_SHARE, SlowdownSplit
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, VerdictRecord
 
 INTRO = ("Where an artifact departs from its own stack's eager model beyond the numerics threshold, upgrade-gate "
@@ -98,6 +98,7 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
                 anchor=f"way-out-{model_anchor(model.name)}-latency"),
         Paragraph(f"{mark('FAILED' if failed else 'incomplete')} The latency gate {outcome}: "
                   f"{gate.measured_against_rule}.")]
+    blocks += latency_reproducer_blocks(model, stack)
     own, theirs = model.stacks[stack].profile, model.stacks[baseline].profile if baseline in model.stacks else {}
     if not own:
         return blocks + [Paragraph(f"No per-operator profile of {stack} (`profile = false`, or its profile stage did "
@@ -121,6 +122,10 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
         if top:
             items.append(f"{baseline}'s most time: " + ", ".join(f"{code_span(op.name)} {op.share:.1%}" for op in top))
         blocks += [Paragraph(said + ":"), bullets(*items)] if items else [Paragraph(said + ".")]
+        threshold = gate.threshold.value if gate.threshold is not None else None
+        split = model.slowdown_split(stack, method) if threshold is not None else None
+        if split is not None and threshold is not None and split.ratio > threshold:  # within it: no gap to account for
+            blocks.append(Paragraph(_where_the_gap_is(split, threshold)))
     if not searched:
         blocks.append(Paragraph("No remedy was lowered and timed for it: a latency search runs where a portable batch "
                                 f"norm takes at least {PORTABLE_SHARE:.0%} of a method's profiled time; the profiles "
@@ -129,6 +134,34 @@ def latency_blocks(model: ModelResults, gate: GateResult, baseline: str, *, sear
 
 
 LATENCY_TOP = 5  # portable kernels named per method
+
+
+def _where_the_gap_is(split: SlowdownSplit, threshold: float) -> str:
+    """Whether the portable kernels can account for the slowdown: were they free, the ratio that would be left."""
+    bound = (f"Were its portable kernels free, it would still take ×{split.without_portable:.3f} the baseline's time "
+             f"(×{split.ratio:.3f} now, less their {split.portable_share:.1%})")
+    if not split.in_delegate(threshold):
+        return bound + f": within ×{threshold:g}, so they can account for the slowdown."
+    calls = ", ".join(f"{code_span(op.name)} {op.share:.1%} over {op.calls} call(s)" for op in split.delegates)
+    return (bound + f", over ×{threshold:g}: most of the slowdown is inside the delegate ({calls}). Its own "
+            "operators are not in this runtime's profile (ExecuTorch's pip wheel has no event tracer), so none of them "
+            "is named.")
+
+
+def latency_reproducer_blocks(model: ModelResults, stack: str) -> list[Block]:
+    """The measure session's reproducer of the slowdown (measure/latency_reproducer.py), and what its run said."""
+    found = model.latency_reproducer
+    if found is None or found.stack != stack:
+        return []
+    where = f"{code_span(found.method)} at {found.threads} thread(s), ×{found.found_ratio:.3f} in the rounds"
+    if not found.script:
+        return [Paragraph(f"No reproducer of the slowdown ({where}): {found.reason}.")]
+    ran = f"exit {found.exit_code}, {found.answer}" if found.exit_code is not None else found.answer
+    return [Paragraph(f"Reproducer ({where}): {code_span(found.script)} times both stacks' artifacts of the method in "
+                      "alternating rounds, each in its own stack's Python (`python3 repro.py --baseline-python PATH "
+                      f"--candidate-python PATH`; the report's stacks by default): exit 1 while the candidate takes "
+                      f"more than ×{found.threshold:g} the baseline's time, 0 when it does not. Run here: {ran}"
+                      + (f" — {code_span(found.said)}." if found.said else "."))]
 
 
 def _advice(operator: str) -> str:

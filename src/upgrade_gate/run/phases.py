@@ -183,6 +183,8 @@ def _phase_job(run: PhaseRun) -> dict[str, Any]:
         # Exports and the checks of the runtime phase run at the first thread count.
         "threads": settings.threads[0],
         "localize_budget_s": settings.localize_budget_s,
+        # What a lowering reproducer of the localization compares with eager, where it lowers (a fixed release).
+        "max_rel_l2": settings.gates.for_model(run.model.base, "max-rel-l2"),
         "backends_budget_s": settings.backends_budget_s,
         "profile_runs": PROFILE_RUNS if settings.profile else 0,
         **run.extra,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -263,3 +263,39 @@ class DeviceMemory(codec.Record):
     baseline_bytes: int | None
     candidate_cold_ms: float
     baseline_cold_ms: float
+
+
+# The answers of a latency reproducer's run (measure/latency_repro_script.py's exit statuses).
+REPRODUCER_ANSWERS = {1: "reproduces", 0: "does not reproduce here"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LatencyReproducer(codec.Record):
+    """A candidate's method the measure session's rounds found slower than the latency gate allows (the median of
+    its rounds' ratios), handed on as a reproducer: both stacks' artifacts timed in alternating rounds, each in its
+    own Python (measure/latency_reproducer.py), run once with the report's stacks."""
+
+    stack: str
+    threads: int
+    method: str
+    found_ratio: float  # the median of the rounds' ratios, as the measure session found it
+    threshold: float  # the latency gate's
+    script: str = ""  # relative to the report folder; "" where not written
+    reason: str = ""  # why it was not written
+    exit_code: int | None = None  # its run: 1 slower, 0 not, 3 no answer; None: it did not finish or did not run
+    said: str = ""  # its last line
+
+    def not_written(self, reason: str) -> LatencyReproducer:
+        return replace(self, reason=reason)
+
+    def written(self, script: str) -> LatencyReproducer:
+        return replace(self, script=script)
+
+    def answered(self, exit_code: int | None, said: str) -> LatencyReproducer:
+        return replace(self, exit_code=exit_code, said=said)
+
+    @property
+    def answer(self) -> str:
+        """reproduces, does not reproduce here, or could not run (it failed before timing, or did not finish)."""
+        return REPRODUCER_ANSWERS.get(self.exit_code, "could not run") if self.exit_code is not None else (
+            "did not finish")

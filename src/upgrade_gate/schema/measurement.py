@@ -13,7 +13,7 @@ from typing import Any
 from upgrade_gate import layout
 from upgrade_gate.errors import RecordError
 from upgrade_gate.schema import codec
-from upgrade_gate.schema.measured import RatioEstimate, RoundsEnded, ratio_by_rounds
+from upgrade_gate.schema.measured import LatencyReproducer, RatioEstimate, RoundsEnded, ratio_by_rounds
 from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import check_schema
 from upgrade_gate.stats import fewest_rounds, interval_confidence, sequential_looks
@@ -307,6 +307,18 @@ def load_measurement(out: Path, model: str, threads: int) -> Measurement | None:
     """The measure session's file for one model and thread count, or None where it has none."""
     path = layout.measurement_file(out, model, threads)
     return read_measurement(path, path.relative_to(out).as_posix()) if path.is_file() else None
+
+
+def load_latency_reproducer(out: Path, model: str) -> LatencyReproducer | None:
+    """The measure session's latency reproducer of the model (measure/latency_reproducer.py), or None."""
+    path = layout.latency_reproducer_file(out, model)
+    if not path.is_file():
+        return None
+    where = path.relative_to(out).as_posix()
+    try:
+        return LatencyReproducer.from_reader(Reader(json.loads(path.read_text(encoding="utf-8")), where))
+    except ValueError as error:
+        raise RecordError(f"{where}: not valid JSON ({error})") from None
 
 
 def read_measurement(path: Path, where: str) -> Measurement:

@@ -21,13 +21,14 @@ from upgrade_gate.schema.measured import (
     DeviceLatency,
     DeviceMemory,
     LatencyRatio,
+    LatencyReproducer,
     RatioEstimate,
     Target,
 )
 from upgrade_gate.schema.measurement import Contention
 from upgrade_gate.schema.project import Differences, ProjectResults, differing
 from upgrade_gate.schema.reader import Reader
-from upgrade_gate.schema.stack import StackResults
+from upgrade_gate.schema.stack import SlowdownSplit, StackResults
 from upgrade_gate.schema.verdict import RESULTS_VERSION, GateResult, VerdictRecord, check_version
 
 # -- one model ---------------------------------------------------------------------
@@ -61,6 +62,8 @@ class ModelResults(codec.Record):
     device_memory: tuple[DeviceMemory, ...] = ()
     # A candidate's quantized variant, per method: its lowering weighed against its quantization (judge/attribution.py).
     attributions: tuple[Attribution, ...] = ()
+    # A candidate found slower than the latency gate allows in the rounds, handed on (measure/latency_reproducer.py).
+    latency_reproducer: LatencyReproducer | None = None
 
     DERIVED = (codec.derived("fixtures", lambda m: m.fixture_hashes, after="task"),)  # for readers of the file
 
@@ -82,6 +85,12 @@ class ModelResults(codec.Record):
     def ratio(self, stack: str, threads: int, method: str) -> RatioEstimate | None:
         return next((r.estimate for r in self.ratios
                      if (r.stack, r.threads, r.method) == (stack, threads, method)), None)
+
+    def slowdown_split(self, stack: str, method: str) -> SlowdownSplit | None:
+        """Where the method's time goes in the stack's profile, at its highest ratio over the thread counts."""
+        ratios = [r.estimate.median for r in self.ratios if (r.stack, r.method) == (stack, method)]
+        operators = self.stacks[stack].profile.get(method) if stack in self.stacks else None
+        return SlowdownSplit.of(max(ratios), operators) if ratios and operators else None
 
     def ratios_of(self, stack: str, threads: int) -> list[RatioEstimate]:
         return [r.estimate for r in self.ratios if (r.stack, r.threads) == (stack, threads)]

@@ -64,6 +64,37 @@ class OperatorTime:
         return self.name.startswith(PORTABLE_KERNEL)
 
 
+# A delegate's calls in the candidate's profile (compat/executorch_profile.py): "DELEGATE_CALL:<backend>".
+DELEGATE_CALL = "DELEGATE_CALL:"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlowdownSplit:
+    """Where a slower method's time goes, from its profile: what its portable kernels take, what its delegate's
+    calls take, and the ratio it would still have were its portable kernels free (a bound: their time is all the
+    portable kernels could give back). Beyond the gate's threshold, the gap is the delegate's own."""
+
+    ratio: float  # the latency gate's median ratio of the method
+    portable: tuple[OperatorTime, ...]  # by share, largest first
+    delegates: tuple[OperatorTime, ...]
+
+    @property
+    def portable_share(self) -> float:
+        return sum(op.share for op in self.portable)
+
+    @property
+    def without_portable(self) -> float:
+        return self.ratio * (1.0 - self.portable_share)
+
+    def in_delegate(self, threshold: float) -> bool:
+        return bool(self.delegates) and self.without_portable > threshold
+
+    @classmethod
+    def of(cls, ratio: float, operators: list[OperatorTime]) -> SlowdownSplit:
+        return cls(ratio=ratio, portable=tuple(op for op in operators if op.portable),
+                   delegates=tuple(op for op in operators if op.name.startswith(DELEGATE_CALL)))
+
+
 def operator_profile(details: dict[str, Any]) -> dict[str, list[OperatorTime]]:
     """The runtime phase's profile stage's details: per method, its operators by time."""
     return {name: [OperatorTime(name=str(op["name"]), calls=int(op["calls"]), total_ms=float(op["total_ms"]),
