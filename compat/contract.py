@@ -297,8 +297,9 @@ class ReproducesQuantizeFailures(Protocol):
     raises (the localize stage's) and one below its gate (the keep-float search's)."""
 
     def quantize_reproducer(self, module: Any, inputs: tuple[Any, ...], folder: Path, *, variant: str,
-                            fails_with: str, found_in: str, named: str) -> None:
-        """repro.py in ``folder``: exit 1 while the recipe raises ``fails_with``, 0 when it quantizes."""
+                            fails_with: str, found_in: str, named: str, nothing: bool = False) -> None:
+        """repro.py in ``folder``: exit 1 while the recipe raises ``fails_with`` (``nothing``: quantizes nothing of
+        the module), 0 when it quantizes."""
 
     def precision_reproducer(self, module: Any, inputs: tuple[Any, ...], expected: list[Any], folder: Path, *,
                              variant: str, keep_float: list[str], min_snr_db: float, min_cosine: float,

@@ -121,16 +121,17 @@ def method_signature(program: Any, method: str) -> dict[str, Any]:
 
 
 def quantize_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, *, variant: str,
-                        fails_with: str, found_in: str, named: str) -> None:
-    """Where the variant's recipe raises: the program the recipe captures of the smallest module that raises
-    (``named``), its real inputs and a standalone script (torch and executorch only) in ``folder`` that quantizes
-    it with the recipe as the team's export script writes it: exit 1 while it raises as found."""
+                        fails_with: str, found_in: str, named: str, nothing: bool = False) -> None:
+    """Where the variant's recipe raises (``nothing``: quantizes nothing): the program the recipe captures of the
+    smallest module that raises (``named``), its real inputs and a standalone script (torch and executorch only) in
+    ``folder`` that quantizes it with the recipe as the team's export script writes it: exit 1 while it fails as
+    found."""
     from importlib.metadata import version
 
     script = _captured(module, inputs, folder, variant)
     culprit.write_reproducer(folder, inputs, recipe_reproducers.executorch_quantize(
         executorch=version("executorch"), found_in=found_in, module=named, recipe=script,
-        fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND))
+        fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND, nothing=nothing))
 
 
 def precision_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], expected: list[torch.Tensor],

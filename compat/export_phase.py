@@ -217,8 +217,13 @@ class ExportPhase:
         name = self.working_on
         module = case.entry_points()[name].module
         if attempt == "quantize" and NOTHING_QUANTIZED in error["message"] and not self.fell_back:
-            # No submodule fails: the recipe takes none of the modules that hold the weights. Those are the answer.
-            return True, {"method": name, "attempt": attempt, **localizer.weights_not_taken(module)}
+            # No submodule fails: the recipe takes none of the modules that hold the weights. Those are the answer,
+            # the first of them as the reproducer (GPT-2's Conv1D).
+            found = localizer.weights_not_taken(module)
+            if found["culprits"] and isinstance(self.adapter, ReproducesQuantizeFailures):
+                found["reproducer"] = self.localized_reproducer(name, module, inputs[name], found["culprits"][0],
+                                                                attempt, nothing=True)
+            return True, {"method": name, "attempt": attempt, **found}
         try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
         found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"])
         # Its first culprit as a reproducer: the recipe's (a recipe that raises), or the lowering's (regnet's block).
@@ -228,7 +233,7 @@ class ExportPhase:
         return True, {"method": name, "attempt": attempt, **found}
 
     def localized_reproducer(self, method: str, module: Any, inputs: tuple[Any, ...], first: dict[str, Any],
-                             attempt: str) -> dict[str, Any]:
+                             attempt: str, *, nothing: bool = False) -> dict[str, Any]:
         """The first culprit (a submodule, or the method where none fails alone) as a standalone reproducer, run
         here as written: the recipe on it (``attempt`` quantize), or its exported program lowered (export), exit 1
         while it raises as found. One that could not be written is said, and the localization stands."""
@@ -245,7 +250,8 @@ class ExportPhase:
         try:
             if isinstance(self.adapter, ReproducesQuantizeFailures) and attempt == "quantize":
                 self.adapter.quantize_reproducer(target, alone, folder, variant=self.variant, fails_with=fails_with,
-                                                 found_in=f"{self.job['model']}'s {method}", named=named)
+                                                 found_in=f"{self.job['model']}'s {method}", named=named,
+                                                 nothing=nothing)
             else:
                 assert isinstance(self.adapter, Diagnoses)  # localize checked it
                 exported, _ = self.adapter.lowering_parts(target, alone)

@@ -9,14 +9,15 @@ from __future__ import annotations
 from .reproducers import indented, script
 from .search.quoting import python_string
 
-EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer), which raises.
+EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer): it raises, or
+quantizes nothing.
 
 The comments below name the module, the release and where upgrade-gate found it. program.pt2 is the module's
 float program as the recipe captures it (torch.export.save), inputs.pt its real inputs; quantize_captured() is the
 recipe's quantization of it, as the team's export script writes it. Run with the Python of a venv that has torch
 and executorch:
 
-    python repro.py      # exit 1: the recipe raises as found; 0: it quantizes the module
+    python repro.py      # exit 1: the recipe raises (or quantizes nothing) as found; 0: it quantizes the module
 
 Exit 3: it could not run (the program does not load, or another error): no answer either way.
 '''
@@ -29,6 +30,8 @@ from pathlib import Path
 # The recipe's error when found, which the quantization reproduces when it raises it.
 FAILS_WITH = {fails_with}
 FAILS = {fails_as_found}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
+# Found quantizing nothing of the module, without an error: reproduced while no quantize node comes of it.
+NOTHING = {nothing}
 
 
 def recipe():
@@ -46,11 +49,14 @@ def main():
     captured = torch.export.load(here / "program.pt2").module()
     quantize_captured = recipe()
     try:
-        quantize_captured(captured, inputs)
+        quantized = quantize_captured(captured, inputs)
     except Exception as failure:
-        if FAILS_WITH not in " ".join(str(failure).split()):
+        if NOTHING or FAILS_WITH not in " ".join(str(failure).split()):
             raise  # another failure than the one found: no answer either way (exit 3)
         print(f"torch {{torch.__version__}}: the recipe {{FAILS}}: {{type(failure).__name__}}: {{FAILS_WITH}}")
+        return 1
+    if NOTHING and not any("quantize_per" in str(node.target) for node in quantized.graph.nodes):
+        print(f"torch {{torch.__version__}}: the recipe {{FAILS}}: it quantized nothing of the module")
         return 1
     print(f"torch {{torch.__version__}}: the recipe quantizes the module")
     return 0
@@ -59,13 +65,13 @@ def main():
 
 
 def executorch_quantize(*, executorch: str, found_in: str, module: str, recipe: str, fails_with: str,
-                        fails_as_found: str) -> str:
+                        fails_as_found: str, nothing: bool = False) -> str:
     """The script that quantizes the captured program beside it with the variant's recipe (``recipe``: the export
-    script's lines, defining ``quantize_captured(captured, inputs)``)."""
-    said = (f"ExecuTorch {executorch}: the quantization recipe raises on {module}.\n"
-            f"Found by upgrade-gate in {found_in}")
+    script's lines, defining ``quantize_captured(captured, inputs)``); ``nothing``: found quantizing none of it."""
+    said = (f"ExecuTorch {executorch}: the quantization recipe "
+            f"{'quantizes nothing of' if nothing else 'raises on'} {module}.\nFound by upgrade-gate in {found_in}")
     return script(EXECUTORCH_QUANTIZE_DOC, said, EXECUTORCH_QUANTIZE_CODE, fails_with=python_string(fails_with),
-                  fails_as_found=python_string(fails_as_found), recipe=indented(recipe))
+                  fails_as_found=python_string(fails_as_found), recipe=indented(recipe), nothing=repr(bool(nothing)))
 
 
 EXECUTORCH_PRECISION_DOC = '''The variant's recipe (PT2E, XNNPACKQuantizer) on a module, against the float model.

@@ -365,8 +365,36 @@ class HyphenatedStage(nn.Module):
 def planted_lowering() -> ModelCase:
     torch.manual_seed(29)
     model = HyphenatedStage().eval()
+    norm = model.trunk.get_submodule("block1-0")[1]
     with torch.no_grad():  # batch statistics of their own, so that the fold is not the identity
-        norm = model.trunk.get_submodule("block1-0")[1]
-        norm.running_mean.uniform_(-0.5, 0.5)
-        norm.running_var.uniform_(0.5, 1.5)
+        norm.running_mean.uniform_(-0.5, 0.5), norm.running_var.uniform_(0.5, 1.5)
     return ModelCase(model, (torch.randn(1, 3, 16, 16),))
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D (transformers.pytorch_utils): a linear layer whose weight is stored transposed and applied
+    with ``addmm``. It is no ``nn.Linear``, so a recipe that quantizes linears takes none of it."""
+
+    def __init__(self, outputs: int, inputs: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(inputs, outputs) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
+
+
+class ConvOneDimensional(nn.Module):
+    """An attention block's projections as GPT-2 writes them: int8-dynamic quantizes nothing of it."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.c_attn, self.c_proj = Conv1D(3 * width, width), Conv1D(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(torch.relu(self.c_attn(x)))
+
+
+def planted_unquantized() -> ModelCase:
+    torch.manual_seed(31)
+    return ModelCase(ConvOneDimensional().eval(), (torch.randn(2, 8, 16),))

@@ -811,19 +811,20 @@ def test_other_backends_export_only(explained_run):
 
 PLANTED_QUANTIZE = "planted-quantize@int8-dynamic"
 PLANTED_LOWERING = "planted-lowering"
+PLANTED_UNQUANTIZED = "planted-unquantized@int8-dynamic"
 
 
 @pytest.fixture(scope="module")
 def localized_run(tmp_path_factory):
     """Two models whose candidate export fails in one submodule, exported side by side, a quantized variant
-    whose candidate recipe raises (RoBERTa's padded position ids), and a model that exports and does not lower
-    (RegNet's hyphenated block)."""
+    whose candidate recipe raises (RoBERTa's padded position ids), one whose recipe quantizes nothing (GPT-2's
+    Conv1D), and a model that exports and does not lower (RegNet's hyphenated block)."""
     folder = tmp_path_factory.mktemp("localized")
     out = folder / "report"
     # The export API's other options for a model that does not export (the diagnose phase): the explained run's.
     # The shortest measurement: its tests read the candidate's localized export failures, not the baseline's latency.
     result = nox("-s", "compare", "--", "--out", str(out), "--models",
-                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE},{PLANTED_LOWERING}",
+                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE},{PLANTED_LOWERING},{PLANTED_UNQUANTIZED}",
                  env=user_project(folder, f"[tool.upgrade-gate]\ndiagnose-budget = 0\n{QUICK_TIMING}"))
     return out, result
 
@@ -901,6 +902,32 @@ def test_a_block_that_does_not_lower_gets_a_reproducer_of_its_lowering(localized
     report = (out / "report.md").read_text()
     assert ("Reproducer, the lowering of the first of them alone (torch and executorch only): "
             f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
+
+
+@pytest.mark.shares_machine
+def test_a_recipe_that_quantizes_nothing_gets_the_module_it_does_not_take_as_a_reproducer(localized_run, tmp_path):
+    """Issue 63, item 6 (the zoo's GPT-2): a recipe that raises nothing and quantizes nothing names the modules
+    that hold the weights, and the first of them, its float program as the recipe captures it, is the reproducer:
+    exit 1 while the recipe quantizes nothing of it, run here and again alone with the candidate's Python."""
+    out, _ = localized_run
+    model = localized(out, PLANTED_UNQUANTIZED)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    assert "quantized nothing in any method" in stages["quantize"]["error"]["message"], stages["quantize"]
+    found = stages["localize"]["details"]
+    culprit = found["culprits"][0]
+    assert (culprit["module"], culprit["class"], culprit["same_failure_in"]) == ("c_attn", "Conv1D", ["c_proj"])
+    reproducer = found["reproducer"]
+    ((run,),) = [reproducer["runs"]]
+    assert (reproducer["status"], run["exit"]) == ("written", 1), reproducer
+    assert run["said"].endswith("the recipe fails as found: it quantized nothing of the module"), run
+    copy = tmp_path / "repro"
+    shutil.copytree(out / model["stacks"]["candidate"]["record_dir"] / reproducer["folder"], copy)
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert ran.returncode == 1 and "it quantized nothing of the module" in ran.stdout, (ran.stdout, ran.stderr)
+    assert "the quantization recipe quantizes nothing of c_attn (Conv1D)." in (
+        copy / "repro.py").read_text()
 
 
 def localized(out: Path, name: str) -> dict:
