@@ -106,3 +106,29 @@ def test_the_patch_applies_with_git_and_leaves_out_what_the_team_allows_or_chang
     assert text is not None and "other.py" in text and "ship.py" not in text.split("# review it")[-1]
     assert "ship.py: left out — changed since the scan" in "\n".join(said)
     assert "The project's tests did not run with it" in said[0]
+
+
+def test_a_class_torch_load_refused_is_allowed_where_the_project_defines_it_and_nowhere_else(tmp_path: Path) -> None:
+    """torch.load(..., weights_only=True), as the patch writes it, refuses a class it was not told of; the patched
+    run's own words name it, and the patch allows it after its class statement — in its module of the project, one
+    that imports torch. A class of another package, or of a module without torch, is left as found."""
+    from upgrade_gate.project.patch import Patch, refused_globals, with_safe_globals
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "ckpt.py").write_text("import torch\n\n\nclass Config:\n    lr = 1.0\n\n\ndef load(p):\n"
+                                              "    return torch.load(p, weights_only=True)\n")
+    (tmp_path / "app" / "plain.py").write_text("class Other:\n    pass\n")
+    said = ("UnpicklingError: Weights only load failed. WeightsUnpickler error: Unsupported global: GLOBAL "
+            "app.ckpt.Config was not an allowed global by default.")
+    refused = refused_globals([said, said, "Unsupported global: GLOBAL app.plain.Other was not allowed",
+                               "Unsupported global: GLOBAL numpy.dtype was not allowed"])
+    assert refused == ("app.ckpt.Config", "app.plain.Other", "numpy.dtype")
+    patched = with_safe_globals(Patch(files={}, left_out={}), tmp_path, refused)
+    assert list(patched.files) == ["app/ckpt.py"]
+    assert patched.files["app/ckpt.py"] == (
+        "import torch\n\n\nclass Config:\n    lr = 1.0\n\n\ntorch.serialization.add_safe_globals([Config])  # "
+        "upgrade-gate: torch.load(..., weights_only=True) reads it\n\n\ndef load(p):\n"
+        "    return torch.load(p, weights_only=True)\n")
+    # On a file the patch already rewrites, its rewrite is what is amended, once however often it is asked.
+    again = with_safe_globals(patched, tmp_path, refused)
+    assert again.files == patched.files

@@ -67,6 +67,8 @@ GROWTH = {
     "compat/export_phase.py; RegNet's hyphenated block planted); a load reproducer's call alone run in a Python of "
     "its own, so that a runtime's abort is an exit status (mobileone's); a recipe that quantizes nothing gets the "
     "first module it does not take as a reproducer (GPT-2's Conv1D planted)": 111,
+    "issue 64, Done-when 3: a class torch.load refused in the patched run is allowed where the project defines it "
+    "(project/patch.py with_safe_globals), and the tests run again with that patch, which project.diff holds": 82,
 }
 SLACK = 50
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from upgrade_gate.project.patch import HEADER, patch_of
+from upgrade_gate.project.patch import HEADER, patch_of, with_safe_globals
 from upgrade_gate.schema.project import PatchedTests, ProjectResults
 
 FILE = "project.diff"
@@ -17,15 +17,22 @@ def project_diff(project: ProjectResults, candidate: str) -> tuple[str | None, l
     scan = project.scan
     if scan is None:
         return None, [f"- `{FILE}`: none — {project.scan_problem or 'the API scan did not run'}"]
-    patch = patch_of(scan, Path(project.root))
+    patched = project.patched.get(candidate)
+    # The classes the patched run found torch.load refusing, allowed where the project defines them (project/patch.py).
+    patch = with_safe_globals(patch_of(scan, Path(project.root)), Path(project.root),
+                              patched.safe_globals if patched else ())
     unwritten = [f for f in scan.to_change if not f.rewritten]
     lines = [f"  - {name}: left out — {why}" for name, why in patch.left_out.items()]
+    if patched is not None and patched.safe_globals:
+        lines.append(f"  - allows {', '.join(f'`{name}`' for name in patched.safe_globals)} for `torch.load`, whose "
+                     "`weights_only=True` refused it when the tests first ran with the diff "
+                     "(`torch.serialization.add_safe_globals`, after the class)")
     if unwritten:
         lines.append(f"  - {len(unwritten)} of the scan's {len(scan.to_change)} findings have no rewrite: "
                      "compat.md gives each its replacement to write by hand")
     if not patch.files:
         return None, [f"- `{FILE}`: none — no finding of the scan has a rewrite that applies", *lines]
-    tested = _tested(project.patched.get(candidate), candidate)
+    tested = _tested(patched, candidate)
     rewritten = sum(f.rewritten and f.file in patch.files for f in scan.to_change)
     head = (f"- `{FILE}`: {rewritten} call(s) in {len(patch.files)} file(s) of the project, written for "
             f"{candidate}; never applied (`git apply migrate/{FILE}` at the project's root). {tested}")

@@ -21,7 +21,7 @@ from upgrade_gate.invocation import command
 from upgrade_gate.layout import JUNIT_FILE, LOG_FILE, RUN_FILE, WARNINGS_FILE
 from upgrade_gate.project._diff import diff_outcomes, new_warnings, per_test
 from upgrade_gate.project._junit import CaseOutcome, counts, read_junit
-from upgrade_gate.project.patch import patch_of
+from upgrade_gate.project.patch import patch_of, with_safe_globals
 from upgrade_gate.schema.project import PatchedTests, ProjectResults, ProjectStack, RaisedWarning, ScanResults, TestRun
 from upgrade_gate.schema.reader import Reader
 from upgrade_gate.schema.records import check_schema
@@ -159,7 +159,12 @@ def _patched(out: Path, stack: str, scan: ScanResults, project: ProjectSettings,
     run = ProjectStack(run=found.run, problem=found.problem, counts=counts(found.tests),
                        junit=(folder / JUNIT_FILE).relative_to(out).as_posix())
     diff = diff_outcomes(base.tests, found.tests, allow) if base.problem is None and found.problem is None else None
-    return PatchedTests(stack=run, files=tuple(patch_of(scan, project.root).files), diff=diff)
+    try:
+        allowed = tuple(str(name) for name in json.loads((folder / RUN_FILE).read_text()).get("safe_globals", ()))
+    except (OSError, ValueError):
+        allowed = ()
+    patch = with_safe_globals(patch_of(scan, project.root), project.root, allowed)
+    return PatchedTests(stack=run, files=tuple(patch.files), diff=diff, safe_globals=allowed)
 
 
 def _stack_warnings(out: Path, folder: Path, tests_problem: str | None,

@@ -4,9 +4,12 @@ applied to the team's files, and a copy of the project with it applied, where a 
 
 from __future__ import annotations
 
+import ast
 import difflib
+import re
 import shutil
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from upgrade_gate._atomic import sha256_file
@@ -55,6 +58,48 @@ def patch_of(scan: ScanResults, root: Path) -> Patch:
         else:
             files[rewrite.file] = rewrite.text
     return Patch(files=files, left_out=left_out)
+
+
+# What torch.load(..., weights_only=True), torch 2.6's default, says of a class it will not unpickle.
+REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([A-Za-z_][\w.]*)\.([A-Za-z_]\w*)")
+ALLOW = "torch.serialization.add_safe_globals([{name}])  # upgrade-gate: torch.load(..., weights_only=True) reads it"
+
+
+def refused_globals(messages: Iterable[str]) -> tuple[str, ...]:
+    """The classes torch.load refused to unpickle in the tests' failures, by dotted name, first refused first."""
+    return tuple(dict.fromkeys(f"{module}.{name}" for text in messages
+                               for module, name in REFUSED_GLOBAL.findall(text)))
+
+
+def with_safe_globals(patch: Patch, root: Path, refused: Sequence[str]) -> Patch:
+    """The patch with each class torch.load refused (``refused``: the patched run's own words) allowed where the
+    project defines it: ``torch.serialization.add_safe_globals`` after its class statement, in its module (one that
+    imports torch), so that a load the patch gave ``weights_only=True`` reads the checkpoints the project writes
+    (the sample project's TrainConfig). A class defined elsewhere is left to the team."""
+    files = dict(patch.files)
+    for dotted in refused:
+        module, _, name = dotted.rpartition(".")
+        found = next((f"{base}{module.replace('.', '/')}.py" for base in ("", "src/")
+                      if (root / f"{base}{module.replace('.', '/')}.py").is_file()), None)
+        text = files.get(found) or (root / found).read_text(encoding="utf-8") if found else ""
+        if found and (amended := _allowed_after_class(text, name)) is not None:
+            files[found] = amended
+    return replace(patch, files=files)
+
+
+def _allowed_after_class(text: str, name: str) -> str | None:
+    """``text`` with ``name``'s class allowed after its statement; None where the module defines no such class at
+    its top, or does not import torch."""
+    tree = ast.parse(text)
+    torch = any(isinstance(node, ast.Import) and any(alias.name == "torch" for alias in node.names)
+                for node in tree.body)
+    found = next((node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name), None)
+    if found is None or not torch or found.end_lineno is None:
+        return None
+    line = ALLOW.format(name=name)
+    lines = text.splitlines(keepends=True)
+    end = found.end_lineno
+    return text if line in text else "".join([*lines[:end], "\n\n", line + "\n", *lines[end:]])
 
 
 def patched_copy(root: Path, patch: Patch, target: Path) -> None:

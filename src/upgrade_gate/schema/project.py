@@ -166,6 +166,9 @@ class PatchedTests(codec.Record):
     stack: ProjectStack
     files: tuple[str, ...]  # the files the diff changes
     diff: OutcomeDiff | None  # against the baseline's run; None where either has no outcomes
+    # The classes torch.load refused in a first run, which the diff then allows where the project defines them
+    # (project/patch.py allowing): the run above is the run with them allowed.
+    safe_globals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
