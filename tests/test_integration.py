@@ -852,12 +852,8 @@ def test_a_recipe_that_raises_gets_the_module_and_a_reproducer_that_reproduces(l
     assert (reproducer["status"], run["exit"]) == ("written", 1) and "fails as found" in run["said"], reproducer
     # Standalone: copied to an empty folder and run with the candidate's Python, it fails as it did.
     record_dir = out / model["stacks"]["candidate"]["record_dir"]
-    copy = tmp_path / "repro"
-    shutil.copytree(record_dir / reproducer["folder"], copy)
+    copy, ran = run_alone(out, record_dir / reproducer["folder"], tmp_path)
     assert sorted(p.name for p in copy.iterdir()) == ["inputs.pt", "program.pt2", "repro.py"]
-    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
-    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
     assert ran.returncode == 1 and f"fails as found: RuntimeError: {said}" in ran.stdout, (ran.stdout, ran.stderr)
     # Kept in the result cache with the export phase's files, and named in the report.
     key = json.loads((record_dir / "export.cache.json").read_text())
@@ -891,12 +887,8 @@ def test_a_block_that_does_not_lower_gets_a_reproducer_of_its_lowering(localized
     ((run,),) = [reproducer["runs"]]
     assert (reproducer["status"], run["exit"]) == ("written", 1) and "fails as found" in run["said"], reproducer
     record_dir = out / model["stacks"]["candidate"]["record_dir"]
-    copy = tmp_path / "repro"
-    shutil.copytree(record_dir / reproducer["folder"], copy)
+    copy, ran = run_alone(out, record_dir / reproducer["folder"], tmp_path)
     assert {"inputs.pt", "program.pt2", "repro.py"} <= {p.name for p in copy.iterdir()}
-    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
-    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
     assert ran.returncode == 1 and "fails as found" in ran.stdout and said in ran.stdout, (ran.stdout, ran.stderr)
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}  # TorchScript folds it
     report = (out / "report.md").read_text()
@@ -920,14 +912,19 @@ def test_a_recipe_that_quantizes_nothing_gets_the_module_it_does_not_take_as_a_r
     ((run,),) = [reproducer["runs"]]
     assert (reproducer["status"], run["exit"]) == ("written", 1), reproducer
     assert run["said"].endswith("the recipe fails as found: it quantized nothing of the module"), run
-    copy = tmp_path / "repro"
-    shutil.copytree(out / model["stacks"]["candidate"]["record_dir"] / reproducer["folder"], copy)
-    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
-    ran = subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    copy, ran = run_alone(out, out / model["stacks"]["candidate"]["record_dir"] / reproducer["folder"], tmp_path)
     assert ran.returncode == 1 and "it quantized nothing of the module" in ran.stdout, (ran.stdout, ran.stderr)
     assert "the quantization recipe quantizes nothing of c_attn (Conv1D)." in (
         copy / "repro.py").read_text()
+
+
+def run_alone(out: Path, folder: Path, tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    """A reproducer handed on: its folder copied to an empty one and run there with the candidate's Python."""
+    copy = tmp_path / "repro"
+    shutil.copytree(folder, copy)
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    return copy, subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
 
 
 def localized(out: Path, name: str) -> dict:

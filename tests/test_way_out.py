@@ -378,6 +378,9 @@ def test_a_slowdown_says_whether_its_portable_kernels_can_account_for_it_and_quo
             "stacks' artifacts of the method in alternating rounds") in text
     assert "Run here: exit 1, reproduces — `vit (forward, 1 thread(s)): the candidate takes x1.990 …: slower, as " \
            "found`." in text
+    # Written where the rounds found the machine too busy to time, and not run: nothing it said would count.
+    busy = replace(reproducer, exit_code=None, said="not run here: the machine was too busy in the rounds to time")
+    assert "0 when it does not. Run here: not run: the machine was too busy in the rounds to time." in entry(0.018, busy)
     text = entry(0.6, replace(reproducer, script="", exit_code=None, said="", reason="its artifacts are 900 MiB"))
     assert "it would still take ×0.800 the baseline's time (×2.000 now, less their 60.0%): within ×1.05, so they " \
            "can account for the slowdown." in text

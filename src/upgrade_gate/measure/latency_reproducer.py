@@ -25,10 +25,11 @@ from upgrade_gate._atomic import write_json_atomic
 from upgrade_gate._confined import remove_file, remove_tree
 from upgrade_gate.config.catalog import ModelEntry
 from upgrade_gate.config.plan import Plan
+from upgrade_gate.judge.gather import contention_of
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.measure.rounds import artifacts_job, runnable_stacks
 from upgrade_gate.run import cache
-from upgrade_gate.schema.measured import LatencyReproducer
+from upgrade_gate.schema.measured import NOT_RUN, LatencyReproducer
 from upgrade_gate.schema.measurement import load_measurement
 from upgrade_gate.schema.records import load_stack_model
 
@@ -57,7 +58,11 @@ def write_latency_reproducer(plan: Plan, model: ModelEntry, log: Callable[[str],
     if found is None or found["ratio"] <= gate.threshold:
         return
     reproducer = _written(plan, model, found, gate.threshold, folder)
-    if reproducer.script:
+    measured = load_measurement(out, model.name, found["threads"])
+    if reproducer.script and measured is not None and contention_of(measured).busy:
+        # Its rounds found the machine too busy to time: so would its run, which would only add to the load.
+        reproducer = reproducer.answered(None, f"{NOT_RUN}the machine was too busy in the rounds to time the stacks")
+    elif reproducer.script:
         reproducer = ran(reproducer, out)
         log(f"measure: {model.name}: latency reproducer of {found['stack']} ({found['method']}): exit "
             f"{reproducer.exit_code}: {reproducer.said}")

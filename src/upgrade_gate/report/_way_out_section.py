@@ -8,6 +8,7 @@ from upgrade_gate.report._method_section import method_blocks, rel_l2_text, snr_
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Heading, Paragraph, bullets, code_span, mark
 from upgrade_gate.schema.diagnosis import Diagnosis
+from upgrade_gate.schema.measured import NOT_RUN
 from upgrade_gate.schema.results import ModelResults, Results
 from upgrade_gate.schema.stack import PORTABLE_SHARE, SlowdownSplit
 from upgrade_gate.schema.verdict import GateResult, GateStatus, Remedy, Severity, VerdictRecord
@@ -157,11 +158,13 @@ def latency_reproducer_blocks(model: ModelResults, stack: str) -> list[Block]:
     if not found.script:
         return [Paragraph(f"No reproducer of the slowdown ({where}): {found.reason}.")]
     ran = f"exit {found.exit_code}, {found.answer}" if found.exit_code is not None else found.answer
+    said = found.said.removeprefix(NOT_RUN)
     return [Paragraph(f"Reproducer ({where}): {code_span(found.script)} times both stacks' artifacts of the method in "
                       "alternating rounds, each in its own stack's Python (`python3 repro.py --baseline-python PATH "
                       f"--candidate-python PATH`; the report's stacks by default): exit 1 while the candidate takes "
                       f"more than ×{found.threshold:g} the baseline's time, 0 when it does not. Run here: {ran}"
-                      + (f" — {code_span(found.said)}." if found.said else "."))]
+                      + (f" — {code_span(said)}." if found.exit_code is not None and said else
+                         f": {said}." if said else "."))]
 
 
 def _advice(operator: str) -> str:

@@ -267,6 +267,8 @@ class DeviceMemory(codec.Record):
 
 # The answers of a latency reproducer's run (measure/latency_repro_script.py's exit statuses).
 REPRODUCER_ANSWERS = {1: "reproduces", 0: "does not reproduce here"}
+# What a reproducer the measure session did not run says: its rounds found the machine too busy to time.
+NOT_RUN = "not run here: "
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -296,6 +298,8 @@ class LatencyReproducer(codec.Record):
 
     @property
     def answer(self) -> str:
-        """reproduces, does not reproduce here, or could not run (it failed before timing, or did not finish)."""
-        return REPRODUCER_ANSWERS.get(self.exit_code, "could not run") if self.exit_code is not None else (
-            "did not finish")
+        """reproduces, does not reproduce here, could not run (it failed before timing), did not finish, or not run
+        (the machine busy)."""
+        if self.exit_code is None:
+            return "not run" if self.said.startswith(NOT_RUN) else "did not finish"
+        return REPRODUCER_ANSWERS.get(self.exit_code, "could not run")
