@@ -62,7 +62,8 @@ GROWTH = {
     "issue 63, item 6: a latency finding's reproducer — both stacks' artifacts of the slowest method timed in "
     "alternating rounds, each in its own Python (measure/latency_repro_script.py, device_runner.py's plain program; "
     "measure/latency_reproducer.py writes and runs it), its record and report entry; where a slowdown is the "
-    "delegate's (schema/stack.py SlowdownSplit); not run where its rounds found the machine busy": 396,
+    "delegate's (schema/stack.py SlowdownSplit); not run where its rounds found the machine busy; Ctrl-C answers "
+    "exit 3 without a traceback": 399,
     "issue 63, item 6: a block that does not lower gets its exported program as a reproducer (the localization's, "
     "compat/export_phase.py; RegNet's hyphenated block planted); a load reproducer's call alone run in a Python of "
     "its own, so that a runtime's abort is an exit status (mobileone's); a recipe that quantizes nothing gets the "

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError, ValueError, KeyError) as error:
         print(f"could not run: {error}", flush=True)
         return EXIT_NO_ANSWER
+    except KeyboardInterrupt:  # Ctrl-C: no answer, and no traceback; the servers are stopped below
+        print("interrupted before every round ran: no answer", flush=True)
+        return EXIT_NO_ANSWER
     finally:
         for server in servers.values():
             stop(server)

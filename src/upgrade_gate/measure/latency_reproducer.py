@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from upgrade_gate.judge.gather import contention_of
 from upgrade_gate.layout import TOOL_ROOT
 from upgrade_gate.measure.rounds import artifacts_job, runnable_stacks
 from upgrade_gate.run import cache
-from upgrade_gate.schema.measured import NOT_RUN, LatencyReproducer
+from upgrade_gate.schema.measured import NOT_RUN, LatencyReproducer, ratio_by_rounds
 from upgrade_gate.schema.measurement import load_measurement
 from upgrade_gate.schema.records import load_stack_model
 
@@ -58,8 +57,7 @@ def write_latency_reproducer(plan: Plan, model: ModelEntry, log: Callable[[str],
     if found is None or found["ratio"] <= gate.threshold:
         return
     reproducer = _written(plan, model, found, gate.threshold, folder)
-    measured = load_measurement(out, model.name, found["threads"])
-    if reproducer.script and measured is not None and contention_of(measured).busy:
+    if reproducer.script and found["busy"]:
         # Its rounds found the machine too busy to time: so would its run, which would only add to the load.
         reproducer = reproducer.answered(None, f"{NOT_RUN}the machine was too busy in the rounds to time the stacks")
     elif reproducer.script:
@@ -70,8 +68,9 @@ def write_latency_reproducer(plan: Plan, model: ModelEntry, log: Callable[[str],
 
 
 def slowest(plan: Plan, model: ModelEntry) -> dict[str, Any] | None:
-    """The candidate, thread count and method whose median ratio of the rounds (its median over the baseline's,
-    round by round) is highest, with both sides' mean call; None where no candidate was timed beside the baseline."""
+    """The candidate, thread count and method whose median ratio of the rounds (schema.measured.ratio_by_rounds,
+    every round tried) is highest, with both sides' mean call and whether the machine was too busy in those rounds
+    to time; None where no candidate was timed beside the baseline."""
     base, worst = plan.baseline.name, None
     for threads in plan.settings.threads:
         measured = load_measurement(plan.settings.out_dir, model.name, threads)
@@ -84,11 +83,12 @@ def slowest(plan: Plan, model: ModelEntry) -> dict[str, Any] | None:
             if own is None or not own.rounds or not own.warm_mean_ms:
                 continue
             for method in own.warm_mean_ms:
-                ratios = [statistics.median(r.samples_ms[method]) / statistics.median(baseline_rounds[r.round][method])
-                          for r in own.rounds if method in r.samples_ms and method in baseline_rounds.get(r.round, {})]
-                if ratios and (worst is None or statistics.median(ratios) > worst["ratio"]):
-                    worst = {"stack": spec.name, "threads": threads, "method": method,
-                             "ratio": statistics.median(ratios),
+                paired = [(list(r.samples_ms[method]), list(baseline_rounds[r.round][method])) for r in own.rounds
+                          if method in r.samples_ms and method in baseline_rounds.get(r.round, {})]
+                estimate = ratio_by_rounds([c for c, _ in paired], [b for _, b in paired]) if paired else None
+                if estimate is not None and (worst is None or estimate.median > worst["ratio"]):
+                    worst = {"stack": spec.name, "threads": threads, "method": method, "ratio": estimate.median,
+                             "busy": contention_of(measured).busy,
                              "mean_ms": {base: theirs.warm_mean_ms[method], spec.name: own.warm_mean_ms[method]}}
     return worst
 
