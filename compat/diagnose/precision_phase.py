@@ -11,6 +11,7 @@ layers kept in float (``reproducer``, after ``remedy``: the lines it runs are th
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import Any
 
@@ -146,8 +147,7 @@ class PrecisionPhase(DiagnosePhase):
         methods, inputs = self.log.results["build"]
         written: dict[str, Any] = {}
         for method, finding in self.log.results["search"].items():
-            status = finding.get("status")
-            if status == "does not reproduce":
+            if (status := finding.get("status")) == "does not reproduce":
                 continue
             # The remedy's layers where one was found; else what the search last held in float: every unit, which
             # does not bring a "not pinned" variant within its gate, or the most of it a "spread" one needs.
@@ -158,14 +158,14 @@ class PrecisionPhase(DiagnosePhase):
                     f"its float weights are {weights / 2**20:.0f} MiB, more than the {WEIGHTS_MAX_BYTES // 2**20} MiB "
                     "a reproducer carries: the search's figures above are the evidence")}
                 continue
-            folder = self.model_dir / REPRO_DIR / method
-            folder.mkdir(parents=True, exist_ok=True)
+            (folder := self.model_dir / REPRO_DIR / method).mkdir(parents=True, exist_ok=True)
             try:
                 self.adapter.precision_reproducer(
                     methods[method].module, inputs[method], self.log.results["eager"][method], folder,
                     variant=self.variant, keep_float=keep, min_snr_db=self.min_snr_db, min_cosine=self.min_cosine,
                     extents=self.extents[method], found_in=f"{self.job['model']}'s {method} ({status})")
             except ValueError as why:  # a recipe with no program to hand on (8da4w's torchao)
+                shutil.rmtree(folder)  # no empty or half-written reproducer beside a "not written"
                 written[method] = {"status": "not written", "reason": str(why)}
                 continue
             runs = [issue_text.run_reproducer(folder)]
