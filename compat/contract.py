@@ -6,10 +6,9 @@ import SUFFIX, load, lower, run, save, set_threads``). The module itself is the 
 members below.
 
 Every adapter is an ``Adapter``. What it can do beyond that is one Protocol per capability (``Quantizes``,
-``MultiMethod``, ``Profiles``, ``OtherBackends``), checked with ``isinstance`` — a module conforms by having the
-members, as a duck would. A capability is all of its members or none of them: the stage that uses one an adapter has
-in part fails naming what it lacks (``require_whole``), so a misspelt ``quantise`` is not taken for "no recipe".
-``ProfilerCheck`` is the one optional member: a profiler without it is taken to lack nothing.
+``MultiMethod``, ``Profiles`` …: CAPABILITIES), checked with ``isinstance`` — a module conforms by having the members.
+A capability is all of its members or none: the stage that uses one an adapter has in part fails naming what it lacks
+(``require_whole``), so a misspelt ``quantise`` is not "no recipe". ``ProfilerCheck`` is the one optional member.
 
 Who checks: the probe (``compat/probe.py``), before any export — the parent ends the run with exit 2 naming the spec
 and the members its adapter lacks — and the worker again where it uses the adapter (``require``): a phase or a
@@ -17,8 +16,8 @@ measurement started without the probe records a ``ContractError`` naming the ada
 stage that needed them, as for anything else that raises. mypy checks the built-in adapters against these Protocols,
 signatures included (the end of this file).
 
-Types: torch is not installed where the parent runs mypy, so modules, tensors and programs are ``Any``. Standard
-library only: this runs inside the stacks.
+Types: torch is not installed where the parent runs mypy: modules, tensors and programs are ``Any``. Standard
+library only (it runs inside the stacks).
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ class Adapter(Protocol):
     ``MultiMethod``: then every method is in ``program<SUFFIX>``.
     """
 
-    # Constants are read-only properties here: a module's ``SUFFIX = ".pte"`` keeps them, and a tuple of
-    # six names is a ``tuple[str, ...]`` (a settable attribute would have to match its type exactly).
+    # Constants are read-only properties: a module's ``SUFFIX = ".pte"`` keeps them (a settable one must match exactly).
     @property
     def SUFFIX(self) -> str:
         """The artifact's file suffix, dot included: ``".ptl"``, ``".pte"``."""
@@ -250,17 +248,20 @@ class KeepsFloat(Protocol):
 
 @runtime_checkable
 class ReExports(Protocol):
-    """Where a method does not export: the export API's other options tried in order
-    (compat/diagnose/export_remedy_phase.py), each as the lines of an export script."""
+    """Where a method does not export: the export API's options in order (diagnose/export_remedy_phase.py)."""
 
     @property
     def EXPORT_REMEDIES(self) -> Sequence[tuple[str, str]]:
-        """(name, code) in the order to try, the first what the stack runs; the code binds ``program`` from
-        ``model`` and ``example_inputs``."""
+        """(name, code) to try, the first the stack's; code binds ``program`` from ``model``, ``example_inputs``."""
 
     def export_with(self, module: Any, inputs: tuple[Any, ...], code: str) -> tuple[Any, list[str]]:
         """The program one of ``EXPORT_REMEDIES`` makes (what ``lower_keeping_out`` lowers), and what it assumed
         of the example inputs (each decision specialized to their values), said for the report."""
+
+    def export_reproducer(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], folder: Path, *,
+                          fails_with: str, found_in: str, named: str) -> None:
+        """repro.py in ``folder``: ``module`` called with ``args`` and ``kwargs`` exported as the stack exports (with
+        ``--option NAME``, another of ``EXPORT_REMEDIES``): exit 1 while it raises ``fails_with``, 0 when it exports."""
 
 
 @runtime_checkable

@@ -3,7 +3,7 @@ compat/contract.py; upgrade_gate.migrate writes the script around them): the cal
 quantize(), lower() and save() make, written once more as a team writes them, with nothing of upgrade-gate
 imported. tests/test_migrate.py runs the script and checks that its .pte is the judged one, byte for byte: the two
 cannot drift apart unseen. A recipe's failure is handed on in the same lines: its reproducers (the
-ReproducesQuantizeFailures capability; their text, compat/recipe_reproducers.py)."""
+ReproducesQuantizeFailures capability, and ReExports' export_reproducer; their text, compat/recipe_reproducers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from . import recipe_reproducers
+from . import handed_module, recipe_reproducers
+from .executorch_diagnose import EXPORT_REMEDIES
 from .executorch_precision import (
     PT2E_IMPORTS,
     PT2E_RECIPES,
@@ -118,6 +119,18 @@ def method_signature(program: Any, method: str) -> dict[str, Any]:
     return {"inputs": tensors(meta.num_inputs(), meta.input_tensor_meta),
             "outputs": tensors(meta.num_outputs(), meta.output_tensor_meta)}
 
+
+
+def export_reproducer(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], folder: Path, *,
+                      fails_with: str, found_in: str, named: str) -> None:
+    """Where the export raises: the smallest module that raises (``named``) whole with its own code, the arguments of
+    its real call, and a standalone script in ``folder`` (torch and the model's packages) that exports it as the
+    team's export script does, or with another of the export API's options: exit 1 while it raises as found."""
+    handed_module.save_module(module, folder)
+    torch.save((tuple(args), dict(kwargs)), folder / "call.pt")
+    (folder / "repro.py").write_text(recipe_reproducers.torch_export(
+        torch_version=torch.__version__, found_in=found_in, module=named, options=list(EXPORT_REMEDIES),
+        fails_with=fails_with, fails_as_found=issue_text.FAILS_AS_FOUND), encoding="utf-8")
 
 
 def quantize_reproducer(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder: Path, *, variant: str,

@@ -33,6 +33,7 @@ from .executorch_load import (  # noqa: F401 - the adapter's members
     load_reproducer_source,
 )
 from .executorch_migrate import (  # noqa: F401 - the adapter's members
+    export_reproducer,
     export_script,
     method_signature,
     precision_reproducer,

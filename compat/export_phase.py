@@ -4,6 +4,7 @@ one method per stage (PhaseLog in phases.py records each)."""
 from __future__ import annotations
 
 import gc
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from .contract import (
     MultiMethod,
     OtherBackends,
     Quantizes,
+    ReExports,
     ReproducesQuantizeFailures,
     WritesExportLines,
     WritesExportScript,
@@ -235,8 +237,9 @@ class ExportPhase:
     def localized_reproducer(self, method: str, module: Any, inputs: tuple[Any, ...], first: dict[str, Any],
                              attempt: str, *, nothing: bool = False) -> dict[str, Any]:
         """The first culprit (a submodule, or the method where none fails alone) as a standalone reproducer, run
-        here as written: the recipe on it (``attempt`` quantize), or its exported program lowered (export), exit 1
-        while it raises as found. One that could not be written is said, and the localization stands."""
+        here as written: the recipe on it (``attempt`` quantize), or its exported program lowered (export) — where it
+        does not export, its export — exit 1 while it raises as found. One that could not be written is said, and
+        the localization stands."""
         from .search import issue_text
         from .search import localize as localizer
 
@@ -252,18 +255,39 @@ class ExportPhase:
                 self.adapter.quantize_reproducer(target, alone, folder, variant=self.variant, fails_with=fails_with,
                                                  found_in=f"{self.job['model']}'s {method}", named=named,
                                                  nothing=nothing)
+                of = "quantize"
+            elif (exported := self.exported_or_none(target, alone)) is None:
+                # It does not export: its export is the reproducer, the module handed on whole with its call.
+                assert isinstance(self.adapter, ReExports)  # exported_or_none said it has the capability
+                args, kwargs = target.arguments(alone) if path else (alone, {})
+                self.adapter.export_reproducer(target.inner if path else target, args, kwargs, folder,
+                                               fails_with=fails_with, named=named,
+                                               found_in=f"{self.job['model']}'s {method}")
+                of = "export"
             else:
                 assert isinstance(self.adapter, Diagnoses)  # localize checked it
-                exported, _ = self.adapter.lowering_parts(target, alone)
                 self.adapter.method_reproducer(
                     exported, alone, folder, kind="not pinned to an operator", threshold=self.job["max_rel_l2"],
                     remedy=self.adapter.remedy_options(exported, [])[-1][1], fails_with=fails_with, program=named,
                     found_in=f"{self.job['model']}'s {method}: {named} fails to lower alone")
+                of = "lowering"
         except Exception as failure:  # noqa: BLE001 - recorded: the localization is the finding
+            shutil.rmtree(folder)  # nothing half-written beside the "not written"
             return {"status": "not written", "why": f"{type(failure).__name__}: {' '.join(str(failure).split())[:300]}"}
         run = issue_text.run_reproducer(folder)
         return {"status": "written", "folder": folder.relative_to(self.model_dir).as_posix(), "module": named,
-                "runs": [run]}
+                "of": of, "runs": [run]}
+
+    def exported_or_none(self, module: Any, inputs: tuple[Any, ...]) -> Any:
+        """The program the lowering starts from; None where the export raises and the adapter writes an export's
+        reproducer (ReExports), else what it raised."""
+        assert isinstance(self.adapter, Diagnoses)  # localize checked it
+        try:
+            return self.adapter.lowering_parts(module, inputs)[0]
+        except Exception:
+            if isinstance(self.adapter, ReExports):
+                return None
+            raise
 
     def quantize_alone(self, module: Any, inputs: tuple[Any, ...]) -> Any:
         """The variant's recipe on one submodule: it fails where it raises, or where its own path failed and it fell

@@ -1,13 +1,91 @@
-"""The reproducers' scripts of a quantization recipe's failure, as text (compat/reproducers.py holds the lowerings'):
-a recipe that raises (the export phase's localize stage) and one whose rounding takes a variant below its gate (the
-keep-float search, compat/diagnose/precision_phase.py). Each holds the recipe as the team's export script writes it
-(compat/executorch_migrate.py) inside a function, so that a Python without torch answers exit 3, not 1. No torch
-here: tests/test_quoting.py checks the text without a stack."""
+"""The reproducers' scripts of the export script's recipe failing, as text (compat/reproducers.py holds the
+lowerings'): a module whose export raises and a recipe that raises (the export phase's localize stage), and one whose
+rounding takes a variant below its gate (the keep-float search, compat/diagnose/precision_phase.py). Each holds the
+recipe as the team's export script writes it (compat/executorch_migrate.py) inside a function, so that a Python
+without torch answers exit 3, not 1. No torch here: tests/test_quoting.py checks the text without a stack."""
 
 from __future__ import annotations
 
 from .reproducers import indented, script
 from .search.quoting import python_string
+
+TORCH_EXPORT_DOC = '''A module exported with torch.export as the team's export script exports it: it raises.
+
+The comments below name the module, the release and where upgrade-gate found it. module.pt is the module as the
+model built it (torch.save of the whole module: its classes by reference, the ones no installed package has copied
+beside it under their import names), call.pt the arguments of its real call. Run with the Python of a venv that has
+torch and the packages the model imports:
+
+    python repro.py                       # exit 1: the export raises as found; 0: it exports the module
+    python repro.py --option draft_export # the same with another of the export API's options (OPTIONS below)
+
+Exit 3: it could not run (the module does not load, or another error): no answer either way.
+'''
+
+TORCH_EXPORT_CODE = '''
+import sys
+from pathlib import Path
+
+# The export's error when found, which reproduces when the export raises it.
+FAILS_WITH = {fails_with}
+FAILS = {fails_as_found}  # what it prints then (upgrade-gate's release explorer reads it as an answer)
+# The export API's options as a team's export script writes each, binding program from model and example_inputs;
+# the first is the script's own.
+OPTIONS = {options}
+
+
+def main():
+    import torch
+    import torch.utils._pytree as pytree
+
+    here = Path(__file__).parent
+    sys.path.insert(0, str(here))  # the model's own code, copied beside; the installed packages' from the venv
+    sys.dont_write_bytecode = True  # the folder stays as it was handed on
+    option = sys.argv[sys.argv.index("--option") + 1] if "--option" in sys.argv else next(iter(OPTIONS))
+    module = torch.load(here / "module.pt", weights_only=False)  # a whole module: upgrade-gate pickled it
+    args, kwargs = torch.load(here / "call.pt", weights_only=False)
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    slots = [index for index, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+
+    class Call(torch.nn.Module):
+        \"\"\"The module called as the model called it: its tensors are the inputs, the rest (None, flags) fixed.\"\"\"
+
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *tensors):
+            filled = list(leaves)
+            for slot, tensor in zip(slots, tensors):
+                filled[slot] = tensor
+            call_args, call_kwargs = pytree.tree_unflatten(filled, spec)
+            return self.inner(*call_args, **call_kwargs)
+
+    scope = {{"torch": torch, "model": Call(), "example_inputs": tuple(leaves[index] for index in slots)}}
+    try:
+        with torch.no_grad():
+            exec(OPTIONS[option], scope)
+    except Exception as failure:
+        if FAILS_WITH not in " ".join(str(failure).split()):
+            raise  # another failure than the one found: no answer either way (exit 3)
+        said = f"{{FAILS}}: {{type(failure).__name__}}: {{FAILS_WITH}}"
+        print(f"torch {{torch.__version__}}: torch.export ({{option}}) {{said}}")
+        return 1
+    print(f"torch {{torch.__version__}}: torch.export ({{option}}) exports the module")
+    return 0
+
+'''
+
+
+def torch_export(*, torch_version: str, found_in: str, module: str, options: list[tuple[str, str]], fails_with: str,
+                 fails_as_found: str) -> str:
+    """The script that exports the module beside it with the export script's option (``options``: the export API's,
+    name and line, the first the script's own; ``--option NAME`` another): exit 1 while it raises ``fails_with``."""
+    said = f"torch {torch_version}: torch.export raises on {module}.\nFound by upgrade-gate in {found_in}"
+    return script(TORCH_EXPORT_DOC, said, TORCH_EXPORT_CODE, fails_with=python_string(fails_with),
+                  fails_as_found=python_string(fails_as_found),
+                  options="{" + "".join(f"\n    {python_string(n)}: {python_string(c)}," for n, c in options) + "\n}")
+
 
 EXECUTORCH_QUANTIZE_DOC = '''A module quantized with the variant's recipe (PT2E, XNNPACKQuantizer): it raises, or
 quantizes nothing.

@@ -370,7 +370,7 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
         "diagnose": ["REMEDY_NAME", "lowering_parts", "lower_keeping_out", "lower_with_remedy", "run_lowered",
                      "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
-        "re-export": ["EXPORT_REMEDIES", "export_with"], "migrate": ["export_script", "method_signature"],
+        "re-export": ["EXPORT_REMEDIES", "export_with", "export_reproducer"], "migrate": ["export_script", "method_signature"],
         "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer", "precision_reproducer"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):

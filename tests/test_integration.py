@@ -932,7 +932,7 @@ def localized(out: Path, name: str) -> dict:
 
 
 @pytest.mark.shares_machine
-def test_an_export_failure_is_localized_to_its_submodule(localized_run):
+def test_an_export_failure_is_localized_to_its_submodule(localized_run, tmp_path):
     out, result = localized_run
     assert result.returncode == 1, result.stderr[-4000:]
     model = localized(out, "broken-submodule")
@@ -942,11 +942,29 @@ def test_an_export_failure_is_localized_to_its_submodule(localized_run):
     assert (culprit["module"], culprit["class"]) == ("blocks.1.gate", "ValueGate")
     assert culprit["source"] == "smoke.py:50 in forward: if y.mean() > 0:"
     assert stages["localize"]["details"]["complete"]
+    # Issue 63, item 6 (the zoo's GPT-2): a culprit that does not export has no program; the module itself, with the
+    # suite's own code it is made of, is the reproducer — exit 1 while torch.export raises as found, run here and
+    # again alone with the candidate's Python; 0 with the export API's option that takes the branch (draft_export).
+    reproducer = stages["localize"]["details"]["reproducer"]
+    ((run,),) = [reproducer["runs"]]
+    assert (reproducer["status"], reproducer["of"], run["exit"]) == ("written", "export", 1), reproducer
+    copy, ran = run_alone(out, out / model["stacks"]["candidate"]["record_dir"] / reproducer["folder"], tmp_path)
+    assert {"call.pt", "module.pt", "repro.py"} <= {p.name for p in copy.iterdir()}
+    assert (copy / "upgrade_gate_models" / "smoke.py").read_text() == (REPO / "models" / "smoke.py").read_text()
+    assert ran.returncode == 1 and "torch.export (as configured) fails as found: " in ran.stdout, (ran.stdout,
+                                                                                                    ran.stderr)
+    drafted = subprocess.run([*ran.args, "--option", "draft_export"], cwd=copy, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PATH": f"{Path(ran.args[0]).parent}{os.pathsep}"
+                                                                    f"{os.environ['PATH']}"})
+    assert drafted.returncode == 0 and "torch.export (draft_export) exports the module" in drafted.stdout, (
+        drafted.stdout, drafted.stderr)
     # Tracing bakes in one branch: the legacy export succeeds and has nothing to localize.
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
     report = (out / "report.md").read_text()
     assert re.search(r"^- `blocks\.1\.gate` \(ValueGate\): .* — at smoke\.py:50 in forward: if y\.mean\(\) > 0:$", report,
                      re.MULTILINE), report
+    assert ("Reproducer, the export of the first of them alone (torch and the packages the model imports): "
+            f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
     # The page the README sends people to shows it too.
     page = (out / "report.html").read_text()
     assert re.search(r"<li><code>blocks\.1\.gate</code> \(ValueGate\): .* — at smoke\.py:50 in forward: "
@@ -972,6 +990,11 @@ def test_a_failing_submodule_called_with_mask_none_is_localized_to_the_users_lin
     line = next(n for n, text in enumerate((REPO / "models" / "smoke.py").read_text().splitlines(), 1) if code in text)
     assert culprit["source"] == f"smoke.py:{line} in forward: {code}"
     assert stages["localize"]["details"]["complete"]
+    # A GraphModule whose generated code torch.save cannot pickle is not handed on whole: said, nothing left behind.
+    reproducer = stages["localize"]["details"]["reproducer"]
+    assert reproducer["status"] == "not written" and reproducer["why"].startswith(
+        "ValueError: GraphModule does not pickle whole (torch.save: "), reproducer
+    assert not (out / model["stacks"]["candidate"]["record_dir"] / "localize" / "repro" / "forward").exists()
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
     report = (out / "report.md").read_text()
     assert re.search(rf"^- `blocks\.1\.mixer` \(GraphModule\).*: torch\.fx\.\S+\.GuardOnDataDependentSymNode: .* — at "

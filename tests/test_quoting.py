@@ -116,6 +116,12 @@ def _executorch_quantize(text: str) -> str:
                                                   recipe=_RECIPE, fails_with=text, fails_as_found=text)
 
 
+def _torch_export(text: str) -> str:
+    # An option's line is the adapter's own text (EXPORT_REMEDIES), run by exec; its name is quoted.
+    return recipe_reproducers.torch_export(torch_version=text, found_in=f"m's forward:\n{text}", module=text,
+                                           options=[(text, "program = model")], fails_with=text, fails_as_found=text)
+
+
 def _executorch_precision(text: str) -> str:
     kept = f"KEEP_FLOAT = {{{quoting.python_string(text)}}}\nquantizer = None\n"  # keep_float_code's layer names
     return recipe_reproducers.executorch_precision(executorch=text, found_in=f"m's forward:\n{text}", recipe=_RECIPE,
@@ -141,6 +147,7 @@ GENERATED = {"repro.py, one operator (ExecuTorch)": _executorch_operator,
              "repro.py, a method (optimize_for_mobile)": _torchscript_method,
              "repro.py, a recipe that raises (ExecuTorch)": _executorch_quantize,
              "repro.py, a recipe below its gate (ExecuTorch)": _executorch_precision,
+             "repro.py, a module whose export raises (torch)": _torch_export,
              "program.py": _program_source}
 
 

@@ -70,7 +70,7 @@ def test_report_files_verdict_first(plan, capsys):
     assert numerics["threshold"] == {"value": 1e-4, "unit": "rel_l2", "low": None, "high": None, "level": None}
 
     results = json.loads((out / "results.json").read_text())
-    assert results["schema_version"] == "2.13"
+    assert results["schema_version"] == "2.14"
     model, = results["models"]
     assert model["stacks"]["candidate"]["measured"]["2"]["latency"]["forward"]["p50_ms"] == 1.0
     assert {(r["threads"], r["median"]) for r in model["latency_ratios"]} == {(1, 0.5), (2, 0.5)}

@@ -70,6 +70,10 @@ GROWTH = {
     "first module it does not take as a reproducer (GPT-2's Conv1D planted)": 111,
     "issue 64, Done-when 3: a class torch.load refused in the patched run is allowed where the project defines it "
     "(project/patch.py with_safe_globals), and the tests run again with that patch, which project.diff holds": 82,
+    "issue 63, item 6: a culprit that does not export gets a reproducer — the module handed on whole with its own "
+    "code (compat/handed_module.py) and its real call, exported as the script does or with another of the export "
+    "API's options (the ReExports capability's export_reproducer; its text in compat/recipe_reproducers.py); the "
+    "report says what a localization's reproducer runs; a module that does not pickle is said, no folder left": 187,
 }
 SLACK = 50
 

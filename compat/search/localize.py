@@ -43,11 +43,15 @@ class _Bound(torch.nn.Module):
         return self.call_with(tensors)
 
     def call_with(self, tensors: tuple[torch.Tensor, ...]) -> Any:
+        args, kwargs = self.arguments(tensors)
+        return self.inner(*args, **kwargs)
+
+    def arguments(self, tensors: tuple[torch.Tensor, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's positional and keyword arguments, ``tensors`` in the tensors' places."""
         leaves = list(self._leaves)
         for slot, tensor in zip(self._tensor_slots, tensors):
             leaves[slot] = tensor
-        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
-        return self.inner(*args, **kwargs)
+        return pytree.tree_unflatten(leaves, self._spec)
 
 
 def bound(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Bound:

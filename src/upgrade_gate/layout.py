@@ -24,7 +24,7 @@ every run on a machine, and every file of a run in its report folder.
           diagnose/                                    only where the artifact departs from its own eager model:
               diagnose.json  diagnose.log  diagnose.cache.json   the culprit search's stages, as a phase's
               repro/<method>/repro.py  inputs.pt       a reproducer to hand upstream (torch and executorch only)
-          localize/repro/<method>/repro.py  …          a recipe that raises: its reproducer (the export phase's)
+          localize/repro/<method>/repro.py  …          a failed quantize, export or lowering's culprit: its reproducer
       measurements/<model>/threads-<n>.json            latency rounds, cold start and memory of every stack
       measurements/<model>/threads-<n>.<stack>.log     each measurement process's stderr
       measurements/<model>/repro/repro.py  …           a candidate found slower than the latency gate allows: both
@@ -80,7 +80,7 @@ PHASES = ("export", "runtime")
 EXPORT = PHASES[0]
 # The phase after them where an artifact departs from its own eager model (upgrade_gate.run.diagnosis).
 DIAGNOSE = "diagnose"
-# The export phase's own folder: where its localize stage writes a failed quantization's reproducer.
+# The export phase's own folder: where its localize stage writes the first culprit's reproducer.
 LOCALIZE = "localize"
 
 

@@ -27,7 +27,7 @@ WORKER_MODULES = ("__init__", "worker", "common", "contract", "phases", "export_
 WORKER_WINGS = ("diagnose", "search")
 ADAPTER_HELPERS = ("executorch_runtime", "executorch_profile", "executorch_backends", "executorch_diagnose",
                    "executorch_precision", "executorch_load", "executorch_migrate", "torchscript_diagnose",
-                   "torchscript_migrate", "reproducers", "recipe_reproducers")
+                   "torchscript_migrate", "reproducers", "recipe_reproducers", "handed_module")
 NOT_ADAPTERS = (*WORKER_MODULES, *ADAPTER_HELPERS, "scan", "scan_visitor", "scan_guards", "scan_rewrites")
 
 

@@ -313,6 +313,12 @@ def profile_blocks(model: ModelResults) -> list[Block]:
     return blocks
 
 
+# A localization's reproducer by what it runs: what the report calls it, and what its Python needs.
+REPRODUCER_OF = {"quantize": ("the recipe on", "torch and executorch only"),
+                 "lowering": ("the lowering of", "torch and executorch only"),
+                 "export": ("the export of", "torch and the packages the model imports")}
+
+
 def localization_blocks(model: ModelResults) -> list[Block]:
     blocks: list[Block] = []
     for n, stack in model.stacks.items():
@@ -335,8 +341,8 @@ def localization_blocks(model: ModelResults) -> list[Block]:
         blocks += [Paragraph(f"**{n}: where {what} of {found.method} breaks** ({tried}):"), bullets(*lines)]
         if found.reproducer is not None:
             ran = "; ".join(f"exit {code}: {said}" for _, code, said in found.reproducer_runs) or "not run"
-            what = "the recipe on" if found.attempt == "quantize" else "the lowering of"
-            blocks.append(Paragraph(f"Reproducer, {what} the first of them alone (torch and executorch only): "
+            what, needs = REPRODUCER_OF[found.reproducer_of]
+            blocks.append(Paragraph(f"Reproducer, {what} the first of them alone ({needs}): "
                                     f"{code_span(f'{stack.record_dir}/{found.reproducer}/repro.py')} — {ran}"))
         elif found.reproducer_problem:
             blocks.append(Paragraph(f"No reproducer: {found.reproducer_problem}"))

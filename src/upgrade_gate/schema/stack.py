@@ -154,10 +154,10 @@ class Localization:
     seconds: float
     complete: bool  # False: stopped at the budget
     budget_s: float
-    # A recipe that raises: its first culprit as a standalone reproducer (compat/export_phase.py), its folder
-    # relative to the model's record folder and its runs there as a diagnosis's are, (args, exit, what it printed);
-    # or why none was written.
+    # Its first culprit as a standalone reproducer (compat/export_phase.py), its folder relative to the model's
+    # record folder and its runs there as a diagnosis's are, (args, exit, what it printed); or why none was written.
     reproducer: str | None = None
+    reproducer_of: str = "lowering"  # what it runs: "quantize" (the recipe), "export" or "lowering"
     reproducer_runs: tuple[tuple[str, int, str], ...] = ()
     reproducer_problem: str = ""
 
@@ -169,6 +169,9 @@ class Localization:
                    attempts=int(details.get("attempts", 0)), seconds=float(details.get("seconds", 0.0)),
                    complete=bool(details.get("complete", True)), budget_s=float(details.get("budget_s", 0.0)),
                    reproducer=str(written["folder"]) if written.get("folder") else None,
+                   # A record written before it said, by its attempt: a recipe's, or a block's lowering.
+                   reproducer_of=str(written.get("of") or ("quantize" if details.get("attempt") == "quantize"
+                                                            else "lowering")),
                    reproducer_runs=tuple((" ".join(r.get("args", [])), int(r.get("exit", -1)), str(r.get("said", "")))
                                          for r in written.get("runs", [])),
                    reproducer_problem=str(written.get("why", "")))

@@ -21,7 +21,7 @@ from upgrade_gate.schema.reader import Reader
 
 # A minor version adds fields an older file of the same major reads without (docs/report.md says how older files
 # read; this line's git history, what each version added); 1.x wrote prose where 2.0 keeps enums and numbers.
-RESULTS_VERSION = Version("2.13")
+RESULTS_VERSION = Version("2.14")
 
 
 def check_version(reader: Reader, path: Path | str) -> None:
