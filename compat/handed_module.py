@@ -53,5 +53,6 @@ def own_code(module: Any) -> dict[str, Path]:
         file = getattr(sys.modules.get(name), "__file__", None)
         if file and not installed(file):
             packages.add(name.partition(".")[0])
-    return {name: Path(loaded.__file__) for name, loaded in sorted(sys.modules.items())
-            if name.partition(".")[0] in packages and str(getattr(loaded, "__file__", None) or "").endswith(".py")}
+    files = {name: str(getattr(loaded, "__file__", None) or "") for name, loaded in sorted(sys.modules.items())
+             if name.partition(".")[0] in packages}
+    return {name: Path(file) for name, file in files.items() if file.endswith(".py")}

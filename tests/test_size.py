@@ -73,7 +73,7 @@ GROWTH = {
     "issue 63, item 6: a culprit that does not export gets a reproducer — the module handed on whole with its own "
     "code (compat/handed_module.py) and its real call, exported as the script does or with another of the export "
     "API's options (the ReExports capability's export_reproducer; its text in compat/recipe_reproducers.py); the "
-    "report says what a localization's reproducer runs; a module that does not pickle is said, no folder left": 187,
+    "report says what a localization's reproducer runs; a module that does not pickle is said, no folder left": 188,
 }
 SLACK = 50
 
