@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
 import time
@@ -50,6 +51,26 @@ def test_a_folder_another_run_holds_is_refused_naming_the_holder(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.1)
     _folder_lock.lock_out_dir(tmp_path)  # again from the same process: already ours
+
+
+def test_a_run_that_takes_the_folder_removes_what_a_killed_writer_left_and_nothing_else(tmp_path, monkeypatch):
+    out = tmp_path / "report"
+    model = out / "stacks" / "candidate" / "models" / "m"
+    model.mkdir(parents=True)
+    left = [model / ".export.json.k3j2_x.tmp", model / ".fixture.tmp.npz", out / ".results.json.abc.tmp"]
+    kept = [model / "export.json", model / "notes.tmp", out / "results.json"]  # real names; one tmp not hidden
+    for path in left + kept:
+        path.write_text("{}")
+    outside = tmp_path / "outside.tmp"
+    outside.write_text("mine")
+    (model / ".linked.tmp").symlink_to(outside)
+    monkeypatch.setattr(_folder_lock, "HELD", {})
+    _folder_lock.lock_out_dir(out)
+    try:
+        assert [p for p in left if p.exists()] == [] and [p.read_text() for p in kept] == ["{}"] * 3
+        assert (model / ".linked.tmp").is_symlink() and outside.read_text() == "mine"
+    finally:
+        os.close(_folder_lock.HELD[out])
 
 
 # -- every end of a session is an exit status and one message ---------------------------

@@ -59,6 +59,18 @@ def lock_out_dir(out: Path) -> None:
         os.close(fd)
         raise
     HELD[out] = fd
+    sweep_interrupted_writes(out)
+
+
+def sweep_interrupted_writes(out: Path) -> None:
+    """The temporary files of a writer killed part-way (kill -9: nothing of it could clean up), removed now that
+    this process holds the folder and no writer of it runs: hidden ``.<file>.<random>.tmp`` (upgrade_gate._atomic,
+    compat/common.py) and ``.<file>.tmp.npz`` (compat/phases.py). Links are not followed."""
+    for folder, _, files in os.walk(out):
+        for name in files:
+            path = Path(folder, name)
+            if name.startswith(".") and name.endswith((".tmp", ".tmp.npz")) and not path.is_symlink():
+                path.unlink(missing_ok=True)
 
 
 def make_folder(folder: Path) -> None:
