@@ -19,7 +19,7 @@ torch and the packages the model imports:
     python repro.py                       # exit 1: the export raises as found; 0: it exports the module
     python repro.py --option draft_export # the same with another of the export API's options (OPTIONS below)
 
-Exit 3: it could not run (the module does not load, or another error): no answer either way.
+Exit 3: it could not run (the module does not load, or another error): no answer either way. Exit 2: usage.
 '''
 
 TORCH_EXPORT_CODE = '''
@@ -35,13 +35,17 @@ OPTIONS = {options}
 
 
 def main():
+    given = sys.argv[1:]
+    option = given[1] if given[:1] == ["--option"] and len(given) == 2 else next(iter(OPTIONS))
+    if option not in OPTIONS or given not in ([], ["--option", option]):
+        print(f"usage: python repro.py [--option NAME], NAME one of: {{', '.join(OPTIONS)}}")
+        return 2
     import torch
     import torch.utils._pytree as pytree
 
     here = Path(__file__).parent
     sys.path.insert(0, str(here))  # the model's own code, copied beside; the installed packages' from the venv
     sys.dont_write_bytecode = True  # the folder stays as it was handed on
-    option = sys.argv[sys.argv.index("--option") + 1] if "--option" in sys.argv else next(iter(OPTIONS))
     module = torch.load(here / "module.pt", weights_only=False)  # a whole module: upgrade-gate pickled it
     args, kwargs = torch.load(here / "call.pt", weights_only=False)
     leaves, spec = pytree.tree_flatten((args, kwargs))

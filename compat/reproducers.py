@@ -19,6 +19,9 @@ if __name__ == "__main__":
     except Exception as failure:  # no answer either way: not "reproduces"
         print(f"could not run: {type(failure).__name__}: {' '.join(str(failure).split())[:500]}")
         code = 3
+    except KeyboardInterrupt:  # stopped: no answer either way, and no traceback
+        print("stopped (Ctrl-C): no answer")
+        code = 3
     sys.exit(code)
 '''
 

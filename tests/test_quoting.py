@@ -196,6 +196,15 @@ def test_a_reproducer_with_a_hostile_line_runs_without_running_it(make, tmp_path
     assert ran.stdout.startswith("could not run: ") and sorted(p.name for p in tmp_path.iterdir()) == ["repro.py"]
 
 
+def test_an_export_reproducer_given_an_option_it_does_not_have_exits_2_naming_the_ones_it_has(tmp_path):
+    (tmp_path / "repro.py").write_text(_torch_export("plain"), encoding="utf-8")
+    for args in (["--option", "nope"], ["--option"], ["--with-remedy"]):
+        ran = subprocess.run([sys.executable, "-I", "repro.py", *args], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (
+            2, "usage: python repro.py [--option NAME], NAME one of: plain\n", ""), (args, ran)
+
+
 # -- ISSUE.md --------------------------------------------------------------------------
 
 

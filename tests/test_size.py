@@ -76,6 +76,8 @@ GROWTH = {
     "report says what a localization's reproducer runs; a module that does not pickle is said, no folder left": 188,
     "a run that takes a report folder removes the temporary files a writer killed part-way left in it "
     "(run/_folder_lock.py sweep_interrupted_writes; CI caught one after kill -9)": 12,
+    "a reproducer stopped with Ctrl-C says so, exit 3, no traceback (reproducers.py MAIN_GUARD); the export "
+    "reproducer answers an option it does not have with exit 2 and the ones it has": 7,
 }
 SLACK = 50
 
