@@ -27,7 +27,7 @@ from typing import Any
 
 # The bundle carries device_runner.py alone, so the machine's description is defined there, once.
 from .device_runner import ISA_FLAGS, cpu_and_isa  # noqa: F401 - re-exported for probe.py and issue_text.py
-from .search.export_errors import source_line, told_traceback
+from .search.export_errors import source_line, told_traceback, with_causes
 
 # The records' version; the parent's upgrade_gate.schema.records checks it.
 RECORDS_VERSION = "1.0"
@@ -84,7 +84,8 @@ def error_record(error: BaseException) -> dict[str, Any]:
     disk from the model's own failure by it), and a refused method's name (the parent refuses the model's
     configuration by it: MethodNameRefused)."""
     told = told_traceback(error)
-    message = " — ".join([str(error), *getattr(error, "__notes__", ())])  # a note: what the runtime said (runtime_said)
+    # A note: what the runtime said (runtime_said); a cause: what a pass that broke was told (with_causes).
+    message = " — ".join([with_causes(error), *getattr(error, "__notes__", ())])
     return {"type": f"{type(error).__module__}.{type(error).__qualname__}", "message": message[:MESSAGE_CHARS],
             "traceback_tail": told.splitlines()[-TRACEBACK_TAIL_LINES:],
             "source": source_line(told, {}, tool=str(Path(__file__).parent)),

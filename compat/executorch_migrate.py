@@ -171,6 +171,7 @@ def _captured(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], folder:
         raise ValueError(f"{variant}'s recipe quantizes modules, not a captured program: no program to hand on")
     scope: dict[str, Any] = {}
     exec(compile(script, f"<{variant} recipe>", "exec"), scope)  # noqa: S102 - the adapter's own recipe text
-    with torch.no_grad():
-        torch.export.save(scope["capture"](module, inputs), folder / "program.pt2")
+    # Captured as the script captures it, grad on: under no_grad a model's own no_grad region (Llama's rotary
+    # embedding) is captured as no region, and the program would quantize where the model does not.
+    torch.export.save(scope["capture"](module, inputs), folder / "program.pt2")
     return script

@@ -42,6 +42,7 @@ from .phases import (
     save_arrays,
     written_artifact,
 )
+from .search.export_errors import own_words
 
 LOCALIZE = "localize"  # the phase's own folder (upgrade_gate.layout.LOCALIZE): a failed quantization's reproducer
 NOTHING_QUANTIZED = "quantized nothing"  # the quantize stage's words where the recipe took no module
@@ -227,7 +228,10 @@ class ExportPhase:
                                                                 attempt, nothing=True)
             return True, {"method": name, "attempt": attempt, **found}
         try_alone = self.quantize_alone if attempt == "quantize" else self.adapter.lower
-        found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"])
+        found = localizer.localize(module, inputs[name], try_alone, error=error, budget_s=self.job["localize_budget_s"],
+                                   no_grad=attempt == "export")  # as each stage runs (quantize: the recipe's capture)
+        if attempt == "quantize":
+            localizer.name_nested_regions(found["culprits"], module, inputs[name])
         # Its first culprit as a reproducer: the recipe's (a recipe that raises), or the lowering's (regnet's block).
         reproduces = ReproducesQuantizeFailures if attempt == "quantize" else Diagnoses
         if found["culprits"] and isinstance(self.adapter, reproduces):
@@ -249,7 +253,7 @@ class ExportPhase:
         named = f"{path} ({first['class']})" if path else f"the whole method {method} ({first['class']})"
         folder = self.model_dir / LOCALIZE / "repro" / method
         folder.mkdir(parents=True, exist_ok=True)
-        fails_with = " ".join(first["message"].split())[:100]
+        fails_with = " ".join(own_words(first["message"]).split())[:100]  # what the error raised says, not its causes
         try:
             if isinstance(self.adapter, ReproducesQuantizeFailures) and attempt == "quantize":
                 self.adapter.quantize_reproducer(target, alone, folder, variant=self.variant, fails_with=fails_with,

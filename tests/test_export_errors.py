@@ -170,3 +170,35 @@ def test_an_error_whose_traceback_cannot_be_told_is_recorded_all_the_same(export
     assert told == ("TypeError: Proxy object cannot be iterated\n(its traceback could not be told: RuntimeError: "
                     "generator raised StopIteration)\n")
     assert export_errors.source_line(told, {}) is None  # no frame to name, and nothing raised
+
+
+def test_an_error_raised_from_another_says_what_its_cause_said(export_errors):
+    """A pass manager's error says only which pass broke ("An error occurred when running the 'DuplicateDQPass'
+    pass"); what broke is its cause's (the zoo's Llama: a node naming a submodule convert had dropped). The causes
+    follow, each once, first line only (a graph's error goes on to print the graph); one the message already holds,
+    and an implicit context (an error raised while handling another), add nothing."""
+    def pass_manager():
+        try:
+            raise RuntimeError("Node submod_3 target submod_1 references nonexistent attribute submod_1 of\n"
+                               "GraphModule(\n  (submod_1): …")
+        except RuntimeError as inner:
+            raise Exception("An error occurred when running the 'DuplicateDQPass' pass after the following "
+                            "passes: []") from inner
+
+    with pytest.raises(Exception) as raised:
+        pass_manager()
+    assert export_errors.with_causes(raised.value) == (
+        "An error occurred when running the 'DuplicateDQPass' pass after the following passes: [] — caused by "
+        "RuntimeError: Node submod_3 target submod_1 references nonexistent attribute submod_1 of")
+    # What a reproducer matches against the error it raises: the error's own words.
+    assert export_errors.own_words(export_errors.with_causes(raised.value)) == str(raised.value)
+    repeated = ValueError("bad shape (3, 4)")
+    repeated.__cause__ = TypeError("bad shape (3, 4)")
+    assert export_errors.with_causes(repeated) == "bad shape (3, 4)"
+    handled = ValueError("while handling another")
+    handled.__context__ = KeyError("the other")
+    assert export_errors.with_causes(handled) == "while handling another"
+    looped = ValueError("outer")
+    looped.__cause__ = inner = TypeError("inner")
+    inner.__cause__ = looped
+    assert export_errors.with_causes(looped) == "outer — caused by TypeError: inner"

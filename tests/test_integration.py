@@ -812,19 +812,22 @@ def test_other_backends_export_only(explained_run):
 PLANTED_QUANTIZE = "planted-quantize@int8-dynamic"
 PLANTED_LOWERING = "planted-lowering"
 PLANTED_UNQUANTIZED = "planted-unquantized@int8-dynamic"
+PLANTED_REGIONS = "planted-regions@int8-dynamic"
 
 
 @pytest.fixture(scope="module")
 def localized_run(tmp_path_factory):
     """Two models whose candidate export fails in one submodule, exported side by side, a quantized variant
-    whose candidate recipe raises (RoBERTa's padded position ids), one whose recipe quantizes nothing (GPT-2's
-    Conv1D), and a model that exports and does not lower (RegNet's hyphenated block)."""
+    whose candidate recipe raises (RoBERTa's padded position ids), one whose recipe raises on the model's own grad
+    and autocast regions (Llama's rotary angles), one whose recipe quantizes nothing (GPT-2's Conv1D), and a model
+    that exports and does not lower (RegNet's hyphenated block)."""
     folder = tmp_path_factory.mktemp("localized")
     out = folder / "report"
     # The export API's other options for a model that does not export (the diagnose phase): the explained run's.
     # The shortest measurement: its tests read the candidate's localized export failures, not the baseline's latency.
     result = nox("-s", "compare", "--", "--out", str(out), "--models",
-                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE},{PLANTED_LOWERING},{PLANTED_UNQUANTIZED}",
+                 f"broken-submodule,traced-submodule,{PLANTED_QUANTIZE},{PLANTED_LOWERING},{PLANTED_UNQUANTIZED},"
+                 f"{PLANTED_REGIONS}",
                  env=user_project(folder, f"[tool.upgrade-gate]\ndiagnose-budget = 0\n{QUICK_TIMING}"))
     return out, result
 
@@ -864,6 +867,38 @@ def test_a_recipe_that_raises_gets_the_module_and_a_reproducer_that_reproduces(l
     report = (out / "report.md").read_text()
     assert ("Reproducer, the recipe on the first of them alone (torch and executorch only): "
             f"`{model['stacks']['candidate']['record_dir']}/{reproducer['folder']}/repro.py` — exit 1: ") in report
+
+
+@pytest.mark.shares_machine
+def test_a_recipe_that_raises_on_the_models_own_regions_is_localized_as_the_recipe_runs(localized_run, tmp_path):
+    """The zoo's Llama and Qwen2 (issue 63, item 6): their rotary embeddings compute the angles under no_grad and out
+    of autocast, and the recipe, which captures with grad on, raises in PT2E's convert. Each submodule is tried as
+    the recipe runs, grad on, so the angles are named — tried under no_grad, their own no_grad was no region, every
+    child quantized and the search named only the whole model. The message carries what the pass was told, and the
+    reproducer, its program captured as the recipe captures it, fails as found here and again alone."""
+    out, _ = localized_run
+    model = localized(out, PLANTED_REGIONS)
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["stages"]}
+    said = "An error occurred when running the 'DuplicateDQPass' pass"
+    cause = re.compile(r"caused by RuntimeError: Node submod_\d+ target submod_\d+ references nonexistent attribute")
+    message = stages["quantize"]["error"]["message"]
+    assert stages["quantize"]["status"] == "failed" and said in message and cause.search(message), message
+    found = stages["localize"]["details"]
+    assert found["attempt"] == "quantize" and found["complete"], found
+    assert [(t["module"], t["ok"]) for t in found["tried"]] == [("projection", True), ("angles", False)], found
+    (culprit,) = found["culprits"]
+    assert (culprit["module"], culprit["class"]) == ("angles", "RotaryAngles") and cause.search(culprit["message"])
+    # The regions named, outermost first, where the message names only a submod_N; the first line inside them.
+    assert culprit["operator"] == "higher_order.wrap_with_set_grad_enabled › higher_order.wrap_with_autocast", culprit
+    assert culprit["source"].startswith("regions.py:") and culprit["source"].endswith(".cos()"), culprit
+    reproducer = found["reproducer"]
+    ((run,),) = [reproducer["runs"]]
+    assert (reproducer["status"], run["exit"]) == ("written", 1) and "fails as found" in run["said"], reproducer
+    copy, ran = run_alone(out, out / model["stacks"]["candidate"]["record_dir"] / reproducer["folder"], tmp_path)
+    assert ran.returncode == 1 and f"fails as found: Exception: {said}" in ran.stdout, (ran.stdout, ran.stderr)
+    assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}  # quantize_dynamic takes it
+    assert ("`angles` (RotaryAngles), operator `higher_order.wrap_with_set_grad_enabled › higher_order.wrap_with_autocast`"
+            f": builtins.Exception: {said}") in (out / "report.md").read_text()
 
 
 @pytest.mark.shares_machine

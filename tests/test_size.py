@@ -78,6 +78,10 @@ GROWTH = {
     "(run/_folder_lock.py sweep_interrupted_writes; CI caught one after kill -9)": 12,
     "a reproducer stopped with Ctrl-C says so, exit 3, no traceback (reproducers.py MAIN_GUARD); the export "
     "reproducer answers an option it does not have with exit 2 and the ones it has": 7,
+    "issue 63, item 6 (the zoo's Llama and Qwen2): a quantize failure localized as the recipe runs (grad on), its "
+    "reproducer's program captured so; a culprit's nested grad/autocast regions named with the line inside them "
+    "(localize.name_nested_regions); an error's causes in its message (export_errors.with_causes); the rotary "
+    "angles planted (models/regions.py)": 114,
 }
 SLACK = 50
 

@@ -24,6 +24,8 @@ _OPERATOR = re.compile(r"\b(?:aten|quantized|prepacked|prim|torchvision)(?:\.|::
 # by " from FILE:LINE in NAME" (the traced function) where FX knows it.
 GENERATED = "<eval_with_key>"
 MESSAGE_CHARS = 600
+CAUSE_CHARS = 300  # of each error an error was raised from (with_causes)
+CAUSED_BY = "caused by "
 # Installed packages that run a model rather than define it: their frames are never the model's line.
 FRAMEWORK = re.compile(r"site-packages/(torch|torchvision|torchao|executorch|functorch|numpy)/")
 
@@ -78,6 +80,25 @@ def _deeper(text: str, frame: re.Match[str]) -> str:
 
 def _at(frame: re.Match[str]) -> str:
     return f"{frame['file'].rsplit('/', 1)[-1]}:{frame['line']} in {frame['function']}: {frame['code'].strip()}"
+
+
+def with_causes(error: BaseException, most: int = 3) -> str:
+    """``error``'s message, then each error it was raised from (``raise … from``) that says more: a pass manager's
+    "An error occurred when running the 'DuplicateDQPass' pass" says only where it broke, its cause says what."""
+    said, cause, seen = [str(error)], error.__cause__, {id(error)}
+    while cause is not None and id(cause) not in seen and len(said) <= most:
+        seen.add(id(cause))
+        # Its first line: a graph's error goes on to print the graph.
+        if (text := (str(cause).strip().splitlines() or [""])[0][:CAUSE_CHARS]) and text not in said[0]:
+            said.append(f"{CAUSED_BY}{type(cause).__name__}: {text}")
+        cause = cause.__cause__
+    return " — ".join(said)
+
+
+def own_words(message: str) -> str:
+    """A message as ``with_causes`` wrote it, without its causes: what the error itself says, which a reproducer
+    matches against the error it raises."""
+    return message.partition(f" — {CAUSED_BY}")[0]
 
 
 def told_traceback(error: BaseException) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from .export_errors import StackTraces, describe_error
+from .export_errors import StackTraces, describe_error, source_line, with_causes
 
 
 class _Bound(torch.nn.Module):
@@ -117,8 +117,11 @@ def children_that_ran(parent: torch.nn.Module, prefix: str, calls: dict[str, Any
 
 def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
              lower: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], Any], *, error: dict[str, Any],
-             budget_s: float) -> dict[str, Any]:
-    """The culprits of ``module``'s failing export (``error``: its type and message), found within ``budget_s``."""
+             budget_s: float, no_grad: bool = True) -> dict[str, Any]:
+    """The culprits of ``module``'s failing export (``error``: its type and message), found within ``budget_s``.
+    Each submodule is tried in the grad mode the failing stage ran in (``no_grad``: the export stage's; a recipe
+    captures with grad on): tried under no_grad, Llama's rotary embedding quantized alone, its own
+    ``@torch.no_grad()`` then no region of the capture, and the search named no submodule."""
     start = time.monotonic()
     calls = capture_calls(module, inputs)
     attempts: list[dict[str, Any]] = []
@@ -129,12 +132,12 @@ def localize(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...],
         bound = calls[path]
         began = time.monotonic()
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled(not no_grad):
                 lower(bound, bound.inputs)
             error = None
         except Exception as raised:  # noqa: BLE001 - every failure is evidence
             # FX's file names are read now: a graph recompiled since would have another.
-            error = describe_error(f"{type(raised).__module__}.{type(raised).__qualname__}", str(raised),
+            error = describe_error(f"{type(raised).__module__}.{type(raised).__qualname__}", with_causes(raised),
                                    fx_stack_traces(module))
         attempts.append({"module": path, "ok": error is None, "seconds": round(time.monotonic() - began, 3)})
         return error
@@ -195,3 +198,50 @@ def weights_not_taken(module: torch.nn.Module, listed: int = 5) -> dict[str, Any
                          "same_failure_in": paths[1:listed]})
     return {"culprits": culprits, "attempts": 0, "tried": [], "seconds": round(time.monotonic() - start, 3),
             "complete": True, "budget_s": 0.0}
+
+
+def name_nested_regions(culprits: list[dict[str, Any]], module: torch.nn.Module,
+                        inputs: tuple[torch.Tensor, ...]) -> None:
+    """A culprit whose own code sets torch's grad or autocast mode for a region inside another (Llama's rotary
+    embedding: autocast off under no_grad) gets the regions as its operator, outermost first, and the first user line
+    inside the innermost as its source, where its error named neither. The capture PT2E quantizes (torch ≥ 2.5's
+    export_for_training, grad on, as the recipe captures) makes each region a higher-order submodule, and PT2E's
+    convert loses the inner one of two nested: the message says only that a node names a missing submod_N."""
+    # torch.export.export captures the same graph from 2.10, which removed export_for_training; before 2.5 (the
+    # legacy stack's 2.2) no region is captured as a submodule.
+    capture = getattr(torch.export, "export_for_training", None) or (
+        torch.export.export if hasattr(torch.ops.higher_order, "wrap_with_autocast") else None)
+    if capture is None:
+        return
+    calls = capture_calls(module, inputs)
+    for found in culprits:
+        bound = calls.get(found["module"])  # none for "(root)": the method itself
+        target, arguments = (bound, bound.inputs) if bound is not None else (module, inputs)
+        try:
+            nested = _nested(capture(target, arguments).graph_module, [])
+        except Exception:  # noqa: BLE001 - a module the capture takes no further names nothing more
+            continue
+        if nested:
+            regions, graph_module = nested
+            found.setdefault("operator", " › ".join(f"higher_order.{region}" for region in regions))
+            traces = (node.meta.get("stack_trace") or "" for node in graph_module.graph.nodes)
+            source = next((line for trace in traces if (line := source_line(trace, {}))), None)
+            if source and "source" not in found:
+                found["source"] = source
+
+
+def _nested(graph_module: torch.fx.GraphModule, outer: list[str]) -> tuple[list[str], Any] | None:
+    """The first region (a higher-order operator calling a submodule) inside another: the regions' names, outermost
+    first, and the innermost's graph."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.HigherOrderOperator):
+            continue
+        for argument in node.args:
+            if isinstance(argument, torch.fx.Node) and argument.op == "get_attr":
+                inner = getattr(graph_module, str(argument.target))
+                regions = [*outer, node.target.__name__]
+                if len(regions) > 1:
+                    return regions, inner
+                if isinstance(inner, torch.fx.GraphModule) and (found := _nested(inner, regions)):
+                    return found
+    return None
