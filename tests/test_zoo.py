@@ -64,6 +64,11 @@ def test_the_totals_count_the_failures_by_class_and_the_way_outs():
     assert counted["by_class"] == {"lower": 1, "load": 1, "numerics": 1, "latency": 1}
     assert (counted["entry_named"], counted["entry_why_not"], counted["no_entry"]) == (2, 2, 0)
     assert (counted["reproduces"], counted["remedy_passes"], counted["baseline_failed"]) == (2, 2, 1)
+    # Issue 63's measure counts a failure once both hold: bert's and yolov8n's; efficientnet-b0's and levit's have an
+    # entry and no reproducer.
+    assert counted["answered"] == 2
+    assert "**2 of 4** (50%) have both an entry and a reproducer that reproduces." in zoo.markdown(
+        zoo.table_rows(Results.load(REPORT)), [], Results.load(REPORT))
 
 
 def test_the_section_is_replaced_on_each_run_and_appended_the_first_time():

@@ -278,12 +278,18 @@ def totals(rows: list[Row]) -> dict[str, Any]:
         "no_entry": sum(f.entry == "none" for f in every),
         "reproducer_written": sum(f.reproduces is not None for f in every),
         "reproduces": sum(f.reproduces is True for f in every),
+        # Issue 63's measure: an entry (the operator named, or why not) and a reproducer that reproduces, both.
+        "answered": sum(f.entry != "none" and f.reproduces is True for f in every),
         "remedy_tried": sum(f.remedy is not None for f in every),
         "remedy_passes": sum(f.remedy is True for f in every),
         "finished": sum(NOT_RUN not in (row.baseline, row.candidate) for row in rows),
         "baseline_failed": sum(row.baseline.startswith("✗") for row in rows),
         "candidate_failed_a_stage": sum(row.candidate.startswith("✗") for row in rows),
     }
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.0%}" if whole else "none to answer"
 
 
 def _yes(value: bool | None) -> str:
@@ -322,7 +328,9 @@ def markdown(rows: list[Row], runs: list[dict[str, Any]], results: Results) -> s
         f"operator (a quantized variant's: the layers to keep in float), **{counted['entry_why_not']}** said why not, "
         f"{counted['no_entry']} had no entry; reproducer "
         f"written for {counted['reproducer_written']}, **{counted['reproduces']}** reproduce; remedy tried for "
-        f"{counted['remedy_tried']}, **{counted['remedy_passes']}** pass. The baseline failed a stage in "
+        f"{counted['remedy_tried']}, **{counted['remedy_passes']}** pass. **{counted['answered']} of "
+        f"{counted['candidate_failures']}** ({_share(counted['answered'], counted['candidate_failures'])}) have "
+        "both an entry and a reproducer that reproduces. The baseline failed a stage in "
         f"{counted['baseline_failed']} rows, the candidate in {counted['candidate_failed_a_stage']}.", "",
         "| model | variant | family | legacy | candidate | candidate failures (class: what it said) | Way out "
         "| reproduces | passing remedy | stage time |",
