@@ -309,19 +309,34 @@ class ReproducesQuantizeFailures(Protocol):
         ``--with-remedy``, the layers in ``keep_float`` left in float)."""
 
 
+@runtime_checkable
+class Recaptures(Protocol):
+    """Where a recipe raises: the capture's options in order (diagnose/quantize_remedy_phase.py)."""
+
+    @property
+    def CAPTURE_REMEDIES(self) -> Sequence[tuple[str, str]]:
+        """(name, code) to try, the first the stack's; code binds ``captured`` from ``capture``, ``module``,
+        ``inputs``, in place of the export script's own capture."""
+
+    def quantize_with_capture(self, module: Any, inputs: tuple[Any, ...], variant: str, code: str) -> Any:
+        """The variant quantized by its recipe from what one of ``CAPTURE_REMEDIES`` captures: what ``lower``
+        takes."""
+
+
 # What the report calls each capability. ProfilerCheck and SearchesBlocks are none: they refine Profiles and
 # Diagnoses.
 CAPABILITIES: dict[str, type] = {"quantize": Quantizes, "program": MultiMethod, "profile": Profiles,
                                  "backends": OtherBackends, "diagnose": Diagnoses,
                                  "keep-float": KeepsFloat, "re-export": ReExports, "migrate": WritesExportScript,
-                                 "export-lines": WritesExportLines, "quantize-repro": ReproducesQuantizeFailures}
+                                 "export-lines": WritesExportLines, "quantize-repro": ReproducesQuantizeFailures,
+                                 "re-capture": Recaptures}
 # What a capability is, in the message that names an adapter having only part of one.
 _DESCRIBED: dict[type, str] = {Quantizes: "quantization recipes", MultiMethod: "the multi-method program",
                                Profiles: "the profiler", OtherBackends: "other backends",
                                Diagnoses: "the culprit search", KeepsFloat: "the layer-precision search",
                                ReExports: "the export options", AnswersLoadFailures: "the load-failure search",
                                WritesExportScript: "the export script", WritesExportLines: "the export's lines",
-                               ReproducesQuantizeFailures: "a recipe's reproducers"}
+                               ReproducesQuantizeFailures: "a recipe's reproducers", Recaptures: "the capture options"}
 
 
 def declared(protocol: type) -> list[str]:
@@ -398,3 +413,4 @@ if TYPE_CHECKING:
     _candidate_re_exports: ReExports = executorch_xnnpack
     _candidate_export_script: WritesExportScript = executorch_xnnpack
     _candidate_quantize_repro: ReproducesQuantizeFailures = executorch_xnnpack
+    _candidate_recaptures: Recaptures = executorch_xnnpack

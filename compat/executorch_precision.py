@@ -90,8 +90,38 @@ def int8_dynamic_int4_config_code(torchao_quantization: Any) -> str:
 def capture_for_quantization(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
     """The pre-dispatch graph PT2E quantizes: export_for_training up to torch 2.9, which torch
     2.10 removed — torch.export.export captures the same graph since 2.8 (pytorch/pytorch#158203)."""
+    return captured_program(module, inputs).module()
+
+
+def captured_program(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Any:
+    """The pre-dispatch program PT2E quantizes, as the export script's ``capture`` makes it (grad on)."""
     capture = getattr(torch.export, "export_for_training", None) or torch.export.export
-    return capture(module, inputs).module()
+    return capture(module, inputs)
+
+
+# Where a PT2E recipe raises: the capture's options, in order, each the lines that replace the export script's
+# ``captured = capture(module, inputs)`` (the first is the script's own). Under torch.no_grad(), as ExecuTorch's own
+# LLM examples capture, a model's own no_grad region is captured as no region, and an autocast region inside it no
+# longer nests: PT2E's convert loses the inner of two nested (Llama's rotary embedding, pytorch/ao#4455).
+CAPTURE_REMEDIES = (
+    ("as configured", "captured = capture(module, inputs)"),
+    ("under torch.no_grad()", "with torch.no_grad():  # a model's own no_grad region then captured as no region\n"
+                              "    captured = capture(module, inputs)"),
+)
+
+
+def quantize_with_capture(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], variant: str, code: str) -> Any:
+    """The variant quantized by its PT2E recipe from the program one of ``CAPTURE_REMEDIES`` captures (its lines
+    run as written, ``capture`` the script's). A recipe that quantizes modules (8da4w) captures nothing, and one that
+    quantizes nothing would be judged as the float model: ValueError."""
+    if variant not in PT2E_RECIPES:
+        raise ValueError(f"{variant}'s recipe quantizes modules, not a captured program: no capture to change")
+    scope: dict[str, Any] = {"torch": torch, "capture": captured_program, "module": module, "inputs": inputs}
+    exec(compile(code, "<capture remedy>", "exec"), scope)  # noqa: S102 - one of CAPTURE_REMEDIES
+    converted = pt2e_quantized(scope["captured"].module(), inputs, pt2e_quantizer(variant))
+    if not any("quantize_per" in str(node.target) for node in converted.graph.nodes):  # the float model, judged so
+        raise ValueError("the recipe quantized nothing of it")
+    return converted
 
 
 def quantizable_layers(module: torch.nn.Module, variant: str) -> list[str]:

@@ -40,6 +40,7 @@ from .executorch_migrate import (  # noqa: F401 - the adapter's members
     quantize_reproducer,
 )
 from .executorch_precision import (  # noqa: F401 - the adapter's members, and what quantize() is built from
+    CAPTURE_REMEDIES,
     WEIGHT_GROUP_SIZE,
     capture_for_quantization,
     keep_float_code,
@@ -47,6 +48,7 @@ from .executorch_precision import (  # noqa: F401 - the adapter's members, and w
     pt2e_quantized,
     pt2e_quantizer,
     quantizable_layers,
+    quantize_with_capture,
     quantize_with_remedy,
     torchao_quantized,
     unwrapped,

@@ -168,6 +168,8 @@ def phase_of(command: str, job: dict[str, Any]) -> Any:
         return ours("diagnose.quantized_lowering_phase").run_quantized_lowering_phase
     if job.get("search") == "export":  # a failed export: the export API's other options
         return ours("diagnose.export_remedy_phase").run_export_remedy_phase
+    if job.get("search") == "quantize":  # a recipe that raised: the capture's other options
+        return ours("diagnose.quantize_remedy_phase").run_quantize_remedy_phase
     if job.get("search") == "load":  # a program that lowers and does not load: the node the runtime's words name
         return ours("diagnose.load_phase").run_load_phase
     if job.get("search") == "latency":  # exact, its time in portable batch norms: fold them before export

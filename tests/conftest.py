@@ -98,7 +98,8 @@ def explained_run(tmp_path_factory):
     planted quantized variant that does not lower at all (the same search, from the lowering's error), and a
     planted fusion (a multiply and a ReLU, each right alone, wrong fused), a planted latency regression
     (batch norms after linear layers, which ExecuTorch 0.7's XNNPACK leaves to the portable kernel), and yolov8n's
-    C2f block in int8, which the candidate lowers and does not load, and the baseline's FX cannot trace."""
+    C2f block in int8, which the candidate lowers and does not load, and the baseline's FX cannot trace, and Llama's
+    rotary angles in int8-dynamic, on whose nested no_grad and autocast regions the candidate's recipe raises."""
     folder = tmp_path_factory.mktemp("explained")
     out = folder / "report"
     (folder / "started").touch()  # when the run started: what it wrote elsewhere is newer (tests/test_diagnose.py)
@@ -107,7 +108,7 @@ def explained_run(tmp_path_factory):
     team = '[tool.upgrade-gate.models.team-outlier]\nfactory = "team_outlier:outlier"\nvariants = ["int8-dynamic"]\n'
     models = ("data-dependent-branch,vit-smoke@fp32,planted-operator,planted-operator-removed,team-outlier@int8-dynamic,"
               "llama-quantized-smoke@int8-dynamic,planted-quantized-export@int8-dynamic,planted-fusion,planted-latency,"
-              "planted-load@int8")
+              "planted-load@int8,planted-regions@int8-dynamic")
     result = nox("-s", "compare", "--", "--out", str(out), "--models", models, "--fresh",
                  env=user_project(folder, f"[tool.upgrade-gate]\n{QUICK_TIMING}{team}"))
     return out, result

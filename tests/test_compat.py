@@ -96,7 +96,7 @@ def test_each_adapter_offers_what_the_stacks_do(contract):
 
     assert offered("torchscript_mobile") == {"quantize", "profile", "diagnose", "export-lines"}
     assert offered("executorch_xnnpack") == {"quantize", "program", "profile", "backends", "diagnose", "keep-float",
-                                                    "re-export", "migrate", "quantize-repro"}
+                                                    "re-export", "migrate", "quantize-repro", "re-capture"}
 
 
 # -- the code that keys every result ----------------------------------------------------
@@ -286,7 +286,7 @@ def test_each_diagnose_search_runs_the_phase_that_records_it():
     assert picked == {"keep-float": "diagnose.precision_phase",
                       "quantized-lowering": "diagnose.quantized_lowering_phase",
                       "export": "diagnose.export_remedy_phase", "latency": "diagnose.latency_phase",
-                      "load": "diagnose.load_phase"}
+                      "load": "diagnose.load_phase", "quantize": "diagnose.quantize_remedy_phase"}
     for search, module in picked.items():
         assert search == string_constants_of(COMPAT.joinpath(*module.split(".")).with_suffix(".py"))["SEARCH"], module
 
@@ -371,7 +371,8 @@ def test_the_contract_is_declared_in_the_order_its_docs_give(contract):
                      "remedy_options", "reproducer_source", "method_reproducer"],
         "keep-float": ["quantizable_layers", "precision_start", "quantize_with_remedy", "keep_float_code"],
         "re-export": ["EXPORT_REMEDIES", "export_with", "export_reproducer"], "migrate": ["export_script", "method_signature"],
-        "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer", "precision_reproducer"]}
+        "export-lines": ["export_lines"], "quantize-repro": ["quantize_reproducer", "precision_reproducer"],
+        "re-capture": ["CAPTURE_REMEDIES", "quantize_with_capture"]}
     assert contract.declared(contract.ProfilerCheck) == ["profiler_missing"]
     for protocol in (contract.Adapter, contract.ProfilerCheck, *contract.CAPABILITIES.values()):
         for name in contract.declared(protocol):  # the Protocols' docstrings are the contract's documentation

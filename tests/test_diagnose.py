@@ -491,6 +491,44 @@ def test_a_model_that_does_not_export_is_exported_with_the_export_apis_other_opt
     assert not (out / "stacks/candidate/models/data-dependent-branch/diagnose/export-trace").exists()
 
 
+def test_a_recipe_that_raises_is_quantized_again_from_the_captures_other_options(explained_run):
+    """Issue 63, item 1 for the quantize stage (the zoo's Llama and Qwen2): the recipe raises on the rotary angles'
+    nested no_grad and autocast regions. Captured under torch.no_grad() — as ExecuTorch's own LLM examples capture —
+    the model's own no_grad is no region and the recipe quantizes; the method quantized so is lowered, saved, loaded,
+    run and judged against the float model by the quantized gates, and the verdict's remedy says which lines."""
+    out, _ = explained_run
+    model = next(m for m in load(out, "results.json")["models"] if m["model"] == "planted-regions@int8-dynamic")
+    assert model["stacks"]["legacy"]["diagnosis"] is None  # quantize_dynamic takes it: nothing to answer
+    stages = {s["stage"]: s for s in model["stacks"]["candidate"]["diagnosis"]["stages"]}
+    assert {name: s["status"] for name, s in stages.items()} == {
+        "build": "ok", "eager": "ok", "search": "ok", "remedy": "ok", "task": "skipped"}, stages
+    assert stages["build"]["details"]["search"] == "quantize"
+    found = stages["search"]["details"]["methods"]["forward"]
+    assert [(t["option"], t["ok"]) for t in found["tried"]] == [("as configured", False),
+                                                               ("under torch.no_grad()", True)], found
+    assert found["tried"][0]["step"] == "quantize" and "DuplicateDQPass" in found["tried"][0]["error"], found
+    assert found["code"] == ("with torch.no_grad():  # a model's own no_grad region then captured as no region\n"
+                             "    captured = capture(module, inputs)")
+    # Judged by the quantized gates against the float model: one projection quantized per channel keeps it far
+    # above them (its SNR is measured, not copied: above the gate's 20 dB by a margin).
+    (remedy,) = (r for r in verdict_of(out).remedies if r.model == "planted-regions@int8-dynamic")
+    assert remedy.gate == "quantized-export" and remedy.passes, remedy
+    remedied = stages["remedy"]["details"]["methods"]["forward"]
+    assert remedied["passes"] and -20 * math.log10(remedied["rel_l2"]) > 25 and remedied["cosine"] > 0.99, remedied
+    way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
+    assert ("It does not quantize as configured; `under torch.no_grad()` quantizes it (options tried in order: 2):"
+            in way_out), way_out
+    assert "captured with these lines, quantized by the recipe, lowered, saved, loaded and run" in way_out
+    # The migration's script puts the lines in place of its capture and rebuilds the judged artifact byte for byte.
+    python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
+    (empty := out.parent / "rebuilt-regions").mkdir()
+    ran = subprocess.run([str(python), str(out / "migrate" / model["model"] / "export.py")], cwd=empty, text=True,
+                         capture_output=True, timeout=600,
+                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert ran.returncode == 0 and "the artifact upgrade-gate judged" in ran.stdout, (ran.stdout, ran.stderr[-2000:])
+    assert hashlib.sha256((empty / "forward.pte").read_bytes()).hexdigest() == remedied["sha256"]
+
+
 LLM = "llama-quantized-smoke@int8-dynamic"
 
 

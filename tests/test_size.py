@@ -82,12 +82,18 @@ GROWTH = {
     "reproducer's program captured so; a culprit's nested grad/autocast regions named with the line inside them "
     "(localize.name_nested_regions); an error's causes in its message (export_errors.with_causes); the rotary "
     "angles planted (models/regions.py)": 122,
+    "issue 63, item 1 for the quantize stage: a recipe that raised quantized again from the capture's other options "
+    "(under torch.no_grad()), lowered, run and judged by the quantized gates (compat/diagnose/quantize_remedy_phase.py, "
+    "the Recaptures capability; the export-remedy phase's search made generic), the lines in the report and in the "
+    "migration's script": 165,
 }
 SLACK = 50
 
 # "path" (a module) or "path:function" (a function, by its name; a method by its name alone) → why it may be
 # over its limit. Remove a line when its module or function comes back under.
 EXCEPTIONS: dict[str, str] = {
+    "compat/contract.py": "the adapter contract in one place: a Protocol per capability, what the report calls it and "
+                          "how a partial one is refused, read together by whoever writes an adapter",
     "models/llama.py": "one module for the family on purpose (its docstring): the shapes, the cache layout and the "
                        "split into programs are read together; and its lines are part of its phases' cache keys",
 }

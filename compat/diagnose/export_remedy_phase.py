@@ -49,31 +49,43 @@ def trace_inside(folder: Path) -> Iterator[None]:
 class ExportRemedyPhase(DiagnosePhase):
     """build → eager → search → remedy: an export option each method exports with."""
 
-    CAPABILITY = ReExports
+    CAPABILITY: Any = ReExports
     REMEDY_REPLACES = "export"  # an option of the export API: its line makes the program
     NOT_OFFERED = "this stack's adapter tries no other export options (compat/contract.py ReExports)"
     STAGES = WHOLE_MODEL_STAGES
+    SEARCH = SEARCH
+    NONE_WORKS, NO_REMEDY = "no option of the export API exports it", "no option of the export API exports any method"
+    UNTIMED = "no artifact shipped to time it against: the export failed"
 
     def build(self):
         built, details = super().build()
-        return built, {**details, "search": SEARCH}
+        return built, {**details, "search": self.SEARCH}
+
+    def options(self) -> Any:
+        return self.adapter.EXPORT_REMEDIES
+
+    def made(self, method: str, code: str) -> tuple[Any, list[str]]:
+        """The program one option's ``code`` makes of the method, and what it assumed of the example inputs;
+        ``self.step``, the step running, said where it fails."""
+        methods, inputs = self.log.results["build"]
+        self.step = "export"
+        with trace_inside(self.model_dir / TRACE_DIR):
+            return self.adapter.export_with(methods[method].module, inputs[method], code)
 
     def search(self):
-        """Each method's options in order, until one exports, lowers and runs: every try recorded."""
-        methods, inputs = self.log.results["build"]
+        """Each method's options in order, until one makes a program that lowers: every try recorded."""
         self.programs: dict[str, Any] = {}
         found = {}
         for method in self.methods:
             tried: list[dict[str, Any]] = []
-            for name, code in self.adapter.EXPORT_REMEDIES:
-                start, step = time.monotonic(), "export"
+            for name, code in self.options():
+                start = time.monotonic()
                 try:
-                    with trace_inside(self.model_dir / TRACE_DIR):
-                        exported, assumed = self.adapter.export_with(methods[method].module, inputs[method], code)
-                    step = "lowering"
+                    exported, assumed = self.made(method, code)
+                    self.step = "lowering"
                     lowered = self.adapter.lower_keeping_out(exported, frozenset())
                 except Exception as error:  # noqa: BLE001 - the option's outcome: the next one is tried
-                    tried.append({"option": name, "ok": False, "step": step,
+                    tried.append({"option": name, "ok": False, "step": self.step,
                                   "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}",
                                   "seconds": round(time.monotonic() - start, 2)})
                     continue
@@ -84,7 +96,7 @@ class ExportRemedyPhase(DiagnosePhase):
                 break
             else:
                 found[method] = {"status": "not pinned", "tried": tried,
-                                 "reason": "no option of the export API exports it: "
+                                 "reason": f"{self.NONE_WORKS}: "
                                            + "; ".join(f"{t['option']}: {t['error']}" for t in tried)}
         return found, {"methods": found}
 
@@ -93,9 +105,8 @@ class ExportRemedyPhase(DiagnosePhase):
         with eager."""
         remedies = remedy_trial.Remedies(self.model_dir, self.REMEDY_REPLACES)
         for method, lowered in self.programs.items():
-            remedies.add(method, self.tried(method, (), made=lowered, code=self.log.results["search"][method]["code"],
-                                            untimed="no artifact shipped to time it against: the export failed"))
-        return remedies.record("no option of the export API exports any method")
+            remedies.add(method, self.tried(method, (), made=lowered, code=self.log.results["search"][method]["code"]))
+        return remedies.record(self.NO_REMEDY)
 
 
 def run_export_remedy_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

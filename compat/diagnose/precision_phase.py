@@ -30,24 +30,15 @@ SEARCH = "keep-float"  # the job's and the build stage's "search"
 MIN_UNITS = 4
 
 
-class PrecisionPhase(DiagnosePhase):
-    """build → eager → search → remedy: the layers of a quantized variant to keep in float."""
+class QuantizedGates:
+    """How a quantized variant's search and remedies are judged: against the float model, by the quantized gates'
+    SNR and cosine, on the parts of each output a later call reads (the job's ``min_snr_db``, ``min_cosine``; the
+    build stage's ``extents``)."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.variant: str = self.job["variant"]
-        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
-
-    CAPABILITY = KeepsFloat
-    NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
-    STAGES = (*WHOLE_MODEL_STAGES, ("reproducer", ("search",)))
-    TIMES_FAILING = True
-    REMEDY_REPLACES = "quantization"  # its lines bind the recipe's quantizer, some layers kept in float
-
-    def build(self):
-        (methods, inputs), details = super().build()
-        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
-        return (methods, inputs), {**details, "search": SEARCH, "variant": self.variant}
+    log: Any
+    extents: dict[str, dict[int, tuple[int, int]]]
+    min_snr_db: float
+    min_cosine: float
 
     def departure(self, outputs: Any, method: str) -> precision.Departure:
         """The worst output's relative L2 and cosine against the float model, on the parts a later call reads."""
@@ -65,6 +56,32 @@ class PrecisionPhase(DiagnosePhase):
             both = torch.linalg.vector_norm(a).item() * norm
             cosines.append(torch.dot(a, e).item() / both if both else 1.0)
         return precision.Departure(rel_l2=max(rel_l2s), cosine=min(cosines))
+
+    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
+        """A remedy's outputs against the float model, as the quantized gates measure them."""
+        found = self.departure(outputs, method)
+        return {"rel_l2": found.rel_l2, "cosine": found.cosine,
+                "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine}
+
+
+class PrecisionPhase(QuantizedGates, DiagnosePhase):
+    """build → eager → search → remedy: the layers of a quantized variant to keep in float."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.variant: str = self.job["variant"]
+        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
+
+    CAPABILITY = KeepsFloat
+    NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
+    STAGES = (*WHOLE_MODEL_STAGES, ("reproducer", ("search",)))
+    TIMES_FAILING = True
+    REMEDY_REPLACES = "quantization"  # its lines bind the recipe's quantizer, some layers kept in float
+
+    def build(self):
+        (methods, inputs), details = super().build()
+        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
+        return (methods, inputs), {**details, "search": SEARCH, "variant": self.variant}
 
     def quantized(self, method: str, code: str) -> Any:
         """The method quantized with the remedy's code, run as written."""
@@ -178,12 +195,6 @@ class PrecisionPhase(DiagnosePhase):
         if not written:
             raise StageSkipped("the search found no departure to reproduce")
         return written, {"methods": written}
-
-    def judged(self, method: str, outputs: Any) -> dict[str, Any]:
-        """A remedy's outputs against the float model, as the quantized gates measure them."""
-        found = self.departure(outputs, method)
-        return {"rel_l2": found.rel_l2, "cosine": found.cosine,
-                "passes": found.snr_db >= self.min_snr_db and found.cosine >= self.min_cosine}
 
 
 def run_precision_phase(job: dict[str, Any], adapter: Adapter, log: PhaseLog) -> None:

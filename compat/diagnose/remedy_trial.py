@@ -64,8 +64,9 @@ def run_trial(adapter: Any, steps: Sequence[Step], folder: Path, name: str, inpu
 # The step of an export script a phase's remedy lines take the place of (each phase's REMEDY_REPLACES; a team's
 # script, upgrade_gate.migrate, puts them there): "lowering" — they bind the partitioner, and may rewrite the exported
 # ``program`` first; "export" — they make ``program`` from ``model`` and ``example_inputs``; "quantization" — they
-# bind the recipe's quantizer (or its module filter) in place of the recipe's own.
-REPLACED_STEPS = ("lowering", "export", "quantization")
+# bind the recipe's quantizer (or its module filter) in place of the recipe's own; "capture" — they make
+# ``captured``, the program a PT2E recipe quantizes, from ``module`` and ``inputs``.
+REPLACED_STEPS = ("lowering", "export", "quantization", "capture")
 
 
 class Remedies:

@@ -21,7 +21,7 @@ from upgrade_gate.schema.verdict import GateResult, GateStatus, JudgedArtifact, 
 NUMERICS, QUANTIZED, EXPORT, QUANTIZED_EXPORT = "numerics", "quantized-numerics", "export", "quantized-export"
 LATENCY = "latency"  # an exact model whose time goes to portable kernels (compat/diagnose/latency_phase.py)
 GATE_OF_SEARCH = {"operators": NUMERICS, "keep-float": QUANTIZED, "quantized-lowering": QUANTIZED, "export": EXPORT,
-                  "latency": LATENCY, "load": EXPORT}
+                  "latency": LATENCY, "load": EXPORT, "quantize": QUANTIZED_EXPORT}
 # A quantized variant's remedy is judged by the quantized gates' SNR and cosine, whichever gate it answers: its
 # numerics, or its export (a variant that did not lower: quantized-lowering, from the lowering's error).
 QUANTIZED_GATES = (QUANTIZED, QUANTIZED_EXPORT)

@@ -45,7 +45,8 @@ class RemedyLines:
 # the names it returns.
 REMEDY_SIGNATURES = {"lowering": ("program", "program, partitioner"),
                      "export": ("model, example_inputs", "program"),
-                     "quantization": ("", None)}  # binds the recipe's own name: quantize() takes it
+                     "quantization": ("", None),  # binds the recipe's own name: quantize() takes it
+                     "capture": ("module, inputs", "captured")}  # the program quantize_captured() takes
 
 HEAD = '''\
 """{model}: the {stack} artifact upgrade-gate judged, rebuilt by an export script of the team's own.
@@ -143,7 +144,10 @@ def lowered_method(name, module, inputs):
     with torch.no_grad():
         module(*inputs)
     if QUANTIZED:
-        module = quantize(module, inputs, *([remedy()] if replaces == "quantization" else []))
+        if replaces == "capture":
+            module = quantize_captured(remedy(module, inputs).module(), inputs)
+        else:
+            module = quantize(module, inputs, *([remedy()] if replaces == "quantization" else []))
         with torch.no_grad():
             module(*inputs)  # the quantized model run eagerly, as upgrade-gate compared it
     if replaces == "export":

@@ -4,6 +4,7 @@ that avoids it with what it costs; or, for another search, what it found instead
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from upgrade_gate.report._verdict_section import model_anchor
 from upgrade_gate.report.render import Block, Bullets, Code, Heading, Item, Paragraph, code_span, mark
@@ -25,8 +26,8 @@ def method_blocks(model: ModelResults, stack: str, found: Diagnosis, method: Met
                   python: str | None, shipped_bytes: int | None) -> list[Block]:
     title = f"{code_span(model.name)} · {code_span(method.method)} in {stack}"
     blocks: list[Block] = [Heading(3, title, anchor=f"way-out-{model_anchor(model.name)}-{method.method}")]
-    if found.search == "export":
-        return blocks + _export_blocks(method)
+    if found.search in OPTIONS:
+        return blocks + _option_blocks(method, OPTIONS[found.search])
     if found.search == "latency":
         return blocks + _folded_blocks(method, shipped_bytes)
     if model.quantized:
@@ -294,14 +295,35 @@ def _kept_float_blocks(found: Diagnosis, method: MethodDiagnosis, python: str | 
     return blocks
 
 
-def _export_blocks(method: MethodDiagnosis) -> list[Block]:
-    """A method that does not export as configured: each option of the export API tried, and the one that does."""
+@dataclass(frozen=True)
+class Options:
+    """How a search that tries a step's options in order says them (a failed export's, a failed quantization's)."""
+
+    step: str  # "export"
+    options: str  # "option of the export API"
+    verb: str  # "exports"
+    checked: str  # how the remedy's lines made the program
+    against: str  # what its outputs are measured against, and by what
+
+
+OPTIONS = {
+    "export": Options("export", "option of the export API", "exports",
+                      "exported with this line, lowered", "against eager on the example inputs"),
+    "quantize": Options("quantize", "capture the recipe quantizes", "quantizes",
+                        "captured with these lines, quantized by the recipe, lowered",
+                        "against the float model, as the quantized gates measure it"),
+}
+
+
+def _option_blocks(method: MethodDiagnosis, said: Options) -> list[Block]:
+    """A method whose step fails as configured: each option tried, and the one that makes a program that lowers."""
     tried = [Item(f"{mark('FAILED')} {attempt}") for attempt in method.export_tries]
     if method.export_option is None:
-        return [Paragraph(f"{mark('incomplete')} No option of the export API exports it:"), Bullets(tried)]
-    blocks: list[Block] = [Paragraph(f"It does not export as configured; `{method.export_option}` exports it "
-                                     f"(options tried in order: {len(method.export_tries) + 1}):"),
-                           Bullets([*tried, Item(f"{mark('passed')} {method.export_option}: exports, lowers, runs")])]
+        return [Paragraph(f"{mark('incomplete')} No {said.options} {said.verb} it:"), Bullets(tried)]
+    blocks: list[Block] = [Paragraph(f"It does not {said.step} as configured; `{method.export_option}` {said.verb} "
+                                     f"it (options tried in order: {len(method.export_tries) + 1}):"),
+                           Bullets([*tried, Item(f"{mark('passed')} {method.export_option}: {said.verb}, lowers, "
+                                                 "runs")])]
     if method.assumed:
         blocks.append(Paragraph(f"{mark('FAILED')} It specialized {len(method.assumed)} data-dependent decision(s) to "
                                 "the example inputs, so the program is right only for inputs that decide them the "
@@ -313,10 +335,11 @@ def _export_blocks(method: MethodDiagnosis) -> list[Block]:
                                    f"{method.remedy_error}."), Code((method.remedy_code or "").splitlines())]
     if method.remedy_code is not None:
         verdict = mark("passed") + " passes" if method.remedy_passes else mark("FAILED") + " still fails"
+        measured = (f"SNR {snr_text(method.remedy_rel_l2)}" if said.step == "quantize"
+                    else f"rel. L2 {rel_l2_text(method.remedy_rel_l2)}")
         untimed = method.latency_note or "no artifact shipped"
-        blocks += [Paragraph(f"The change, checked: the method exported with this line, lowered, saved, loaded and run "
-                             f"as an artifact is gives rel. L2 {rel_l2_text(method.remedy_rel_l2)} against eager on "
-                             f"the example inputs — {verdict}; not timed ({untimed})."),
+        blocks += [Paragraph(f"The change, checked: the method {said.checked}, saved, loaded and run as an artifact "
+                             f"is gives {measured} {said.against} — {verdict}; not timed ({untimed})."),
                    Code(method.remedy_code.splitlines())]
     return blocks
 

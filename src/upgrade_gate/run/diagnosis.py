@@ -87,15 +87,16 @@ def lowering_departures(plan: Plan, stack: str, model: ModelEntry) -> dict[str, 
     return {method: a for method, a in weighed.items() if a.lowering_departs}
 
 
-def failed_export_methods(plan: Plan, stack: str, model: ModelEntry) -> list[str]:
-    """Every method of a model whose export stage failed (the exporter raised: not a crash, not a timeout,
-    which another option would not answer): the remedy must export them all, as the artifact would have."""
+def failed_export_methods(plan: Plan, stack: str, model: ModelEntry, stage: str = "export") -> list[str]:
+    """Every method of a model whose export stage (or ``stage``: a variant's quantize) failed — the exporter or the
+    recipe raised: not a crash, not a timeout, which another option would not answer: the remedy must export them
+    all, as the artifact would have."""
     try:
         record = load_stack_model(plan.settings.out_dir, stack, model.name)
     except (DamagedFile, RecordError):
         return []
-    export, build = record.stage("export"), record.stage("build")
-    if export is None or export.status != "failed" or build is None or not build.ok:
+    failed, build = record.stage(stage), record.stage("build")
+    if failed is None or failed.status != "failed" or build is None or not build.ok:
         return []
     return [str(m) for m in build.details.get("methods") or ()]
 
@@ -181,11 +182,14 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
 
 
 def _quantized_search(plan: Plan, stack: str, model: ModelEntry) -> tuple[dict[str, float], dict[str, Any]]:
-    """A candidate's quantized variant: the methods to search and what its search is — the node behind a program
-    that lowers and does not load, the operators behind one that does not lower or whose lowering departs, or the
-    layers to keep in float."""
+    """A candidate's quantized variant: the methods to search and what its search is — the capture to quantize from
+    where the recipe raised, the node behind a program that lowers and does not load, the operators behind one that
+    does not lower or whose lowering departs, or the layers to keep in float."""
     gates = {"min_snr_db": plan.settings.gates.for_model(model.name, "min-snr-db"),
              "min_cosine": plan.settings.gates.for_model(model.name, "min-cosine")}
+    if raised := failed_export_methods(plan, stack, model, stage="quantize"):
+        # The recipe raised: the capture's other options, judged by the quantized gates.
+        return {method: math.nan for method in raised}, {"search": "quantize", "variant": model.variant, **gates}
     failed_at, loaded = failed_at_runtime(plan, stack, model)
     if failed_at and (thresholds := quantization_thresholds(plan, stack, model)):
         # It lowers and does not load: the node the runtime's words name, on the quantized program.

@@ -123,7 +123,7 @@ class MethodDiagnosis:
     layers: int = 0
     units: int = 0
     # A failed export's search: the option that exports the method, what it assumed of the example inputs,
-    # and each option tried before it ("strict: export: Unsupported: …").
+    # and each option tried before it ("strict: export: Unsupported: …"); a failed quantization's, the capture's.
     export_option: str | None = None
     assumed: tuple[str, ...] = ()
     export_tries: tuple[str, ...] = ()
@@ -190,7 +190,7 @@ class Diagnosis(StagesOf, codec.Record):
     @property
     def remedy_replaces(self) -> str:
         """The step of an export script the remedies' lines take the place of (compat/diagnose/remedy_trial.py
-        REPLACED_STEPS): ``lowering``, ``export`` or ``quantization``; empty where no remedy was tried."""
+        REPLACED_STEPS): ``lowering``, ``export``, ``quantization`` or ``capture``; empty where no remedy was tried."""
         return str(self.details_of("remedy").get("replaces") or "")
 
     @property
