@@ -309,7 +309,7 @@ class Options:
 OPTIONS = {
     "export": Options("export", "option of the export API", "exports",
                       "exported with this line, lowered", "against eager on the example inputs"),
-    "quantize": Options("quantize", "capture the recipe quantizes", "quantizes",
+    "quantize": Options("quantize", "capture option", "quantizes",
                         "captured with these lines, quantized by the recipe, lowered",
                         "against the float model, as the quantized gates measure it"),
 }
