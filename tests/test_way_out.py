@@ -99,7 +99,7 @@ def test_a_failure_no_part_explains_says_so_with_the_whole_method_as_its_reprodu
     assert "The change" not in text
 
 
-def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_their_own_rows():
+def test_a_quantized_variants_layers_in_float_and_a_failed_steps_options_are_their_own_rows():
     def searched(kind: str, search: dict, remedy: dict) -> Diagnosis:
         plain = diagnosis(search, remedy)
         build = Stage(stage="build", status="ok", duration_s=1.0, details={"methods": ["forward"], "search": kind})
@@ -134,6 +134,28 @@ def test_a_quantized_variants_layers_in_float_and_a_failed_exports_options_are_t
     assert "- [FAILED] as configured: export: UserError: guard" in text
     assert "- data dependent error at line 3, `if x.sum() > 0:`" in text
     assert "gives rel. L2 1.00e-07 against eager on the example inputs — [passed] passes; not timed" in text
+
+    # A recipe that raised: the capture's options, the remedy measured by the quantized gates; none where no capture
+    # the recipe quantizes lowers (RoBERTa's float indices raise under no_grad too).
+    recaptured = searched("quantize", {"forward": {
+        "status": "found", "option": "under torch.no_grad()", "assumed": [],
+        "tried": [{"option": "as configured", "ok": False, "step": "quantize", "error": "Exception: DuplicateDQPass"},
+                  {"option": "under torch.no_grad()", "ok": True}]}},
+        {"forward": {"code": "with torch.no_grad():\n    captured = capture(module, inputs)\n", "rel_l2": 0.01,
+                     "cosine": 0.9999, "passes": True, "latency": {"status": "not timed", "reason": "none shipped"}}})
+    text = markdown(recaptured, "forward")
+    assert "It does not quantize as configured; `under torch.no_grad()` quantizes it (options tried in order: 2):" in text
+    assert "- [FAILED] as configured: quantize: Exception: DuplicateDQPass" in text
+    assert ("the method captured with these lines, quantized by the recipe, lowered, saved, loaded and run as an "
+            "artifact is gives SNR 40.0 dB against the float model, as the quantized gates measure it — [passed] "
+            "passes") in text
+    unanswered = searched("quantize", {"forward": {
+        "status": "not pinned", "reason": "no capture the recipe quantizes lowers: …",
+        "tried": [{"option": name, "ok": False, "step": "quantize", "error": "RuntimeError: Expected tensor for "
+                   "argument #1 'indices'"} for name in ("as configured", "under torch.no_grad()")]}}, {})
+    text = markdown(unanswered, "forward")
+    assert "[incomplete] No capture option quantizes it:" in text
+    assert "- [FAILED] under torch.no_grad(): quantize: RuntimeError: Expected tensor for argument #1" in text
 
 
 def test_a_quantized_variants_reproducer_is_for_the_team_and_says_what_its_runs_showed():
