@@ -87,8 +87,8 @@ def lowering_departures(plan: Plan, stack: str, model: ModelEntry) -> dict[str, 
     return {method: a for method, a in weighed.items() if a.lowering_departs}
 
 
-def failed_export_methods(plan: Plan, stack: str, model: ModelEntry, stage: str = "export") -> list[str]:
-    """Every method of a model whose export stage (or ``stage``: a variant's quantize) failed — the exporter or the
+def failed_stage_methods(plan: Plan, stack: str, model: ModelEntry, stage: str = "export") -> list[str]:
+    """Every method of a model whose ``stage`` (the export, or a variant's quantize) failed — the exporter or the
     recipe raised: not a crash, not a timeout, which another option would not answer: the remedy must export them
     all, as the artifact would have."""
     try:
@@ -145,7 +145,7 @@ def diagnose_job(plan: Plan, stack: str, model: ModelEntry) -> dict[str, Any] | 
         if stack == plan.baseline.name or settings.gates["quantized"].severity == "off":
             return None
         methods, searched = _quantized_search(plan, stack, model)
-    elif failed := failed_export_methods(plan, stack, model):
+    elif failed := failed_stage_methods(plan, stack, model):
         if stack == plan.baseline.name or settings.gates["export"].severity == "off":
             return None  # the baseline's export failures are what ships today, not gated
         methods = {method: math.nan for method in failed}
@@ -187,7 +187,7 @@ def _quantized_search(plan: Plan, stack: str, model: ModelEntry) -> tuple[dict[s
     does not lower or whose lowering departs, or the layers to keep in float."""
     gates = {"min_snr_db": plan.settings.gates.for_model(model.name, "min-snr-db"),
              "min_cosine": plan.settings.gates.for_model(model.name, "min-cosine")}
-    if raised := failed_export_methods(plan, stack, model, stage="quantize"):
+    if raised := failed_stage_methods(plan, stack, model, "quantize"):
         # The recipe raised: the capture's other options, judged by the quantized gates.
         return {method: math.nan for method in raised}, {"search": "quantize", "variant": model.variant, **gates}
     failed_at, loaded = failed_at_runtime(plan, stack, model)
@@ -196,7 +196,7 @@ def _quantized_search(plan: Plan, stack: str, model: ModelEntry) -> tuple[dict[s
         methods = {method: math.nan for method in loaded if method in thresholds}
         return methods, {"search": "load", "failed_at": failed_at, "variant": model.variant, **gates,
                          "thresholds": {m: thresholds[m] for m in methods}}
-    if failed := failed_export_methods(plan, stack, model):
+    if failed := failed_stage_methods(plan, stack, model):
         # It does not lower at all: the operators behind the lowering's error, on the quantized program.
         thresholds = quantization_thresholds(plan, stack, model)
         methods = {method: math.nan for method in failed if method in thresholds}
