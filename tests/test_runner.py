@@ -210,3 +210,14 @@ def test_a_quantized_variant_whose_lowering_departs_more_than_its_quantization_i
     # No quantized outputs (a module that did not run eagerly): nothing to weigh, the layers are searched.
     write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=[-quantized], quantize="dynamic")
     assert diagnosis.diagnose_job(plan, "candidate", variant)["search"] == "keep-float"
+    # Its recipe raised: no quantized model to weigh, nothing lowered; the capture's other options, every method,
+    # judged by the quantized gates (and the baseline's own recipe failing is what ships today: no search).
+    write_stack_model(out, "candidate", variant.name, eager=[REFERENCE], artifact=None, quantize="dynamic",
+                      failed_stage="quantize")
+    job = diagnosis.diagnose_job(plan, "candidate", variant)
+    assert job is not None and (job["search"], job["methods"], job["variant"]) == ("quantize", ["forward"], "int8-dynamic")
+    assert (job["min_snr_db"], job["min_cosine"]) == (plan.settings.gates.for_model(variant.name, "min-snr-db"),
+                                                      plan.settings.gates.for_model(variant.name, "min-cosine"))
+    write_stack_model(out, "legacy", variant.name, eager=[REFERENCE], artifact=None, quantize="dynamic",
+                      failed_stage="quantize")
+    assert diagnosis.diagnose_job(plan, "legacy", variant) is None
