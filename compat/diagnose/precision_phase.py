@@ -35,10 +35,19 @@ class QuantizedGates:
     SNR and cosine, on the parts of each output a later call reads (the job's ``min_snr_db``, ``min_cosine``; the
     build stage's ``extents``)."""
 
+    job: dict[str, Any]
     log: Any
+    methods: list[str]
     extents: dict[str, dict[int, tuple[int, int]]]
-    min_snr_db: float
-    min_cosine: float
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)  # the phase's, next in the subclass's order
+        self.variant: str = self.job["variant"]
+        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
+
+    def keep_extents(self, methods: dict[str, Any]) -> None:
+        """The parts of each output a later call reads, from the build stage's methods."""
+        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
 
     def departure(self, outputs: Any, method: str) -> precision.Departure:
         """The worst output's relative L2 and cosine against the float model, on the parts a later call reads."""
@@ -67,11 +76,6 @@ class QuantizedGates:
 class PrecisionPhase(QuantizedGates, DiagnosePhase):
     """build → eager → search → remedy: the layers of a quantized variant to keep in float."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.variant: str = self.job["variant"]
-        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
-
     CAPABILITY = KeepsFloat
     NOT_OFFERED = "this stack's adapter has no layer-precision search (compat/contract.py KeepsFloat)"
     STAGES = (*WHOLE_MODEL_STAGES, ("reproducer", ("search",)))
@@ -80,7 +84,7 @@ class PrecisionPhase(QuantizedGates, DiagnosePhase):
 
     def build(self):
         (methods, inputs), details = super().build()
-        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
+        self.keep_extents(methods)
         return (methods, inputs), {**details, "search": SEARCH, "variant": self.variant}
 
     def quantized(self, method: str, code: str) -> Any:

@@ -31,14 +31,9 @@ class QuantizeRemedyPhase(QuantizedGates, ExportRemedyPhase):
     NO_REMEDY = "no capture the recipe quantizes lowers for any method"
     UNTIMED = "no artifact shipped to time it against: the quantization failed"
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.variant: str = self.job["variant"]
-        self.min_snr_db, self.min_cosine = float(self.job["min_snr_db"]), float(self.job["min_cosine"])
-
     def build(self):
         (methods, inputs), details = super().build()
-        self.extents = {name: dict(methods[name].read_extents) for name in self.methods}
+        self.keep_extents(methods)
         return (methods, inputs), {**details, "variant": self.variant}
 
     def options(self) -> Any:
