@@ -23,7 +23,9 @@ Exit 3: it could not run (the module does not load, or another error): no answer
 '''
 
 TORCH_EXPORT_CODE = '''
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 # The export's error when found, which reproduces when the export raises it.
@@ -66,6 +68,10 @@ def main():
             return self.inner(*call_args, **call_kwargs)
 
     scope = {{"torch": torch, "model": Call(), "example_inputs": tuple(leaves[index] for index in slots)}}
+    # draft_export writes torch's structured trace to $TORCH_DTRACE, or else leaves it in the system's temporary
+    # folder (/tmp/export_<user>): unless the caller names one, to a folder removed when the script ends.
+    trace = tempfile.TemporaryDirectory()
+    os.environ.setdefault("TORCH_DTRACE", trace.name)
     try:
         with torch.no_grad():
             exec(OPTIONS[option], scope)

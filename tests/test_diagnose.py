@@ -7,7 +7,6 @@ by lowering the model with it. The search itself is unit-tested in tests/test_cu
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import math
@@ -17,13 +16,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import QUICK, REPO, busy_run_shows, load, nox, user_project
+from helpers.runs import QUICK, REPO, busy_run_shows, load, nox, torch_traces_since, user_project
 
 from upgrade_gate.releases._reproducers import compare_reproducers, run_reproducer
 from upgrade_gate.schema.verdict import GateStatus
@@ -325,15 +324,15 @@ def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_rem
     def rebuilt(model: str) -> tuple[subprocess.CompletedProcess[str], Path]:
         folder = tmp_path / model
         folder.mkdir()
-        # draft_export's structured trace in the script's own folder, not /tmp/export_<user> (which a test below
-        # checks the run left alone).
-        ran = subprocess.run([str(python), str(out / "migrate" / model / "export.py")], cwd=folder,
-                             env={**env, "TORCH_DTRACE": str(folder / "trace")}, capture_output=True, text=True,
-                             timeout=600)
+        ran = subprocess.run([str(python), str(out / "migrate" / model / "export.py")], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=600)
         return ran, folder
 
+    started = time.time()
     with ThreadPoolExecutor(2) as pool:  # each script is mostly torch's import: two at a time on 2 cores
         runs = dict(zip(remedied, pool.map(rebuilt, remedied)))
+    # draft_export's structured trace (data-dependent-branch's remedy) went to a folder removed after.
+    assert not torch_traces_since(started)
     for model, (ran, folder) in runs.items():
         ((method, judged),) = ((a["method"], a) for a in remedied[model]["artifacts"])
         written = folder / f"{method}.pte"
@@ -485,9 +484,7 @@ def test_a_model_that_does_not_export_is_exported_with_the_export_apis_other_opt
     assert "program = torch.export.draft_export(model, example_inputs)" in way_out
     # draft_export's structured trace, which torch writes to the system's temporary folder unless told otherwise,
     # was written inside the phase's folder and removed: nothing of this run's is in /tmp/export_<user>.
-    started = (out.parent / "started").stat().st_mtime
-    traces = Path(tempfile.gettempdir()) / f"export_{re.sub(r'[^A-Za-z0-9_.-]', '_', getpass.getuser())}"
-    assert not [p for p in traces.glob("*") if p.stat().st_mtime >= started], sorted(traces.glob("*"))
+    assert not torch_traces_since((out.parent / "started").stat().st_mtime)
     assert not (out / "stacks/candidate/models/data-dependent-branch/diagnose/export-trace").exists()
 
 
@@ -782,7 +779,6 @@ def latency_reproducer_reproduces(out: Path, tmp_path: Path) -> None:
 
 PROGRAM_SOURCE_CHECK = '''
 import importlib.util
-import tempfile
 from pathlib import Path
 import torch
 from compat.search import program_source

@@ -11,6 +11,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from helpers.runs import (
     ended_as,
     load,
     nox,
+    torch_traces_since,
     user_project,
 )
 from helpers.sshd import Sshd
@@ -988,11 +990,13 @@ def test_an_export_failure_is_localized_to_its_submodule(localized_run, tmp_path
     assert (copy / "upgrade_gate_models" / "smoke.py").read_text() == (REPO / "models" / "smoke.py").read_text()
     assert ran.returncode == 1 and "torch.export (as configured) fails as found: " in ran.stdout, (ran.stdout,
                                                                                                     ran.stderr)
+    started = time.time()
     drafted = subprocess.run([*ran.args, "--option", "draft_export"], cwd=copy, capture_output=True, text=True,
                              timeout=300, env={**os.environ, "PATH": f"{Path(ran.args[0]).parent}{os.pathsep}"
                                                                     f"{os.environ['PATH']}"})
     assert drafted.returncode == 0 and "torch.export (draft_export) exports the module" in drafted.stdout, (
         drafted.stdout, drafted.stderr)
+    assert not torch_traces_since(started)  # draft_export's structured trace went to a folder removed after
     # Tracing bakes in one branch: the legacy export succeeds and has nothing to localize.
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
     report = (out / "report.md").read_text()

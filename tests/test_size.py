@@ -86,6 +86,8 @@ GROWTH = {
     "(under torch.no_grad()), lowered, run and judged by the quantized gates (compat/diagnose/quantize_remedy_phase.py, "
     "the Recaptures capability; the export-remedy phase's search made generic), the lines in the report and in the "
     "migration's script": 165,
+    "the export reproducer and the export script keep draft_export's structured trace out of the system's temporary "
+    "folder (a folder of their own, removed when they end)": 10,
 }
 SLACK = 50
 

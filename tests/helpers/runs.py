@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from upgrade_gate import layout
@@ -109,3 +111,10 @@ def make_project(folder: Path) -> Path:
     shutil.copytree(REPO / "envs", folder / "envs")
     (folder / "pyproject.toml").write_text('[tool.upgrade-gate]\nsuite = "smoke"\n')
     return folder
+
+
+def torch_traces_since(started: float) -> list[Path]:
+    """What torch's structured trace (draft_export's) wrote since ``started`` in the folder it takes without
+    $TORCH_DTRACE, the system's temporary one: the tool, its reproducers and its export scripts write nothing there."""
+    traces = Path(tempfile.gettempdir()) / f"export_{re.sub(r'[^A-Za-z0-9_.-]', '_', getpass.getuser())}"
+    return sorted(p for p in traces.glob("*") if p.stat().st_mtime >= started)

@@ -69,6 +69,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path.cwd(), help="where the artifact goes (default: here)")
     out = parser.parse_args().out
+    # An export remedy's draft_export writes torch's structured trace to $TORCH_DTRACE, or else leaves it in the
+    # system's temporary folder (/tmp/export_<user>): unless the caller names one, to a folder removed at the end.
+    trace = tempfile.TemporaryDirectory()
+    os.environ.setdefault("TORCH_DTRACE", trace.name)
     modules, inputs = model_and_inputs()
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
