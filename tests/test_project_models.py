@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import textwrap
 from pathlib import Path
@@ -99,6 +100,9 @@ def test_a_project_model_runs_through_both_stacks(tmp_path):
     reference = next(c for c in model["comparisons"] if c["purpose"] == "candidate artifact vs reference")
     assert reference["worst_rel_l2"] < 1e-5
     assert verdict["verdict"] in ("GO", "GO-WITH-CONDITIONS") or (busy and verdict["verdict"] == "INCOMPLETE")
+    # What torch leaves in the system's temporary folder (inductor's folder, which importing executorch's exporter
+    # makes) went to the cache's: the workers' TMPDIR.
+    assert (tmp_path / "cache" / "tmp" / f"torchinductor_{getpass.getuser()}").is_dir()
 
     # The dict's entries are matched by key in both stacks, whatever order each returns them in.
     heads = models["heads"]

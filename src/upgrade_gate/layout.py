@@ -159,6 +159,13 @@ def cache_root() -> Path:
     return Path(base) / "upgrade-gate"
 
 
+def temporary_dir() -> Path:
+    """The temporary folder (TMPDIR) of the programs the tool runs in a stack's venv (run/workers.py venv_env):
+    what torch and the packages it calls put in the system's one — inductor's torchinductor_<user>, an export's
+    structured trace, flatc's scratch files — stays in the cache."""
+    return cache_root() / "tmp"
+
+
 # The report folder's files named here, beside the functions that place them.
 MANIFEST = "shard.json"
 STACK_FILE, PROBE_FILE = "stack.json", "probe.json"

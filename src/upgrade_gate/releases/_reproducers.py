@@ -4,12 +4,12 @@ finding, asked the way a team would ask it — `python repro.py` with that relea
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from upgrade_gate.errors import ConfigError
+from upgrade_gate.run.workers import venv_env
 from upgrade_gate.schema import codec
 from upgrade_gate.schema.results import Results
 
@@ -82,10 +82,9 @@ def compare_reproducers(out: Path, models: tuple[str, ...]) -> list[tuple[str, s
 
 def run_reproducer(python: Path, out: Path, model: str, method: str, script: str) -> ReproducerRun:
     """``python script``, as its docstring says to run it: the release venv's own bin/ first on PATH."""
-    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     try:
-        done = subprocess.run([str(python), str(out / script)], capture_output=True, text=True, env=env,
-                              timeout=TIMEOUT_S, cwd=out)
+        done = subprocess.run([str(python), str(out / script)], capture_output=True, text=True,
+                              env=venv_env(python.parent), timeout=TIMEOUT_S, cwd=out)
     except subprocess.TimeoutExpired:
         return ReproducerRun(model=model, method=method, script=script, exit_code=None,
                              said=f"did not finish in {TIMEOUT_S} s")

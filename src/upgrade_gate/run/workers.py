@@ -88,13 +88,16 @@ def fork_servers(plan: Plan, bin_dir: Path, adapter: str, stack_dir: Path,
 
 def venv_env(bin_dir: Path) -> dict[str, str]:
     """This process's environment for a program of the venv that holds ``bin_dir``:
-    that venv's bin/ first on PATH, nothing of the caller's on its Python path."""
+    that venv's bin/ first on PATH, nothing of the caller's on its Python path, the cache's temporary folder."""
     env = dict(os.environ)
     # -P and no PYTHONPATH: the worker loads compat/ and models/ by path under private names, shadowing nothing.
     env.pop("PYTHONPATH", None)
     # executorch's serializer runs `flatc` from the venv's bin/.
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
+    temporary = layout.temporary_dir()
+    temporary.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(temporary)
     return env
 
 
