@@ -779,6 +779,7 @@ def latency_reproducer_reproduces(out: Path, tmp_path: Path) -> None:
 
 PROGRAM_SOURCE_CHECK = '''
 import importlib.util
+import tempfile
 from pathlib import Path
 import torch
 from compat.search import program_source
