@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -22,8 +21,19 @@ from pathlib import Path
 
 import pytest
 from helpers.readers import verdict_of
-from helpers.runs import QUICK, REPO, busy_run_shows, load, nox, torch_traces_since, user_project
+from helpers.runs import (
+    QUICK,
+    REPO,
+    bare_shell,
+    busy_run_shows,
+    load,
+    nox,
+    stack_shell,
+    torch_traces_since,
+    user_project,
+)
 
+from upgrade_gate import layout
 from upgrade_gate.releases._reproducers import compare_reproducers, run_reproducer
 from upgrade_gate.schema.verdict import GateStatus
 from upgrade_gate.stats import median_interval
@@ -196,7 +206,7 @@ def test_the_reproducer_fails_as_lowered_and_passes_with_the_remedy(explained_ru
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([python, str(repro), *args], capture_output=True, text=True, timeout=600,
-                              cwd=repro.parent, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                              cwd=repro.parent, env=bare_shell(tmp_path))
 
     # As lowered, the way `nox -s releases` runs it with each release's Python (found in the report folder);
     # with the remedy, with nothing but the system's bin/ on PATH.
@@ -319,7 +329,7 @@ def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_rem
         assert ("- data-dependent-branch: not handed over — export failed" in (out / "migrate" / "README.md")
                 .read_text())
     python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
-    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = stack_shell(python, tmp_path)
 
     def rebuilt(model: str) -> tuple[subprocess.CompletedProcess[str], Path]:
         folder = tmp_path / model
@@ -332,7 +342,7 @@ def test_a_model_that_passes_with_its_remedy_gets_a_script_that_rebuilds_the_rem
     with ThreadPoolExecutor(2) as pool:  # each script is mostly torch's import: two at a time on 2 cores
         runs = dict(zip(remedied, pool.map(rebuilt, remedied)))
     # draft_export's structured trace (data-dependent-branch's remedy) went to a folder removed after.
-    assert not torch_traces_since(started)
+    assert not torch_traces_since(started, tmp_path)
     for model, (ran, folder) in runs.items():
         ((method, judged),) = ((a["method"], a) for a in remedied[model]["artifacts"])
         written = folder / f"{method}.pte"
@@ -398,7 +408,7 @@ def test_the_legacy_mobilenet_finding_is_the_conv_bn_fold_and_its_blocklist(tmp_
     assert "executorch" not in issue.split("## Environment")[1]  # the legacy stack's venv has none
     python = json.loads((out / "stacks" / "legacy" / "stack.json").read_text())["installed"]["executable"]
     runs = [subprocess.run([python, str(folder / written["folder"] / "repro.py"), *args], capture_output=True, text=True,
-                           timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}) for args in ((), ("--with-remedy",))]
+                           timeout=600, env=bare_shell(tmp_path)) for args in ((), ("--with-remedy",))]
     assert [r.returncode for r in runs] == [1, 0], [r.stdout + r.stderr[-1000:] for r in runs]
 
 
@@ -429,7 +439,7 @@ def test_the_layer_whose_quantization_fails_a_variant_is_kept_in_float_and_judge
     assert [(run["args"], run["exit"]) for run in written["runs"]] == [([], 1), (["--with-remedy"], 0)], written
     python = json.loads((out / "stacks" / "candidate" / "stack.json").read_text())["installed"]["executable"]
     runs = [subprocess.run([python, str(folder / "repro.py"), *args], capture_output=True, text=True, timeout=600,
-                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                           cwd=tmp_path, env=bare_shell(tmp_path))
             for args in ((), ("--with-remedy",))]
     assert [r.returncode for r in runs] == [1, 0], [r.stdout + r.stderr[-1000:] for r in runs]
     snrs = [float(re.search(r"SNR (-?[\d.]+|inf) dB", r.stdout).group(1)) for r in runs]
@@ -482,9 +492,11 @@ def test_a_model_that_does_not_export_is_exported_with_the_export_apis_other_opt
     way_out = (out / "report.md").read_text().split("## Way out")[1].split("## Decision")[0]
     assert "It does not export as configured; `draft_export` exports it (options tried in order: 3):" in way_out
     assert "program = torch.export.draft_export(model, example_inputs)" in way_out
-    # draft_export's structured trace, which torch writes to the system's temporary folder unless told otherwise,
-    # was written inside the phase's folder and removed: nothing of this run's is in /tmp/export_<user>.
-    assert not torch_traces_since((out.parent / "started").stat().st_mtime)
+    # draft_export's structured trace, which torch writes to the temporary folder unless told otherwise, was written
+    # inside the phase's folder and removed: nothing of this run's is in export_<user> of /tmp or of the cache's tmp/
+    # (the stacks' programs' TMPDIR).
+    started = (out.parent / "started").stat().st_mtime
+    assert not torch_traces_since(started) and not torch_traces_since(started, layout.temporary_dir())
     assert not (out / "stacks/candidate/models/data-dependent-branch/diagnose/export-trace").exists()
 
 
@@ -521,7 +533,7 @@ def test_a_recipe_that_raises_is_quantized_again_from_the_captures_other_options
     (empty := out.parent / "rebuilt-regions").mkdir()
     ran = subprocess.run([str(python), str(out / "migrate" / model["model"] / "export.py")], cwd=empty, text=True,
                          capture_output=True, timeout=600,
-                         env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+                         env=stack_shell(python, empty))
     assert ran.returncode == 0 and "the artifact upgrade-gate judged" in ran.stdout, (ran.stdout, ran.stderr[-2000:])
     assert hashlib.sha256((empty / "forward.pte").read_bytes()).hexdigest() == remedied["sha256"]
 
@@ -630,7 +642,7 @@ def test_a_quantized_variant_that_does_not_lower_gets_the_operator_a_reproducer_
     (copy / "program.pt2").write_bytes(b"a format this torch does not read")
     python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
     ran = subprocess.run([python, str(copy / "repro.py")], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                         env=bare_shell(tmp_path))
     assert ran.returncode == 1, ran.stdout + ran.stderr[-2000:]
     assert re.search(r"rebuilt from program\.py: program\.pt2, saved by torch 2\.8\.0\S*, does not load here: \w+\) fails as "
                      r"found: RuntimeError: Weight and Input should both be quantized", ran.stdout), ran.stdout
@@ -769,7 +781,7 @@ def latency_reproducer_reproduces(out: Path, tmp_path: Path) -> None:
     settings["threshold"] = 1000.0
     (folder / "repro.json").write_text(json.dumps(settings))
     again = subprocess.run([sys.executable, "repro.py", "--rounds", "3"], cwd=folder, capture_output=True, text=True,
-                           timeout=600, env={"PATH": "/usr/bin:/bin"})
+                           timeout=600, env=bare_shell(tmp_path))
     assert again.returncode == 0 and again.stdout.strip().endswith("not slower here"), again.stdout + again.stderr
     assert again.stdout.count("round ") == 3
     entry = (out / "report.md").read_text().split(f"### `{LATENCY}` · latency in candidate")[1].split("\n### ")[0]
@@ -832,7 +844,7 @@ def test_a_method_written_as_source_rebuilds_the_same_program_and_says_when_it_c
     out, _ = explained_run
     python = load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"]
     ran = subprocess.run([python, "-c", PROGRAM_SOURCE_CHECK], capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)})
+                         env={**bare_shell(tmp_path), "PYTHONPATH": str(REPO)})
     assert ran.returncode == 0, ran.stderr[-3000:]
     lines = ran.stdout.strip().splitlines()
     assert lines[0] == "plain True ['BUFFER', 'CONSTANT_TENSOR', 'PARAMETER', 'PARAMETER', 'USER_INPUT']", lines

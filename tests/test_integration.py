@@ -27,6 +27,7 @@ from helpers.runs import (
     ended_as,
     load,
     nox,
+    stack_shell,
     torch_traces_since,
     user_project,
 )
@@ -961,7 +962,7 @@ def run_alone(out: Path, folder: Path, tmp_path: Path) -> tuple[Path, subprocess
     shutil.copytree(folder, copy)
     python = Path(load(out, "results.json")["stacks"]["candidate"]["installed"]["executable"])
     return copy, subprocess.run([str(python), "repro.py"], cwd=copy, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"})
+                                env=stack_shell(python, copy))
 
 
 def localized(out: Path, name: str) -> dict:
@@ -992,11 +993,10 @@ def test_an_export_failure_is_localized_to_its_submodule(localized_run, tmp_path
                                                                                                     ran.stderr)
     started = time.time()
     drafted = subprocess.run([*ran.args, "--option", "draft_export"], cwd=copy, capture_output=True, text=True,
-                             timeout=300, env={**os.environ, "PATH": f"{Path(ran.args[0]).parent}{os.pathsep}"
-                                                                    f"{os.environ['PATH']}"})
+                             timeout=300, env=stack_shell(Path(ran.args[0]), copy))
     assert drafted.returncode == 0 and "torch.export (draft_export) exports the module" in drafted.stdout, (
         drafted.stdout, drafted.stderr)
-    assert not torch_traces_since(started)  # draft_export's structured trace went to a folder removed after
+    assert not torch_traces_since(started, copy)  # draft_export's structured trace went to a folder removed after
     # Tracing bakes in one branch: the legacy export succeeds and has nothing to localize.
     assert "localize" not in {s["stage"] for s in model["stacks"]["legacy"]["stages"]}
     report = (out / "report.md").read_text()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.runs import QUICK, nox, user_project
+from helpers.runs import QUICK, nox, stack_shell, user_project
 
 pytestmark = [pytest.mark.integration, pytest.mark.shares_machine]  # its subject is the files, not the timing
 
@@ -46,7 +45,7 @@ def candidate_python(out: Path) -> Path:
 
 def run_in_candidate(out: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     python = candidate_python(out)
-    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = stack_shell(python, cwd)
     return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -113,8 +113,23 @@ def make_project(folder: Path) -> Path:
     return folder
 
 
-def torch_traces_since(started: float) -> list[Path]:
+def bare_shell(home: Path) -> dict[str, str]:
+    """The environment of a team's shell that has nothing of this checkout or of the stacks: the system's PATH, and
+    ``home`` (the test's folder) as its home and its temporary folder, so that what torch and the scripts write there
+    (inductor's folder, a check's mkdtemp) is the test's to remove, not left in /tmp."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home)}
+
+
+def stack_shell(python: Path, scratch: Path) -> dict[str, str]:
+    """This shell with a stack's venv activated (its ``bin/`` first on PATH: executorch 0.7 needs it) and ``scratch``
+    as the temporary folder, so that what torch writes there is the test's to remove, not left in /tmp."""
+    return {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}", "TMPDIR": str(scratch)}
+
+
+def torch_traces_since(started: float, temporary: Path | None = None) -> list[Path]:
     """What torch's structured trace (draft_export's) wrote since ``started`` in the folder it takes without
-    $TORCH_DTRACE, the system's temporary one: the tool, its reproducers and its export scripts write nothing there."""
-    traces = Path(tempfile.gettempdir()) / f"export_{re.sub(r'[^A-Za-z0-9_.-]', '_', getpass.getuser())}"
+    $TORCH_DTRACE: in the temporary folder (``temporary``, the program's $TMPDIR; the system's where None). The tool,
+    its reproducers and its export scripts write nothing there."""
+    folder = temporary if temporary is not None else Path(tempfile.gettempdir())
+    traces = folder / f"export_{re.sub(r'[^A-Za-z0-9_.-]', '_', getpass.getuser())}"
     return sorted(p for p in traces.glob("*") if p.stat().st_mtime >= started)
